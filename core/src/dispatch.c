@@ -1,0 +1,60 @@
+/* The server side of one request: decode params, call the op, encode the answer. */
+#include "wire.h"
+
+#include <stdlib.h>
+
+static void answer_error(asp_buf *out, uint32_t id, const asp_error *err)
+{
+	if (asp_wire_response_err(out, id, err) < 0)
+		out->len = 0; /* out of memory: the caller sees an empty frame and closes */
+}
+
+void asp_dispatch(const asp_ops *ops, void *self, const asp_msg *req, asp_buf *out,
+                  size_t max_message)
+{
+	asp_error err;
+	asp_error_clear(&err);
+	int op = asp_op_lookup(req->method, req->method_len);
+	if (op < 0) {
+		asp_error_set(&err, ASP_E_UNSUPPORTED, NULL, "unknown method '%.*s'",
+		              (int)(req->method_len > 64 ? 64 : req->method_len), req->method);
+		answer_error(out, req->id, &err);
+		return;
+	}
+	const asp_op_desc *d = &asp_op_descs[op];
+	asp_arena *a = asp_arena_new();
+	void *p = a ? asp_arena_alloc(a, d->params->size) : NULL;
+	void *r = a ? asp_arena_alloc(a, d->result->size) : NULL;
+	if (!p || !r) {
+		asp_error_set(&err, ASP_E_INTERNAL, NULL, "out of memory");
+		answer_error(out, req->id, &err);
+		asp_arena_free(a);
+		return;
+	}
+	asp_status st;
+	if (req->params) {
+		st = asp_record_decode(d->params, req->params, p, a, &err);
+	} else {
+		msgpack_object empty = {.type = MSGPACK_OBJECT_MAP};
+		st = asp_record_decode(d->params, &empty, p, a, &err);
+	}
+	if (!st) {
+		asp_record_init(d->result, r);
+		st = d->call(ops, self, p, r, a, &err);
+		if (st && err.code != st) /* a backend that forgot to fill err still says what */
+			asp_error_set(&err, st, NULL, "%s failed", d->name);
+	}
+	if (st) {
+		answer_error(out, req->id, &err);
+	} else if (asp_wire_response_ok(out, req->id, d->result, r) < 0) {
+		asp_error_set(&err, ASP_E_INTERNAL, NULL, "out of memory encoding the %s result",
+		              d->name);
+		answer_error(out, req->id, &err);
+	} else if (out->len - ASP_FRAME_HEADER > max_message) {
+		asp_error_set(&err, ASP_E_TOO_LARGE, NULL,
+		              "%s: the result is %zu bytes, more than max_message (%zu)", d->name,
+		              out->len - ASP_FRAME_HEADER, max_message);
+		answer_error(out, req->id, &err);
+	}
+	asp_arena_free(a);
+}

@@ -1,0 +1,88 @@
+/*
+ * The wire format of DESIGN §2: msgpack-rpc messages in 4-byte big-endian
+ * length-prefixed frames. Decoding checks a message before msgpack-c allocates.
+ */
+#ifndef ASP_WIRE_H
+#define ASP_WIRE_H
+
+#include "proto_desc.h"
+
+#include <msgpack.h>
+
+/* Nesting allowed in a message; the outermost container is depth 1. */
+#define ASP_WIRE_MAX_DEPTH 32
+/* Bytes of the frame header. */
+#define ASP_FRAME_HEADER 4
+
+/* A growable byte buffer; frames are built in place with the header reserved up front. */
+typedef struct asp_buf {
+	uint8_t *data;
+	size_t len, cap;
+} asp_buf;
+
+void asp_buf_init(asp_buf *b);
+void asp_buf_free(asp_buf *b);
+/* Makes room for `extra` more bytes. 0, or -1 when out of memory. */
+int asp_buf_reserve(asp_buf *b, size_t extra);
+/* msgpack_packer write callback appending to an asp_buf. */
+int asp_buf_write(void *b, const char *data, size_t len);
+
+enum asp_msg_type { ASP_MSG_REQUEST = 0, ASP_MSG_RESPONSE = 1, ASP_MSG_NOTIFY = 2 };
+
+/* A decoded message; the objects point into the msgpack_unpacked and the frame bytes. */
+typedef struct asp_msg {
+	int type;              /* enum asp_msg_type */
+	bool has_id;           /* request/response: the id decoded */
+	uint32_t id;
+	const char *method;    /* request/notification; not NUL-terminated */
+	size_t method_len;
+	const msgpack_object *params; /* request/notification: a map */
+	const msgpack_object *error;  /* response: the error map, or NULL on success */
+	const msgpack_object *result; /* response: the result map, or NULL on error */
+} asp_msg;
+
+/*
+ * Walks one msgpack message without allocating: rejects truncation, trailing bytes,
+ * a container count larger than the bytes left, and nesting deeper than 32.
+ */
+asp_status asp_wire_prescan(const uint8_t *data, size_t len, asp_error *err);
+
+/*
+ * Prescans, unpacks into `u` (msgpack_unpacked_init'ed by the caller, destroyed by the
+ * caller after use) and checks the message's shape. protocol_error when it cannot be
+ * decoded as far as a request id; a request with a valid id but a bad method or params
+ * gives invalid_argument with msg->has_id set, so the caller can answer that id.
+ */
+asp_status asp_wire_decode(const uint8_t *data, size_t len, msgpack_unpacked *u, asp_msg *msg,
+                           asp_error *err);
+
+/* Starts a frame in `b` (emptied) with the header reserved; `pk` packs into it. */
+void asp_wire_begin(asp_buf *b, msgpack_packer *pk);
+/* Writes the header; the frame is b->data[0 .. b->len). */
+void asp_wire_finish(asp_buf *b);
+
+/* Whole frames. Each returns 0, or -1 when out of memory. */
+int asp_wire_request(asp_buf *b, uint32_t id, asp_op_id op, const void *params);
+int asp_wire_response_ok(asp_buf *b, uint32_t id, const asp_record_desc *d, const void *result);
+int asp_wire_response_err(asp_buf *b, uint32_t id, const asp_error *err);
+int asp_wire_notify(asp_buf *b, asp_notice_id n, const void *params);
+
+/* Fills `err` from a response's error map; returns its status. */
+asp_status asp_wire_error_decode(const msgpack_object *e, asp_error *err);
+
+/* The op named by a method, or -1. */
+int asp_op_lookup(const char *name, size_t len);
+
+/*
+ * Serves one request: decodes its params, calls the op through `ops` with `self`, and
+ * builds the response frame (a result or an error, never nothing) in `out`. A result
+ * larger than `max_message` becomes a too_large error.
+ */
+void asp_dispatch(const asp_ops *ops, void *self, const asp_msg *req, asp_buf *out,
+                  size_t max_message);
+
+/* Decodes a response's result map into `result` with the op's descriptor. */
+asp_status asp_wire_result_decode(asp_op_id op, const asp_msg *resp, void *result, asp_arena *a,
+                                  asp_error *err);
+
+#endif
