@@ -29,7 +29,7 @@ static void table(FILE *o, const field *fs, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		char def[64];
 		default_text(&fs[i], def, sizeof def);
-		fprintf(o, "| `%s` | %s | %s | %d | %s |\n", fs[i].name, fs[i].type, def,
+		fprintf(o, "| `%s` | `%s` | %s | %d | %s |\n", fs[i].name, fs[i].type, def,
 		        fs[i].since, fs[i].doc);
 	}
 	fprintf(o, "\n");
