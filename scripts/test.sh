@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs what is missing, then builds and runs every test twice: a normal build with
+# warnings as errors, and an ASan+UBSan build. The README's test command and .ci/run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+
+jobs=$(nproc)
+run_suite() { # builddir, meson options...
+  local dir=$1
+  shift
+  if [ ! -f "$dir/build.ninja" ]; then
+    meson setup "$dir" --werror "$@" >/dev/null
+  fi
+  ninja -C "$dir" >/dev/null
+  meson test -C "$dir" --num-processes "$jobs" --print-errorlogs
+}
+
+status=0
+run_suite build || status=1
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  run_suite build-san -Db_sanitize=address,undefined -Db_lundef=false || status=1
+
+# One closing line over both builds, for people and for CI's log reader.
+python3 - build/meson-logs/testlog.json build-san/meson-logs/testlog.json <<'PY'
+import json, sys
+passed = failed = skipped = 0
+for path in sys.argv[1:]:
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        continue
+    for line in lines:
+        r = json.loads(line).get("result")
+        if r in ("OK", "EXPECTEDFAIL"):
+            passed += 1
+        elif r == "SKIP":
+            skipped += 1
+        else:
+            failed += 1
+print(f"{passed} passed, {failed} failed, {skipped} skipped")
+PY
+exit $status
