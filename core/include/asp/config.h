@@ -1,0 +1,133 @@
+/* .asp.json: discovery, strict validation against spec/asp.schema.json, and secrets. */
+#ifndef ASP_CONFIG_H
+#define ASP_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "asp/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A loaded, validated config. Owns every string its view points at. */
+typedef struct asp_config asp_config;
+
+typedef enum asp_transport_kind {
+	ASP_TRANSPORT_STDIO = 1,
+	ASP_TRANSPORT_SSH = 2,
+	ASP_TRANSPORT_HTTP = 3,
+} asp_transport_kind;
+
+/* ssh.strict_host_key_checking: false, true or "accept-new". */
+typedef enum asp_hostkey_check {
+	ASP_HOSTKEY_ANY = 0,
+	ASP_HOSTKEY_STRICT = 1,
+	ASP_HOSTKEY_ACCEPT_NEW = 2,
+} asp_hostkey_check;
+
+/* Larger files are refused (too_large) before parsing. */
+#define ASP_CONFIG_MAX_BYTES (1024 * 1024)
+
+/*
+ * Finds the config: $ASP_CONFIG when set and non-empty (it must exist: not_found naming
+ * it otherwise), else .asp.json in `start_dir` (NULL = the working directory), then in
+ * each parent up to /. Writes the absolute path into `out` (`cap` bytes; too_large when
+ * it does not fit). not_found, with a message saying how to create one, when none.
+ */
+asp_status asp_config_find(const char *start_dir, char *out, size_t cap, asp_error *err);
+
+/*
+ * Reads and validates the config at `path`, or the one asp_config_find(NULL, ...) finds
+ * when `path` is NULL. On success *out is the caller's, to free with asp_config_free.
+ * Errors: those of reading the file (not_found, permission_denied, ...), too_large, and
+ * invalid_argument for anything wrong with its content, as for asp_config_parse.
+ */
+asp_status asp_config_load(const char *path, asp_config **out, asp_error *err);
+
+/*
+ * Validates a config already in memory (`len` bytes, need not be NUL-terminated).
+ * `filename` names it in messages and its directory is the base of relative paths;
+ * NULL means "<memory>" and the working directory. Every problem with the text is
+ * invalid_argument with a message "FILE:LINE:COL: KEY.PATH: what was expected, got what".
+ */
+asp_status asp_config_parse(const char *text, size_t len, const char *filename, asp_config **out,
+                            asp_error *err);
+
+/* Releases the config and every string of its view. NULL is a no-op. */
+void asp_config_free(asp_config *cfg);
+
+/*
+ * The read-only view below: strings are NULL when absent, defaults from the schema are
+ * applied, and local paths (identity_file, known_hosts, token_file, ca_file and a
+ * stdio program path containing '/') are absolute: "~/" expanded with $HOME, relative
+ * ones joined to the config file's directory. Sandbox paths (cwd, ssh.agent) are kept
+ * as written.
+ */
+typedef struct asp_config_ssh {
+	const char *host;
+	unsigned port;
+	const char *user;
+	const char *identity_file;
+	const char *password_env;
+	const char *known_hosts;
+	const char *host_key_sha256;
+	asp_hostkey_check strict_host_key_checking;
+	unsigned connect_timeout_ms;
+	const char *agent; /* NULL, a path in the sandbox, or "upload" */
+} asp_config_ssh;
+
+typedef struct asp_config_stdio {
+	const char *const *argv; /* argc strings, then NULL; NULL when there is no section */
+	size_t argc;
+} asp_config_stdio;
+
+typedef struct asp_config_http {
+	const char *url;
+	const char *token_env;
+	const char *token_file;
+	const char *ca_file;
+	bool websocket;
+} asp_config_http;
+
+typedef struct asp_config_env {
+	const char *key;
+	const char *value;
+} asp_config_env;
+
+typedef struct asp_config_view {
+	const char *path; /* absolute path of the config file; NULL if parsed from memory */
+	asp_transport_kind transport;
+	const char *cwd;
+	const asp_config_env *env; /* env_count entries, in file order */
+	size_t env_count;
+	uint64_t timeout_ms; /* 0 = none */
+	asp_config_ssh ssh;  /* defaults applied even when the section is absent */
+	asp_config_stdio stdio;
+	asp_config_http http;
+} asp_config_view;
+
+/* The config's view; valid until asp_config_free(cfg). */
+const asp_config_view *asp_config_get(const asp_config *cfg);
+
+/*
+ * Reads a secret named by an *_env key (a variable name) or an *_file key (a path);
+ * either may be NULL. The variable wins when it is set; the file is read otherwise. One
+ * trailing newline is stripped. *out is malloc'd (the caller frees it), or NULL with
+ * ASP_OK when both names are NULL. Errors name the variable or file: not_found when the
+ * variable is unset (and no file given), errors of reading the file, invalid_argument
+ * when the secret is empty or holds a NUL byte.
+ */
+asp_status asp_config_secret(const char *env_name, const char *file_path, char **out,
+                             asp_error *err);
+
+/* The JSON Schema the validator interprets (spec/asp.schema.json, embedded at build). */
+const char *asp_config_schema(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
