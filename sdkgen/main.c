@@ -4,16 +4,25 @@
  *   asp-sdkgen --spec S [--c-header H] [--c-source C] [--c-client K]
  *   asp-sdkgen --spec S --markdown OUT
  *   asp-sdkgen --spec S --check-compat FROZEN
+ *   asp-sdkgen --spec S --lang python|typescript --out DIR [--config-schema F]
+ *              [--sdk-version V] [--stamp FILE]
  */
 #include "spec.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#ifndef ASP_SDK_VERSION
+#define ASP_SDK_VERSION "0.0.0"
+#endif
+
 static int usage(void)
 {
 	fprintf(stderr, "usage: asp-sdkgen --spec FILE [--c-header H --c-source C --c-client K]\n"
-	                "                  [--markdown OUT] [--check-compat FROZEN]\n");
+	                "                  [--markdown OUT] [--check-compat FROZEN]\n"
+	                "                  [--lang python|typescript --out DIR [--config-schema F]\n"
+	                "                   [--sdk-version V] [--stamp FILE]]\n"
+	                "--config-schema defaults to asp.schema.json beside the spec.\n");
 	return 2;
 }
 
@@ -34,9 +43,41 @@ static int close_out(FILE *f, const char *path)
 	return 0;
 }
 
+/* One SDK into `out`; the stamp (for the build) lists every file written, last. */
+static int emit_sdk(const spec *s, const char *lang, const char *out, const char *spec_path,
+                    const char *schema, const char *version, const char *stamp)
+{
+	char def[4096];
+	if (!schema) {
+		const char *slash = strrchr(spec_path, '/');
+		int dir = slash ? (int)(slash - spec_path) : 1;
+		snprintf(def, sizeof def, "%.*s/asp.schema.json", dir, slash ? spec_path : ".");
+		schema = def;
+	}
+	sdk_options o = {.out_dir = out, .schema_path = schema, .version = version};
+	char tmp[4096];
+	if (stamp) {
+		snprintf(tmp, sizeof tmp, "%s.tmp", stamp);
+		if (!(o.stamp = open_out(tmp)))
+			return 1;
+	}
+	int rc = strcmp(lang, "python") == 0 ? emit_python(s, &o) : emit_typescript(s, &o);
+	if (o.stamp) {
+		if (close_out(o.stamp, tmp) || (rc == 0 && rename(tmp, stamp) != 0)) {
+			perror(stamp);
+			rc = -1;
+		}
+		if (rc)
+			remove(tmp);
+	}
+	return rc < 0 ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *spec_path = NULL, *h = NULL, *c = NULL, *k = NULL, *md = NULL, *frozen = NULL;
+	const char *lang = NULL, *out = NULL, *schema = NULL, *version = ASP_SDK_VERSION;
+	const char *stamp = NULL;
 	for (int i = 1; i < argc; i++) {
 		const char **slot = NULL;
 		if (!strcmp(argv[i], "--spec"))
@@ -51,12 +92,26 @@ int main(int argc, char **argv)
 			slot = &md;
 		else if (!strcmp(argv[i], "--check-compat"))
 			slot = &frozen;
+		else if (!strcmp(argv[i], "--lang"))
+			slot = &lang;
+		else if (!strcmp(argv[i], "--out"))
+			slot = &out;
+		else if (!strcmp(argv[i], "--config-schema"))
+			slot = &schema;
+		else if (!strcmp(argv[i], "--sdk-version"))
+			slot = &version;
+		else if (!strcmp(argv[i], "--stamp"))
+			slot = &stamp;
 		if (!slot || i + 1 >= argc)
 			return usage();
 		*slot = argv[++i];
 	}
-	if (!spec_path || (!h && !c && !k && !md && !frozen))
+	if (!spec_path || (!h && !c && !k && !md && !frozen && !lang) || (!lang != !out))
 		return usage();
+	if (lang && strcmp(lang, "python") && strcmp(lang, "typescript")) {
+		fprintf(stderr, "asp-sdkgen: --lang %s: expected python or typescript\n", lang);
+		return 2;
+	}
 
 	spec s;
 	if (spec_load(spec_path, &s) < 0) {
@@ -91,6 +146,8 @@ int main(int argc, char **argv)
 		}
 		spec_free(&old);
 	}
+	if (lang && !rc)
+		rc = emit_sdk(&s, lang, out, spec_path, schema, version, stamp);
 	spec_free(&s);
 	return rc;
 }

@@ -37,6 +37,8 @@ int asp_buf_reserve(asp_buf *b, size_t extra)
 int asp_buf_write(void *vb, const char *data, size_t len)
 {
 	asp_buf *b = vb;
+	if (len == 0) /* an empty str/bin body may come with a NULL pointer */
+		return 0;
 	if (asp_buf_reserve(b, len) < 0)
 		return -1;
 	memcpy(b->data + b->len, data, len);

@@ -1,0 +1,206 @@
+/* asp, the command line: what the command files share. */
+#ifndef ASP_CLI_H
+#define ASP_CLI_H
+
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "asp/asp.h"
+
+/* Exit codes of every command but exec; exec exits with its command's (DESIGN §7). */
+#define CLI_EXIT_OK   0
+#define CLI_EXIT_FAIL 1
+/* exec: ASP itself failed, as ssh does. */
+#define CLI_EXIT_EXEC_FAIL 255
+/* exec: the command timed out, as timeout(1) does. */
+#define CLI_EXIT_TIMEOUT 124
+
+/* Transfers move data in chunks of this size, several in flight at once. */
+#define CLI_CHUNK_DEFAULT   (4u << 20)
+#define CLI_THREADS_DEFAULT 8u
+
+/* The state of one invocation. */
+typedef struct cli {
+	const char *config_path; /* --config, or NULL for discovery */
+	bool json;               /* --json */
+	const char *cmd;         /* the command's name, for messages */
+	int fail_code;           /* exit code when ASP fails: 1, or 255 for exec */
+	asp_client *client;      /* opened by cli_client() */
+	uint64_t max_message;    /* from hello, 0 until cli_chunk_size() asked */
+} cli;
+
+typedef struct cli_command {
+	const char *name;
+	int (*run)(cli *c, int argc, char **argv);
+	const char *summary; /* one line for `asp --help` */
+	const char *usage;   /* the text of `asp NAME --help` */
+} cli_command;
+
+int cmd_hello(cli *c, int argc, char **argv);
+int cmd_exec(cli *c, int argc, char **argv);
+int cmd_read(cli *c, int argc, char **argv);
+int cmd_write(cli *c, int argc, char **argv);
+int cmd_stat(cli *c, int argc, char **argv);
+int cmd_ls(cli *c, int argc, char **argv);
+int cmd_mkdir(cli *c, int argc, char **argv);
+int cmd_rm(cli *c, int argc, char **argv);
+int cmd_mv(cli *c, int argc, char **argv);
+int cmd_cp(cli *c, int argc, char **argv);
+int cmd_conformance(cli *c, int argc, char **argv);
+int cmd_init(cli *c, int argc, char **argv);
+
+/* --- main.c ------------------------------------------------------------------------------ */
+
+/* The table entry of a command, or NULL. */
+const cli_command *cli_find_command(const char *name);
+
+/* Prints the help of c->cmd on stdout. */
+void cli_print_help(const cli *c);
+
+/* --- opts.c: option parsing shared by every command ----------------------------------------- */
+
+/* Long options every command accepts; getopt_long returns these values for them. */
+enum { CLI_OPT_CONFIG = 0x100, CLI_OPT_JSON, CLI_OPT_HELP, CLI_OPT_FIRST_PRIVATE };
+
+/* One entry per line; clang-format would read the list as one braced initializer. */
+/* clang-format off */
+#define CLI_COMMON_LONGOPTS                                                                        \
+	{"config", required_argument, NULL, CLI_OPT_CONFIG},                                       \
+	{"json", no_argument, NULL, CLI_OPT_JSON},                                                 \
+	{"help", no_argument, NULL, 'h'}
+/* clang-format on */
+
+/*
+ * getopt_long over a command's argv (argv[0] is the command name) with opterr off, so the
+ * caller reports problems in the house format. Handles the common options itself: returns
+ * 'h' after printing the command's help (the caller exits 0), '?' after reporting an
+ * unknown option or a missing argument (the caller exits c->fail_code), -1 at the end.
+ */
+int cli_getopt(cli *c, int argc, char **argv, const char *shortopts, const struct option *longopts);
+
+/* Starts a fresh scan (getopt's state is global). */
+void cli_getopt_reset(void);
+
+/*
+ * Parses a byte count or offset: decimal digits with an optional binary suffix k, M, G or T
+ * (KiB...). Reports a usage error naming `opt` and returns -1 when it is not one.
+ */
+int cli_parse_size(cli *c, const char *opt, const char *s, uint64_t *out);
+
+/* Seconds, with a fraction ("1.5"), as milliseconds; -1 after reporting a usage error. */
+int cli_parse_seconds(cli *c, const char *opt, const char *s, uint64_t *out_ms);
+
+/* --- output.c: errors, exit codes and binary-safe output ------------------------------------ */
+
+/*
+ * Reports a failed ASP call as one line on stderr, "asp: WHAT: CODE: MESSAGE", plus a hint
+ * for the codes where the message alone does not say what to do; with --json also
+ * {"error": {...}} on stdout. `what` is printf-formatted ("read /w/x"). Returns
+ * c->fail_code so callers can `return cli_fail(...)`.
+ */
+int cli_fail(cli *c, const asp_error *err, const char *what, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* A usage mistake: "asp: CMD: invalid_argument: MESSAGE (see asp CMD --help)". */
+int cli_usage(cli *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A local failure with errno: "asp: WHAT: CODE: strerror" (the code from errno). */
+int cli_fail_errno(cli *c, int errnum, const char *what, ...) __attribute__((format(printf, 3, 4)));
+
+/* A warning on stderr that does not change the exit code: "asp: MESSAGE". */
+void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Writes all `len` bytes to `fd` across short writes and EINTR. 0, or -1 with errno. */
+int cli_write_all(int fd, const void *buf, size_t len);
+
+/* Reads `fd` to EOF into a malloc'd buffer (*out; free it). 0, or -1 with errno. */
+int cli_read_all(int fd, uint8_t **out, size_t *len);
+
+/* Flushes stdout; on failure reports it and returns c->fail_code, else `code`. */
+int cli_finish(cli *c, int code);
+
+/* --- session.c: the client and the sizes it allows ----------------------------------------- */
+
+/* The client for the configured sandbox, opened on first use; NULL after reporting why. */
+asp_client *cli_client(cli *c);
+
+/* The transfer chunk size the responder's max_message allows (asks hello once). */
+size_t cli_chunk_size(cli *c);
+
+/* Frees the client. */
+void cli_close(cli *c);
+
+/* A new arena, or NULL after reporting out of memory. */
+asp_arena *cli_arena(cli *c);
+
+/* --- json.c: a small streaming JSON writer ---------------------------------------------- */
+
+typedef struct jw {
+	FILE *f;
+	int depth;
+	bool need_comma[32];
+} jw;
+
+void jw_init(jw *w, FILE *f);
+void jw_obj_begin(jw *w);
+void jw_obj_end(jw *w);
+void jw_arr_begin(jw *w);
+void jw_arr_end(jw *w);
+/* A key inside an object; the value follows with one of the calls below. */
+void jw_key(jw *w, const char *key);
+void jw_str(jw *w, const char *s); /* NULL writes null */
+void jw_uint(jw *w, uint64_t v);
+void jw_int(jw *w, int64_t v);
+void jw_bool(jw *w, bool v);
+void jw_double(jw *w, double v); /* three decimals: milliseconds */
+void jw_null(jw *w);
+/* Ends the document with a newline. */
+void jw_end(jw *w);
+
+/*
+ * A byte payload as `"key": "text"` when it is valid UTF-8, else as
+ * `"key": "BASE64", "key_encoding": "base64"` (the documented --json convention).
+ */
+void jw_bytes_field(jw *w, const char *key, const uint8_t *data, size_t len);
+
+/* Writes `s` (valid UTF-8) as a JSON string literal, outside any jw document. */
+void jw_put_string(FILE *f, const char *s);
+
+/* True when the bytes are valid UTF-8 (no overlongs, surrogates or code points > U+10FFFF). */
+bool cli_utf8_valid(const uint8_t *s, size_t len);
+
+/* --- path.c: path strings ----------------------------------------------------------------- */
+
+/* malloc'd "DIR/NAME" without a doubled '/'; NULL when out of memory. */
+char *path_join(const char *dir, const char *name);
+
+/* The last component of `path` ignoring trailing slashes, malloc'd ("/" stays "/"). */
+char *path_base(const char *path);
+
+/* The directory part of `path` ("" for a bare name, "/" for "/x"), malloc'd. */
+char *path_dir(const char *path);
+
+/*
+ * A temporary name beside `path`: "DIR/.NAME.asp-RANDOM.tmp", malloc'd. Hidden and
+ * unlikely to collide, so a crash leaves an obvious leftover rather than a half target.
+ */
+char *path_temp_beside(const char *path);
+
+/* True for "." and ".." (after stripping trailing slashes). */
+bool path_is_dot(const char *base);
+
+/* --- signals.c ---------------------------------------------------------------------------- */
+
+/* The local number of a signal named as exec reports it ("KILL"), or 0 when unknown. */
+int cli_signal_number(const char *name);
+
+/* --- client_ops.c ------------------------------------------------------------------------- */
+
+/* An op table whose self is an asp_client *: each op calls asp_<op> on it. */
+extern const asp_ops cli_client_ops;
+
+#endif

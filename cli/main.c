@@ -1,0 +1,192 @@
+/* asp: global options, the command table and dispatch. */
+#include "cli.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef ASP_VERSION
+#define ASP_VERSION "0.0.0"
+#endif
+
+#define COMMON_HELP                                                                                \
+	"\nGlobal options (before or after the command):\n"                                        \
+	"  --config FILE   use this .asp.json instead of discovery ($ASP_CONFIG, then\n"           \
+	"                  .asp.json in the working directory and its parents)\n"                  \
+	"  --json          print results as JSON on stdout\n"                                      \
+	"  --help          this help\n"
+
+static const cli_command commands[] = {
+    {"hello", cmd_hello, "agent info and round-trip time",
+     "usage: asp hello\n"
+     "\nAsks the sandbox's responder who it is (protocol, agent, os, arch, cwd, max_message,\n"
+     "ops) and measures the time to connect and the round-trip time of one call.\n"},
+    {"exec", cmd_exec, "run a command in the sandbox",
+     "usage: asp exec [--cwd DIR] [--env K=V]... [--timeout SEC] [--stdin] -- ARGV...\n"
+     "       asp exec [options] -c 'COMMAND STRING'\n"
+     "\nRuns ARGV directly (PATH search) or COMMAND through /bin/sh -c in a fresh process,\n"
+     "writes its stdout and stderr to this command's and exits with its exit code:\n"
+     "128+N when signal N ended it, 124 on timeout, 255 when ASP itself failed.\n"
+     "\n  -c, --command STR  run STR through /bin/sh -c\n"
+     "  --cwd DIR          working directory (relative: joined to the config's cwd)\n"
+     "  --env K=V          add to the environment (repeatable)\n"
+     "  --timeout SEC      TERM the process group after SEC seconds (fractions allowed),\n"
+     "                     KILL 2 s later; default: the config's timeout_ms\n"
+     "  --stdin            send this command's stdin to the process (read fully first)\n"
+     "\nWith --json: {\"exit_code\", \"signal\", \"stdout\", \"stderr\", \"stdout_bytes\",\n"
+     "\"stderr_bytes\", \"timed_out\", \"duration_ms\"}; stdout/stderr are strings when they\n"
+     "are valid UTF-8, else base64 with \"stdout_encoding\": \"base64\" beside them.\n"},
+    {"read", cmd_read, "file bytes to stdout",
+     "usage: asp read PATH [--offset N] [--length N]\n"
+     "\nWrites the file's bytes (from N, at most N of them) to stdout. Sizes take k, M, G\n"
+     "suffixes (KiB, MiB, GiB). With --json: {\"data\", \"size\", \"eof\"}, data as for exec.\n"},
+    {"write", cmd_write, "stdin to a file",
+     "usage: asp write PATH [--append] [--mkdirs] [--atomic]\n"
+     "\nReplaces the file with this command's stdin.\n"
+     "\n  --append   append instead of replacing\n"
+     "  --mkdirs   create missing parent directories\n"
+     "  --atomic   old file or new file after a crash, never half of one\n"
+     "\nData larger than one message is written in chunks to a temporary file beside the\n"
+     "target, renamed over it at the end, so the target is never half written (an append\n"
+     "that large is sent as consecutive appends). With --json: {\"written\", \"size\"}.\n"},
+    {"stat", cmd_stat, "metadata of a path",
+     "usage: asp stat [--no-follow] PATH\n"
+     "\n  --no-follow  describe a final symlink itself, not what it points to\n"},
+    {"ls", cmd_ls, "list a directory",
+     "usage: asp ls [-a] [PATH]\n"
+     "\nLists PATH (default: the config's cwd) as mode, size, modification time and name.\n"
+     "Names starting with '.' are shown only with -a. With --json: {\"entries\": [{\"name\",\n"
+     "\"type\", \"size\", \"mode\", \"mtime_ns\"}]} (every entry, names as for exec output).\n"},
+    {"mkdir", cmd_mkdir, "create directories",
+     "usage: asp mkdir [-p] PATH...\n"
+     "\n  -p, --parents  create missing parents; an existing directory is fine\n"},
+    {"rm", cmd_rm, "remove paths",
+     "usage: asp rm [-r] [-f] PATH...\n"
+     "\n  -r, --recursive  remove directories and their contents\n"
+     "  -f, --force      a path that does not exist is not an error\n"},
+    {"mv", cmd_mv, "rename a path",
+     "usage: asp mv [-n] FROM TO\n"
+     "\nRenames FROM to TO, replacing TO; onto an existing directory it moves FROM into it.\n"
+     "\n  -n, --no-clobber  fail with already_exists instead of replacing TO\n"},
+    {"cp", cmd_cp, "copy files between here and the sandbox",
+     "usage: asp cp [-r] SRC DST\n"
+     "\nA path starting with ':' is in the sandbox (asp cp a.txt :/w/a.txt, asp cp :/w/a.txt .).\n"
+     "Onto an existing directory, SRC is copied into it. Files of any size move in chunks\n"
+     "with several requests in flight, into a temporary file beside the target that is\n"
+     "renamed at the end. A progress bar is drawn on stderr when it is a terminal.\n"
+     "\n  -r, --recursive  copy directories\n"
+     "  -q, --quiet      no progress bar\n"},
+    {"conformance", cmd_conformance, "run the conformance suite against the sandbox",
+     "usage: asp conformance [--root DIR] [--keep]\n"
+     "\nRuns the conformance case table against the configured sandbox in a fresh scratch\n"
+     "directory (DIR/asp-conformance-RANDOM, DIR default /tmp) that it removes afterwards,\n"
+     "prints a pass/fail table and exits 1 when any case failed.\n"
+     "\n  --root DIR  where to create the scratch directory in the sandbox\n"
+     "  --keep      leave the scratch directory for inspection\n"},
+    {"init", cmd_init, "write a .asp.json",
+     "usage: asp init --stdio [options] -- COMMAND...\n"
+     "       asp init --ssh [USER@]HOST[:PORT] [--identity FILE] [options]\n"
+     "       asp init --http URL [--token-env NAME | --token-file FILE] [options]\n"
+     "\nWrites .asp.json in the working directory (or the --config FILE), checks it by loading\n"
+     "it, and refuses to replace an existing file without --force.\n"
+     "\n  --cwd DIR       default working directory in the sandbox\n"
+     "  --env K=V       added to every exec (repeatable)\n"
+     "  --timeout SEC   default exec timeout\n"
+     "  --force         replace an existing file\n"},
+};
+
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
+
+const cli_command *cli_find_command(const char *name)
+{
+	for (size_t i = 0; i < NCOMMANDS; i++) {
+		if (strcmp(commands[i].name, name) == 0)
+			return &commands[i];
+	}
+	return NULL;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: asp [--config FILE] [--json] COMMAND [ARGS]\n\n"
+	        "Runs exec, file and filesystem operations in the sandbox that .asp.json names.\n\n"
+	        "Commands:\n");
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
+	fprintf(f, COMMON_HELP
+	        "  --version       print the version\n"
+	        "\n`asp COMMAND --help` describes a command. Commands exit 0, or 1 with a message\n"
+	        "on stderr; exec exits with its command's exit code, or 255 when ASP failed.\n");
+}
+
+/* Prints a command's help (for -h/--help); the common options come after it. */
+void cli_print_help(const cli *c)
+{
+	const cli_command *cmd = cli_find_command(c->cmd);
+	if (cmd)
+		fputs(cmd->usage, stdout);
+	fputs(COMMON_HELP, stdout);
+}
+
+int main(int argc, char **argv)
+{
+	/*
+	 * A transport writes to pipes and sockets whose reader may die; that must be an
+	 * EPIPE error we report, not a silent death. The same goes for our own stdout.
+	 */
+	signal(SIGPIPE, SIG_IGN);
+
+	cli c = {.cmd = "asp", .fail_code = CLI_EXIT_FAIL};
+	static const struct option longopts[] = {
+	    {"config", required_argument, NULL, CLI_OPT_CONFIG},
+	    {"json", no_argument, NULL, CLI_OPT_JSON},
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
+	    {NULL, 0, NULL, 0},
+	};
+	opterr = 0;
+	int opt;
+	/* '+': stop at the command name; what follows is the command's to parse. */
+	while ((opt = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
+		switch (opt) {
+		case CLI_OPT_CONFIG: c.config_path = optarg; break;
+		case CLI_OPT_JSON: c.json = true; break;
+		case 'h': usage(stdout); return cli_finish(&c, CLI_EXIT_OK);
+		case 'V':
+			printf("asp %s (protocol %d)\n", ASP_VERSION, ASP_PROTOCOL);
+			return cli_finish(&c, CLI_EXIT_OK);
+		default:
+			if (optopt == CLI_OPT_CONFIG)
+				return cli_usage(&c, "--config needs a FILE");
+			return cli_usage(&c, "unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind >= argc) {
+		usage(stderr);
+		return CLI_EXIT_FAIL;
+	}
+	const char *name = argv[optind];
+	if (strcmp(name, "help") == 0) {
+		const cli_command *cmd =
+		    optind + 1 < argc ? cli_find_command(argv[optind + 1]) : NULL;
+		if (cmd) {
+			c.cmd = cmd->name;
+			cli_print_help(&c);
+		} else {
+			usage(stdout);
+		}
+		return cli_finish(&c, CLI_EXIT_OK);
+	}
+	const cli_command *cmd = cli_find_command(name);
+	if (!cmd)
+		return cli_usage(&c, "unknown command '%s' (asp --help lists them)", name);
+	c.cmd = cmd->name;
+	if (cmd->run == cmd_exec)
+		c.fail_code = CLI_EXIT_EXEC_FAIL;
+	int first = optind;
+	cli_getopt_reset();
+	int rc = cmd->run(&c, argc - first, argv + first);
+	cli_close(&c);
+	return rc;
+}

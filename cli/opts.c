@@ -1,0 +1,85 @@
+/* Option parsing shared by the commands: getopt with house-style errors, sizes, seconds. */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void cli_getopt_reset(void)
+{
+	optind = 0; /* glibc: 0 re-initializes the scanner */
+	opterr = 0;
+}
+
+int cli_getopt(cli *c, int argc, char **argv, const char *shortopts, const struct option *longopts)
+{
+	/* A leading ':' (after any '+') makes a missing argument ':' rather than '?'. */
+	char spec[64];
+	bool plus = shortopts[0] == '+';
+	snprintf(spec, sizeof spec, "%s:%s", plus ? "+" : "", shortopts + plus);
+	for (;;) {
+		int opt = getopt_long(argc, argv, spec, longopts, NULL);
+		switch (opt) {
+		case CLI_OPT_CONFIG: c->config_path = optarg; continue;
+		case CLI_OPT_JSON: c->json = true; continue;
+		case 'h': cli_print_help(c); return 'h';
+		case ':': cli_usage(c, "%s needs an argument", argv[optind - 1]); return '?';
+		case '?':
+			if (optopt && optopt < 0x100)
+				cli_usage(c, "unknown option '-%c'", optopt);
+			else
+				cli_usage(c, "unknown option '%s'", argv[optind - 1]);
+			return '?';
+		default: return opt;
+		}
+	}
+}
+
+int cli_parse_size(cli *c, const char *opt, const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	if (s[0] < '0' || s[0] > '9')
+		goto bad;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno)
+		goto bad;
+	unsigned shift = 0;
+	switch (*end) {
+	case '\0': break;
+	case 'k':
+	case 'K': shift = 10; break;
+	case 'm':
+	case 'M': shift = 20; break;
+	case 'g':
+	case 'G': shift = 30; break;
+	case 't':
+	case 'T': shift = 40; break;
+	default: goto bad;
+	}
+	if (*end && end[1] != '\0' && strcmp(end + 1, "iB") != 0 && strcmp(end + 1, "B") != 0)
+		goto bad;
+	if (shift && v > (UINT64_MAX >> shift))
+		goto bad;
+	*out = (uint64_t)v << shift;
+	return 0;
+bad:
+	cli_usage(c, "%s needs a byte count (digits, optional k/M/G suffix), got '%s'", opt, s);
+	return -1;
+}
+
+int cli_parse_seconds(cli *c, const char *opt, const char *s, uint64_t *out_ms)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || *end || !isfinite(v) || v < 0 || v > 1e12) {
+		cli_usage(c, "%s needs a number of seconds, got '%s'", opt, s);
+		return -1;
+	}
+	uint64_t ms = (uint64_t)llround(v * 1000.0);
+	/* A positive timeout below 1 ms must not turn into 0, which means "none". */
+	*out_ms = (ms == 0 && v > 0) ? 1 : ms;
+	return 0;
+}

@@ -1,0 +1,69 @@
+/* The client handle of one invocation, opened on first use, and what it allows. */
+#include "cli.h"
+
+#include <errno.h>
+#include <string.h>
+
+#ifndef ASP_VERSION
+#define ASP_VERSION "0.0.0"
+#endif
+
+asp_client *cli_client(cli *c)
+{
+	if (c->client)
+		return c->client;
+	asp_error err;
+	asp_error_clear(&err);
+	if (asp_client_open_path(c->config_path, &c->client, &err) != ASP_OK) {
+		c->client = NULL;
+		if (c->config_path)
+			cli_fail(c, &err, "%s: open %s", c->cmd, c->config_path);
+		else
+			cli_fail(c, &err, "%s: open config", c->cmd);
+		return NULL;
+	}
+	return c->client;
+}
+
+size_t cli_chunk_size(cli *c)
+{
+	/* Room for the envelope (method, path, other fields) around a chunk's bytes. */
+	const uint64_t overhead = 64 * 1024;
+	if (c->max_message == 0) {
+		c->max_message = ASP_MAX_MESSAGE_DEFAULT;
+		asp_arena *a = asp_arena_new();
+		asp_hello_params p;
+		asp_hello_result r;
+		asp_error err;
+		asp_hello_params_init(&p);
+		p.client = "asp/" ASP_VERSION;
+		p.has_protocol = true;
+		p.protocol = ASP_PROTOCOL;
+		/* A failure here resurfaces, reported, on the transfer's first call. */
+		if (a && c->client && asp_hello(c->client, &p, &r, a, &err) == ASP_OK &&
+		    r.max_message > 0)
+			c->max_message = r.max_message;
+		asp_arena_free(a);
+	}
+	uint64_t chunk = CLI_CHUNK_DEFAULT;
+	if (chunk + overhead > c->max_message)
+		chunk =
+		    c->max_message > 2 * overhead ? c->max_message - overhead : c->max_message / 2;
+	if (chunk < 4096)
+		chunk = 4096;
+	return (size_t)chunk;
+}
+
+void cli_close(cli *c)
+{
+	asp_client_free(c->client);
+	c->client = NULL;
+}
+
+asp_arena *cli_arena(cli *c)
+{
+	asp_arena *a = asp_arena_new();
+	if (!a)
+		cli_fail_errno(c, ENOMEM, "%s", c->cmd);
+	return a;
+}

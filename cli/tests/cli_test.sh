@@ -1,0 +1,297 @@
+#!/bin/bash
+# End-to-end tests of the asp command line against a real asp-agent over stdio.
+# usage: cli_test.sh PATH/TO/asp PATH/TO/asp-agent
+# Each check runs one asp command and compares its exit code and output; the script
+# prints one line per check (TAP) and exits 1 when any failed.
+set -u
+
+ASP=$(realpath "$1")
+AGENT=$(realpath "$2")
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/asp-cli-test.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK" || exit 1
+
+# The sandbox is this machine: the agent runs here, so its paths are ours too.
+BOX="$WORK/box"
+mkdir -p "$BOX" "$WORK/local"
+cat > "$WORK/.asp.json" <<EOF
+{"version": 1, "transport": "stdio", "stdio": {"command": ["$AGENT", "--stdio"]}}
+EOF
+cat > "$WORK/missing.json" <<EOF
+{"version": 1, "transport": "stdio", "stdio": {"command": ["$WORK/no-such-agent", "--stdio"]}}
+EOF
+unset ASP_CONFIG
+
+n=0
+failed=0
+OUT="$WORK/out"
+ERR="$WORK/err"
+
+ok() {
+	n=$((n + 1))
+	echo "ok $n - $1"
+}
+
+not_ok() {
+	n=$((n + 1))
+	failed=$((failed + 1))
+	echo "not ok $n - $1"
+	shift
+	for line in "$@"; do echo "#   $line"; done
+	echo "#   stdout: $(head -c 400 "$OUT" | tr '\n' '|')"
+	echo "#   stderr: $(head -c 400 "$ERR" | tr '\n' '|')"
+}
+
+# run RC NAME -- COMMAND...: runs it with stdin from /dev/null unless redirected by the
+# caller (use run_in for that), then checks the exit code.
+run() {
+	local want=$1 name=$2
+	shift 3
+	"$@" < /dev/null > "$OUT" 2> "$ERR"
+	local rc=$?
+	if [ "$rc" -eq "$want" ]; then ok "$name"; else not_ok "$name" "exit $rc, wanted $want"; fi
+}
+
+# run_in FILE RC NAME -- COMMAND...: as run, with stdin from FILE.
+run_in() {
+	local in=$1 want=$2 name=$3
+	shift 4
+	"$@" < "$in" > "$OUT" 2> "$ERR"
+	local rc=$?
+	if [ "$rc" -eq "$want" ]; then ok "$name"; else not_ok "$name" "exit $rc, wanted $want"; fi
+}
+
+# expect_out NAME TEXT: the last command's stdout is exactly TEXT.
+expect_out() {
+	if [ "$(cat "$OUT")" == "$2" ]; then ok "$1"; else not_ok "$1" "stdout is not '$2'"; fi
+}
+
+# expect_grep NAME FILE PATTERN: the last command's FILE (out/err) matches the ERE.
+expect_grep() {
+	if grep -Eq -- "$3" "$2"; then ok "$1"; else not_ok "$1" "no match for /$3/"; fi
+}
+
+# expect_one_line NAME: stderr is exactly one line (the error line).
+expect_one_line() {
+	if [ "$(wc -l < "$ERR")" -eq 1 ]; then ok "$1"; else not_ok "$1" "stderr is not one line"; fi
+}
+
+same_file() {
+	if cmp -s "$2" "$3"; then ok "$1"; else not_ok "$1" "$2 and $3 differ"; fi
+}
+
+# --- basics -----------------------------------------------------------------------------
+run 0 "version" -- "$ASP" --version
+expect_grep "version text" "$OUT" '^asp [0-9]'
+run 0 "help" -- "$ASP" --help
+run 0 "exec --help" -- "$ASP" exec --help
+expect_grep "exec help text" "$OUT" 'usage: asp exec'
+run 1 "unknown command" -- "$ASP" frobnicate
+expect_grep "unknown command message" "$ERR" '^asp: .*invalid_argument: unknown command'
+run 0 "hello" -- "$ASP" hello
+expect_grep "hello shows the protocol" "$OUT" '^protocol: +1$'
+expect_grep "hello shows a round trip" "$OUT" '^rtt: +[0-9.]+ ms'
+run 0 "hello --json" -- "$ASP" --json hello
+expect_grep "hello json" "$OUT" '"protocol":1,.*"rtt_ms":[0-9.]+\}'
+
+# --- exec -------------------------------------------------------------------------------
+run 0 "exec argv" -- "$ASP" exec -- echo hi
+expect_out "exec stdout" "hi"
+run 0 "exec without --" -- "$ASP" exec printf '%s-' a b
+expect_out "exec argv passes options through" "a-b-"
+run 7 "exec exit code" -- "$ASP" exec -c 'exit 7'
+run 0 "exec stderr" -- "$ASP" exec -c 'echo to-err >&2; echo to-out'
+expect_out "exec stdout beside stderr" "to-out"
+expect_grep "exec stderr text" "$ERR" '^to-err$'
+run 124 "exec timeout is 124" -- "$ASP" exec --timeout 0.3 -- sleep 10
+run 137 "exec killed by KILL is 128+9" -- "$ASP" exec -c 'kill -9 $$'
+run 143 "exec killed by TERM is 128+15" -- "$ASP" exec -c 'kill -TERM $$'
+printf 'from-stdin' > "$WORK/in.txt"
+run_in "$WORK/in.txt" 0 "exec --stdin" -- "$ASP" exec --stdin -- cat
+expect_out "exec --stdin reaches the command" "from-stdin"
+run_in "$WORK/in.txt" 0 "exec without --stdin" -- "$ASP" exec -- cat
+expect_out "exec without --stdin sends nothing" ""
+run 0 "exec --env" -- "$ASP" exec --env FOO=bar --env X=1=2 -c 'echo "$FOO $X"'
+expect_out "exec env values" "bar 1=2"
+run 0 "exec --cwd" -- "$ASP" exec --cwd "$BOX" -- pwd
+expect_out "exec cwd" "$BOX"
+run 0 "exec binary stdout" -- "$ASP" exec -c 'printf "a\000b\377"'
+if [ "$(od -An -tx1 "$OUT" | tr -d ' \n')" == "610062ff" ]; then ok "exec stdout is binary-safe"
+else not_ok "exec stdout is binary-safe" "bytes differ"; fi
+run 3 "exec --json" -- "$ASP" --json exec -c 'echo hi; echo er >&2; exit 3'
+expect_grep "exec json fields" "$OUT" \
+	'^\{"exit_code":3,"signal":null,"stdout":"hi\\n","stderr":"er\\n",.*"timed_out":false,"duration_ms":[0-9]+\}$'
+run 0 "exec --json base64" -- "$ASP" exec --json -c 'printf "\377"'
+expect_grep "exec json non-UTF-8 as base64" "$OUT" '"stdout":"/w==","stdout_encoding":"base64"'
+run 124 "exec --json timeout" -- "$ASP" --json exec --timeout 0.2 -- sleep 5
+expect_grep "exec json timed_out" "$OUT" '"timed_out":true'
+run 255 "exec of a missing program is 255" -- "$ASP" exec -- /no/such/program
+expect_grep "exec missing program names not_found" "$ERR" '^asp: exec /no/such/program: not_found: '
+run 255 "exec with a missing agent is 255" -- "$ASP" --config "$WORK/missing.json" exec -- true
+expect_one_line "exec missing agent: one line"
+expect_grep "exec missing agent names a code" "$ERR" '^asp: .*: [a-z_]+: '
+run 255 "exec usage error is 255" -- "$ASP" exec
+run 255 "exec -c with argv is 255" -- "$ASP" exec -c true extra
+run 255 "exec bad --timeout is 255" -- "$ASP" exec --timeout soon -- true
+run 255 "exec with a missing config is 255" -- "$ASP" --config "$WORK/none.json" exec -- true
+expect_grep "missing config message" "$ERR" '^asp: exec: open .*none.json: not_found: '
+
+# --- write / read -------------------------------------------------------------------------
+printf 'hello\n' > "$WORK/hello.txt"
+run_in "$WORK/hello.txt" 0 "write" -- "$ASP" write "$BOX/a.txt"
+same_file "write content" "$WORK/hello.txt" "$BOX/a.txt"
+run 0 "read" -- "$ASP" read "$BOX/a.txt"
+expect_out "read content" "hello"
+run 0 "read --offset --length" -- "$ASP" read "$BOX/a.txt" --offset 1 --length 3
+expect_out "read range" "ell"
+run 0 "read --json" -- "$ASP" --json read "$BOX/a.txt"
+expect_out "read json" '{"data":"hello\n","size":6,"eof":true}'
+run_in "$WORK/hello.txt" 0 "write --append" -- "$ASP" write --append "$BOX/a.txt"
+run 0 "read after append" -- "$ASP" read "$BOX/a.txt"
+expect_out "append content" "$(printf 'hello\nhello')"
+run_in "$WORK/hello.txt" 1 "write without --mkdirs" -- "$ASP" write "$BOX/d1/d2/b.txt"
+expect_grep "write missing dir is not_found" "$ERR" '^asp: write .*b.txt: not_found: '
+run_in "$WORK/hello.txt" 0 "write --mkdirs" -- "$ASP" write --mkdirs "$BOX/d1/d2/b.txt"
+same_file "write --mkdirs content" "$WORK/hello.txt" "$BOX/d1/d2/b.txt"
+run 0 "write empty" -- "$ASP" write "$BOX/empty.txt"
+[ -f "$BOX/empty.txt" ] && [ ! -s "$BOX/empty.txt" ] && ok "write empty made an empty file" \
+	|| not_ok "write empty made an empty file"
+run_in "$WORK/hello.txt" 0 "write --atomic" -- "$ASP" --json write --atomic "$BOX/c.txt"
+expect_out "write json" '{"written":6,"size":6}'
+run 1 "read missing" -- "$ASP" read "$BOX/nope"
+expect_grep "read missing: not_found line" "$ERR" "^asp: read $BOX/nope: not_found: "
+expect_one_line "read missing: one line"
+run 1 "read missing --json" -- "$ASP" --json read "$BOX/nope"
+expect_grep "json error object" "$OUT" '^\{"error":\{"code":"not_found",'
+run 1 "read usage" -- "$ASP" read
+run 1 "read bad --offset" -- "$ASP" read "$BOX/a.txt" --offset x
+
+# Multi-chunk data: parallel chunks into a temporary file, then a rename.
+head -c $((20 * 1024 * 1024 + 12345)) /dev/urandom > "$WORK/big.bin"
+run_in "$WORK/big.bin" 0 "write big from a file" -- "$ASP" write "$BOX/big1.bin"
+same_file "write big content" "$WORK/big.bin" "$BOX/big1.bin"
+cat "$WORK/big.bin" | "$ASP" write "$BOX/big2.bin" > "$OUT" 2> "$ERR"
+if [ $? -eq 0 ]; then ok "write big from a pipe"; else not_ok "write big from a pipe"; fi
+same_file "write big from a pipe content" "$WORK/big.bin" "$BOX/big2.bin"
+run 0 "read big to a file" -- "$ASP" read "$BOX/big1.bin"
+same_file "read big content" "$WORK/big.bin" "$OUT"
+"$ASP" read "$BOX/big1.bin" 2> "$ERR" | cat > "$WORK/big.pipe"
+same_file "read big through a pipe" "$WORK/big.bin" "$WORK/big.pipe"
+"$ASP" read "$BOX/big1.bin" --offset 5M --length 9M > "$WORK/big.part" 2> "$ERR"
+tail -c +$((5 * 1024 * 1024 + 1)) "$WORK/big.bin" | head -c $((9 * 1024 * 1024)) \
+	> "$WORK/big.expect"
+same_file "read big range" "$WORK/big.expect" "$WORK/big.part"
+printf 'x' > "$BOX/big3.bin"
+run_in "$WORK/big.bin" 0 "write big --append" -- "$ASP" write --append "$BOX/big3.bin"
+(printf 'x'; cat "$WORK/big.bin") > "$WORK/big3.expect"
+same_file "write big --append content" "$WORK/big3.expect" "$BOX/big3.bin"
+if ls -A "$BOX" | grep -q '\.asp-'; then not_ok "no temporary files left" "$(ls -A "$BOX")"
+else ok "no temporary files left"; fi
+
+# --- stat / ls / mkdir / rm / mv ---------------------------------------------------------------
+run 0 "stat" -- "$ASP" stat "$BOX/c.txt"
+expect_grep "stat type" "$OUT" '^ +type: file$'
+expect_grep "stat size" "$OUT" '^ +size: 6$'
+run 0 "stat --json" -- "$ASP" --json stat "$BOX/c.txt"
+expect_grep "stat json" "$OUT" '^\{"type":"file","size":6,"mode":[0-9]+,"mtime_ns":[0-9]+,'
+ln -s c.txt "$BOX/link"
+run 0 "stat --no-follow" -- "$ASP" --json stat --no-follow "$BOX/link"
+expect_grep "stat symlink target" "$OUT" '"type":"symlink".*"target":"c.txt"'
+run 1 "stat missing" -- "$ASP" stat "$BOX/nope"
+expect_grep "stat missing: not_found" "$ERR" 'not_found'
+run 0 "ls" -- "$ASP" ls "$BOX"
+expect_grep "ls shows a file" "$OUT" '^-rw.* +6 [0-9-]+ [0-9:]+ c\.txt$'
+expect_grep "ls shows a directory" "$OUT" '^d.* d1$'
+run 0 "ls --json" -- "$ASP" --json ls "$BOX"
+expect_grep "ls json" "$OUT" '\{"name":"c.txt","type":"file","size":6,'
+run 0 "ls a file" -- "$ASP" ls "$BOX/c.txt"
+expect_grep "ls of a file shows it" "$OUT" 'c\.txt$'
+run 1 "ls missing" -- "$ASP" ls "$BOX/nope"
+run 0 "mkdir" -- "$ASP" mkdir "$BOX/m1"
+[ -d "$BOX/m1" ] && ok "mkdir made it" || not_ok "mkdir made it"
+run 1 "mkdir existing" -- "$ASP" mkdir "$BOX/m1"
+expect_grep "mkdir existing: already_exists" "$ERR" "^asp: mkdir $BOX/m1: already_exists: "
+run 0 "mkdir -p existing" -- "$ASP" mkdir -p "$BOX/m1"
+run 0 "mkdir -p deep" -- "$ASP" mkdir -p "$BOX/m2/a/b"
+[ -d "$BOX/m2/a/b" ] && ok "mkdir -p made it" || not_ok "mkdir -p made it"
+run 1 "rm non-empty without -r" -- "$ASP" rm "$BOX/m2"
+expect_grep "rm non-empty: not_empty" "$ERR" 'not_empty'
+run 0 "rm -r" -- "$ASP" rm -r "$BOX/m2"
+[ ! -e "$BOX/m2" ] && ok "rm -r removed it" || not_ok "rm -r removed it"
+run 1 "rm missing" -- "$ASP" rm "$BOX/m2"
+run 0 "rm -f missing" -- "$ASP" rm -f "$BOX/m2"
+run 0 "mv" -- "$ASP" mv "$BOX/c.txt" "$BOX/c2.txt"
+[ -f "$BOX/c2.txt" ] && [ ! -e "$BOX/c.txt" ] && ok "mv renamed" || not_ok "mv renamed"
+run 0 "mv into a directory" -- "$ASP" mv "$BOX/c2.txt" "$BOX/m1"
+[ -f "$BOX/m1/c2.txt" ] && ok "mv moved into it" || not_ok "mv moved into it"
+run 1 "mv missing" -- "$ASP" mv "$BOX/nope" "$BOX/x"
+expect_grep "mv missing: not_found" "$ERR" 'not_found'
+
+# --- cp -------------------------------------------------------------------------------------
+run 0 "cp up" -- "$ASP" cp "$WORK/big.bin" ":$BOX/up.bin"
+same_file "cp up content" "$WORK/big.bin" "$BOX/up.bin"
+run 0 "cp down" -- "$ASP" cp ":$BOX/up.bin" "$WORK/local/down.bin"
+same_file "cp down content" "$WORK/big.bin" "$WORK/local/down.bin"
+if [ "$(sha256sum < "$WORK/big.bin")" == "$(sha256sum < "$WORK/local/down.bin")" ]; then
+	ok "cp round trip checksum"; else not_ok "cp round trip checksum"; fi
+run 0 "cp into a remote directory" -- "$ASP" cp "$WORK/hello.txt" ":$BOX/m1"
+same_file "cp into a remote directory content" "$WORK/hello.txt" "$BOX/m1/hello.txt"
+run 0 "cp into a local directory" -- "$ASP" cp ":$BOX/m1/hello.txt" "$WORK/local"
+same_file "cp into a local directory content" "$WORK/hello.txt" "$WORK/local/hello.txt"
+run 0 "cp small onto an existing file" -- "$ASP" cp "$WORK/in.txt" ":$BOX/m1/hello.txt"
+same_file "cp replaced the file" "$WORK/in.txt" "$BOX/m1/hello.txt"
+run 0 "cp --json" -- "$ASP" --json cp "$WORK/hello.txt" ":$BOX/j.txt"
+expect_out "cp json" '{"files":1,"bytes":6}'
+run 1 "cp a directory without -r" -- "$ASP" cp "$WORK/local" ":$BOX/tree"
+expect_grep "cp dir without -r: is_a_directory" "$ERR" 'is_a_directory'
+run 1 "cp local to local" -- "$ASP" cp "$WORK/hello.txt" "$WORK/x.txt"
+run 1 "cp missing" -- "$ASP" cp ":$BOX/nope" "$WORK/x.txt"
+expect_grep "cp missing: not_found" "$ERR" 'not_found'
+mkdir -p "$WORK/tree/sub/deeper" "$WORK/tree/empty"
+printf 'one' > "$WORK/tree/one.txt"
+printf 'two' > "$WORK/tree/sub/two.txt"
+cp "$WORK/big.bin" "$WORK/tree/sub/deeper/big.bin"
+run 0 "cp -r up" -- "$ASP" cp -r "$WORK/tree" ":$BOX/tree"
+if diff -r "$WORK/tree" "$BOX/tree" > /dev/null; then ok "cp -r up content"
+else not_ok "cp -r up content"; fi
+run 0 "cp -r down" -- "$ASP" cp -r ":$BOX/tree" "$WORK/tree2"
+if diff -r "$WORK/tree" "$WORK/tree2" > /dev/null; then ok "cp -r down content"
+else not_ok "cp -r down content"; fi
+run 0 "cp -r into an existing directory" -- "$ASP" cp -r "$WORK/tree" ":$BOX/m1"
+if diff -r "$WORK/tree" "$BOX/m1/tree" > /dev/null; then ok "cp -r into it content"
+else not_ok "cp -r into it content"; fi
+run 0 "cp remote to remote" -- "$ASP" cp ":$BOX/up.bin" ":$BOX/up2.bin"
+same_file "cp remote to remote content" "$WORK/big.bin" "$BOX/up2.bin"
+
+# --- init -------------------------------------------------------------------------------------
+mkdir -p "$WORK/init"
+run 0 "init --stdio" -- "$ASP" --config "$WORK/init/a.json" init --cwd "$BOX" --stdio -- \
+	"$AGENT" --stdio
+run 0 "init config works" -- "$ASP" --config "$WORK/init/a.json" exec -- pwd
+expect_out "init cwd applies" "$BOX"
+run 1 "init refuses to overwrite" -- "$ASP" --config "$WORK/init/a.json" init --stdio -- x
+expect_grep "init overwrite: already_exists" "$ERR" 'already_exists: .*--force'
+run 0 "init --force" -- "$ASP" --config "$WORK/init/a.json" init --force \
+	--ssh alice@example.com:2222 --identity /k
+expect_grep "init ssh host" "$WORK/init/a.json" '"host": "example.com"'
+expect_grep "init ssh port" "$WORK/init/a.json" '"port": 2222'
+run 0 "init --http" -- "$ASP" --config "$WORK/init/h.json" init \
+	--http http://127.0.0.1:8722 --token-env TOK
+expect_grep "init http url" "$WORK/init/h.json" '"url": "http://127.0.0.1:8722"'
+run 1 "init bad url" -- "$ASP" --config "$WORK/init/bad.json" init --http ftp://x
+[ ! -e "$WORK/init/bad.json" ] && ok "init leaves no invalid file" \
+	|| not_ok "init leaves no invalid file"
+(cd "$WORK/init" && "$ASP" init --stdio -- "$AGENT" --stdio > "$OUT" 2> "$ERR")
+[ -f "$WORK/init/.asp.json" ] && ok "init writes .asp.json here" \
+	|| not_ok "init writes .asp.json here"
+
+# --- conformance ----------------------------------------------------------------------------
+run 0 "conformance" -- "$ASP" conformance
+scratch=$(sed -n 's/^conformance: .*, scratch \(.*\)$/\1/p' "$OUT")
+if [ -n "$scratch" ] && [ ! -e "$scratch" ]; then ok "conformance removed its scratch directory"
+else not_ok "conformance removed its scratch directory" "scratch '$scratch'"; fi
+run 0 "conformance --json" -- "$ASP" --json conformance --only read_
+expect_grep "conformance json" "$OUT" '"failed":0,'
+
+echo "1..$n"
+[ "$failed" -eq 0 ]

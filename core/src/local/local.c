@@ -1,0 +1,150 @@
+/* The local backend's op table, its state, hello, and helpers its files share. */
+#include "local_impl.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#define AGENT_NAME "asp-agent/0.1.0"
+#define SMALL_COPY 4096 /* results up to this size are copied into the arena */
+
+const asp_ops asp_local_ops = {
+    .hello = asp_local_hello,
+    .exec = asp_local_exec,
+    .read = asp_local_read,
+    .write = asp_local_write,
+    .stat = asp_local_stat,
+    .list = asp_local_list,
+    .mkdir = asp_local_mkdir,
+    .remove = asp_local_remove,
+    .rename = asp_local_rename,
+};
+
+/* What hello announces: keep in step with the table above. */
+static const asp_op_id implemented[] = {
+    ASP_OP_HELLO, ASP_OP_EXEC,  ASP_OP_READ,   ASP_OP_WRITE,  ASP_OP_STAT,
+    ASP_OP_LIST,  ASP_OP_MKDIR, ASP_OP_REMOVE, ASP_OP_RENAME,
+};
+
+asp_local *asp_local_new(size_t max_message)
+{
+	asp_local *l = calloc(1, sizeof *l);
+	if (!l)
+		return NULL;
+	l->max_message = max_message ? max_message : ASP_MAX_MESSAGE_DEFAULT;
+	/* A tiny max_message (tests) still leaves half of it for data. */
+	l->payload_budget = l->max_message > 2 * LOCAL_ENVELOPE_HEADROOM
+	                        ? l->max_message - LOCAL_ENVELOPE_HEADROOM
+	                        : l->max_message / 2;
+	struct utsname u;
+	if (uname(&u) == 0) {
+		size_t i = 0;
+		for (; u.sysname[i] && i + 1 < sizeof l->os; i++)
+			l->os[i] = (char)tolower((unsigned char)u.sysname[i]);
+		l->os[i] = '\0';
+		memcpy(l->arch, u.machine, strnlen(u.machine, sizeof l->arch - 1));
+	}
+	if (!l->os[0])
+		strcpy(l->os, "unknown");
+	if (!l->arch[0])
+		strcpy(l->arch, "unknown");
+	return l;
+}
+
+void asp_local_free(asp_local *l)
+{
+	free(l);
+}
+
+static char *arena_str(asp_arena *a, const char *s)
+{
+	return asp_arena_strndup(a, s, strlen(s));
+}
+
+asp_status asp_local_hello(void *self, const asp_hello_params *p, asp_hello_result *r, asp_arena *a,
+                           asp_error *err)
+{
+	asp_local *l = self;
+	(void)p; /* any client protocol is answered with ours; the client decides */
+	memset(r, 0, sizeof *r);
+	size_t n = sizeof implemented / sizeof implemented[0];
+	const char **ops = asp_arena_alloc(a, n * sizeof *ops);
+	if (!ops)
+		return local_oom("hello", err);
+	for (size_t i = 0; i < n; i++)
+		ops[i] = asp_op_name(implemented[i]);
+	char buf[PATH_MAX];
+	const char *cwd = getcwd(buf, sizeof buf);
+	if (!cwd)
+		return asp_error_errno(err, errno, NULL,
+		                       "hello: the responder's working directory is gone");
+	r->protocol = ASP_PROTOCOL;
+	r->agent = AGENT_NAME;
+	r->ops.items = ops;
+	r->ops.count = n;
+	r->os = arena_str(a, l->os);
+	r->arch = arena_str(a, l->arch);
+	r->cwd = arena_str(a, cwd);
+	r->max_message = l->max_message;
+	if (!r->os || !r->arch || !r->cwd)
+		return local_oom("hello", err);
+	return ASP_OK;
+}
+
+asp_status local_need_path(const char *op, const char *field, const char *path, asp_error *err)
+{
+	if (path)
+		return ASP_OK;
+	return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL, "%s: field '%s' is required", op,
+	                     field);
+}
+
+void local_hint(asp_error *err, const char *hint)
+{
+	if (!err)
+		return;
+	size_t used = strlen(err->message), need = strlen(hint) + 3;
+	if (used + need <= sizeof err->message)
+		memcpy(err->message + used, "; ", 2),
+		    memcpy(err->message + used + 2, hint, need - 2);
+}
+
+asp_status local_oom(const char *op, asp_error *err)
+{
+	return asp_error_set(err, ASP_E_INTERNAL, NULL, "%s: out of memory in the responder", op);
+}
+
+int local_bytes_give(asp_arena *a, uint8_t *buf, size_t len, size_t cap, asp_bytes *out)
+{
+	out->data = NULL;
+	out->len = 0;
+	if (len == 0) {
+		free(buf);
+		return 0;
+	}
+	if (len <= SMALL_COPY) {
+		uint8_t *copy = asp_arena_alloc(a, len);
+		if (copy)
+			memcpy(copy, buf, len);
+		free(buf);
+		if (!copy)
+			return -1;
+		out->data = copy;
+		out->len = len;
+		return 0;
+	}
+	if (cap - len > len / 4) {
+		uint8_t *shrunk = realloc(buf, len); /* give back what a growing buffer overshot */
+		if (shrunk)
+			buf = shrunk;
+	}
+	if (asp_arena_adopt(a, buf) < 0)
+		return -1;
+	out->data = buf;
+	out->len = len;
+	return 0;
+}

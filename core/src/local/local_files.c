@@ -1,0 +1,347 @@
+/* read and write: file contents, including the atomic replace. */
+#include "local_impl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FIRST_READ   (64u * 1024)
+#define NEW_DIR_MODE 0755
+
+static void close_keep_errno(int fd)
+{
+	int e = errno;
+	close(fd);
+	errno = e;
+}
+
+/* Reads until `want` bytes, EOF, or (for non-blocking fifos and ttys) nothing more now. */
+static ssize_t read_stream(int fd, uint8_t **bufp, size_t *capp, size_t want, bool *eof)
+{
+	size_t got = 0;
+	*eof = false;
+	while (got < want) {
+		if (got == *capp) {
+			size_t ncap = *capp ? *capp * 2 : FIRST_READ;
+			if (ncap > want)
+				ncap = want;
+			uint8_t *nb = realloc(*bufp, ncap);
+			if (!nb) {
+				errno = ENOMEM;
+				return -1;
+			}
+			*bufp = nb;
+			*capp = ncap;
+		}
+		ssize_t n = read(fd, *bufp + got, *capp - got);
+		if (n > 0) {
+			got += (size_t)n;
+		} else if (n == 0) {
+			*eof = true;
+			break;
+		} else if (errno == EAGAIN) {
+			break; /* a fifo or device with nothing more now: never wait for it */
+		} else if (errno != EINTR) {
+			return -1;
+		}
+	}
+	return (ssize_t)got;
+}
+
+static ssize_t pread_all(int fd, uint8_t *buf, size_t want, uint64_t off)
+{
+	size_t got = 0;
+	while (got < want) {
+		ssize_t n = pread(fd, buf + got, want - got, (off_t)(off + got));
+		if (n > 0)
+			got += (size_t)n;
+		else if (n == 0)
+			break; /* the file shrank since fstat */
+		else if (errno != EINTR)
+			return -1;
+	}
+	return (ssize_t)got;
+}
+
+asp_status asp_local_read(void *self, const asp_read_params *p, asp_read_result *r, asp_arena *a,
+                          asp_error *err)
+{
+	asp_local *l = self;
+	memset(r, 0, sizeof *r);
+	asp_status st = local_need_path("read", "path", p->path, err);
+	if (st != ASP_OK)
+		return st;
+	if (p->offset > (uint64_t)INT64_MAX)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,
+		                     "read %s: offset %llu is out of range", p->path,
+		                     (unsigned long long)p->offset);
+	/* O_NONBLOCK: opening or reading a fifo must never wait for a writer. */
+	int fd = open(p->path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return asp_error_errno(err, errno, p->path, "read %s", p->path);
+	struct stat sb;
+	if (fstat(fd, &sb) < 0) {
+		close_keep_errno(fd);
+		return asp_error_errno(err, errno, p->path, "read %s", p->path);
+	}
+	if (S_ISDIR(sb.st_mode)) {
+		close(fd);
+		return asp_error_errno(err, EISDIR, p->path, "read %s", p->path);
+	}
+	size_t want = l->payload_budget;
+	if (p->has_length && p->length < want)
+		want = (size_t)p->length;
+	uint64_t size = sb.st_size > 0 ? (uint64_t)sb.st_size : 0;
+	uint8_t *buf = NULL;
+	size_t cap = 0;
+	ssize_t got;
+	bool eof;
+	if (S_ISREG(sb.st_mode) && size > 0) {
+		uint64_t avail = p->offset < size ? size - p->offset : 0;
+		if (avail < want)
+			want = (size_t)avail;
+		if (want) {
+			buf = malloc(want);
+			cap = want;
+		}
+		got = want && !buf ? (errno = ENOMEM, -1) : pread_all(fd, buf, want, p->offset);
+		eof = got >= 0 && p->offset + (uint64_t)got >= size;
+	} else {
+		/* Size unknown (procfs reports 0, devices, fifos): read until EOF or `want`. */
+		got = 0;
+		if (p->offset && lseek(fd, (off_t)p->offset, SEEK_SET) < 0)
+			got = -1;
+		if (got == 0)
+			got = read_stream(fd, &buf, &cap, want, &eof);
+		if (got > 0 && S_ISREG(sb.st_mode) && eof)
+			size = p->offset + (uint64_t)got;
+		if (want == 0 && S_ISREG(sb.st_mode))
+			eof = p->offset >= size;
+	}
+	if (got < 0) {
+		free(buf);
+		close_keep_errno(fd);
+		if (errno == ENOMEM)
+			return local_oom("read", err);
+		return asp_error_errno(err, errno, p->path, "read %s", p->path);
+	}
+	close(fd);
+	r->size = size;
+	r->eof = eof;
+	if (local_bytes_give(a, buf, (size_t)got, cap, &r->data) < 0)
+		return local_oom("read", err);
+	return ASP_OK;
+}
+
+static int write_all(int fd, const uint8_t *data, size_t len, bool at, uint64_t off)
+{
+	size_t done = 0;
+	while (done < len) {
+		ssize_t n = at ? pwrite(fd, data + done, len - done, (off_t)(off + done))
+		               : write(fd, data + done, len - done);
+		if (n > 0)
+			done += (size_t)n;
+		else if (n < 0 && errno != EINTR)
+			return -1;
+	}
+	return 0;
+}
+
+/* The directory part of `path` (malloc'd), or NULL when it has none or out of memory. */
+static char *parent_of(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	if (!slash)
+		return NULL;
+	while (slash > path && slash[-1] == '/')
+		slash--;
+	if (slash == path)
+		return strdup("/");
+	return strndup(path, (size_t)(slash - path));
+}
+
+/* Creates the missing parents of `path`; 0 or an errno. */
+static int make_parents(const char *path)
+{
+	char *dir = parent_of(path);
+	if (!dir)
+		return strchr(path, '/') ? ENOMEM : ENOENT;
+	int e = local_mkdir_parents(dir, NEW_DIR_MODE, NEW_DIR_MODE);
+	free(dir);
+	return e;
+}
+
+static asp_status write_error(const asp_write_params *p, int e, asp_error *err)
+{
+	if (e == ENOMEM)
+		return local_oom("write", err);
+	asp_status st = asp_error_errno(err, e, p->path, "write %s", p->path);
+	if (e == ENOENT && !p->mkdirs)
+		local_hint(err, "its directory is missing; 'mkdirs' creates it");
+	return st;
+}
+
+/* "DIR/.NAME.asp-UNIQUE": hidden, beside the target, unique across processes and threads. */
+static char *temp_name(const char *target)
+{
+	static atomic_uint counter;
+	const char *slash = strrchr(target, '/');
+	size_t dlen = slash ? (size_t)(slash - target) + 1 : 0;
+	const char *base = target + dlen;
+	size_t blen = strlen(base);
+	if (blen > 200)
+		blen = 200; /* stay under NAME_MAX with the suffix */
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	size_t cap = dlen + blen + 64;
+	char *t = malloc(cap);
+	if (!t)
+		return NULL;
+	snprintf(t, cap, "%.*s.%.*s.asp-%x-%x-%lx", (int)dlen, target, (int)blen, base,
+	         (unsigned)getpid(), atomic_fetch_add(&counter, 1), (unsigned long)ts.tv_nsec);
+	return t;
+}
+
+static void fsync_dir_of(const char *path)
+{
+	char *dir = parent_of(path);
+	int fd = open(dir ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	free(dir);
+	if (fd >= 0) {
+		fsync(fd); /* some filesystems refuse a directory fsync; the rename still stands */
+		close(fd);
+	}
+}
+
+/*
+ * Temp file beside the target, written, fsynced, renamed over it: a crash leaves the old
+ * or the new file. A symlink is resolved first so the link keeps pointing at the file.
+ */
+static asp_status write_atomic(const asp_write_params *p, asp_write_result *r, asp_error *err)
+{
+	char *real = NULL;
+	const char *target = p->path;
+	struct stat old;
+	bool exists = lstat(target, &old) == 0;
+	if (exists && S_ISLNK(old.st_mode)) {
+		real = realpath(target, NULL);
+		if (real)
+			target = real;
+		exists = stat(target, &old) == 0;
+	}
+	if (exists && S_ISDIR(old.st_mode)) {
+		free(real);
+		return write_error(p, EISDIR, err);
+	}
+	mode_t mode = exists ? (old.st_mode & 07777) : (mode_t)p->mode;
+	char *tmp = NULL;
+	int fd = -1, e = 0;
+	bool made_parents = false;
+	for (int tries = 0; fd < 0 && tries < 100; tries++) {
+		free(tmp);
+		tmp = temp_name(target);
+		if (!tmp) {
+			e = ENOMEM;
+			break;
+		}
+		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, mode);
+		e = fd < 0 ? errno : 0;
+		if (fd < 0 && e == ENOENT && p->mkdirs && !made_parents) {
+			made_parents = true;
+			e = make_parents(target);
+			if (e)
+				break;
+		} else if (fd < 0 && e != EEXIST) {
+			break; /* EEXIST: another writer's temp name; draw again */
+		}
+	}
+	if (fd >= 0) {
+		if (exists) {
+			fchmod(fd, mode); /* the old file's mode, not the umask's */
+			if (old.st_uid != geteuid() || old.st_gid != getegid())
+				(void)!fchown(fd, old.st_uid,
+				              old.st_gid); /* best effort: as root */
+		}
+		if (write_all(fd, p->data.data, p->data.len, false, 0) < 0 || fsync(fd) < 0)
+			e = errno;
+		if (close(fd) < 0 && !e)
+			e = errno;
+		if (!e && rename(tmp, target) < 0)
+			e = errno;
+		if (e)
+			unlink(tmp);
+		else
+			fsync_dir_of(target);
+	}
+	free(tmp);
+	free(real);
+	if (e)
+		return write_error(p, e, err);
+	r->written = p->data.len;
+	r->size = p->data.len;
+	return ASP_OK;
+}
+
+asp_status asp_local_write(void *self, const asp_write_params *p, asp_write_result *r, asp_arena *a,
+                           asp_error *err)
+{
+	(void)self;
+	(void)a;
+	memset(r, 0, sizeof *r);
+	asp_status st = local_need_path("write", "path", p->path, err);
+	if (st != ASP_OK)
+		return st;
+	if (p->data.len && !p->data.data)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,
+		                     "write %s: 'data' has no bytes", p->path);
+	if (p->has_offset && (p->append || p->atomic))
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,
+		                     "write %s: 'offset' cannot be combined with '%s'", p->path,
+		                     p->append ? "append" : "atomic");
+	if (p->mode > 07777)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,
+		                     "write %s: mode %#llo has bits beyond 07777", p->path,
+		                     (unsigned long long)p->mode);
+	if (p->has_offset && p->offset > (uint64_t)INT64_MAX - p->data.len)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,
+		                     "write %s: offset %llu is out of range", p->path,
+		                     (unsigned long long)p->offset);
+	if (p->atomic)
+		return write_atomic(p, r, err);
+
+	int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
+	if (p->append)
+		flags |= O_APPEND;
+	else if (!p->has_offset)
+		flags |= O_TRUNC;
+	/* O_NONBLOCK: a fifo without a reader fails (ENXIO) rather than hanging. */
+	int fd = open(p->path, flags, (mode_t)p->mode);
+	if (fd < 0 && errno == ENOENT && p->mkdirs) {
+		int e = make_parents(p->path);
+		if (e)
+			return write_error(p, e, err);
+		fd = open(p->path, flags, (mode_t)p->mode);
+	}
+	if (fd < 0)
+		return write_error(p, errno, err);
+	struct stat sb;
+	int rc = write_all(fd, p->data.data, p->data.len, p->has_offset, p->offset);
+	if (rc == 0 && (p->append || p->has_offset))
+		rc = fstat(fd, &sb);
+	if (rc < 0) {
+		close_keep_errno(fd);
+		return write_error(p, errno, err);
+	}
+	if (close(fd) < 0)
+		return write_error(p, errno, err);
+	r->written = p->data.len;
+	r->size = (p->append || p->has_offset) ? (uint64_t)sb.st_size : p->data.len;
+	return ASP_OK;
+}

@@ -1,0 +1,67 @@
+/* What the local backend's files share: its state, the op functions and small helpers. */
+#ifndef ASP_LOCAL_IMPL_H
+#define ASP_LOCAL_IMPL_H
+
+#include "local.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Room left in max_message for the envelope and the result's other fields. */
+#define LOCAL_ENVELOPE_HEADROOM (64u * 1024u)
+
+struct asp_local {
+	size_t max_message;
+	size_t payload_budget; /* bytes of data one response may carry */
+	char os[64];           /* uname sysname, lower case */
+	char arch[64];         /* uname machine */
+};
+
+/* The ops (local.c, local_exec.c, local_files.c, local_fs.c, local_remove.c). */
+asp_status asp_local_hello(void *self, const asp_hello_params *p, asp_hello_result *r, asp_arena *a,
+                           asp_error *err);
+asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result *r, asp_arena *a,
+                          asp_error *err);
+asp_status asp_local_read(void *self, const asp_read_params *p, asp_read_result *r, asp_arena *a,
+                          asp_error *err);
+asp_status asp_local_write(void *self, const asp_write_params *p, asp_write_result *r, asp_arena *a,
+                           asp_error *err);
+asp_status asp_local_stat(void *self, const asp_stat_params *p, asp_stat_result *r, asp_arena *a,
+                          asp_error *err);
+asp_status asp_local_list(void *self, const asp_list_params *p, asp_list_result *r, asp_arena *a,
+                          asp_error *err);
+asp_status asp_local_mkdir(void *self, const asp_mkdir_params *p, asp_mkdir_result *r, asp_arena *a,
+                           asp_error *err);
+asp_status asp_local_remove(void *self, const asp_remove_params *p, asp_remove_result *r,
+                            asp_arena *a, asp_error *err);
+asp_status asp_local_rename(void *self, const asp_rename_params *p, asp_rename_result *r,
+                            asp_arena *a, asp_error *err);
+
+/* invalid_argument when a required path field is missing (direct callers may pass NULL). */
+asp_status local_need_path(const char *op, const char *field, const char *path, asp_error *err);
+
+/* Appends "; HINT" to err's message (what the caller can do about it), if it fits. */
+void local_hint(asp_error *err, const char *hint);
+
+/* internal "out of memory" error naming the op. */
+asp_status local_oom(const char *op, asp_error *err);
+
+/*
+ * Hands a malloc'd buffer of `len` used bytes (`cap` allocated) to the arena as `out`:
+ * small ones are copied (so the arena does not hold a mostly empty block), large ones
+ * adopted without a copy. `buf` is consumed either way. 0, or -1 when out of memory.
+ */
+int local_bytes_give(asp_arena *a, uint8_t *buf, size_t len, size_t cap, asp_bytes *out);
+
+/* The protocol's type name of a st_mode ("file", "dir", ...). */
+const char *local_type_name(mode_t mode);
+
+/*
+ * mkdir -p: creates `path` with `mode` and its missing ancestors with `parent_mode`.
+ * An existing directory is success; an existing non-directory at `path` is EEXIST.
+ * Returns 0 or an errno.
+ */
+int local_mkdir_parents(const char *path, mode_t mode, mode_t parent_mode);
+
+#endif

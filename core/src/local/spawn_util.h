@@ -1,0 +1,63 @@
+/*
+ * Starting a child for exec (and later spawn): its own session and process group, three
+ * pipes, the cwd and env of the request. No global state: no SIGCHLD handler, no
+ * waitpid(-1); each caller reaps exactly its own child, so many threads may run children
+ * at once.
+ */
+#ifndef ASP_LOCAL_SPAWN_UTIL_H
+#define ASP_LOCAL_SPAWN_UTIL_H
+
+#include "asp/proto.h"
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+typedef struct local_child_spec {
+	const char *op;      /* "exec", "spawn": starts error messages */
+	const char *command; /* runs as /bin/sh -c command; or NULL and argv */
+	bool has_argv;
+	asp_strv argv;   /* argv[0] found through PATH (the request's PATH if env sets one) */
+	const char *cwd; /* NULL: the responder's */
+	bool has_env;
+	asp_strmap env; /* added to the responder's environment, overriding same names */
+} local_child_spec;
+
+typedef struct local_child {
+	pid_t pid;  /* also its session and process group id */
+	int pidfd;  /* readable once the child exited; -1 where the kernel has no pidfd */
+	int in_fd;  /* write end of its stdin (close-on-exec, blocking) */
+	int out_fd; /* read end of its stdout (close-on-exec, blocking) */
+	int err_fd; /* read end of its stderr (close-on-exec, blocking) */
+} local_child;
+
+/*
+ * Validates the spec (exactly one of command and argv, a non-empty argv, env names
+ * without '=') and starts the child. Errors: invalid_argument; not_found for a missing
+ * program or cwd; not_a_directory for a cwd that is not one; permission_denied; io_error.
+ * On failure nothing is left open and *c holds -1s.
+ */
+asp_status local_child_start(const local_child_spec *s, local_child *c, asp_error *err);
+
+/*
+ * True once the child has exited. It is not reaped, so its pid (and so its process
+ * group id) cannot be reused until local_child_reap: signalling the group stays safe.
+ */
+bool local_child_exited(const local_child *c);
+
+/* Reaps the child (blocking until it exits). Returns its wait status, or -1 if it was
+ * reaped elsewhere (SIGCHLD ignored). Closes the pidfd. */
+int local_child_reap(local_child *c);
+
+/* Sends `sig` to the child's whole process group. Only before local_child_reap. */
+void local_child_signal_group(const local_child *c, int sig);
+
+/* Closes whichever of the child's fds are still open. Idempotent. */
+void local_child_close(local_child *c);
+
+/* "KILL", "TERM", ... without the SIG prefix; "RTMIN+n" or the number for others. */
+const char *local_signal_name(int sig, char buf[16]);
+
+/* The number of a signal named as local_signal_name does (with or without "SIG"), or 0. */
+int local_signal_number(const char *name);
+
+#endif

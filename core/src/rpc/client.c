@@ -1,0 +1,367 @@
+/*
+ * The client handle: a copy of the config, the current connection (a backend from a
+ * transport), the config applied to each call's params, and reconnection after a
+ * transport_error.
+ */
+#include "asp/client.h"
+#include "asp/transport.h"
+
+#include "builtin.h"
+#include "proto_desc.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One connection: a backend and the calls using it. The last reference closes it. */
+typedef struct conn {
+	const asp_transport *t;
+	const asp_ops *ops;
+	void *self;
+	atomic_uint refs; /* 1 while it is the client's current one, +1 per call inside */
+} conn;
+
+struct asp_client {
+	pthread_mutex_t mu; /* cur, broken; opening a connection happens under it */
+	pthread_cond_t idle_cv;
+	conn *cur;    /* NULL until (re)opened */
+	bool broken;  /* cur failed with transport_error: the next call reconnects */
+	atomic_bool closing;
+	atomic_size_t inflight;
+	const asp_transport *t;
+	asp_arena *store; /* the copied config */
+	asp_config_view view;
+	asp_strmap_entry *env; /* the config's env as a map, view.env_count entries */
+};
+
+/* ---- the config copy -------------------------------------------------------------- */
+
+static bool dup_str(asp_arena *a, const char **s)
+{
+	if (!*s)
+		return true;
+	*s = asp_arena_strndup(a, *s, strlen(*s));
+	return *s != NULL;
+}
+
+/*
+ * Deep copy of a view into `a`. Lists every string of asp_config_view: a string field
+ * added there must be added here too.
+ */
+static bool view_copy(asp_arena *a, const asp_config_view *src, asp_config_view *v)
+{
+	*v = *src;
+	bool ok = dup_str(a, &v->path) && dup_str(a, &v->cwd) && dup_str(a, &v->ssh.host) &&
+	          dup_str(a, &v->ssh.user) && dup_str(a, &v->ssh.identity_file) &&
+	          dup_str(a, &v->ssh.password_env) && dup_str(a, &v->ssh.known_hosts) &&
+	          dup_str(a, &v->ssh.host_key_sha256) && dup_str(a, &v->ssh.agent) &&
+	          dup_str(a, &v->http.url) && dup_str(a, &v->http.token_env) &&
+	          dup_str(a, &v->http.token_file) && dup_str(a, &v->http.ca_file);
+	if (!ok)
+		return false;
+	if (src->env_count) {
+		asp_config_env *e = asp_arena_alloc(a, src->env_count * sizeof *e);
+		if (!e)
+			return false;
+		for (size_t i = 0; i < src->env_count; i++) {
+			e[i] = src->env[i];
+			if (!dup_str(a, &e[i].key) || !dup_str(a, &e[i].value))
+				return false;
+		}
+		v->env = e;
+	} else {
+		v->env = NULL;
+	}
+	if (src->stdio.argv) {
+		const char **argv = asp_arena_alloc(a, (src->stdio.argc + 1) * sizeof *argv);
+		if (!argv)
+			return false;
+		for (size_t i = 0; i < src->stdio.argc; i++) {
+			argv[i] = src->stdio.argv[i];
+			if (!dup_str(a, &argv[i]))
+				return false;
+		}
+		argv[src->stdio.argc] = NULL;
+		v->stdio.argv = argv;
+	}
+	return true;
+}
+
+/* ---- applying the config to a call ------------------------------------------------ */
+
+static char *join_path(asp_arena *a, const char *dir, const char *rel)
+{
+	size_t dl = strlen(dir), rl = strlen(rel);
+	bool slash = dl > 0 && dir[dl - 1] == '/';
+	char *p = asp_arena_alloc(a, dl + !slash + rl + 1);
+	if (!p)
+		return NULL;
+	memcpy(p, dir, dl);
+	if (!slash)
+		p[dl++] = '/';
+	memcpy(p + dl, rel, rl + 1);
+	return p;
+}
+
+/* The config's env under the call's: entries of `call` win over same-named config ones. */
+static bool merge_env(asp_client *c, asp_arena *a, const asp_strmap *call, asp_strmap *out)
+{
+	size_t n = c->view.env_count + call->count;
+	asp_strmap_entry *e = asp_arena_alloc(a, n * sizeof *e);
+	if (!e)
+		return false;
+	size_t k = 0;
+	for (size_t i = 0; i < c->view.env_count; i++) {
+		bool overridden = false;
+		for (size_t j = 0; j < call->count && !overridden; j++)
+			overridden = strcmp(call->items[j].key, c->env[i].key) == 0;
+		if (!overridden)
+			e[k++] = c->env[i];
+	}
+	for (size_t j = 0; j < call->count; j++)
+		e[k++] = call->items[j];
+	out->items = e;
+	out->count = k;
+	return true;
+}
+
+/* Field of a params struct, and its has_ flag. */
+#define FIELD(rec, f)   ((char *)(rec) + (f)->offset)
+#define HAS_FLAG(rec, f) ((bool *)((char *)(rec) + (f)->has_offset))
+
+/*
+ * The params the backend gets: `p` itself when the config changes nothing, else a copy
+ * in `a` with relative paths joined to the config's cwd (an absent cwd becomes it), the
+ * config's env merged under the call's and a zero timeout replaced by the default.
+ * Driven by the descriptors' flags, so no op is special-cased.
+ */
+static const void *apply_config(asp_client *c, const asp_record_desc *d, const void *p,
+                                asp_arena *a, asp_status *st)
+{
+	const asp_config_view *v = &c->view;
+	void *copy = NULL;
+	*st = ASP_OK;
+	for (size_t i = 0; i < d->nfields; i++) {
+		const asp_field_desc *f = &d->fields[i];
+		if (!(f->flags & (ASP_FF_PATH | ASP_FF_ENV | ASP_FF_TIMEOUT)))
+			continue;
+		const char *path = NULL;
+		asp_strmap env = {0};
+		bool timeout = false;
+		if ((f->flags & ASP_FF_PATH) && f->type == ASP_FT_STR && v->cwd && v->cwd[0]) {
+			const char *s = *(const char *const *)FIELD(p, f);
+			if (!s && (f->flags & ASP_FF_OPTIONAL) && strcmp(f->name, "cwd") == 0)
+				path = v->cwd;
+			else if (s && s[0] && s[0] != '/' && !(path = join_path(a, v->cwd, s)))
+				goto oom;
+			if (!path)
+				continue;
+		} else if ((f->flags & ASP_FF_ENV) && f->type == ASP_FT_STRMAP && v->env_count) {
+			asp_strmap call = {0};
+			if (f->has_offset < 0 || *HAS_FLAG(p, f))
+				call = *(const asp_strmap *)FIELD(p, f);
+			if (!merge_env(c, a, &call, &env))
+				goto oom;
+		} else if ((f->flags & ASP_FF_TIMEOUT) && f->type == ASP_FT_UINT && v->timeout_ms &&
+		           *(const uint64_t *)FIELD(p, f) == 0) {
+			timeout = true;
+		} else {
+			continue;
+		}
+		if (!copy) {
+			copy = asp_arena_alloc(a, d->size);
+			if (!copy)
+				goto oom;
+			memcpy(copy, p, d->size);
+		}
+		if (path) {
+			*(const char **)FIELD(copy, f) = path;
+		} else if (timeout) {
+			*(uint64_t *)FIELD(copy, f) = v->timeout_ms;
+		} else {
+			*(asp_strmap *)FIELD(copy, f) = env;
+			if (f->has_offset >= 0)
+				*HAS_FLAG(copy, f) = true;
+		}
+	}
+	return copy ? copy : p;
+oom:
+	*st = ASP_E_INTERNAL;
+	return NULL;
+}
+
+/* ---- connections ------------------------------------------------------------------ */
+
+static void conn_release(conn *k)
+{
+	if (k && atomic_fetch_sub(&k->refs, 1) == 1) {
+		k->t->close(k->self);
+		free(k);
+	}
+}
+
+/* Under c->mu. */
+static conn *conn_open(asp_client *c, asp_error *err)
+{
+	conn *k = malloc(sizeof *k);
+	if (!k) {
+		asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+		return NULL;
+	}
+	k->t = c->t;
+	atomic_init(&k->refs, 1);
+	if (c->t->open(&c->view, &k->ops, &k->self, err)) {
+		free(k);
+		return NULL;
+	}
+	return k;
+}
+
+/* The connection for one call, reconnecting when the last one died; NULL with err set. */
+static conn *acquire(asp_client *c, asp_error *err)
+{
+	pthread_mutex_lock(&c->mu);
+	if (atomic_load(&c->closing)) {
+		pthread_mutex_unlock(&c->mu);
+		asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL, "the client is being freed");
+		return NULL;
+	}
+	conn *k = c->cur, *old = NULL;
+	if (k && (c->broken || (k->t->alive && !k->t->alive(k->self)))) {
+		old = k;
+		c->cur = k = NULL;
+	}
+	if (!k) {
+		k = conn_open(c, err);
+		if (k) {
+			c->cur = k;
+			c->broken = false;
+		}
+	}
+	if (k) {
+		atomic_fetch_add(&k->refs, 1);
+		atomic_fetch_add(&c->inflight, 1);
+	}
+	pthread_mutex_unlock(&c->mu);
+	conn_release(old); /* may wait for the old connection's end: outside the lock */
+	return k;
+}
+
+static void call_done(asp_client *c, conn *k, asp_status st)
+{
+	if (st == ASP_E_TRANSPORT_ERROR) {
+		pthread_mutex_lock(&c->mu);
+		if (c->cur == k)
+			c->broken = true;
+		pthread_mutex_unlock(&c->mu);
+	}
+	conn_release(k);
+	if (atomic_fetch_sub(&c->inflight, 1) == 1 && atomic_load(&c->closing)) {
+		pthread_mutex_lock(&c->mu);
+		pthread_cond_broadcast(&c->idle_cv);
+		pthread_mutex_unlock(&c->mu);
+	}
+}
+
+asp_status asp_client_call(asp_client *c, asp_op_id op, const void *params, void *result,
+                           asp_arena *a, asp_error *err)
+{
+	asp_error scratch;
+	if (!err)
+		err = &scratch;
+	if (!c || (unsigned)op >= ASP_OP_COUNT || !params || !result || !a)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                     "asp_%s: client, params, result and arena are required",
+		                     (unsigned)op < ASP_OP_COUNT ? asp_op_descs[op].name : "call");
+	const asp_op_desc *d = &asp_op_descs[op];
+	asp_status st;
+	const void *p = apply_config(c, d->params, params, a, &st);
+	if (st)
+		return asp_error_set(err, st, NULL, "out of memory");
+	conn *k = acquire(c, err);
+	if (!k)
+		return err->code;
+	asp_record_init(d->result, result);
+	st = d->call(k->ops, k->self, p, result, a, err);
+	if (st && err->code != st) /* a backend that forgot to fill err still says what */
+		asp_error_set(err, st, NULL, "%s failed", d->name);
+	call_done(c, k, st);
+	return st;
+}
+
+/* ---- lifecycle -------------------------------------------------------------------- */
+
+asp_status asp_client_open_view(const asp_config_view *view, asp_client **out, asp_error *err)
+{
+	asp_error scratch;
+	if (!err)
+		err = &scratch;
+	*out = NULL;
+	asp_transports_init();
+	const asp_transport *t = asp_transport_find(view->transport);
+	if (!t)
+		return asp_error_set(err, ASP_E_UNSUPPORTED, view->path,
+		                     "transport %d is not built into this libasp; rebuild with "
+		                     "its meson option enabled, or choose another transport in %s",
+		                     (int)view->transport, view->path ? view->path : "the config");
+	asp_client *c = calloc(1, sizeof *c);
+	asp_arena *store = asp_arena_new();
+	if (!c || !store || !view_copy(store, view, &c->view)) {
+		free(c);
+		asp_arena_free(store);
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	}
+	c->store = store;
+	c->t = t;
+	c->env = (asp_strmap_entry *)asp_arena_alloc(store, (view->env_count + 1) *
+	                                                     sizeof *c->env);
+	if (!c->env) {
+		asp_arena_free(store);
+		free(c);
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	}
+	for (size_t i = 0; i < view->env_count; i++) {
+		c->env[i].key = c->view.env[i].key;
+		c->env[i].value = c->view.env[i].value;
+	}
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->idle_cv, NULL);
+	atomic_init(&c->closing, false);
+	atomic_init(&c->inflight, 0);
+	/* Connect now, so a wrong command or host shows at open rather than on a call. */
+	c->cur = conn_open(c, err);
+	if (!c->cur) {
+		asp_client_free(c);
+		return err->code;
+	}
+	*out = c;
+	return ASP_OK;
+}
+
+void asp_client_free(asp_client *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->mu);
+	atomic_store(&c->closing, true);
+	conn *k = c->cur;
+	c->cur = NULL;
+	pthread_mutex_unlock(&c->mu);
+	if (k && k->t->abort)
+		k->t->abort(k->self); /* calls in flight fail now instead of when they finish */
+	pthread_mutex_lock(&c->mu);
+	while (atomic_load(&c->inflight) > 0)
+		pthread_cond_wait(&c->idle_cv, &c->mu);
+	pthread_mutex_unlock(&c->mu);
+	conn_release(k); /* last: the callers return without waiting for the close */
+	pthread_mutex_destroy(&c->mu);
+	pthread_cond_destroy(&c->idle_cv);
+	asp_arena_free(c->store);
+	free(c);
+}
+
+const asp_config_view *asp_client_config(const asp_client *c)
+{
+	return &c->view;
+}

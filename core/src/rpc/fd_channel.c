@@ -1,0 +1,348 @@
+/* The fd-pair frame channel: buffered frame reads, whole-frame writes, a wakeable reader. */
+#include "channel.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Read buffer: big enough that a burst of pipelined small frames takes one read(). */
+#define RBUF 65536
+
+typedef struct fd_channel {
+	asp_channel base;
+	int rfd, wfd;
+	int wakefd; /* eventfd written by close, or -1 when not wakeable */
+	unsigned flags;
+	bool wsock;        /* wfd is a socket: send(MSG_NOSIGNAL) */
+	bool mask_sigpipe; /* a pipe in a process where SIGPIPE would kill */
+	atomic_bool closed;
+	int watch_fd;
+	bool (*watch_fn)(void *ctx, int fd);
+	void *watch_ctx;
+	size_t start, end; /* unread bytes are buf[start .. end) */
+	uint8_t *buf;
+} fd_channel;
+
+static asp_status closed_error(asp_error *err)
+{
+	return asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL, "the connection was closed");
+}
+
+/*
+ * Waits until rfd is readable. -1 when the channel was closed (or poll failed), with
+ * `err` filled. Runs the watch callback on the way.
+ */
+static int wait_readable(fd_channel *c, asp_error *err)
+{
+	for (;;) {
+		if (atomic_load_explicit(&c->closed, memory_order_acquire)) {
+			closed_error(err);
+			return -1;
+		}
+		struct pollfd p[3] = {
+			{.fd = c->rfd, .events = POLLIN},
+			{.fd = c->wakefd, .events = POLLIN},
+			{.fd = c->watch_fd, .events = POLLIN},
+		};
+		nfds_t n = c->watch_fd >= 0 ? 3 : 2;
+		if (poll(p, n, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			asp_error_errno(err, errno, NULL, "poll on the connection");
+			err->code = ASP_E_TRANSPORT_ERROR;
+			return -1;
+		}
+		if (p[1].revents) {
+			closed_error(err);
+			return -1;
+		}
+		if (n == 3 && p[2].revents && !c->watch_fn(c->watch_ctx, c->watch_fd))
+			c->watch_fd = -1;
+		if (p[0].revents)
+			return 0;
+	}
+}
+
+/* Reads what is available (at least one byte) into dst. >0 bytes, 0 at EOF, -1 error. */
+static ssize_t read_some(fd_channel *c, uint8_t *dst, size_t cap, asp_error *err)
+{
+	for (;;) {
+		if (c->wakefd >= 0 && wait_readable(c, err) < 0)
+			return -1;
+		if (atomic_load_explicit(&c->closed, memory_order_acquire)) {
+			closed_error(err);
+			return -1;
+		}
+		ssize_t n = read(c->rfd, dst, cap);
+		if (n >= 0)
+			return n;
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN && c->wakefd < 0) { /* someone made it non-blocking */
+			struct pollfd p = {.fd = c->rfd, .events = POLLIN};
+			poll(&p, 1, -1);
+			continue;
+		}
+		if (errno == EAGAIN)
+			continue;
+		if (atomic_load_explicit(&c->closed, memory_order_acquire))
+			return closed_error(err), -1;
+		asp_error_errno(err, errno, NULL, "reading from the connection");
+		err->code = ASP_E_TRANSPORT_ERROR;
+		return -1;
+	}
+}
+
+/* Makes at least `need` bytes available in buf. 1 ok, 0 EOF, -1 error. */
+static int fill(fd_channel *c, size_t need, asp_error *err)
+{
+	while (c->end - c->start < need) {
+		if (c->start > 0) { /* keep the partial frame at the front */
+			memmove(c->buf, c->buf + c->start, c->end - c->start);
+			c->end -= c->start;
+			c->start = 0;
+		}
+		ssize_t n = read_some(c, c->buf + c->end, RBUF - c->end, err);
+		if (n < 0)
+			return -1;
+		if (n == 0)
+			return 0;
+		c->end += (size_t)n;
+	}
+	return 1;
+}
+
+static asp_status eof_inside(asp_error *err, size_t got, size_t want)
+{
+	return asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
+	                     "the connection ended inside a frame (%zu of %zu bytes)", got, want);
+}
+
+static asp_status fd_recv(asp_channel *ch, size_t max, uint8_t **msg, size_t *len,
+                          asp_error *err)
+{
+	fd_channel *c = (fd_channel *)ch;
+	*msg = NULL;
+	*len = 0;
+	int r = fill(c, 4, err);
+	if (r < 0)
+		return err->code;
+	if (r == 0) {
+		if (c->end == c->start)
+			return ASP_OK; /* clean end of stream */
+		return eof_inside(err, c->end - c->start, 4);
+	}
+	const uint8_t *h = c->buf + c->start;
+	size_t n = (size_t)h[0] << 24 | (size_t)h[1] << 16 | (size_t)h[2] << 8 | h[3];
+	if (n > max)
+		return asp_error_set(err, ASP_E_PROTOCOL_ERROR, NULL,
+		                     "a frame of %zu bytes is larger than max_message (%zu)", n,
+		                     max);
+	c->start += 4;
+	uint8_t *m = malloc(n ? n : 1);
+	if (!m)
+		return asp_error_set(err, ASP_E_INTERNAL, NULL,
+		                     "out of memory for a %zu-byte message", n);
+	size_t have = c->end - c->start < n ? c->end - c->start : n;
+	memcpy(m, c->buf + c->start, have);
+	c->start += have;
+	while (have < n) {
+		size_t rest = n - have;
+		ssize_t got;
+		if (rest >= RBUF / 2) { /* large body: straight into the message, no copy */
+			got = read_some(c, m + have, rest, err);
+		} else {
+			int fr = fill(c, rest, err);
+			got = fr < 0 ? -1 : (ssize_t)(c->end - c->start);
+			if (got > (ssize_t)rest)
+				got = (ssize_t)rest;
+			memcpy(m + have, c->buf + c->start, got > 0 ? (size_t)got : 0);
+			c->start += got > 0 ? (size_t)got : 0;
+		}
+		if (got < 0) {
+			free(m);
+			return err->code;
+		}
+		if (got == 0) {
+			free(m);
+			return eof_inside(err, have + 4, n + 4);
+		}
+		have += (size_t)got;
+	}
+	*msg = m;
+	*len = n;
+	return ASP_OK;
+}
+
+/* Waits until wfd is writable again or the channel closes. 0, or -1 when closed. */
+static int wait_writable(fd_channel *c)
+{
+	for (;;) {
+		struct pollfd p[2] = {
+			{.fd = c->wfd, .events = POLLOUT},
+			{.fd = c->wakefd, .events = POLLIN},
+		};
+		if (poll(p, c->wakefd >= 0 ? 2 : 1, -1) < 0 && errno != EINTR)
+			return -1;
+		if (atomic_load_explicit(&c->closed, memory_order_acquire) ||
+		    (c->wakefd >= 0 && p[1].revents))
+			return -1;
+		if (p[0].revents)
+			return 0;
+	}
+}
+
+static asp_status fd_send(asp_channel *ch, const uint8_t *frame, size_t len, asp_error *err)
+{
+	fd_channel *c = (fd_channel *)ch;
+	if (atomic_load_explicit(&c->closed, memory_order_acquire))
+		return closed_error(err);
+	sigset_t pipe_set, old;
+	if (c->mask_sigpipe) {
+		sigemptyset(&pipe_set);
+		sigaddset(&pipe_set, SIGPIPE);
+		pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+	}
+	asp_status st = ASP_OK;
+	size_t done = 0;
+	while (done < len) {
+		ssize_t n = c->wsock ? send(c->wfd, frame + done, len - done, MSG_NOSIGNAL)
+		                     : write(c->wfd, frame + done, len - done);
+		if (n >= 0) {
+			done += (size_t)n;
+			continue;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN && wait_writable(c) == 0)
+			continue;
+		if (errno == EAGAIN || atomic_load_explicit(&c->closed, memory_order_acquire)) {
+			st = closed_error(err);
+			break;
+		}
+		int e = errno;
+		if (e == EPIPE && c->mask_sigpipe) { /* swallow the SIGPIPE our write raised */
+			static const struct timespec zero = {0, 0};
+			sigset_t pending;
+			if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) &&
+			    !sigismember(&old, SIGPIPE))
+				sigtimedwait(&pipe_set, NULL, &zero);
+		}
+		asp_error_errno(err, e, NULL, "writing to the connection");
+		st = err->code = ASP_E_TRANSPORT_ERROR;
+		break;
+	}
+	if (c->mask_sigpipe)
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return st;
+}
+
+static void fd_close(asp_channel *ch)
+{
+	fd_channel *c = (fd_channel *)ch;
+	if (atomic_exchange(&c->closed, true))
+		return;
+	if (c->wakefd >= 0) {
+		uint64_t one = 1;
+		ssize_t r = write(c->wakefd, &one, sizeof one);
+		(void)r; /* an eventfd write only fails on overflow, and one is enough */
+	} else if (c->wsock) {
+		shutdown(c->rfd, SHUT_RDWR);
+	}
+}
+
+static void fd_free(asp_channel *ch)
+{
+	fd_channel *c = (fd_channel *)ch;
+	if (c->flags & ASP_FDCH_OWN_FDS) {
+		close(c->rfd);
+		if (c->wfd != c->rfd)
+			close(c->wfd);
+	}
+	if (c->wakefd >= 0)
+		close(c->wakefd);
+	free(c->buf);
+	free(c);
+}
+
+static const asp_channel_ops fd_channel_ops = {
+	.send = fd_send,
+	.recv = fd_recv,
+	.explain = NULL,
+	.close = fd_close,
+	.free = fd_free,
+};
+
+static bool is_socket(int fd)
+{
+	struct stat st;
+	return fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+/* Whether a write to a closed pipe would kill the process: SIGPIPE at its default. */
+static bool sigpipe_kills(void)
+{
+	struct sigaction sa;
+	if (sigaction(SIGPIPE, NULL, &sa) < 0)
+		return true;
+	return !(sa.sa_flags & SA_SIGINFO) && sa.sa_handler == SIG_DFL;
+}
+
+asp_status asp_fd_channel_new(int rfd, int wfd, unsigned flags, asp_channel **out,
+                              asp_error *err)
+{
+	*out = NULL;
+	fd_channel *c = calloc(1, sizeof *c);
+	uint8_t *buf = malloc(RBUF);
+	if (!c || !buf) {
+		free(c);
+		free(buf);
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	}
+	c->base.ops = &fd_channel_ops;
+	c->rfd = rfd;
+	c->wfd = wfd;
+	c->flags = flags;
+	c->buf = buf;
+	c->watch_fd = -1;
+	c->wakefd = -1;
+	atomic_init(&c->closed, false);
+	if (flags & ASP_FDCH_WAKEABLE) {
+		c->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (c->wakefd < 0) {
+			int e = errno;
+			free(buf);
+			free(c);
+			return asp_error_errno(err, e, NULL, "eventfd for a connection");
+		}
+	}
+	c->wsock = is_socket(wfd);
+	c->mask_sigpipe = !c->wsock && sigpipe_kills();
+	if (flags & ASP_FDCH_PRIVATE_WFD) {
+		int fl = fcntl(wfd, F_GETFL);
+		if (fl >= 0)
+			fcntl(wfd, F_SETFL, fl | O_NONBLOCK);
+	}
+	*out = &c->base;
+	return ASP_OK;
+}
+
+void asp_fd_channel_watch(asp_channel *ch, int fd, bool (*fn)(void *ctx, int fd), void *ctx)
+{
+	fd_channel *c = (fd_channel *)ch;
+	if (c->wakefd < 0)
+		return;
+	c->watch_fd = fd;
+	c->watch_fn = fn;
+	c->watch_ctx = ctx;
+}

@@ -1,0 +1,487 @@
+/* The RPC engine: request ids, pipelined calls, one reader thread, a dead connection. */
+#include "rpc.h"
+
+#include "wire.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * A request id is (generation << 16 | slot): the slot finds the waiting caller without a
+ * search, the generation tells a late answer for a slot's previous user from the current.
+ */
+#define SLOT_BITS  16
+#define SLOT_MAX   (1u << SLOT_BITS)
+#define SLOT_FIRST 64
+/* A peer may announce a larger max_message; beyond this we do not follow it. */
+#define MAX_MESSAGE_CAP (1u << 30)
+
+/* One call waiting for its response; lives on the caller's stack. */
+typedef struct waiter {
+	pthread_cond_t cv;
+	bool done;
+	asp_status st; /* ASP_OK: frame holds the response; else the connection died */
+	uint8_t *frame;
+	size_t len;
+} waiter;
+
+enum { ALIVE, DYING, DEAD };
+
+struct asp_rpc {
+	asp_channel *ch;
+	pthread_t reader;
+
+	pthread_mutex_t mu; /* everything below up to send_mu */
+	pthread_cond_t state_cv; /* DYING → DEAD, and a slot coming free when all are used */
+	atomic_int state;
+	bool closing;     /* asp_rpc_close asked: no need to explain the death */
+	asp_error death;  /* why it died: what every later call reports */
+	waiter **slots;   /* cap entries; NULL when free */
+	uint16_t *gens;
+	uint32_t *free_idx;
+	size_t nfree, cap, slot_waiters;
+
+	pthread_mutex_t send_mu; /* held while one frame is written */
+	atomic_size_t max_send, max_recv;
+
+	asp_rpc_notify_fn notify;
+	void *notify_ctx;
+	asp_arena *notify_arena;
+};
+
+/* ---- slots ------------------------------------------------------------------------ */
+
+/* Under mu. false when out of memory. */
+static bool grow_slots(asp_rpc *rpc)
+{
+	size_t cap = rpc->cap ? rpc->cap * 2 : SLOT_FIRST;
+	waiter **s = realloc(rpc->slots, cap * sizeof *s);
+	if (!s)
+		return false;
+	rpc->slots = s;
+	uint16_t *g = realloc(rpc->gens, cap * sizeof *g);
+	if (!g)
+		return false;
+	rpc->gens = g;
+	uint32_t *f = realloc(rpc->free_idx, cap * sizeof *f);
+	if (!f)
+		return false;
+	rpc->free_idx = f;
+	for (size_t i = rpc->cap; i < cap; i++) {
+		s[i] = NULL;
+		g[i] = 0;
+	}
+	/* Hand out low slots first: the free list is a stack, so push high ones first. */
+	for (size_t i = cap; i > rpc->cap; i--)
+		f[rpc->nfree++] = (uint32_t)(i - 1);
+	rpc->cap = cap;
+	return true;
+}
+
+/* Under mu. Registers w; returns its id, or sets *fail when the engine died or no memory. */
+static uint32_t slot_take(asp_rpc *rpc, waiter *w, asp_status *fail)
+{
+	while (rpc->nfree == 0) {
+		if (rpc->cap < SLOT_MAX) {
+			if (!grow_slots(rpc)) {
+				*fail = ASP_E_INTERNAL;
+				return 0;
+			}
+			continue;
+		}
+		rpc->slot_waiters++; /* 65536 calls in flight: wait for one to finish */
+		pthread_cond_wait(&rpc->state_cv, &rpc->mu);
+		rpc->slot_waiters--;
+		if (atomic_load(&rpc->state) != ALIVE) {
+			*fail = ASP_E_TRANSPORT_ERROR;
+			return 0;
+		}
+	}
+	uint32_t idx = rpc->free_idx[--rpc->nfree];
+	uint16_t gen = ++rpc->gens[idx];
+	rpc->slots[idx] = w;
+	*fail = ASP_OK;
+	return (uint32_t)gen << SLOT_BITS | idx;
+}
+
+/* Under mu. */
+static void slot_release(asp_rpc *rpc, uint32_t id)
+{
+	uint32_t idx = id & (SLOT_MAX - 1);
+	rpc->slots[idx] = NULL;
+	rpc->free_idx[rpc->nfree++] = idx;
+	if (rpc->slot_waiters)
+		pthread_cond_broadcast(&rpc->state_cv);
+}
+
+/* ---- death ------------------------------------------------------------------------ */
+
+/*
+ * The connection is gone: close the channel, let it explain why (unless the client asked
+ * for it), then fail every waiting call and every later one. Only the first caller acts.
+ */
+static void rpc_die(asp_rpc *rpc, const asp_error *why)
+{
+	pthread_mutex_lock(&rpc->mu);
+	if (atomic_load(&rpc->state) != ALIVE) {
+		pthread_mutex_unlock(&rpc->mu);
+		return;
+	}
+	atomic_store(&rpc->state, DYING);
+	bool closing = rpc->closing;
+	pthread_mutex_unlock(&rpc->mu);
+
+	asp_error e = *why;
+	asp_channel_close(rpc->ch);
+	if (!closing)
+		asp_channel_explain(rpc->ch, &e); /* may wait briefly, outside the lock */
+	e.code = ASP_E_TRANSPORT_ERROR;
+
+	pthread_mutex_lock(&rpc->mu);
+	rpc->death = e;
+	atomic_store(&rpc->state, DEAD);
+	for (size_t i = 0; i < rpc->cap; i++) {
+		waiter *w = rpc->slots[i];
+		if (w && !w->done) {
+			w->done = true;
+			w->st = ASP_E_TRANSPORT_ERROR;
+			pthread_cond_signal(&w->cv);
+		}
+	}
+	pthread_cond_broadcast(&rpc->state_cv);
+	pthread_mutex_unlock(&rpc->mu);
+}
+
+/* Under mu, state not ALIVE: waits out DYING and copies the reason. */
+static asp_status dead_error(asp_rpc *rpc, asp_error *err)
+{
+	while (atomic_load(&rpc->state) == DYING)
+		pthread_cond_wait(&rpc->state_cv, &rpc->mu);
+	if (err)
+		*err = rpc->death;
+	return ASP_E_TRANSPORT_ERROR;
+}
+
+bool asp_rpc_alive(asp_rpc *rpc)
+{
+	return atomic_load_explicit(&rpc->state, memory_order_relaxed) == ALIVE;
+}
+
+void asp_rpc_close(asp_rpc *rpc)
+{
+	pthread_mutex_lock(&rpc->mu);
+	rpc->closing = true;
+	pthread_mutex_unlock(&rpc->mu);
+	asp_error e;
+	asp_error_set(&e, ASP_E_TRANSPORT_ERROR, NULL, "the client closed the connection");
+	rpc_die(rpc, &e);
+}
+
+/* ---- the reader ------------------------------------------------------------------- */
+
+/* The id of a response in the usual encoding, read without decoding the message. */
+static bool peek_response_id(const uint8_t *m, size_t len, uint32_t *id)
+{
+	if (len < 4 || m[0] != 0x94 || m[1] != ASP_MSG_RESPONSE)
+		return false;
+	uint8_t t = m[2];
+	if (t <= 0x7f) {
+		*id = t;
+	} else if (t == 0xcc && len >= 5) {
+		*id = m[3];
+	} else if (t == 0xcd && len >= 6) {
+		*id = (uint32_t)m[3] << 8 | m[4];
+	} else if (t == 0xce && len >= 8) {
+		*id = (uint32_t)m[3] << 24 | (uint32_t)m[4] << 16 | (uint32_t)m[5] << 8 | m[6];
+	} else {
+		return false;
+	}
+	return true;
+}
+
+/* Hands the frame to the caller waiting for `id`; an answer nobody waits for is dropped. */
+static void deliver(asp_rpc *rpc, uint32_t id, uint8_t *m, size_t len)
+{
+	uint32_t idx = id & (SLOT_MAX - 1);
+	pthread_mutex_lock(&rpc->mu);
+	waiter *w = idx < rpc->cap ? rpc->slots[idx] : NULL;
+	if (w && rpc->gens[idx] == (uint16_t)(id >> SLOT_BITS) && !w->done) {
+		w->frame = m;
+		w->len = len;
+		w->st = ASP_OK;
+		w->done = true;
+		m = NULL;
+		pthread_cond_signal(&w->cv);
+	}
+	pthread_mutex_unlock(&rpc->mu);
+	free(m);
+}
+
+static void notify(asp_rpc *rpc, const asp_msg *msg)
+{
+	if (!rpc->notify)
+		return;
+	for (int n = 0; n < ASP_NOTICE_COUNT; n++) {
+		const asp_notice_desc *d = &asp_notice_descs[n];
+		if (d->name_len != msg->method_len || memcmp(d->name, msg->method, d->name_len))
+			continue;
+		asp_arena *a = rpc->notify_arena;
+		void *p = asp_arena_alloc(a, d->params->size);
+		if (p && asp_record_decode(d->params, msg->params, p, a, NULL) == ASP_OK)
+			rpc->notify(rpc->notify_ctx, (asp_notice_id)n, p, a);
+		asp_arena_reset(a);
+		return;
+	}
+}
+
+/* A message that is not a plainly encoded response. false: the connection is broken. */
+static bool handle_other(asp_rpc *rpc, uint8_t *m, size_t len, asp_error *err)
+{
+	msgpack_unpacked u;
+	msgpack_unpacked_init(&u);
+	asp_msg msg;
+	asp_status st = asp_wire_decode(m, len, &u, &msg, err);
+	bool ok = false;
+	if (st) {
+		asp_error_set(err, ASP_E_PROTOCOL_ERROR, NULL,
+		              "the responder sent an undecodable message (%s)", err->message);
+	} else if (msg.type == ASP_MSG_RESPONSE) {
+		msgpack_unpacked_destroy(&u);
+		deliver(rpc, msg.id, m, len);
+		return true;
+	} else if (msg.type == ASP_MSG_NOTIFY) {
+		notify(rpc, &msg);
+		ok = true;
+	} else {
+		asp_error_set(err, ASP_E_PROTOCOL_ERROR, NULL,
+		              "the responder sent a request, not a response: is the other end "
+		              "an ASP responder (asp-agent --stdio)?");
+	}
+	msgpack_unpacked_destroy(&u);
+	free(m);
+	return ok;
+}
+
+static void *reader_main(void *arg)
+{
+	asp_rpc *rpc = arg;
+	asp_error err;
+	asp_error_clear(&err);
+	for (;;) {
+		uint8_t *m;
+		size_t len;
+		size_t max = atomic_load_explicit(&rpc->max_recv, memory_order_relaxed);
+		asp_status st = asp_channel_recv(rpc->ch, max, &m, &len, &err);
+		if (st)
+			break;
+		if (!m) {
+			asp_error_set(&err, ASP_E_TRANSPORT_ERROR, NULL,
+			              "the responder closed the connection");
+			break;
+		}
+		uint32_t id;
+		if (peek_response_id(m, len, &id))
+			deliver(rpc, id, m, len);
+		else if (!handle_other(rpc, m, len, &err))
+			break;
+	}
+	rpc_die(rpc, &err);
+	return NULL;
+}
+
+/* ---- lifecycle -------------------------------------------------------------------- */
+
+asp_status asp_rpc_new(asp_channel *ch, size_t max_message, asp_rpc **out, asp_error *err)
+{
+	*out = NULL;
+	asp_rpc *rpc = calloc(1, sizeof *rpc);
+	asp_arena *na = asp_arena_new();
+	if (!rpc || !na) {
+		free(rpc);
+		asp_arena_free(na);
+		asp_channel_free(ch);
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	}
+	rpc->ch = ch;
+	rpc->notify_arena = na;
+	if (!max_message)
+		max_message = ASP_MAX_MESSAGE_DEFAULT;
+	atomic_init(&rpc->max_send, max_message);
+	atomic_init(&rpc->max_recv, max_message);
+	atomic_init(&rpc->state, ALIVE);
+	pthread_mutex_init(&rpc->mu, NULL);
+	pthread_mutex_init(&rpc->send_mu, NULL);
+	pthread_cond_init(&rpc->state_cv, NULL);
+
+	/* The reader takes no signals: they belong to the application's threads. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int e = pthread_create(&rpc->reader, NULL, reader_main, rpc);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (e) {
+		pthread_mutex_destroy(&rpc->mu);
+		pthread_mutex_destroy(&rpc->send_mu);
+		pthread_cond_destroy(&rpc->state_cv);
+		asp_arena_free(na);
+		asp_channel_free(ch);
+		free(rpc);
+		return asp_error_errno(err, e, NULL, "starting the connection's reader thread");
+	}
+	*out = rpc;
+	return ASP_OK;
+}
+
+void asp_rpc_set_notify(asp_rpc *rpc, asp_rpc_notify_fn fn, void *ctx)
+{
+	rpc->notify = fn;
+	rpc->notify_ctx = ctx;
+}
+
+void asp_rpc_free(asp_rpc *rpc)
+{
+	if (!rpc)
+		return;
+	asp_rpc_close(rpc);
+	pthread_join(rpc->reader, NULL);
+	asp_channel_free(rpc->ch);
+	pthread_mutex_destroy(&rpc->mu);
+	pthread_mutex_destroy(&rpc->send_mu);
+	pthread_cond_destroy(&rpc->state_cv);
+	asp_arena_free(rpc->notify_arena);
+	free(rpc->slots);
+	free(rpc->gens);
+	free(rpc->free_idx);
+	free(rpc);
+}
+
+/* ---- calls ------------------------------------------------------------------------ */
+
+/* Bytes the bins of `params` add to the request: reserved up front, so no regrowth. */
+static size_t bin_bytes(const asp_record_desc *d, const void *params)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < d->nfields; i++)
+		if (d->fields[i].type == ASP_FT_BIN)
+			n += ((const asp_bytes *)((const char *)params + d->fields[i].offset))->len;
+	return n;
+}
+
+static bool has_bins(const asp_record_desc *d)
+{
+	for (size_t i = 0; i < d->nfields; i++)
+		if (d->fields[i].type == ASP_FT_BIN)
+			return true;
+	return false;
+}
+
+/* Decodes the response frame into `result`; the frame ends up owned by `a` or freed. */
+static asp_status finish(asp_rpc *rpc, asp_op_id op, uint8_t *frame, size_t len, void *result,
+                         asp_arena *a, asp_error *err)
+{
+	msgpack_unpacked u;
+	msgpack_unpacked_init(&u);
+	asp_msg msg;
+	asp_status st = asp_wire_decode(frame, len, &u, &msg, err);
+	if (st) {
+		asp_error_set(err, ASP_E_PROTOCOL_ERROR, NULL,
+		              "the responder's answer to %s is undecodable (%s)",
+		              asp_op_descs[op].name, err->message);
+		msgpack_unpacked_destroy(&u);
+		free(frame);
+		rpc_die(rpc, err); /* a responder that sends garbage cannot be trusted further */
+		err->code = ASP_E_PROTOCOL_ERROR;
+		return ASP_E_PROTOCOL_ERROR;
+	}
+	st = asp_wire_result_decode(op, &msg, result, a, err);
+	msgpack_unpacked_destroy(&u);
+	if (st == ASP_OK && has_bins(asp_op_descs[op].result)) {
+		if (asp_arena_adopt(a, frame) < 0) /* frees the frame */
+			return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	} else {
+		free(frame);
+	}
+	if (st == ASP_OK && op == ASP_OP_HELLO) {
+		uint64_t m = ((const asp_hello_result *)result)->max_message;
+		if (m >= 4096) {
+			size_t lim = m > MAX_MESSAGE_CAP ? MAX_MESSAGE_CAP : (size_t)m;
+			atomic_store(&rpc->max_send, lim);
+			atomic_store(&rpc->max_recv, lim);
+		}
+	}
+	return st;
+}
+
+asp_status asp_rpc_invoke(void *self, asp_op_id op, const void *params, void *result,
+                          asp_arena *a, asp_error *err)
+{
+	asp_rpc *rpc = self;
+	if ((unsigned)op >= ASP_OP_COUNT)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL, "unknown op %d", (int)op);
+	const asp_op_desc *d = &asp_op_descs[op];
+	waiter w = {.done = false};
+	asp_status st;
+
+	pthread_mutex_lock(&rpc->mu);
+	if (atomic_load(&rpc->state) != ALIVE) {
+		st = dead_error(rpc, err);
+		pthread_mutex_unlock(&rpc->mu);
+		return st;
+	}
+	uint32_t id = slot_take(rpc, &w, &st);
+	if (st) {
+		if (st == ASP_E_TRANSPORT_ERROR)
+			dead_error(rpc, err);
+		else
+			asp_error_set(err, st, NULL, "out of memory");
+		pthread_mutex_unlock(&rpc->mu);
+		return st;
+	}
+	pthread_mutex_unlock(&rpc->mu);
+	pthread_cond_init(&w.cv, NULL);
+
+	asp_buf b;
+	asp_buf_init(&b);
+	size_t max = atomic_load_explicit(&rpc->max_send, memory_order_relaxed);
+	if (asp_buf_reserve(&b, 256 + bin_bytes(d->params, params)) < 0 ||
+	    asp_wire_request(&b, id, op, params) < 0) {
+		st = asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory encoding %s", d->name);
+	} else if (b.len - ASP_FRAME_HEADER > max) {
+		st = asp_error_set(err, ASP_E_TOO_LARGE, NULL,
+		                   "%s: the request is %zu bytes, more than max_message (%zu); "
+		                   "send the data in smaller parts",
+		                   d->name, b.len - ASP_FRAME_HEADER, max);
+	} else {
+		pthread_mutex_lock(&rpc->send_mu);
+		st = asp_channel_send(rpc->ch, b.data, b.len, err);
+		pthread_mutex_unlock(&rpc->send_mu);
+		if (st) {
+			rpc_die(rpc, err); /* fails our waiter too, with the explained reason */
+			st = ASP_OK;      /* the outcome is the waiter's */
+		} else {
+			st = ASP_OK;
+		}
+		asp_buf_free(&b);
+		pthread_mutex_lock(&rpc->mu);
+		while (!w.done)
+			pthread_cond_wait(&w.cv, &rpc->mu);
+		slot_release(rpc, id);
+		if (w.st)
+			st = dead_error(rpc, err);
+		pthread_mutex_unlock(&rpc->mu);
+		pthread_cond_destroy(&w.cv);
+		if (st)
+			return st;
+		return finish(rpc, op, w.frame, w.len, result, a, err);
+	}
+	/* Not sent: nobody can answer this id. */
+	asp_buf_free(&b);
+	pthread_mutex_lock(&rpc->mu);
+	slot_release(rpc, id);
+	pthread_mutex_unlock(&rpc->mu);
+	pthread_cond_destroy(&w.cv);
+	return st;
+}

@@ -1,0 +1,44 @@
+/*
+ * The RPC engine: drives one frame channel as the client side of DESIGN §2. Calls from
+ * many threads are pipelined on the connection; one reader thread hands each response
+ * to the caller waiting for its id. Its op table is asp_rpc_ops (proto_desc.h), whose
+ * `self` is an asp_rpc *.
+ */
+#ifndef ASP_RPC_RPC_H
+#define ASP_RPC_RPC_H
+
+#include "channel.h"
+#include "proto_desc.h"
+
+typedef struct asp_rpc asp_rpc;
+
+/*
+ * Called on the reader thread for each notification whose method the spec knows, with
+ * its params decoded into `a` (reset after the call). It must not block or call into
+ * the same asp_rpc.
+ */
+typedef void (*asp_rpc_notify_fn)(void *ctx, asp_notice_id n, const void *params, asp_arena *a);
+
+/*
+ * Starts the engine on `ch`, which it takes (freed by asp_rpc_free, or here on
+ * failure). `max_message` bounds messages both ways until a hello result announces the
+ * peer's (0: the protocol default).
+ */
+asp_status asp_rpc_new(asp_channel *ch, size_t max_message, asp_rpc **out, asp_error *err);
+
+/* Routes notifications to `fn` (NULL: drop them). Set before the first call. */
+void asp_rpc_set_notify(asp_rpc *rpc, asp_rpc_notify_fn fn, void *ctx);
+
+/* Whether the connection is still usable; false once it died or was closed. */
+bool asp_rpc_alive(asp_rpc *rpc);
+
+/*
+ * Fails every call in flight and every later call with transport_error, closes the
+ * channel. Never blocks; idempotent.
+ */
+void asp_rpc_close(asp_rpc *rpc);
+
+/* Closes, waits for the reader thread, frees the channel and the engine. NULL: no-op. */
+void asp_rpc_free(asp_rpc *rpc);
+
+#endif

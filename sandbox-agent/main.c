@@ -1,0 +1,62 @@
+/* asp-agent: the responder that runs inside the sandbox (DESIGN §1, §5). */
+#include "serve.h"
+
+#include "asp/proto.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef ASP_VERSION
+#define ASP_VERSION "dev"
+#endif
+
+static const char usage[] =
+	"usage: asp-agent [--stdio | --listen ADDR | --version | --help]\n"
+	"\n"
+	"Serves ASP requests (DESIGN section 2) with this machine's files and processes.\n"
+	"  --stdio        frames on stdin, answers on stdout, logs on stderr (the default);\n"
+	"                 exits 0 at the end of stdin once every request in flight is answered\n"
+	"  --listen ADDR  serve HTTP/WebSocket on ADDR (when built with HTTP support)\n"
+	"  --version      print the version and protocol, then exit\n"
+	"  --help         print this help, then exit\n";
+
+/*
+ * A handled SIGPIPE makes writes to a vanished client fail with EPIPE instead of killing
+ * us; unlike SIG_IGN, a handler is reset to the default in every program we exec.
+ */
+static void on_sigpipe(int sig)
+{
+	(void)sig;
+}
+
+int main(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (strcmp(a, "--stdio") == 0) {
+			continue;
+		} else if (strcmp(a, "--version") == 0) {
+			printf("asp-agent %s (protocol %d)\n", ASP_VERSION, ASP_PROTOCOL);
+			return 0;
+		} else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+			fputs(usage, stdout);
+			return 0;
+		} else if (strcmp(a, "--listen") == 0 || strncmp(a, "--listen=", 9) == 0) {
+			fprintf(stderr, "asp-agent: --listen: not built with HTTP support; use "
+			                "--stdio, or rebuild with -Dtransport_http=enabled\n");
+			return 2;
+		} else {
+			fprintf(stderr, "asp-agent: unknown option '%s'\n%s", a, usage);
+			return 2;
+		}
+	}
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_sigpipe;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGPIPE, &sa, NULL);
+	return asp_agent_serve_stdio(STDIN_FILENO, STDOUT_FILENO, ASP_MAX_MESSAGE_DEFAULT);
+}

@@ -1,0 +1,14 @@
+/* asp-agent's stdio server: frames on stdin, answers on stdout, many requests at once. */
+#ifndef ASP_AGENT_SERVE_H
+#define ASP_AGENT_SERVE_H
+
+#include <stddef.h>
+
+/*
+ * Serves the local backend over fds `in` and `out` until EOF on `in` (then answers what
+ * is in flight and returns 0) or a protocol error (logged to stderr; returns 1, having
+ * written nothing more). Logs go to stderr only.
+ */
+int asp_agent_serve_stdio(int in, int out, size_t max_message);
+
+#endif

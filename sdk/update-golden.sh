@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Regenerates the checked-in golden SDKs (sdk/golden/{python,typescript}) from the spec.
+# Run through meson: `meson compile -C build update-sdk-golden`; review the diff, commit.
+set -euo pipefail
+sdkgen=$1 src=$2
+for lang in python typescript; do
+  tmp=$(mktemp -d)
+  "$sdkgen" --spec "$src/spec/protocol.json" --config-schema "$src/spec/asp.schema.json" \
+    --lang "$lang" --out "$tmp/$lang"
+  rm -rf "$src/sdk/golden/$lang"
+  mkdir -p "$src/sdk/golden"
+  mv "$tmp/$lang" "$src/sdk/golden/$lang"
+  rm -rf "$tmp"
+  echo "update-sdk-golden: wrote sdk/golden/$lang"
+done

@@ -1,0 +1,427 @@
+/*
+ * asp-agent as a process: pipelining, concurrency, hostile input (tests/vectors), EOF
+ * with requests in flight, options. Every suite runs against $ASP_AGENT and again
+ * against $ASP_AGENT_STATIC when that is set.
+ */
+#include "testproc.h"
+
+#include <CUnit/Basic.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *agent; /* the binary the current suite tests */
+static const char *vectors;
+
+static void start(tproc *p)
+{
+	char *argv[] = {(char *)agent, "--stdio", NULL};
+	CU_ASSERT_FATAL(tproc_spawn(p, argv) == 0);
+}
+
+/* Closes stdin, expects exit status `code` within `ms`. */
+static void finish(tproc *p, int code, int ms)
+{
+	tproc_close_in(p);
+	int st = tproc_wait(p, ms, NULL);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == code);
+	tproc_close(p);
+}
+
+/* Reads one response; returns its id, or UINT32_MAX (and fails) when none came. */
+static uint32_t read_response(tproc *p, int ms, t_resp *r)
+{
+	uint8_t *body;
+	size_t len;
+	int got = t_read_frame(p->out, ms, &body, &len);
+	CU_ASSERT_EQUAL(got, 1);
+	if (got != 1)
+		return UINT32_MAX;
+	bool ok = t_parse_response(body, len, ASP_OP_HELLO, NULL, NULL, r);
+	CU_ASSERT(ok);
+	free(body);
+	return ok ? r->id : UINT32_MAX;
+}
+
+static void add_stat(asp_buf *b, uint32_t id, const char *path)
+{
+	asp_stat_params p;
+	asp_stat_params_init(&p);
+	p.path = path;
+	t_add_request(b, id, ASP_OP_STAT, &p);
+}
+
+static void add_exec(asp_buf *b, uint32_t id, const char *command)
+{
+	asp_exec_params p;
+	asp_exec_params_init(&p);
+	p.command = command;
+	t_add_request(b, id, ASP_OP_EXEC, &p);
+}
+
+static void add_hello(asp_buf *b, uint32_t id)
+{
+	asp_hello_params p;
+	asp_hello_params_init(&p);
+	t_add_request(b, id, ASP_OP_HELLO, &p);
+}
+
+/* 50 requests in one write: 50 answers, each id once. */
+static void test_pipelined_50(void)
+{
+	tproc p;
+	start(&p);
+	asp_buf b;
+	asp_buf_init(&b);
+	for (uint32_t id = 1; id <= 50; id++) {
+		if (id % 3 == 0)
+			add_exec(&b, id, "true");
+		else if (id % 3 == 1)
+			add_stat(&b, id, "/");
+		else
+			add_hello(&b, id);
+	}
+	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+	asp_buf_free(&b);
+	bool seen[51] = {false};
+	for (int i = 0; i < 50; i++) {
+		t_resp r;
+		uint32_t id = read_response(&p, 10000, &r);
+		if (id == UINT32_MAX)
+			break;
+		CU_ASSERT(id >= 1 && id <= 50 && !seen[id]);
+		CU_ASSERT_EQUAL(r.st, ASP_OK);
+		if (id >= 1 && id <= 50)
+			seen[id] = true;
+	}
+	for (int id = 1; id <= 50; id++)
+		CU_ASSERT(seen[id]);
+	finish(&p, 0, 5000);
+}
+
+/* A running exec does not delay a stat sent after it: answers come out of order. */
+static void test_slow_exec_does_not_block_stat(void)
+{
+	tproc p;
+	start(&p);
+	asp_buf b;
+	asp_buf_init(&b);
+	add_exec(&b, 1, "sleep 1");
+	add_stat(&b, 2, "/");
+	int64_t t0 = t_now_ms();
+	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+	asp_buf_free(&b);
+	t_resp r;
+	CU_ASSERT_EQUAL(read_response(&p, 5000, &r), 2);
+	CU_ASSERT(t_now_ms() - t0 < 500);
+	CU_ASSERT_EQUAL(read_response(&p, 5000, &r), 1);
+	CU_ASSERT(t_now_ms() - t0 >= 900);
+	finish(&p, 0, 5000);
+}
+
+/* 100 slow execs at once: all answered, with at most 64 threads serving. */
+static void test_worker_cap(void)
+{
+	tproc p;
+	start(&p);
+	asp_buf b;
+	asp_buf_init(&b);
+	for (uint32_t id = 1; id <= 100; id++)
+		add_exec(&b, id, "sleep 0.3");
+	int64_t t0 = t_now_ms();
+	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+	asp_buf_free(&b);
+	usleep(150 * 1000);
+	char path[64], line[256];
+	snprintf(path, sizeof path, "/proc/%d/status", (int)p.pid);
+	FILE *f = fopen(path, "r");
+	int threads = -1;
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "Threads: %d", &threads) == 1)
+			break;
+	if (f)
+		fclose(f);
+	CU_ASSERT(threads > 1 && threads <= 64);
+	int answered = 0;
+	for (int i = 0; i < 100; i++) {
+		t_resp r;
+		if (read_response(&p, 10000, &r) == UINT32_MAX)
+			break;
+		answered++;
+	}
+	CU_ASSERT_EQUAL(answered, 100);
+	CU_ASSERT(t_now_ms() - t0 < 5000);
+	finish(&p, 0, 5000);
+}
+
+/* EOF with requests in flight: every one is answered, then exit 0. */
+static void test_eof_answers_in_flight(void)
+{
+	tproc p;
+	start(&p);
+	asp_buf b;
+	asp_buf_init(&b);
+	add_exec(&b, 1, "sleep 0.3; echo done");
+	add_stat(&b, 2, "/");
+	add_hello(&b, 3);
+	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+	asp_buf_free(&b);
+	tproc_close_in(&p);
+	int seen = 0;
+	for (int i = 0; i < 3; i++) {
+		uint8_t *body;
+		size_t len;
+		if (t_read_frame(p.out, 5000, &body, &len) != 1)
+			break;
+		asp_arena *a = asp_arena_new();
+		asp_exec_result er;
+		t_resp r;
+		msgpack_unpacked u;
+		msgpack_unpacked_init(&u);
+		asp_msg m;
+		asp_error e;
+		CU_ASSERT_FATAL(asp_wire_decode(body, len, &u, &m, &e) == ASP_OK);
+		if (m.id == 1) {
+			CU_ASSERT(t_parse_response(body, len, ASP_OP_EXEC, &er, a, &r));
+			CU_ASSERT_EQUAL(r.st, ASP_OK);
+			CU_ASSERT(er.stdout_data.len == 5 && !memcmp(er.stdout_data.data, "done\n", 5));
+		}
+		seen |= 1 << m.id;
+		msgpack_unpacked_destroy(&u);
+		asp_arena_free(a);
+		free(body);
+	}
+	CU_ASSERT_EQUAL(seen, 0xe);
+	uint8_t *body;
+	size_t len;
+	CU_ASSERT_EQUAL(t_read_frame(p.out, 5000, &body, &len), 0); /* then EOF */
+	finish(&p, 0, 5000);
+}
+
+/* ---- hostile input ---------------------------------------------------------------- */
+
+/*
+ * Feeds `bytes` with stdin left open and expects the agent to close on its own: EOF on
+ * stdout with nothing written, a non-zero exit, a line on stderr, no big allocation.
+ */
+static void expect_close(const char *name, const uint8_t *bytes, size_t len, bool close_in)
+{
+	tproc p;
+	start(&p);
+	CU_ASSERT_FATAL(t_write_all(p.in, bytes, len) == 0);
+	if (close_in)
+		tproc_close_in(&p);
+	size_t n;
+	bool eof;
+	char *out = t_read_until_eof(p.out, 5000, &n, &eof);
+	if (!eof || n != 0)
+		fprintf(stderr, "\n%s: eof %d, %zu bytes on stdout\n", name, eof, n);
+	CU_ASSERT(eof);
+	CU_ASSERT_EQUAL(n, 0);
+	free(out);
+	char *err = t_read_until_eof(p.err, 5000, &n, &eof);
+	CU_ASSERT(strstr(err, "asp-agent: ") != NULL);
+	CU_ASSERT(strchr(err, '\n') == err + n - 1); /* one line */
+	free(err);
+	struct rusage ru;
+	int st = tproc_wait(&p, 5000, &ru);
+	if (!(WIFEXITED(st) && WEXITSTATUS(st) != 0))
+		fprintf(stderr, "\n%s: wait status %d\n", name, st);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+	if (!t_asan())
+		CU_ASSERT(ru.ru_maxrss < 64 * 1024); /* KiB */
+	tproc_close(&p);
+}
+
+/* Runs `fn` on every file of the vectors folder whose name starts with `prefix`. */
+static int each_vector(const char *prefix, void (*fn)(const char *name, const uint8_t *d,
+                                                      size_t len))
+{
+	DIR *d = opendir(vectors);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		size_t nl = strlen(e->d_name);
+		if (strncmp(e->d_name, prefix, strlen(prefix)) || nl < 4 ||
+		    strcmp(e->d_name + nl - 4, ".bin"))
+			continue;
+		char path[4096];
+		snprintf(path, sizeof path, "%s/%s", vectors, e->d_name);
+		size_t len;
+		uint8_t *data = t_read_file(path, &len);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(data);
+		fn(e->d_name, data, len);
+		free(data);
+		n++;
+	}
+	closedir(d);
+	return n;
+}
+
+static void one_msg_vector(const char *name, const uint8_t *d, size_t len)
+{
+	asp_buf b;
+	asp_buf_init(&b);
+	t_add_framed(&b, d, len);
+	expect_close(name, b.data, b.len, false);
+	asp_buf_free(&b);
+}
+
+/* msg-*: undecodable as far as an id: the agent logs and closes without writing. */
+static void test_msg_vectors_close(void)
+{
+	CU_ASSERT(each_vector("msg-", one_msg_vector) >= 10);
+}
+
+static void one_frame_vector(const char *name, const uint8_t *d, size_t len)
+{
+	/* A truncated frame only shows as such at EOF. */
+	expect_close(name, d, len, strstr(name, "truncated") != NULL);
+}
+
+/* frame-*: hostile framing (lengths above max_message, cut frames): closes. */
+static void test_frame_vectors_close(void)
+{
+	CU_ASSERT(each_vector("frame-", one_frame_vector) >= 3);
+}
+
+static void one_req_vector(const char *name, const uint8_t *d, size_t len)
+{
+	tproc p;
+	start(&p);
+	asp_buf b;
+	asp_buf_init(&b);
+	t_add_framed(&b, d, len);
+	add_hello(&b, 6); /* the connection stays open: this is answered too */
+	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+	asp_buf_free(&b);
+	asp_status want = strstr(name, "unknown-method") ? ASP_E_UNSUPPORTED
+	                                                 : ASP_E_INVALID_ARGUMENT;
+	bool got5 = false, got6 = false;
+	for (int i = 0; i < 2; i++) {
+		t_resp r;
+		uint32_t id = read_response(&p, 5000, &r);
+		if (id == 5) {
+			got5 = true;
+			if (r.st != want)
+				fprintf(stderr, "\n%s: got %s (%s)\n", name, asp_strerror(r.st),
+				        r.err.message);
+			CU_ASSERT_EQUAL(r.st, want);
+		} else if (id == 6) {
+			got6 = true;
+			CU_ASSERT_EQUAL(r.st, ASP_OK);
+		}
+	}
+	CU_ASSERT(got5 && got6);
+	finish(&p, 0, 5000);
+}
+
+/* req-*: a request whose id decodes: an error for that id, connection open. */
+static void test_req_vectors_answered(void)
+{
+	CU_ASSERT(each_vector("req-", one_req_vector) >= 5);
+}
+
+/* A response sent to the agent is not a request: protocol error, close. */
+static void test_response_to_agent_closes(void)
+{
+	static const uint8_t resp[] = {0x94, 0x01, 0x01, 0xc0, 0x80}; /* [1, 1, nil, {}] */
+	one_msg_vector("response", resp, sizeof resp);
+}
+
+/* ---- options ---------------------------------------------------------------------- */
+
+static char *run(char *const argv[], int *status, bool want_stderr)
+{
+	tproc p;
+	CU_ASSERT_FATAL(tproc_spawn(&p, argv) == 0);
+	tproc_close_in(&p);
+	size_t n;
+	bool eof;
+	char *out = t_read_until_eof(want_stderr ? p.err : p.out, 5000, &n, &eof);
+	*status = tproc_wait(&p, 5000, NULL);
+	tproc_close(&p);
+	return out;
+}
+
+static void test_options(void)
+{
+	int st;
+	char *out = run((char *[]){(char *)agent, "--version", NULL}, &st, false);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CU_ASSERT(strncmp(out, "asp-agent ", 10) == 0 && strstr(out, "protocol 1"));
+	free(out);
+	out = run((char *[]){(char *)agent, "--help", NULL}, &st, false);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CU_ASSERT(strstr(out, "--stdio") != NULL);
+	free(out);
+	out = run((char *[]){(char *)agent, "--listen", "127.0.0.1:1", NULL}, &st, true);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+	CU_ASSERT(strstr(out, "not built with HTTP support") != NULL);
+	free(out);
+	out = run((char *[]){(char *)agent, "--bogus", NULL}, &st, true);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+	free(out);
+	/* EOF at once: exit 0, nothing written. */
+	out = run((char *[]){(char *)agent, NULL}, &st, false);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CU_ASSERT_STRING_EQUAL(out, "");
+	free(out);
+}
+
+/* ---- registration ----------------------------------------------------------------- */
+
+static const char *dynamic_agent, *static_agent;
+
+static int use_dynamic(void)
+{
+	agent = dynamic_agent;
+	return 0;
+}
+
+static int use_static(void)
+{
+	agent = static_agent;
+	return 0;
+}
+
+static void add_suite(const char *name, int (*init)(void))
+{
+	CU_pSuite s = CU_add_suite(name, init, NULL);
+	CU_add_test(s, "50 pipelined requests, all answered", test_pipelined_50);
+	CU_add_test(s, "a slow exec does not block a stat", test_slow_exec_does_not_block_stat);
+	CU_add_test(s, "100 slow execs, at most 64 threads", test_worker_cap);
+	CU_add_test(s, "EOF answers what is in flight, exit 0", test_eof_answers_in_flight);
+	CU_add_test(s, "msg-* vectors: close without writing", test_msg_vectors_close);
+	CU_add_test(s, "frame-* vectors: close", test_frame_vectors_close);
+	CU_add_test(s, "req-* vectors: error for the id, stays open", test_req_vectors_answered);
+	CU_add_test(s, "a response sent to the agent closes", test_response_to_agent_closes);
+	CU_add_test(s, "options", test_options);
+}
+
+int main(void)
+{
+	dynamic_agent = t_env("ASP_AGENT");
+	static_agent = t_env("ASP_AGENT_STATIC");
+	vectors = t_env("ASP_VECTORS");
+	if (!dynamic_agent || !vectors) {
+		fprintf(stderr, "ASP_AGENT and ASP_VECTORS must be set (meson test does)\n");
+		return 77;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	add_suite("asp-agent", use_dynamic);
+	if (static_agent)
+		add_suite("asp-agent-static", use_static);
+	CU_basic_set_mode(CU_BRM_VERBOSE);
+	CU_basic_run_tests();
+	unsigned failed = CU_get_number_of_failures();
+	CU_cleanup_registry();
+	return failed ? 1 : 0;
+}

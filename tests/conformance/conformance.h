@@ -1,0 +1,136 @@
+/*
+ * The cross-transport conformance suite: one table of named cases, each exercising the
+ * op semantics of DESIGN §3 through an op table only (never local POSIX calls), so the
+ * same cases run against the local backend, stdio, SSH, HTTP and a real sandbox.
+ * No test framework inside: a case records its first failure (file:line and a message)
+ * and returns; runners (conf_run_all, conf_cunit.c, `asp conformance`) report it.
+ */
+#ifndef ASP_CONFORMANCE_H
+#define ASP_CONFORMANCE_H
+
+#include "asp/proto.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+
+typedef struct conf_ctx {
+	const asp_ops *ops; /* every slot non-NULL (see asp_ops_complete) */
+	void *self;
+	const char *root; /* absolute scratch directory shared by all cases */
+	const char *dir;  /* this case's own empty directory under root */
+	asp_arena *a;     /* for the case's allocations; freed after the case */
+	/* the first failure */
+	bool failed;
+	bool skipped; /* the sandbox lacks a tool the case needs (reported, not failed) */
+	const char *file;
+	int line;
+	char msg[1024];
+} conf_ctx;
+
+typedef void (*conf_fn)(conf_ctx *ctx);
+
+typedef struct conf_case {
+	const char *name; /* "exec_timeout_kills_group": op first, unique, a C identifier */
+	conf_fn fn;
+	const char *what; /* one line for listings */
+} conf_case;
+
+/* The table, in a stable order. */
+extern const conf_case conf_cases[];
+extern const size_t conf_case_count;
+
+/* The case called `name`, or NULL. */
+const conf_case *conf_find(const char *name);
+
+/* Records the first failure of the case; later calls are ignored. */
+void conf_fail(conf_ctx *ctx, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Marks the case skipped with a reason (not a failure). */
+void conf_skip(conf_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+typedef struct conf_outcome {
+	bool passed; /* true for a skip too */
+	bool skipped;
+	const char *file;
+	int line;
+	char msg[1024];
+	double ms;
+} conf_outcome;
+
+/*
+ * Runs one case in a fresh directory ROOT/NAME (made and, unless the case failed,
+ * removed through the ops). `root` must be absolute and exist.
+ */
+void conf_run_case(const conf_case *c, const asp_ops *ops, void *self, const char *root,
+                   conf_outcome *out);
+
+/*
+ * Runs every case (or, with `only` non-NULL, those whose names contain it) and prints a
+ * PASS/FAIL/SKIP table to `report` (may be NULL). Returns the number of failures.
+ */
+int conf_run_filtered(const asp_ops *ops, void *self, const char *root, const char *only,
+                      FILE *report);
+
+/* All cases. Returns the number of failures. */
+int conf_run_all(const asp_ops *ops, void *self, const char *root, FILE *report);
+
+/* Prints "name  what" per case. */
+void conf_list(FILE *out);
+
+/*
+ * conf_cunit.c (links CUnit): registers the whole table as one CUnit suite `suite`, one
+ * test per case, against `ops`/`self`. The suite's init makes a fresh scratch directory
+ * under `parent` (absolute, in the sandbox) through the ops and its cleanup removes it,
+ * so any transport registers with one call. 0, or -1 if CUnit refused.
+ */
+int conf_register_cunit(const char *suite, const asp_ops *ops, void *self, const char *parent);
+
+/* Checks. Each records file:line and returns from the case when it fails. */
+#define CONF_CHECK(ctx, cond)                                                                      \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			conf_fail((ctx), __FILE__, __LINE__, "check failed: %s", #cond);           \
+			return;                                                                    \
+		}                                                                                  \
+	} while (0)
+
+#define CONF_CHECKF(ctx, cond, ...)                                                                \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			conf_fail((ctx), __FILE__, __LINE__, __VA_ARGS__);                         \
+			return;                                                                    \
+		}                                                                                  \
+	} while (0)
+
+/* `st` must be ASP_OK; the message carries the error's code and text. */
+#define CONF_OK(ctx, st, err)                                                                      \
+	do {                                                                                       \
+		asp_status st_ = (st);                                                             \
+		if (st_ != ASP_OK) {                                                               \
+			conf_fail((ctx), __FILE__, __LINE__, "expected ok, got %s: %s",            \
+			          asp_strerror(st_), (err)->message);                              \
+			return;                                                                    \
+		}                                                                                  \
+	} while (0)
+
+/* `st` must be the error `code`. */
+#define CONF_ERR(ctx, st, code, err)                                                               \
+	do {                                                                                       \
+		asp_status st_ = (st);                                                             \
+		if (st_ != (code)) {                                                               \
+			conf_fail((ctx), __FILE__, __LINE__, "expected %s, got %s%s%s",            \
+			          asp_strerror(code), asp_strerror(st_),                           \
+			          st_ != ASP_OK ? ": " : "", st_ != ASP_OK ? (err)->message : ""); \
+			return;                                                                    \
+		}                                                                                  \
+	} while (0)
+
+/* Leaves the case when a helper (which recorded why) failed. */
+#define CONF_REQ(ctx, ok)                                                                          \
+	do {                                                                                       \
+		if (!(ok) || (ctx)->failed || (ctx)->skipped)                                      \
+			return;                                                                    \
+	} while (0)
+
+#endif

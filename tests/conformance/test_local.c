@@ -1,0 +1,362 @@
+/*
+ * The conformance suite against the local backend (suite "local"), plus what only the
+ * local backend can show (suite "local_backend"): no leaked fds or zombies, trimming to
+ * a small max_message, robustness against direct callers, many threads at once.
+ *
+ *   test_local            run everything
+ *   test_local --list     list the conformance cases
+ *   test_local NAME...    run only the named tests (of either suite)
+ */
+#include "conformance.h"
+#include "local/local.h"
+#include "proto_desc.h"
+
+#include <CUnit/Basic.h>
+#include <CUnit/CUnit.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static asp_ops local_ops; /* asp_local_ops with the unsupported slots filled */
+static asp_local *backend;
+static char scratch[256]; /* for the local_backend suite */
+
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return -1;
+	int n = 0;
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+static const char *spath(const char *rel)
+{
+	static _Thread_local char buf[512];
+	snprintf(buf, sizeof buf, "%s/%s", scratch, rel);
+	return buf;
+}
+
+static int backend_init(void)
+{
+	snprintf(scratch, sizeof scratch, "%s/asp-local-XXXXXX",
+	         getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	return mkdtemp(scratch) ? 0 : -1;
+}
+
+static int backend_clean(void)
+{
+	asp_arena *a = asp_arena_new();
+	asp_remove_params p;
+	asp_remove_params_init(&p);
+	p.path = scratch;
+	p.recursive = true;
+	asp_remove_result r;
+	asp_error err;
+	asp_status st = asp_local_ops.remove(backend, &p, &r, a, &err);
+	asp_arena_free(a);
+	return st == ASP_OK ? 0 : -1;
+}
+
+static asp_status sh(asp_local *l, const char *cmd, uint64_t timeout_ms, asp_exec_result *r,
+                     asp_arena *a)
+{
+	asp_exec_params p;
+	asp_exec_params_init(&p);
+	p.command = cmd;
+	p.timeout_ms = timeout_ms;
+	asp_error err;
+	return asp_local_ops.exec(l, &p, r, a, &err);
+}
+
+/* Every path through the ops, errors included, gives back every fd it opened. */
+static void test_no_fd_leaks(void)
+{
+	asp_arena *a = asp_arena_new();
+	asp_error err;
+	asp_exec_result er;
+	sh(backend, "true", 0, &er, a); /* warm up anything lazily opened */
+	int before = count_fds();
+	CU_ASSERT_FATAL(before > 0);
+	for (int i = 0; i < 5; i++) {
+		CU_ASSERT_EQUAL(sh(backend, "echo x; echo y >&2", 0, &er, a), ASP_OK);
+		CU_ASSERT_EQUAL(sh(backend, "sleep 5", 50, &er, a), ASP_OK);
+		CU_ASSERT_TRUE(er.timed_out);
+		asp_exec_params p;
+		asp_exec_params_init(&p);
+		const char *argv[] = {"asp-no-such-program"};
+		p.has_argv = true;
+		p.argv = (asp_strv){argv, 1};
+		CU_ASSERT_EQUAL(asp_local_ops.exec(backend, &p, &er, a, &err), ASP_E_NOT_FOUND);
+		asp_exec_params_init(&p);
+		p.command = "true";
+		p.cwd = spath("missing");
+		CU_ASSERT_EQUAL(asp_local_ops.exec(backend, &p, &er, a, &err), ASP_E_NOT_FOUND);
+		asp_exec_params_init(&p);
+		p.command = "exec 0<&-";
+		static uint8_t big[1 << 20];
+		p.stdin_data = (asp_bytes){big, sizeof big};
+		CU_ASSERT_EQUAL(asp_local_ops.exec(backend, &p, &er, a, &err), ASP_OK);
+
+		asp_write_params wp;
+		asp_write_params_init(&wp);
+		wp.path = spath("d/f");
+		wp.data = (asp_bytes){(const uint8_t *)"abc", 3};
+		wp.mkdirs = true;
+		wp.atomic = i % 2;
+		asp_write_result wr;
+		CU_ASSERT_EQUAL(asp_local_ops.write(backend, &wp, &wr, a, &err), ASP_OK);
+		asp_read_params rp;
+		asp_read_params_init(&rp);
+		rp.path = spath("d/f");
+		asp_read_result rr;
+		CU_ASSERT_EQUAL(asp_local_ops.read(backend, &rp, &rr, a, &err), ASP_OK);
+		rp.path = spath("d");
+		CU_ASSERT_EQUAL(asp_local_ops.read(backend, &rp, &rr, a, &err),
+		                ASP_E_IS_A_DIRECTORY);
+		asp_list_params lp = {.path = spath("d")};
+		asp_list_result lr;
+		CU_ASSERT_EQUAL(asp_local_ops.list(backend, &lp, &lr, a, &err), ASP_OK);
+		asp_remove_params mp;
+		asp_remove_params_init(&mp);
+		mp.path = spath("d");
+		asp_remove_result mr;
+		CU_ASSERT_EQUAL(asp_local_ops.remove(backend, &mp, &mr, a, &err), ASP_E_NOT_EMPTY);
+		mp.recursive = true;
+		CU_ASSERT_EQUAL(asp_local_ops.remove(backend, &mp, &mr, a, &err), ASP_OK);
+		asp_arena_reset(a);
+	}
+	CU_ASSERT_EQUAL(count_fds(), before);
+	/* every child reaped: this process has none left */
+	CU_ASSERT_EQUAL(waitpid(-1, NULL, WNOHANG), -1);
+	CU_ASSERT_EQUAL(errno, ECHILD);
+	asp_arena_free(a);
+}
+
+/* Responses fit max_message: exec output trimmed fairly, read capped. */
+static void test_small_max_message(void)
+{
+	asp_local *small = asp_local_new(256 * 1024);
+	asp_arena *a = asp_arena_new();
+	CU_ASSERT_FATAL(small && a);
+	size_t budget = 192 * 1024; /* 256 KiB minus the 64 KiB envelope headroom */
+	asp_exec_result r;
+	CU_ASSERT_EQUAL_FATAL(
+	    sh(small, "head -c 300000 /dev/zero; head -c 300000 /dev/zero >&2", 0, &r, a), ASP_OK);
+	CU_ASSERT_EQUAL(r.stdout_bytes, 300000);
+	CU_ASSERT_EQUAL(r.stderr_bytes, 300000);
+	CU_ASSERT_EQUAL(r.stdout_data.len, budget / 2);
+	CU_ASSERT_EQUAL(r.stderr_data.len, budget / 2);
+	CU_ASSERT_EQUAL_FATAL(
+	    sh(small, "head -c 300000 /dev/zero; printf 1234567890 >&2", 0, &r, a), ASP_OK);
+	CU_ASSERT_EQUAL(r.stderr_data.len, 10);
+	CU_ASSERT_EQUAL(r.stdout_data.len, budget - 10);
+
+	static uint8_t big[1 << 20];
+	asp_write_params wp;
+	asp_write_params_init(&wp);
+	wp.path = spath("big");
+	wp.data = (asp_bytes){big, sizeof big};
+	asp_write_result wr;
+	asp_error err;
+	CU_ASSERT_EQUAL_FATAL(asp_local_ops.write(small, &wp, &wr, a, &err), ASP_OK);
+	asp_read_params rp;
+	asp_read_params_init(&rp);
+	rp.path = spath("big");
+	asp_read_result rr;
+	CU_ASSERT_EQUAL_FATAL(asp_local_ops.read(small, &rp, &rr, a, &err), ASP_OK);
+	CU_ASSERT_EQUAL(rr.data.len, budget);
+	CU_ASSERT_FALSE(rr.eof);
+	CU_ASSERT_EQUAL(rr.size, sizeof big);
+	rp.has_length = true;
+	rp.length = sizeof big;
+	CU_ASSERT_EQUAL_FATAL(asp_local_ops.read(small, &rp, &rr, a, &err), ASP_OK);
+	CU_ASSERT_EQUAL(rr.data.len, budget);
+	asp_hello_params hp;
+	asp_hello_params_init(&hp);
+	asp_hello_result hr;
+	CU_ASSERT_EQUAL_FATAL(asp_local_ops.hello(small, &hp, &hr, a, &err), ASP_OK);
+	CU_ASSERT_EQUAL(hr.max_message, 256 * 1024);
+	asp_arena_free(a);
+	asp_local_free(small);
+}
+
+/* Calls from C (not via the decoder) may carry what the wire cannot: refuse, not crash. */
+static void test_direct_call_checks(void)
+{
+	asp_arena *a = asp_arena_new();
+	asp_error err;
+	asp_read_params rp;
+	asp_read_params_init(&rp);
+	asp_read_result rr;
+	CU_ASSERT_EQUAL(asp_local_ops.read(backend, &rp, &rr, a, &err), ASP_E_INVALID_ARGUMENT);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "path"));
+	asp_write_params wp;
+	asp_write_params_init(&wp);
+	wp.path = spath("m");
+	wp.mode = 010000;
+	asp_write_result wr;
+	CU_ASSERT_EQUAL(asp_local_ops.write(backend, &wp, &wr, a, &err), ASP_E_INVALID_ARGUMENT);
+	asp_exec_params ep;
+	asp_exec_params_init(&ep);
+	ep.command = "true";
+	asp_strmap_entry bad[] = {{"A=B", "x"}};
+	ep.has_env = true;
+	ep.env = (asp_strmap){bad, 1};
+	asp_exec_result er;
+	CU_ASSERT_EQUAL(asp_local_ops.exec(backend, &ep, &er, a, &err), ASP_E_INVALID_ARGUMENT);
+	asp_remove_params mp;
+	asp_remove_params_init(&mp);
+	mp.path = "/";
+	mp.recursive = true;
+	asp_remove_result mr;
+	CU_ASSERT_EQUAL(asp_local_ops.remove(backend, &mp, &mr, a, &err), ASP_E_INVALID_ARGUMENT);
+	mp.path = "..";
+	CU_ASSERT_EQUAL(asp_local_ops.remove(backend, &mp, &mr, a, &err), ASP_E_INVALID_ARGUMENT);
+	/* streaming ops are another issue: the completed table answers unsupported */
+	asp_spawn_params sp;
+	asp_spawn_params_init(&sp);
+	sp.command = "true";
+	asp_spawn_result sr;
+	CU_ASSERT_EQUAL(local_ops.spawn(backend, &sp, &sr, a, &err), ASP_E_UNSUPPORTED);
+	/* error messages name the op and the path */
+	rp.path = spath("nope");
+	CU_ASSERT_EQUAL(asp_local_ops.read(backend, &rp, &rr, a, &err), ASP_E_NOT_FOUND);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "read "));
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "nope"));
+	CU_ASSERT_STRING_EQUAL(err.path, spath("nope"));
+	asp_arena_free(a);
+}
+
+struct stress {
+	int id, failures;
+};
+
+static void *stress_worker(void *v)
+{
+	struct stress *s = v;
+	asp_arena *a = asp_arena_new();
+	size_t sizes[] = {0, 1, 4096, 4097, 70000, 300000};
+	uint8_t *buf = malloc(300000);
+	for (int j = 0; j < 12 && a && buf; j++) {
+		size_t n = sizes[(size_t)(s->id + j) % 6];
+		for (size_t i = 0; i < n; i++)
+			buf[i] = (uint8_t)(i * 7 + (size_t)s->id + (size_t)j);
+		asp_exec_params p;
+		asp_exec_params_init(&p);
+		p.command = j % 3 ? "cat" : "cat; echo e >&2";
+		p.stdin_data = (asp_bytes){buf, n};
+		p.timeout_ms = j == 5 ? 30 : 20000;
+		if (j == 5)
+			p.command = "cat >/dev/null; sleep 5";
+		asp_exec_result r;
+		asp_error err;
+		asp_status st = asp_local_ops.exec(backend, &p, &r, a, &err);
+		bool ok = st == ASP_OK;
+		if (ok && j == 5)
+			ok = r.timed_out;
+		else if (ok)
+			ok = r.stdout_data.len == n &&
+			     (n == 0 || !memcmp(r.stdout_data.data, buf, n));
+		if (!ok)
+			s->failures++;
+		asp_arena_reset(a);
+	}
+	free(buf);
+	asp_arena_free(a);
+	return NULL;
+}
+
+/* Many threads running execs at once: outputs never cross, timeouts stay local. */
+static void test_many_threads(void)
+{
+	enum { T = 16 };
+	pthread_t th[T];
+	struct stress s[T];
+	int before = count_fds();
+	for (int i = 0; i < T; i++) {
+		s[i] = (struct stress){i, 0};
+		CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, stress_worker, &s[i]), 0);
+	}
+	for (int i = 0; i < T; i++) {
+		pthread_join(th[i], NULL);
+		CU_ASSERT_EQUAL(s[i].failures, 0);
+	}
+	CU_ASSERT_EQUAL(count_fds(), before);
+	CU_ASSERT_EQUAL(waitpid(-1, NULL, WNOHANG), -1);
+}
+
+static int run_named(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *suites[] = {"local", "local_backend"};
+		bool found = false;
+		for (size_t k = 0; k < 2 && !found; k++) {
+			CU_pSuite s = CU_get_suite(suites[k]);
+			CU_pTest t = s ? CU_get_test(s, argv[i]) : NULL;
+			if (t) {
+				CU_basic_run_test(s, t);
+				found = true;
+			}
+		}
+		if (!found) {
+			fprintf(stderr, "no test called %s (--list shows them)\n", argv[i]);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && strcmp(argv[1], "--list") == 0) {
+		conf_list(stdout);
+		return 0;
+	}
+	backend = asp_local_new(0);
+	if (!backend)
+		return 2;
+	local_ops = asp_local_ops;
+	asp_ops_complete(&local_ops);
+	/* A careless host: an fd without close-on-exec, which no command may inherit
+	 * (exec_no_inherited_fds checks). */
+	int careless = open("/dev/null", O_RDONLY);
+	const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 2;
+	CU_pSuite b = NULL;
+	if (conf_register_cunit("local", &local_ops, backend, tmp) < 0 ||
+	    !(b = CU_add_suite("local_backend", backend_init, backend_clean)) ||
+	    !CU_add_test(b, "no_fd_leaks", test_no_fd_leaks) ||
+	    !CU_add_test(b, "small_max_message", test_small_max_message) ||
+	    !CU_add_test(b, "direct_call_checks", test_direct_call_checks) ||
+	    !CU_add_test(b, "many_threads", test_many_threads)) {
+		fprintf(stderr, "CUnit: %s\n", CU_get_error_msg());
+		CU_cleanup_registry();
+		asp_local_free(backend);
+		if (careless >= 0)
+			close(careless);
+		return 2;
+	}
+	CU_basic_set_mode(CU_BRM_VERBOSE);
+	int rc = 0;
+	if (argc > 1)
+		rc = run_named(argc, argv);
+	else
+		CU_basic_run_tests();
+	unsigned failures = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
+	CU_cleanup_registry();
+	asp_local_free(backend);
+	if (careless >= 0)
+		close(careless);
+	return rc < 0 || failures ? 1 : 0;
+}

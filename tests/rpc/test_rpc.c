@@ -1,0 +1,557 @@
+/*
+ * The RPC engine (core/src/rpc/rpc.c) and the fd channel: against a real asp-agent over
+ * a socketpair, and against a scripted fake responder for what a real one never sends.
+ */
+#include "rpc/rpc.h"
+#include "testproc.h"
+
+#include <CUnit/Basic.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *agent;
+
+/* An engine on a real agent whose stdin and stdout are one end of a socketpair. */
+typedef struct fixture {
+	tproc p;
+	asp_rpc *rpc;
+} fixture;
+
+static void fx_open(fixture *f, size_t max_message)
+{
+	char *argv[] = {(char *)agent, "--stdio", NULL};
+	CU_ASSERT_FATAL(tproc_spawn_socket(&f->p, argv) == 0);
+	int fd = dup(f->p.out); /* the channel owns its copy */
+	asp_channel *ch;
+	asp_error err;
+	CU_ASSERT_FATAL(asp_fd_channel_new(fd, fd, ASP_FDCH_OWN_FDS | ASP_FDCH_WAKEABLE, &ch,
+	                                   &err) == ASP_OK);
+	CU_ASSERT_FATAL(asp_rpc_new(ch, max_message, &f->rpc, &err) == ASP_OK);
+}
+
+static void fx_close(fixture *f)
+{
+	asp_rpc_free(f->rpc);
+	tproc_close_in(&f->p);
+	int st = tproc_wait(&f->p, 5000, NULL);
+	(void)st;
+	tproc_close(&f->p);
+}
+
+static asp_status do_stat(asp_rpc *rpc, const char *path, asp_error *err)
+{
+	asp_stat_params p;
+	asp_stat_params_init(&p);
+	p.path = path;
+	asp_stat_result r;
+	asp_arena *a = asp_arena_new();
+	asp_status st = asp_rpc_ops.stat(rpc, &p, &r, a, err);
+	if (st == ASP_OK)
+		CU_ASSERT_STRING_EQUAL(r.type, "dir");
+	asp_arena_free(a);
+	return st;
+}
+
+static void test_basic_calls(void)
+{
+	fixture f;
+	fx_open(&f, 0);
+	asp_error err;
+	asp_arena *a = asp_arena_new();
+
+	asp_hello_params hp;
+	asp_hello_params_init(&hp);
+	asp_hello_result hr;
+	CU_ASSERT_EQUAL_FATAL(asp_rpc_ops.hello(f.rpc, &hp, &hr, a, &err), ASP_OK);
+	CU_ASSERT_EQUAL(hr.protocol, 1);
+	CU_ASSERT_EQUAL(hr.max_message, ASP_MAX_MESSAGE_DEFAULT);
+
+	CU_ASSERT_EQUAL(do_stat(f.rpc, "/", &err), ASP_OK);
+	asp_stat_params sp;
+	asp_stat_params_init(&sp);
+	sp.path = "/nonexistent/x";
+	asp_stat_result sr;
+	CU_ASSERT_EQUAL(asp_rpc_ops.stat(f.rpc, &sp, &sr, a, &err), ASP_E_NOT_FOUND);
+	CU_ASSERT_EQUAL(err.code, ASP_E_NOT_FOUND);
+
+	/* bins both ways: 1 MiB through cat; the result points into the adopted frame */
+	size_t n = 1 << 20;
+	uint8_t *data = malloc(n);
+	for (size_t i = 0; i < n; i++)
+		data[i] = (uint8_t)(i * 7);
+	asp_exec_params ep;
+	asp_exec_params_init(&ep);
+	ep.command = "cat";
+	ep.stdin_data.data = data;
+	ep.stdin_data.len = n;
+	asp_exec_result er;
+	CU_ASSERT_EQUAL_FATAL(asp_rpc_ops.exec(f.rpc, &ep, &er, a, &err), ASP_OK);
+	CU_ASSERT_EQUAL(er.exit_code, 0);
+	CU_ASSERT_EQUAL(er.stdout_data.len, n);
+	CU_ASSERT(er.stdout_data.len == n && memcmp(er.stdout_data.data, data, n) == 0);
+	free(data);
+	asp_arena_free(a);
+	fx_close(&f);
+}
+
+/* A request larger than max_message fails locally; the connection stays usable. */
+static void test_request_too_large(void)
+{
+	fixture f;
+	fx_open(&f, 64 * 1024);
+	asp_error err;
+	asp_arena *a = asp_arena_new();
+	static uint8_t big[100 * 1024];
+	asp_write_params wp;
+	asp_write_params_init(&wp);
+	wp.path = "/tmp/never-written";
+	wp.data.data = big;
+	wp.data.len = sizeof big;
+	asp_write_result wr;
+	CU_ASSERT_EQUAL(asp_rpc_ops.write(f.rpc, &wp, &wr, a, &err), ASP_E_TOO_LARGE);
+	CU_ASSERT(strstr(err.message, "max_message") != NULL);
+	CU_ASSERT(asp_rpc_alive(f.rpc));
+	CU_ASSERT_EQUAL(do_stat(f.rpc, "/", &err), ASP_OK);
+	asp_arena_free(a);
+	fx_close(&f);
+}
+
+typedef struct thread_arg {
+	asp_rpc *rpc;
+	int calls, ok;
+	const char *command; /* exec this instead of stat */
+	asp_status st;
+	asp_error err;
+	int64_t done_ms;
+} thread_arg;
+
+static void *caller(void *v)
+{
+	thread_arg *t = v;
+	for (int i = 0; i < t->calls; i++) {
+		if (t->command) {
+			asp_exec_params p;
+			asp_exec_params_init(&p);
+			p.command = t->command;
+			asp_exec_result r;
+			asp_arena *a = asp_arena_new();
+			t->st = asp_rpc_ops.exec(t->rpc, &p, &r, a, &t->err);
+			asp_arena_free(a);
+		} else {
+			t->st = do_stat(t->rpc, "/", &t->err);
+		}
+		t->ok += t->st == ASP_OK;
+	}
+	t->done_ms = t_now_ms();
+	return NULL;
+}
+
+/* Many threads pipelining on one connection. */
+static void test_threads(void)
+{
+	fixture f;
+	fx_open(&f, 0);
+	enum { N = 8, CALLS = 300 };
+	pthread_t th[N];
+	thread_arg ta[N];
+	for (int i = 0; i < N; i++) {
+		ta[i] = (thread_arg){.rpc = f.rpc, .calls = CALLS};
+		pthread_create(&th[i], NULL, caller, &ta[i]);
+	}
+	for (int i = 0; i < N; i++) {
+		pthread_join(th[i], NULL);
+		CU_ASSERT_EQUAL(ta[i].ok, CALLS);
+	}
+	fx_close(&f);
+}
+
+/* A slow call does not hold up a fast one on the same connection. */
+static void test_out_of_order(void)
+{
+	fixture f;
+	fx_open(&f, 0);
+	pthread_t th;
+	thread_arg slow = {.rpc = f.rpc, .calls = 1, .command = "sleep 0.5"};
+	int64_t t0 = t_now_ms();
+	pthread_create(&th, NULL, caller, &slow);
+	usleep(50 * 1000);
+	asp_error err;
+	CU_ASSERT_EQUAL(do_stat(f.rpc, "/", &err), ASP_OK);
+	CU_ASSERT(t_now_ms() - t0 < 400);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(slow.st, ASP_OK);
+	CU_ASSERT(slow.done_ms - t0 >= 450);
+	fx_close(&f);
+}
+
+/* The responder dies: the pending call fails at once, later calls immediately. */
+static void test_dead_connection(void)
+{
+	fixture f;
+	fx_open(&f, 0);
+	asp_error err;
+	CU_ASSERT_EQUAL(do_stat(f.rpc, "/", &err), ASP_OK);
+	pthread_t th;
+	thread_arg slow = {.rpc = f.rpc, .calls = 1, .command = "sleep 10"};
+	pthread_create(&th, NULL, caller, &slow);
+	usleep(100 * 1000);
+	int64_t t0 = t_now_ms();
+	kill(f.p.pid, SIGKILL);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(slow.st, ASP_E_TRANSPORT_ERROR);
+	CU_ASSERT(slow.done_ms - t0 < 1000);
+	CU_ASSERT(!asp_rpc_alive(f.rpc));
+	t0 = t_now_ms();
+	CU_ASSERT_EQUAL(do_stat(f.rpc, "/", &err), ASP_E_TRANSPORT_ERROR);
+	CU_ASSERT(t_now_ms() - t0 < 50);
+	CU_ASSERT(strstr(err.message, "closed") != NULL);
+	fx_close(&f);
+}
+
+/* ---- a scripted responder --------------------------------------------------------- */
+
+typedef struct fake {
+	int fd;      /* our end */
+	asp_rpc *rpc;
+	int notices; /* notifications the callback saw */
+	uint64_t notice_proc;
+} fake;
+
+static void on_notice(void *ctx, asp_notice_id n, const void *params, asp_arena *a)
+{
+	(void)a;
+	fake *f = ctx;
+	if (n == ASP_NOTICE_OUTPUT) {
+		const asp_output_event *e = params;
+		f->notice_proc = e->proc;
+		CU_ASSERT(e->data.len == 3 && memcmp(e->data.data, "abc", 3) == 0);
+	}
+	f->notices++;
+}
+
+static void fake_open(fake *f)
+{
+	int sv[2];
+	CU_ASSERT_FATAL(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+	f->fd = sv[0];
+	f->notices = 0;
+	asp_channel *ch;
+	asp_error err;
+	CU_ASSERT_FATAL(asp_fd_channel_new(sv[1], sv[1], ASP_FDCH_OWN_FDS | ASP_FDCH_WAKEABLE,
+	                                   &ch, &err) == ASP_OK);
+	CU_ASSERT_FATAL(asp_rpc_new(ch, 4096, &f->rpc, &err) == ASP_OK);
+	asp_rpc_set_notify(f->rpc, on_notice, f);
+}
+
+static void fake_close(fake *f)
+{
+	asp_rpc_free(f->rpc);
+	close(f->fd);
+}
+
+/* Reads one request from the engine; returns its id. */
+static uint32_t fake_read_request(fake *f)
+{
+	uint8_t *body;
+	size_t len;
+	CU_ASSERT_EQUAL_FATAL(t_read_frame(f->fd, 5000, &body, &len), 1);
+	msgpack_unpacked u;
+	msgpack_unpacked_init(&u);
+	asp_msg m;
+	asp_error e;
+	CU_ASSERT_EQUAL_FATAL(asp_wire_decode(body, len, &u, &m, &e), ASP_OK);
+	CU_ASSERT_EQUAL(m.type, ASP_MSG_REQUEST);
+	uint32_t id = m.id;
+	msgpack_unpacked_destroy(&u);
+	free(body);
+	return id;
+}
+
+static void fake_send(fake *f, const void *data, size_t len)
+{
+	CU_ASSERT_FATAL(t_write_all(f->fd, data, len) == 0);
+}
+
+static void fake_send_msg(fake *f, msgpack_sbuffer *sb)
+{
+	asp_buf b;
+	asp_buf_init(&b);
+	t_add_framed(&b, sb->data, sb->size);
+	fake_send(f, b.data, b.len);
+	asp_buf_free(&b);
+	msgpack_sbuffer_clear(sb);
+}
+
+static void pack_str(msgpack_packer *pk, const char *s)
+{
+	msgpack_pack_str(pk, strlen(s));
+	msgpack_pack_str_body(pk, s, strlen(s));
+}
+
+/* [1, id, nil, {"type": "dir", ...}]: a stat result, the id packed as uint32 (0xce). */
+static void pack_stat_response(msgpack_packer *pk, uint32_t id, bool wide_id)
+{
+	msgpack_pack_array(pk, 4);
+	msgpack_pack_uint8(pk, 1);
+	if (wide_id) /* the engine must not rely on the shortest encoding */
+		msgpack_pack_uint64(pk, id), (void)0;
+	else
+		msgpack_pack_uint32(pk, id);
+	msgpack_pack_nil(pk);
+	msgpack_pack_map(pk, 6);
+	pack_str(pk, "type"), pack_str(pk, "dir");
+	pack_str(pk, "size"), msgpack_pack_uint8(pk, 1);
+	pack_str(pk, "mode"), msgpack_pack_uint16(pk, 0755);
+	pack_str(pk, "mtime_ns"), msgpack_pack_int64(pk, 5);
+	pack_str(pk, "uid"), msgpack_pack_uint8(pk, 0);
+	pack_str(pk, "gid"), msgpack_pack_uint8(pk, 0);
+}
+
+typedef struct stat_call {
+	asp_rpc *rpc;
+	asp_status st;
+	asp_error err;
+	int64_t done_ms;
+} stat_call;
+
+static void *stat_thread(void *v)
+{
+	stat_call *c = v;
+	c->st = do_stat(c->rpc, "/", &c->err);
+	c->done_ms = t_now_ms();
+	return NULL;
+}
+
+/* Unknown ids are dropped, notifications reach the callback, odd id encodings work. */
+static void test_fake_ids_and_notices(void)
+{
+	fake f;
+	fake_open(&f);
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+
+	for (int wide = 0; wide < 2; wide++) {
+		pthread_t th;
+		stat_call c = {.rpc = f.rpc};
+		pthread_create(&th, NULL, stat_thread, &c);
+		uint32_t id = fake_read_request(&f);
+		pack_stat_response(&pk, id + 12345, false); /* nobody waits for this id */
+		fake_send_msg(&f, &sb);
+		/* [2, "output", {...}] */
+		msgpack_pack_array(&pk, 3);
+		msgpack_pack_uint8(&pk, 2);
+		pack_str(&pk, "output");
+		msgpack_pack_map(&pk, 4);
+		pack_str(&pk, "proc"), msgpack_pack_uint8(&pk, 9);
+		pack_str(&pk, "stream"), pack_str(&pk, "stdout");
+		pack_str(&pk, "offset"), msgpack_pack_uint8(&pk, 0);
+		pack_str(&pk, "data"), msgpack_pack_bin(&pk, 3), msgpack_pack_bin_body(&pk, "abc", 3);
+		fake_send_msg(&f, &sb);
+		/* an unknown notification is ignored */
+		msgpack_pack_array(&pk, 3);
+		msgpack_pack_uint8(&pk, 2);
+		pack_str(&pk, "future_event");
+		msgpack_pack_map(&pk, 0);
+		fake_send_msg(&f, &sb);
+		pack_stat_response(&pk, id, wide);
+		fake_send_msg(&f, &sb);
+		pthread_join(th, NULL);
+		CU_ASSERT_EQUAL(c.st, ASP_OK);
+	}
+	CU_ASSERT_EQUAL(f.notices, 2);
+	CU_ASSERT_EQUAL(f.notice_proc, 9);
+	CU_ASSERT(asp_rpc_alive(f.rpc));
+	msgpack_sbuffer_destroy(&sb);
+	fake_close(&f);
+}
+
+/* Hostile responders: each kills the connection and fails the pending call promptly. */
+static void fake_hostile(const uint8_t *bytes, size_t len, bool then_eof, const char *want)
+{
+	fake f;
+	fake_open(&f);
+	pthread_t th;
+	stat_call c = {.rpc = f.rpc};
+	pthread_create(&th, NULL, stat_thread, &c);
+	fake_read_request(&f);
+	int64_t t0 = t_now_ms();
+	fake_send(&f, bytes, len);
+	if (then_eof)
+		shutdown(f.fd, SHUT_WR);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(c.st, ASP_E_TRANSPORT_ERROR);
+	CU_ASSERT(c.done_ms - t0 < 1000);
+	if (!strstr(c.err.message, want))
+		fprintf(stderr, "\nwanted '%s' in: %s\n", want, c.err.message);
+	CU_ASSERT(strstr(c.err.message, want) != NULL);
+	CU_ASSERT(!asp_rpc_alive(f.rpc));
+	fake_close(&f);
+}
+
+static void test_fake_hostile(void)
+{
+	/* a frame above max_message (4096 in this fixture) */
+	fake_hostile((const uint8_t *)"\x00\x01\x00\x00", 4, false, "max_message");
+	/* count bomb */
+	fake_hostile((const uint8_t *)"\x00\x00\x00\x05\xdd\xff\xff\xff\xff", 9, false,
+	             "undecodable");
+	/* a request where a response belongs */
+	fake_hostile((const uint8_t *)"\x00\x00\x00\x05\x94\x00\x01\xa0\x80", 9, false,
+	             "request");
+	/* EOF inside a frame */
+	fake_hostile((const uint8_t *)"\x00\x00\x00\x10\x94", 5, true, "inside a frame");
+	/* a clean end of stream */
+	fake_hostile((const uint8_t *)"", 0, true, "closed the connection");
+}
+
+/* A response that decodes but is not a valid stat result: protocol_error for the call. */
+static void test_fake_bad_result(void)
+{
+	fake f;
+	fake_open(&f);
+	pthread_t th;
+	stat_call c = {.rpc = f.rpc};
+	pthread_create(&th, NULL, stat_thread, &c);
+	uint32_t id = fake_read_request(&f);
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_array(&pk, 4);
+	msgpack_pack_uint8(&pk, 1);
+	msgpack_pack_uint32(&pk, id);
+	msgpack_pack_nil(&pk);
+	msgpack_pack_map(&pk, 1);
+	pack_str(&pk, "type"), msgpack_pack_uint8(&pk, 3);
+	fake_send_msg(&f, &sb);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(c.st, ASP_E_PROTOCOL_ERROR);
+	/* an error response comes through with its code */
+	pthread_create(&th, NULL, stat_thread, &c);
+	id = fake_read_request(&f);
+	msgpack_pack_array(&pk, 4);
+	msgpack_pack_uint8(&pk, 1);
+	msgpack_pack_uint32(&pk, id);
+	msgpack_pack_map(&pk, 2);
+	pack_str(&pk, "code"), pack_str(&pk, "permission_denied");
+	pack_str(&pk, "message"), pack_str(&pk, "no");
+	msgpack_pack_nil(&pk);
+	fake_send_msg(&f, &sb);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(c.st, ASP_E_PERMISSION_DENIED);
+	CU_ASSERT_STRING_EQUAL(c.err.message, "no");
+	msgpack_sbuffer_destroy(&sb);
+	fake_close(&f);
+}
+
+/* asp_rpc_close from another thread fails a call whose answer never comes. */
+static void test_close_unblocks(void)
+{
+	fake f;
+	fake_open(&f);
+	pthread_t th;
+	stat_call c = {.rpc = f.rpc};
+	pthread_create(&th, NULL, stat_thread, &c);
+	fake_read_request(&f);
+	int64_t t0 = t_now_ms();
+	asp_rpc_close(f.rpc);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(c.st, ASP_E_TRANSPORT_ERROR);
+	CU_ASSERT(c.done_ms - t0 < 200);
+	fake_close(&f);
+}
+
+/* The fd channel alone: a burst of frames in one write comes out one by one. */
+typedef struct burst {
+	int fd;
+	asp_buf *b;
+} burst;
+
+static void *burst_writer(void *v)
+{
+	burst *w = v; /* the socket buffer may be smaller than the burst */
+	CU_ASSERT(t_write_all(w->fd, w->b->data, w->b->len) == 0);
+	return NULL;
+}
+
+static void test_channel_burst(void)
+{
+	int sv[2];
+	CU_ASSERT_FATAL(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+	asp_channel *ch;
+	asp_error err;
+	CU_ASSERT_FATAL(asp_fd_channel_new(sv[1], sv[1], ASP_FDCH_OWN_FDS, &ch, &err) == ASP_OK);
+	asp_buf b;
+	asp_buf_init(&b);
+	static uint8_t big[200000];
+	memset(big, 'x', sizeof big);
+	t_add_framed(&b, "a", 1);
+	t_add_framed(&b, big, sizeof big); /* read straight into its own buffer */
+	t_add_framed(&b, "", 0);
+	for (int i = 0; i < 1000; i++) /* many small frames straddle the read buffer */
+		t_add_framed(&b, "0123456789abcdefghijklmnopqrstuvwxyz", 36 - i % 30);
+	pthread_t th;
+	burst w = {sv[0], &b};
+	pthread_create(&th, NULL, burst_writer, &w);
+	uint8_t *m;
+	size_t len;
+	CU_ASSERT(asp_channel_recv(ch, 1 << 20, &m, &len, &err) == ASP_OK && len == 1 &&
+	          m[0] == 'a');
+	free(m);
+	CU_ASSERT(asp_channel_recv(ch, 1 << 20, &m, &len, &err) == ASP_OK &&
+	          len == sizeof big && memcmp(m, big, len) == 0);
+	free(m);
+	CU_ASSERT(asp_channel_recv(ch, 1 << 20, &m, &len, &err) == ASP_OK && len == 0 && m);
+	free(m);
+	for (int i = 0; i < 1000; i++) {
+		size_t want = 36 - i % 30;
+		asp_status st = asp_channel_recv(ch, 1 << 20, &m, &len, &err);
+		CU_ASSERT(st == ASP_OK && len == want &&
+		          memcmp(m, "0123456789abcdefghijklmnopqrstuvwxyz", want) == 0);
+		free(m);
+		if (st)
+			break;
+	}
+	pthread_join(th, NULL);
+	close(sv[0]); /* clean EOF at a frame boundary: OK with no message */
+	CU_ASSERT(asp_channel_recv(ch, 1 << 20, &m, &len, &err) == ASP_OK && m == NULL);
+	asp_buf_free(&b);
+	asp_channel_free(ch);
+}
+
+int main(void)
+{
+	agent = t_env("ASP_AGENT");
+	if (!agent) {
+		fprintf(stderr, "ASP_AGENT must be set (meson test does)\n");
+		return 77;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	CU_pSuite s = CU_add_suite("rpc engine, real asp-agent", NULL, NULL);
+	CU_add_test(s, "hello, stat, errors, 1 MiB bins", test_basic_calls);
+	CU_add_test(s, "request above max_message", test_request_too_large);
+	CU_add_test(s, "8 threads x 300 pipelined calls", test_threads);
+	CU_add_test(s, "a slow call does not hold up a fast one", test_out_of_order);
+	CU_add_test(s, "dead connection fails pending and later calls", test_dead_connection);
+	s = CU_add_suite("rpc engine, scripted responder", NULL, NULL);
+	CU_add_test(s, "unknown ids, notifications, id encodings", test_fake_ids_and_notices);
+	CU_add_test(s, "hostile responders kill the connection", test_fake_hostile);
+	CU_add_test(s, "bad result, error response", test_fake_bad_result);
+	CU_add_test(s, "close unblocks a waiting call", test_close_unblocks);
+	CU_add_test(s, "fd channel: burst of frames", test_channel_burst);
+	CU_basic_set_mode(CU_BRM_VERBOSE);
+	CU_basic_run_tests();
+	unsigned failed = CU_get_number_of_failures();
+	CU_cleanup_registry();
+	return failed ? 1 : 0;
+}

@@ -1,0 +1,413 @@
+/*
+ * The stdio transport: spawns stdio.command (an argv, no shell) and speaks the RPC over
+ * its stdin/stdout. The child's stderr is drained by the connection's reader thread into
+ * a ring whose tail explains the child's death; the child is always reaped.
+ */
+#include "asp/transport.h"
+
+#include "rpc/channel.h"
+#include "rpc/rpc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#ifndef ASP_VERSION
+#define ASP_VERSION "dev"
+#endif
+
+/* Bytes of the child's stderr kept for error messages. */
+#define ERR_RING 4096
+/* Bytes of that tail quoted in a message (asp_error's message holds 1024). */
+#define ERR_QUOTE 600
+/* How long a connection's end waits for the child to exit before reporting anyway. */
+#define EXIT_WAIT_MS 500
+/* After closing the child's stdin: how long it may take to exit, then TERM, then KILL. */
+#define CLOSE_GRACE_MS 500
+#define TERM_GRACE_MS 200
+
+typedef struct stdio_conn {
+	asp_channel base;
+	asp_channel *fd; /* frames over the pipes; the fds stay ours */
+	int in_w, out_r, err_r, pidfd;
+	pid_t pid;
+	const char *prog;        /* argv[0]; the config view outlives the connection */
+	const char *config_path; /* for "check stdio.command in ..." */
+
+	pthread_mutex_t mu; /* the fields below: the reader drains, anyone may explain */
+	bool reaped, err_eof;
+	int status;
+	size_t err_total; /* bytes of stderr seen; the ring holds the last ERR_RING */
+	char ring[ERR_RING];
+} stdio_conn;
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Under mu. Reads what stderr has (non-blocking) into the ring; false at EOF or error. */
+static bool drain_stderr_locked(stdio_conn *s)
+{
+	char buf[4096];
+	while (!s->err_eof) {
+		ssize_t n = read(s->err_r, buf, sizeof buf);
+		if (n > 0) {
+			for (ssize_t i = 0; i < n; i++)
+				s->ring[(s->err_total + (size_t)i) % ERR_RING] = buf[i];
+			s->err_total += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return true;
+		s->err_eof = true;
+	}
+	return false;
+}
+
+static bool on_stderr(void *ctx, int fd)
+{
+	(void)fd;
+	stdio_conn *s = ctx;
+	pthread_mutex_lock(&s->mu);
+	bool more = drain_stderr_locked(s);
+	pthread_mutex_unlock(&s->mu);
+	return more;
+}
+
+/* Under mu. Reaps the child if it has exited. */
+static bool try_reap_locked(stdio_conn *s)
+{
+	if (s->reaped)
+		return true;
+	int status;
+	pid_t r = waitpid(s->pid, &status, WNOHANG);
+	if (r == s->pid || (r < 0 && errno == ECHILD)) {
+		s->reaped = true;
+		s->status = r == s->pid ? status : 0;
+	}
+	return s->reaped;
+}
+
+/*
+ * Under mu. Waits up to `ms` for the child to exit, draining stderr meanwhile; with
+ * `until_eof` also for stderr's EOF (so the last lines are in). True once reaped.
+ */
+static bool wait_exit_locked(stdio_conn *s, int ms, bool until_eof)
+{
+	int64_t deadline = now_ms() + ms;
+	for (;;) {
+		drain_stderr_locked(s);
+		if (try_reap_locked(s) && (!until_eof || s->err_eof))
+			return true;
+		int64_t left = deadline - now_ms();
+		if (left <= 0)
+			return s->reaped;
+		struct pollfd p[2];
+		nfds_t n = 0;
+		if (!s->err_eof)
+			p[n++] = (struct pollfd){.fd = s->err_r, .events = POLLIN};
+		if (s->pidfd >= 0 && !s->reaped)
+			p[n++] = (struct pollfd){.fd = s->pidfd, .events = POLLIN};
+		if (s->pidfd < 0 && !s->reaped && left > 5)
+			left = 5; /* no pidfd (old kernel): look again soon */
+		if (n == 0 && s->reaped)
+			return true;
+		poll(p, n, (int)left);
+	}
+}
+
+/* The tail of stderr, one line per " | ", control bytes shown as '?'. */
+static void stderr_tail_locked(stdio_conn *s, char *out, size_t cap)
+{
+	size_t have = s->err_total < ERR_RING ? s->err_total : ERR_RING;
+	size_t start = s->err_total - have;
+	char text[ERR_RING];
+	for (size_t i = 0; i < have; i++)
+		text[i] = s->ring[(start + i) % ERR_RING];
+	while (have > 0 && (text[have - 1] == '\n' || text[have - 1] == '\r' ||
+	                    text[have - 1] == ' '))
+		have--;
+	size_t from = have > ERR_QUOTE ? have - ERR_QUOTE : 0;
+	size_t o = 0;
+	if (from > 0 && o + 3 < cap) {
+		memcpy(out, "...", 3);
+		o = 3;
+	}
+	for (size_t i = from; i < have && o + 4 < cap; i++) {
+		unsigned char ch = (unsigned char)text[i];
+		if (ch == '\n') {
+			memcpy(out + o, " | ", 3);
+			o += 3;
+		} else {
+			out[o++] = (ch < 0x20 || ch == 0x7f) ? '?' : (char)ch;
+		}
+	}
+	out[o] = '\0';
+}
+
+static void stdio_explain(asp_channel *ch, asp_error *err)
+{
+	stdio_conn *s = (stdio_conn *)ch;
+	char tail[ERR_QUOTE + 64], what[400];
+	pthread_mutex_lock(&s->mu);
+	/* An end of stream usually means the child is exiting: give it a moment. */
+	wait_exit_locked(s, err->code == ASP_E_TRANSPORT_ERROR ? EXIT_WAIT_MS : 0, true);
+	stderr_tail_locked(s, tail, sizeof tail);
+	bool reaped = s->reaped;
+	int status = s->status;
+	pthread_mutex_unlock(&s->mu);
+
+	if (!reaped)
+		snprintf(what, sizeof what, "%.300s (%s is still running)", err->message, s->prog);
+	else if (WIFEXITED(status))
+		snprintf(what, sizeof what, "%s exited with status %d", s->prog,
+		         WEXITSTATUS(status));
+	else if (WIFSIGNALED(status))
+		snprintf(what, sizeof what, "%s was killed by signal %d (%s)", s->prog,
+		         WTERMSIG(status), strsignal(WTERMSIG(status)));
+	else
+		snprintf(what, sizeof what, "%s ended", s->prog);
+	asp_status code = err->code;
+	asp_error_set(err, code, s->config_path, "%s: %s; check stdio.command in %s", what,
+	              tail[0] ? tail : "(nothing on stderr)",
+	              s->config_path ? s->config_path : "the config");
+}
+
+static asp_status stdio_send(asp_channel *ch, const uint8_t *frame, size_t len, asp_error *err)
+{
+	return asp_channel_send(((stdio_conn *)ch)->fd, frame, len, err);
+}
+
+static asp_status stdio_recv(asp_channel *ch, size_t max, uint8_t **msg, size_t *len,
+                             asp_error *err)
+{
+	return asp_channel_recv(((stdio_conn *)ch)->fd, max, msg, len, err);
+}
+
+static void stdio_close(asp_channel *ch)
+{
+	asp_channel_close(((stdio_conn *)ch)->fd);
+}
+
+/* EOF on the child's stdin asks it to exit; a child that does not is terminated. */
+static void stdio_free(asp_channel *ch)
+{
+	stdio_conn *s = (stdio_conn *)ch;
+	asp_channel_free(s->fd);
+	close(s->in_w);
+	pthread_mutex_lock(&s->mu);
+	if (!wait_exit_locked(s, CLOSE_GRACE_MS, false)) {
+		kill(s->pid, SIGTERM);
+		if (!wait_exit_locked(s, TERM_GRACE_MS, false)) {
+			kill(s->pid, SIGKILL);
+			while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR)
+				;
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	close(s->out_r);
+	close(s->err_r);
+	if (s->pidfd >= 0)
+		close(s->pidfd);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+}
+
+static const asp_channel_ops stdio_channel_ops = {
+	.send = stdio_send,
+	.recv = stdio_recv,
+	.explain = stdio_explain,
+	.close = stdio_close,
+	.free = stdio_free,
+};
+
+/* ---- spawning --------------------------------------------------------------------- */
+
+static void close_all(int *fds, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}
+
+static int spawn_child(char *const argv[], int in_r, int out_w, int err_w, pid_t *pid)
+{
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t attr;
+	if (posix_spawn_file_actions_init(&fa))
+		return ENOMEM;
+	if (posix_spawnattr_init(&attr)) {
+		posix_spawn_file_actions_destroy(&fa);
+		return ENOMEM;
+	}
+	posix_spawn_file_actions_adddup2(&fa, in_r, 0);
+	posix_spawn_file_actions_adddup2(&fa, out_w, 1);
+	posix_spawn_file_actions_adddup2(&fa, err_w, 2);
+	/* The child starts with no blocked signals and SIGPIPE & co. at their defaults, even
+	 * when the application blocks or ignores them. */
+	sigset_t none, def;
+	sigemptyset(&none);
+	sigemptyset(&def);
+	sigaddset(&def, SIGPIPE);
+	sigaddset(&def, SIGCHLD);
+	sigaddset(&def, SIGINT);
+	sigaddset(&def, SIGQUIT);
+	sigaddset(&def, SIGTERM);
+	sigaddset(&def, SIGHUP);
+	posix_spawnattr_setsigmask(&attr, &none);
+	posix_spawnattr_setsigdefault(&attr, &def);
+	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+	int e = posix_spawnp(pid, argv[0], &fa, &attr, argv, environ);
+	posix_spawnattr_destroy(&attr);
+	posix_spawn_file_actions_destroy(&fa);
+	return e;
+}
+
+static const char *base_name(const char *p)
+{
+	const char *s = strrchr(p, '/');
+	return s && s[1] ? s + 1 : p;
+}
+
+static asp_status open_conn(const asp_config_view *cfg, stdio_conn **out, asp_error *err)
+{
+	const char *where = cfg->path ? cfg->path : "the config";
+	if (!cfg->stdio.argv || cfg->stdio.argc == 0 || !cfg->stdio.argv[0])
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, cfg->path,
+		                     "the stdio transport needs stdio.command (an argv, e.g. "
+		                     "[\"asp-agent\", \"--stdio\"]) in %s", where);
+	int fds[6] = {-1, -1, -1, -1, -1, -1}; /* in_r in_w out_r out_w err_r err_w */
+	if (pipe2(fds, O_CLOEXEC) || pipe2(fds + 2, O_CLOEXEC) || pipe2(fds + 4, O_CLOEXEC)) {
+		int e = errno;
+		close_all(fds, 6);
+		asp_error_errno(err, e, NULL, "stdio transport: creating pipes");
+		err->code = ASP_E_TRANSPORT_ERROR;
+		return err->code;
+	}
+	stdio_conn *s = calloc(1, sizeof *s);
+	if (!s) {
+		close_all(fds, 6);
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	}
+	pid_t pid;
+	int e = spawn_child((char *const *)cfg->stdio.argv, fds[0], fds[3], fds[5], &pid);
+	close(fds[0]);
+	close(fds[3]);
+	close(fds[5]);
+	if (e) {
+		close(fds[1]);
+		close(fds[2]);
+		close(fds[4]);
+		free(s);
+		return asp_error_set(err, ASP_E_TRANSPORT_ERROR, cfg->path,
+		                     "cannot run %s: %s; check stdio.command in %s",
+		                     cfg->stdio.argv[0], strerror(e), where);
+	}
+	s->base.ops = &stdio_channel_ops;
+	s->in_w = fds[1];
+	s->out_r = fds[2];
+	s->err_r = fds[4];
+	s->pid = pid;
+	s->prog = base_name(cfg->stdio.argv[0]);
+	s->config_path = cfg->path;
+#ifdef SYS_pidfd_open
+	s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+	s->pidfd = -1;
+#endif
+	pthread_mutex_init(&s->mu, NULL);
+	fcntl(s->err_r, F_SETFL, fcntl(s->err_r, F_GETFL) | O_NONBLOCK);
+	asp_status st = asp_fd_channel_new(s->out_r, s->in_w,
+	                                   ASP_FDCH_WAKEABLE | ASP_FDCH_PRIVATE_WFD, &s->fd, err);
+	if (st) {
+		s->fd = NULL;
+		stdio_free(&s->base); /* closes the fds, reaps the child */
+		return st;
+	}
+	asp_fd_channel_watch(s->fd, s->err_r, on_stderr, s);
+	*out = s;
+	return ASP_OK;
+}
+
+/*
+ * The backend is the RPC engine itself. One hello on connect: it checks that the command
+ * is an ASP responder (a wrong one fails here with its stderr, not on a later call) and
+ * tells the engine the responder's max_message.
+ */
+static asp_status stdio_open(const asp_config_view *cfg, const asp_ops **ops, void **self,
+                             asp_error *err)
+{
+	stdio_conn *s = NULL;
+	asp_status st = open_conn(cfg, &s, err);
+	if (st)
+		return st;
+	asp_rpc *rpc;
+	st = asp_rpc_new(&s->base, 0, &rpc, err);
+	if (st)
+		return st;
+	asp_arena *a = asp_arena_new();
+	if (!a) {
+		asp_rpc_free(rpc);
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	}
+	asp_hello_params hp;
+	asp_hello_params_init(&hp);
+	hp.client = "libasp/" ASP_VERSION;
+	hp.has_protocol = true;
+	hp.protocol = ASP_PROTOCOL;
+	asp_hello_result hr;
+	st = asp_rpc_invoke(rpc, ASP_OP_HELLO, &hp, &hr, a, err);
+	if (st == ASP_OK && hr.protocol < 1)
+		st = asp_error_set(err, ASP_E_PROTOCOL_ERROR, cfg->path,
+		                   "%s speaks protocol %llu, this client needs 1", s->prog,
+		                   (unsigned long long)hr.protocol);
+	asp_arena_free(a);
+	if (st) {
+		asp_rpc_free(rpc);
+		return st;
+	}
+	*ops = &asp_rpc_ops;
+	*self = rpc;
+	return ASP_OK;
+}
+
+static void stdio_abort(void *self)
+{
+	asp_rpc_close(self);
+}
+
+static void stdio_close_backend(void *self)
+{
+	asp_rpc_free(self);
+}
+
+static bool stdio_alive(void *self)
+{
+	return asp_rpc_alive(self);
+}
+
+const asp_transport asp_transport_stdio = {
+	.kind = ASP_TRANSPORT_STDIO,
+	.name = "stdio",
+	.open = stdio_open,
+	.abort = stdio_abort,
+	.close = stdio_close_backend,
+	.alive = stdio_alive,
+};
