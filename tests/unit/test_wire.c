@@ -373,7 +373,7 @@ static void test_vectors(void)
 			continue;
 		char path[4096];
 		snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-		size_t len;
+		size_t len = 0;
 		uint8_t *body = slurp(path, &len);
 		CU_ASSERT_PTR_NOT_NULL_FATAL(body);
 		asp_error err;
