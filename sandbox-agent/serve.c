@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 /* Threads serving requests at most, this one included. */
@@ -84,6 +85,7 @@ static void close_output(server *s)
 {
 	pthread_mutex_lock(&s->out_mu);
 	if (!s->out_dead) {
+		shutdown(s->out_fd, SHUT_WR); /* a socket: EOF now, though fd 0 keeps it open */
 		int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
 		if (devnull >= 0) { /* dup2, not close: the fd number must not be reused */
 			dup2(devnull, s->out_fd);

@@ -37,6 +37,10 @@ extern char **environ;
 /* After closing the child's stdin: how long it may take to exit, then TERM, then KILL. */
 #define CLOSE_GRACE_MS 500
 #define TERM_GRACE_MS 200
+/* How long the first hello may take (an ssh or docker command may be slow to connect). */
+#define CONNECT_TIMEOUT_MS 20000
+/* Pipe capacity asked for (Linux allows up to /proc/sys/fs/pipe-max-size, 1 MiB). */
+#define PIPE_BYTES (1024 * 1024)
 
 typedef struct stdio_conn {
 	asp_channel base;
@@ -165,7 +169,7 @@ static void stderr_tail_locked(stdio_conn *s, char *out, size_t cap)
 static void stdio_explain(asp_channel *ch, asp_error *err)
 {
 	stdio_conn *s = (stdio_conn *)ch;
-	char tail[ERR_QUOTE + 64], what[400];
+	char tail[ERR_QUOTE + 64], what[ASP_ERROR_MESSAGE_MAX];
 	pthread_mutex_lock(&s->mu);
 	/* An end of stream usually means the child is exiting: give it a moment. */
 	wait_exit_locked(s, err->code == ASP_E_TRANSPORT_ERROR ? EXIT_WAIT_MS : 0, true);
@@ -174,16 +178,22 @@ static void stdio_explain(asp_channel *ch, asp_error *err)
 	int status = s->status;
 	pthread_mutex_unlock(&s->mu);
 
-	if (!reaped)
-		snprintf(what, sizeof what, "%.300s (%s is still running)", err->message, s->prog);
+	if (err->code == ASP_E_PROTOCOL_ERROR) /* it answered, but not in frames */
+		snprintf(what, sizeof what,
+		         "%.300s: is %.64s an ASP responder (asp-agent --stdio), and does nothing "
+		         "else (a banner, a shell startup file) write to its stdout?",
+		         err->message, s->prog);
+	else if (!reaped)
+		snprintf(what, sizeof what, "%.300s (%.64s is still running)", err->message,
+		         s->prog);
 	else if (WIFEXITED(status))
-		snprintf(what, sizeof what, "%s exited with status %d", s->prog,
+		snprintf(what, sizeof what, "%.64s exited with status %d", s->prog,
 		         WEXITSTATUS(status));
 	else if (WIFSIGNALED(status))
-		snprintf(what, sizeof what, "%s was killed by signal %d (%s)", s->prog,
+		snprintf(what, sizeof what, "%.64s was killed by signal %d (%s)", s->prog,
 		         WTERMSIG(status), strsignal(WTERMSIG(status)));
 	else
-		snprintf(what, sizeof what, "%s ended", s->prog);
+		snprintf(what, sizeof what, "%.64s ended", s->prog);
 	asp_status code = err->code;
 	asp_error_set(err, code, s->config_path, "%s: %s; check stdio.command in %s", what,
 	              tail[0] ? tail : "(nothing on stderr)",
@@ -301,6 +311,9 @@ static asp_status open_conn(const asp_config_view *cfg, stdio_conn **out, asp_er
 		err->code = ASP_E_TRANSPORT_ERROR;
 		return err->code;
 	}
+	/* Bigger pipes: a large read or write moves in fewer wake-ups (best effort). */
+	fcntl(fds[1], F_SETPIPE_SZ, PIPE_BYTES);
+	fcntl(fds[3], F_SETPIPE_SZ, PIPE_BYTES);
 	stdio_conn *s = calloc(1, sizeof *s);
 	if (!s) {
 		close_all(fds, 6);
@@ -373,7 +386,20 @@ static asp_status stdio_open(const asp_config_view *cfg, const asp_ops **ops, vo
 	hp.has_protocol = true;
 	hp.protocol = ASP_PROTOCOL;
 	asp_hello_result hr;
-	st = asp_rpc_invoke(rpc, ASP_OP_HELLO, &hp, &hr, a, err);
+	st = asp_rpc_call(rpc, ASP_OP_HELLO, &hp, &hr, a, CONNECT_TIMEOUT_MS, err);
+	if (st == ASP_E_TIMEOUT) { /* a command that never answers must not hang the open */
+		char tail[ERR_QUOTE + 64];
+		pthread_mutex_lock(&s->mu);
+		drain_stderr_locked(s);
+		stderr_tail_locked(s, tail, sizeof tail);
+		pthread_mutex_unlock(&s->mu);
+		st = asp_error_set(err, ASP_E_TRANSPORT_ERROR, cfg->path,
+		                   "%s did not answer hello within %d s: %s; is it asp-agent "
+		                   "--stdio? check stdio.command in %s",
+		                   s->prog, CONNECT_TIMEOUT_MS / 1000,
+		                   tail[0] ? tail : "(nothing on stderr)",
+		                   cfg->path ? cfg->path : "the config");
+	}
 	if (st == ASP_OK && hr.protocol < 1)
 		st = asp_error_set(err, ASP_E_PROTOCOL_ERROR, cfg->path,
 		                   "%s speaks protocol %llu, this client needs 1", s->prog,

@@ -55,6 +55,31 @@ static asp_status call_exec_true(asp_client *c, asp_arena *a, asp_error *err)
 	return asp_exec(c, &p, &r, a, err);
 }
 
+/* 8 MiB one way and the other: throughput more than latency. */
+static asp_status call_read_8m(asp_client *c, asp_arena *a, asp_error *err)
+{
+	asp_read_params p;
+	asp_read_params_init(&p);
+	p.path = "/tmp/asp-bench-8m";
+	asp_read_result r;
+	asp_status st = asp_read(c, &p, &r, a, err);
+	if (!st && r.data.len != 8 << 20)
+		st = asp_error_set(err, ASP_E_INTERNAL, NULL, "short read");
+	return st;
+}
+
+static asp_status call_write_8m(asp_client *c, asp_arena *a, asp_error *err)
+{
+	static uint8_t data[8 << 20];
+	asp_write_params p;
+	asp_write_params_init(&p);
+	p.path = "/tmp/asp-bench-8m";
+	p.data.data = data;
+	p.data.len = sizeof data;
+	asp_write_result r;
+	return asp_write(c, &p, &r, a, err);
+}
+
 static void measure(const char *label, asp_client *c, const char *what, one_call fn, int n)
 {
 	double *t = malloc(n * sizeof *t);
@@ -74,7 +99,7 @@ static void measure(const char *label, asp_client *c, const char *what, one_call
 		asp_arena_reset(a);
 	}
 	qsort(t, n, sizeof *t, cmp);
-	printf("%-22s %-10s median %7.1f us   p99 %7.1f us   (n=%d)\n", label, what, t[n / 2],
+	printf("%-22s %-9s median %7.1f us   p99 %7.1f us   (n=%d)\n", label, what, t[n / 2],
 	       t[n * 99 / 100], n);
 	asp_arena_free(a);
 	free(t);
@@ -97,6 +122,8 @@ static void bench(const char *label, asp_transport_kind kind, const char *agent)
 	measure(label, c, "hello", call_hello, 20000);
 	measure(label, c, "stat /", call_stat, 20000);
 	measure(label, c, "exec true", call_exec_true, 2000);
+	measure(label, c, "write 8M", call_write_8m, 100);
+	measure(label, c, "read 8M", call_read_8m, 100);
 	asp_client_free(c);
 }
 

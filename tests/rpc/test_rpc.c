@@ -452,6 +452,44 @@ static void test_fake_bad_result(void)
 	fake_close(&f);
 }
 
+/* A call with a deadline gives up; its late answer is dropped; the connection lives on. */
+static void test_call_timeout(void)
+{
+	fake f;
+	fake_open(&f);
+	asp_stat_params p;
+	asp_stat_params_init(&p);
+	p.path = "/";
+	asp_stat_result r;
+	asp_arena *a = asp_arena_new();
+	asp_error err;
+	int64_t t0 = t_now_ms();
+	CU_ASSERT_EQUAL(asp_rpc_call(f.rpc, ASP_OP_STAT, &p, &r, a, 100, &err), ASP_E_TIMEOUT);
+	int64_t took = t_now_ms() - t0;
+	CU_ASSERT(took >= 90 && took < 1000);
+	uint32_t late = fake_read_request(&f);
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	pack_stat_response(&pk, late, false);
+	fake_send_msg(&f, &sb);
+	/* the next call (which may reuse the slot) gets its own answer, not the late one */
+	pthread_t th;
+	stat_call c = {.rpc = f.rpc};
+	pthread_create(&th, NULL, stat_thread, &c);
+	uint32_t id = fake_read_request(&f);
+	CU_ASSERT_NOT_EQUAL(id, late);
+	pack_stat_response(&pk, id, false);
+	fake_send_msg(&f, &sb);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(c.st, ASP_OK);
+	CU_ASSERT(asp_rpc_alive(f.rpc));
+	msgpack_sbuffer_destroy(&sb);
+	asp_arena_free(a);
+	fake_close(&f);
+}
+
 /* asp_rpc_close from another thread fails a call whose answer never comes. */
 static void test_close_unblocks(void)
 {
@@ -548,6 +586,7 @@ int main(void)
 	CU_add_test(s, "hostile responders kill the connection", test_fake_hostile);
 	CU_add_test(s, "bad result, error response", test_fake_bad_result);
 	CU_add_test(s, "close unblocks a waiting call", test_close_unblocks);
+	CU_add_test(s, "a call with a deadline times out", test_call_timeout);
 	CU_add_test(s, "fd channel: burst of frames", test_channel_burst);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();

@@ -2,6 +2,8 @@
 #ifndef ASP_RPC_BUILTIN_H
 #define ASP_RPC_BUILTIN_H
 
+#include "asp/transport.h"
+
 /*
  * Registers the local transport and every transport compiled into libasp, once; called
  * before the first client opens. Thread-safe.
@@ -10,8 +12,11 @@ void asp_transports_init(void);
 
 /*
  * Generated at build time (builtin_transports.c.in): registers each transport folder
- * that was enabled. Called once by asp_transports_init.
+ * that was enabled, with asp_transport_add. Called once by asp_transports_init.
  */
 void asp_builtin_transports_register(void);
+
+/* asp_transport_register without the one-time init (which calls this). */
+void asp_transport_add(const asp_transport *t);
 
 #endif

@@ -3,11 +3,13 @@
 
 #include "wire.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /*
  * A request id is (generation << 16 | slot): the slot finds the waiting caller without a
@@ -257,8 +259,7 @@ static bool handle_other(asp_rpc *rpc, uint8_t *m, size_t len, asp_error *err)
 		ok = true;
 	} else {
 		asp_error_set(err, ASP_E_PROTOCOL_ERROR, NULL,
-		              "the responder sent a request, not a response: is the other end "
-		              "an ASP responder (asp-agent --stdio)?");
+		              "the responder sent a request where a response belongs");
 	}
 	msgpack_unpacked_destroy(&u);
 	free(m);
@@ -415,62 +416,102 @@ static asp_status finish(asp_rpc *rpc, asp_op_id op, uint8_t *frame, size_t len,
 	return st;
 }
 
+/* The waiter's condition variable; one on the monotonic clock when it must time out. */
+static void waiter_init(waiter *w, unsigned timeout_ms)
+{
+	if (!timeout_ms) {
+		pthread_cond_init(&w->cv, NULL);
+		return;
+	}
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w->cv, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
+/* Under mu. Waits for w; false when `deadline` (if set) passed first. */
+static bool waiter_wait(asp_rpc *rpc, waiter *w, const struct timespec *deadline)
+{
+	while (!w->done) {
+		if (!deadline)
+			pthread_cond_wait(&w->cv, &rpc->mu);
+		else if (pthread_cond_timedwait(&w->cv, &rpc->mu, deadline) == ETIMEDOUT)
+			return w->done;
+	}
+	return true;
+}
+
 asp_status asp_rpc_invoke(void *self, asp_op_id op, const void *params, void *result,
                           asp_arena *a, asp_error *err)
 {
-	asp_rpc *rpc = self;
+	return asp_rpc_call(self, op, params, result, a, 0, err);
+}
+
+asp_status asp_rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void *result,
+                        asp_arena *a, unsigned timeout_ms, asp_error *err)
+{
 	if ((unsigned)op >= ASP_OP_COUNT)
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL, "unknown op %d", (int)op);
 	const asp_op_desc *d = &asp_op_descs[op];
 	waiter w = {.done = false};
 	asp_status st;
+	struct timespec deadline;
+	if (timeout_ms) {
+		clock_gettime(CLOCK_MONOTONIC, &deadline);
+		deadline.tv_sec += timeout_ms / 1000;
+		deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+		if (deadline.tv_nsec >= 1000000000) {
+			deadline.tv_sec++;
+			deadline.tv_nsec -= 1000000000;
+		}
+	}
+	waiter_init(&w, timeout_ms); /* before the slot publishes it to the reader */
 
 	pthread_mutex_lock(&rpc->mu);
+	uint32_t id = 0;
 	if (atomic_load(&rpc->state) != ALIVE) {
 		st = dead_error(rpc, err);
-		pthread_mutex_unlock(&rpc->mu);
-		return st;
-	}
-	uint32_t id = slot_take(rpc, &w, &st);
-	if (st) {
+	} else {
+		id = slot_take(rpc, &w, &st);
 		if (st == ASP_E_TRANSPORT_ERROR)
 			dead_error(rpc, err);
-		else
+		else if (st)
 			asp_error_set(err, st, NULL, "out of memory");
-		pthread_mutex_unlock(&rpc->mu);
-		return st;
 	}
 	pthread_mutex_unlock(&rpc->mu);
-	pthread_cond_init(&w.cv, NULL);
+	if (st) {
+		pthread_cond_destroy(&w.cv);
+		return st;
+	}
 
 	asp_buf b;
 	asp_buf_init(&b);
 	size_t max = atomic_load_explicit(&rpc->max_send, memory_order_relaxed);
-	if (asp_buf_reserve(&b, 256 + bin_bytes(d->params, params)) < 0 ||
-	    asp_wire_request(&b, id, op, params) < 0) {
+	size_t bins = bin_bytes(d->params, params);
+	if (bins <= max && (asp_buf_reserve(&b, 256 + bins) < 0 ||
+	                    asp_wire_request(&b, id, op, params) < 0)) {
 		st = asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory encoding %s", d->name);
-	} else if (b.len - ASP_FRAME_HEADER > max) {
+	} else if (bins > max || b.len - ASP_FRAME_HEADER > max) {
 		st = asp_error_set(err, ASP_E_TOO_LARGE, NULL,
 		                   "%s: the request is %zu bytes, more than max_message (%zu); "
 		                   "send the data in smaller parts",
-		                   d->name, b.len - ASP_FRAME_HEADER, max);
+		                   d->name, bins > max ? bins : b.len - ASP_FRAME_HEADER, max);
 	} else {
 		pthread_mutex_lock(&rpc->send_mu);
 		st = asp_channel_send(rpc->ch, b.data, b.len, err);
 		pthread_mutex_unlock(&rpc->send_mu);
-		if (st) {
-			rpc_die(rpc, err); /* fails our waiter too, with the explained reason */
-			st = ASP_OK;      /* the outcome is the waiter's */
-		} else {
-			st = ASP_OK;
-		}
 		asp_buf_free(&b);
+		if (st)
+			rpc_die(rpc, err); /* fails our waiter too, with the explained reason */
 		pthread_mutex_lock(&rpc->mu);
-		while (!w.done)
-			pthread_cond_wait(&w.cv, &rpc->mu);
-		slot_release(rpc, id);
-		if (w.st)
-			st = dead_error(rpc, err);
+		bool answered = waiter_wait(rpc, &w, timeout_ms ? &deadline : NULL);
+		slot_release(rpc, id); /* a late answer finds the slot free and is dropped */
+		if (!answered)
+			st = asp_error_set(err, ASP_E_TIMEOUT, NULL,
+			                   "%s: no answer within %u ms", d->name, timeout_ms);
+		else
+			st = w.st ? dead_error(rpc, err) : ASP_OK;
 		pthread_mutex_unlock(&rpc->mu);
 		pthread_cond_destroy(&w.cv);
 		if (st)

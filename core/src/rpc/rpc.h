@@ -29,6 +29,14 @@ asp_status asp_rpc_new(asp_channel *ch, size_t max_message, asp_rpc **out, asp_e
 /* Routes notifications to `fn` (NULL: drop them). Set before the first call. */
 void asp_rpc_set_notify(asp_rpc *rpc, asp_rpc_notify_fn fn, void *ctx);
 
+/*
+ * asp_rpc_invoke with a deadline: `timeout_ms` (0 = none) after sending, the call gives
+ * up with ASP_E_TIMEOUT and a late answer is dropped; the connection stays usable. For
+ * handshakes, where a wrong command might never answer.
+ */
+asp_status asp_rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void *result,
+                        asp_arena *a, unsigned timeout_ms, asp_error *err);
+
 /* Whether the connection is still usable; false once it died or was closed. */
 bool asp_rpc_alive(asp_rpc *rpc);
 

@@ -1,0 +1,241 @@
+/*
+ * The stdio transport against its floor, in one run (issue 3's benchmark):
+ *   - exec of `true`: asp over stdio vs posix_spawn + waitpid of the same program here;
+ *   - 4 KiB read and write round trips;
+ *   - 1, 8 and 64 concurrent execs on one client;
+ *   - 256 MiB upload and download with `asp cp`.
+ * Prints medians, ratios and a Markdown table for docs/benchmarks.md.
+ *
+ *   bench_stdio ASP_AGENT ASP_CLI [iterations]
+ */
+#include "asp/asp.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static double now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void die(const char *what, const asp_error *err)
+{
+	fprintf(stderr, "bench_stdio: %s: %s\n", what, err ? err->message : strerror(errno));
+	exit(1);
+}
+
+static double floor_spawn_true(void)
+{
+	char *argv[] = {"true", NULL};
+	pid_t pid;
+	if (posix_spawnp(&pid, "true", NULL, NULL, argv, environ) != 0)
+		die("posix_spawnp true", NULL);
+	waitpid(pid, NULL, 0);
+	return 0;
+}
+
+static void exec_true(asp_client *c, asp_arena *a)
+{
+	static const char *const argv[] = {"true"};
+	asp_exec_params p;
+	asp_exec_params_init(&p);
+	p.has_argv = true;
+	p.argv.items = argv;
+	p.argv.count = 1;
+	asp_exec_result r;
+	asp_error err;
+	if (asp_exec(c, &p, &r, a, &err) || r.exit_code != 0)
+		die("exec true", &err);
+	asp_arena_reset(a);
+}
+
+struct conc {
+	asp_client *c;
+	int n;
+};
+
+static void *conc_worker(void *arg)
+{
+	struct conc *w = arg;
+	asp_arena *a = asp_arena_new();
+	for (int i = 0; i < w->n; i++)
+		exec_true(w->c, a);
+	asp_arena_free(a);
+	return NULL;
+}
+
+/* Execs per second with `threads` callers sharing one client. */
+static double concurrent_execs(asp_client *c, int threads, int per_thread)
+{
+	pthread_t t[64];
+	struct conc w = {c, per_thread};
+	double t0 = now_us();
+	for (int i = 0; i < threads; i++)
+		pthread_create(&t[i], NULL, conc_worker, &w);
+	for (int i = 0; i < threads; i++)
+		pthread_join(t[i], NULL);
+	return threads * per_thread / ((now_us() - t0) / 1e6);
+}
+
+static double run_cli(const char *const *argv)
+{
+	pid_t pid;
+	double t0 = now_us();
+	if (posix_spawn(&pid, argv[0], NULL, NULL, (char *const *)argv, environ) != 0)
+		die("spawn asp", NULL);
+	int st;
+	waitpid(pid, &st, 0);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		fprintf(stderr, "bench_stdio: %s %s failed\n", argv[0], argv[3]);
+		exit(1);
+	}
+	return (now_us() - t0) / 1e6;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 3) {
+		fprintf(stderr, "usage: bench_stdio ASP_AGENT ASP_CLI [iterations]\n");
+		return 2;
+	}
+	const char *agent = argv[1], *cli = argv[2];
+	int iters = argc > 3 ? atoi(argv[3]) : 2000;
+	char dir[] = "/tmp/asp-bench-XXXXXX";
+	if (!mkdtemp(dir))
+		die("mkdtemp", NULL);
+	char cfg[4200], path[4200], big[4200], back[4200];
+	snprintf(cfg, sizeof cfg, "%s/.asp.json", dir);
+	FILE *f = fopen(cfg, "w");
+	fprintf(f, "{\"version\": 1, \"transport\": \"stdio\", \"cwd\": \"%s\",\n"
+	           " \"stdio\": {\"command\": [\"%s\", \"--stdio\"]}}\n", dir, agent);
+	fclose(f);
+
+	asp_client *c;
+	asp_error err;
+	if (asp_client_open_path(cfg, &c, &err))
+		die("open client", &err);
+	asp_arena *a = asp_arena_new();
+	double *v = calloc((size_t)iters, sizeof *v);
+
+	for (int i = 0; i < 50; i++) /* warm up: spawn the agent, fault in its pages */
+		exec_true(c, a);
+	for (int i = 0; i < iters; i++) {
+		double t0 = now_us();
+		floor_spawn_true();
+		v[i] = now_us() - t0;
+	}
+	double floor_us = median(v, iters);
+	for (int i = 0; i < iters; i++) {
+		double t0 = now_us();
+		exec_true(c, a);
+		v[i] = now_us() - t0;
+	}
+	double exec_us = median(v, iters);
+
+	/* 4 KiB write and read round trips on one file */
+	static uint8_t page[4096];
+	memset(page, 'x', sizeof page);
+	snprintf(path, sizeof path, "%s/4k.bin", dir);
+	for (int i = 0; i < iters; i++) {
+		asp_write_params p;
+		asp_write_params_init(&p);
+		p.path = path;
+		p.data.data = page;
+		p.data.len = sizeof page;
+		asp_write_result r;
+		double t0 = now_us();
+		if (asp_write(c, &p, &r, a, &err))
+			die("write", &err);
+		v[i] = now_us() - t0;
+		asp_arena_reset(a);
+	}
+	double write_us = median(v, iters);
+	for (int i = 0; i < iters; i++) {
+		asp_read_params p;
+		asp_read_params_init(&p);
+		p.path = path;
+		asp_read_result r;
+		double t0 = now_us();
+		if (asp_read(c, &p, &r, a, &err) || r.data.len != sizeof page)
+			die("read", &err);
+		v[i] = now_us() - t0;
+		asp_arena_reset(a);
+	}
+	double read_us = median(v, iters);
+
+	double c1 = concurrent_execs(c, 1, 400);
+	double c8 = concurrent_execs(c, 8, 100);
+	double c64 = concurrent_execs(c, 64, 20);
+
+	/* 256 MiB through asp cp, both ways (local files in the same tmpfs-or-disk dir) */
+	snprintf(big, sizeof big, "%s/big.bin", dir);
+	snprintf(back, sizeof back, "%s/back.bin", dir);
+	int fd = open(big, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	static uint8_t chunk[1 << 20];
+	for (size_t i = 0; i < sizeof chunk; i++)
+		chunk[i] = (uint8_t)(i * 2654435761u >> 24);
+	for (int i = 0; i < 256; i++)
+		if (write(fd, chunk, sizeof chunk) != (ssize_t)sizeof chunk)
+			die("write big", NULL);
+	close(fd);
+	char remote[4300], remote_src[4300];
+	snprintf(remote, sizeof remote, ":%s/up.bin", dir);
+	snprintf(remote_src, sizeof remote_src, ":%s/big.bin", dir);
+	const char *up[] = {cli, "--config", cfg, "cp", big, remote, NULL};
+	const char *down[] = {cli, "--config", cfg, "cp", remote_src, back, NULL};
+	double up_s = 1e9, down_s = 1e9;
+	for (int i = 0; i < 3; i++) { /* best of three: the machine is shared */
+		double t = run_cli(up);
+		up_s = t < up_s ? t : up_s;
+		t = run_cli(down);
+		down_s = t < down_s ? t : down_s;
+	}
+
+	printf("| measure | asp over stdio | floor / peer | ratio |\n|---|---|---|---|\n");
+	printf("| exec `true` round trip, median | %.0f µs | %.0f µs (posix_spawn + waitpid) | "
+	       "%.2f× |\n", exec_us, floor_us, exec_us / floor_us);
+	printf("| 4 KiB write round trip, median | %.1f µs (%.0f ops/s) | | |\n", write_us,
+	       1e6 / write_us);
+	printf("| 4 KiB read round trip, median | %.1f µs (%.0f ops/s) | | |\n", read_us,
+	       1e6 / read_us);
+	printf("| exec `true`, 1 caller | %.0f execs/s | %.0f execs/s (1 / floor) | %.2f× |\n", c1,
+	       1e6 / floor_us, c1 / (1e6 / floor_us));
+	printf("| exec `true`, 8 concurrent callers | %.0f execs/s | | %.2f× of 1 caller |\n", c8,
+	       c8 / c1);
+	printf("| exec `true`, 64 concurrent callers | %.0f execs/s | | %.2f× of 1 caller |\n",
+	       c64, c64 / c1);
+	printf("| 256 MiB upload, `asp cp` (best of 3) | %.0f MiB/s | | |\n", 256 / up_s);
+	printf("| 256 MiB download, `asp cp` (best of 3) | %.0f MiB/s | | |\n", 256 / down_s);
+
+	asp_arena_free(a);
+	free(v);
+	asp_client_free(c);
+	char rm[4300];
+	snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+	return system(rm) == 0 ? 0 : 1;
+}
