@@ -497,7 +497,8 @@ static void test_hostile_values(void)
 	memset(key, 'k', sizeof key - 1);
 	key[sizeof key - 1] = '\0';
 	char *text = malloc(sizeof key + 64);
-	sprintf(text, "{\"%s\": 1}", key);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+	snprintf(text, sizeof key + 64, "{\"%s\": 1}", key);
 	asp_config *cfg = NULL;
 	asp_error err;
 	CU_ASSERT_EQUAL(parse_len(text, strlen(text), &cfg, &err), ASP_E_INVALID_ARGUMENT);

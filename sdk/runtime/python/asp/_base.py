@@ -11,11 +11,7 @@ from ._errors import AspError
 
 
 def join_path(base, name):
-    """A relative sandbox path joined to the config's cwd (a leading "./" dropped)."""
-    while name.startswith("./"):
-        name = name[2:]
-    if not name:
-        return base
+    """A relative sandbox path joined to the config's cwd, as the C client does it."""
     return base + ("" if base.endswith("/") else "/") + name
 
 
@@ -64,10 +60,10 @@ class Process:
             self._cv.notify_all()
 
     def _detach(self):
+        # lock order: Process._cv, then the connection's lock (never the reverse)
         if self._conn is not None and self.proc is not None:
             conn, self._conn = self._conn, None
-            threading.Thread(target=conn.unsubscribe, args=(self.proc, self),
-                             daemon=True).start()
+            conn.unsubscribe(self.proc, self)
 
     def next_event(self, timeout=None):
         """The next event, or None once the exit has been returned. With a timeout in
@@ -218,7 +214,7 @@ class ClientBase:
                     v = os.fsdecode(v)
                 if v is None and f.name == "cwd" and self.cwd:
                     changes[f.attr] = self.cwd
-                elif isinstance(v, str) and self.cwd and not v.startswith("/"):
+                elif isinstance(v, str) and v and self.cwd and not v.startswith("/"):
                     changes[f.attr] = join_path(self.cwd, v)
             elif f.role == "env" and self.env:
                 merged = dict(self.env)

@@ -10,6 +10,7 @@ import errno as _errno
 import os
 import pwd
 import re
+import stat as _stat
 
 from . import _json
 from ._errors import AspError
@@ -675,6 +676,8 @@ def _describe_condition(cond):
 def _join(d, name):
     while name.startswith("./"):
         name = name[2:]
+    if name == ".":
+        name = ""
     if not name:
         return d
     return d + ("" if d.endswith("/") else "/") + name
@@ -899,7 +902,6 @@ def find(start_dir=None):
                 raise _error("not_found", "ASP_CONFIG names %s, which does not exist; point "
                              "it at a .asp.json or unset it" % env, env)
             raise _os_error(e, "cannot use ASP_CONFIG=%s" % env, env)
-        import stat as _stat
         if _stat.S_ISDIR(st.st_mode):
             raise _error("is_a_directory", "ASP_CONFIG names %s, a directory; point it at a "
                          ".asp.json file" % env, env)
@@ -908,7 +910,6 @@ def find(start_dir=None):
     while len(start) > 1 and start.endswith("/"):
         start = start[:-1]
     d = start
-    import stat as _stat
     while True:
         cand = _join(d, ".asp.json")
         if len(cand.encode("utf-8", "surrogateescape")) >= PATH_MAX:

@@ -7,6 +7,8 @@ parse(data: bytes) -> value (dict in file order, list, str, int, float, bool, No
 raises JsonError(line, column, text) on bad input.
 """
 
+import sys
+
 _EOF = -1
 _ERR = -2
 
@@ -395,7 +397,13 @@ def parse(data):
     lex.scan()
     if lex.token not in (ord("["), ord("{")):
         lex.error("'[' or '{' expected")
-    result = lex.parse_value()
+    # the parser recurses, as jansson's does, up to MAX_DEPTH levels of 2 frames each
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 3 * MAX_DEPTH + 1000))
+    try:
+        result = lex.parse_value()
+    finally:
+        sys.setrecursionlimit(limit)
     lex.scan()
     if lex.token != _T_EOF:
         lex.error("end of file expected")

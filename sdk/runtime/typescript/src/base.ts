@@ -34,10 +34,8 @@ export interface HttpOptions extends ClientOptions {
   ca_file?: string;
 }
 
-/** A relative sandbox path joined to the config's cwd (a leading "./" dropped). */
+/** A relative sandbox path joined to the config's cwd, as the C client does it. */
 export function joinPath(base: string, name: string): string {
-  while (name.startsWith("./")) name = name.slice(2);
-  if (!name) return base;
   return base + (base.endsWith("/") ? "" : "/") + name;
 }
 
@@ -247,7 +245,7 @@ export class ClientBase {
       const v = out[f.name];
       if (f.role === "path") {
         if ((v === undefined || v === null) && f.name === "cwd" && this.cwd) out[f.name] = this.cwd;
-        else if (typeof v === "string" && this.cwd && !v.startsWith("/")) out[f.name] = joinPath(this.cwd, v);
+        else if (typeof v === "string" && v && this.cwd && !v.startsWith("/")) out[f.name] = joinPath(this.cwd, v);
       } else if (f.role === "env" && Object.keys(this.env).length) {
         if (v === undefined || v === null) out[f.name] = { ...this.env };
         else if (typeof v === "object") out[f.name] = { ...this.env, ...(v as Record<string, string>) };

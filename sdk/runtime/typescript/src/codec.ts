@@ -5,7 +5,7 @@
  * for missing optional ones, and name the field that is wrong.
  */
 import { AspError } from "./errors.js";
-import { type WireMap, isMap } from "./wire.js";
+import { type WireMap, isMap, strFromBytes } from "./wire.js";
 
 export type FieldType = "str" | "bin" | "uint" | "int" | "bool" | "strv" | "strmap" | "records";
 
@@ -76,11 +76,17 @@ function isInteger(v: unknown): v is number | bigint {
   return typeof v === "bigint" || (typeof v === "number" && Number.isInteger(v));
 }
 
+/** A str argument: a string, or the raw bytes of a path as a Uint8Array. */
+const toStr = (v: unknown): string | null =>
+  typeof v === "string" ? v : v instanceof Uint8Array ? strFromBytes(v) : null;
+
 function encodeValue(rec: RecordDesc, f: FieldDesc, v: unknown): unknown {
   switch (f.type) {
-    case "str":
-      if (typeof v !== "string") throw bad(rec, f, "", v);
-      return v;
+    case "str": {
+      const s = toStr(v);
+      if (s === null) throw bad(rec, f, "", v);
+      return s;
+    }
     case "bin":
       if (v instanceof Uint8Array) return v;
       if (v instanceof ArrayBuffer) return new Uint8Array(v);
@@ -101,14 +107,18 @@ function encodeValue(rec: RecordDesc, f: FieldDesc, v: unknown): unknown {
       return v;
     case "strv":
       if (!Array.isArray(v)) throw bad(rec, f, "", v);
-      for (const item of v) if (typeof item !== "string") throw bad(rec, f, " item", item);
-      return [...v];
+      return v.map((item) => {
+        const s = toStr(item);
+        if (s === null) throw bad(rec, f, " item", item);
+        return s;
+      });
     case "strmap": {
       if (!isMap(v)) throw bad(rec, f, "", v);
       const out: Record<string, string> = {};
       for (const [k, item] of Object.entries(v)) {
-        if (typeof item !== "string") throw bad(rec, f, " value", item);
-        out[k] = item;
+        const s = toStr(item);
+        if (s === null) throw bad(rec, f, " value", item);
+        out[k] = s;
       }
       return out;
     }
@@ -159,9 +169,13 @@ export function encodeParams(rec: RecordDesc, obj: unknown): WireMap {
   }
 }
 
+/* Received str values arrive as bytes (wire.ts unpack): the table says they are text. */
+const text = (v: unknown): unknown => (v instanceof Uint8Array ? strFromBytes(v) : v);
+
 function decodeValue(rec: RecordDesc, f: FieldDesc, v: unknown): unknown {
   switch (f.type) {
     case "str":
+      v = text(v);
       if (typeof v !== "string") throw bad(rec, f, "", v);
       return v;
     case "bin":
@@ -178,12 +192,21 @@ function decodeValue(rec: RecordDesc, f: FieldDesc, v: unknown): unknown {
       return v;
     case "strv":
       if (!Array.isArray(v)) throw bad(rec, f, "", v);
-      for (const item of v) if (typeof item !== "string") throw bad(rec, f, " item", item);
-      return v;
-    case "strmap":
+      return v.map((item) => {
+        const s = text(item);
+        if (typeof s !== "string") throw bad(rec, f, " item", s);
+        return s;
+      });
+    case "strmap": {
       if (!isMap(v)) throw bad(rec, f, "", v);
-      for (const item of Object.values(v)) if (typeof item !== "string") throw bad(rec, f, " value", item);
-      return v;
+      const out: Record<string, string> = {};
+      for (const [k, item] of Object.entries(v)) {
+        const s = text(item);
+        if (typeof s !== "string") throw bad(rec, f, " value", s);
+        out[k] = s;
+      }
+      return out;
+    }
     case "records":
       if (!Array.isArray(v)) throw bad(rec, f, "", v);
       return v.map((item) => decodeRecordOrThrow(f.record as RecordDesc, item));

@@ -660,6 +660,7 @@ function describeCondition(cond: JsonObject): string {
 
 function join(d: string, name: string): string {
   while (name.startsWith("./")) name = name.slice(2);
+  if (name === ".") name = "";
   if (!name) return d;
   return d + (d.endsWith("/") ? "" : "/") + name;
 }

@@ -61,6 +61,7 @@ export class StdioConn {
   dying = false;
   dead: AspError | null = null;
   private closing = false;
+  private spawned = false;
   private exited: Promise<[number | null, NodeJS.Signals | null]>;
   readonly started: Promise<void>;
 
@@ -68,7 +69,10 @@ export class StdioConn {
     const argv = t.argv;
     this.child = spawn(argv[0], argv.slice(1), { stdio: ["pipe", "pipe", "pipe"] });
     this.started = new Promise((resolve, reject) => {
-      this.child.once("spawn", () => resolve());
+      this.child.once("spawn", () => {
+        this.spawned = true;
+        resolve();
+      });
       this.child.once("error", (e: NodeJS.ErrnoException) => {
         const code = e.code === "ENOENT" ? "not_found" : "transport_error";
         const err = new AspError(code, `cannot start the stdio responder ${argv[0]}: ${e.message}`);
@@ -79,6 +83,8 @@ export class StdioConn {
     this.started.catch(() => undefined);
     this.exited = new Promise((resolve) => this.child.once("close", (code, sig) => resolve([code, sig])));
     this.child.stdout?.on("data", (b: Buffer) => this.onData(b));
+    this.child.stdout?.on("error", () => undefined); // the end is reported by "end"/"close"
+    this.child.stderr?.on("error", () => undefined);
     this.child.stdout?.on("end", () => {
       if (!this.dying) this.die(null);
     });
@@ -244,12 +250,16 @@ export class StdioConn {
 
   async close(timeoutMs = 5000): Promise<void> {
     this.closing = true;
+    if (!this.spawned) {
+      this.die(null); // it never started: nothing to wait for
+      return;
+    }
     this.child.stdin?.end();
-    const timer = new Promise<null>((r) => setTimeout(() => r(null), timeoutMs).unref());
-    const done = await Promise.race([this.exited, timer]);
-    if (!done) {
+    const timer = (ms: number) => new Promise<null>((r) => setTimeout(() => r(null), ms).unref());
+    // On EOF the responder answers what is in flight, ends its processes and exits.
+    if (!(await Promise.race([this.exited, timer(timeoutMs)]))) {
       this.terminate();
-      await this.exited;
+      await Promise.race([this.exited, timer(3000)]);
     }
     this.die(null);
   }

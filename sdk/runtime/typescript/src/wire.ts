@@ -109,15 +109,79 @@ const isU32 = (v: unknown): v is number => isUint(v) && v <= 0xffffffff;
 export const isMap = (v: unknown): v is WireMap =>
   typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof Uint8Array);
 
-/** msgpack -> JavaScript, after the prescan. */
+/*
+ * Paths are str holding raw bytes, not always UTF-8 (DESIGN §2). As Python's
+ * surrogateescape does, a byte that is not part of valid UTF-8 is the lone surrogate
+ * U+DC80..U+DCFF in a JavaScript string, both ways, so every name round-trips.
+ */
+const strict = new TextDecoder("utf-8", { fatal: true });
+const utf8 = new TextEncoder();
+
+/** str bytes -> string; invalid UTF-8 bytes become U+DC80..U+DCFF. */
+export function strFromBytes(b: Uint8Array): string {
+  try {
+    return strict.decode(b);
+  } catch {
+    // fall through to the byte-by-byte path
+  }
+  let out = "";
+  for (let i = 0; i < b.length; ) {
+    const c = b[i];
+    const n = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    let ok = n > 0 && i + n <= b.length;
+    for (let k = 1; ok && k < n; k++) ok = (b[i + k] & 0xc0) === 0x80;
+    if (ok && n > 1) {
+      try {
+        out += strict.decode(b.subarray(i, i + n));
+      } catch {
+        ok = false; // overlong, surrogate or out of range
+      }
+    } else if (ok) {
+      out += String.fromCharCode(c);
+    }
+    if (ok) i += n;
+    else out += String.fromCharCode(0xdc00 + b[i++]);
+  }
+  return out;
+}
+
+/** Whether a string holds escaped raw bytes that UTF-8 cannot carry. */
+function hasRawBytes(s: string): boolean {
+  return /[\udc80-\udcff]/u.test(s);
+}
+
+/** string -> str bytes, U+DC80..U+DCFF back to the raw byte. */
+export function bytesFromStr(s: string): Uint8Array {
+  if (!hasRawBytes(s)) return utf8.encode(s);
+  const out: number[] = [];
+  let run = "";
+  const flush = () => {
+    if (run) for (const x of utf8.encode(run)) out.push(x);
+    run = "";
+  };
+  for (const ch of s) {
+    const cp = ch.codePointAt(0) as number;
+    if (cp >= 0xdc80 && cp <= 0xdcff) {
+      flush();
+      out.push(cp - 0xdc00);
+    } else run += ch;
+  }
+  flush();
+  return new Uint8Array(out);
+}
+
+/** msgpack -> JavaScript, after the prescan. str values stay bytes (Uint8Array): the
+ * field tables say which are text (see strFromBytes); map keys are strings. */
 export function unpack(data: Uint8Array): unknown {
   prescan(data);
   try {
-    return mpDecode(data);
+    return mpDecode(data, { rawStrings: true });
   } catch {
     throw new AspError("protocol_error", "malformed message: msgpack could not decode it");
   }
 }
+
+const text = (v: unknown): unknown => (v instanceof Uint8Array ? strFromBytes(v) : v);
 
 /** One message body -> Message. protocol_error when it is not an ASP message; a request
  * with a good id but a bad method or params throws invalid_argument. */
@@ -126,6 +190,7 @@ export function decodeMessage(data: Uint8Array): Message {
   if (!Array.isArray(o) || o.length < 3 || !isUint(o[0]))
     throw new AspError("protocol_error", "not an ASP message: expected [type, ...] array");
   const t = o[0];
+  if (t === REQUEST || t === NOTIFY) o[t === REQUEST ? 2 : 1] = text(o[t === REQUEST ? 2 : 1]);
   if (t === REQUEST) {
     if (o.length !== 4 || !isU32(o[1]))
       throw new AspError("protocol_error", "malformed request: expected [0, uint32 id, method, params]");
@@ -154,18 +219,73 @@ export function decodeMessage(data: Uint8Array): Message {
 
 /** A response's error map -> AspError, as asp_wire_error_decode reads it. */
 export function errorFromMap(e: WireMap, knownCodes: readonly string[]): AspError {
-  let code = e.code;
+  let code = text(e.code);
   if (typeof code !== "string" || !knownCodes.includes(code)) code = "internal";
-  let msg = typeof e.message === "string" ? e.message.replace(/\0/g, "?") : "";
-  const path = typeof e.path === "string" ? e.path.replace(/\0/g, "?") : undefined;
+  const m = text(e.message), p = text(e.path);
+  let msg = typeof m === "string" ? m.replace(/\0/g, "?") : "";
+  const path = typeof p === "string" ? p.replace(/\0/g, "?") : undefined;
   const errno = typeof e.errno === "number" && Number.isInteger(e.errno) ? e.errno : undefined;
   if (!msg) msg = `${code} (the responder gave no message)`;
   return new AspError(code as string, msg, { errno, path });
 }
 
+const ENCODE = { useBigInt64: true, ignoreUndefined: true } as const;
+
+function strHeader(n: number): number[] {
+  if (n < 32) return [0xa0 | n];
+  if (n < 0x100) return [0xd9, n];
+  if (n < 0x10000) return [0xda, n >> 8, n & 0xff];
+  return [0xdb, (n >>> 24) & 0xff, (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff];
+}
+
+function containerHeader(n: number, fix: number, h16: number, h32: number): number[] {
+  if (n < 16) return [fix | n];
+  if (n < 0x10000) return [h16, n >> 8, n & 0xff];
+  return [h32, (n >>> 24) & 0xff, (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff];
+}
+
+function anyRawBytes(v: unknown): boolean {
+  if (typeof v === "string") return hasRawBytes(v);
+  if (Array.isArray(v)) return v.some(anyRawBytes);
+  if (isMap(v)) return Object.entries(v).some(([k, x]) => hasRawBytes(k) || anyRawBytes(x));
+  return false;
+}
+
+/* msgpack encodes JavaScript strings as UTF-8, which has no room for raw bytes: a value
+ * holding some is composed here, its containers' headers and raw strings written
+ * directly and every other value encoded by msgpack. */
+function compose(v: unknown, out: Uint8Array[]): void {
+  if (typeof v === "string" && hasRawBytes(v)) {
+    const b = bytesFromStr(v);
+    out.push(new Uint8Array(strHeader(b.length)), b);
+  } else if (Array.isArray(v) && anyRawBytes(v)) {
+    out.push(new Uint8Array(containerHeader(v.length, 0x90, 0xdc, 0xdd)));
+    for (const x of v) compose(x, out);
+  } else if (isMap(v) && anyRawBytes(v)) {
+    const entries = Object.entries(v).filter(([, x]) => x !== undefined);
+    out.push(new Uint8Array(containerHeader(entries.length, 0x80, 0xde, 0xdf)));
+    for (const [k, x] of entries) {
+      compose(k, out);
+      compose(x, out);
+    }
+  } else {
+    out.push(mpEncode(v, ENCODE));
+  }
+}
+
 /** A request message body. */
 export function request(id: number, method: string, params: WireMap): Uint8Array {
-  return mpEncode([REQUEST, id, method, params], { useBigInt64: true, ignoreUndefined: true });
+  const msg = [REQUEST, id, method, params];
+  if (!anyRawBytes(params)) return mpEncode(msg, ENCODE);
+  const parts: Uint8Array[] = [];
+  compose(msg, parts);
+  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+  let off = 0;
+  for (const p of parts) {
+    out.set(p, off);
+    off += p.length;
+  }
+  return out;
 }
 
 /** A whole stdio frame: 4-byte big-endian length, then the body. */

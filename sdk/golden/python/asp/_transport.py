@@ -1,0 +1,471 @@
+"""Transports: stdio (a child process speaking framed msgpack on its stdin/stdout, with
+one reader thread matching responses to callers by id) and HTTP (one POST /v1/rpc per
+call). Both are safe to use from many threads at once; stdio pipelines every call over
+one connection."""
+
+import collections
+import http.client
+import os
+import signal as _signal
+import socket
+import ssl
+import subprocess
+import threading
+import urllib.parse
+
+from . import _wire
+from ._errors import AspError
+
+UINT32_MAX = 0xFFFFFFFF
+
+
+def _copy(e):
+    """A fresh AspError per caller, so each gets its own traceback."""
+    return AspError(e.code, e.message, errno=e.errno, path=e.path)
+
+
+class _Slot:
+    __slots__ = ("event", "msg", "error", "on_result")
+
+    def __init__(self, on_result):
+        self.event = threading.Event()
+        self.msg = None
+        self.error = None
+        self.on_result = on_result
+
+
+def _too_large(n, limit):
+    return AspError("too_large", "request of %d bytes is larger than max_message (%d); "
+                    "send the data in smaller pieces" % (n, limit))
+
+
+class _StdioConn:
+    """One running responder process and the reader thread that serves it."""
+
+    def __init__(self, transport):
+        self.t = transport
+        argv = transport.argv
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, close_fds=True)
+        except OSError as e:
+            code = "not_found" if e.errno == 2 else "transport_error"
+            raise AspError(code, "cannot start the stdio responder %s: %s" % (
+                argv[0], e.strerror or e), errno=e.errno) from None
+        self.lock = threading.Lock()
+        self.wlock = threading.Lock()
+        self.pending = {}
+        self.subs = {}  # proc -> [Process]
+        self.next_id = 1
+        self.dead = None  # the AspError every later call gets
+        self.dying = False  # set first; dead follows once the reason is known
+        self.closing = False
+        self.stderr_tail = collections.deque(maxlen=8)
+        self.stderr_done = threading.Event()
+        threading.Thread(target=self._drain_stderr, name="asp-stdio-stderr",
+                         daemon=True).start()
+        self.reader = threading.Thread(target=self._read_loop, name="asp-stdio-reader",
+                                       daemon=True)
+        self.reader.start()
+
+    # ---- ids and pending calls ----
+    def _gone(self):
+        if self.dead is not None:
+            return _copy(self.dead)
+        return AspError("transport_error", "the connection to the stdio responder is ending")
+
+    def add(self, slot):
+        with self.lock:
+            if self.dying:
+                raise self._gone()
+            while self.next_id in self.pending or self.next_id == 0:
+                self.next_id = self.next_id + 1 if self.next_id < UINT32_MAX else 1
+            id_ = self.next_id
+            self.next_id = id_ + 1 if id_ < UINT32_MAX else 1
+            self.pending[id_] = slot
+            return id_
+
+    def forget(self, id_):
+        with self.lock:
+            self.pending.pop(id_, None)
+
+    def send(self, data):
+        try:
+            with self.wlock:
+                self.proc.stdin.write(data)
+                self.proc.stdin.flush()
+        except (OSError, ValueError) as e:
+            self.die(AspError("transport_error", "cannot write to the stdio responder: %s" % (
+                getattr(e, "strerror", None) or e)), kill=True)
+
+    def subscribe(self, proc, p):
+        with self.lock:
+            if self.dying:
+                raise self._gone()
+            self.subs.setdefault(proc, []).append(p)
+
+    def unsubscribe(self, proc, p):
+        with self.lock:
+            lst = self.subs.get(proc)
+            if lst and p in lst:
+                lst.remove(p)
+                if not lst:
+                    del self.subs[proc]
+
+    # ---- the reader ----
+    def _read_exact(self, n):
+        out = self.proc.stdout.read(n) if n else b""
+        if len(out) != n:
+            return None if not out else False
+        return out
+
+    def _read_loop(self):
+        err = None
+        try:
+            while err is None:
+                hdr = self._read_exact(4)
+                if hdr is None:
+                    break
+                if hdr is False:
+                    err = AspError("transport_error", "the stdio responder's output ended "
+                                   "inside a frame header")
+                    break
+                n = int.from_bytes(hdr, "big")
+                limit = self.t.max_message
+                if n > limit:
+                    err = AspError("protocol_error", "the stdio responder sent a message of "
+                                   "%d bytes, more than max_message (%d)" % (n, limit))
+                    break
+                body = self._read_exact(n)
+                if not isinstance(body, bytes):
+                    err = AspError("transport_error", "the stdio responder's output ended "
+                                   "inside a message")
+                    break
+                err = self._handle(body)
+        except (OSError, ValueError) as e:
+            err = AspError("transport_error", "cannot read from the stdio responder: %s" % (
+                getattr(e, "strerror", None) or e))
+        self.die(err, kill=err is not None and err.code == "protocol_error")
+
+    def _handle(self, body):
+        try:
+            msg = _wire.decode(body)
+        except AspError as e:
+            return AspError("protocol_error", "the stdio responder sent a bad message: %s" %
+                            e.message)
+        if msg.type == _wire.RESPONSE:
+            with self.lock:
+                slot = self.pending.pop(msg.id, None)
+            if slot is None:
+                return None  # an answer nobody waits for (the caller gave up): drop it
+            if slot.on_result is not None and msg.error is None:
+                try:
+                    slot.on_result(msg.result, self)
+                except AspError as e:
+                    slot.error = e
+            slot.msg = msg
+            slot.event.set()
+            return None
+        if msg.type == _wire.NOTIFY:
+            return self.t.on_notify(self, msg.method, msg.params)
+        return AspError("protocol_error", "the stdio responder sent a request; a responder "
+                        "only answers")
+
+    def route(self, proc, event):
+        with self.lock:
+            targets = list(self.subs.get(proc, ()))
+        for p in targets:
+            p._push(event)
+
+    def _drain_stderr(self):
+        try:
+            for line in iter(self.proc.stderr.readline, b""):
+                self.stderr_tail.append(line.rstrip(b"\n").decode("utf-8", "replace"))
+        except (OSError, ValueError):
+            pass
+        finally:
+            self.stderr_done.set()
+
+    # ---- the end ----
+    def _explain(self, err):
+        """Adds the responder's exit status and last stderr lines to a transport error."""
+        try:
+            rc = self.proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            rc = None
+        self.stderr_done.wait(0.5)
+        what = err.message
+        if rc is not None and rc < 0:
+            try:
+                name = _signal.Signals(-rc).name
+            except ValueError:
+                name = str(-rc)
+            what += "; the responder was killed by %s" % name
+        elif rc is not None:
+            what += "; the responder exited with status %d" % rc
+        tail = [s for s in self.stderr_tail if s]
+        if tail:
+            what += "; its last stderr lines: " + " | ".join(tail[-3:])
+        return AspError(err.code, what)
+
+    def die(self, err, kill=False):
+        with self.lock:
+            if self.dying:
+                return
+            self.dying = True
+            closing = self.closing
+        if kill:
+            self._terminate()
+        if err is None:
+            err = AspError("transport_error", "the client was closed" if closing else
+                           "the stdio responder closed the connection")
+            if not closing:
+                err = self._explain(err)
+        elif err.code == "transport_error" and not closing:
+            err = self._explain(err)
+        with self.lock:
+            self.dead = err
+            pending, self.pending = self.pending, {}
+            subs, self.subs = self.subs, {}
+        for slot in pending.values():
+            slot.error = err
+            slot.event.set()
+        for lst in subs.values():
+            for p in lst:
+                p._fail(err)
+        try:
+            self.proc.stdin.close()
+        except (OSError, ValueError):
+            pass
+
+    def _terminate(self):
+        if self.proc.poll() is None:
+            try:
+                self.proc.terminate()
+                self.proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            except OSError:
+                pass
+
+    def close(self, timeout=5.0):
+        with self.lock:
+            self.closing = True
+        try:
+            with self.wlock:
+                self.proc.stdin.close()
+        except (OSError, ValueError):
+            pass
+        # On EOF the responder answers what is in flight, ends its processes, exits 0.
+        self.reader.join(timeout)
+        if self.reader.is_alive():
+            self._terminate()
+            self.reader.join(2.0)
+        self._terminate()
+        for f in (self.proc.stdout, self.proc.stderr):
+            try:
+                f.close()
+            except (OSError, ValueError):
+                pass
+
+
+class StdioTransport:
+    """Speaks the RPC over a child's stdin/stdout. A dead responder fails every pending
+    call with transport_error; the next call starts a new one."""
+
+    carries_notifications = True
+
+    def __init__(self, argv, max_message, on_notify):
+        if isinstance(argv, (str, bytes)) or not argv:
+            raise AspError("invalid_argument", "stdio needs an argv list, such as "
+                           "['asp-agent', '--stdio']")
+        self.argv = [os.fsdecode(a) if isinstance(a, bytes) else str(a) for a in argv]
+        self.max_message = max_message
+        self.on_notify = on_notify
+        self._lock = threading.Lock()
+        self._conn = None
+        self._closed = False
+        self.describe = "stdio %s" % " ".join(self.argv)
+
+    def connection(self):
+        with self._lock:
+            if self._closed:
+                raise AspError("transport_error", "the client was closed")
+            c = self._conn
+            if c is None or c.dying:
+                c = self._conn = _StdioConn(self)
+            return c
+
+    def call(self, method, params, on_result=None, before_send=None):
+        conn = self.connection()
+        slot = _Slot(on_result)
+        id_ = conn.add(slot)
+        data = _wire.request(id_, method, params)
+        if len(data) > self.max_message:
+            conn.forget(id_)
+            raise _too_large(len(data), self.max_message)
+        if before_send is not None:
+            try:
+                before_send(conn)
+            except BaseException:
+                conn.forget(id_)
+                raise
+        conn.send(_wire.frame(data))
+        slot.event.wait()
+        if slot.error is not None:
+            raise _copy(slot.error)
+        return slot.msg
+
+    def close(self):
+        with self._lock:
+            self._closed = True
+            c, self._conn = self._conn, None
+        if c is not None:
+            c.close()
+
+
+class _HTTPConnection(http.client.HTTPConnection):
+    """http.client writes a request's headers and body apart: without TCP_NODELAY, Nagle
+    and delayed ACKs add ~40 ms to every call."""
+
+    def connect(self):
+        super().connect()
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class _HTTPSConnection(http.client.HTTPSConnection):
+    def connect(self):
+        super().connect()
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class HttpTransport:
+    """POST /v1/rpc, one request per call, one kept-alive connection per thread."""
+
+    carries_notifications = False
+
+    def __init__(self, url, token, max_message, ca_file=None):
+        u = urllib.parse.urlsplit(url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise AspError("invalid_argument", "http needs a URL like http://127.0.0.1:8722, "
+                           "got %r" % url)
+        self.url = url
+        self.scheme = u.scheme
+        self.host = u.hostname
+        self.port = u.port or (443 if u.scheme == "https" else 80)
+        self.path = u.path.rstrip("/") + "/v1/rpc"
+        self.token = token
+        self.max_message = max_message
+        self.ctx = None
+        if u.scheme == "https":
+            self.ctx = ssl.create_default_context(cafile=ca_file)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._next_id = 0
+        self._conns = []
+        self._closed = False
+        self.describe = url
+
+    def _new_conn(self):
+        if self.scheme == "https":
+            c = _HTTPSConnection(self.host, self.port, context=self.ctx)
+        else:
+            c = _HTTPConnection(self.host, self.port)
+        with self._lock:
+            self._conns.append(c)
+        return c
+
+    def _post(self, body):
+        headers = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
+        if self.token:
+            headers["Authorization"] = "Bearer " + self.token
+        conn = getattr(self._local, "conn", None)
+        for attempt in (0, 1):
+            reused = conn is not None
+            if conn is None:
+                conn = self._local.conn = self._new_conn()
+            try:
+                conn.request("POST", self.path, body=body, headers=headers)
+                resp = conn.getresponse()
+            except (http.client.RemoteDisconnected, BrokenPipeError,
+                    ConnectionResetError) as e:
+                conn.close()
+                conn = self._local.conn = None
+                if reused and attempt == 0:
+                    continue  # a kept-alive connection the server had closed: once more
+                raise AspError("transport_error", "cannot reach %s: %s" % (
+                    self.url, e.strerror or e)) from None
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                self._local.conn = None
+                raise AspError("transport_error", "cannot reach %s: %s" % (
+                    self.url, getattr(e, "strerror", None) or e)) from None
+            try:
+                length = resp.getheader("Content-Length")
+                if length is not None and length.isdigit() and int(length) > self.max_message:
+                    raise AspError("protocol_error", "the server at %s sent %s bytes, more "
+                                   "than max_message (%d)" % (self.url, length,
+                                                              self.max_message))
+                data = resp.read(self.max_message + 1)
+                if len(data) > self.max_message:
+                    raise AspError("protocol_error", "the server at %s sent more than "
+                                   "max_message (%d) bytes" % (self.url, self.max_message))
+                if resp.will_close or not resp.isclosed():
+                    conn.close()
+                    self._local.conn = None
+            except AspError:
+                conn.close()
+                self._local.conn = None
+                raise
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                self._local.conn = None
+                raise AspError("transport_error", "cannot read the answer of %s: %s" % (
+                    self.url, getattr(e, "strerror", None) or e)) from None
+            return resp.status, data
+        raise AssertionError("not reached")
+
+    def call(self, method, params, on_result=None, before_send=None):
+        if self._closed:
+            raise AspError("transport_error", "the client was closed")
+        with self._lock:
+            self._next_id = self._next_id + 1 if self._next_id < UINT32_MAX else 1
+            id_ = self._next_id
+        body = _wire.request(id_, method, params)
+        if len(body) > self.max_message:
+            raise _too_large(len(body), self.max_message)
+        status, data = self._post(body)
+        if status == 401:
+            raise AspError("unauthorized", "%s refused the request (HTTP 401): the token is "
+                           "missing or wrong; set the one asp-agent --listen was given "
+                           "(http.token_env or http.token_file)" % self.url)
+        if status == 413:
+            raise AspError("too_large", "%s refused the request as too large (HTTP 413)" %
+                           self.url)
+        if status == 400:
+            raise AspError("protocol_error", "%s could not decode the request (HTTP 400)" %
+                           self.url)
+        if status != 200:
+            raise AspError("transport_error", "%s answered HTTP %d; is it asp-agent "
+                           "--listen?" % (self.url, status))
+        try:
+            msg = _wire.decode(data)
+        except AspError as e:
+            raise AspError("protocol_error", "%s sent a bad message: %s" % (
+                self.url, e.message)) from None
+        if msg.type != _wire.RESPONSE or msg.id != id_:
+            raise AspError("protocol_error", "%s did not answer request %d with its "
+                           "response" % (self.url, id_))
+        if on_result is not None and msg.error is None:
+            on_result(msg.result, None)
+        return msg
+
+    def close(self):
+        self._closed = True
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for c in conns:
+            try:
+                c.close()
+            except OSError:
+                pass

@@ -1,0 +1,329 @@
+/**
+ * The client machinery under the generated Client: transports, the config's defaults
+ * (cwd, env, timeout), and Process, the async iterator a spawn returns.
+ */
+import { type OpDesc, type RecordDesc, decodeRecord, encodeParams } from "./codec.js";
+import { type Config, loadConfig, readSecret } from "./config.js";
+import { AspError, copyError } from "./errors.js";
+import { HttpTransport, type StdioConn, StdioTransport, type Subscriber, type Transport } from "./transport.js";
+import { type Message, type WireMap, errorFromMap } from "./wire.js";
+
+/** What the generated spec.ts gives the runtime. */
+export interface SpecTables {
+  PROTOCOL: number;
+  MAX_MESSAGE: number;
+  ERROR_CODES: readonly string[];
+  OPS: Record<string, OpDesc>;
+  NOTES: Record<string, RecordDesc>;
+  STREAM_END: string;
+  CONFIG_SCHEMA: string;
+}
+
+/** Defaults applied to every call, as a config's are. */
+export interface ClientOptions {
+  /** Relative paths (and an absent or relative cwd) join this sandbox folder. */
+  cwd?: string;
+  /** Added to every exec and spawn env (the call's own entries win). */
+  env?: Record<string, string>;
+  /** Used when a call gives no timeout_ms (or 0). */
+  timeout_ms?: number;
+}
+
+export interface HttpOptions extends ClientOptions {
+  /** PEM file of CA certificates for an https URL. */
+  ca_file?: string;
+}
+
+/** A relative sandbox path joined to the config's cwd, as the C client does it. */
+export function joinPath(base: string, name: string): string {
+  return base + (base.endsWith("/") ? "" : "/") + name;
+}
+
+/**
+ * A process started by Client.spawn (or followed by Client.proc_attach). Iterate it
+ * (`for await`) for its output chunks in order, then its exit event; a transport that
+ * dies meanwhile throws AspError (transport_error) from the iterator.
+ */
+export class Process<E extends { proc?: number } = Record<string, unknown>>
+  implements AsyncIterableIterator<E>, Subscriber
+{
+  /** The process handle. */
+  proc = -1;
+  /** The op's result (spawn: { proc }). */
+  result: unknown = undefined;
+  /** The exit event, once it came. */
+  exit: E | undefined = undefined;
+  /** @internal */ conn: StdioConn | null = null;
+  private readonly queue: E[] = [];
+  private waiters: Array<() => void> = [];
+  private ended = false;
+  private error: AspError | null = null;
+
+  constructor(
+    private readonly client: ClientBase,
+    private readonly endEvent: string,
+  ) {}
+
+  /** @internal */
+  push(event: Record<string, unknown>): void {
+    if (this.ended) return;
+    this.queue.push(event as E);
+    if ((event as { event?: string }).event === this.endEvent) {
+      this.exit = event as E;
+      this.ended = true;
+      this.detach();
+    }
+    this.wake();
+  }
+
+  /** @internal */
+  fail(err: AspError): void {
+    if (!this.ended) {
+      this.error = err;
+      this.ended = true;
+    }
+    this.wake();
+  }
+
+  private wake(): void {
+    const w = this.waiters;
+    this.waiters = [];
+    for (const f of w) f();
+  }
+
+  private detach(): void {
+    if (this.conn && this.proc >= 0) this.conn.unsubscribe(this.proc, this);
+    this.conn = null;
+  }
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+
+  async next(): Promise<IteratorResult<E, undefined>> {
+    while (!this.queue.length && !this.ended) await new Promise<void>((r) => this.waiters.push(r));
+    if (this.queue.length) return { value: this.queue.shift() as E, done: false };
+    if (this.error) throw copyError(this.error);
+    return { value: undefined, done: true };
+  }
+
+  async return(): Promise<IteratorResult<E, undefined>> {
+    this.close();
+    return { value: undefined, done: true };
+  }
+
+  /** Reads to the end: stdout and stderr bytes and the exit event. */
+  async collect(): Promise<{ stdout: Uint8Array; stderr: Uint8Array; exit: E | undefined }> {
+    const out: Uint8Array[] = [];
+    const err: Uint8Array[] = [];
+    for await (const ev of this) {
+      const o = ev as { stream?: string; data?: Uint8Array };
+      if (o.stream === "stdout" && o.data) out.push(o.data);
+      else if (o.stream === "stderr" && o.data) err.push(o.data);
+    }
+    return { stdout: Buffer.concat(out), stderr: Buffer.concat(err), exit: this.exit };
+  }
+
+  /** Writes to the process's stdin (proc_write); eof closes it. */
+  write(data: Uint8Array | string = new Uint8Array(0), eof = false): Promise<unknown> {
+    return this.client._call("proc_write", { proc: this.proc, data, eof });
+  }
+
+  /** Signals the process group (proc_signal). */
+  signal(signal = "TERM"): Promise<unknown> {
+    return this.client._call("proc_signal", { proc: this.proc, signal });
+  }
+
+  /** Waits for the exit on the responder (proc_wait). */
+  wait(timeout_ms = 0): Promise<unknown> {
+    return this.client._call("proc_wait", { proc: this.proc, timeout_ms });
+  }
+
+  /** Stops following the process here; it keeps running in the sandbox. */
+  close(): void {
+    this.ended = true;
+    this.detach();
+    this.wake();
+  }
+}
+
+type Ctor<T> = new (transport: Transport, options?: ClientOptions, config?: Config) => T;
+
+/** Shared by every generated Client: see Client for the methods. */
+export class ClientBase {
+  /** Set by the generated subclass. */
+  static spec: SpecTables;
+  static readonly SDK_NAME: string = "TypeScript";
+
+  readonly cwd?: string;
+  readonly env: Record<string, string>;
+  readonly timeout_ms: number;
+
+  constructor(
+    protected readonly transport: Transport,
+    options: ClientOptions = {},
+    /** The config the client came from, when it came from one. */
+    readonly config?: Config,
+  ) {
+    this.cwd = options.cwd;
+    this.env = { ...(options.env ?? {}) };
+    this.timeout_ms = options.timeout_ms ?? 0;
+  }
+
+  protected get spec(): SpecTables {
+    return (this.constructor as typeof ClientBase).spec;
+  }
+
+  /** A client speaking to `argv` (e.g. ["asp-agent", "--stdio"]) over its stdin/stdout. */
+  static async stdio<T extends ClientBase>(this: Ctor<T> & typeof ClientBase, argv: string[], options?: ClientOptions): Promise<T> {
+    let self: T | undefined;
+    const t = new StdioTransport(argv, this.spec.MAX_MESSAGE, (conn, method, params) =>
+      (self as ClientBase).onNotify(conn, method, params),
+    );
+    self = new this(t, options);
+    await t.connection(); // start it now, so a bad argv fails here
+    return self;
+  }
+
+  /** A client calling POST URL/v1/rpc of asp-agent --listen; HTTP carries no
+   * notifications, so spawn and proc_attach need stdio. */
+  static http<T extends ClientBase>(this: Ctor<T> & typeof ClientBase, url: string, token?: string, options?: HttpOptions): T {
+    const t = new HttpTransport(url, token, this.spec.MAX_MESSAGE, options?.ca_file);
+    return new this(t, options);
+  }
+
+  /** A client for the sandbox .asp.json names: the file at `path`, else $ASP_CONFIG,
+   * else .asp.json in the working directory or a parent. */
+  static async fromConfig<T extends ClientBase>(this: Ctor<T> & typeof ClientBase, path?: string): Promise<T> {
+    const cfg = loadConfig(path, this.spec.CONFIG_SCHEMA);
+    const options: HttpOptions = { cwd: cfg.cwd, env: Object.fromEntries(cfg.env), timeout_ms: cfg.timeout_ms };
+    if (cfg.transport === "stdio") {
+      let self: T | undefined;
+      const t = new StdioTransport(cfg.stdio.command as string[], this.spec.MAX_MESSAGE, (conn, method, params) =>
+        (self as ClientBase).onNotify(conn, method, params),
+      );
+      self = new this(t, options, cfg);
+      await t.connection();
+      return self;
+    }
+    if (cfg.transport === "http") {
+      const token = readSecret(cfg.http.token_env, cfg.http.token_file);
+      const t = new HttpTransport(cfg.http.url as string, token, this.spec.MAX_MESSAGE, cfg.http.ca_file);
+      return new this(t, options, cfg);
+    }
+    throw new AspError(
+      "unsupported",
+      `${cfg.path}: the ${this.SDK_NAME} SDK cannot serve transport ${cfg.transport}; use the asp CLI or the C library`,
+      { path: cfg.path },
+    );
+  }
+
+  /** Finds and validates a config without connecting. */
+  static loadConfig(path?: string): Config {
+    return loadConfig(path, this.spec.CONFIG_SCHEMA);
+  }
+
+  /** Closes the connection: a stdio responder gets EOF, answers what is in flight and
+   * exits. Calls after close throw transport_error. */
+  async close(): Promise<void> {
+    await this.transport.close();
+  }
+
+  /** "stdio ARGV..." or the HTTP URL. */
+  get transportName(): string {
+    return this.transport.describe;
+  }
+
+  get maxMessage(): number {
+    return this.transport.maxMessage;
+  }
+
+  /** The config's defaults: relative paths join cwd, env merges, timeout fills. */
+  private apply(op: OpDesc, params: Record<string, unknown>): Record<string, unknown> {
+    const out: Record<string, unknown> = { ...params };
+    for (const f of op.params.fields) {
+      const v = out[f.name];
+      if (f.role === "path") {
+        if ((v === undefined || v === null) && f.name === "cwd" && this.cwd) out[f.name] = this.cwd;
+        else if (typeof v === "string" && v && this.cwd && !v.startsWith("/")) out[f.name] = joinPath(this.cwd, v);
+      } else if (f.role === "env" && Object.keys(this.env).length) {
+        if (v === undefined || v === null) out[f.name] = { ...this.env };
+        else if (typeof v === "object") out[f.name] = { ...this.env, ...(v as Record<string, string>) };
+      } else if (f.role === "timeout" && this.timeout_ms && !v) {
+        out[f.name] = this.timeout_ms;
+      }
+    }
+    return out;
+  }
+
+  private result(op: OpDesc, msg: Message): Record<string, unknown> {
+    if (msg.error) throw errorFromMap(msg.error, this.spec.ERROR_CODES);
+    return decodeRecord(op.result, msg.result);
+  }
+
+  /** @internal One call: params -> wire -> response -> result object. */
+  async _call(name: string, params: unknown): Promise<unknown> {
+    const op = this.spec.OPS[name];
+    const wire = encodeParams(op.params, this.apply(op, (params ?? {}) as Record<string, unknown>));
+    const msg = await this.transport.call(op.name, wire);
+    const result = this.result(op, msg);
+    if (name === "hello" && typeof result.max_message === "number" && result.max_message > 0)
+      this.transport.maxMessage = result.max_message;
+    return result;
+  }
+
+  /** @internal An op whose process is followed by notifications: spawn (the handle
+   * comes in the result) or proc_attach (the handle is in the params). */
+  async _stream<E extends { proc?: number }>(name: string, params: unknown, procFrom: "result" | "params"): Promise<Process<E>> {
+    const op = this.spec.OPS[name];
+    if (!this.transport.carriesNotifications)
+      throw new AspError(
+        "unsupported",
+        `${name} needs a transport that carries notifications (stdio); ${this.transport.describe} does not: run the process with exec, or connect over stdio`,
+      );
+    const wire = encodeParams(op.params, this.apply(op, (params ?? {}) as Record<string, unknown>));
+    const p = new Process<E>(this, this.spec.STREAM_END);
+    const hooks =
+      procFrom === "result"
+        ? {
+            onResult: (result: WireMap, conn: StdioConn | null) => {
+              const proc = result?.proc;
+              if (conn && typeof proc === "number" && Number.isInteger(proc) && proc >= 0) {
+                p.proc = proc;
+                p.conn = conn;
+                conn.subscribe(proc, p);
+              }
+            },
+          }
+        : {
+            beforeSend: (conn: StdioConn) => {
+              p.proc = Number(wire.proc);
+              p.conn = conn;
+              conn.subscribe(p.proc, p);
+            },
+          };
+    try {
+      const msg = await this.transport.call(op.name, wire, hooks);
+      p.result = this.result(op, msg);
+    } catch (e) {
+      p.close();
+      throw e;
+    }
+    return p;
+  }
+
+  /** @internal */
+  onNotify(conn: StdioConn, method: string, params: WireMap): AspError | null {
+    const desc = this.spec.NOTES[method];
+    if (!desc) return null; // a notification this SDK does not know: ignore it
+    let ev: Record<string, unknown>;
+    try {
+      ev = decodeRecord(desc, params);
+    } catch (e) {
+      return new AspError("protocol_error", `the responder sent a bad ${method} notification: ${(e as Error).message}`);
+    }
+    ev.event = method;
+    conn.route(typeof ev.proc === "number" ? ev.proc : undefined, ev);
+    return null;
+  }
+}

@@ -1,0 +1,438 @@
+/**
+ * Transports: stdio (a child process speaking framed msgpack on its stdin/stdout; calls
+ * are pipelined and matched to their responses by id) and HTTP (one POST /v1/rpc per
+ * call, with Node's fetch).
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import * as fs from "node:fs";
+import * as https from "node:https";
+
+import { AspError, copyError } from "./errors.js";
+import { type Message, NOTIFY, RESPONSE, type WireMap, decodeMessage, frame, request } from "./wire.js";
+
+const UINT32_MAX = 0xffffffff;
+
+/** Receives a connection's process notifications (Process in base.ts). */
+export interface Subscriber {
+  push(event: Record<string, unknown>): void;
+  fail(err: AspError): void;
+}
+
+export interface Hooks {
+  /** Runs when the response is a result, before any later message is read. */
+  onResult?: (result: WireMap, conn: StdioConn | null) => void;
+  /** Runs after the id is assigned and before the request is written. */
+  beforeSend?: (conn: StdioConn) => void;
+}
+
+export interface Transport {
+  readonly carriesNotifications: boolean;
+  readonly describe: string;
+  maxMessage: number;
+  call(method: string, params: WireMap, hooks?: Hooks): Promise<Message>;
+  close(): Promise<void>;
+}
+
+export type NotifyHandler = (conn: StdioConn, method: string, params: WireMap) => AspError | null;
+
+function tooLarge(n: number, limit: number): AspError {
+  return new AspError(
+    "too_large",
+    `request of ${n} bytes is larger than max_message (${limit}); send the data in smaller pieces`,
+  );
+}
+
+interface Pending {
+  resolve(m: Message): void;
+  reject(e: AspError): void;
+  hooks?: Hooks;
+}
+
+/** One running responder process and the reader that serves it. */
+export class StdioConn {
+  private readonly child: ChildProcess;
+  private readonly pending = new Map<number, Pending>();
+  private readonly subs = new Map<number, Set<Subscriber>>();
+  private nextId = 1;
+  private chunks: Buffer[] = [];
+  private buffered = 0;
+  private stderrTail: string[] = [];
+  private stderrPartial = "";
+  dying = false;
+  dead: AspError | null = null;
+  private closing = false;
+  private spawned = false;
+  private exited: Promise<[number | null, NodeJS.Signals | null]>;
+  readonly started: Promise<void>;
+
+  constructor(private readonly t: StdioTransport) {
+    const argv = t.argv;
+    this.child = spawn(argv[0], argv.slice(1), { stdio: ["pipe", "pipe", "pipe"] });
+    this.started = new Promise((resolve, reject) => {
+      this.child.once("spawn", () => {
+        this.spawned = true;
+        resolve();
+      });
+      this.child.once("error", (e: NodeJS.ErrnoException) => {
+        const code = e.code === "ENOENT" ? "not_found" : "transport_error";
+        const err = new AspError(code, `cannot start the stdio responder ${argv[0]}: ${e.message}`);
+        reject(err);
+        this.die(err);
+      });
+    });
+    this.started.catch(() => undefined);
+    this.exited = new Promise((resolve) => this.child.once("close", (code, sig) => resolve([code, sig])));
+    this.child.stdout?.on("data", (b: Buffer) => this.onData(b));
+    this.child.stdout?.on("error", () => undefined); // the end is reported by "end"/"close"
+    this.child.stderr?.on("error", () => undefined);
+    this.child.stdout?.on("end", () => {
+      if (!this.dying) this.die(null);
+    });
+    this.child.stdin?.on("error", (e: Error) => {
+      this.die(new AspError("transport_error", `cannot write to the stdio responder: ${e.message}`), true);
+    });
+    this.child.stderr?.setEncoding("utf8");
+    this.child.stderr?.on("data", (s: string) => {
+      const lines = (this.stderrPartial + s).split("\n");
+      this.stderrPartial = lines.pop() ?? "";
+      for (const l of lines) if (l) this.stderrTail.push(l);
+      if (this.stderrTail.length > 8) this.stderrTail.splice(0, this.stderrTail.length - 8);
+    });
+  }
+
+  add(p: Pending): number {
+    if (this.dying) throw this.gone();
+    while (this.pending.has(this.nextId) || this.nextId === 0)
+      this.nextId = this.nextId < UINT32_MAX ? this.nextId + 1 : 1;
+    const id = this.nextId;
+    this.nextId = id < UINT32_MAX ? id + 1 : 1;
+    this.pending.set(id, p);
+    return id;
+  }
+
+  forget(id: number): void {
+    this.pending.delete(id);
+  }
+
+  send(data: Uint8Array): void {
+    this.child.stdin?.write(data);
+  }
+
+  subscribe(proc: number, s: Subscriber): void {
+    if (this.dying) throw this.gone();
+    let set = this.subs.get(proc);
+    if (!set) this.subs.set(proc, (set = new Set()));
+    set.add(s);
+  }
+
+  unsubscribe(proc: number, s: Subscriber): void {
+    const set = this.subs.get(proc);
+    if (set) {
+      set.delete(s);
+      if (!set.size) this.subs.delete(proc);
+    }
+  }
+
+  route(proc: number | undefined, event: Record<string, unknown>): void {
+    if (proc === undefined) return;
+    for (const s of [...(this.subs.get(proc) ?? [])]) s.push(event);
+  }
+
+  private gone(): AspError {
+    return this.dead ? copyError(this.dead) : new AspError("transport_error", "the connection to the stdio responder is ending");
+  }
+
+  private onData(b: Buffer): void {
+    if (this.dying) return;
+    this.chunks.push(b);
+    this.buffered += b.length;
+    while (this.buffered >= 4 && !this.dying) {
+      let head = this.chunks[0];
+      if (head.length < 4) {
+        head = Buffer.concat(this.chunks);
+        this.chunks = [head];
+      }
+      const n = head.readUInt32BE(0);
+      if (n > this.t.maxMessage) {
+        this.die(new AspError("protocol_error", `the stdio responder sent a message of ${n} bytes, more than max_message (${this.t.maxMessage})`), true);
+        return;
+      }
+      if (this.buffered < 4 + n) return;
+      const all = this.chunks.length === 1 ? head : Buffer.concat(this.chunks);
+      const body = new Uint8Array(n);
+      body.set(all.subarray(4, 4 + n));
+      const rest = all.subarray(4 + n);
+      this.chunks = rest.length ? [rest] : [];
+      this.buffered = rest.length;
+      const err = this.handle(body);
+      if (err) {
+        this.die(err, err.code === "protocol_error");
+        return;
+      }
+    }
+  }
+
+  private handle(body: Uint8Array): AspError | null {
+    let msg: Message;
+    try {
+      msg = decodeMessage(body);
+    } catch (e) {
+      return new AspError("protocol_error", `the stdio responder sent a bad message: ${(e as Error).message}`);
+    }
+    if (msg.type === RESPONSE) {
+      const p = this.pending.get(msg.id as number);
+      if (!p) return null; // an answer nobody waits for: drop it
+      this.pending.delete(msg.id as number);
+      if (p.hooks?.onResult && !msg.error) {
+        try {
+          p.hooks.onResult(msg.result as WireMap, this);
+        } catch (e) {
+          p.reject(e instanceof AspError ? e : new AspError("internal", String(e)));
+          return null;
+        }
+      }
+      p.resolve(msg);
+      return null;
+    }
+    if (msg.type === NOTIFY) return this.t.onNotify(this, msg.method as string, msg.params as WireMap);
+    return new AspError("protocol_error", "the stdio responder sent a request; a responder only answers");
+  }
+
+  private async explain(err: AspError): Promise<AspError> {
+    const timer = new Promise<null>((r) => setTimeout(() => r(null), 1000).unref());
+    const status = await Promise.race([this.exited, timer]);
+    let what = err.message;
+    if (status) {
+      const [code, sig] = status;
+      if (sig) what += `; the responder was killed by ${sig.replace(/^SIG/, "")}`;
+      else if (code !== null) what += `; the responder exited with status ${code}`;
+    }
+    if (this.stderrPartial) this.stderrTail.push(this.stderrPartial);
+    const tail = this.stderrTail.filter((s) => s);
+    if (tail.length) what += `; its last stderr lines: ${tail.slice(-3).join(" | ")}`;
+    return new AspError(err.code, what);
+  }
+
+  die(err: AspError | null, kill = false): void {
+    if (this.dying) return;
+    this.dying = true;
+    void this.finish(err, kill);
+  }
+
+  private async finish(err: AspError | null, kill: boolean): Promise<void> {
+    const closing = this.closing;
+    if (kill) this.terminate();
+    if (!err) {
+      err = new AspError("transport_error", closing ? "the client was closed" : "the stdio responder closed the connection");
+      if (!closing) err = await this.explain(err);
+    } else if (err.code === "transport_error" && !closing && !err.message.startsWith("cannot start")) {
+      err = await this.explain(err);
+    }
+    this.dead = err;
+    const pending = [...this.pending.values()];
+    this.pending.clear();
+    const subs = [...this.subs.values()];
+    this.subs.clear();
+    for (const p of pending) p.reject(copyError(err));
+    for (const set of subs) for (const s of set) s.fail(err);
+    this.child.stdin?.destroy();
+  }
+
+  private terminate(): void {
+    if (this.child.exitCode === null && this.child.signalCode === null) {
+      this.child.kill("SIGTERM");
+      const t = setTimeout(() => {
+        if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill("SIGKILL");
+      }, 2000);
+      t.unref();
+    }
+  }
+
+  async close(timeoutMs = 5000): Promise<void> {
+    this.closing = true;
+    if (!this.spawned) {
+      this.die(null); // it never started: nothing to wait for
+      return;
+    }
+    this.child.stdin?.end();
+    const timer = (ms: number) => new Promise<null>((r) => setTimeout(() => r(null), ms).unref());
+    // On EOF the responder answers what is in flight, ends its processes and exits.
+    if (!(await Promise.race([this.exited, timer(timeoutMs)]))) {
+      this.terminate();
+      await Promise.race([this.exited, timer(3000)]);
+    }
+    this.die(null);
+  }
+}
+
+/** Speaks the RPC over a child's stdin/stdout. A dead responder fails every pending call
+ * with transport_error; the next call starts a new one. */
+export class StdioTransport implements Transport {
+  readonly carriesNotifications = true;
+  readonly argv: string[];
+  readonly describe: string;
+  private conn: StdioConn | null = null;
+  private closed = false;
+
+  constructor(
+    argv: string[],
+    public maxMessage: number,
+    readonly onNotify: NotifyHandler,
+  ) {
+    if (!Array.isArray(argv) || argv.length === 0 || !argv.every((a) => typeof a === "string"))
+      throw new AspError("invalid_argument", "stdio needs an argv array, such as ['asp-agent', '--stdio']");
+    this.argv = [...argv];
+    this.describe = `stdio ${this.argv.join(" ")}`;
+  }
+
+  async connection(): Promise<StdioConn> {
+    if (this.closed) throw new AspError("transport_error", "the client was closed");
+    if (!this.conn || this.conn.dying) this.conn = new StdioConn(this);
+    const c = this.conn;
+    await c.started;
+    return c;
+  }
+
+  async call(method: string, params: WireMap, hooks?: Hooks): Promise<Message> {
+    const conn = await this.connection();
+    return new Promise<Message>((resolve, reject) => {
+      let id: number;
+      try {
+        id = conn.add({ resolve, reject, hooks });
+      } catch (e) {
+        reject(e);
+        return;
+      }
+      const body = request(id, method, params);
+      if (body.length > this.maxMessage) {
+        conn.forget(id);
+        reject(tooLarge(body.length, this.maxMessage));
+        return;
+      }
+      try {
+        hooks?.beforeSend?.(conn);
+      } catch (e) {
+        conn.forget(id);
+        reject(e);
+        return;
+      }
+      conn.send(frame(body));
+    });
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    const c = this.conn;
+    this.conn = null;
+    if (c) await c.close();
+  }
+}
+
+/** POST /v1/rpc of asp-agent --listen, one request per call. */
+export class HttpTransport implements Transport {
+  readonly carriesNotifications = false;
+  readonly describe: string;
+  private readonly rpcUrl: URL;
+  private nextId = 0;
+  private closed = false;
+  private readonly ca?: Buffer;
+
+  constructor(
+    readonly url: string,
+    private readonly token: string | undefined,
+    public maxMessage: number,
+    caFile?: string,
+  ) {
+    let u: URL;
+    try {
+      u = new URL(url);
+    } catch {
+      throw new AspError("invalid_argument", `http needs a URL like http://127.0.0.1:8722, got ${JSON.stringify(url)}`);
+    }
+    if (u.protocol !== "http:" && u.protocol !== "https:")
+      throw new AspError("invalid_argument", `http needs a URL like http://127.0.0.1:8722, got ${JSON.stringify(url)}`);
+    u.pathname = u.pathname.replace(/\/+$/, "") + "/v1/rpc";
+    this.rpcUrl = u;
+    this.describe = url;
+    if (caFile) this.ca = fs.readFileSync(caFile);
+  }
+
+  private async post(body: Uint8Array, headers: Record<string, string>): Promise<[number, Uint8Array]> {
+    if (this.ca) return this.postWithCa(body, headers);
+    let res: Response;
+    try {
+      res = await fetch(this.rpcUrl, { method: "POST", body, headers });
+    } catch (e) {
+      const cause = (e as { cause?: Error }).cause;
+      throw new AspError("transport_error", `cannot reach ${this.url}: ${cause?.message ?? (e as Error).message}`);
+    }
+    const len = res.headers.get("content-length");
+    if (len !== null && Number(len) > this.maxMessage) {
+      await res.body?.cancel();
+      throw new AspError("protocol_error", `the server at ${this.url} sent ${len} bytes, more than max_message (${this.maxMessage})`);
+    }
+    let data: Uint8Array;
+    try {
+      data = new Uint8Array(await res.arrayBuffer());
+    } catch (e) {
+      throw new AspError("transport_error", `cannot read the answer of ${this.url}: ${(e as Error).message}`);
+    }
+    if (data.length > this.maxMessage)
+      throw new AspError("protocol_error", `the server at ${this.url} sent more than max_message (${this.maxMessage}) bytes`);
+    return [res.status, data];
+  }
+
+  /** https with the config's ca_file: fetch cannot take a CA, node:https can. */
+  private postWithCa(body: Uint8Array, headers: Record<string, string>): Promise<[number, Uint8Array]> {
+    return new Promise((resolve, reject) => {
+      const req = https.request(this.rpcUrl, { method: "POST", headers, ca: this.ca }, (res) => {
+        const chunks: Buffer[] = [];
+        let n = 0;
+        res.on("data", (c: Buffer) => {
+          n += c.length;
+          if (n > this.maxMessage) {
+            req.destroy();
+            reject(new AspError("protocol_error", `the server at ${this.url} sent more than max_message (${this.maxMessage}) bytes`));
+          } else chunks.push(c);
+        });
+        res.on("end", () => resolve([res.statusCode ?? 0, new Uint8Array(Buffer.concat(chunks))]));
+        res.on("error", (e) => reject(new AspError("transport_error", `cannot read the answer of ${this.url}: ${e.message}`)));
+      });
+      req.on("error", (e) => reject(new AspError("transport_error", `cannot reach ${this.url}: ${e.message}`)));
+      req.end(body);
+    });
+  }
+
+  async call(method: string, params: WireMap, hooks?: Hooks): Promise<Message> {
+    if (this.closed) throw new AspError("transport_error", "the client was closed");
+    this.nextId = this.nextId < UINT32_MAX ? this.nextId + 1 : 1;
+    const id = this.nextId;
+    const body = request(id, method, params);
+    if (body.length > this.maxMessage) throw tooLarge(body.length, this.maxMessage);
+    const headers: Record<string, string> = { "Content-Type": "application/msgpack", Accept: "application/msgpack" };
+    if (this.token) headers.Authorization = `Bearer ${this.token}`;
+    const [status, data] = await this.post(body, headers);
+    if (status === 401)
+      throw new AspError(
+        "unauthorized",
+        `${this.url} refused the request (HTTP 401): the token is missing or wrong; set the one asp-agent --listen was given (http.token_env or http.token_file)`,
+      );
+    if (status === 413) throw new AspError("too_large", `${this.url} refused the request as too large (HTTP 413)`);
+    if (status === 400) throw new AspError("protocol_error", `${this.url} could not decode the request (HTTP 400)`);
+    if (status !== 200) throw new AspError("transport_error", `${this.url} answered HTTP ${status}; is it asp-agent --listen?`);
+    let msg: Message;
+    try {
+      msg = decodeMessage(data);
+    } catch (e) {
+      throw new AspError("protocol_error", `${this.url} sent a bad message: ${(e as Error).message}`);
+    }
+    if (msg.type !== RESPONSE || msg.id !== id)
+      throw new AspError("protocol_error", `${this.url} did not answer request ${id} with its response`);
+    if (hooks?.onResult && !msg.error) hooks.onResult(msg.result as WireMap, null);
+    return msg;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+  }
+}

@@ -1,0 +1,990 @@
+#!/usr/bin/env node
+// The conformance cases of tests/conformance/cases.c, run through the generated
+// TypeScript SDK (its built dist/) against a real responder: the same names, inputs,
+// expected results and error codes, case for case.
+//
+// usage: node conformance.mjs --sdk DIR (--stdio ARGV... | --http URL [--token T] |
+//                                        --config F) [--only SUBSTRING]
+import { pathToFileURL } from "node:url";
+
+const SAFETY_TIMEOUT_MS = 20000;
+const MIB = 1024 * 1024;
+const enc = new TextEncoder();
+
+let asp; // the SDK module, imported in main()
+
+class Fail extends Error {}
+class Skip extends Error {}
+
+function check(cond, msg = "check failed") {
+  if (!cond) throw new Fail(msg);
+}
+
+/** Raw bytes as a JS string the way the SDK carries them (U+DC80..U+DCFF). */
+function b(latin1) {
+  return asp_str(Uint8Array.from([...latin1].map((c) => c.charCodeAt(0))));
+}
+let asp_str; // strFromBytes, set in main()
+
+const bytesOf = (s) => {
+  const out = [];
+  for (const ch of s) {
+    const cp = ch.codePointAt(0);
+    if (cp >= 0xdc80 && cp <= 0xdcff) out.push(cp - 0xdc00);
+    else for (const x of enc.encode(ch)) out.push(x);
+  }
+  return Uint8Array.from(out);
+};
+const eq = (a, b2) => {
+  if (typeof b2 === "string") b2 = bytesOf(b2);
+  if (a.length !== b2.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b2[i]) return false;
+  return true;
+};
+const show = (a) => {
+  let s = "";
+  for (const c of a.subarray(0, 200)) s += c >= 0x20 && c < 0x7f && c !== 0x5c ? String.fromCharCode(c) : `\\x${c.toString(16).padStart(2, "0")}`;
+  return s + (a.length > 200 ? "..." : "");
+};
+
+class Ctx {
+  constructor(c, root, name) {
+    this.c = c;
+    this.dir = `${root}/${name}`;
+  }
+  P(rel) {
+    return `${this.dir}/${rel}`;
+  }
+}
+
+async function ok(p) {
+  try {
+    return await p;
+  } catch (e) {
+    if (e instanceof asp.AspError) throw new Fail(`expected ok, got ${e.code}: ${e.message}`);
+    throw e;
+  }
+}
+
+async function err(code, p) {
+  try {
+    await p;
+  } catch (e) {
+    if (!(e instanceof asp.AspError)) throw e;
+    if (e.code !== code) throw new Fail(`expected ${code}, got ${e.code}: ${e.message}`);
+    return e;
+  }
+  throw new Fail(`expected ${code}, got ok`);
+}
+
+// ---- helpers ----
+
+async function put(ctx, path, data, mode = 0) {
+  const p = { path, data: typeof data === "string" ? bytesOf(data) : data, mkdirs: true };
+  if (mode) p.mode = mode;
+  try {
+    await ctx.c.write(p);
+  } catch (e) {
+    throw new Fail(`setup: write ${path}: ${e.code}: ${e.message}`);
+  }
+}
+
+async function readAll(ctx, path) {
+  const parts = [];
+  let len = 0;
+  for (let calls = 0; calls < 4096; calls++) {
+    let r;
+    try {
+      r = await ctx.c.read({ path, offset: len });
+    } catch (e) {
+      throw new Fail(`read ${path}: ${e.code}: ${e.message}`);
+    }
+    if (calls === 0 && r.eof) return r.data;
+    parts.push(r.data);
+    len += r.data.length;
+    if (r.eof) return Buffer.concat(parts);
+    if (!r.data.length) throw new Fail(`read ${path}: no data and no eof at ${len}`);
+  }
+  throw new Fail(`read ${path}: too many calls`);
+}
+
+async function sh(ctx, cmd) {
+  let r;
+  try {
+    r = await ctx.c.exec({ command: cmd, cwd: ctx.dir, timeout_ms: SAFETY_TIMEOUT_MS });
+  } catch (e) {
+    throw new Fail(`exec ${cmd}: ${e.code}: ${e.message}`);
+  }
+  if (r.exit_code !== 0) throw new Fail(`exec ${cmd}: exit ${r.exit_code} signal ${r.signal ?? "-"}: ${show(r.stderr)}`);
+  return r;
+}
+
+async function exists(ctx, path) {
+  try {
+    await ctx.c.stat({ path, follow: false });
+    return true;
+  } catch (e) {
+    if (e.code === "not_found") return false;
+    throw new Fail(`stat ${path}: ${e.code}: ${e.message}`);
+  }
+}
+
+async function expectExists(ctx, path, want) {
+  check((await exists(ctx, path)) === want, `${path} should ${want ? "" : "not "}exist`);
+}
+
+async function stat(ctx, path, follow = true) {
+  try {
+    return await ctx.c.stat({ path, follow });
+  } catch (e) {
+    throw new Fail(`stat ${path}: ${e.code}: ${e.message}`);
+  }
+}
+
+async function listdir(ctx, path) {
+  try {
+    return await ctx.c.list({ path });
+  } catch (e) {
+    throw new Fail(`list ${path}: ${e.code}: ${e.message}`);
+  }
+}
+
+async function umask(ctx) {
+  const r = await sh(ctx, "umask");
+  const m = parseInt(Buffer.from(r.stdout.subarray(0, 15)).toString().trim(), 8);
+  check(!Number.isNaN(m) && m <= 0o777, `cannot parse umask output '${show(r.stdout)}'`);
+  return m;
+}
+
+function doExec(ctx, p) {
+  if (!p.timeout_ms) p.timeout_ms = SAFETY_TIMEOUT_MS;
+  return ctx.c.exec(p);
+}
+
+const monoMs = () => performance.now();
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+const pidStateSh = (f) =>
+  `p=$(cat ${f}); st=dead; ` +
+  "if [ -d /proc/$p ]; then s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -c1); " +
+  "case \"$s\" in ''|Z) ;; *) st=alive ;; esac; " +
+  "elif [ ! -d /proc/self ] && kill -0 $p 2>/dev/null; then st=alive; fi; printf %s $st";
+
+async function pidDead(ctx, cmd) {
+  for (let i = 0; i < 2; i++) {
+    const r = await sh(ctx, cmd);
+    if (eq(r.stdout, "dead")) return;
+    if (i === 0) await sh(ctx, "sleep 1");
+  }
+  throw new Fail("a process of the timed-out group survived");
+}
+
+function fillPattern(n, seed) {
+  const out = new Uint8Array(n);
+  for (let i = 0; i < n; i++) out[i] = (i * 131 + seed + (i >> 9)) & 0xff;
+  return out;
+}
+
+// ---- hello ----
+
+async function hello_fields(ctx) {
+  const r = await ok(ctx.c.hello({ client: "asp-conformance/1", protocol: 1 }));
+  check(r.protocol === 1);
+  check(r.agent);
+  for (const need of ["hello", "exec", "read", "write", "stat", "list", "mkdir", "remove", "rename"])
+    check(r.ops.includes(need), `hello ops lacks '${need}'`);
+  check(r.os && r.os === r.os.toLowerCase(), `os '${r.os}' is not lower case`);
+  check(r.arch);
+  check(r.cwd.startsWith("/"), `cwd '${r.cwd}' is not absolute`);
+  check(r.max_message >= MIB, `max_message ${r.max_message} is below 1 MiB`);
+}
+
+// ---- exec ----
+
+async function exec_command_shell(ctx) {
+  const r = await ok(doExec(ctx, { command: 'x=hello; echo "$x"; echo err >&2' }));
+  check(eq(r.stdout, "hello\n"), `stdout '${show(r.stdout)}'`);
+  check(eq(r.stderr, "err\n"), `stderr '${show(r.stderr)}'`);
+  check(r.exit_code === 0);
+  check(r.signal === null);
+  check(!r.timed_out);
+  check(r.stdout_bytes === 6 && r.stderr_bytes === 4);
+}
+
+async function exec_argv_direct(ctx) {
+  const r = await ok(doExec(ctx, { argv: ["printf", "%s|", "a b", "$HOME", "'q'", "`x`", "*"] }));
+  check(eq(r.stdout, "a b|$HOME|'q'|`x`|*|"), `argv went through a shell: '${show(r.stdout)}'`);
+  check(r.exit_code === 0);
+}
+
+async function exec_invalid_params(ctx) {
+  await err("invalid_argument", doExec(ctx, { command: "true", argv: ["true"] }));
+  await err("invalid_argument", doExec(ctx, {}));
+  await err("invalid_argument", doExec(ctx, { argv: [] }));
+}
+
+async function exec_missing_program(ctx) {
+  await err("not_found", doExec(ctx, { argv: ["asp-conformance-no-such-program", "x"] }));
+  await err("not_found", doExec(ctx, { argv: [ctx.P("no-such-file")] }));
+  const r = await ok(doExec(ctx, { command: "asp-conformance-no-such-program" }));
+  check(r.exit_code === 127, `exit ${r.exit_code}`);
+}
+
+async function exec_exit_codes(ctx) {
+  for (const code of [0, 1, 42, 255]) {
+    const r = await ok(doExec(ctx, { command: `exit ${code}` }));
+    check(r.exit_code === code, `exit ${code} gave ${r.exit_code}`);
+    check(r.signal === null);
+  }
+  const r = await ok(doExec(ctx, { argv: ["sh", "-c", "exit 3"] }));
+  check(r.exit_code === 3);
+}
+
+async function exec_signal_name(ctx) {
+  for (const sig of ["KILL", "TERM", "SEGV", "INT"]) {
+    const cmd = `kill -${sig} $$; sleep 5`;
+    const r = await ok(doExec(ctx, { command: cmd }));
+    check(r.exit_code === -1, `${cmd}: exit_code ${r.exit_code}, want -1`);
+    check(r.signal === sig, `${cmd}: signal ${r.signal}`);
+    check(!r.timed_out);
+  }
+}
+
+async function exec_stdin_binary(ctx) {
+  const n = 256 * 1024;
+  const data = fillPattern(n, 7);
+  data[0] = 0;
+  const r = await ok(doExec(ctx, { command: "cat", stdin: data }));
+  check(r.exit_code === 0);
+  check(eq(r.stdout, data), `round trip: ${r.stdout.length} bytes back of ${n}`);
+  check(r.stdout_bytes === n);
+}
+
+async function exec_stdin_closed(ctx) {
+  let r = await ok(doExec(ctx, { command: "cat; if read x; then echo got; else echo eof; fi", timeout_ms: 5000 }));
+  check(!r.timed_out);
+  check(eq(r.stdout, "eof\n"), `stdout '${show(r.stdout)}'`);
+  r = await ok(doExec(ctx, { command: "exec 0<&-; echo done", stdin: new Uint8Array(MIB) }));
+  check(r.exit_code === 0);
+  check(eq(r.stdout, "done\n"));
+}
+
+async function exec_large_io(ctx) {
+  const n = 4 * MIB;
+  const data = fillPattern(n, 3);
+  const r = await ok(doExec(ctx, { command: "head -c 1048576 /dev/zero >&2 & cat; wait", stdin: data }));
+  check(!r.timed_out);
+  check(r.exit_code === 0);
+  check(eq(r.stdout, data), `stdout ${r.stdout.length} bytes, want ${n}`);
+  check(r.stderr_bytes === MIB && r.stderr.length === MIB);
+}
+
+async function exec_large_output(ctx) {
+  const r = await ok(doExec(ctx, { command: "head -c 6000000 /dev/zero | tr '\\000' x" }));
+  check(r.exit_code === 0);
+  check(r.stdout_bytes === 6000000, `stdout_bytes ${r.stdout_bytes}`);
+  check(r.stdout.length === 6000000, `stdout ${r.stdout.length} bytes`);
+  for (let i = 0; i < r.stdout.length; i += 4093) check(r.stdout[i] === 0x78, `byte ${i} is ${r.stdout[i]}`);
+}
+
+async function exec_max_output(ctx) {
+  let r = await ok(
+    doExec(ctx, {
+      command: "i=0; while [ $i -lt 2000 ]; do echo $i; i=$((i+1)); done; head -c 70000 /dev/zero >&2",
+      max_output: 10,
+    }),
+  );
+  check(r.exit_code === 0);
+  check(eq(r.stdout, "0\n1\n2\n3\n4\n"), `stdout '${show(r.stdout)}'`);
+  check(r.stdout_bytes === 8890, `stdout_bytes ${r.stdout_bytes}`);
+  check(r.stderr.length === 10);
+  check(r.stderr_bytes === 70000, `stderr_bytes ${r.stderr_bytes}`);
+  r = await ok(doExec(ctx, { command: "printf abc", max_output: 0 }));
+  check(r.stdout.length === 0 && r.stdout_bytes === 3);
+}
+
+async function exec_env(ctx) {
+  const e = { ASP_CONF_A: "a b$c 'q'", HOME: "/asp-home", ASP_CONF_EMPTY: "" };
+  let r = await ok(doExec(ctx, { command: "printf '%s|%s|%s' \"$ASP_CONF_A\" \"$HOME\" \"${ASP_CONF_EMPTY-unset}\"", env: e }));
+  check(eq(r.stdout, "a b$c 'q'|/asp-home|"), `stdout '${show(r.stdout)}'`);
+  r = await ok(doExec(ctx, { argv: ["env"], env: e }));
+  const homes = Buffer.from(r.stdout).toString("latin1").split("\n").filter((l) => l.startsWith("HOME="));
+  check(homes.length === 1 && homes[0] === "HOME=/asp-home", `env shows ${homes.length} HOME entries, the last not HOME=/asp-home`);
+  const script = "#!/bin/sh\nprintf 'from-path %s %s' \"$1\" \"$ASP_CONF_A\"\n";
+  await ok(ctx.c.write({ path: ctx.P("bin/asp-conf-tool"), data: script, mode: 0o755, mkdirs: true }));
+  const e2 = { PATH: `${ctx.dir}/bin:/usr/bin:/bin`, ASP_CONF_A: "v" };
+  r = await ok(doExec(ctx, { argv: ["asp-conf-tool", "x y"], env: e2 }));
+  check(eq(r.stdout, "from-path x y v"), `stdout '${show(r.stdout)}' stderr '${show(r.stderr)}'`);
+}
+
+async function exec_fresh_process(ctx) {
+  await sh(ctx, "export ASP_CONF_STATE=1; cd /");
+  const r = await ok(doExec(ctx, { command: "printf '%s' \"${ASP_CONF_STATE-unset}\"" }));
+  check(eq(r.stdout, "unset"), `shell state carried over: '${show(r.stdout)}'`);
+}
+
+async function exec_cwd(ctx) {
+  await put(ctx, ctx.P("marker"), "here");
+  let r = await ok(doExec(ctx, { argv: ["cat", "marker"], cwd: ctx.dir }));
+  check(eq(r.stdout, "here"), `stdout '${show(r.stdout)}' stderr '${show(r.stderr)}'`);
+  r = await ok(doExec(ctx, { command: "cat marker", cwd: ctx.dir }));
+  check(eq(r.stdout, "here"));
+}
+
+async function exec_cwd_errors(ctx) {
+  await put(ctx, ctx.P("file"), "x");
+  await err("not_found", doExec(ctx, { command: "true", cwd: ctx.P("missing") }));
+  await err("not_found", doExec(ctx, { argv: ["true"], cwd: ctx.P("missing") }));
+  await err("not_a_directory", doExec(ctx, { command: "true", cwd: ctx.P("file") }));
+}
+
+async function exec_timeout_kills_group(ctx) {
+  const t0 = monoMs();
+  const r = await ok(doExec(ctx, { command: "sleep 30 & echo $! > bg.pid; sleep 30", cwd: ctx.dir, timeout_ms: 300 }));
+  const took = monoMs() - t0;
+  check(r.timed_out);
+  check(took < 2000, `took ${took.toFixed(0)} ms; TERM should have ended it`);
+  check(r.exit_code === -1 && r.signal === "TERM", `exit ${r.exit_code} signal ${r.signal}`);
+  check(r.duration_ms >= 250 && r.duration_ms < 2000, `duration_ms ${r.duration_ms}`);
+  await pidDead(ctx, pidStateSh("bg.pid"));
+}
+
+async function exec_timeout_escalates_to_kill(ctx) {
+  const r = await ok(doExec(ctx, { command: "trap '' TERM; sleep 30 & echo $! > bg.pid; sleep 30", cwd: ctx.dir, timeout_ms: 200 }));
+  check(r.timed_out);
+  check(r.signal === "KILL", `signal ${r.signal}`);
+  check(r.duration_ms >= 2000 && r.duration_ms < 4500, `duration_ms ${r.duration_ms}: KILL should come 2 s after TERM`);
+  await pidDead(ctx, pidStateSh("bg.pid"));
+}
+
+async function exec_background_holds_output(ctx) {
+  const r = await ok(doExec(ctx, { command: "(sleep 1; echo late) & echo early" }));
+  check(eq(r.stdout, "early\nlate\n"), `stdout '${show(r.stdout)}'`);
+  check(r.duration_ms >= 900, `duration_ms ${r.duration_ms}`);
+  check(!r.timed_out && r.exit_code === 0);
+}
+
+async function exec_background_timeout(ctx) {
+  const t0 = monoMs();
+  const r = await ok(doExec(ctx, { command: "sleep 30 & echo started", timeout_ms: 400 }));
+  const took = monoMs() - t0;
+  check(r.timed_out);
+  check(took >= 350 && took < 2000, `took ${took.toFixed(0)} ms`);
+  check(eq(r.stdout, "started\n"));
+}
+
+async function exec_background_detached(ctx) {
+  const t0 = monoMs();
+  const r = await ok(doExec(ctx, { command: "sleep 30 >/dev/null 2>&1 </dev/null & echo $! > bg.pid", cwd: ctx.dir }));
+  const took = monoMs() - t0;
+  await sh(ctx, "kill $(cat bg.pid)");
+  check(took < 2000, `took ${took.toFixed(0)} ms`);
+  check(!r.timed_out && r.exit_code === 0);
+}
+
+async function exec_own_process_group(ctx) {
+  const r = await sh(ctx, "if [ -r /proc/$$/stat ]; then set -- $(sed 's/.*) //' /proc/$$/stat); echo \"$$ $3 $4\"; else echo noproc; fi");
+  if (eq(r.stdout, "noproc\n")) throw new Skip("no /proc in the sandbox");
+  const parts = Buffer.from(r.stdout).toString().trim().split(/\s+/).map(Number);
+  check(parts.length === 3, `output '${show(r.stdout)}'`);
+  const [pid, pgrp, sid] = parts;
+  check(pid === pgrp && pid === sid, `shell ${pid} is in group ${pgrp}, session ${sid}: want its own`);
+}
+
+async function exec_no_inherited_fds(ctx) {
+  let r = await sh(ctx, "[ -d /proc/self/fd ] && echo yes || echo no");
+  if (!eq(r.stdout, "yes\n")) throw new Skip("no /proc/self/fd in the sandbox");
+  r = await ok(doExec(ctx, { argv: ["ls", "/proc/self/fd"] }));
+  const fds = Buffer.from(r.stdout).toString().trim().split(/\s+/).map(Number);
+  for (const fd of fds) check(fd <= 3, `the command inherited fd ${fd} ('${show(r.stdout)}')`);
+  check(fds.length >= 3, `ls saw ${fds.length} fds`);
+}
+
+async function exec_concurrent(ctx) {
+  const N = 8;
+  await put(ctx, ctx.P("f"), "data");
+  let slowFailures = 0;
+  const slow = ctx.c.exec({ command: "sleep 2", timeout_ms: SAFETY_TIMEOUT_MS }).then(
+    (r) => {
+      if (r.exit_code) slowFailures++;
+    },
+    () => slowFailures++,
+  );
+  await sleep(150);
+  const why = {};
+  const fails = new Array(N).fill(0);
+  const workers = Array.from({ length: N }, async (_, i) => {
+    for (let j = 0; j < 6; j++) {
+      const want = `t${i}-${j}`;
+      try {
+        const r = j % 2
+          ? await ctx.c.exec({ argv: ["printf", "%s", want], timeout_ms: SAFETY_TIMEOUT_MS })
+          : await ctx.c.exec({ command: `printf %s ${want}`, timeout_ms: SAFETY_TIMEOUT_MS });
+        if (!eq(r.stdout, want)) {
+          fails[i]++;
+          why[i] = `${want}: wrong output`;
+        }
+      } catch (e) {
+        fails[i]++;
+        why[i] = `${want}: ${e.code} ${e.message}`;
+      }
+    }
+  });
+  const t0 = monoMs();
+  let quickOk = true;
+  for (let i = 0; i < 3; i++) {
+    try {
+      quickOk = quickOk && eq((await ctx.c.read({ path: ctx.P("f") })).data, "data");
+    } catch {
+      quickOk = false;
+    }
+  }
+  let qerr = null,
+    r;
+  try {
+    r = await doExec(ctx, { command: "echo quick" });
+  } catch (e) {
+    qerr = e;
+  }
+  const quick = monoMs() - t0;
+  await Promise.all(workers);
+  await slow;
+  check(quickOk);
+  check(qerr === null, `expected ok, got ${qerr}`);
+  check(eq(r.stdout, "quick\n"));
+  check(slowFailures === 0, "the slow exec failed");
+  for (let i = 0; i < N; i++) check(fails[i] === 0, `thread ${i}: ${fails[i]} failures, last ${why[i]}`);
+  check(quick < 1200, `3 reads and an exec took ${quick.toFixed(0)} ms behind a 2 s exec`);
+}
+
+// ---- read ----
+
+function doRead(ctx, path, offset = 0, length = undefined) {
+  const p = { path, offset };
+  if (length !== undefined) p.length = length;
+  return ctx.c.read(p);
+}
+
+async function read_ranges(ctx) {
+  const f = ctx.P("digits");
+  await put(ctx, f, "0123456789");
+  let r = await ok(doRead(ctx, f, 3, 4));
+  check(eq(r.data, "3456"), `data '${show(r.data)}'`);
+  check(r.size === 10 && !r.eof);
+  r = await ok(doRead(ctx, f, 6, 4));
+  check(eq(r.data, "6789"));
+  check(r.eof, "data ending at the end of the file is eof");
+  r = await ok(doRead(ctx, f, 8));
+  check(eq(r.data, "89") && r.eof && r.size === 10);
+  r = await ok(doRead(ctx, f, 5, 100));
+  check(eq(r.data, "56789") && r.eof);
+  r = await ok(doRead(ctx, f, 10));
+  check(r.data.length === 0 && r.eof);
+  r = await ok(doRead(ctx, f, 20, 5));
+  check(r.data.length === 0 && r.eof && r.size === 10);
+  r = await ok(doRead(ctx, f, 0, 0));
+  check(r.data.length === 0 && !r.eof && r.size === 10);
+}
+
+async function read_whole_binary(ctx) {
+  const n = 300 * 256;
+  const data = fillPattern(n, 11);
+  await put(ctx, ctx.P("bin"), data);
+  let r = await ok(doRead(ctx, ctx.P("bin")));
+  check(eq(r.data, data));
+  check(r.size === n && r.eof);
+  await put(ctx, ctx.P("empty"), new Uint8Array(0));
+  r = await ok(doRead(ctx, ctx.P("empty")));
+  check(r.data.length === 0 && r.size === 0 && r.eof);
+}
+
+async function read_large(ctx) {
+  const n = 3 * MIB + 17;
+  const data = fillPattern(n, 5);
+  await put(ctx, ctx.P("big"), data);
+  const got = await readAll(ctx, ctx.P("big"));
+  check(eq(got, data), `read back ${got.length} bytes of ${n}`);
+}
+
+async function read_errors(ctx) {
+  await put(ctx, ctx.P("file"), "x");
+  const e = await err("not_found", doRead(ctx, ctx.P("missing")));
+  check(e.message.includes("missing"), `the message should name the path: '${e.message}'`);
+  await err("is_a_directory", doRead(ctx, ctx.dir));
+  await err("not_a_directory", doRead(ctx, ctx.P("file/x")));
+}
+
+// ---- write ----
+
+const W = (ctx, path, data, more = {}) => ctx.c.write({ path, data, ...more });
+
+async function write_replace(ctx) {
+  let r = await ok(W(ctx, ctx.P("f"), "hello world"));
+  check(r.written === 11 && r.size === 11);
+  r = await ok(W(ctx, ctx.P("f"), "bye"));
+  check(r.written === 3 && r.size === 3, `written ${r.written} size ${r.size}: not truncated?`);
+  const got = await readAll(ctx, ctx.P("f"));
+  check(eq(got, "bye"), `content '${show(got)}'`);
+}
+
+async function write_offset(ctx) {
+  await put(ctx, ctx.P("f"), "abcdef");
+  let r = await ok(W(ctx, ctx.P("f"), "XY", { offset: 2 }));
+  check(r.written === 2 && r.size === 6);
+  let got = await readAll(ctx, ctx.P("f"));
+  check(eq(got, "abXYef"), `content '${show(got)}'`);
+  r = await ok(W(ctx, ctx.P("f"), "Z", { offset: 8 }));
+  check(r.size === 9);
+  got = await readAll(ctx, ctx.P("f"));
+  check(eq(got, "abXYef\0\0Z"), `content '${show(got)}'`);
+}
+
+async function write_append(ctx) {
+  await put(ctx, ctx.P("f"), "abc");
+  const r = await ok(W(ctx, ctx.P("f"), "def", { append: true }));
+  check(r.written === 3 && r.size === 6);
+  const got = await readAll(ctx, ctx.P("f"));
+  check(eq(got, "abcdef"), `content '${show(got)}'`);
+  await ok(W(ctx, ctx.P("new"), "x", { append: true }));
+  check(eq(await readAll(ctx, ctx.P("new")), "x"));
+}
+
+async function write_mkdirs(ctx) {
+  await err("not_found", W(ctx, ctx.P("a/b/c.txt"), "deep"));
+  await ok(W(ctx, ctx.P("a/b/c.txt"), "deep", { mkdirs: true }));
+  check(eq(await readAll(ctx, ctx.P("a/b/c.txt")), "deep"));
+  check((await stat(ctx, ctx.P("a/b"))).type === "dir");
+}
+
+async function write_mode(ctx) {
+  const um = await umask(ctx);
+  await put(ctx, ctx.P("default"), "x");
+  let s = await stat(ctx, ctx.P("default"));
+  check(s.mode === (0o644 & ~um), `default mode ${s.mode.toString(8)}, want ${(0o644 & ~um).toString(8)}`);
+  await put(ctx, ctx.P("private"), "x", 0o600);
+  s = await stat(ctx, ctx.P("private"));
+  check(s.mode === (0o600 & ~um), `mode ${s.mode.toString(8)}`);
+  await put(ctx, ctx.P("private"), "y", 0o666);
+  s = await stat(ctx, ctx.P("private"));
+  check(s.mode === (0o600 & ~um), `an existing file's mode changed to ${s.mode.toString(8)}`);
+}
+
+async function write_atomic(ctx) {
+  const um = await umask(ctx);
+  await put(ctx, ctx.P("f"), "old content", 0o640);
+  const before = (await stat(ctx, ctx.P("f"))).mode;
+  const r = await ok(W(ctx, ctx.P("f"), "new", { atomic: true }));
+  check(r.written === 3 && r.size === 3);
+  let got = await readAll(ctx, ctx.P("f"));
+  check(eq(got, "new"), `content '${show(got)}'`);
+  let s = await stat(ctx, ctx.P("f"));
+  check(s.mode === before, `atomic write changed mode ${before.toString(8)} -> ${s.mode.toString(8)}`);
+  const l = await listdir(ctx, ctx.dir);
+  check(l.entries.length === 1 && l.entries[0].name === "f", `${l.entries.length} entries (a temp file left behind: '${l.entries[0]?.name ?? ""}')`);
+  await ok(W(ctx, ctx.P("n"), "fresh", { atomic: true, mode: 0o600 }));
+  s = await stat(ctx, ctx.P("n"));
+  check(s.mode === (0o600 & ~um), `mode ${s.mode.toString(8)}`);
+  await ok(W(ctx, ctx.P("x/y/z"), "deep", { atomic: true, mkdirs: true }));
+  got = await readAll(ctx, ctx.P("x/y/z"));
+  check(eq(got, "deep"));
+  await ok(ctx.c.mkdir({ path: ctx.P("dir") }));
+  await err("is_a_directory", W(ctx, ctx.P("dir"), "x", { atomic: true }));
+}
+
+async function write_invalid_combos(ctx) {
+  await put(ctx, ctx.P("f"), "orig");
+  await err("invalid_argument", W(ctx, ctx.P("f"), "zz", { offset: 1, append: true }));
+  await err("invalid_argument", W(ctx, ctx.P("f"), "zz", { offset: 1, atomic: true }));
+  const got = await readAll(ctx, ctx.P("f"));
+  check(eq(got, "orig"), `a refused write changed the file: '${show(got)}'`);
+}
+
+async function write_binary(ctx) {
+  const data = Uint8Array.from({ length: 1024 }, (_, i) => 255 - (i % 256));
+  await put(ctx, ctx.P("bin"), data);
+  check(eq(await readAll(ctx, ctx.P("bin")), data));
+  const r = await ok(W(ctx, ctx.P("empty"), new Uint8Array(0)));
+  check(r.written === 0 && r.size === 0);
+  const s = await stat(ctx, ctx.P("empty"));
+  check(s.type === "file" && s.size === 0);
+}
+
+async function write_errors(ctx) {
+  await put(ctx, ctx.P("file"), "x");
+  await err("is_a_directory", W(ctx, ctx.dir, "x"));
+  await err("not_a_directory", W(ctx, ctx.P("file/x"), "x"));
+}
+
+// ---- stat ----
+
+async function stat_file_dir(ctx) {
+  const um = await umask(ctx);
+  await put(ctx, ctx.P("f"), "12345", 0o600);
+  await ok(ctx.c.mkdir({ path: ctx.P("d"), mode: 0o700 }));
+  const ids = await sh(ctx, "printf '%s %s' \"$(id -u)\" \"$(id -g)\"");
+  const [uid, gid] = Buffer.from(ids.stdout).toString().split(" ").map(Number);
+  let s = await stat(ctx, ctx.P("f"));
+  check(s.type === "file", `type ${s.type}`);
+  check(s.size === 5);
+  check(s.mode === (0o600 & ~um), `mode ${s.mode.toString(8)}`);
+  check(s.uid === uid && s.gid === gid, `owner ${s.uid}:${s.gid}, id says ${uid}:${gid}`);
+  check(s.target === undefined);
+  s = await stat(ctx, ctx.P("d"));
+  check(s.type === "dir", `type ${s.type}`);
+  check(s.mode === (0o700 & ~um), `mode ${s.mode.toString(8)}`);
+}
+
+async function stat_symlink(ctx) {
+  await put(ctx, ctx.P("t.txt"), "12345");
+  await sh(ctx, "ln -s t.txt link && ln -s missing-target dangling");
+  let s = await stat(ctx, ctx.P("link"), false);
+  check(s.type === "symlink", `type ${s.type}`);
+  check(s.target === "t.txt", `target ${s.target}`);
+  s = await stat(ctx, ctx.P("link"), true);
+  check(s.type === "file" && s.size === 5, `followed: ${s.type} ${s.size}`);
+  s = await ok(ctx.c.stat({ path: ctx.P("link") }));
+  check(s.type === "file");
+  s = await stat(ctx, ctx.P("dangling"), false);
+  check(s.type === "symlink");
+  check(s.target === "missing-target");
+  await err("not_found", ctx.c.stat({ path: ctx.P("dangling") }));
+}
+
+async function stat_special(ctx) {
+  await sh(ctx, "mkfifo fifo");
+  let s = await stat(ctx, ctx.P("fifo"));
+  check(s.type === "fifo", `type ${s.type}`);
+  s = await stat(ctx, "/dev/null");
+  check(s.type === "char", `/dev/null: type ${s.type}`);
+  let r = await sh(ctx, "if command -v python3 >/dev/null 2>&1; then python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"sock\")' && echo yes; fi");
+  if (eq(r.stdout, "yes\n")) {
+    s = await stat(ctx, ctx.P("sock"));
+    check(s.type === "socket", `type ${s.type}`);
+  }
+  r = await sh(ctx, 'for f in /dev/*; do if [ -b "$f" ] && [ ! -L "$f" ]; then printf %s "$f"; break; fi; done');
+  if (r.stdout.length) {
+    const dev = asp_str(r.stdout);
+    s = await stat(ctx, dev, false);
+    check(s.type === "block", `${dev}: type ${s.type}`);
+  }
+}
+
+async function stat_mtime(ctx) {
+  await put(ctx, ctx.P("f"), "x");
+  const r = await ok(doExec(ctx, { command: "touch -t 202001020304.05 f", cwd: ctx.dir, env: { TZ: "UTC0" } }));
+  check(r.exit_code === 0, `touch: ${show(r.stderr)}`);
+  const s = await stat(ctx, ctx.P("f"));
+  check(Math.floor(s.mtime_ns / 1e9) === 1577934245, `mtime_ns ${s.mtime_ns}`);
+  const l = await listdir(ctx, ctx.dir);
+  check(l.entries.length === 1 && l.entries[0].mtime_ns === s.mtime_ns);
+}
+
+async function stat_errors(ctx) {
+  await put(ctx, ctx.P("file"), "x");
+  await err("not_found", ctx.c.stat({ path: ctx.P("missing") }));
+  await err("not_found", ctx.c.stat({ path: ctx.P("missing"), follow: false }));
+  await err("not_a_directory", ctx.c.stat({ path: ctx.P("file/x"), follow: false }));
+}
+
+// ---- list ----
+
+function cmpBytes(x, y) {
+  const a = bytesOf(x),
+    c = bytesOf(y);
+  for (let i = 0; i < Math.min(a.length, c.length); i++) if (a[i] !== c[i]) return a[i] - c[i];
+  return a.length - c.length;
+}
+
+async function list_sorted_bytewise(ctx) {
+  const want = ["B", "_", "a", "a b", "b", b("\xc3\xa9"), b("\xff")];
+  const create = ["b", b("\xff"), "a b", "B", b("\xc3\xa9"), "_", "a"];
+  const sorted = [...create].sort(cmpBytes);
+  check(sorted.every((s, i) => s === want[i])); // the test's own premise
+  for (const name of create) await put(ctx, ctx.P(name), name);
+  const l = await listdir(ctx, ctx.dir);
+  check(l.entries.length === want.length, `${l.entries.length} entries, want ${want.length}`);
+  want.forEach((w, i) => {
+    const e = l.entries[i];
+    check(e.name === w, `entry ${i} is ${JSON.stringify(e.name)}, want ${JSON.stringify(w)}`);
+    check(e.type === "file");
+    check(e.size === bytesOf(w).length);
+  });
+}
+
+const findEntry = (l, name) => l.entries.find((e) => e.name === name) ?? null;
+
+async function list_types(ctx) {
+  await put(ctx, ctx.P("file"), "abc", 0o600);
+  await sh(ctx, "mkdir sub && ln -s sub ldir && ln -s file lfile && mkfifo fifo");
+  const l = await listdir(ctx, ctx.dir);
+  check(l.entries.length === 5, `${l.entries.length} entries`);
+  for (const e of l.entries) check(e.name !== "." && e.name !== "..", `lists '${e.name}'`);
+  let e = findEntry(l, "file");
+  check(e && e.type === "file" && e.size === 3);
+  check((e.mode & 0o700) === 0o600 && !(e.mode & 0o77), `mode ${e.mode.toString(8)}`);
+  e = findEntry(l, "sub");
+  check(e && e.type === "dir");
+  e = findEntry(l, "ldir");
+  check(e && e.type === "symlink", `symlink to dir shown as ${e ? e.type : "absent"}`);
+  e = findEntry(l, "lfile");
+  check(e && e.type === "symlink");
+  e = findEntry(l, "fifo");
+  check(e && e.type === "fifo");
+  check((await listdir(ctx, ctx.P("sub"))).entries.length === 0);
+}
+
+async function list_errors(ctx) {
+  await put(ctx, ctx.P("file"), "x");
+  await err("not_a_directory", ctx.c.list({ path: ctx.P("file") }));
+  await err("not_found", ctx.c.list({ path: ctx.P("missing") }));
+}
+
+// ---- mkdir ----
+
+function doMkdir(ctx, path, parents = false, mode = 0) {
+  const p = { path, parents };
+  if (mode) p.mode = mode;
+  return ctx.c.mkdir(p);
+}
+
+async function mkdir_basic(ctx) {
+  await ok(doMkdir(ctx, ctx.P("d")));
+  check((await stat(ctx, ctx.P("d"))).type === "dir");
+  await err("already_exists", doMkdir(ctx, ctx.P("d")));
+  await ok(doMkdir(ctx, ctx.P("d"), true));
+  const um = await umask(ctx);
+  await ok(doMkdir(ctx, ctx.P("private"), false, 0o700));
+  const s = await stat(ctx, ctx.P("private"));
+  check(s.mode === (0o700 & ~um), `mode ${s.mode.toString(8)}`);
+}
+
+async function mkdir_parents(ctx) {
+  await err("not_found", doMkdir(ctx, ctx.P("x/y")));
+  await ok(doMkdir(ctx, ctx.P("a/b/c"), true));
+  check((await stat(ctx, ctx.P("a"))).type === "dir");
+  check((await stat(ctx, ctx.P("a/b/c"))).type === "dir");
+  await ok(doMkdir(ctx, ctx.P("a/b/c"), true));
+  await ok(doMkdir(ctx, ctx.P("a/b/c/"), true));
+}
+
+async function mkdir_errors(ctx) {
+  await put(ctx, ctx.P("file"), "x");
+  await err("already_exists", doMkdir(ctx, ctx.P("file")));
+  await err("already_exists", doMkdir(ctx, ctx.P("file"), true));
+  await err("not_a_directory", doMkdir(ctx, ctx.P("file/sub")));
+  await err("not_a_directory", doMkdir(ctx, ctx.P("file/sub/deeper"), true));
+}
+
+// ---- remove ----
+
+const rm = (ctx, path, recursive = false) => ctx.c.remove({ path, recursive });
+
+async function remove_file_and_dir(ctx) {
+  await put(ctx, ctx.P("f"), "x");
+  await ok(rm(ctx, ctx.P("f")));
+  await expectExists(ctx, ctx.P("f"), false);
+  await ok(doMkdir(ctx, ctx.P("d")));
+  await ok(rm(ctx, ctx.P("d")));
+  await expectExists(ctx, ctx.P("d"), false);
+  await err("not_found", rm(ctx, ctx.P("missing")));
+  await err("not_found", rm(ctx, ctx.P("missing"), true));
+}
+
+async function remove_not_empty(ctx) {
+  await put(ctx, ctx.P("d/f"), "x");
+  await err("not_empty", rm(ctx, ctx.P("d")));
+  await expectExists(ctx, ctx.P("d/f"), true);
+}
+
+async function remove_recursive(ctx) {
+  await put(ctx, ctx.P("outside/keep"), "keep");
+  await sh(
+    ctx,
+    "mkdir -p t/a/b/c t/e && echo 1 > t/a/b/c/f && echo 2 > t/a/g && echo 3 > 't/sp ace' && echo 4 > 't/$(q)' && " +
+      "ln -s ../outside t/a/lnk && ln -s ../outside/keep t/flink && mkfifo t/a/fifo",
+  );
+  await err("not_empty", rm(ctx, ctx.P("t")));
+  await ok(rm(ctx, ctx.P("t"), true));
+  await expectExists(ctx, ctx.P("t"), false);
+  check(eq(await readAll(ctx, ctx.P("outside/keep")), "keep"), "a symlink inside was followed");
+}
+
+async function remove_symlink_to_dir(ctx) {
+  await put(ctx, ctx.P("target/file"), "precious");
+  await sh(ctx, "ln -s target l1 && ln -s target l2");
+  await ok(rm(ctx, ctx.P("l1")));
+  await ok(rm(ctx, ctx.P("l2"), true));
+  await expectExists(ctx, ctx.P("l1"), false);
+  await expectExists(ctx, ctx.P("l2"), false);
+  check(eq(await readAll(ctx, ctx.P("target/file")), "precious"), "removing a symlink touched its target");
+}
+
+// ---- rename ----
+
+const mv = (ctx, from, to, more = {}) => ctx.c.rename({ from, to, ...more });
+
+async function rename_overwrite(ctx) {
+  await put(ctx, ctx.P("a"), "A");
+  await put(ctx, ctx.P("b"), "B");
+  await ok(mv(ctx, ctx.P("a"), ctx.P("b"))); // overwrite is the default
+  await expectExists(ctx, ctx.P("a"), false);
+  check(eq(await readAll(ctx, ctx.P("b")), "A"));
+}
+
+async function rename_no_overwrite(ctx) {
+  await put(ctx, ctx.P("a"), "A");
+  await put(ctx, ctx.P("b"), "B");
+  await err("already_exists", mv(ctx, ctx.P("a"), ctx.P("b"), { overwrite: false }));
+  check(eq(await readAll(ctx, ctx.P("a")), "A"));
+  check(eq(await readAll(ctx, ctx.P("b")), "B"));
+  await ok(mv(ctx, ctx.P("a"), ctx.P("c"), { overwrite: false }));
+  await expectExists(ctx, ctx.P("a"), false);
+  check(eq(await readAll(ctx, ctx.P("c")), "A"));
+  await ok(doMkdir(ctx, ctx.P("d1")));
+  await ok(doMkdir(ctx, ctx.P("d2")));
+  await err("already_exists", mv(ctx, ctx.P("d1"), ctx.P("d2"), { overwrite: false }));
+  await expectExists(ctx, ctx.P("d1"), true);
+}
+
+async function rename_errors_and_dirs(ctx) {
+  await err("not_found", mv(ctx, ctx.P("missing"), ctx.P("x")));
+  await err("not_found", mv(ctx, ctx.P("missing"), ctx.P("x"), { overwrite: false }));
+  await put(ctx, ctx.P("d/inner"), "in");
+  await ok(mv(ctx, ctx.P("d"), ctx.P("e")));
+  await expectExists(ctx, ctx.P("d"), false);
+  check(eq(await readAll(ctx, ctx.P("e/inner")), "in"));
+}
+
+// ---- hostile paths and arguments ----
+
+let HOSTILE;
+
+async function hostile_names(ctx) {
+  for (const h of HOSTILE) await put(ctx, ctx.P(h), h);
+  let l = await listdir(ctx, ctx.dir);
+  check(l.entries.length === HOSTILE.length, `${l.entries.length} entries, want ${HOSTILE.length} (a name split or ran as a command?)`);
+  for (const h of HOSTILE) {
+    const hb = bytesOf(h);
+    check(findEntry(l, h) !== null, `${JSON.stringify(h)} not listed verbatim`);
+    const got = await readAll(ctx, ctx.P(h));
+    check(eq(got, hb), `${JSON.stringify(h)} read back '${show(got)}'`);
+    const s = await stat(ctx, ctx.P(h), false);
+    check(s.size === hb.length);
+    const r = await ok(doExec(ctx, { argv: ["cat", "--", ctx.P(h)] }));
+    check(eq(r.stdout, hb), `cat ${JSON.stringify(h)} gave '${show(r.stdout)}' / '${show(r.stderr)}'`);
+  }
+  await ok(mv(ctx, ctx.P(HOSTILE[3]), ctx.P(HOSTILE[4])));
+  for (let i = 0; i < HOSTILE.length; i++) if (i !== 3) await ok(rm(ctx, ctx.P(HOSTILE[i])));
+  l = await listdir(ctx, ctx.dir);
+  check(l.entries.length === 0, `${l.entries.length} entries left, first ${JSON.stringify(l.entries[0]?.name ?? "")}`);
+}
+
+async function hostile_exec_args(ctx) {
+  const argv = ["printf", "%s|", ...HOSTILE, ""];
+  const want = Buffer.concat([...HOSTILE.map((h) => Buffer.concat([bytesOf(h), Buffer.from("|")])), Buffer.from("|")]);
+  const d = ctx.P("d $(touch pwned) 'q' `x`");
+  await ok(doMkdir(ctx, d));
+  await put(ctx, `${d}/marker`, "in-hostile-dir");
+  let r = await ok(doExec(ctx, { argv, cwd: d }));
+  check(eq(r.stdout, want), `got '${show(r.stdout)}'`);
+  r = await ok(
+    doExec(ctx, {
+      command: "cat marker; printf '|%s' \"$ASP_CONF_V\"",
+      cwd: d,
+      env: { ASP_CONF_V: "$(touch pwned) `touch pwned` 'q' \"dq\"\n;x" },
+    }),
+  );
+  check(eq(r.stdout, "in-hostile-dir|$(touch pwned) `touch pwned` 'q' \"dq\"\n;x"), `got '${show(r.stdout)}'`);
+  await expectExists(ctx, ctx.P("pwned"), false);
+  await expectExists(ctx, `${d}/pwned`, false);
+}
+
+const CASES = [
+  hello_fields, exec_command_shell, exec_argv_direct, exec_invalid_params, exec_missing_program,
+  exec_exit_codes, exec_signal_name, exec_stdin_binary, exec_stdin_closed, exec_large_io,
+  exec_large_output, exec_max_output, exec_env, exec_fresh_process, exec_cwd, exec_cwd_errors,
+  exec_timeout_kills_group, exec_timeout_escalates_to_kill, exec_background_holds_output,
+  exec_background_timeout, exec_background_detached, exec_own_process_group, exec_no_inherited_fds,
+  exec_concurrent, read_ranges, read_whole_binary, read_large, read_errors, write_replace,
+  write_offset, write_append, write_mkdirs, write_mode, write_atomic, write_invalid_combos,
+  write_binary, write_errors, stat_file_dir, stat_symlink, stat_special, stat_mtime, stat_errors,
+  list_sorted_bytewise, list_types, list_errors, mkdir_basic, mkdir_parents, mkdir_errors,
+  remove_file_and_dir, remove_not_empty, remove_recursive, remove_symlink_to_dir,
+  rename_overwrite, rename_no_overwrite, rename_errors_and_dirs, hostile_names, hostile_exec_args,
+];
+
+async function runCase(client, root, fn) {
+  const ctx = new Ctx(client, root, fn.name);
+  const t0 = monoMs();
+  let status = "PASS",
+    msg = "";
+  try {
+    try {
+      await client.mkdir({ path: ctx.dir });
+    } catch (e) {
+      if (e.code !== "already_exists") throw new Fail(`cannot create the case directory ${ctx.dir}: ${e.code}: ${e.message}`);
+      await client.remove({ path: ctx.dir, recursive: true });
+      await client.mkdir({ path: ctx.dir });
+    }
+    await fn(ctx);
+  } catch (e) {
+    if (e instanceof Skip) [status, msg] = ["SKIP", e.message];
+    else if (e instanceof Fail) [status, msg] = ["FAIL", e.message];
+    else if (e instanceof asp.AspError) [status, msg] = ["FAIL", `unexpected ${e.code}: ${e.message}`];
+    else [status, msg] = ["FAIL", `exception: ${e?.stack ?? e}`];
+  }
+  if (status !== "FAIL") {
+    try {
+      await client.remove({ path: ctx.dir, recursive: true });
+    } catch (e) {
+      [status, msg] = ["FAIL", `cleanup: remove ${ctx.dir}: ${e.code}: ${e.message}`];
+    }
+  }
+  return [status, msg, monoMs() - t0];
+}
+
+async function main() {
+  const args = process.argv.slice(2);
+  const opt = {};
+  for (let i = 0; i < args.length; i++) {
+    if (args[i] === "--stdio") {
+      opt.stdio = args.slice(i + 1);
+      break;
+    }
+    opt[args[i].replace(/^--/, "")] = args[++i];
+  }
+  asp = await import(pathToFileURL(`${opt.sdk}/dist/index.js`).href);
+  asp_str = (await import(pathToFileURL(`${opt.sdk}/dist/wire.js`).href)).strFromBytes;
+  HOSTILE = [
+    "with space", "quote'single", 'dq"x', "$(touch pwned)", "`touch pwned2`", "new\nline",
+    "-leading-dash", "--", "semi;colon&amp|pipe", "tab\tx", "back\\slash", "*glob?[a]", "~tilde",
+    "percent%s%n", b("\xff\xfe raw"),
+  ];
+  let client;
+  if (opt.stdio) client = await asp.Client.stdio(opt.stdio);
+  else if (opt.http) client = asp.Client.http(opt.http, opt.token);
+  else client = await asp.Client.fromConfig(opt.config);
+  const label = opt.label ?? client.transportName;
+  const root = `/tmp/asp-sdk-ts-conf-${process.pid}-${Date.now()}`;
+  await client.mkdir({ path: root });
+  const counts = { PASS: 0, FAIL: 0, SKIP: 0 };
+  const t0 = monoMs();
+  for (const fn of CASES) {
+    if (opt.only && !fn.name.includes(opt.only)) continue;
+    const [status, msg, ms] = await runCase(client, root, fn);
+    counts[status]++;
+    console.log(`${status} ${fn.name.padEnd(34)} ${ms.toFixed(0).padStart(6)} ms${msg ? "  " + msg : ""}`);
+  }
+  try {
+    await client.remove({ path: root, recursive: true });
+  } catch {
+    // the root may be gone already
+  }
+  await client.close();
+  const n = counts.PASS + counts.FAIL + counts.SKIP;
+  console.log(`typescript SDK over ${label}: ${n} cases in ${((monoMs() - t0) / 1000).toFixed(1)} s`);
+  console.log(`${counts.PASS} passed, ${counts.FAIL} failed, ${counts.SKIP} skipped`);
+  process.exitCode = counts.FAIL ? 1 : 0;
+}
+
+await main();

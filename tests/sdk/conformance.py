@@ -1,0 +1,1044 @@
+#!/usr/bin/python3
+"""The conformance cases of tests/conformance/cases.c, run through the generated Python
+SDK against a real responder: the same names, inputs, expected results and error codes,
+case for case, so a difference between the C core and the SDK shows up as a failure here.
+
+usage: conformance.py --sdk DIR (--stdio ARGV... | --http URL [--token T] | --config F)
+                      [--only SUBSTRING] [--list]
+"""
+import argparse
+import os
+import sys
+import threading
+import time
+
+SAFETY_TIMEOUT_MS = 20000  # so a broken transport fails a case instead of hanging
+MIB = 1024 * 1024
+
+
+class Fail(Exception):
+    pass
+
+
+class Skip(Exception):
+    pass
+
+
+def check(cond, msg="check failed"):
+    if not cond:
+        raise Fail(msg)
+
+
+def show(b):
+    s = repr(bytes(b[:200]))[2:-1]
+    return s + ("..." if len(b) > 200 else "")
+
+
+class Ctx:
+    def __init__(self, client, root, name):
+        self.c = client
+        self.root = root
+        self.dir = root + "/" + name
+
+    def P(self, rel):
+        return self.dir + "/" + rel
+
+
+def ok(fn, *a, **kw):
+    try:
+        return fn(*a, **kw)
+    except asp.AspError as e:
+        raise Fail("expected ok, got %s: %s" % (e.code, e.message))
+
+
+def err(code, fn, *a, **kw):
+    try:
+        fn(*a, **kw)
+    except asp.AspError as e:
+        if e.code != code:
+            raise Fail("expected %s, got %s: %s" % (code, e.code, e.message))
+        return e
+    raise Fail("expected %s, got ok" % code)
+
+
+# ---- helpers ----
+
+def put(ctx, path, data, mode=0):
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogateescape")
+    kw = {"mode": mode} if mode else {}
+    try:
+        ctx.c.write(path, data, mkdirs=True, **kw)
+    except asp.AspError as e:
+        raise Fail("setup: write %s: %s: %s" % (path, e.code, e.message))
+
+
+def read_all(ctx, path):
+    acc = bytearray()
+    for calls in range(4096):
+        try:
+            r = ctx.c.read(path, offset=len(acc))
+        except asp.AspError as e:
+            raise Fail("read %s: %s: %s" % (path, e.code, e.message))
+        if calls == 0 and r.eof:
+            return r.data
+        acc += r.data
+        if r.eof:
+            return bytes(acc)
+        if not r.data:
+            raise Fail("read %s: no data and no eof at %d" % (path, len(acc)))
+    raise Fail("read %s: too many calls" % path)
+
+
+def sh(ctx, cmd):
+    try:
+        r = ctx.c.exec(command=cmd, cwd=ctx.dir, timeout_ms=SAFETY_TIMEOUT_MS)
+    except asp.AspError as e:
+        raise Fail("exec %s: %s: %s" % (cmd, e.code, e.message))
+    if r.exit_code != 0:
+        raise Fail("exec %s: exit %d signal %s: %s" % (cmd, r.exit_code, r.signal or "-",
+                                                        show(r.stderr)))
+    return r
+
+
+def exists(ctx, path):
+    try:
+        ctx.c.stat(path, follow=False)
+        return True
+    except asp.AspError as e:
+        if e.code == "not_found":
+            return False
+        raise Fail("stat %s: %s: %s" % (path, e.code, e.message))
+
+
+def expect_exists(ctx, path, want):
+    check(exists(ctx, path) == want, "%s should %sexist" % (path, "" if want else "not "))
+
+
+def stat(ctx, path, follow=True):
+    try:
+        return ctx.c.stat(path, follow=follow)
+    except asp.AspError as e:
+        raise Fail("stat %s: %s: %s" % (path, e.code, e.message))
+
+
+def listdir(ctx, path):
+    try:
+        return ctx.c.list(path)
+    except asp.AspError as e:
+        raise Fail("list %s: %s: %s" % (path, e.code, e.message))
+
+
+def umask(ctx):
+    r = sh(ctx, "umask")
+    try:
+        m = int(r.stdout[:15].decode().strip(), 8)
+    except ValueError:
+        raise Fail("cannot parse umask output '%s'" % show(r.stdout))
+    check(m <= 0o777, "cannot parse umask output '%s'" % show(r.stdout))
+    return m
+
+
+def do_exec(ctx, **kw):
+    if not kw.get("timeout_ms"):
+        kw["timeout_ms"] = SAFETY_TIMEOUT_MS
+    return ctx.c.exec(**kw)
+
+
+def mono_ms():
+    return time.monotonic() * 1000.0
+
+
+def pid_state_sh(f):
+    return ("p=$(cat " + f + "); st=dead; "
+            "if [ -d /proc/$p ]; then s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -c1); "
+            "case \"$s\" in ''|Z) ;; *) st=alive ;; esac; "
+            "elif [ ! -d /proc/self ] && kill -0 $p 2>/dev/null; then st=alive; fi; "
+            "printf %s $st")
+
+
+def pid_dead(ctx, cmd):
+    for i in range(2):
+        r = sh(ctx, cmd)
+        if r.stdout == b"dead":
+            return
+        if i == 0:
+            sh(ctx, "sleep 1")
+    raise Fail("a process of the timed-out group survived")
+
+
+def fill_pattern(n, seed):
+    return bytes(((i * 131 + seed + (i >> 9)) & 0xFF) for i in range(n))
+
+
+# ---- hello ----
+
+def hello_fields(ctx):
+    r = ok(ctx.c.hello, client="asp-conformance/1", protocol=1)
+    check(r.protocol == 1)
+    check(r.agent)
+    for need in ("hello", "exec", "read", "write", "stat", "list", "mkdir", "remove", "rename"):
+        check(need in r.ops, "hello ops lacks '%s'" % need)
+    check(r.os and r.os == r.os.lower(), "os '%s' is not lower case" % r.os)
+    check(r.arch)
+    check(r.cwd.startswith("/"), "cwd '%s' is not absolute" % r.cwd)
+    check(r.max_message >= MIB, "max_message %d is below 1 MiB" % r.max_message)
+
+
+# ---- exec ----
+
+def exec_command_shell(ctx):
+    r = ok(do_exec, ctx, command="x=hello; echo \"$x\"; echo err >&2")
+    check(r.stdout == b"hello\n", "stdout '%s'" % show(r.stdout))
+    check(r.stderr == b"err\n", "stderr '%s'" % show(r.stderr))
+    check(r.exit_code == 0)
+    check(r.signal is None)
+    check(not r.timed_out)
+    check(r.stdout_bytes == 6 and r.stderr_bytes == 4)
+
+
+def exec_argv_direct(ctx):
+    r = ok(do_exec, ctx, argv=["printf", "%s|", "a b", "$HOME", "'q'", "`x`", "*"])
+    check(r.stdout == b"a b|$HOME|'q'|`x`|*|", "argv went through a shell: '%s'" %
+          show(r.stdout))
+    check(r.exit_code == 0)
+
+
+def exec_invalid_params(ctx):
+    err("invalid_argument", do_exec, ctx, command="true", argv=["true"])
+    err("invalid_argument", do_exec, ctx)
+    err("invalid_argument", do_exec, ctx, argv=[])
+
+
+def exec_missing_program(ctx):
+    err("not_found", do_exec, ctx, argv=["asp-conformance-no-such-program", "x"])
+    err("not_found", do_exec, ctx, argv=[ctx.P("no-such-file")])
+    r = ok(do_exec, ctx, command="asp-conformance-no-such-program")
+    check(r.exit_code == 127, "exit %d" % r.exit_code)
+
+
+def exec_exit_codes(ctx):
+    for code in (0, 1, 42, 255):
+        r = ok(do_exec, ctx, command="exit %d" % code)
+        check(r.exit_code == code, "exit %d gave %d" % (code, r.exit_code))
+        check(r.signal is None)
+    r = ok(do_exec, ctx, argv=["sh", "-c", "exit 3"])
+    check(r.exit_code == 3)
+
+
+def exec_signal_name(ctx):
+    for sig in ("KILL", "TERM", "SEGV", "INT"):
+        cmd = "kill -%s $$; sleep 5" % sig
+        r = ok(do_exec, ctx, command=cmd)
+        check(r.exit_code == -1, "%s: exit_code %d, want -1" % (cmd, r.exit_code))
+        check(r.signal == sig, "%s: signal %s" % (cmd, r.signal))
+        check(not r.timed_out)
+
+
+def exec_stdin_binary(ctx):
+    n = 256 * 1024
+    data = bytearray(fill_pattern(n, 7))
+    data[0] = 0
+    data = bytes(data)
+    r = ok(do_exec, ctx, command="cat", stdin=data)
+    check(r.exit_code == 0)
+    check(r.stdout == data, "round trip: %d bytes back of %d" % (len(r.stdout), n))
+    check(r.stdout_bytes == n)
+
+
+def exec_stdin_closed(ctx):
+    r = ok(do_exec, ctx, command="cat; if read x; then echo got; else echo eof; fi",
+           timeout_ms=5000)
+    check(not r.timed_out)
+    check(r.stdout == b"eof\n", "stdout '%s'" % show(r.stdout))
+    r = ok(do_exec, ctx, command="exec 0<&-; echo done", stdin=bytes(MIB))
+    check(r.exit_code == 0)
+    check(r.stdout == b"done\n")
+
+
+def exec_large_io(ctx):
+    n = 4 * MIB
+    data = fill_pattern(n, 3)
+    r = ok(do_exec, ctx, command="head -c 1048576 /dev/zero >&2 & cat; wait", stdin=data)
+    check(not r.timed_out)
+    check(r.exit_code == 0)
+    check(r.stdout == data, "stdout %d bytes, want %d" % (len(r.stdout), n))
+    check(r.stderr_bytes == MIB and len(r.stderr) == MIB)
+
+
+def exec_large_output(ctx):
+    r = ok(do_exec, ctx, command="head -c 6000000 /dev/zero | tr '\\000' x")
+    check(r.exit_code == 0)
+    check(r.stdout_bytes == 6000000, "stdout_bytes %d" % r.stdout_bytes)
+    check(len(r.stdout) == 6000000, "stdout %d bytes" % len(r.stdout))
+    for i in range(0, len(r.stdout), 4093):
+        check(r.stdout[i] == ord("x"), "byte %d is %#x" % (i, r.stdout[i]))
+
+
+def exec_max_output(ctx):
+    r = ok(do_exec, ctx, command="i=0; while [ $i -lt 2000 ]; do echo $i; i=$((i+1)); done; "
+           "head -c 70000 /dev/zero >&2", max_output=10)
+    check(r.exit_code == 0)
+    check(r.stdout == b"0\n1\n2\n3\n4\n", "stdout '%s'" % show(r.stdout))
+    check(r.stdout_bytes == 8890, "stdout_bytes %d" % r.stdout_bytes)
+    check(len(r.stderr) == 10)
+    check(r.stderr_bytes == 70000, "stderr_bytes %d" % r.stderr_bytes)
+    r = ok(do_exec, ctx, command="printf abc", max_output=0)
+    check(len(r.stdout) == 0 and r.stdout_bytes == 3)
+
+
+def exec_env(ctx):
+    e = {"ASP_CONF_A": "a b$c 'q'", "HOME": "/asp-home", "ASP_CONF_EMPTY": ""}
+    r = ok(do_exec, ctx, command="printf '%s|%s|%s' \"$ASP_CONF_A\" \"$HOME\" "
+           "\"${ASP_CONF_EMPTY-unset}\"", env=e)
+    check(r.stdout == b"a b$c 'q'|/asp-home|", "stdout '%s'" % show(r.stdout))
+    r = ok(do_exec, ctx, argv=["env"], env=e)
+    lines = r.stdout.split(b"\n")
+    homes = [x for x in lines if x.startswith(b"HOME=")]
+    check(len(homes) == 1 and homes[0] == b"HOME=/asp-home",
+          "env shows %d HOME entries, the last not HOME=/asp-home" % len(homes))
+    script = b"#!/bin/sh\nprintf 'from-path %s %s' \"$1\" \"$ASP_CONF_A\"\n"
+    ok(ctx.c.write, ctx.P("bin/asp-conf-tool"), script, mode=0o755, mkdirs=True)
+    e2 = {"PATH": ctx.dir + "/bin:/usr/bin:/bin", "ASP_CONF_A": "v"}
+    r = ok(do_exec, ctx, argv=["asp-conf-tool", "x y"], env=e2)
+    check(r.stdout == b"from-path x y v", "stdout '%s' stderr '%s'" % (show(r.stdout),
+                                                                       show(r.stderr)))
+
+
+def exec_fresh_process(ctx):
+    sh(ctx, "export ASP_CONF_STATE=1; cd /")
+    r = ok(do_exec, ctx, command="printf '%s' \"${ASP_CONF_STATE-unset}\"")
+    check(r.stdout == b"unset", "shell state carried over: '%s'" % show(r.stdout))
+
+
+def exec_cwd(ctx):
+    put(ctx, ctx.P("marker"), "here")
+    r = ok(do_exec, ctx, argv=["cat", "marker"], cwd=ctx.dir)
+    check(r.stdout == b"here", "stdout '%s' stderr '%s'" % (show(r.stdout), show(r.stderr)))
+    r = ok(do_exec, ctx, command="cat marker", cwd=ctx.dir)
+    check(r.stdout == b"here")
+
+
+def exec_cwd_errors(ctx):
+    put(ctx, ctx.P("file"), "x")
+    err("not_found", do_exec, ctx, command="true", cwd=ctx.P("missing"))
+    err("not_found", do_exec, ctx, argv=["true"], cwd=ctx.P("missing"))
+    err("not_a_directory", do_exec, ctx, command="true", cwd=ctx.P("file"))
+
+
+def exec_timeout_kills_group(ctx):
+    t0 = mono_ms()
+    r = ok(do_exec, ctx, command="sleep 30 & echo $! > bg.pid; sleep 30", cwd=ctx.dir,
+           timeout_ms=300)
+    took = mono_ms() - t0
+    check(r.timed_out)
+    check(took < 2000, "took %.0f ms; TERM should have ended it" % took)
+    check(r.exit_code == -1 and r.signal == "TERM", "exit %d signal %s" % (r.exit_code,
+                                                                          r.signal))
+    check(250 <= r.duration_ms < 2000, "duration_ms %d" % r.duration_ms)
+    pid_dead(ctx, pid_state_sh("bg.pid"))
+
+
+def exec_timeout_escalates_to_kill(ctx):
+    r = ok(do_exec, ctx, command="trap '' TERM; sleep 30 & echo $! > bg.pid; sleep 30",
+           cwd=ctx.dir, timeout_ms=200)
+    check(r.timed_out)
+    check(r.signal == "KILL", "signal %s" % r.signal)
+    check(2000 <= r.duration_ms < 4500, "duration_ms %d: KILL should come 2 s after TERM" %
+          r.duration_ms)
+    pid_dead(ctx, pid_state_sh("bg.pid"))
+
+
+def exec_background_holds_output(ctx):
+    r = ok(do_exec, ctx, command="(sleep 1; echo late) & echo early")
+    check(r.stdout == b"early\nlate\n", "stdout '%s'" % show(r.stdout))
+    check(r.duration_ms >= 900, "duration_ms %d" % r.duration_ms)
+    check(not r.timed_out and r.exit_code == 0)
+
+
+def exec_background_timeout(ctx):
+    t0 = mono_ms()
+    r = ok(do_exec, ctx, command="sleep 30 & echo started", timeout_ms=400)
+    took = mono_ms() - t0
+    check(r.timed_out)
+    check(350 <= took < 2000, "took %.0f ms" % took)
+    check(r.stdout == b"started\n")
+
+
+def exec_background_detached(ctx):
+    t0 = mono_ms()
+    r = ok(do_exec, ctx, command="sleep 30 >/dev/null 2>&1 </dev/null & echo $! > bg.pid",
+           cwd=ctx.dir)
+    took = mono_ms() - t0
+    sh(ctx, "kill $(cat bg.pid)")
+    check(took < 2000, "took %.0f ms" % took)
+    check(not r.timed_out and r.exit_code == 0)
+
+
+def exec_own_process_group(ctx):
+    r = sh(ctx, "if [ -r /proc/$$/stat ]; then set -- $(sed 's/.*) //' /proc/$$/stat); "
+           "echo \"$$ $3 $4\"; else echo noproc; fi")
+    if r.stdout == b"noproc\n":
+        raise Skip("no /proc in the sandbox")
+    parts = r.stdout.split()
+    check(len(parts) == 3, "output '%s'" % show(r.stdout))
+    pid, pgrp, sid = (int(x) for x in parts)
+    check(pid == pgrp == sid, "shell %d is in group %d, session %d: want its own" % (
+        pid, pgrp, sid))
+
+
+def exec_no_inherited_fds(ctx):
+    r = sh(ctx, "[ -d /proc/self/fd ] && echo yes || echo no")
+    if r.stdout != b"yes\n":
+        raise Skip("no /proc/self/fd in the sandbox")
+    r = ok(do_exec, ctx, argv=["ls", "/proc/self/fd"])
+    fds = [int(x) for x in r.stdout.split()]
+    for fd in fds:
+        check(fd <= 3, "the command inherited fd %d ('%s')" % (fd, show(r.stdout)))
+    check(len(fds) >= 3, "ls saw %d fds" % len(fds))
+
+
+def exec_concurrent(ctx):
+    n = 8
+    put(ctx, ctx.P("f"), "data")
+    results = {"slow": 0}
+    why = {}
+
+    def slow():
+        try:
+            r = ctx.c.exec(command="sleep 2", timeout_ms=SAFETY_TIMEOUT_MS)
+            if r.exit_code:
+                results["slow"] += 1
+        except asp.AspError:
+            results["slow"] += 1
+
+    def worker(i):
+        fails = 0
+        for j in range(6):
+            want = "t%d-%d" % (i, j)
+            try:
+                if j % 2:
+                    r = ctx.c.exec(argv=["printf", "%s", want], timeout_ms=SAFETY_TIMEOUT_MS)
+                else:
+                    r = ctx.c.exec(command="printf %%s %s" % want,
+                                   timeout_ms=SAFETY_TIMEOUT_MS)
+                if r.stdout != want.encode():
+                    fails += 1
+                    why[i] = "%s: wrong output" % want
+            except asp.AspError as e:
+                fails += 1
+                why[i] = "%s: %s %s" % (want, e.code, e.message)
+        results[i] = fails
+
+    st = threading.Thread(target=slow)
+    st.start()
+    time.sleep(0.15)
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    t0 = mono_ms()
+    quick_ok = True
+    for _ in range(3):
+        try:
+            quick_ok = quick_ok and ctx.c.read(ctx.P("f")).data == b"data"
+        except asp.AspError:
+            quick_ok = False
+    qerr = None
+    try:
+        r = do_exec(ctx, command="echo quick")
+    except asp.AspError as e:
+        qerr = e
+    quick = mono_ms() - t0
+    for t in threads:
+        t.join()
+    st.join()
+    check(quick_ok)
+    check(qerr is None, "expected ok, got %s" % qerr)
+    check(r.stdout == b"quick\n")
+    check(results["slow"] == 0, "the slow exec failed")
+    for i in range(n):
+        check(results.get(i) == 0, "thread %d: %s failures, last %s" % (i, results.get(i),
+                                                                      why.get(i)))
+    check(quick < 1200, "3 reads and an exec took %.0f ms behind a 2 s exec" % quick)
+
+
+# ---- read ----
+
+def do_read(ctx, path, off=0, length=None):
+    return ctx.c.read(path, offset=off, length=length)
+
+
+def read_ranges(ctx):
+    f = ctx.P("digits")
+    put(ctx, f, "0123456789")
+    r = ok(do_read, ctx, f, 3, 4)
+    check(r.data == b"3456", "data '%s'" % show(r.data))
+    check(r.size == 10 and not r.eof)
+    r = ok(do_read, ctx, f, 6, 4)
+    check(r.data == b"6789")
+    check(r.eof, "data ending at the end of the file is eof")
+    r = ok(do_read, ctx, f, 8)
+    check(r.data == b"89" and r.eof and r.size == 10)
+    r = ok(do_read, ctx, f, 5, 100)
+    check(r.data == b"56789" and r.eof)
+    r = ok(do_read, ctx, f, 10)
+    check(len(r.data) == 0 and r.eof)
+    r = ok(do_read, ctx, f, 20, 5)
+    check(len(r.data) == 0 and r.eof and r.size == 10)
+    r = ok(do_read, ctx, f, 0, 0)
+    check(len(r.data) == 0 and not r.eof and r.size == 10)
+
+
+def read_whole_binary(ctx):
+    n = 300 * 256
+    data = fill_pattern(n, 11)
+    put(ctx, ctx.P("bin"), data)
+    r = ok(do_read, ctx, ctx.P("bin"))
+    check(r.data == data)
+    check(r.size == n and r.eof)
+    put(ctx, ctx.P("empty"), b"")
+    r = ok(do_read, ctx, ctx.P("empty"))
+    check(len(r.data) == 0 and r.size == 0 and r.eof)
+
+
+def read_large(ctx):
+    n = 3 * MIB + 17
+    data = fill_pattern(n, 5)
+    put(ctx, ctx.P("big"), data)
+    got = read_all(ctx, ctx.P("big"))
+    check(got == data, "read back %d bytes of %d" % (len(got), n))
+
+
+def read_errors(ctx):
+    put(ctx, ctx.P("file"), "x")
+    e = err("not_found", do_read, ctx, ctx.P("missing"))
+    check("missing" in e.message, "the message should name the path: '%s'" % e.message)
+    err("is_a_directory", do_read, ctx, ctx.dir)
+    err("not_a_directory", do_read, ctx, ctx.P("file/x"))
+
+
+# ---- write ----
+
+def write_replace(ctx):
+    r = ok(ctx.c.write, ctx.P("f"), b"hello world")
+    check(r.written == 11 and r.size == 11)
+    r = ok(ctx.c.write, ctx.P("f"), b"bye")
+    check(r.written == 3 and r.size == 3, "written %d size %d: not truncated?" % (
+        r.written, r.size))
+    got = read_all(ctx, ctx.P("f"))
+    check(got == b"bye", "content '%s'" % show(got))
+
+
+def write_offset(ctx):
+    put(ctx, ctx.P("f"), "abcdef")
+    r = ok(ctx.c.write, ctx.P("f"), b"XY", offset=2)
+    check(r.written == 2 and r.size == 6)
+    got = read_all(ctx, ctx.P("f"))
+    check(got == b"abXYef", "content '%s'" % show(got))
+    r = ok(ctx.c.write, ctx.P("f"), b"Z", offset=8)
+    check(r.size == 9)
+    got = read_all(ctx, ctx.P("f"))
+    check(got == b"abXYef\0\0Z", "content '%s'" % show(got))
+
+
+def write_append(ctx):
+    put(ctx, ctx.P("f"), "abc")
+    r = ok(ctx.c.write, ctx.P("f"), b"def", append=True)
+    check(r.written == 3 and r.size == 6)
+    got = read_all(ctx, ctx.P("f"))
+    check(got == b"abcdef", "content '%s'" % show(got))
+    ok(ctx.c.write, ctx.P("new"), b"x", append=True)
+    check(read_all(ctx, ctx.P("new")) == b"x")
+
+
+def write_mkdirs(ctx):
+    err("not_found", ctx.c.write, ctx.P("a/b/c.txt"), b"deep")
+    ok(ctx.c.write, ctx.P("a/b/c.txt"), b"deep", mkdirs=True)
+    check(read_all(ctx, ctx.P("a/b/c.txt")) == b"deep")
+    s = stat(ctx, ctx.P("a/b"))
+    check(s.type == "dir")
+
+
+def write_mode(ctx):
+    um = umask(ctx)
+    put(ctx, ctx.P("default"), "x")
+    s = stat(ctx, ctx.P("default"))
+    check(s.mode == (0o644 & ~um), "default mode %o, want %o" % (s.mode, 0o644 & ~um))
+    put(ctx, ctx.P("private"), "x", 0o600)
+    s = stat(ctx, ctx.P("private"))
+    check(s.mode == (0o600 & ~um), "mode %o" % s.mode)
+    put(ctx, ctx.P("private"), "y", 0o666)
+    s = stat(ctx, ctx.P("private"))
+    check(s.mode == (0o600 & ~um), "an existing file's mode changed to %o" % s.mode)
+
+
+def write_atomic(ctx):
+    um = umask(ctx)
+    put(ctx, ctx.P("f"), "old content", 0o640)
+    mode_before = stat(ctx, ctx.P("f")).mode
+    r = ok(ctx.c.write, ctx.P("f"), b"new", atomic=True)
+    check(r.written == 3 and r.size == 3)
+    got = read_all(ctx, ctx.P("f"))
+    check(got == b"new", "content '%s'" % show(got))
+    s = stat(ctx, ctx.P("f"))
+    check(s.mode == mode_before, "atomic write changed mode %o -> %o" % (mode_before, s.mode))
+    lst = listdir(ctx, ctx.dir)
+    check(len(lst.entries) == 1 and lst.entries[0].name == "f",
+          "%d entries (a temp file left behind: '%s')" % (
+              len(lst.entries), lst.entries[0].name if lst.entries else ""))
+    ok(ctx.c.write, ctx.P("n"), b"fresh", atomic=True, mode=0o600)
+    s = stat(ctx, ctx.P("n"))
+    check(s.mode == (0o600 & ~um), "mode %o" % s.mode)
+    ok(ctx.c.write, ctx.P("x/y/z"), b"deep", atomic=True, mkdirs=True)
+    check(read_all(ctx, ctx.P("x/y/z")) == b"deep")
+    ok(ctx.c.mkdir, ctx.P("dir"))
+    err("is_a_directory", ctx.c.write, ctx.P("dir"), b"x", atomic=True)
+
+
+def write_invalid_combos(ctx):
+    put(ctx, ctx.P("f"), "orig")
+    err("invalid_argument", ctx.c.write, ctx.P("f"), b"zz", offset=1, append=True)
+    err("invalid_argument", ctx.c.write, ctx.P("f"), b"zz", offset=1, atomic=True)
+    got = read_all(ctx, ctx.P("f"))
+    check(got == b"orig", "a refused write changed the file: '%s'" % show(got))
+
+
+def write_binary(ctx):
+    data = bytes((255 - i % 256) for i in range(1024))
+    put(ctx, ctx.P("bin"), data)
+    check(read_all(ctx, ctx.P("bin")) == data)
+    r = ok(ctx.c.write, ctx.P("empty"), b"")
+    check(r.written == 0 and r.size == 0)
+    s = stat(ctx, ctx.P("empty"))
+    check(s.type == "file" and s.size == 0)
+
+
+def write_errors(ctx):
+    put(ctx, ctx.P("file"), "x")
+    err("is_a_directory", ctx.c.write, ctx.dir, b"x")
+    err("not_a_directory", ctx.c.write, ctx.P("file/x"), b"x")
+
+
+# ---- stat ----
+
+def stat_file_dir(ctx):
+    um = umask(ctx)
+    put(ctx, ctx.P("f"), "12345", 0o600)
+    ok(ctx.c.mkdir, ctx.P("d"), mode=0o700)
+    ids = sh(ctx, "printf '%s %s' \"$(id -u)\" \"$(id -g)\"")
+    uid, gid = (int(x) for x in ids.stdout.split())
+    s = stat(ctx, ctx.P("f"))
+    check(s.type == "file", "type %s" % s.type)
+    check(s.size == 5)
+    check(s.mode == (0o600 & ~um), "mode %o" % s.mode)
+    check(s.uid == uid and s.gid == gid, "owner %d:%d, id says %d:%d" % (s.uid, s.gid, uid,
+                                                                         gid))
+    check(s.target is None)
+    s = stat(ctx, ctx.P("d"))
+    check(s.type == "dir", "type %s" % s.type)
+    check(s.mode == (0o700 & ~um), "mode %o" % s.mode)
+
+
+def stat_symlink(ctx):
+    put(ctx, ctx.P("t.txt"), "12345")
+    sh(ctx, "ln -s t.txt link && ln -s missing-target dangling")
+    s = stat(ctx, ctx.P("link"), False)
+    check(s.type == "symlink", "type %s" % s.type)
+    check(s.target == "t.txt", "target %s" % s.target)
+    s = stat(ctx, ctx.P("link"), True)
+    check(s.type == "file" and s.size == 5, "followed: %s %d" % (s.type, s.size))
+    s = ok(ctx.c.stat, ctx.P("link"))
+    check(s.type == "file")
+    s = stat(ctx, ctx.P("dangling"), False)
+    check(s.type == "symlink")
+    check(s.target == "missing-target")
+    err("not_found", ctx.c.stat, ctx.P("dangling"))
+
+
+def stat_special(ctx):
+    sh(ctx, "mkfifo fifo")
+    s = stat(ctx, ctx.P("fifo"))
+    check(s.type == "fifo", "type %s" % s.type)
+    s = stat(ctx, "/dev/null")
+    check(s.type == "char", "/dev/null: type %s" % s.type)
+    r = sh(ctx, "if command -v python3 >/dev/null 2>&1; then python3 -c 'import socket; "
+           "socket.socket(socket.AF_UNIX).bind(\"sock\")' && echo yes; fi")
+    if r.stdout == b"yes\n":
+        s = stat(ctx, ctx.P("sock"))
+        check(s.type == "socket", "type %s" % s.type)
+    r = sh(ctx, "for f in /dev/*; do if [ -b \"$f\" ] && [ ! -L \"$f\" ]; then printf %s "
+           "\"$f\"; break; fi; done")
+    if r.stdout:
+        dev = r.stdout.decode("utf-8", "surrogateescape")
+        s = stat(ctx, dev, False)
+        check(s.type == "block", "%s: type %s" % (dev, s.type))
+
+
+def stat_mtime(ctx):
+    put(ctx, ctx.P("f"), "x")
+    r = ok(do_exec, ctx, command="touch -t 202001020304.05 f", cwd=ctx.dir,
+           env={"TZ": "UTC0"})
+    check(r.exit_code == 0, "touch: %s" % show(r.stderr))
+    s = stat(ctx, ctx.P("f"))
+    check(s.mtime_ns // 1000000000 == 1577934245, "mtime_ns %d" % s.mtime_ns)
+    lst = listdir(ctx, ctx.dir)
+    check(len(lst.entries) == 1 and lst.entries[0].mtime_ns == s.mtime_ns)
+
+
+def stat_errors(ctx):
+    put(ctx, ctx.P("file"), "x")
+    err("not_found", ctx.c.stat, ctx.P("missing"))
+    err("not_found", ctx.c.stat, ctx.P("missing"), follow=False)
+    err("not_a_directory", ctx.c.stat, ctx.P("file/x"), follow=False)
+
+
+# ---- list ----
+
+def _b(s):
+    return s.encode("latin-1").decode("utf-8", "surrogateescape")
+
+
+def list_sorted_bytewise(ctx):
+    want = ["B", "_", "a", "a b", "b", _b("\xc3\xa9"), _b("\xff")]
+    create = ["b", _b("\xff"), "a b", "B", _b("\xc3\xa9"), "_", "a"]
+    key = lambda s: s.encode("utf-8", "surrogateescape")  # noqa: E731
+    check(sorted(create, key=key) == want)  # the test's own premise
+    for name in create:
+        put(ctx, ctx.P(name), name)
+    lst = listdir(ctx, ctx.dir)
+    check(len(lst.entries) == len(want), "%d entries, want %d" % (len(lst.entries), len(want)))
+    for i, w in enumerate(want):
+        e = lst.entries[i]
+        check(e.name == w, "entry %d is %r, want %r" % (i, e.name, w))
+        check(e.type == "file")
+        check(e.size == len(key(w)))
+
+
+def find_entry(lst, name):
+    for e in lst.entries:
+        if e.name == name:
+            return e
+    return None
+
+
+def list_types(ctx):
+    put(ctx, ctx.P("file"), "abc", 0o600)
+    sh(ctx, "mkdir sub && ln -s sub ldir && ln -s file lfile && mkfifo fifo")
+    lst = listdir(ctx, ctx.dir)
+    check(len(lst.entries) == 5, "%d entries" % len(lst.entries))
+    for e in lst.entries:
+        check(e.name not in (".", ".."), "lists '%s'" % e.name)
+    e = find_entry(lst, "file")
+    check(e and e.type == "file" and e.size == 3)
+    check((e.mode & 0o700) == 0o600 and not (e.mode & 0o77), "mode %o" % e.mode)
+    e = find_entry(lst, "sub")
+    check(e and e.type == "dir")
+    e = find_entry(lst, "ldir")
+    check(e and e.type == "symlink", "symlink to dir shown as %s" % (e.type if e else "absent"))
+    e = find_entry(lst, "lfile")
+    check(e and e.type == "symlink")
+    e = find_entry(lst, "fifo")
+    check(e and e.type == "fifo")
+    check(len(listdir(ctx, ctx.P("sub")).entries) == 0)
+
+
+def list_errors(ctx):
+    put(ctx, ctx.P("file"), "x")
+    err("not_a_directory", ctx.c.list, ctx.P("file"))
+    err("not_found", ctx.c.list, ctx.P("missing"))
+
+
+# ---- mkdir ----
+
+def do_mkdir(ctx, path, parents=False, mode=0):
+    kw = {"mode": mode} if mode else {}
+    return ctx.c.mkdir(path, parents=parents, **kw)
+
+
+def mkdir_basic(ctx):
+    ok(do_mkdir, ctx, ctx.P("d"))
+    check(stat(ctx, ctx.P("d")).type == "dir")
+    err("already_exists", do_mkdir, ctx, ctx.P("d"))
+    ok(do_mkdir, ctx, ctx.P("d"), True)
+    um = umask(ctx)
+    ok(do_mkdir, ctx, ctx.P("private"), False, 0o700)
+    s = stat(ctx, ctx.P("private"))
+    check(s.mode == (0o700 & ~um), "mode %o" % s.mode)
+
+
+def mkdir_parents(ctx):
+    err("not_found", do_mkdir, ctx, ctx.P("x/y"))
+    ok(do_mkdir, ctx, ctx.P("a/b/c"), True)
+    check(stat(ctx, ctx.P("a")).type == "dir")
+    check(stat(ctx, ctx.P("a/b/c")).type == "dir")
+    ok(do_mkdir, ctx, ctx.P("a/b/c"), True)
+    ok(do_mkdir, ctx, ctx.P("a/b/c/"), True)
+
+
+def mkdir_errors(ctx):
+    put(ctx, ctx.P("file"), "x")
+    err("already_exists", do_mkdir, ctx, ctx.P("file"))
+    err("already_exists", do_mkdir, ctx, ctx.P("file"), True)
+    err("not_a_directory", do_mkdir, ctx, ctx.P("file/sub"))
+    err("not_a_directory", do_mkdir, ctx, ctx.P("file/sub/deeper"), True)
+
+
+# ---- remove ----
+
+def remove_file_and_dir(ctx):
+    put(ctx, ctx.P("f"), "x")
+    ok(ctx.c.remove, ctx.P("f"))
+    expect_exists(ctx, ctx.P("f"), False)
+    ok(do_mkdir, ctx, ctx.P("d"))
+    ok(ctx.c.remove, ctx.P("d"))
+    expect_exists(ctx, ctx.P("d"), False)
+    err("not_found", ctx.c.remove, ctx.P("missing"))
+    err("not_found", ctx.c.remove, ctx.P("missing"), recursive=True)
+
+
+def remove_not_empty(ctx):
+    put(ctx, ctx.P("d/f"), "x")
+    err("not_empty", ctx.c.remove, ctx.P("d"))
+    expect_exists(ctx, ctx.P("d/f"), True)
+
+
+def remove_recursive(ctx):
+    put(ctx, ctx.P("outside/keep"), "keep")
+    sh(ctx, "mkdir -p t/a/b/c t/e && echo 1 > t/a/b/c/f && echo 2 > t/a/g && "
+       "echo 3 > 't/sp ace' && echo 4 > 't/$(q)' && ln -s ../outside t/a/lnk && "
+       "ln -s ../outside/keep t/flink && mkfifo t/a/fifo")
+    err("not_empty", ctx.c.remove, ctx.P("t"))
+    ok(ctx.c.remove, ctx.P("t"), recursive=True)
+    expect_exists(ctx, ctx.P("t"), False)
+    check(read_all(ctx, ctx.P("outside/keep")) == b"keep", "a symlink inside was followed")
+
+
+def remove_symlink_to_dir(ctx):
+    put(ctx, ctx.P("target/file"), "precious")
+    sh(ctx, "ln -s target l1 && ln -s target l2")
+    ok(ctx.c.remove, ctx.P("l1"))
+    ok(ctx.c.remove, ctx.P("l2"), recursive=True)
+    expect_exists(ctx, ctx.P("l1"), False)
+    expect_exists(ctx, ctx.P("l2"), False)
+    check(read_all(ctx, ctx.P("target/file")) == b"precious",
+          "removing a symlink touched its target")
+
+
+# ---- rename ----
+
+def rename_overwrite(ctx):
+    put(ctx, ctx.P("a"), "A")
+    put(ctx, ctx.P("b"), "B")
+    check(asp.RenameParams(from_="x", to="y").overwrite)  # the default
+    ok(ctx.c.rename, ctx.P("a"), ctx.P("b"))
+    expect_exists(ctx, ctx.P("a"), False)
+    check(read_all(ctx, ctx.P("b")) == b"A")
+
+
+def rename_no_overwrite(ctx):
+    put(ctx, ctx.P("a"), "A")
+    put(ctx, ctx.P("b"), "B")
+    err("already_exists", ctx.c.rename, ctx.P("a"), ctx.P("b"), overwrite=False)
+    check(read_all(ctx, ctx.P("a")) == b"A")
+    check(read_all(ctx, ctx.P("b")) == b"B")
+    ok(ctx.c.rename, ctx.P("a"), ctx.P("c"), overwrite=False)
+    expect_exists(ctx, ctx.P("a"), False)
+    check(read_all(ctx, ctx.P("c")) == b"A")
+    ok(do_mkdir, ctx, ctx.P("d1"))
+    ok(do_mkdir, ctx, ctx.P("d2"))
+    err("already_exists", ctx.c.rename, ctx.P("d1"), ctx.P("d2"), overwrite=False)
+    expect_exists(ctx, ctx.P("d1"), True)
+
+
+def rename_errors_and_dirs(ctx):
+    err("not_found", ctx.c.rename, ctx.P("missing"), ctx.P("x"))
+    err("not_found", ctx.c.rename, from_=ctx.P("missing"), to=ctx.P("x"), overwrite=False)
+    put(ctx, ctx.P("d/inner"), "in")
+    ok(ctx.c.rename, ctx.P("d"), ctx.P("e"))
+    expect_exists(ctx, ctx.P("d"), False)
+    check(read_all(ctx, ctx.P("e/inner")) == b"in")
+
+
+# ---- hostile paths and arguments ----
+
+HOSTILE = ["with space", "quote'single", "dq\"x", "$(touch pwned)", "`touch pwned2`",
+           "new\nline", "-leading-dash", "--", "semi;colon&amp|pipe", "tab\tx",
+           "back\\slash", "*glob?[a]", "~tilde", "percent%s%n", _b("\xff\xfe raw")]
+
+
+def hostile_names(ctx):
+    for h in HOSTILE:
+        put(ctx, ctx.P(h), h)
+    lst = listdir(ctx, ctx.dir)
+    check(len(lst.entries) == len(HOSTILE), "%d entries, want %d (a name split or ran as a "
+          "command?)" % (len(lst.entries), len(HOSTILE)))
+    for h in HOSTILE:
+        hb = h.encode("utf-8", "surrogateescape")
+        check(find_entry(lst, h) is not None, "%r not listed verbatim" % h)
+        got = read_all(ctx, ctx.P(h))
+        check(got == hb, "%r read back '%s'" % (h, show(got)))
+        s = stat(ctx, ctx.P(h), False)
+        check(s.size == len(hb))
+        r = ok(do_exec, ctx, argv=["cat", "--", ctx.P(h)])
+        check(r.stdout == hb, "cat %r gave '%s' / '%s'" % (h, show(r.stdout), show(r.stderr)))
+    ok(ctx.c.rename, ctx.P(HOSTILE[3]), ctx.P(HOSTILE[4]))
+    for i, h in enumerate(HOSTILE):
+        if i == 3:
+            continue
+        ok(ctx.c.remove, ctx.P(h))
+    lst = listdir(ctx, ctx.dir)
+    check(len(lst.entries) == 0, "%d entries left, first %r" % (
+        len(lst.entries), lst.entries[0].name if lst.entries else ""))
+
+
+def hostile_exec_args(ctx):
+    argv = ["printf", "%s|"] + HOSTILE + [""]
+    want = b"".join(h.encode("utf-8", "surrogateescape") + b"|" for h in HOSTILE) + b"|"
+    d = ctx.P("d $(touch pwned) 'q' `x`")
+    ok(do_mkdir, ctx, d)
+    put(ctx, d + "/marker", "in-hostile-dir")
+    r = ok(do_exec, ctx, argv=argv, cwd=d)
+    check(r.stdout == want, "got '%s'" % show(r.stdout))
+    r = ok(do_exec, ctx, command="cat marker; printf '|%s' \"$ASP_CONF_V\"", cwd=d,
+           env={"ASP_CONF_V": "$(touch pwned) `touch pwned` 'q' \"dq\"\n;x"})
+    check(r.stdout == b"in-hostile-dir|$(touch pwned) `touch pwned` 'q' \"dq\"\n;x",
+          "got '%s'" % show(r.stdout))
+    expect_exists(ctx, ctx.P("pwned"), False)
+    expect_exists(ctx, d + "/pwned", False)
+
+
+CASES = [
+    ("hello_fields", hello_fields, "hello: protocol 1, the unary ops, os, arch, absolute cwd"),
+    ("exec_command_shell", exec_command_shell, "exec command runs through /bin/sh -c; stdout/stderr apart"),
+    ("exec_argv_direct", exec_argv_direct, "exec argv runs without a shell"),
+    ("exec_invalid_params", exec_invalid_params, "exec needs exactly one of command and argv"),
+    ("exec_missing_program", exec_missing_program, "exec argv of a missing program is not_found"),
+    ("exec_exit_codes", exec_exit_codes, "exec returns non-zero exits as results"),
+    ("exec_signal_name", exec_signal_name, "exec: a signalled process gives exit -1 and the signal name"),
+    ("exec_stdin_binary", exec_stdin_binary, "exec stdin round trip with every byte value"),
+    ("exec_stdin_closed", exec_stdin_closed, "exec stdin is closed after the data; unread input is fine"),
+    ("exec_large_io", exec_large_io, "exec with 4 MiB in and out at once does not deadlock"),
+    ("exec_large_output", exec_large_output, "exec returns 6 MB of output whole"),
+    ("exec_max_output", exec_max_output, "exec keeps the first max_output bytes and counts the rest"),
+    ("exec_env", exec_env, "exec env adds and overrides variables, PATH included"),
+    ("exec_fresh_process", exec_fresh_process, "exec: no shell state carries over between calls"),
+    ("exec_cwd", exec_cwd, "exec runs in cwd"),
+    ("exec_cwd_errors", exec_cwd_errors, "exec cwd missing is not_found, a file is not_a_directory"),
+    ("exec_timeout_kills_group", exec_timeout_kills_group, "exec timeout TERMs the whole group"),
+    ("exec_timeout_escalates_to_kill", exec_timeout_escalates_to_kill, "exec timeout KILLs 2 s later what ignores TERM"),
+    ("exec_background_holds_output", exec_background_holds_output, "exec waits for a background child holding stdout"),
+    ("exec_background_timeout", exec_background_timeout, "exec timeout ends a background child holding stdout"),
+    ("exec_background_detached", exec_background_detached, "exec does not wait for a child that let go of output"),
+    ("exec_own_process_group", exec_own_process_group, "exec gives the command its own session and group"),
+    ("exec_no_inherited_fds", exec_no_inherited_fds, "exec: the command inherits only fds 0-2"),
+    ("exec_concurrent", exec_concurrent, "exec: parallel calls stay apart; a slow one blocks nothing"),
+    ("read_ranges", read_ranges, "read offset/length, size and eof"),
+    ("read_whole_binary", read_whole_binary, "read the whole file, binary and empty"),
+    ("read_large", read_large, "read a 3 MiB file back whole"),
+    ("read_errors", read_errors, "read missing, a directory, through a file"),
+    ("write_replace", write_replace, "write replaces the whole file by default"),
+    ("write_offset", write_offset, "write at an offset keeps the rest; past the end leaves a hole"),
+    ("write_append", write_append, "write append adds to the end"),
+    ("write_mkdirs", write_mkdirs, "write mkdirs creates parents; without it not_found"),
+    ("write_mode", write_mode, "write mode applies to new files only, under the umask"),
+    ("write_atomic", write_atomic, "write atomic replaces whole, keeps the mode, leaves no temp"),
+    ("write_invalid_combos", write_invalid_combos, "write offset with append or atomic is invalid_argument"),
+    ("write_binary", write_binary, "write binary and empty data"),
+    ("write_errors", write_errors, "write to a directory, through a file"),
+    ("stat_file_dir", stat_file_dir, "stat file and dir: type, size, mode, owner"),
+    ("stat_symlink", stat_symlink, "stat symlink with follow true/false, target, dangling"),
+    ("stat_special", stat_special, "stat fifo, char device, socket and block device where present"),
+    ("stat_mtime", stat_mtime, "stat and list mtime_ns"),
+    ("stat_errors", stat_errors, "stat missing, through a file"),
+    ("list_sorted_bytewise", list_sorted_bytewise, "list sorts bytewise, high bytes last"),
+    ("list_types", list_types, "list types; symlinks not followed; no . and .."),
+    ("list_errors", list_errors, "list a file, missing"),
+    ("mkdir_basic", mkdir_basic, "mkdir, already_exists, mode"),
+    ("mkdir_parents", mkdir_parents, "mkdir parents, and not_found without"),
+    ("mkdir_errors", mkdir_errors, "mkdir over a file, through a file"),
+    ("remove_file_and_dir", remove_file_and_dir, "remove a file, an empty dir; missing is not_found"),
+    ("remove_not_empty", remove_not_empty, "remove a non-empty dir without recursive is not_empty"),
+    ("remove_recursive", remove_recursive, "remove recursive, never following symlinks inside"),
+    ("remove_symlink_to_dir", remove_symlink_to_dir, "remove a symlink to a dir leaves the dir alone"),
+    ("rename_overwrite", rename_overwrite, "rename replaces the target by default"),
+    ("rename_no_overwrite", rename_no_overwrite, "rename overwrite=false is already_exists on a target"),
+    ("rename_errors_and_dirs", rename_errors_and_dirs, "rename missing is not_found; directories move"),
+    ("hostile_names", hostile_names, "names with shell metacharacters, newlines, raw bytes"),
+    ("hostile_exec_args", hostile_exec_args, "argv, cwd and env values with shell metacharacters"),
+]
+
+
+def run_case(client, root, name, fn):
+    ctx = Ctx(client, root, name)
+    t0 = mono_ms()
+    status, msg = "PASS", ""
+    try:
+        try:
+            client.mkdir(ctx.dir)
+        except asp.AspError as e:
+            if e.code != "already_exists":
+                raise Fail("cannot create the case directory %s: %s: %s" % (ctx.dir, e.code,
+                                                                            e.message))
+            client.remove(ctx.dir, recursive=True)
+            client.mkdir(ctx.dir)
+        fn(ctx)
+    except Skip as e:
+        status, msg = "SKIP", str(e)
+    except Fail as e:
+        status, msg = "FAIL", str(e)
+    except asp.AspError as e:
+        status, msg = "FAIL", "unexpected %s: %s" % (e.code, e.message)
+    if status != "FAIL":
+        try:
+            client.remove(ctx.dir, recursive=True)
+        except asp.AspError as e:
+            status, msg = "FAIL", "cleanup: remove %s: %s: %s" % (ctx.dir, e.code, e.message)
+    return status, msg, mono_ms() - t0
+
+
+def main():
+    global asp
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sdk", required=True, help="the generated Python package's folder")
+    ap.add_argument("--http")
+    ap.add_argument("--token")
+    ap.add_argument("--config")
+    ap.add_argument("--only")
+    ap.add_argument("--label", default="")
+    ap.add_argument("--stdio", nargs=argparse.REMAINDER)
+    a = ap.parse_args()
+    sys.path.insert(0, a.sdk)
+    import asp as asp_module
+    asp = asp_module
+    if a.stdio:
+        client = asp.Client.stdio(a.stdio)
+    elif a.http:
+        client = asp.Client.http(a.http, a.token)
+    else:
+        client = asp.Client.from_config(a.config)
+    label = a.label or client.transport
+    root = "/tmp/asp-sdk-py-conf-%d-%d" % (os.getpid(), int(time.time() * 1000))
+    client.mkdir(root)
+    counts = {"PASS": 0, "FAIL": 0, "SKIP": 0}
+    t0 = mono_ms()
+    for name, fn, _what in CASES:
+        if a.only and a.only not in name:
+            continue
+        status, msg, ms = run_case(client, root, name, fn)
+        counts[status] += 1
+        print("%s %-34s %6.0f ms%s" % (status, name, ms, "  " + msg if msg else ""),
+              flush=True)
+    try:
+        client.remove(root, recursive=True)
+    except asp.AspError:
+        pass
+    client.close()
+    print("python SDK over %s: %d cases in %.1f s" % (label, sum(counts.values()),
+                                                       (mono_ms() - t0) / 1000))
+    print("%d passed, %d failed, %d skipped" % (counts["PASS"], counts["FAIL"],
+                                                 counts["SKIP"]))
+    return 1 if counts["FAIL"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+#!/usr/bin/env node
+// The TypeScript SDK's HTTP client against a listener that wants a token; the same
+// checks as test_http.py. usage: node test_http.mjs SDK_DIR URL TOKEN
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { pathToFileURL } from "node:url";
+
+const [sdk, url, token] = process.argv.slice(2);
+const asp = await import(pathToFileURL(`${sdk}/dist/index.js`).href);
+let passed = 0,
+  failed = 0;
+const dec = new TextDecoder();
+const assert = (c, m = "assertion failed") => {
+  if (!c) throw new Error(m);
+};
+async function check(what, fn) {
+  try {
+    await fn();
+    passed++;
+    console.log(`ok - ${what}`);
+  } catch (e) {
+    failed++;
+    console.log(`FAIL - ${what}: ${e?.stack ?? e}`);
+  }
+}
+async function codeOf(p) {
+  try {
+    await p;
+  } catch (e) {
+    return e.code;
+  }
+  return "ok";
+}
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "asp-sdk-http-"));
+
+await check("bearer token accepted", async () => {
+  const c = asp.Client.http(url, token);
+  assert((await c.hello()).protocol === 1);
+  assert(dec.decode((await c.exec({ argv: ["printf", "hi"] })).stdout) === "hi");
+  await c.close();
+});
+await check("a wrong or missing token is unauthorized", async () => {
+  assert((await codeOf(asp.Client.http(url, "nope").hello())) === "unauthorized");
+  assert((await codeOf(asp.Client.http(url).hello())) === "unauthorized");
+});
+await check("fromConfig: token from token_env, cwd applied", async () => {
+  const p = path.join(tmp, "env.json");
+  fs.writeFileSync(p, JSON.stringify({ version: 1, transport: "http", cwd: tmp, http: { url, token_env: "ASP_SDK_TEST_TOKEN" } }));
+  process.env.ASP_SDK_TEST_TOKEN = token;
+  const c = await asp.Client.fromConfig(p);
+  await c.write({ path: "f.txt", data: "over http" });
+  assert(fs.readFileSync(path.join(tmp, "f.txt"), "utf8") === "over http");
+  await c.close();
+});
+await check("fromConfig: token from token_file (one newline stripped); spawn unsupported", async () => {
+  fs.writeFileSync(path.join(tmp, "token"), `${token}\n`);
+  const p = path.join(tmp, "file.json");
+  fs.writeFileSync(p, JSON.stringify({ version: 1, transport: "http", http: { url, token_file: "token", websocket: true } }));
+  const c = await asp.Client.fromConfig(p);
+  assert(dec.decode((await c.read({ path: path.join(tmp, "f.txt") })).data) === "over http");
+  assert((await codeOf(c.spawn({ argv: ["true"] }))) === "unsupported");
+  await c.close();
+});
+await check("80 overlapping calls on one HTTP client", async () => {
+  const c = asp.Client.http(url, token);
+  const rs = await Promise.all(Array.from({ length: 80 }, (_, i) => c.exec({ argv: ["printf", `${i}`] })));
+  assert(rs.every((r, i) => dec.decode(r.stdout) === `${i}`));
+  await c.close();
+});
+fs.rmSync(tmp, { recursive: true, force: true });
+console.log(`${passed} passed, ${failed} failed`);
+process.exitCode = failed ? 1 : 0;
