@@ -12,6 +12,18 @@ static void answer_error(asp_buf *out, uint32_t id, const asp_error *err)
 void asp_dispatch(const asp_ops *ops, void *self, const asp_msg *req, asp_buf *out,
                   size_t max_message)
 {
+	/* The arena dies here, so nothing of it may stay referenced by the frame. */
+	size_t ref_min = out->ref_min;
+	out->ref_min = 0;
+	asp_arena *a = asp_arena_new();
+	asp_dispatch_in(ops, self, req, out, max_message, a);
+	asp_arena_free(a);
+	out->ref_min = ref_min;
+}
+
+void asp_dispatch_in(const asp_ops *ops, void *self, const asp_msg *req, asp_buf *out,
+                     size_t max_message, asp_arena *a)
+{
 	asp_error err;
 	asp_error_clear(&err);
 	int op = asp_op_lookup(req->method, req->method_len);
@@ -22,13 +34,11 @@ void asp_dispatch(const asp_ops *ops, void *self, const asp_msg *req, asp_buf *o
 		return;
 	}
 	const asp_op_desc *d = &asp_op_descs[op];
-	asp_arena *a = asp_arena_new();
 	void *p = a ? asp_arena_alloc(a, d->params->size) : NULL;
 	void *r = a ? asp_arena_alloc(a, d->result->size) : NULL;
 	if (!p || !r) {
 		asp_error_set(&err, ASP_E_INTERNAL, NULL, "out of memory");
 		answer_error(out, req->id, &err);
-		asp_arena_free(a);
 		return;
 	}
 	asp_status st;
@@ -50,11 +60,10 @@ void asp_dispatch(const asp_ops *ops, void *self, const asp_msg *req, asp_buf *o
 		asp_error_set(&err, ASP_E_INTERNAL, NULL, "out of memory encoding the %s result",
 		              d->name);
 		answer_error(out, req->id, &err);
-	} else if (out->len - ASP_FRAME_HEADER > max_message) {
+	} else if (asp_buf_frame_len(out) - ASP_FRAME_HEADER > max_message) {
 		asp_error_set(&err, ASP_E_TOO_LARGE, NULL,
 		              "%s: the result is %zu bytes, more than max_message (%zu)", d->name,
-		              out->len - ASP_FRAME_HEADER, max_message);
+		              asp_buf_frame_len(out) - ASP_FRAME_HEADER, max_message);
 		answer_error(out, req->id, &err);
 	}
-	asp_arena_free(a);
 }

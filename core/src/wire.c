@@ -3,17 +3,56 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 void asp_buf_init(asp_buf *b)
 {
-	b->data = NULL;
-	b->len = b->cap = 0;
+	memset(b, 0, sizeof *b);
 }
 
 void asp_buf_free(asp_buf *b)
 {
+	size_t ref_min = b->ref_min;
 	free(b->data);
+	free(b->refs);
 	asp_buf_init(b);
+	b->ref_min = ref_min;
+}
+
+static int add_ref(asp_buf *b, const char *data, size_t len)
+{
+	if (b->nrefs == b->refcap) {
+		size_t cap = b->refcap ? b->refcap * 2 : 4;
+		asp_buf_ref *r = realloc(b->refs, cap * sizeof *r);
+		if (!r)
+			return -1;
+		b->refs = r;
+		b->refcap = cap;
+	}
+	b->refs[b->nrefs++] = (asp_buf_ref){b->len, (const uint8_t *)data, len};
+	b->ref_bytes += len;
+	return 0;
+}
+
+int asp_buf_iov(const asp_buf *b, struct iovec *iov, int max)
+{
+	int n = 0;
+	size_t from = 0;
+	for (size_t i = 0; i <= b->nrefs; i++) {
+		size_t to = i < b->nrefs ? b->refs[i].at : b->len;
+		if (to > from) {
+			if (n == max)
+				return -1;
+			iov[n++] = (struct iovec){b->data + from, to - from};
+		}
+		from = to;
+		if (i < b->nrefs && b->refs[i].len) {
+			if (n == max)
+				return -1;
+			iov[n++] = (struct iovec){(void *)b->refs[i].data, b->refs[i].len};
+		}
+	}
+	return n;
 }
 
 int asp_buf_reserve(asp_buf *b, size_t extra)
@@ -39,6 +78,8 @@ int asp_buf_write(void *vb, const char *data, size_t len)
 	asp_buf *b = vb;
 	if (len == 0) /* an empty str/bin body may come with a NULL pointer */
 		return 0;
+	if (b->ref_min && len >= b->ref_min)
+		return add_ref(b, data, len);
 	if (asp_buf_reserve(b, len) < 0)
 		return -1;
 	memcpy(b->data + b->len, data, len);
@@ -236,6 +277,8 @@ asp_status asp_wire_decode(const uint8_t *data, size_t len, msgpack_unpacked *u,
 void asp_wire_begin(asp_buf *b, msgpack_packer *pk)
 {
 	b->len = 0;
+	b->nrefs = 0;
+	b->ref_bytes = 0;
 	if (asp_buf_reserve(b, 256) == 0)
 		b->len = ASP_FRAME_HEADER;
 	msgpack_packer_init(pk, b, asp_buf_write);
@@ -243,7 +286,7 @@ void asp_wire_begin(asp_buf *b, msgpack_packer *pk)
 
 void asp_wire_finish(asp_buf *b)
 {
-	uint32_t n = (uint32_t)(b->len - ASP_FRAME_HEADER);
+	uint32_t n = (uint32_t)(asp_buf_frame_len(b) - ASP_FRAME_HEADER);
 	b->data[0] = (uint8_t)(n >> 24);
 	b->data[1] = (uint8_t)(n >> 16);
 	b->data[2] = (uint8_t)(n >> 8);

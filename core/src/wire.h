@@ -14,14 +14,42 @@
 /* Bytes of the frame header. */
 #define ASP_FRAME_HEADER 4
 
-/* A growable byte buffer; frames are built in place with the header reserved up front. */
+/* A piece of a frame that stays in the caller's memory instead of being copied. */
+typedef struct asp_buf_ref {
+	size_t at; /* the piece goes before data[at] */
+	const uint8_t *data;
+	size_t len;
+} asp_buf_ref;
+
+/*
+ * A growable byte buffer; frames are built in place with the header reserved up front.
+ * With `ref_min` set, writes of at least that many bytes (the bodies of large bins) are
+ * kept by reference in `refs` rather than copied: the frame is then data[] with the
+ * pieces spliced in (asp_buf_iov), and the referenced memory must outlive the send.
+ * ref_min 0 (asp_buf_init's) copies everything.
+ */
 typedef struct asp_buf {
 	uint8_t *data;
 	size_t len, cap;
+	size_t ref_min;
+	asp_buf_ref *refs;
+	size_t nrefs, refcap;
+	size_t ref_bytes; /* sum of refs[].len */
 } asp_buf;
 
 void asp_buf_init(asp_buf *b);
 void asp_buf_free(asp_buf *b);
+/* Bytes of the whole frame, header and referenced pieces included. */
+static inline size_t asp_buf_frame_len(const asp_buf *b)
+{
+	return b->len + b->ref_bytes;
+}
+/*
+ * The frame as iovecs (2 * nrefs + 1 at most); returns how many were filled, or -1 when
+ * `max` is too small.
+ */
+struct iovec;
+int asp_buf_iov(const asp_buf *b, struct iovec *iov, int max);
 /* Makes room for `extra` more bytes. 0, or -1 when out of memory. */
 int asp_buf_reserve(asp_buf *b, size_t extra);
 /* msgpack_packer write callback appending to an asp_buf. */
@@ -80,6 +108,14 @@ int asp_op_lookup(const char *name, size_t len);
  */
 void asp_dispatch(const asp_ops *ops, void *self, const asp_msg *req, asp_buf *out,
                   size_t max_message);
+
+/*
+ * As asp_dispatch, with the caller's arena (NULL: out of memory is answered) for the
+ * params and the result. With out->ref_min set, the frame may reference the result's
+ * bytes in `a`: keep `a` until the frame is sent, then reset or free it.
+ */
+void asp_dispatch_in(const asp_ops *ops, void *self, const asp_msg *req, asp_buf *out,
+                     size_t max_message, asp_arena *a);
 
 /* Decodes a response's result map into `result` with the op's descriptor. */
 asp_status asp_wire_result_decode(asp_op_id op, const asp_msg *resp, void *result, asp_arena *a,

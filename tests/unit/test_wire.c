@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 static asp_arena *arena;
 
@@ -408,6 +409,50 @@ static void test_dispatch_too_large(void)
 	CU_ASSERT_EQUAL(serve(mk, sizeof mk, 1 << 20, &err), ASP_E_UNSUPPORTED);
 }
 
+/* A frame with large bins kept by reference is byte for byte the copied frame. */
+static void test_refs_same_bytes(void)
+{
+	static uint8_t big[200000];
+	for (size_t i = 0; i < sizeof big; i++)
+		big[i] = (uint8_t)(i * 7);
+	asp_write_params p;
+	asp_write_params_init(&p);
+	p.path = "/w/big";
+	p.data.data = big;
+	p.data.len = sizeof big;
+	asp_buf copied, ref;
+	asp_buf_init(&copied);
+	asp_buf_init(&ref);
+	ref.ref_min = 65536;
+	CU_ASSERT_EQUAL_FATAL(asp_wire_request(&copied, 3, ASP_OP_WRITE, &p), 0);
+	CU_ASSERT_EQUAL_FATAL(asp_wire_request(&ref, 3, ASP_OP_WRITE, &p), 0);
+	CU_ASSERT_EQUAL(ref.nrefs, 1);
+	CU_ASSERT_TRUE(ref.len < 100); /* the data was not copied */
+	CU_ASSERT_EQUAL(asp_buf_frame_len(&ref), copied.len);
+	struct iovec iov[8];
+	int n = asp_buf_iov(&ref, iov, 8);
+	CU_ASSERT_EQUAL_FATAL(n, 2);
+	uint8_t *flat = malloc(asp_buf_frame_len(&ref));
+	size_t at = 0;
+	for (int i = 0; i < n; i++) {
+		memcpy(flat + at, iov[i].iov_base, iov[i].iov_len);
+		at += iov[i].iov_len;
+	}
+	CU_ASSERT_EQUAL(at, copied.len);
+	CU_ASSERT_EQUAL(memcmp(flat, copied.data, copied.len), 0);
+	CU_ASSERT_EQUAL(asp_buf_iov(&ref, iov, 1), -1);
+	/* the buffer is reused for a small frame: no stale reference survives */
+	asp_stat_params s;
+	asp_stat_params_init(&s);
+	s.path = "x";
+	CU_ASSERT_EQUAL(asp_wire_request(&ref, 4, ASP_OP_STAT, &s), 0);
+	CU_ASSERT_EQUAL(ref.nrefs, 0);
+	CU_ASSERT_EQUAL(asp_buf_frame_len(&ref), ref.len);
+	free(flat);
+	asp_buf_free(&copied);
+	asp_buf_free(&ref);
+}
+
 int main(void)
 {
 	asp_ops_complete(&test_ops);
@@ -423,6 +468,7 @@ int main(void)
 	CU_add_test(s, "decode errors name the field", test_decode_names_field);
 	CU_add_test(s, "hostile vectors", test_vectors);
 	CU_add_test(s, "dispatch: too large, unsupported", test_dispatch_too_large);
+	CU_add_test(s, "large bins by reference", test_refs_same_bytes);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
