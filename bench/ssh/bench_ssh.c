@@ -9,13 +9,18 @@
  * and the cost of the login shell's startup files, which every native exec (and every
  * OpenSSH or paramiko command) pays.
  *
- *   bench_ssh ASP_AGENT [MiB]     (MiB: size of the bulk transfer, default 256)
+ *   bench_ssh ASP_AGENT [MiB] [--skip-startup-files]
+ *
+ * MiB: size of the bulk transfer (default 256). By default the login shell reads the
+ * user's startup files as sshd normally has it; --skip-startup-files runs the tests'
+ * login shell instead (bash without ~/.bashrc) to show the transport's own cost.
  */
 #include "asp/asp.h"
 #include "asp/transport.h"
 #include "sshd_fixture.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -62,6 +67,7 @@ static int shell(const char *line)
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
 	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
 	pid_t pid;
 	int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
 	posix_spawn_file_actions_destroy(&fa);
@@ -243,6 +249,7 @@ static int paramiko(const char *path4k, int n, double *exec_ms, double *read_ms)
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_adddup2(&fa, p[1], 1);
 	posix_spawn_file_actions_addclose(&fa, p[0]);
+	posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
 	const char *argv[] = {PARAMIKO_PY, "-c", script, NULL};
 	pid_t pid;
 	int rc = posix_spawn(&pid, PARAMIKO_PY, &fa, NULL, (char *const *)argv, environ);
@@ -264,6 +271,39 @@ static int paramiko(const char *path4k, int n, double *exec_ms, double *read_ms)
 	return sscanf(out, "EXEC %lf READ %lf", exec_ms, read_ms) == 2 ? 0 : -1;
 }
 
+/* OpenSSH sftp over the ControlMaster connection: put then get, MB/s each. */
+static int sftp_bulk(const char *path, size_t mib, const char *cm, double *up, double *down)
+{
+	char line[8192], opts[1200];
+	/* sftp takes -P for the port; ssh_opts ends with ssh's "-p PORT" */
+	snprintf(opts, sizeof opts, "%s", ssh_opts);
+	char *pp = strstr(opts, " -p ");
+	if (pp)
+		*pp = '\0';
+	snprintf(line, sizeof line,
+	         "head -c %zu /dev/zero > %s.src && t0=$(date +%%s%%N) && "
+	         "echo 'put %s.src %s' | sftp -q %s -o ControlPath=%s -P %u -b - %s@127.0.0.1 && "
+	         "t1=$(date +%%s%%N) && "
+	         "echo 'get %s %s.back' | sftp -q %s -o ControlPath=%s -P %u -b - %s@127.0.0.1 && "
+	         "t2=$(date +%%s%%N) && echo $t0 $t1 $t2 > %s.times; rm -f %s.src %s.back",
+	         mib << 20, path, path, path, opts, cm, fx.port, fx.user, path, path, opts, cm,
+	         fx.port, fx.user, path, path, path);
+	if (shell(line) != 0)
+		return -1;
+	char tp[480];
+	snprintf(tp, sizeof tp, "%s.times", path);
+	FILE *f = fopen(tp, "r");
+	long long t0, t1, t2;
+	int ok = f && fscanf(f, "%lld %lld %lld", &t0, &t1, &t2) == 3;
+	if (f)
+		fclose(f);
+	if (!ok)
+		return -1;
+	*up = (double)(mib << 20) / 1e6 / ((double)(t1 - t0) / 1e9);
+	*down = (double)(mib << 20) / 1e6 / ((double)(t2 - t1) / 1e9);
+	return 0;
+}
+
 static void ratio_row(const char *what, double v, double ref)
 {
 	if (v < 0)
@@ -280,12 +320,15 @@ int main(int argc, char **argv)
 	/* the sandbox is this machine: the agent path must be absolute there */
 	char *agent = agent_arg ? realpath(agent_arg, NULL) : NULL;
 	size_t mib = argc > 2 ? (size_t)atoi(argv[2]) : 256;
+	bool skip_startup = argc > 3 && strcmp(argv[3], "--skip-startup-files") == 0;
+	if (mib == 0)
+		mib = 256;
 	if (!agent) {
 		fprintf(stderr, "usage: bench_ssh ASP_AGENT [MiB]\n");
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
-	if (sshd_start_real_login(&fx) < 0) {
+	if ((skip_startup ? sshd_start(&fx) : sshd_start_real_login(&fx)) < 0) {
 		fprintf(stderr, "bench_ssh: %s\n", fx.why);
 		return 1;
 	}
@@ -327,46 +370,30 @@ int main(int argc, char **argv)
 	    time_shell("env -u SHLVL SSH_CLIENT='127.0.0.1 1 22' \"$SHELL\" -c true", 10);
 	double sh_only = time_shell("/bin/sh -c true", 10);
 
-	double up_nat = -1, down_nat = -1, up_agt = -1, down_agt = -1;
-	bulk(nat, pathbig, mib, &up_nat, &down_nat);
-	bulk(agt, pathbig, mib, &up_agt, &down_agt);
-	snprintf(line, sizeof line,
-	         "head -c %zu /dev/zero > %s/src && t0=$(date +%%s%%N) && "
-	         "echo 'put %s/src %s/dst' | sftp -q %s -o ControlPath=%s -P %u -b - "
-	         "%s@127.0.0.1 && t1=$(date +%%s%%N) && "
-	         "echo 'get %s/dst %s/back' | sftp -q %s -o ControlPath=%s -P %u -b - "
-	         "%s@127.0.0.1 && t2=$(date +%%s%%N) && echo $t0 $t1 $t2 > %s/sftp.times",
-	         mib << 20, fx.dir, fx.dir, fx.dir, ssh_opts, cm, fx.port, fx.user, fx.dir, fx.dir,
-	         ssh_opts, cm, fx.port, fx.user, fx.dir);
-	/* sftp takes -P for the port; the -p in ssh_opts is ssh's only */
-	char *pp = strstr(line, "-p ");
-	while (pp) {
-		memmove(pp, pp + 3 + strcspn(pp + 3, " "),
-		        strlen(pp + 3 + strcspn(pp + 3, " ")) + 1);
-		pp = strstr(pp, "-p ");
+	enum { REPS = 3 };
+	double un[REPS], dn[REPS], ua[REPS], da[REPS], us[REPS], ds[REPS];
+	int kn = 0, ka = 0, ks = 0;
+	for (int rep = 0; rep < REPS; rep++) {
+		if (bulk(nat, pathbig, mib, &un[kn], &dn[kn]) == 0)
+			kn++;
+		if (bulk(agt, pathbig, mib, &ua[ka], &da[ka]) == 0)
+			ka++;
+		if (sftp_bulk(pathbig, mib, cm, &us[ks], &ds[ks]) == 0)
+			ks++;
 	}
-	double up_sftp = -1, down_sftp = -1;
-	if (shell(line) == 0) {
-		char tp[400];
-		snprintf(tp, sizeof tp, "%s/sftp.times", fx.dir);
-		FILE *f = fopen(tp, "r");
-		long long t0, t1, t2;
-		if (f && fscanf(f, "%lld %lld %lld", &t0, &t1, &t2) == 3) {
-			up_sftp = (double)(mib << 20) / 1e6 / ((double)(t1 - t0) / 1e9);
-			down_sftp = (double)(mib << 20) / 1e6 / ((double)(t2 - t1) / 1e9);
-		}
-		if (f)
-			fclose(f);
-	} else {
+	double up_nat = median(un, kn), down_nat = median(dn, kn);
+	double up_agt = median(ua, ka), down_agt = median(da, ka);
+	double up_sftp = median(us, ks), down_sftp = median(ds, ks);
+	if (!ks)
 		fprintf(stderr, "sftp: not measured\n");
-	}
 	snprintf(line, sizeof line, "ssh %s -o ControlPath=%s -O exit %s@127.0.0.1", ssh_opts, cm,
 	         fx.user);
 	shell(line);
 	asp_client_free(nat);
 	asp_client_free(agt);
 
-	printf("## SSH transport (one sshd on 127.0.0.1, medians)\n\n");
+	printf("## SSH transport (one sshd on 127.0.0.1, medians; login shell %s)\n\n",
+	       skip_startup ? "without startup files" : "with the user's startup files");
 	printf("exec `true` round trip, ms (ratio to ControlMaster):\n\n| what | ms | ratio |\n"
 	       "|---|---|---|\n");
 	ratio_row("asp ssh native", e_nat, e_cm);
@@ -376,8 +403,8 @@ int main(int argc, char **argv)
 	ratio_row("paramiko exec_command", e_pk, e_cm);
 	printf("\nagent mode / native: %.3f; native / paramiko: %.2f\n", e_agt / e_nat,
 	       e_pk > 0 ? e_nat / e_pk : -1);
-	printf("\nlogin shell startup (`$SHELL -c true` as sshd runs it, startup files "
-	       "included): %.2f ms; `/bin/sh -c true`: %.2f ms\n",
+	printf("\nthe user's login shell alone, as sshd starts it (`$SHELL -c true`, startup files "
+	       "read): %.2f ms; `/bin/sh -c true`: %.2f ms\n",
 	       login, sh_only);
 	printf(
 	    "\n4 KiB read, ms (ratio to paramiko SFTP):\n\n| what | ms | ratio |\n|---|---|---|\n");

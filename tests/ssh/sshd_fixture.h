@@ -1,0 +1,66 @@
+/*
+ * A real OpenSSH server for the SSH tests: Debian's /usr/sbin/sshd on 127.0.0.1 and a
+ * free port, with its own host key, config, authorized_keys and pid file in a temp
+ * folder, run as the current user. No skipping: without sshd the fixture fails with
+ * what to install.
+ */
+#ifndef ASP_TEST_SSHD_FIXTURE_H
+#define ASP_TEST_SSHD_FIXTURE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct sshd_fixture {
+	char dir[256];
+	unsigned port;
+	pid_t pid;
+	char user[64];
+	char host_key[320];    /* private host key */
+	char client_key[320];  /* private key in authorized_keys */
+	char known_hosts[320]; /* holds the current host key for [127.0.0.1]:port */
+	char empty_known_hosts[320];
+	char fingerprint[128]; /* "SHA256:..." of the current host key */
+	char log[320];         /* sshd's stderr (-e) */
+	char why[1024];        /* what failed */
+	bool real_login;       /* the login shell reads the user's startup files */
+	unsigned max_sessions; /* sshd's MaxSessions: channels per connection */
+} sshd_fixture;
+
+/*
+ * Starts sshd for tests: the login shell (bash) skips the user's ~/.bashrc, so results do
+ * not depend on who runs them, and prints noise on stdout and stderr before each command
+ * (but sftp-server), which the transport must keep out of every result. 0, or -1 with
+ * fx->why saying what failed and what to do.
+ */
+int sshd_start(sshd_fixture *fx);
+
+/* Starts sshd with the login shell as users have it (startup files read): benchmarks. */
+int sshd_start_real_login(sshd_fixture *fx);
+
+/*
+ * Both of the above allow 64 sessions per connection, so timing checks do not depend on
+ * how fast other commands free theirs; this one sets MaxSessions (stock sshd: 10).
+ */
+int sshd_start_max_sessions(sshd_fixture *fx, unsigned max_sessions);
+
+/* Stops sshd (TERM, then KILL) and removes the folder. Safe to call twice. */
+void sshd_stop(sshd_fixture *fx);
+
+/*
+ * Stops sshd, makes a new host key and starts it again on the same port; known_hosts
+ * keeps the old key (so it is now "changed"), fx->fingerprint is the new key's.
+ */
+int sshd_rekey(sshd_fixture *fx);
+
+/* Kills (SIGKILL) every process sshd forked for connections; the listener stays. */
+int sshd_kill_sessions(sshd_fixture *fx);
+
+/* An .asp.json text for this server: "native" or an agent path, and extra ssh keys. */
+void sshd_config_json(const sshd_fixture *fx, const char *agent, const char *extra, char *out,
+                      size_t cap);
+
+/* Runs argv, waits; exit status or -1. Output to /dev/null unless `out` (cap bytes). */
+int sshd_run(const char *const argv[], char *out, size_t cap);
+
+#endif

@@ -1,0 +1,441 @@
+/*
+ * The connection's concurrency: the session lock, waiting without holding it, the pump
+ * thread that reads the socket for everyone, and channel plumbing done in non-blocking
+ * steps so that no thread holds the lock across a network round trip.
+ */
+#include "ssh_internal.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Waiters re-check at least this often: a backstop, never needed for progress. */
+#define WAIT_SLICE_NS (250ull * SSH_NS_PER_MS)
+/* The pump reads at most this many times (4 KiB each, libssh's read size) per wakeup. */
+#define PUMP_BATCH 64
+/* After the server refused a channel: wait this long (doubling) before asking again. */
+#define REFUSED_PAUSE_MIN (20ull * SSH_NS_PER_MS)
+#define REFUSED_PAUSE_MAX (500ull * SSH_NS_PER_MS)
+
+uint64_t ssh_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t ssh_deadline_ms(uint64_t ms)
+{
+	if (ms == 0 || ms > UINT64_MAX / SSH_NS_PER_MS / 2)
+		return SSH_NO_DEADLINE;
+	return ssh_now_ns() + ms * SSH_NS_PER_MS;
+}
+
+void sshc_lock(sshc *c)
+{
+	pthread_mutex_lock(&c->mu);
+}
+
+void sshc_unlock(sshc *c)
+{
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+bool sshc_wait(sshc *c, uint64_t deadline)
+{
+	if (atomic_load(&c->dead))
+		return false;
+	uint64_t now = ssh_now_ns();
+	uint64_t until = now + WAIT_SLICE_NS;
+	if (deadline < until)
+		until = deadline;
+	if (until > now) {
+		struct timespec ts = {(time_t)(until / 1000000000ull),
+		                      (long)(until % 1000000000ull)};
+		pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+	}
+	return !atomic_load(&c->dead);
+}
+
+void sshc_mark_dead(sshc *c, const char *fmt, ...)
+{
+	if (!c->why[0]) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(c->why, sizeof c->why, fmt, ap);
+		va_end(ap);
+	}
+	atomic_store(&c->dead, true);
+	pthread_cond_broadcast(&c->cv);
+}
+
+bool sshc_check(sshc *c)
+{
+	if (atomic_load(&c->dead))
+		return false;
+	int st = ssh_get_status(c->s);
+	if (!ssh_is_connected(c->s) || (st & (SSH_CLOSED | SSH_CLOSED_ERROR))) {
+		const char *e = ssh_get_error(c->s);
+		sshc_mark_dead(c, "connection lost%s%s", e && e[0] ? ": " : "", e ? e : "");
+		return false;
+	}
+	return true;
+}
+
+asp_status sshc_dead_error(sshc *c, const char *what, asp_error *err)
+{
+	return asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
+	                     "%s: ssh %s: %s; the next call reconnects", what, c->target,
+	                     c->why[0] ? c->why : "connection closed");
+}
+
+void sshc_abort(sshc *c)
+{
+	atomic_store(&c->dead, true);
+	/* Any libssh call blocked on the socket fails at once; the pump sees the hangup. */
+	if (c->fd >= 0)
+		shutdown(c->fd, SHUT_RDWR);
+	if (c->wake_fd >= 0) {
+		uint64_t one = 1;
+		(void)!write(c->wake_fd, &one, sizeof one);
+	}
+}
+
+static void *pump_main(void *arg)
+{
+	sshc *c = arg;
+	while (!atomic_load(&c->stop)) {
+		struct pollfd p[2] = {{c->fd, POLLIN, 0}, {c->wake_fd, POLLIN, 0}};
+		int n = poll(p, 2, -1);
+		if (n < 0 && errno != EINTR)
+			break;
+		if (p[1].revents & POLLIN) {
+			uint64_t v;
+			(void)!read(c->wake_fd, &v, sizeof v);
+		}
+		if (atomic_load(&c->stop))
+			break;
+		pthread_mutex_lock(&c->mu);
+		if (atomic_load(&c->dead)) {
+			sshc_mark_dead(c, "connection aborted");
+			pthread_mutex_unlock(&c->mu);
+			break;
+		}
+		if (p[0].revents) {
+			/*
+			 * libssh 0.10 has no public "process what arrived" call; polling a channel
+			 * that is never opened (so never has data or EOF) with timeout 0 runs
+			 * exactly one non-blocking round of packet handling for the whole session.
+			 */
+			for (int i = 0; i < PUMP_BATCH; i++) {
+				ssh_channel_poll_timeout(c->idle, 0, 0);
+				if (!sshc_check(c))
+					break;
+				struct pollfd q = {c->fd, POLLIN, 0};
+				if (poll(&q, 1, 0) <= 0)
+					break;
+			}
+		}
+		bool dead = atomic_load(&c->dead);
+		pthread_cond_broadcast(&c->cv);
+		pthread_mutex_unlock(&c->mu);
+		if (dead)
+			break;
+	}
+	return NULL;
+}
+
+asp_status sshc_pump_start(sshc *c, asp_error *err)
+{
+	c->idle = ssh_channel_new(c->s);
+	if (!c->idle)
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "ssh %s: out of memory", c->target);
+	c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (c->wake_fd < 0)
+		return asp_error_errno(err, errno, NULL, "ssh %s: eventfd", c->target);
+	/* the pump takes no signals: they belong to the application's threads */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int rc = pthread_create(&c->pump, NULL, pump_main, c);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc != 0)
+		return asp_error_errno(err, rc, NULL, "ssh %s: cannot start a thread", c->target);
+	c->pump_on = true;
+	return ASP_OK;
+}
+
+void sshc_close(sshc *c)
+{
+	if (c->pump_on) {
+		atomic_store(&c->stop, true);
+		uint64_t one = 1;
+		(void)!write(c->wake_fd, &one, sizeof one);
+		pthread_join(c->pump, NULL);
+		c->pump_on = false;
+	}
+	if (c->idle) {
+		ssh_channel_free(c->idle);
+		c->idle = NULL;
+	}
+	if (c->s) {
+		if (!atomic_load(&c->dead) && ssh_is_connected(c->s))
+			ssh_disconnect(c->s); /* a goodbye to the server; bounded by the timeout */
+		ssh_free(c->s);
+		c->s = NULL;
+	}
+	if (c->wake_fd >= 0)
+		close(c->wake_fd);
+	c->wake_fd = -1;
+	c->fd = -1;
+	pthread_mutex_destroy(&c->mu);
+	pthread_cond_destroy(&c->cv);
+}
+
+/*
+ * Runs one libssh call that would wait for a reply in non-blocking mode, over and over
+ * until it stops saying SSH_AGAIN, sleeping on the condition variable in between.
+ */
+typedef int (*step_fn)(ssh_channel ch, const void *arg);
+
+static int run_steps(sshc *c, ssh_channel ch, step_fn fn, const void *arg, uint64_t deadline,
+                     bool *timed_out)
+{
+	*timed_out = false;
+	for (;;) {
+		ssh_set_blocking(c->s, 0);
+		int rc = fn(ch, arg);
+		ssh_set_blocking(c->s, 1);
+		if (rc != SSH_AGAIN)
+			return rc;
+		/* what non-blocking mode queued must reach the server before we sleep */
+		if (ssh_blocking_flush(c->s, 10000) == SSH_ERROR || !sshc_check(c))
+			return SSH_ERROR;
+		if (ssh_now_ns() >= deadline) {
+			*timed_out = true;
+			return SSH_ERROR;
+		}
+		if (!sshc_wait(c, deadline))
+			return SSH_ERROR;
+	}
+}
+
+static int step_open(ssh_channel ch, const void *arg)
+{
+	(void)arg;
+	return ssh_channel_open_session(ch);
+}
+
+static int step_exec(ssh_channel ch, const void *arg)
+{
+	return ssh_channel_request_exec(ch, arg);
+}
+
+static int step_subsystem(ssh_channel ch, const void *arg)
+{
+	return ssh_channel_request_subsystem(ch, arg);
+}
+
+/* Under the lock: takes `w` out of the queue for channel slots. */
+static void slot_leave(sshc *c, struct slot_waiter *w)
+{
+	struct slot_waiter **pp = &c->slot_queue;
+	while (*pp && *pp != w)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = w->next;
+	pthread_cond_broadcast(&c->cv);
+}
+
+uint64_t sshc_setup_deadline(const sshc *c)
+{
+	unsigned ms = c->cfg->ssh.connect_timeout_ms ? c->cfg->ssh.connect_timeout_ms : 10000;
+	return ssh_now_ns() + (uint64_t)ms * SSH_NS_PER_MS;
+}
+
+/* How many channels a class may have open in all (its own and the others'). */
+static unsigned class_limit(const sshc *c, enum sshc_class k)
+{
+	unsigned n = c->chan_limit;
+	unsigned keep = 1; /* for the timeout's kill */
+	if (k == SSHC_COMMAND && c->by_class[SSHC_SFTP] == 0)
+		keep++; /* and for the sftp channel, until it is open */
+	if (k == SSHC_URGENT || n <= keep)
+		return n;
+	return n - keep;
+}
+
+/*
+ * Under the lock: waits for a free channel slot. Commands take slots first come, first
+ * served, so a caller is not starved by threads that run one exec after another; the
+ * sftp channel and the timeout's kill skip the queue and have a slot kept for them, so
+ * long commands never hold up file ops or a kill.
+ */
+static asp_status slot_wait(sshc *c, enum sshc_class k, uint64_t deadline, asp_error *err)
+{
+	struct slot_waiter w = {NULL};
+	bool queued = k == SSHC_COMMAND;
+	if (queued) {
+		struct slot_waiter **tail = &c->slot_queue;
+		while (*tail)
+			tail = &(*tail)->next;
+		*tail = &w;
+	}
+	asp_status st = ASP_OK;
+	for (;;) {
+		if (!sshc_check(c)) {
+			st = sshc_dead_error(c, "open a channel", err);
+			break;
+		}
+		if (c->chans < class_limit(c, k) && (!queued || c->slot_queue == &w))
+			break;
+		if (ssh_now_ns() >= deadline) {
+			st = asp_error_set(err, ASP_E_TIMEOUT, NULL,
+			                   "ssh %s: no free channel in time: the server allows %u "
+			                   "sessions on one connection and all are busy",
+			                   c->target, c->chan_limit);
+			break;
+		}
+		sshc_wait(c, deadline);
+	}
+	if (queued)
+		slot_leave(c, &w);
+	return st;
+}
+
+asp_status sshc_channel_open(sshc *c, enum sshc_class k, uint64_t slot_deadline, uint64_t deadline,
+                             ssh_channel *out, asp_error *err)
+{
+	*out = NULL;
+	uint64_t pause = REFUSED_PAUSE_MIN;
+	for (;;) {
+		asp_status st = slot_wait(c, k, slot_deadline, err);
+		if (st != ASP_OK)
+			return st;
+		uint64_t step = sshc_setup_deadline(c); /* counted from now, not from the wait */
+		if (step < deadline)
+			deadline = step;
+		ssh_channel ch = ssh_channel_new(c->s);
+		if (!ch)
+			return asp_error_set(err, ASP_E_INTERNAL, NULL, "ssh %s: out of memory",
+			                     c->target);
+		c->chans++;
+		c->by_class[k]++;
+		bool late;
+		int rc = run_steps(c, ch, step_open, NULL, deadline, &late);
+		if (rc == SSH_OK) {
+			c->opened++;
+			*out = ch;
+			return ASP_OK;
+		}
+		char msg[256];
+		snprintf(msg, sizeof msg, "%s", ssh_get_error(c->s));
+		c->opened++; /* undone by the free: it was never open */
+		sshc_channel_free(c, ch, k);
+		if (late)
+			return asp_error_set(err, ASP_E_TIMEOUT, NULL,
+			                     "ssh %s: opening a channel timed out", c->target);
+		if (!sshc_check(c))
+			return sshc_dead_error(c, "open a channel", err);
+		if (c->chans == 0)
+			return asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
+			                     "ssh %s: the server refused a session channel: %s",
+			                     c->target, msg);
+		/*
+		 * Refused while others are open: the server's MaxSessions (OpenSSH: "open
+		 * failed", reason 2) is lower than we assumed. Use about what it allowed: the
+		 * channels open now, not those still opening (the server frees a session a
+		 * round trip after our close, so this may count low: never below 3, a command,
+		 * sftp and a kill). Ask again once one of ours closed or after a pause that
+		 * grows with each refusal in a row.
+		 */
+		unsigned seen = c->chans;
+		if (c->chan_limit > c->opened)
+			c->chan_limit = c->opened < 3 ? 3 : c->opened;
+		uint64_t now = ssh_now_ns();
+		if (now >= slot_deadline)
+			return asp_error_set(
+			    err, ASP_E_TIMEOUT, NULL,
+			    "ssh %s: no free channel in time: the server allows %u "
+			    "sessions on one connection and all are busy",
+			    c->target, c->chan_limit);
+		uint64_t until = now + pause;
+		if (until > slot_deadline)
+			until = slot_deadline;
+		pause = pause * 2 > REFUSED_PAUSE_MAX ? REFUSED_PAUSE_MAX : pause * 2;
+		while (c->chans >= seen && ssh_now_ns() < until) {
+			if (!sshc_wait(c, until))
+				return sshc_dead_error(c, "open a channel", err);
+		}
+	}
+}
+
+asp_status sshc_channel_exec(sshc *c, ssh_channel ch, const char *cmd, bool subsystem,
+                             uint64_t deadline, asp_error *err)
+{
+	bool late;
+	int rc = run_steps(c, ch, subsystem ? step_subsystem : step_exec, cmd, deadline, &late);
+	if (rc == SSH_OK)
+		return ASP_OK;
+	if (late)
+		return asp_error_set(err, ASP_E_TIMEOUT, NULL,
+		                     "ssh %s: the server did not start %s in time", c->target,
+		                     subsystem ? "the subsystem" : "the command");
+	if (!sshc_check(c))
+		return sshc_dead_error(c, subsystem ? "start sftp" : "exec", err);
+	return asp_error_set(
+	    err, ASP_E_TRANSPORT_ERROR, NULL, "ssh %s: the server refused to %s: %s", c->target,
+	    subsystem ? "start the sftp subsystem" : "run a command", ssh_get_error(c->s));
+}
+
+size_t sshc_channel_write(sshc *c, ssh_channel ch, const void *data, size_t len, uint64_t deadline)
+{
+	const uint8_t *p = data;
+	size_t done = 0;
+	while (done < len) {
+		if (!sshc_check(c) || !ssh_channel_is_open(ch))
+			break;
+		uint32_t win = ssh_channel_window_size(ch);
+		if (win == 0) {
+			/* the pump wakes us when a window adjust arrives */
+			if (ssh_now_ns() >= deadline || !sshc_wait(c, deadline))
+				break;
+			continue;
+		}
+		size_t n = len - done;
+		if (n > win)
+			n = win;
+		if (n > 1u << 20)
+			n = 1u << 20;
+		int w = ssh_channel_write(ch, p + done, (uint32_t)n);
+		if (w < 0) {
+			sshc_check(c);
+			break;
+		}
+		done += (size_t)w;
+	}
+	return done;
+}
+
+void sshc_channel_free(sshc *c, ssh_channel ch, enum sshc_class k)
+{
+	if (!ch)
+		return;
+	/* ssh_channel_free sends the close without waiting; libssh drops it on the reply */
+	ssh_channel_free(ch);
+	if (c->chans > 0)
+		c->chans--;
+	if (c->opened > 0)
+		c->opened--;
+	if (c->by_class[k] > 0)
+		c->by_class[k]--;
+	pthread_cond_broadcast(&c->cv);
+}

@@ -1,0 +1,604 @@
+/*
+ * exec over SSH: one exec channel per command, running the wrapper of ssh_quote.c.
+ * stdin is fed as the remote window allows while stdout and stderr are drained, so large
+ * input and output cannot deadlock. On timeout TERM goes to the command's process group
+ * (from a second exec channel, and as the channel's signal request), KILL 2 s later.
+ */
+#include "ssh_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#define KILL_GRACE_NS (2000ull * SSH_NS_PER_MS) /* DESIGN: KILL 2 s after TERM */
+/* After the KILL, stop waiting for pipes held by processes that left the group. */
+#define GIVE_UP_NS (2000ull * SSH_NS_PER_MS)
+/* A kill that found no free channel is tried again this much later. */
+#define KILL_RETRY_NS (200ull * SSH_NS_PER_MS)
+/* Login-shell noise tolerated before the wrapper's first line. */
+#define NOISE_MAX  (64u * 1024)
+#define READ_CHUNK (64u * 1024)
+#define FIRST_BUF  (16u * 1024)
+/* Linux's MAX_ARG_STRLEN: the longest single argument execve takes. */
+#define ARG_MAX_ONE (128u * 1024)
+
+struct stream {
+	uint8_t *buf;
+	size_t len, cap, keep;
+	uint64_t total;
+	bool eof;
+	/* until the wrapper's marker line shows up, bytes collect here, unkept */
+	bool marked;
+	sstr pre;
+};
+
+struct exit_info {
+	bool has_status, has_signal;
+	int status;
+	char signal[32];
+};
+
+static void on_exit_status(ssh_session s, ssh_channel ch, int status, void *ud)
+{
+	(void)s;
+	(void)ch;
+	struct exit_info *x = ud;
+	x->has_status = true;
+	x->status = status;
+}
+
+static void on_exit_signal(ssh_session s, ssh_channel ch, const char *sig, int core,
+                           const char *errmsg, const char *lang, void *ud)
+{
+	(void)s;
+	(void)ch;
+	(void)core;
+	(void)errmsg;
+	(void)lang;
+	struct exit_info *x = ud;
+	x->has_signal = true;
+	snprintf(x->signal, sizeof x->signal, "%s", sig ? sig : "");
+}
+
+static void stream_put(struct stream *s, const uint8_t *p, size_t n)
+{
+	s->total += n;
+	size_t room = s->keep > s->len ? s->keep - s->len : 0;
+	if (n > room)
+		n = room;
+	if (n == 0)
+		return;
+	if (s->len + n > s->cap) {
+		size_t ncap = s->cap ? s->cap : FIRST_BUF;
+		while (ncap < s->len + n)
+			ncap *= 2;
+		if (ncap > s->keep)
+			ncap = s->keep;
+		uint8_t *nb = realloc(s->buf, ncap);
+		if (!nb) {
+			s->keep = s->len; /* out of memory: keep what we have, count the rest */
+			return;
+		}
+		s->buf = nb;
+		s->cap = ncap;
+	}
+	memcpy(s->buf + s->len, p, n);
+	s->len += n;
+}
+
+static const char *find_bytes(const char *hay, size_t n, const char *needle, size_t m)
+{
+	if (m == 0 || n < m)
+		return NULL;
+	for (size_t i = 0; i + m <= n; i++) {
+		if (hay[i] == needle[0] && memcmp(hay + i, needle, m) == 0)
+			return hay + i;
+	}
+	return NULL;
+}
+
+/*
+ * Bytes before the marker are the login shell's (a noisy ~/.bashrc): dropped. Returns
+ * the marker line (without "\1ASPnonce" and the newline) in `line` once complete.
+ */
+static int stream_feed(struct stream *s, const uint8_t *p, size_t n, const char *marker, char *line,
+                       size_t line_cap, bool *got_line)
+{
+	*got_line = false;
+	if (s->marked) {
+		stream_put(s, p, n);
+		return 0;
+	}
+	if (sstr_add(&s->pre, (const char *)p, n) < 0)
+		return -1;
+	size_t mlen = strlen(marker);
+	const char *m = find_bytes(s->pre.p, s->pre.len, marker, mlen);
+	if (!m)
+		return s->pre.len > NOISE_MAX ? -1 : 0;
+	/* stderr's marker is a whole line; stdout's is followed by the rest of its line */
+	const char *nl = marker[mlen - 1] == '\n'
+	                     ? m + mlen - 1
+	                     : memchr(m + mlen, '\n', s->pre.len - (size_t)(m + mlen - s->pre.p));
+	if (!nl)
+		return s->pre.len > NOISE_MAX ? -1 : 0;
+	size_t ll = nl >= m + mlen ? (size_t)(nl - (m + mlen)) : 0;
+	if (ll >= line_cap)
+		ll = line_cap - 1;
+	memcpy(line, m + mlen, ll);
+	line[ll] = '\0';
+	s->marked = true;
+	*got_line = true;
+	size_t rest = s->pre.len - (size_t)(nl + 1 - s->pre.p);
+	stream_put(s, (const uint8_t *)nl + 1, rest);
+	sstr_free(&s->pre);
+	return 0;
+}
+
+/* Fires `kill` at the group from a second exec channel; the caller reaps the channel. */
+static ssh_channel start_killer(sshc *c, long pid, long pgid, const char *sig, bool kill_later)
+{
+	char cmd[512];
+	char target[64];
+	if (pgid == pid)
+		snprintf(target, sizeof target, "-- -%ld", pgid);
+	else
+		snprintf(target, sizeof target, "%ld", pid); /* no group of its own: just it */
+	int n = snprintf(cmd, sizeof cmd, "kill -s %s %s 2>/dev/null", sig, target);
+	if (kill_later)
+		/* the KILL is scheduled in the sandbox, so it happens even if we disconnect */
+		snprintf(cmd + n, sizeof cmd - (size_t)n,
+		         "; (sleep 2; kill -s KILL %s) </dev/null >/dev/null 2>&1 &", target);
+	ssh_channel ch = NULL;
+	asp_error e;
+	uint64_t dl = ssh_now_ns() + 5000ull * SSH_NS_PER_MS;
+	if (sshc_channel_open(c, SSHC_URGENT, dl, dl, &ch, &e) != ASP_OK)
+		return NULL;
+	if (sshc_channel_exec(c, ch, cmd, false, dl, &e) != ASP_OK) {
+		sshc_channel_free(c, ch, SSHC_URGENT);
+		return NULL;
+	}
+	return ch;
+}
+
+/* Frees a killer channel once it has finished (or when forced). */
+static void reap_killer(sshc *c, ssh_channel *k, bool force)
+{
+	if (!*k)
+		return;
+	char sink[256];
+	while (ssh_channel_read_nonblocking(*k, sink, sizeof sink, 0) > 0)
+		;
+	while (ssh_channel_read_nonblocking(*k, sink, sizeof sink, 1) > 0)
+		;
+	if (force || ssh_channel_is_closed(*k) || ssh_channel_is_eof(*k)) {
+		sshc_channel_free(c, *k, SSHC_URGENT);
+		*k = NULL;
+	}
+}
+
+/* Trims the two streams so that together they fit `budget` (as the local backend). */
+static void fit_budget(size_t *a, size_t *b, size_t budget)
+{
+	if (*a + *b <= budget)
+		return;
+	size_t half = budget / 2;
+	if (*a <= half)
+		*b = budget - *a;
+	else if (*b <= half)
+		*a = budget - *b;
+	else
+		*a = half, *b = budget - half;
+}
+
+static asp_status validate(const asp_exec_params *p, asp_error *err)
+{
+	if ((p->command != NULL) == p->has_argv)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                     "exec: give exactly one of 'command' and 'argv'");
+	if (p->has_argv && (p->argv.count == 0 || !p->argv.items[0] || !p->argv.items[0][0]))
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                     "exec: 'argv' needs at least a program name");
+	for (size_t i = 0; p->has_argv && i < p->argv.count; i++) {
+		if (!p->argv.items[i])
+			return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+			                     "exec: argv[%zu] is missing", i);
+	}
+	for (size_t i = 0; p->has_env && i < p->env.count; i++) {
+		const char *k = p->env.items[i].key;
+		if (!k || !k[0] || strchr(k, '=') || !p->env.items[i].value)
+			return asp_error_set(
+			    err, ASP_E_INVALID_ARGUMENT, NULL,
+			    "exec: env name '%s' is not a variable name (empty or holds "
+			    "'=')",
+			    k ? k : "");
+	}
+	return ASP_OK;
+}
+
+/* The command line for sshd; *words holds the malloc'd "NAME=VALUE" strings. */
+static int build_command(const asp_exec_params *p, const char *nonce, sstr *cmd, char ***words,
+                         const char ***argvp)
+{
+	size_t ne = p->has_env ? p->env.count : 0;
+	bool plain = true; /* every name is a shell variable name: the wrapper exports them */
+	const char *path = NULL;
+	for (size_t i = 0; i < ne; i++) {
+		plain = plain && ssh_is_shell_name(p->env.items[i].key);
+		if (strcmp(p->env.items[i].key, "PATH") == 0)
+			path = p->env.items[i].value;
+	}
+	size_t base = p->has_argv ? p->argv.count : 3;
+	size_t extra = plain ? 0 : ne + 2;
+	char **w = calloc(ne ? ne : 1, sizeof *w);
+	const char **argv = calloc(base + extra, sizeof *argv);
+	*words = w;
+	*argvp = argv;
+	if (!w || !argv)
+		return -1;
+	for (size_t i = 0; i < ne; i++) {
+		size_t kl = strlen(p->env.items[i].key), vl = strlen(p->env.items[i].value);
+		w[i] = malloc(kl + vl + 2);
+		if (!w[i])
+			return -1;
+		memcpy(w[i], p->env.items[i].key, kl);
+		w[i][kl] = '=';
+		memcpy(w[i] + kl + 1, p->env.items[i].value, vl + 1);
+	}
+	size_t n = 0;
+	if (!plain) {
+		/* names the shell cannot export go through env(1), which takes any name */
+		argv[n++] = "env";
+		argv[n++] = "--";
+		for (size_t i = 0; i < ne; i++)
+			argv[n++] = w[i];
+	}
+	if (p->has_argv) {
+		for (size_t i = 0; i < p->argv.count; i++)
+			argv[n++] = p->argv.items[i];
+	} else {
+		argv[n++] = "/bin/sh";
+		argv[n++] = "-c";
+		argv[n++] = p->command;
+	}
+	ssh_wrap wrap = {
+	    .nonce = nonce,
+	    .cwd = p->cwd,
+	    .check_prog = p->has_argv ? p->argv.items[0] : NULL,
+	    .check_path = path,
+	    .env = plain ? (const char *const *)w : NULL,
+	    .env_count = plain ? ne : 0,
+	    .argv = argv,
+	    .argc = n,
+	};
+	return ssh_wrap_build(&wrap, cmd);
+}
+
+static void make_nonce(char out[17])
+{
+	uint8_t b[8];
+	if (getrandom(b, sizeof b, GRND_NONBLOCK) != (ssize_t)sizeof b) {
+		uint64_t t = ssh_now_ns();
+		memcpy(b, &t, sizeof b);
+	}
+	for (int i = 0; i < 8; i++)
+		snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+/* The wrapper refused before running anything: the same errors as the local backend. */
+static asp_status wrapper_error(const asp_exec_params *p, const char *code, asp_error *err)
+{
+	const char *prog = p->has_argv ? p->argv.items[0] : "/bin/sh";
+	if (strcmp(code, "cwd_not_found") == 0)
+		return asp_error_errno(err, ENOENT, p->cwd, "exec: cwd %s", p->cwd);
+	if (strcmp(code, "cwd_not_a_directory") == 0)
+		return asp_error_errno(err, ENOTDIR, p->cwd, "exec: cwd %s", p->cwd);
+	if (strcmp(code, "cwd_permission_denied") == 0)
+		return asp_error_errno(err, EACCES, p->cwd, "exec: cwd %s", p->cwd);
+	if (strcmp(code, "prog_not_found") == 0)
+		return asp_error_set(err, ASP_E_NOT_FOUND, prog, "exec %s: program not found%s",
+		                     prog, strchr(prog, '/') ? "" : " in PATH");
+	if (strcmp(code, "prog_permission_denied") == 0)
+		return asp_error_errno(err, EACCES, prog, "exec %s: cannot run it", prog);
+	return asp_error_set(err, ASP_E_INTERNAL, NULL, "exec: the wrapper said '%s'", code);
+}
+
+/* Hands a stream's buffer to the arena as the result's bytes. */
+static int give(asp_arena *a, struct stream *s, size_t len, asp_bytes *out)
+{
+	out->data = NULL;
+	out->len = 0;
+	if (len == 0) {
+		free(s->buf);
+		s->buf = NULL;
+		return 0;
+	}
+	uint8_t *b = s->buf;
+	s->buf = NULL;
+	if (asp_arena_adopt(a, b) < 0)
+		return -1;
+	out->data = b;
+	out->len = len;
+	return 0;
+}
+
+/* One exec in flight: its channel, what came back, and what the wrapper told us. */
+struct run {
+	ssh_channel ch;
+	struct ssh_channel_callbacks_struct cb;
+	struct exit_info xi;
+	struct stream out, errs;
+	char marker_out[40], marker_err[40];
+	long pid, pgid;
+	bool tagged;
+	char tag_err[64];
+	size_t in_off;
+	bool eof_sent;
+};
+
+asp_status ssh_exec_run(sshc *c, const asp_exec_params *p, size_t budget, asp_exec_result *r,
+                        asp_arena *a, asp_error *err)
+{
+	memset(r, 0, sizeof *r);
+	asp_status st = validate(p, err);
+	if (st != ASP_OK)
+		return st;
+
+	char nonce[17];
+	make_nonce(nonce);
+	sstr cmd = {0};
+	char **words = NULL;
+	const char **argv = NULL;
+	size_t ne = p->has_env ? p->env.count : 0;
+	int brc = build_command(p, nonce, &cmd, &words, &argv);
+	free(argv);
+	if (brc < 0) {
+		for (size_t i = 0; words && i < ne; i++)
+			free(words[i]);
+		free(words);
+		sstr_free(&cmd);
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "exec: out of memory");
+	}
+
+	if (cmd.len >= ARG_MAX_ONE) {
+		/* sshd passes the line as one argument of `$SHELL -c`: execve refuses more */
+		for (size_t i = 0; words && i < ne; i++)
+			free(words[i]);
+		free(words);
+		size_t n = cmd.len;
+		sstr_free(&cmd);
+		return asp_error_set(
+		    err, ASP_E_TOO_LARGE, NULL,
+		    "exec: the quoted command line (argv, env and cwd) is %zu bytes; "
+		    "the remote shell takes at most %u in one argument: pass large "
+		    "data through stdin or a file",
+		    n, ARG_MAX_ONE - 1);
+	}
+	struct run x = {0};
+	size_t keep = p->max_output < budget ? (size_t)p->max_output : budget;
+	x.out.keep = x.errs.keep = keep;
+	snprintf(x.marker_out, sizeof x.marker_out, "\001ASP%s ", nonce);
+	snprintf(x.marker_err, sizeof x.marker_err, "\001ASP%s\n", nonce);
+	ssh_channel killer = NULL, killer2 = NULL;
+	uint64_t t0 = ssh_now_ns(), t_end = 0;
+	uint64_t term_at = ssh_deadline_ms(p->timeout_ms);
+	uint64_t kill_at = SSH_NO_DEADLINE, give_up_at = SSH_NO_DEADLINE;
+	uint64_t retry_at = 0;
+	bool timed_out = false, term_sent = false, kill_sent = false;
+	uint8_t *buf = malloc(READ_CHUNK);
+
+	sshc_lock(c);
+	if (!buf) {
+		st = asp_error_set(err, ASP_E_INTERNAL, NULL, "exec: out of memory");
+		goto done;
+	}
+	/* waiting for a free slot is waiting for other commands: bounded by our timeout */
+	st = sshc_channel_open(c, SSHC_COMMAND, term_at, SSH_NO_DEADLINE, &x.ch, err);
+	if (st == ASP_E_TIMEOUT && ssh_now_ns() >= term_at) {
+		/* the timeout ran out before a channel was free: it never started */
+		asp_error_clear(err);
+		st = ASP_OK;
+		r->timed_out = true;
+		r->exit_code = -1;
+		r->duration_ms = (ssh_now_ns() - t0) / SSH_NS_PER_MS;
+		goto done;
+	}
+	if (st != ASP_OK)
+		goto done;
+	ssh_callbacks_init(&x.cb);
+	x.cb.userdata = &x.xi;
+	x.cb.channel_exit_status_function = on_exit_status;
+	x.cb.channel_exit_signal_function = on_exit_signal;
+	ssh_set_channel_callbacks(x.ch, &x.cb);
+	st = sshc_channel_exec(c, x.ch, cmd.p, false, sshc_setup_deadline(c), err);
+	if (st != ASP_OK)
+		goto done;
+
+	for (;;) {
+		bool progress = false;
+		if (!sshc_check(c)) {
+			st = sshc_dead_error(c, "exec", err);
+			goto done;
+		}
+		/* stdin, as far as the remote window allows */
+		if (x.in_off < p->stdin_data.len && ssh_channel_is_open(x.ch)) {
+			uint32_t win = ssh_channel_window_size(x.ch);
+			size_t n = p->stdin_data.len - x.in_off;
+			if (n > win)
+				n = win;
+			if (n > READ_CHUNK)
+				n = READ_CHUNK;
+			if (n > 0) {
+				int w = ssh_channel_write(x.ch, p->stdin_data.data + x.in_off,
+				                          (uint32_t)n);
+				if (w > 0) {
+					x.in_off += (size_t)w;
+					progress = true;
+				} else if (w < 0) {
+					x.in_off =
+					    p->stdin_data
+					        .len; /* the rest is dropped, as with EPIPE */
+				}
+			}
+		}
+		if (!x.eof_sent && x.in_off >= p->stdin_data.len) {
+			x.eof_sent = true;
+			if (ssh_channel_is_open(x.ch))
+				ssh_channel_send_eof(x.ch);
+		}
+		/* stdout and stderr */
+		for (int which = 0; which < 2; which++) {
+			struct stream *s = which ? &x.errs : &x.out;
+			while (!s->eof) {
+				int n = ssh_channel_read_nonblocking(x.ch, buf, READ_CHUNK, which);
+				if (n == SSH_EOF) {
+					s->eof = true;
+					break;
+				}
+				if (n < 0) {
+					if (!sshc_check(c)) {
+						st = sshc_dead_error(c, "exec", err);
+						goto done;
+					}
+					s->eof = true; /* the channel went away */
+					break;
+				}
+				if (n == 0)
+					break;
+				progress = true;
+				char line[64];
+				bool got;
+				if (stream_feed(s, buf, (size_t)n,
+				                which ? x.marker_err : x.marker_out, line,
+				                sizeof line, &got) < 0) {
+					s->marked = true; /* no marker in 64 KiB: give up looking */
+					stream_put(s, (const uint8_t *)s->pre.p, s->pre.len);
+					sstr_free(&s->pre);
+				}
+				if (got && which == 0) {
+					x.tagged = true;
+					if (sscanf(line, "ok %ld %ld", &x.pid, &x.pgid) != 2) {
+						x.pid = x.pgid = 0;
+						snprintf(x.tag_err, sizeof x.tag_err, "%s",
+						         strncmp(line, "err ", 4) == 0 ? line + 4
+						                                       : "bad");
+					}
+				}
+			}
+		}
+		if (x.tag_err[0])
+			break; /* the wrapper refused before running anything */
+		uint64_t now = ssh_now_ns();
+		if (x.out.eof && x.errs.eof &&
+		    (x.xi.has_status || x.xi.has_signal || ssh_channel_is_closed(x.ch))) {
+			t_end = now;
+			break;
+		}
+		if (!timed_out && now >= term_at) {
+			timed_out = true;
+			kill_at = now + KILL_GRACE_NS;
+			ssh_channel_request_send_signal(x.ch, "TERM"); /* honoured for non-root */
+		}
+		/* the group is known once the wrapper's line arrived (maybe after the timeout) */
+		/* (a kill that found no free channel is tried again a little later) */
+		if (timed_out && !term_sent && x.pid > 0 && now >= retry_at) {
+			killer = start_killer(c, x.pid, x.pgid, "TERM", true);
+			term_sent = killer != NULL;
+			retry_at = now + KILL_RETRY_NS;
+		}
+		if (timed_out && !kill_sent && x.pid > 0 && now >= kill_at && now >= retry_at) {
+			killer2 = start_killer(c, x.pid, x.pgid, "KILL", false);
+			kill_sent = killer2 != NULL || now >= kill_at + GIVE_UP_NS;
+			give_up_at = now + GIVE_UP_NS;
+			retry_at = now + KILL_RETRY_NS;
+		}
+		if (timed_out && (kill_sent ? now >= give_up_at : now >= kill_at + GIVE_UP_NS)) {
+			t_end = now; /* killed and still not closed, or never told us its group */
+			break;
+		}
+		reap_killer(c, &killer, false);
+		reap_killer(c, &killer2, false);
+		if (!progress) {
+			uint64_t until = !timed_out  ? term_at
+			                 : kill_sent ? give_up_at
+			                 : x.pid > 0 ? kill_at
+			                             : kill_at + GIVE_UP_NS;
+			if (timed_out && x.pid > 0 && (!term_sent || !kill_sent) &&
+			    retry_at > now && retry_at < until)
+				until = retry_at;
+			if (!sshc_wait(c, until)) {
+				st = sshc_dead_error(c, "exec", err);
+				goto done;
+			}
+		}
+	}
+	if (timed_out && !kill_sent && x.pid > 0) {
+		/* the command ended at TERM; none of its group may outlive a timeout */
+		kill_sent = true;
+		reap_killer(c, &killer2, true);
+		killer2 = start_killer(c, x.pid, x.pgid, "KILL", false);
+	}
+	/* give the killers a moment to finish so nothing of the group survives us */
+	for (uint64_t dl = ssh_now_ns() + 3000ull * SSH_NS_PER_MS; killer || killer2;) {
+		reap_killer(c, &killer, false);
+		reap_killer(c, &killer2, false);
+		if ((killer || killer2) && (ssh_now_ns() >= dl || !sshc_wait(c, dl)))
+			break;
+	}
+
+	if (x.tag_err[0]) {
+		st = wrapper_error(p, x.tag_err, err);
+		goto done;
+	}
+	if (!x.tagged && !timed_out) {
+		/* stderr before the marker is the login shell's complaint, if any */
+		const char *why = x.errs.pre.p ? x.errs.pre.p : (const char *)x.errs.buf;
+		size_t wl = x.errs.pre.p ? x.errs.pre.len : x.errs.len;
+		if (wl > 300)
+			wl = 300;
+		st = asp_error_set(
+		    err, ASP_E_IO_ERROR, NULL,
+		    "exec: ssh %s: the login shell did not run the ASP wrapper (exit "
+		    "%d): %.*s. The user's login shell must be POSIX (sh, bash, dash, "
+		    "zsh, ksh) and /bin/sh must exist",
+		    c->target, x.xi.has_status ? x.xi.status : -1, (int)wl, why ? why : "");
+		goto done;
+	}
+	r->timed_out = timed_out;
+	r->duration_ms = (t_end - t0) / SSH_NS_PER_MS;
+	r->stdout_bytes = x.out.total;
+	r->stderr_bytes = x.errs.total;
+	r->exit_code = -1;
+	if (x.xi.has_signal) {
+		r->signal = asp_arena_strndup(a, x.xi.signal, strlen(x.xi.signal));
+		if (!r->signal)
+			st = ASP_E_INTERNAL;
+	} else if (x.xi.has_status) {
+		r->exit_code = x.xi.status;
+	}
+	size_t lo = x.out.len, le = x.errs.len;
+	fit_budget(&lo, &le, budget);
+	if (give(a, &x.out, lo, &r->stdout_data) < 0 || give(a, &x.errs, le, &r->stderr_data) < 0)
+		st = ASP_E_INTERNAL;
+	if (st != ASP_OK)
+		st = asp_error_set(err, ASP_E_INTERNAL, NULL, "exec: out of memory");
+done:
+	reap_killer(c, &killer, true);
+	reap_killer(c, &killer2, true);
+	if (x.ch) {
+		ssh_remove_channel_callbacks(x.ch, &x.cb);
+		sshc_channel_free(c, x.ch, SSHC_COMMAND);
+	}
+	sshc_unlock(c);
+	free(buf);
+	sstr_free(&cmd);
+	for (size_t i = 0; words && i < ne; i++)
+		free(words[i]);
+	free(words);
+	sstr_free(&x.out.pre);
+	sstr_free(&x.errs.pre);
+	free(x.out.buf);
+	free(x.errs.buf);
+	return st;
+}

@@ -1,0 +1,213 @@
+/*
+ * What the SSH transport's files share. One asp_ssh is one SSH connection (the core
+ * reopens the transport after a transport_error, so reconnecting is its job, not ours).
+ *
+ * Threads: libssh sessions are not thread-safe, so every libssh call happens under
+ * `mu`. Nobody waits inside libssh for the network while holding it: calls that would
+ * wait run in non-blocking steps, and between steps the caller sleeps on `cv`. A pump
+ * thread polls the socket (without the lock), lets libssh read what arrived into the
+ * channels' buffers and wakes every waiter; each waiter then looks at its own channel.
+ */
+#ifndef ASP_SSH_INTERNAL_H
+#define ASP_SSH_INTERNAL_H
+
+#include "asp/config.h"
+#include "asp/proto.h"
+
+#include <libssh/callbacks.h>
+#include <libssh/libssh.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SSH_NS_PER_MS   1000000ull
+#define SSH_NO_DEADLINE UINT64_MAX
+/*
+ * Channels one connection opens at once, at first. OpenSSH's default MaxSessions is 10;
+ * a server that refuses a channel while others are open teaches us its real limit.
+ */
+#define SSH_MAX_CHANNELS 32
+/* Room left in max_message for the envelope and the other fields (as the local backend). */
+#define SSH_ENVELOPE_HEADROOM (64u * 1024u)
+
+typedef struct sftpc sftpc;
+
+/* What a channel is for: each class has slots the others cannot take. */
+enum sshc_class {
+	SSHC_COMMAND, /* exec, agent mode: first come, first served */
+	SSHC_SFTP,    /* the one sftp channel: never waits behind commands */
+	SSHC_URGENT,  /* the timeout's kill: never waits behind anything */
+};
+
+/* A caller waiting for a channel slot, in arrival order. */
+struct slot_waiter {
+	struct slot_waiter *next;
+};
+
+/* One SSH connection: the libssh session, its lock, its pump and its channel budget. */
+typedef struct sshc {
+	const asp_config_view *cfg;
+	char target[320]; /* "user@host:port", for messages */
+	pthread_mutex_t mu;
+	pthread_cond_t cv; /* CLOCK_MONOTONIC; broadcast after anything libssh may have read */
+	ssh_session s;
+	int fd;
+	atomic_bool dead;
+	char why[512];    /* under mu: what ended the connection, for transport_error messages */
+	int wake_fd;      /* eventfd that wakes the pump */
+	ssh_channel idle; /* never opened: the pump polls it to make libssh read the socket */
+	pthread_t pump;
+	bool pump_on;
+	atomic_bool stop;
+	unsigned chans;      /* session channels open (counted against MaxSessions) */
+	unsigned chan_limit; /* lowered when the server refuses more */
+	struct slot_waiter *slot_queue;
+	unsigned by_class[3]; /* channels open (or opening) per enum sshc_class */
+	unsigned opened;      /* channels the server confirmed (chans counts those opening too) */
+} sshc;
+
+/* ---- ssh_session.c: connect, host key, authentication ------------------------------- */
+
+/*
+ * Connects, verifies the host key (DESIGN §4), authenticates and starts the pump.
+ * Errors: transport_error (cannot reach or lost), unauthorized (host key refused or no
+ * authentication method accepted), invalid_argument (config). On failure *c is torn down.
+ */
+asp_status sshc_connect(sshc *c, const asp_config_view *cfg, asp_error *err);
+
+/* ---- ssh_conn.c: the lock, waiting, the pump and channel plumbing ------------------- */
+
+uint64_t ssh_now_ns(void);
+/* now + ms, or SSH_NO_DEADLINE for 0. */
+uint64_t ssh_deadline_ms(uint64_t ms);
+
+void sshc_lock(sshc *c);
+/* Wakes every waiter (state may have changed) and unlocks. */
+void sshc_unlock(sshc *c);
+/*
+ * Under the lock: sleeps until the pump or another thread may have made progress, or
+ * `deadline` (CLOCK_MONOTONIC ns) passes. Returns false when the connection is dead.
+ */
+bool sshc_wait(sshc *c, uint64_t deadline);
+/* Under the lock: records why the connection ended (first reason wins) and wakes all. */
+void sshc_mark_dead(sshc *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Under the lock: marks the connection dead if libssh says the session failed. */
+bool sshc_check(sshc *c);
+/* transport_error naming the target and why the connection ended. */
+asp_status sshc_dead_error(sshc *c, const char *what, asp_error *err);
+/* Under no lock, once, after connecting: starts the pump thread. */
+asp_status sshc_pump_start(sshc *c, asp_error *err);
+/* Never blocks: fails everything in flight (shuts the socket down) and wakes everyone. */
+void sshc_abort(sshc *c);
+/* Stops the pump, disconnects, frees the session and the lock. No call may be inside. */
+void sshc_close(sshc *c);
+
+/* now + connect_timeout_ms: the bound on one network step (open a channel, start a command). */
+uint64_t sshc_setup_deadline(const sshc *c);
+
+/*
+ * Under the lock: an open session channel. Waits for a free slot until `slot_deadline`
+ * (SSH_NO_DEADLINE: as long as other channels are busy), then opens within `deadline` and
+ * the connect timeout, whichever comes first.
+ */
+asp_status sshc_channel_open(sshc *c, enum sshc_class k, uint64_t slot_deadline, uint64_t deadline,
+                             ssh_channel *out, asp_error *err);
+/* Under the lock: sends "exec" with `cmd` (or a subsystem request) and waits for the reply. */
+asp_status sshc_channel_exec(sshc *c, ssh_channel ch, const char *cmd, bool subsystem,
+                             uint64_t deadline, asp_error *err);
+/*
+ * Under the lock: writes all of `data`, waiting for window as needed. Returns bytes
+ * written; fewer than `len` when the channel closed, the deadline passed or the
+ * connection died (check sshc->dead).
+ */
+size_t sshc_channel_write(sshc *c, ssh_channel ch, const void *data, size_t len, uint64_t deadline);
+/* Under the lock: closes and frees a channel of class k, giving its slot back. NULL: no-op. */
+void sshc_channel_free(sshc *c, ssh_channel ch, enum sshc_class k);
+
+/* ---- ssh_quote.c: words for the remote shell ---------------------------------------- */
+
+/* A growable string. Functions return 0, or -1 when out of memory (then it is freed). */
+typedef struct sstr {
+	char *p;
+	size_t len, cap;
+} sstr;
+
+int sstr_add(sstr *s, const char *data, size_t len);
+int sstr_adds(sstr *s, const char *z);
+/* Appends `z` as one single-quoted shell word: any bytes, nothing expanded. */
+int sstr_add_quoted(sstr *s, const char *z);
+void sstr_free(sstr *s);
+
+/* A valid shell variable name (what `export NAME=...` accepts). */
+bool ssh_is_shell_name(const char *z);
+
+typedef struct ssh_wrap {
+	const char *nonce;      /* marks the wrapper's own lines on stdout and stderr */
+	const char *cwd;        /* NULL or "": the login directory */
+	const char *check_prog; /* argv[0] to look up first (not_found / permission_denied) */
+	const char *check_path; /* the PATH to look it up in, when env sets one; else NULL */
+	const char *const *env; /* "NAME=VALUE" words exported before exec */
+	size_t env_count;
+	const char *const *argv; /* what to exec */
+	size_t argc;
+} ssh_wrap;
+
+/*
+ * The command line for sshd (run by the login shell): a fixed POSIX sh wrapper that
+ * prints "\1ASP<nonce>" on stderr, checks cwd and the program, prints
+ * "\1ASP<nonce> ok PID PGID" (or "... err CODE") on stdout, exports env and execs argv.
+ * Every value travels as a single-quoted positional argument.
+ */
+int ssh_wrap_build(const ssh_wrap *w, sstr *out);
+
+/* ---- ssh_exec.c ---------------------------------------------------------------------- */
+
+/* exec over an exec channel with the wrapper; budget = max bytes of output kept. */
+asp_status ssh_exec_run(sshc *c, const asp_exec_params *p, size_t budget, asp_exec_result *r,
+                        asp_arena *a, asp_error *err);
+
+/* ---- ssh_sftp_proto.c / ssh_sftp.c: files over SFTP ----------------------------------- */
+
+sftpc *sftpc_new(sshc *c);
+/* Under the lock: closes its channel (failing requests in flight) and frees it. */
+void sftpc_free(sftpc *f);
+
+asp_status ssh_sftp_read(sftpc *f, const asp_read_params *p, size_t budget, asp_read_result *r,
+                         asp_arena *a, asp_error *err);
+asp_status ssh_sftp_write(sftpc *f, const asp_write_params *p, asp_write_result *r, asp_error *err);
+asp_status ssh_sftp_stat(sftpc *f, const asp_stat_params *p, asp_stat_result *r, asp_arena *a,
+                         asp_error *err);
+asp_status ssh_sftp_list(sftpc *f, const asp_list_params *p, asp_list_result *r, asp_arena *a,
+                         asp_error *err);
+asp_status ssh_sftp_mkdir(sftpc *f, const asp_mkdir_params *p, asp_error *err);
+asp_status ssh_sftp_remove(sftpc *f, const asp_remove_params *p, asp_error *err);
+asp_status ssh_sftp_rename(sftpc *f, const asp_rename_params *p, asp_error *err);
+/* The server's canonical form of `path` (malloc'd): one round trip. */
+asp_status ssh_sftp_realpath(sftpc *f, const char *path, char **out, asp_error *err);
+
+/* ---- ssh_agent_mode.c ------------------------------------------------------------------ */
+
+typedef struct ssh_agent_link ssh_agent_link;
+
+/*
+ * Starts `<agent> --stdio` on one exec channel and the core's RPC engine over it; checks
+ * it answers hello. not_found with what to do when the binary is missing.
+ */
+asp_status ssh_agent_start(sshc *c, const char *agent_path, ssh_agent_link **out, asp_error *err);
+/*
+ * "agent": "upload": copies the local static asp-agent ($ASP_AGENT_STATIC, else the
+ * installed one) into the sandbox over SFTP unless that content is there already, and
+ * writes its path (relative to the login directory) to `remote`.
+ */
+asp_status ssh_agent_upload(sshc *c, sftpc *f, char *remote, size_t cap, asp_error *err);
+
+/* The RPC engine's op table and self for the link. */
+const asp_ops *ssh_agent_ops(void);
+void *ssh_agent_self(ssh_agent_link *l);
+bool ssh_agent_alive(ssh_agent_link *l);
+void ssh_agent_abort(ssh_agent_link *l);
+void ssh_agent_free(ssh_agent_link *l);
+
+#endif

@@ -1,0 +1,148 @@
+/*
+ * Words for the remote shell. sshd hands the command line to the user's login shell
+ * (`$SHELL -c LINE`), so LINE is a fixed `exec /bin/sh -c SCRIPT` whose every variable
+ * part (cwd, env values, argv) is a single-quoted positional argument: inside single
+ * quotes POSIX shells (bash, dash, zsh, ksh, busybox) expand nothing, so any byte
+ * sequence arrives verbatim and runs nothing.
+ */
+#include "ssh_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int sstr_add(sstr *s, const char *data, size_t len)
+{
+	if (s->len + len + 1 > s->cap) {
+		size_t ncap = s->cap ? s->cap : 256;
+		while (ncap < s->len + len + 1)
+			ncap *= 2;
+		char *np = realloc(s->p, ncap);
+		if (!np) {
+			sstr_free(s);
+			return -1;
+		}
+		s->p = np;
+		s->cap = ncap;
+	}
+	memcpy(s->p + s->len, data, len);
+	s->len += len;
+	s->p[s->len] = '\0';
+	return 0;
+}
+
+int sstr_adds(sstr *s, const char *z)
+{
+	return sstr_add(s, z, strlen(z));
+}
+
+int sstr_add_quoted(sstr *s, const char *z)
+{
+	/* 'it'\''s': close the quote, an escaped quote, reopen */
+	if (sstr_add(s, "'", 1) < 0)
+		return -1;
+	for (const char *q; (q = strchr(z, '\'')) != NULL; z = q + 1) {
+		if (sstr_add(s, z, (size_t)(q - z)) < 0 || sstr_add(s, "'\\''", 4) < 0)
+			return -1;
+	}
+	if (sstr_adds(s, z) < 0 || sstr_add(s, "'", 1) < 0)
+		return -1;
+	return 0;
+}
+
+void sstr_free(sstr *s)
+{
+	free(s->p);
+	s->p = NULL;
+	s->len = s->cap = 0;
+}
+
+bool ssh_is_shell_name(const char *z)
+{
+	if (!z || !((*z >= 'A' && *z <= 'Z') || (*z >= 'a' && *z <= 'z') || *z == '_'))
+		return false;
+	for (z++; *z; z++) {
+		if (!((*z >= 'A' && *z <= 'Z') || (*z >= 'a' && *z <= 'z') || *z == '_' ||
+		      (*z >= '0' && *z <= '9')))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * The wrapper, run by /bin/sh with positional arguments
+ *   $1 nonce  $2 cwd  $3 program to check  $4 "=" when $5 is the PATH to search
+ *   $5 PATH   then "NAME=VALUE" words, then the argv to exec.
+ * It only uses builtins. Its own variables are done with before the env is exported (so
+ * an env entry cannot change them), and the export loop counts with a literal the
+ * client fills in (the number of argv words), not a variable. sshd made the process a
+ * session and group leader; the group id goes out first so a timeout can kill it all.
+ */
+static const char wrapper_head[] =
+    "printf \"\\001ASP%s\\n\" \"$1\" >&2\n"
+    "d=$2 e= p=$3\n"
+    "if [ -n \"$d\" ]; then\n"
+    "case $d in /*) ;; *) d=./$d;; esac\n"
+    "if [ ! -e \"$d\" ]; then e=cwd_not_found\n"
+    "elif [ ! -d \"$d\" ]; then e=cwd_not_a_directory\n"
+    "elif ! cd -P -- \"$d\" 2>/dev/null; then e=cwd_permission_denied\n"
+    "fi\n"
+    "fi\n"
+    "if [ -z \"$e\" ] && [ -n \"$p\" ]; then\n"
+    "case $p in\n"
+    "*/*) if [ ! -e \"$p\" ]; then e=prog_not_found\n"
+    "elif [ -d \"$p\" ] || [ ! -x \"$p\" ]; then e=prog_permission_denied; fi;;\n"
+    "*) if [ \"$4\" = = ]; then q=$5; else q=${PATH-/bin:/usr/bin}; fi\n"
+    "e=prog_not_found\n"
+    "IFS=:\n"
+    "set -f\n"
+    "for x in $q; do\n"
+    "[ -n \"$x\" ] || x=.\n"
+    "if [ -f \"$x/$p\" ]; then\n"
+    "if [ -x \"$x/$p\" ]; then e=; break; fi\n"
+    "e=prog_permission_denied\n"
+    "fi\n"
+    "done\n"
+    "set +f\n"
+    "unset IFS;;\n"
+    "esac\n"
+    "fi\n"
+    "if [ -n \"$e\" ]; then printf \"\\001ASP%s err %s\\n\" \"$1\" \"$e\"; exit 0; fi\n"
+    "g=$$\n"
+    "if [ -r /proc/$$/stat ]; then read -r x x x x g x </proc/$$/stat; fi\n"
+    "printf \"\\001ASP%s ok %s %s\\n\" \"$1\" \"$$\" \"$g\"\n"
+    "shift 5\n"
+    "while [ $# -gt ";
+static const char wrapper_tail[] = " ]; do export \"$1\"; shift; done\n"
+                                   "exec \"$@\"";
+
+int ssh_wrap_build(const ssh_wrap *w, sstr *out)
+{
+	char count[32];
+	snprintf(count, sizeof count, "%zu", w->argc);
+	sstr script = {0};
+	if (sstr_adds(&script, wrapper_head) < 0 || sstr_adds(&script, count) < 0 ||
+	    sstr_adds(&script, wrapper_tail) < 0)
+		return -1;
+	int rc = -1;
+	if (sstr_adds(out, "exec /bin/sh -c ") < 0 || sstr_add_quoted(out, script.p) < 0 ||
+	    sstr_adds(out, " sh ") < 0 || sstr_add_quoted(out, w->nonce) < 0 ||
+	    sstr_adds(out, " ") < 0 || sstr_add_quoted(out, w->cwd ? w->cwd : "") < 0 ||
+	    sstr_adds(out, " ") < 0 ||
+	    sstr_add_quoted(out, w->check_prog ? w->check_prog : "") < 0 ||
+	    sstr_adds(out, w->check_path ? " = " : " - ") < 0 ||
+	    sstr_add_quoted(out, w->check_path ? w->check_path : "") < 0)
+		goto out;
+	for (size_t i = 0; i < w->env_count; i++) {
+		if (sstr_adds(out, " ") < 0 || sstr_add_quoted(out, w->env[i]) < 0)
+			goto out;
+	}
+	for (size_t i = 0; i < w->argc; i++) {
+		if (sstr_adds(out, " ") < 0 || sstr_add_quoted(out, w->argv[i]) < 0)
+			goto out;
+	}
+	rc = 0;
+out:
+	sstr_free(&script);
+	return rc;
+}

@@ -1,0 +1,340 @@
+/*
+ * Connecting: TCP and the SSH handshake, host key verification (known_hosts, accept-new
+ * or a pinned SHA256 fingerprint) before any credential is sent, then authentication by
+ * identity file, ssh-agent, default keys or a password from the environment.
+ */
+#include "ssh_internal.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+/* Dead peers are noticed within ~30 s even when nothing is being sent. */
+#define KEEPALIVE_IDLE_S     15
+#define KEEPALIVE_INTERVAL_S 5
+#define KEEPALIVE_COUNT      3
+#define USER_TIMEOUT_MS      30000
+
+static void tune_socket(int fd)
+{
+	int on = 1, idle = KEEPALIVE_IDLE_S, intvl = KEEPALIVE_INTERVAL_S, cnt = KEEPALIVE_COUNT;
+	unsigned user_timeout = USER_TIMEOUT_MS;
+	/* best effort: a socket that refuses an option still works */
+	(void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
+	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+}
+
+/* "SHA256:abc=" and "abc" compare equal: the prefix and base64 padding are optional. */
+static void fp_norm(const char *in, char *out, size_t cap)
+{
+	if (strncmp(in, "SHA256:", 7) == 0)
+		in += 7;
+	size_t n = strlen(in);
+	while (n > 0 && in[n - 1] == '=')
+		n--;
+	if (n >= cap)
+		n = cap - 1;
+	memcpy(out, in, n);
+	out[n] = '\0';
+}
+
+static asp_status verify_host_key(sshc *c, asp_error *err)
+{
+	const asp_config_ssh *sc = &c->cfg->ssh;
+	ssh_key key = NULL;
+	if (ssh_get_server_publickey(c->s, &key) != SSH_OK)
+		return asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
+		                     "ssh %s: the server sent no host key: %s", c->target,
+		                     ssh_get_error(c->s));
+	unsigned char *hash = NULL;
+	size_t hlen = 0;
+	int rc = ssh_get_publickey_hash(key, SSH_PUBLICKEY_HASH_SHA256, &hash, &hlen);
+	const char *ktype = ssh_key_type_to_char(ssh_key_type(key));
+	char type_name[32];
+	snprintf(type_name, sizeof type_name, "%s", ktype ? ktype : "unknown");
+	ssh_key_free(key);
+	if (rc != SSH_OK)
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "ssh %s: cannot hash the host key",
+		                     c->target);
+	char *fp = ssh_get_fingerprint_hash(SSH_PUBLICKEY_HASH_SHA256, hash, hlen);
+	ssh_clean_pubkey_hash(&hash);
+	if (!fp)
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "ssh %s: out of memory", c->target);
+	char got[128], want[128];
+	asp_status st = ASP_OK;
+
+	if (sc->host_key_sha256) {
+		/* pinned: the only key accepted, known_hosts is not consulted */
+		fp_norm(fp, got, sizeof got);
+		fp_norm(sc->host_key_sha256, want, sizeof want);
+		if (strcmp(got, want) != 0)
+			st = asp_error_set(
+			    err, ASP_E_UNAUTHORIZED, NULL,
+			    "ssh %s: host key mismatch: the server's %s key is %s but "
+			    "host_key_sha256 pins SHA256:%s. If the server's key changed on "
+			    "purpose, check the new fingerprint out of band and update "
+			    "host_key_sha256; otherwise someone may be intercepting the "
+			    "connection",
+			    c->target, type_name, fp, want);
+		ssh_string_free_char(fp);
+		return st;
+	}
+	if (sc->strict_host_key_checking == ASP_HOSTKEY_ANY) {
+		ssh_string_free_char(fp); /* checking switched off in the config */
+		return ASP_OK;
+	}
+	const char *kh = sc->known_hosts ? sc->known_hosts : "~/.ssh/known_hosts";
+	enum ssh_known_hosts_e known = ssh_session_is_known_server(c->s);
+	switch (known) {
+	case SSH_KNOWN_HOSTS_OK: break;
+	case SSH_KNOWN_HOSTS_CHANGED:
+		st = asp_error_set(
+		    err, ASP_E_UNAUTHORIZED, NULL,
+		    "ssh %s: HOST KEY CHANGED: the server's %s key is now %s, which "
+		    "does not match %s. Someone may be intercepting the connection, or "
+		    "the sandbox was rebuilt: check the fingerprint out of band, then "
+		    "remove the old entry (ssh-keygen -R '%s' -f %s) or pin the new key "
+		    "with host_key_sha256",
+		    c->target, type_name, fp, kh, c->cfg->ssh.host, kh);
+		break;
+	case SSH_KNOWN_HOSTS_OTHER:
+		st = asp_error_set(
+		    err, ASP_E_UNAUTHORIZED, NULL,
+		    "ssh %s: the server offered a %s key (%s) but %s holds a key of "
+		    "another type for it; this can mean interception. Check the "
+		    "fingerprint out of band, then pin it with host_key_sha256 or fix "
+		    "%s",
+		    c->target, type_name, fp, kh, kh);
+		break;
+	case SSH_KNOWN_HOSTS_NOT_FOUND:
+	case SSH_KNOWN_HOSTS_UNKNOWN:
+		if (sc->strict_host_key_checking == ASP_HOSTKEY_ACCEPT_NEW) {
+			if (ssh_session_update_known_hosts(c->s) != SSH_OK)
+				st = asp_error_set(
+				    err, ASP_E_IO_ERROR, kh,
+				    "ssh %s: cannot record the new host key in %s: %s", c->target,
+				    kh, ssh_get_error(c->s));
+			break;
+		}
+		st = asp_error_set(
+		    err, ASP_E_UNAUTHORIZED, NULL,
+		    "ssh %s: unknown host key: the server's %s key is %s and %s has no "
+		    "entry for it. Check the fingerprint out of band, then pin it "
+		    "(\"host_key_sha256\": \"%s\"), or add it (ssh-keyscan -p %u %s >> "
+		    "%s), or set \"strict_host_key_checking\": \"accept-new\" to trust "
+		    "it on first use",
+		    c->target, type_name, fp, kh, fp, c->cfg->ssh.port, c->cfg->ssh.host, kh);
+		break;
+	case SSH_KNOWN_HOSTS_ERROR:
+	default:
+		st = asp_error_set(err, ASP_E_IO_ERROR, kh,
+		                   "ssh %s: cannot check the host key (%s) against %s: %s",
+		                   c->target, fp, kh, ssh_get_error(c->s));
+		break;
+	}
+	ssh_string_free_char(fp);
+	return st;
+}
+
+/* Appends "; what" (or "what" first), truncating at cap. */
+static void note(char *buf, size_t cap, const char *what)
+{
+	size_t n = strlen(buf);
+	const char *parts[2] = {n ? "; " : "", what};
+	for (int i = 0; i < 2; i++) {
+		for (const char *p = parts[i]; *p && n + 1 < cap; p++)
+			buf[n++] = *p;
+	}
+	buf[n] = '\0';
+}
+
+/* keyboard-interactive answered with the password: servers that offer only that (PAM). */
+static int kbdint_password(ssh_session s, const char *pw)
+{
+	int rc = ssh_userauth_kbdint(s, NULL, NULL);
+	for (int round = 0; rc == SSH_AUTH_INFO && round < 8; round++) {
+		int n = ssh_userauth_kbdint_getnprompts(s);
+		for (int i = 0; i < n; i++) {
+			char echo = 0;
+			(void)ssh_userauth_kbdint_getprompt(s, (unsigned)i, &echo);
+			if (ssh_userauth_kbdint_setanswer(s, (unsigned)i, echo ? "" : pw) < 0)
+				return SSH_AUTH_ERROR;
+		}
+		rc = ssh_userauth_kbdint(s, NULL, NULL);
+	}
+	return rc;
+}
+
+static asp_status authenticate(sshc *c, asp_error *err)
+{
+	const asp_config_ssh *sc = &c->cfg->ssh;
+	int rc = ssh_userauth_none(c->s, NULL);
+	if (rc == SSH_AUTH_SUCCESS)
+		return ASP_OK;
+	if (rc == SSH_AUTH_ERROR)
+		goto lost;
+	int methods = ssh_userauth_list(c->s, NULL);
+	char tried[512] = "";
+	char line[600];
+
+	if (sc->identity_file) {
+		ssh_key k = NULL;
+		if (ssh_pki_import_privkey_file(sc->identity_file, NULL, NULL, NULL, &k) !=
+		    SSH_OK) {
+			snprintf(
+			    line, sizeof line,
+			    "identity_file %s: cannot load it (missing, unreadable, or protected "
+			    "by a passphrase: load such keys into ssh-agent instead)",
+			    sc->identity_file);
+			note(tried, sizeof tried, line);
+		} else if (!(methods & SSH_AUTH_METHOD_PUBLICKEY)) {
+			ssh_key_free(k);
+			note(tried, sizeof tried, "identity_file: the server does not accept keys");
+		} else {
+			rc = ssh_userauth_publickey(c->s, NULL, k);
+			ssh_key_free(k);
+			if (rc == SSH_AUTH_SUCCESS)
+				return ASP_OK;
+			if (rc == SSH_AUTH_ERROR)
+				goto lost;
+			snprintf(line, sizeof line, "identity_file %s: refused", sc->identity_file);
+			note(tried, sizeof tried, line);
+		}
+	}
+	const char *sock = getenv("SSH_AUTH_SOCK");
+	if (sock && sock[0] && (methods & SSH_AUTH_METHOD_PUBLICKEY)) {
+		rc = ssh_userauth_agent(c->s, NULL);
+		if (rc == SSH_AUTH_SUCCESS)
+			return ASP_OK;
+		if (rc == SSH_AUTH_ERROR && !ssh_is_connected(c->s))
+			goto lost;
+		note(tried, sizeof tried, "ssh-agent: no key accepted");
+	}
+	if (!sc->identity_file && !sc->password_env && (methods & SSH_AUTH_METHOD_PUBLICKEY)) {
+		rc = ssh_userauth_publickey_auto(c->s, NULL, NULL);
+		if (rc == SSH_AUTH_SUCCESS)
+			return ASP_OK;
+		if (rc == SSH_AUTH_ERROR && !ssh_is_connected(c->s))
+			goto lost;
+		note(tried, sizeof tried, "default keys (~/.ssh/id_*): none accepted");
+	}
+	if (sc->password_env) {
+		char *pw = NULL;
+		asp_error e2;
+		asp_error_clear(&e2);
+		if (asp_config_secret(sc->password_env, NULL, &pw, &e2) != ASP_OK || !pw) {
+			snprintf(line, sizeof line, "password: %.400s", e2.message);
+			note(tried, sizeof tried, line);
+		} else {
+			rc = SSH_AUTH_DENIED;
+			if (methods & SSH_AUTH_METHOD_PASSWORD)
+				rc = ssh_userauth_password(c->s, NULL, pw);
+			if (rc != SSH_AUTH_SUCCESS && rc != SSH_AUTH_ERROR &&
+			    (methods & SSH_AUTH_METHOD_INTERACTIVE))
+				rc = kbdint_password(c->s, pw);
+			explicit_bzero(pw, strlen(pw));
+			free(pw);
+			if (rc == SSH_AUTH_SUCCESS)
+				return ASP_OK;
+			if (rc == SSH_AUTH_ERROR && !ssh_is_connected(c->s))
+				goto lost;
+			snprintf(line, sizeof line, "password from $%s: refused", sc->password_env);
+			note(tried, sizeof tried, line);
+		}
+	}
+	char offered[96] = "";
+	if (methods & SSH_AUTH_METHOD_PUBLICKEY)
+		note(offered, sizeof offered, "publickey");
+	if (methods & SSH_AUTH_METHOD_PASSWORD)
+		note(offered, sizeof offered, "password");
+	if (methods & SSH_AUTH_METHOD_INTERACTIVE)
+		note(offered, sizeof offered, "keyboard-interactive");
+	return asp_error_set(err, ASP_E_UNAUTHORIZED, NULL,
+	                     "ssh %s: authentication failed (%s); the server accepts: %s. Set "
+	                     "ssh.identity_file to a key in the user's authorized_keys, run an "
+	                     "ssh-agent holding one, or set ssh.password_env",
+	                     c->target, tried[0] ? tried : "no method configured",
+	                     offered[0] ? offered : "nothing we support");
+lost:
+	return asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
+	                     "ssh %s: connection lost during authentication: %s", c->target,
+	                     ssh_get_error(c->s));
+}
+
+asp_status sshc_connect(sshc *c, const asp_config_view *cfg, asp_error *err)
+{
+	memset(c, 0, sizeof *c);
+	c->cfg = cfg;
+	c->fd = -1;
+	c->wake_fd = -1;
+	c->chan_limit = SSH_MAX_CHANNELS;
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_mutex_init(&c->mu, NULL);
+
+	const asp_config_ssh *sc = &cfg->ssh;
+	asp_status st = ASP_OK;
+	if (!sc->host || !sc->host[0]) {
+		st = asp_error_set(err, ASP_E_INVALID_ARGUMENT, cfg->path,
+		                   "%s: ssh.host is required for the ssh transport",
+		                   cfg->path ? cfg->path : ".asp.json");
+		goto fail;
+	}
+	c->s = ssh_new();
+	if (!c->s) {
+		st = asp_error_set(err, ASP_E_INTERNAL, NULL, "ssh: out of memory");
+		goto fail;
+	}
+	unsigned port = sc->port ? sc->port : 22;
+	unsigned ms = sc->connect_timeout_ms ? sc->connect_timeout_ms : 10000;
+	long secs = (long)(ms / 1000), usecs = (long)(ms % 1000) * 1000;
+	int no = 0, yes = 1;
+	/* .asp.json is the whole config: ~/.ssh/config is not read, so runs are reproducible */
+	ssh_options_set(c->s, SSH_OPTIONS_PROCESS_CONFIG, &no);
+	if (ssh_options_set(c->s, SSH_OPTIONS_HOST, sc->host) < 0 ||
+	    ssh_options_set(c->s, SSH_OPTIONS_PORT, &port) < 0 ||
+	    (sc->user && ssh_options_set(c->s, SSH_OPTIONS_USER, sc->user) < 0) ||
+	    (sc->known_hosts &&
+	     ssh_options_set(c->s, SSH_OPTIONS_KNOWNHOSTS, sc->known_hosts) < 0)) {
+		st = asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL, "ssh: bad option: %s",
+		                   ssh_get_error(c->s));
+		goto fail;
+	}
+	ssh_options_set(c->s, SSH_OPTIONS_TIMEOUT, &secs);
+	ssh_options_set(c->s, SSH_OPTIONS_TIMEOUT_USEC, &usecs);
+	ssh_options_set(c->s, SSH_OPTIONS_NODELAY, &yes);
+	char *user = NULL;
+	ssh_options_get(c->s, SSH_OPTIONS_USER, &user);
+	snprintf(c->target, sizeof c->target, "%s@%s:%u", user ? user : "?", sc->host, port);
+	ssh_string_free_char(user);
+
+	if (ssh_connect(c->s) != SSH_OK) {
+		st = asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
+		                   "ssh %s: cannot connect: %s; check host and port, and that sshd "
+		                   "runs there (connect_timeout_ms %u)",
+		                   c->target, ssh_get_error(c->s), ms);
+		goto fail;
+	}
+	c->fd = ssh_get_fd(c->s);
+	tune_socket(c->fd);
+	st = verify_host_key(c, err);
+	if (st == ASP_OK)
+		st = authenticate(c, err);
+	if (st == ASP_OK)
+		st = sshc_pump_start(c, err);
+	if (st == ASP_OK)
+		return ASP_OK;
+fail:
+	sshc_close(c);
+	return st;
+}

@@ -1,0 +1,1598 @@
+/*
+ * The file ops over SFTP, answering with the same error codes as the local backend.
+ * SFTP v3's statuses are coarse (OpenSSH's sftp-server turns ENOTDIR into NO_SUCH_FILE
+ * and EEXIST, ENOTEMPTY, EISDIR into FAILURE), so on an error an extra stat or two finds
+ * the precise errno. Bulk data keeps many READ or WRITE requests in flight.
+ */
+#include "ssh_sftp.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+
+#define INFLIGHT_BYTES (8u * 1024u * 1024u) /* bulk: bytes requested but not yet answered */
+#define MIN_INFLIGHT   4
+#define NEW_DIR_MODE   0755
+
+/* ---- small helpers --------------------------------------------------------------------- */
+
+static asp_status need_path(const char *op, const char *field, const char *path, asp_error *err)
+{
+	if (path)
+		return ASP_OK;
+	return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL, "%s: field '%s' is required", op,
+	                     field);
+}
+
+static void hint(asp_error *err, const char *h)
+{
+	if (!err)
+		return;
+	size_t used = strlen(err->message), need = strlen(h) + 3;
+	if (used + need <= sizeof err->message)
+		memcpy(err->message + used, "; ", 2), memcpy(err->message + used + 2, h, need - 2);
+}
+
+static asp_status oom(const char *op, asp_error *err)
+{
+	return asp_error_set(err, ASP_E_INTERNAL, NULL, "%s: out of memory", op);
+}
+
+static const char *type_name(uint32_t perm, uint32_t flags)
+{
+	if (!(flags & FXA_PERMISSIONS))
+		return "file";
+	switch (perm & S_IFMT) {
+	case S_IFDIR: return "dir";
+	case S_IFLNK: return "symlink";
+	case S_IFIFO: return "fifo";
+	case S_IFSOCK: return "socket";
+	case S_IFCHR: return "char";
+	case S_IFBLK: return "block";
+	default: return "file";
+	}
+}
+
+static bool is_dir(const sattr *a)
+{
+	return (a->flags & FXA_PERMISSIONS) && S_ISDIR(a->perm);
+}
+
+/* The errno behind a status, where the status alone says it. */
+static int fx_errno(int fx)
+{
+	switch (fx) {
+	case FX_OK: return 0;
+	case FX_NO_SUCH_FILE: return ENOENT;
+	case FX_PERMISSION_DENIED: return EACCES;
+	case FX_BAD_MESSAGE: return EINVAL;
+	case FX_OP_UNSUPPORTED: return ENOSYS;
+	default: return EIO;
+	}
+}
+
+/* The server's text of a STATUS reply, for io_error messages. */
+static void fx_text(const sreq *r, char *out, size_t cap)
+{
+	out[0] = '\0';
+	if (r->type != FXP_STATUS || !r->body)
+		return;
+	scur c = {r->body, r->len, false};
+	(void)sc_u32(&c);
+	size_t n;
+	const uint8_t *s = sc_str(&c, &n);
+	if (!c.bad && n)
+		snprintf(out, cap, "%.*s", (int)(n > 200 ? 200 : n), (const char *)s);
+}
+
+/* io_error for an errno the status could not tell (EIO): with the server's words. */
+static asp_status fx_error(asp_error *err, int e, const char *srv, const char *path,
+                           const char *what)
+{
+	if (e == ENOSYS)
+		return asp_error_set(err, ASP_E_UNSUPPORTED, path,
+		                     "%s: the sftp server does not "
+		                     "support this",
+		                     what);
+	if (e == EIO && srv && srv[0])
+		return asp_error_set(err, ASP_E_IO_ERROR, path, "%s: %s (sftp)", what, srv);
+	return asp_error_errno(err, e, path, "%s", what);
+}
+
+/* ---- one round trip ----------------------------------------------------------------- */
+
+/*
+ * Sends a request whose arguments are up to two strings (a path, or from and to) and
+ * optional attributes, and waits for the reply. *fx gets the status (FX_OK for a
+ * non-status reply); the reply stays in *r for the caller to parse and forget.
+ */
+static asp_status call(sftpc *f, uint8_t type, const char *ext, const char *s1, const char *s2,
+                       const sattr *at, sreq *r, int *fx, asp_error *err)
+{
+	sbuild b;
+	sb_init(&b);
+	if (ext)
+		sb_cstr(&b, ext);
+	if (s1)
+		sb_cstr(&b, s1);
+	if (s2)
+		sb_cstr(&b, s2);
+	if (at) {
+		sb_u32(&b, at->flags);
+		if (at->flags & FXA_UIDGID) {
+			sb_u32(&b, at->uid);
+			sb_u32(&b, at->gid);
+		}
+		if (at->flags & FXA_PERMISSIONS)
+			sb_u32(&b, at->perm);
+	}
+	memset(r, 0, sizeof *r);
+	asp_status st = sftp_send(f, type, &b, NULL, 0, r, err);
+	sb_free(&b);
+	if (st == ASP_OK)
+		st = sftp_await(f, r, err);
+	if (st != ASP_OK) {
+		sftp_forget(f, r);
+		return st;
+	}
+	int s = sftp_status(r);
+	*fx = s < 0 ? FX_OK : s;
+	return ASP_OK;
+}
+
+/* A request answered by a status only; *fx is that status. */
+static asp_status call_status(sftpc *f, uint8_t type, const char *ext, const char *s1,
+                              const char *s2, const sattr *at, int *fx, char *srv, size_t cap,
+                              asp_error *err)
+{
+	sreq r;
+	asp_status st = call(f, type, ext, s1, s2, at, &r, fx, err);
+	if (st != ASP_OK)
+		return st;
+	if (srv)
+		fx_text(&r, srv, cap);
+	if (*fx == FX_OK && r.type != FXP_STATUS)
+		*fx = FX_BAD_MESSAGE;
+	sftp_forget(f, &r);
+	return ASP_OK;
+}
+
+/* stat or lstat; *fx FX_OK with *a filled, or the status. */
+static asp_status do_stat(sftpc *f, const char *path, bool follow, sattr *a, int *fx,
+                          asp_error *err)
+{
+	sreq r;
+	asp_status st = call(f, follow ? FXP_STAT : FXP_LSTAT, NULL, path, NULL, NULL, &r, fx, err);
+	if (st != ASP_OK)
+		return st;
+	if (*fx == FX_OK) {
+		scur c = {r.body, r.len, false};
+		if (r.type == FXP_ATTRS)
+			sc_attrs(&c, a);
+		if (r.type != FXP_ATTRS || c.bad)
+			*fx = FX_BAD_MESSAGE;
+	}
+	sftp_forget(f, &r);
+	return ASP_OK;
+}
+
+/* The one name of a NAME reply (realpath, readlink), in a malloc'd string. */
+static asp_status do_name(sftpc *f, uint8_t type, const char *path, char **out, int *fx,
+                          asp_error *err)
+{
+	*out = NULL;
+	sreq r;
+	asp_status st = call(f, type, NULL, path, NULL, NULL, &r, fx, err);
+	if (st != ASP_OK)
+		return st;
+	if (*fx == FX_OK) {
+		scur c = {r.body, r.len, false};
+		uint32_t n = r.type == FXP_NAME ? sc_u32(&c) : 0;
+		size_t l = 0;
+		const uint8_t *s = n >= 1 ? sc_str(&c, &l) : NULL;
+		if (!s || c.bad || memchr(s, '\0', l)) {
+			*fx = FX_BAD_MESSAGE;
+		} else {
+			*out = strndup((const char *)s, l);
+			if (!*out)
+				st = oom("sftp", err);
+		}
+	}
+	sftp_forget(f, &r);
+	return st;
+}
+
+/* A handle from OPEN or OPENDIR; *fx the status when refused. */
+typedef struct handle {
+	uint8_t h[256];
+	size_t len;
+} handle;
+
+static asp_status do_open(sftpc *f, const char *path, uint32_t flags, const sattr *at, bool dir,
+                          handle *h, int *fx, char *srv, size_t cap, asp_error *err)
+{
+	sbuild b;
+	sb_init(&b);
+	sb_cstr(&b, path);
+	if (!dir) {
+		sb_u32(&b, flags);
+		sb_u32(&b, at ? at->flags : 0);
+		if (at && (at->flags & FXA_PERMISSIONS))
+			sb_u32(&b, at->perm);
+	}
+	sreq r = {0};
+	asp_status st = sftp_send(f, dir ? FXP_OPENDIR : FXP_OPEN, &b, NULL, 0, &r, err);
+	sb_free(&b);
+	if (st == ASP_OK)
+		st = sftp_await(f, &r, err);
+	if (st == ASP_OK) {
+		int s = sftp_status(&r);
+		*fx = s < 0 ? FX_OK : (s == FX_OK ? FX_FAILURE : s);
+		if (srv)
+			fx_text(&r, srv, cap);
+		if (*fx == FX_OK) {
+			scur c = {r.body, r.len, false};
+			size_t l = 0;
+			const uint8_t *p = r.type == FXP_HANDLE ? sc_str(&c, &l) : NULL;
+			if (!p || c.bad || l > sizeof h->h) {
+				*fx = FX_BAD_MESSAGE;
+			} else {
+				memcpy(h->h, p, l);
+				h->len = l;
+			}
+		}
+	}
+	sftp_forget(f, &r);
+	return st;
+}
+
+/* Sends CLOSE and does not wait: its reply is dropped. */
+static void close_nowait(sftpc *f, const handle *h)
+{
+	sbuild b;
+	sb_init(&b);
+	sb_str(&b, h->h, h->len);
+	sreq r = {0};
+	asp_error e;
+	if (sftp_send(f, FXP_CLOSE, &b, NULL, 0, &r, &e) == ASP_OK)
+		sftp_forget(f, &r);
+	sb_free(&b);
+}
+
+/*
+ * The server said NO_SUCH_FILE for `path`: ENOTDIR when a leading component (or the
+ * path itself, written with a trailing slash) is not a directory, else ENOENT.
+ */
+static asp_status missing_errno(sftpc *f, const char *path, int *e, asp_error *err)
+{
+	*e = ENOENT;
+	char *p = strdup(path);
+	if (!p)
+		return oom("sftp", err);
+	size_t n = strlen(p);
+	bool slash = n > 1 && p[n - 1] == '/';
+	while (n > 1 && p[n - 1] == '/')
+		p[--n] = '\0';
+	asp_status st = ASP_OK;
+	sattr a;
+	int fx;
+	if (slash) {
+		st = do_stat(f, p, true, &a, &fx, err);
+		if (st != ASP_OK || fx == FX_OK) {
+			if (st == ASP_OK && !is_dir(&a))
+				*e = ENOTDIR;
+			free(p);
+			return st;
+		}
+	}
+	for (int i = 0; i < 4096; i++) {
+		char *sl = strrchr(p, '/');
+		if (!sl)
+			break; /* relative: its parent is the start directory, which exists */
+		if (sl == p) {
+			break; /* the root exists */
+		}
+		*sl = '\0';
+		while (sl > p + 1 && sl[-1] == '/')
+			*--sl = '\0';
+		st = do_stat(f, p, true, &a, &fx, err);
+		if (st != ASP_OK)
+			break;
+		if (fx == FX_OK) {
+			if (!is_dir(&a))
+				*e = ENOTDIR;
+			break;
+		}
+		if (fx != FX_NO_SUCH_FILE)
+			break;
+	}
+	free(p);
+	return st;
+}
+
+/* The errno for a failed op on `path` with status fx (NO_SUCH_FILE refined). */
+static asp_status path_errno(sftpc *f, const char *path, int fx, int *e, asp_error *err)
+{
+	if (fx == FX_NO_SUCH_FILE)
+		return missing_errno(f, path, e, err);
+	*e = fx_errno(fx);
+	return ASP_OK;
+}
+
+/* The error of `op` on `path` after status fx, in the local backend's words. */
+static asp_status op_error(sftpc *f, const char *op, const char *path, int fx, const char *srv,
+                           asp_error *err)
+{
+	int e;
+	asp_status st = path_errno(f, path, fx, &e, err);
+	if (st != ASP_OK)
+		return st;
+	char what[ASP_ERROR_PATH_MAX + 32];
+	snprintf(what, sizeof what, "%s %s", op, path);
+	return fx_error(err, e, srv, path, what);
+}
+
+static int64_t mtime_ns(const sattr *a)
+{
+	return (a->flags & FXA_ACMODTIME) ? (int64_t)a->mtime * 1000000000 : 0;
+}
+
+asp_status ssh_sftp_realpath(sftpc *f, const char *path, char **out, asp_error *err)
+{
+	int fx;
+	sshc_lock(f->c);
+	asp_status st = do_name(f, FXP_REALPATH, path, out, &fx, err);
+	if (st == ASP_OK && fx != FX_OK)
+		st = asp_error_errno(err, fx_errno(fx), path, "realpath %s", path);
+	sshc_unlock(f->c);
+	return st;
+}
+
+/* ---- stat ---------------------------------------------------------------------------- */
+
+asp_status ssh_sftp_stat(sftpc *f, const asp_stat_params *p, asp_stat_result *r, asp_arena *a,
+                         asp_error *err)
+{
+	memset(r, 0, sizeof *r);
+	asp_status st = need_path("stat", "path", p->path, err);
+	if (st != ASP_OK)
+		return st;
+	sattr at;
+	int fx;
+	char *target = NULL;
+	sshc_lock(f->c);
+	st = do_stat(f, p->path, p->follow, &at, &fx, err);
+	if (st == ASP_OK && fx != FX_OK)
+		st = op_error(f, "stat", p->path, fx, NULL, err);
+	if (st == ASP_OK && (at.flags & FXA_PERMISSIONS) && S_ISLNK(at.perm)) {
+		st = do_name(f, FXP_READLINK, p->path, &target, &fx, err);
+		if (st == ASP_OK && fx != FX_OK)
+			st = asp_error_errno(err, fx_errno(fx), p->path, "stat %s: readlink",
+			                     p->path);
+	}
+	sshc_unlock(f->c);
+	if (st != ASP_OK) {
+		free(target);
+		return st;
+	}
+	r->type = type_name(at.perm, at.flags);
+	r->size = at.size;
+	r->mode = at.perm & 07777;
+	r->mtime_ns = mtime_ns(&at);
+	r->uid = at.uid;
+	r->gid = at.gid;
+	if (target) {
+		r->target = asp_arena_strndup(a, target, strlen(target));
+		free(target);
+		if (!r->target)
+			return oom("stat", err);
+	}
+	return ASP_OK;
+}
+
+/* ---- directories ----------------------------------------------------------------------- */
+
+typedef struct dent {
+	char *name;
+	sattr a;
+} dent;
+
+typedef struct dlist {
+	dent *v;
+	size_t n, cap;
+} dlist;
+
+static void dlist_free(dlist *d)
+{
+	for (size_t i = 0; i < d->n; i++)
+		free(d->v[i].name);
+	free(d->v);
+	memset(d, 0, sizeof *d);
+}
+
+/* Appends the entries of one NAME reply, without "." and "..". -1 when malformed or OOM. */
+static int take_names(const sreq *r, dlist *d)
+{
+	scur c = {r->body, r->len, false};
+	uint32_t n = sc_u32(&c);
+	for (uint32_t i = 0; i < n && !c.bad; i++) {
+		size_t nl, ll;
+		const uint8_t *nm = sc_str(&c, &nl);
+		sc_str(&c, &ll); /* longname: ls -l text, unused */
+		sattr a;
+		sc_attrs(&c, &a);
+		if (c.bad || memchr(nm, '\0', nl))
+			return -1;
+		if ((nl == 1 && nm[0] == '.') || (nl == 2 && nm[0] == '.' && nm[1] == '.'))
+			continue;
+		if (d->n == d->cap) {
+			size_t ncap = d->cap ? d->cap * 2 : 32;
+			dent *nv = realloc(d->v, ncap * sizeof *nv);
+			if (!nv)
+				return -1;
+			d->v = nv;
+			d->cap = ncap;
+		}
+		d->v[d->n].name = strndup((const char *)nm, nl);
+		if (!d->v[d->n].name)
+			return -1;
+		d->v[d->n].a = a;
+		d->n++;
+	}
+	return c.bad ? -1 : 0;
+}
+
+/*
+ * Reads the entries of a directory (their attributes are lstat's: OpenSSH's sftp-server
+ * does not follow symlinks there). `first_only` stops after one batch. *fx is the
+ * status when it could not be read.
+ */
+static asp_status read_dir(sftpc *f, const char *path, bool first_only, dlist *out, int *fx,
+                           char *srv, size_t cap, asp_error *err)
+{
+	handle h;
+	asp_status st = do_open(f, path, 0, NULL, true, &h, fx, srv, cap, err);
+	if (st != ASP_OK || *fx != FX_OK)
+		return st;
+	for (;;) {
+		sbuild b;
+		sb_init(&b);
+		sb_str(&b, h.h, h.len);
+		sreq r = {0};
+		st = sftp_send(f, FXP_READDIR, &b, NULL, 0, &r, err);
+		sb_free(&b);
+		if (st == ASP_OK)
+			st = sftp_await(f, &r, err);
+		if (st != ASP_OK) {
+			sftp_forget(f, &r);
+			break;
+		}
+		int s = sftp_status(&r);
+		if (s == FX_EOF) {
+			sftp_forget(f, &r);
+			break;
+		}
+		if (s >= 0 || r.type != FXP_NAME) {
+			*fx = s > 0 ? s : FX_BAD_MESSAGE;
+			if (srv)
+				fx_text(&r, srv, cap);
+			sftp_forget(f, &r);
+			break;
+		}
+		int rc = take_names(&r, out);
+		sftp_forget(f, &r);
+		if (rc < 0) {
+			st = oom("list", err);
+			break;
+		}
+		if (first_only && out->n > 0)
+			break;
+	}
+	close_nowait(f, &h);
+	return st;
+}
+
+static int by_name(const void *x, const void *y)
+{
+	/* strcmp compares as unsigned char: bytewise, as the protocol asks */
+	return strcmp(((const asp_list_entry *)x)->name, ((const asp_list_entry *)y)->name);
+}
+
+asp_status ssh_sftp_list(sftpc *f, const asp_list_params *p, asp_list_result *r, asp_arena *a,
+                         asp_error *err)
+{
+	memset(r, 0, sizeof *r);
+	asp_status st = need_path("list", "path", p->path, err);
+	if (st != ASP_OK)
+		return st;
+	dlist d = {0};
+	int fx = FX_OK;
+	char srv[256] = "";
+	sshc_lock(f->c);
+	st = read_dir(f, p->path, false, &d, &fx, srv, sizeof srv, err);
+	if (st == ASP_OK && fx != FX_OK) {
+		/* opendir on a non-directory is ENOTDIR, which the server calls NO_SUCH_FILE */
+		sattr at;
+		int sfx;
+		st = do_stat(f, p->path, true, &at, &sfx, err);
+		if (st == ASP_OK && sfx == FX_OK && !is_dir(&at) && fx == FX_NO_SUCH_FILE)
+			st = asp_error_errno(err, ENOTDIR, p->path, "list %s", p->path);
+		else if (st == ASP_OK)
+			st = op_error(f, "list", p->path, fx, srv, err);
+	}
+	sshc_unlock(f->c);
+	if (st != ASP_OK) {
+		dlist_free(&d);
+		return st;
+	}
+	asp_list_entry *items = d.n ? asp_arena_alloc(a, d.n * sizeof *items) : NULL;
+	if (d.n && !items) {
+		dlist_free(&d);
+		return oom("list", err);
+	}
+	for (size_t i = 0; i < d.n; i++) {
+		asp_list_entry *it = &items[i];
+		it->name = asp_arena_strndup(a, d.v[i].name, strlen(d.v[i].name));
+		if (!it->name) {
+			dlist_free(&d);
+			return oom("list", err);
+		}
+		it->type = type_name(d.v[i].a.perm, d.v[i].a.flags);
+		it->size = d.v[i].a.size;
+		it->mode = d.v[i].a.perm & 07777;
+		it->mtime_ns = mtime_ns(&d.v[i].a);
+	}
+	if (d.n > 1)
+		qsort(items, d.n, sizeof *items, by_name);
+	r->entries.items = items;
+	r->entries.count = d.n;
+	dlist_free(&d);
+	return ASP_OK;
+}
+
+/* ---- bulk transfer ------------------------------------------------------------------- */
+
+struct chunk {
+	sreq r;
+	uint64_t off; /* relative to the start of the transfer */
+	size_t len;
+};
+
+static size_t inflight_slots(uint32_t chunk)
+{
+	size_t n = INFLIGHT_BYTES / (chunk ? chunk : 1);
+	return n < MIN_INFLIGHT ? MIN_INFLIGHT : n;
+}
+
+static void forget_ring(sftpc *f, struct chunk *q, size_t slots, size_t head, size_t count)
+{
+	for (size_t i = 0; i < count; i++)
+		sftp_forget(f, &q[(head + i) % slots].r);
+}
+
+/*
+ * Reads up to `want` bytes at `base` into buf with many READs in flight; a short answer
+ * is asked again for the rest. *got counts the bytes from the start that arrived; *eof
+ * tells whether the file ended before `want`. *fx is a status other than EOF, if any.
+ */
+static asp_status bulk_read(sftpc *f, const handle *h, uint64_t base, uint8_t *buf, size_t want,
+                            size_t *got, bool *eof, int *fx, char *srv, size_t cap, asp_error *err)
+{
+	*got = 0;
+	*eof = false;
+	*fx = FX_OK;
+	size_t csz = f->max_read ? f->max_read : 32768;
+	size_t slots = inflight_slots((uint32_t)csz);
+	struct chunk *q = calloc(slots, sizeof *q);
+	if (!q)
+		return oom("read", err);
+	size_t head = 0, count = 0;
+	uint64_t next = 0, limit = want;
+	asp_status st = ASP_OK;
+	for (;;) {
+		while (count < slots && next < limit) {
+			struct chunk *c = &q[(head + count) % slots];
+			c->off = next;
+			c->len = limit - next < csz ? (size_t)(limit - next) : csz;
+			next += c->len;
+			memset(&c->r, 0, sizeof c->r);
+			c->r.dst = buf + c->off;
+			c->r.dst_cap = c->len;
+			sbuild b;
+			sb_init(&b);
+			sb_str(&b, h->h, h->len);
+			sb_u64(&b, base + c->off);
+			sb_u32(&b, (uint32_t)c->len);
+			st = sftp_send(f, FXP_READ, &b, NULL, 0, &c->r, err);
+			sb_free(&b);
+			if (st != ASP_OK)
+				goto out;
+			count++;
+		}
+		if (count == 0)
+			break;
+		struct chunk *c = &q[head];
+		st = sftp_await(f, &c->r, err);
+		if (st != ASP_OK)
+			goto out;
+		int s = sftp_status(&c->r);
+		if (c->r.type == FXP_DATA) {
+			if (c->r.len == 0 || c->off >= limit) {
+				if (c->r.len == 0 && c->off < limit)
+					limit = c->off;
+			} else if (c->r.len < c->len && c->off + c->r.len < limit) {
+				/* short: ask for the rest of this chunk (its slot is the one freed
+				 * now) */
+				struct chunk rest = {.off = c->off + c->r.len,
+				                     .len = c->len - c->r.len};
+				sftp_forget(f, &c->r);
+				head = (head + 1) % slots;
+				count--;
+				struct chunk *t = &q[(head + count) % slots];
+				*t = rest;
+				t->r.dst = buf + t->off;
+				t->r.dst_cap = t->len;
+				sbuild b;
+				sb_init(&b);
+				sb_str(&b, h->h, h->len);
+				sb_u64(&b, base + t->off);
+				sb_u32(&b, (uint32_t)t->len);
+				st = sftp_send(f, FXP_READ, &b, NULL, 0, &t->r, err);
+				sb_free(&b);
+				if (st != ASP_OK)
+					goto out;
+				count++;
+				continue;
+			}
+		} else if (s == FX_EOF) {
+			if (c->off < limit)
+				limit = c->off;
+		} else {
+			*fx = s > 0 ? s : FX_BAD_MESSAGE;
+			fx_text(&c->r, srv, cap);
+			goto out;
+		}
+		sftp_forget(f, &c->r);
+		head = (head + 1) % slots;
+		count--;
+	}
+	*got = (size_t)limit;
+	*eof = limit < want;
+out:
+	forget_ring(f, q, slots, head, count);
+	free(q);
+	return st;
+}
+
+/* Writes `len` bytes at `base` with many WRITEs in flight (no copy: the data is the tail). */
+static asp_status bulk_write(sftpc *f, const handle *h, uint64_t base, const uint8_t *data,
+                             size_t len, int *fx, char *srv, size_t cap, asp_error *err)
+{
+	*fx = FX_OK;
+	size_t csz = f->max_write ? f->max_write : 32768;
+	size_t slots = inflight_slots((uint32_t)csz);
+	struct chunk *q = calloc(slots, sizeof *q);
+	if (!q)
+		return oom("write", err);
+	size_t head = 0, count = 0;
+	uint64_t next = 0;
+	asp_status st = ASP_OK;
+	for (;;) {
+		while (count < slots && next < len && *fx == FX_OK) {
+			struct chunk *c = &q[(head + count) % slots];
+			c->off = next;
+			c->len = len - next < csz ? (size_t)(len - next) : csz;
+			next += c->len;
+			memset(&c->r, 0, sizeof c->r);
+			sbuild b;
+			sb_init(&b);
+			sb_str(&b, h->h, h->len);
+			sb_u64(&b, base + c->off);
+			sb_u32(&b, (uint32_t)c->len);
+			st = sftp_send(f, FXP_WRITE, &b, data + c->off, c->len, &c->r, err);
+			sb_free(&b);
+			if (st != ASP_OK)
+				goto out;
+			count++;
+		}
+		if (count == 0)
+			break;
+		struct chunk *c = &q[head];
+		st = sftp_await(f, &c->r, err);
+		if (st != ASP_OK)
+			goto out;
+		int s = sftp_status(&c->r);
+		if (s != FX_OK && *fx == FX_OK) {
+			*fx = s > 0 ? s : FX_BAD_MESSAGE;
+			fx_text(&c->r, srv, cap);
+		}
+		sftp_forget(f, &c->r);
+		head = (head + 1) % slots;
+		count--;
+	}
+out:
+	forget_ring(f, q, slots, head, count);
+	free(q);
+	return st;
+}
+
+/* ---- read ------------------------------------------------------------------------------ */
+
+asp_status ssh_sftp_read(sftpc *f, const asp_read_params *p, size_t budget, asp_read_result *r,
+                         asp_arena *a, asp_error *err)
+{
+	memset(r, 0, sizeof *r);
+	asp_status st = need_path("read", "path", p->path, err);
+	if (st != ASP_OK)
+		return st;
+	if (p->offset > (uint64_t)INT64_MAX)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,
+		                     "read %s: offset %llu is out of range", p->path,
+		                     (unsigned long long)p->offset);
+	sattr at;
+	int fx;
+	char srv[256] = "";
+	uint8_t *buf = NULL;
+	size_t want = budget, got = 0;
+	bool hit_eof = false, regular = false;
+	handle h;
+	sshc_lock(f->c);
+	st = do_stat(f, p->path, true, &at, &fx, err);
+	if (st != ASP_OK)
+		goto out;
+	if (fx != FX_OK) {
+		st = op_error(f, "read", p->path, fx, NULL, err);
+		goto out;
+	}
+	uint32_t ft = (at.flags & FXA_PERMISSIONS) ? (at.perm & S_IFMT) : S_IFREG;
+	if (ft == S_IFDIR) {
+		st = asp_error_errno(err, EISDIR, p->path, "read %s", p->path);
+		goto out;
+	}
+	if (ft == S_IFSOCK) {
+		st = asp_error_errno(err, ENXIO, p->path, "read %s", p->path);
+		goto out;
+	}
+	if (ft == S_IFIFO) {
+		/* sftp-server would block opening it; with no writer it reads as empty anyway */
+		r->eof = true;
+		goto out;
+	}
+	regular = ft == S_IFREG;
+	if (p->has_length && p->length < want)
+		want = (size_t)p->length;
+	if (regular && at.size > 0) {
+		uint64_t avail = p->offset < at.size ? at.size - p->offset : 0;
+		if (avail < want)
+			want = (size_t)avail;
+	}
+	st = do_open(f, p->path, FXF_READ, NULL, false, &h, &fx, srv, sizeof srv, err);
+	if (st == ASP_OK && fx != FX_OK)
+		st = op_error(f, "read", p->path, fx, srv, err);
+	if (st != ASP_OK)
+		goto out;
+	if (want) {
+		buf = malloc(want);
+		if (!buf)
+			st = oom("read", err);
+		else
+			st = bulk_read(f, &h, p->offset, buf, want, &got, &hit_eof, &fx, srv,
+			               sizeof srv, err);
+		if (st == ASP_OK && fx != FX_OK)
+			st = op_error(f, "read", p->path, fx, srv, err);
+	}
+	close_nowait(f, &h);
+	if (st != ASP_OK)
+		goto out;
+	r->size = at.size;
+	if (regular && at.size > 0)
+		r->eof = hit_eof || p->offset + got >= at.size;
+	else
+		r->eof = hit_eof;
+	if (regular && at.size == 0 && hit_eof)
+		r->size = p->offset + got; /* size unknown (procfs): what was there */
+	if (want == 0 && regular)
+		r->eof = p->offset >= r->size;
+out:
+	sshc_unlock(f->c);
+	if (st == ASP_OK && got > 0) {
+		if (want - got > got / 4) {
+			uint8_t *shrunk = realloc(buf, got);
+			if (shrunk)
+				buf = shrunk;
+		}
+		if (asp_arena_adopt(a, buf) < 0)
+			return oom("read", err);
+		r->data.data = buf;
+		r->data.len = got;
+		return ASP_OK;
+	}
+	free(buf);
+	return st;
+}
+
+/* ---- mkdir ------------------------------------------------------------------------------ */
+
+static asp_status mkdir_one(sftpc *f, const char *path, uint32_t mode, int *fx, asp_error *err)
+{
+	sattr at = {.flags = FXA_PERMISSIONS, .perm = mode};
+	return call_status(f, FXP_MKDIR, NULL, path, NULL, &at, fx, NULL, 0, err);
+}
+
+/* After a refused mkdir (FAILURE): 0 when a directory is there, EEXIST for another kind. */
+static asp_status exists_errno(sftpc *f, const char *path, int *e, asp_error *err)
+{
+	sattr at;
+	int fx;
+	asp_status st = do_stat(f, path, true, &at, &fx, err);
+	if (st != ASP_OK)
+		return st;
+	if (fx == FX_OK) {
+		*e = is_dir(&at) ? 0 : EEXIST;
+		return ASP_OK;
+	}
+	/* a dangling symlink is there but stat cannot follow it */
+	st = do_stat(f, path, false, &at, &fx, err);
+	*e = st == ASP_OK && fx == FX_OK ? EEXIST : EIO;
+	return st;
+}
+
+/*
+ * mkdir -p with the fewest round trips (as the local backend): try the path; when its
+ * parent is missing walk back to the deepest ancestor that exists or could be made, then
+ * forward. *e is 0 or an errno.
+ */
+static asp_status mkdir_parents(sftpc *f, const char *path, uint32_t mode, uint32_t pmode, int *e,
+                                asp_error *err)
+{
+	size_t len = strlen(path);
+	while (len > 1 && path[len - 1] == '/')
+		len--;
+	char *buf = strndup(path, len);
+	if (!buf)
+		return oom("mkdir", err);
+	int fx;
+	asp_status st = mkdir_one(f, buf, mode, &fx, err);
+	if (st != ASP_OK)
+		goto out;
+	if (fx == FX_OK) {
+		*e = 0;
+		goto out;
+	}
+	if (fx != FX_NO_SUCH_FILE) {
+		if (fx == FX_FAILURE)
+			st = exists_errno(f, buf, e, err);
+		else
+			*e = fx_errno(fx);
+		goto out;
+	}
+	int cuts = 0;
+	size_t i = len;
+	for (;;) {
+		while (i > 0 && buf[i - 1] != '/')
+			i--;
+		if (i == 0)
+			break;
+		size_t s = i - 1;
+		while (s > 0 && buf[s - 1] == '/')
+			s--;
+		if (s == 0)
+			break;
+		buf[s] = '\0';
+		cuts++;
+		st = mkdir_one(f, buf, pmode, &fx, err);
+		if (st != ASP_OK)
+			goto out;
+		if (fx == FX_OK || fx == FX_FAILURE)
+			break; /* made, or there already (a non-directory shows up on the next
+			          level) */
+		if (fx != FX_NO_SUCH_FILE) {
+			*e = fx_errno(fx);
+			goto out;
+		}
+		i = s;
+	}
+	*e = 0;
+	for (int k = 0; k < cuts; k++) {
+		char *z = buf + strlen(buf);
+		*z = '/';
+		bool last = k == cuts - 1;
+		st = mkdir_one(f, buf, last ? mode : pmode, &fx, err);
+		if (st != ASP_OK)
+			goto out;
+		if (fx == FX_OK)
+			continue;
+		if (fx == FX_FAILURE) {
+			/* raced with another creator; a non-directory shows up on the next level */
+			st = exists_errno(f, buf, e, err);
+			if (st != ASP_OK || last)
+				goto out;
+			*e = 0;
+			continue;
+		}
+		if (fx == FX_NO_SUCH_FILE) {
+			st = missing_errno(f, buf, e, err);
+			goto out;
+		}
+		*e = fx_errno(fx);
+		goto out;
+	}
+	if (cuts == 0) {
+		st = missing_errno(f, buf, e, err);
+	}
+out:
+	free(buf);
+	return st;
+}
+
+asp_status ssh_sftp_mkdir(sftpc *f, const asp_mkdir_params *p, asp_error *err)
+{
+	asp_status st = need_path("mkdir", "path", p->path, err);
+	if (st != ASP_OK)
+		return st;
+	if (p->mode > 07777)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,
+		                     "mkdir %s: mode %#llo has bits beyond 07777", p->path,
+		                     (unsigned long long)p->mode);
+	int e = 0, fx;
+	sshc_lock(f->c);
+	if (p->parents) {
+		st = mkdir_parents(f, p->path, (uint32_t)p->mode, NEW_DIR_MODE, &e, err);
+	} else {
+		st = mkdir_one(f, p->path, (uint32_t)p->mode, &fx, err);
+		if (st == ASP_OK && fx == FX_FAILURE) {
+			sattr at;
+			int sfx;
+			st = do_stat(f, p->path, false, &at, &sfx, err);
+			e = sfx == FX_OK ? EEXIST : EIO;
+		} else if (st == ASP_OK && fx != FX_OK) {
+			st = path_errno(f, p->path, fx, &e, err);
+		}
+	}
+	sshc_unlock(f->c);
+	if (st != ASP_OK || e == 0)
+		return st;
+	st = asp_error_errno(err, e, p->path, "mkdir %s", p->path);
+	if (e == ENOENT && !p->parents)
+		hint(err, "a parent directory is missing; 'parents' creates it");
+	else if (e == EEXIST && p->parents)
+		hint(err, "it exists and is not a directory");
+	return st;
+}
+
+/* ---- write ------------------------------------------------------------------------------ */
+
+/* A request on an open handle (FSTAT, CLOSE, FSETSTAT, fsync), sent now, awaited later. */
+static asp_status send_on_handle(sftpc *f, uint8_t type, const char *ext, const handle *h,
+                                 const sattr *at, sreq *r, asp_error *err)
+{
+	sbuild b;
+	sb_init(&b);
+	if (ext)
+		sb_cstr(&b, ext);
+	sb_str(&b, h->h, h->len);
+	if (at) {
+		sb_u32(&b, at->flags);
+		if (at->flags & FXA_UIDGID) {
+			sb_u32(&b, at->uid);
+			sb_u32(&b, at->gid);
+		}
+		if (at->flags & FXA_PERMISSIONS)
+			sb_u32(&b, at->perm);
+	}
+	memset(r, 0, sizeof *r);
+	asp_status st = sftp_send(f, type, &b, NULL, 0, r, err);
+	sb_free(&b);
+	return st;
+}
+
+/* Awaits a status reply; *fx gets it (kept when already set to an error). */
+static asp_status await_status(sftpc *f, sreq *r, int *fx, char *srv, size_t cap, asp_error *err)
+{
+	asp_status st = sftp_await(f, r, err);
+	if (st == ASP_OK) {
+		int s = sftp_status(r);
+		if (*fx == FX_OK && s != FX_OK) {
+			*fx = s > 0 ? s : FX_BAD_MESSAGE;
+			if (srv)
+				fx_text(r, srv, cap);
+		}
+	}
+	sftp_forget(f, r);
+	return st;
+}
+
+/* The directory part of `path` (malloc'd), or NULL when it has none or out of memory. */
+static char *parent_of(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	if (!slash)
+		return NULL;
+	while (slash > path && slash[-1] == '/')
+		slash--;
+	if (slash == path)
+		return strdup("/");
+	return strndup(path, (size_t)(slash - path));
+}
+
+static asp_status make_parents(sftpc *f, const char *path, int *e, asp_error *err)
+{
+	char *dir = parent_of(path);
+	if (!dir) {
+		*e = strchr(path, '/') ? ENOMEM : ENOENT;
+		return ASP_OK;
+	}
+	asp_status st = mkdir_parents(f, dir, NEW_DIR_MODE, NEW_DIR_MODE, e, err);
+	free(dir);
+	return st;
+}
+
+static asp_status write_error(sftpc *f, const asp_write_params *p, int fx, int e, const char *srv,
+                              asp_error *err)
+{
+	asp_status st;
+	if (!e && fx == FX_FAILURE) {
+		/* EISDIR and friends: ask what is there */
+		sattr at;
+		int sfx;
+		st = do_stat(f, p->path, true, &at, &sfx, err);
+		if (st != ASP_OK)
+			return st;
+		e = sfx == FX_OK && is_dir(&at) ? EISDIR : EIO;
+	}
+	if (!e) {
+		st = path_errno(f, p->path, fx, &e, err);
+		if (st != ASP_OK)
+			return st;
+	}
+	char what[ASP_ERROR_PATH_MAX + 16];
+	snprintf(what, sizeof what, "write %s", p->path);
+	st = fx_error(err, e, srv, p->path, what);
+	if (e == ENOENT && !p->mkdirs)
+		hint(err, "its directory is missing; 'mkdirs' creates it");
+	return st;
+}
+
+/* Opens for writing, making missing parents once when asked. */
+static asp_status open_for_write(sftpc *f, const asp_write_params *p, const char *path,
+                                 uint32_t flags, const sattr *at, handle *h, int *fx, int *e,
+                                 char *srv, size_t cap, asp_error *err)
+{
+	*e = 0;
+	asp_status st = do_open(f, path, flags, at, false, h, fx, srv, cap, err);
+	if (st != ASP_OK || *fx != FX_NO_SUCH_FILE || !p->mkdirs)
+		return st;
+	st = make_parents(f, p->path, e, err);
+	if (st != ASP_OK || *e)
+		return st;
+	return do_open(f, path, flags, at, false, h, fx, srv, cap, err);
+}
+
+/* "DIR/.NAME.asp-RANDOM": hidden, beside the target, unique across clients. */
+static char *temp_name(const char *target)
+{
+	static atomic_uint counter;
+	const char *slash = strrchr(target, '/');
+	size_t dlen = slash ? (size_t)(slash - target) + 1 : 0;
+	const char *base = target + dlen;
+	size_t blen = strlen(base);
+	if (blen > 200)
+		blen = 200; /* stay under NAME_MAX with the suffix */
+	uint32_t rnd = 0;
+	if (getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd)
+		rnd = (uint32_t)ssh_now_ns();
+	size_t cap = dlen + blen + 64;
+	char *t = malloc(cap);
+	if (!t)
+		return NULL;
+	snprintf(t, cap, "%.*s.%.*s.asp-%08x-%x", (int)dlen, target, (int)blen, base, rnd,
+	         atomic_fetch_add(&counter, 1));
+	return t;
+}
+
+/* rename replacing the target: posix-rename@openssh.com, else remove then rename. */
+static asp_status rename_over(sftpc *f, const char *from, const char *to, int *fx, char *srv,
+                              size_t cap, asp_error *err)
+{
+	if (f->posix_rename)
+		return call_status(f, FXP_EXTENDED, "posix-rename@openssh.com", from, to, NULL, fx,
+		                   srv, cap, err);
+	asp_status st = call_status(f, FXP_RENAME, NULL, from, to, NULL, fx, srv, cap, err);
+	if (st != ASP_OK || *fx != FX_FAILURE)
+		return st;
+	/* SFTP v3's rename refuses an existing target: not atomic, but what the server allows */
+	sattr at;
+	int sfx, rfx;
+	st = do_stat(f, to, false, &at, &sfx, err);
+	if (st != ASP_OK || sfx != FX_OK)
+		return st;
+	st = call_status(f, is_dir(&at) ? FXP_RMDIR : FXP_REMOVE, NULL, to, NULL, NULL, &rfx, NULL,
+	                 0, err);
+	if (st != ASP_OK || rfx != FX_OK)
+		return st;
+	return call_status(f, FXP_RENAME, NULL, from, to, NULL, fx, srv, cap, err);
+}
+
+/*
+ * Temp file beside the target, written, fsynced (fsync@openssh.com), renamed over it: a
+ * crash leaves the old or the new file. A symlink is resolved first so the link keeps
+ * pointing at the file; an existing file's mode (and owner, when allowed) is kept.
+ */
+static asp_status write_atomic(sftpc *f, const asp_write_params *p, asp_write_result *r,
+                               asp_error *err)
+{
+	char *real = NULL, *tmp = NULL;
+	const char *target = p->path;
+	char srv[256] = "";
+	sattr old;
+	int fx = FX_OK, e = 0;
+	asp_status st = do_stat(f, target, false, &old, &fx, err);
+	if (st != ASP_OK)
+		return st;
+	bool exists = fx == FX_OK;
+	if (exists && (old.flags & FXA_PERMISSIONS) && S_ISLNK(old.perm)) {
+		st = do_name(f, FXP_REALPATH, target, &real, &fx, err);
+		if (st != ASP_OK)
+			return st;
+		if (real)
+			target = real;
+		st = do_stat(f, target, true, &old, &fx, err);
+		if (st != ASP_OK)
+			goto out;
+		exists = fx == FX_OK;
+	}
+	if (exists && is_dir(&old)) {
+		e = EISDIR;
+		goto out;
+	}
+	uint32_t mode = exists ? (old.perm & 07777) : (uint32_t)p->mode;
+	sattr at = {.flags = FXA_PERMISSIONS, .perm = mode};
+	handle h;
+	fx = FX_FAILURE;
+	for (int tries = 0; tries < 100 && fx == FX_FAILURE; tries++) {
+		free(tmp);
+		tmp = temp_name(target);
+		if (!tmp) {
+			st = oom("write", err);
+			goto out;
+		}
+		/* EXCL: FAILURE means another writer drew the same name; draw again */
+		st = open_for_write(f, p, tmp, FXF_WRITE | FXF_CREAT | FXF_EXCL, &at, &h, &fx, &e,
+		                    srv, sizeof srv, err);
+		if (st != ASP_OK || e)
+			goto out;
+	}
+	if (fx != FX_OK) {
+		free(tmp);
+		tmp = NULL;
+		goto out;
+	}
+	int wfx = FX_OK;
+	sreq rs[3];
+	int nrs = 0;
+	if (exists) {
+		/* the old file's mode exactly (not the umask's), and its owner where allowed */
+		sattr keep = {.flags = FXA_PERMISSIONS, .perm = mode};
+		sattr own = {.flags = FXA_UIDGID, .uid = old.uid, .gid = old.gid};
+		sreq r1, r2;
+		if (send_on_handle(f, FXP_FSETSTAT, NULL, &h, &keep, &r1, err) == ASP_OK)
+			(void)await_status(f, &r1, &(int){FX_OK}, NULL, 0, err);
+		if ((old.flags & FXA_UIDGID) &&
+		    send_on_handle(f, FXP_FSETSTAT, NULL, &h, &own, &r2, err) == ASP_OK)
+			(void)await_status(f, &r2, &(int){FX_OK}, NULL, 0, err);
+	}
+	st = bulk_write(f, &h, 0, p->data.data, p->data.len, &wfx, srv, sizeof srv, err);
+	if (st == ASP_OK && wfx == FX_OK && f->fsync)
+		st =
+		    send_on_handle(f, FXP_EXTENDED, "fsync@openssh.com", &h, NULL, &rs[nrs++], err);
+	if (st == ASP_OK)
+		st = send_on_handle(f, FXP_CLOSE, NULL, &h, NULL, &rs[nrs++], err);
+	for (int i = 0; i < nrs; i++) {
+		asp_status s2 = st == ASP_OK ? await_status(f, &rs[i], &wfx, srv, sizeof srv, err)
+		                             : (sftp_forget(f, &rs[i]), st);
+		if (st == ASP_OK)
+			st = s2;
+	}
+	if (st == ASP_OK && wfx == FX_OK)
+		st = rename_over(f, tmp, target, &wfx, srv, sizeof srv, err);
+	fx = wfx;
+	if (st == ASP_OK && fx == FX_OK) {
+		free(tmp);
+		tmp = NULL;
+	}
+out:
+	if (tmp) {
+		int rfx;
+		asp_error e2;
+		(void)call_status(f, FXP_REMOVE, NULL, tmp, NULL, NULL, &rfx, NULL, 0, &e2);
+		free(tmp);
+	}
+	free(real);
+	if (st == ASP_OK && (e || fx != FX_OK))
+		st = write_error(f, p, fx, e, srv, err);
+	if (st == ASP_OK) {
+		r->written = p->data.len;
+		r->size = p->data.len;
+	}
+	return st;
+}
+
+asp_status ssh_sftp_write(sftpc *f, const asp_write_params *p, asp_write_result *r, asp_error *err)
+{
+	memset(r, 0, sizeof *r);
+	asp_status st = need_path("write", "path", p->path, err);
+	if (st != ASP_OK)
+		return st;
+	if (p->has_offset && (p->append || p->atomic))
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,
+		                     "write %s: 'offset' cannot be combined with '%s'", p->path,
+		                     p->append ? "append" : "atomic");
+	if (p->mode > 07777)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,
+		                     "write %s: mode %#llo has bits beyond 07777", p->path,
+		                     (unsigned long long)p->mode);
+	if (p->has_offset && p->offset > (uint64_t)INT64_MAX - p->data.len)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,
+		                     "write %s: offset %llu is out of range", p->path,
+		                     (unsigned long long)p->offset);
+	sshc_lock(f->c);
+	if (p->atomic) {
+		st = write_atomic(f, p, r, err);
+		sshc_unlock(f->c);
+		return st;
+	}
+	char srv[256] = "";
+	int fx = FX_OK, e = 0;
+	sattr at;
+	handle h;
+	sreq rst, rcl;
+	bool want_size = p->append || p->has_offset;
+	bool sent_stat = false, sent_close = false;
+	st = do_stat(f, p->path, true, &at, &fx, err);
+	if (st != ASP_OK)
+		goto out;
+	if (fx == FX_OK && (at.flags & FXA_PERMISSIONS)) {
+		uint32_t t = at.perm & S_IFMT;
+		if (t == S_IFDIR)
+			e = EISDIR;
+		else if (t == S_IFIFO || t == S_IFSOCK)
+			e = ENXIO; /* sftp-server would block opening a fifo; the local backend says
+			              ENXIO */
+		if (e)
+			goto out;
+	}
+	fx = FX_OK;
+	uint32_t flags = FXF_WRITE | FXF_CREAT;
+	if (p->append)
+		flags |= FXF_APPEND;
+	else if (!p->has_offset)
+		flags |= FXF_TRUNC;
+	sattr mode = {.flags = FXA_PERMISSIONS, .perm = (uint32_t)p->mode};
+	st = open_for_write(f, p, p->path, flags, &mode, &h, &fx, &e, srv, sizeof srv, err);
+	if (st != ASP_OK || e || fx != FX_OK)
+		goto out;
+	st = bulk_write(f, &h, p->has_offset ? p->offset : 0, p->data.data, p->data.len, &fx, srv,
+	                sizeof srv, err);
+	if (st == ASP_OK && fx == FX_OK && want_size) {
+		st = send_on_handle(f, FXP_FSTAT, NULL, &h, NULL, &rst, err);
+		sent_stat = st == ASP_OK;
+	}
+	if (st == ASP_OK) {
+		st = send_on_handle(f, FXP_CLOSE, NULL, &h, NULL, &rcl, err);
+		sent_close = st == ASP_OK;
+	} else {
+		close_nowait(f, &h);
+	}
+	if (sent_stat) {
+		asp_status s2 = sftp_await(f, &rst, err);
+		if (s2 == ASP_OK) {
+			scur c = {rst.body, rst.len, false};
+			if (rst.type == FXP_ATTRS)
+				sc_attrs(&c, &at);
+			if (rst.type != FXP_ATTRS || c.bad) {
+				if (fx == FX_OK)
+					fx = sftp_status(&rst) > 0 ? sftp_status(&rst)
+					                           : FX_BAD_MESSAGE;
+			} else {
+				r->size = at.size;
+			}
+		}
+		sftp_forget(f, &rst);
+		if (st == ASP_OK)
+			st = s2;
+	}
+	if (sent_close) {
+		asp_status s2 = await_status(f, &rcl, &fx, srv, sizeof srv, err);
+		if (st == ASP_OK)
+			st = s2;
+	}
+out:
+	if (st == ASP_OK && (e || fx != FX_OK))
+		st = write_error(f, p, fx, e, srv, err);
+	sshc_unlock(f->c);
+	if (st == ASP_OK) {
+		r->written = p->data.len;
+		if (!want_size)
+			r->size = p->data.len;
+	}
+	return st;
+}
+
+/* ---- remove ---------------------------------------------------------------------------- */
+
+#define RM_DEPTH_MAX 2048 /* deeper than PATH_MAX allows */
+#define RM_RESCANS   3
+
+static char *join(const char *dir, const char *name)
+{
+	size_t dl = strlen(dir), nl = strlen(name);
+	bool slash = dl > 0 && dir[dl - 1] == '/';
+	char *p = malloc(dl + nl + 2);
+	if (!p)
+		return NULL;
+	memcpy(p, dir, dl);
+	if (!slash)
+		p[dl++] = '/';
+	memcpy(p + dl, name, nl + 1);
+	return p;
+}
+
+/*
+ * Removes everything below `path` and then `path`, never following a symlink (the
+ * directory entries' attributes are lstat's). Files of one directory are removed with
+ * their requests all in flight. *e and `where` say what could not be removed.
+ */
+static asp_status rm_tree(sftpc *f, const char *path, int depth, int *e, char *where, size_t wcap,
+                          asp_error *err)
+{
+	if (depth > RM_DEPTH_MAX) {
+		*e = ELOOP;
+		snprintf(where, wcap, "%s", path);
+		return ASP_OK;
+	}
+	asp_status st = ASP_OK;
+	for (int scan = 0; scan <= RM_RESCANS; scan++) {
+		dlist d = {0};
+		int fx = FX_OK;
+		st = read_dir(f, path, false, &d, &fx, NULL, 0, err);
+		if (st != ASP_OK || fx != FX_OK) {
+			if (st == ASP_OK && fx != FX_NO_SUCH_FILE) {
+				*e = fx_errno(fx);
+				snprintf(where, wcap, "%s", path);
+			}
+			dlist_free(&d);
+			return st;
+		}
+		size_t slots = inflight_slots(64 * 1024);
+		struct chunk *q = calloc(slots, sizeof *q);
+		char **names = calloc(slots, sizeof *names);
+		if (!q || !names) {
+			free(q);
+			free(names);
+			dlist_free(&d);
+			return oom("remove", err);
+		}
+		size_t head = 0, count = 0, i = 0;
+		/* files and symlinks first, many at a time */
+		while (st == ASP_OK && !*e && (i < d.n || count > 0)) {
+			while (count < slots && i < d.n) {
+				dent *de = &d.v[i++];
+				if (is_dir(&de->a))
+					continue;
+				size_t k = (head + count) % slots;
+				names[k] = join(path, de->name);
+				if (!names[k]) {
+					st = oom("remove", err);
+					break;
+				}
+				sbuild b;
+				sb_init(&b);
+				sb_cstr(&b, names[k]);
+				memset(&q[k].r, 0, sizeof q[k].r);
+				st = sftp_send(f, FXP_REMOVE, &b, NULL, 0, &q[k].r, err);
+				sb_free(&b);
+				if (st != ASP_OK) {
+					free(names[k]);
+					names[k] = NULL;
+					break;
+				}
+				count++;
+			}
+			if (count == 0 || st != ASP_OK)
+				break;
+			int fx2 = FX_OK;
+			st = await_status(f, &q[head].r, &fx2, NULL, 0, err);
+			if (st == ASP_OK && fx2 != FX_OK && fx2 != FX_NO_SUCH_FILE) {
+				*e = fx2 == FX_FAILURE ? EIO : fx_errno(fx2);
+				snprintf(where, wcap, "%s", names[head]);
+			}
+			free(names[head]);
+			names[head] = NULL;
+			head = (head + 1) % slots;
+			count--;
+		}
+		for (size_t k = 0; k < count; k++) {
+			size_t j = (head + k) % slots;
+			sftp_forget(f, &q[j].r);
+			free(names[j]);
+		}
+		free(q);
+		free(names);
+		/* then the directories, depth first */
+		for (size_t j = 0; j < d.n && st == ASP_OK && !*e; j++) {
+			if (!is_dir(&d.v[j].a))
+				continue;
+			char *sub = join(path, d.v[j].name);
+			if (!sub) {
+				st = oom("remove", err);
+				break;
+			}
+			st = rm_tree(f, sub, depth + 1, e, where, wcap, err);
+			free(sub);
+		}
+		dlist_free(&d);
+		if (st != ASP_OK || *e)
+			return st;
+		int fx3;
+		st = call_status(f, FXP_RMDIR, NULL, path, NULL, NULL, &fx3, NULL, 0, err);
+		if (st != ASP_OK || fx3 == FX_OK || fx3 == FX_NO_SUCH_FILE)
+			return st;
+		if (fx3 != FX_FAILURE || scan == RM_RESCANS) {
+			/* FAILURE again: entries appeared meanwhile; rescan a few times first */
+			*e = fx3 == FX_FAILURE ? ENOTEMPTY : fx_errno(fx3);
+			snprintf(where, wcap, "%s", path);
+			return ASP_OK;
+		}
+	}
+	return st;
+}
+
+/* True when the last component is "." or ".." (which rm refuses too). */
+static bool dot_name(const char *path, size_t len)
+{
+	size_t i = len;
+	while (i > 0 && path[i - 1] != '/')
+		i--;
+	size_t k = len - i;
+	return (k == 1 && path[i] == '.') || (k == 2 && path[i] == '.' && path[i + 1] == '.');
+}
+
+asp_status ssh_sftp_remove(sftpc *f, const asp_remove_params *p, asp_error *err)
+{
+	asp_status st = need_path("remove", "path", p->path, err);
+	if (st != ASP_OK)
+		return st;
+	/* "link/" would name the directory behind a symlink: strip trailing slashes so a
+	 * symlink is always removed as itself. */
+	size_t len = strlen(p->path);
+	while (len > 1 && p->path[len - 1] == '/')
+		len--;
+	char *path = strndup(p->path, len);
+	if (!path)
+		return oom("remove", err);
+	if (strcmp(path, "/") == 0 || dot_name(path, len)) {
+		free(path);
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,
+		                     "remove %s: refusing to remove '/', '.' or '..'", p->path);
+	}
+	sattr at;
+	int fx = FX_OK, e = 0;
+	char srv[256] = "", where[ASP_ERROR_PATH_MAX / 2] = "";
+	sshc_lock(f->c);
+	st = do_stat(f, path, false, &at, &fx, err);
+	if (st == ASP_OK && fx != FX_OK) {
+		st = op_error(f, "remove", p->path, fx, NULL, err);
+		goto out;
+	}
+	if (st != ASP_OK)
+		goto out;
+	if (!is_dir(&at)) {
+		st = call_status(f, FXP_REMOVE, NULL, path, NULL, NULL, &fx, srv, sizeof srv, err);
+		if (st == ASP_OK && fx != FX_OK)
+			st = op_error(f, "remove", p->path, fx, srv, err);
+		goto out;
+	}
+	st = call_status(f, FXP_RMDIR, NULL, path, NULL, NULL, &fx, srv, sizeof srv, err);
+	if (st != ASP_OK || fx == FX_OK)
+		goto out;
+	if (fx == FX_FAILURE) {
+		/* ENOTEMPTY, or EBUSY for a mount point: a look inside tells them apart */
+		dlist d = {0};
+		int dfx = FX_OK;
+		st = read_dir(f, path, true, &d, &dfx, NULL, 0, err);
+		bool full = d.n > 0;
+		dlist_free(&d);
+		if (st != ASP_OK)
+			goto out;
+		if (full && p->recursive) {
+			st = rm_tree(f, path, 0, &e, where, sizeof where, err);
+			if (st == ASP_OK && e)
+				st = asp_error_errno(err, e, p->path, "remove %s: cannot remove %s",
+				                     p->path, where);
+			goto out;
+		}
+		if (full) {
+			st = asp_error_errno(err, ENOTEMPTY, p->path, "remove %s", p->path);
+			hint(err, "'recursive' removes a directory and everything in it");
+			goto out;
+		}
+	}
+	st = op_error(f, "remove", p->path, fx, srv, err);
+out:
+	sshc_unlock(f->c);
+	free(path);
+	return st;
+}
+
+/* ---- rename ---------------------------------------------------------------------------- */
+
+asp_status ssh_sftp_rename(sftpc *f, const asp_rename_params *p, asp_error *err)
+{
+	asp_status st = need_path("rename", "from", p->from, err);
+	if (st == ASP_OK)
+		st = need_path("rename", "to", p->to, err);
+	if (st != ASP_OK)
+		return st;
+	sattr af, at;
+	int fx = FX_OK, ffx, tfx, e = 0;
+	char srv[256] = "";
+	sshc_lock(f->c);
+	if (!p->overwrite) {
+		/* SFTP v3's own rename never replaces (OpenSSH links then unlinks a file) */
+		st = do_stat(f, p->to, false, &at, &tfx, err);
+		if (st == ASP_OK && tfx == FX_OK)
+			e = EEXIST;
+		else if (st == ASP_OK)
+			st = call_status(f, FXP_RENAME, NULL, p->from, p->to, NULL, &fx, srv,
+			                 sizeof srv, err);
+	} else {
+		st = rename_over(f, p->from, p->to, &fx, srv, sizeof srv, err);
+	}
+	if (st != ASP_OK || (fx == FX_OK && !e))
+		goto out;
+	if (!e) {
+		/* the status is coarse: look at both ends */
+		st = do_stat(f, p->from, false, &af, &ffx, err);
+		if (st == ASP_OK)
+			st = do_stat(f, p->to, false, &at, &tfx, err);
+		if (st != ASP_OK)
+			goto out;
+		if (ffx != FX_OK) {
+			st = path_errno(f, p->from, ffx, &e, err);
+		} else if (fx == FX_NO_SUCH_FILE) {
+			if (tfx == FX_OK && is_dir(&af) && !is_dir(&at))
+				e = ENOTDIR;
+			else
+				st = missing_errno(f, p->to, &e, err);
+		} else if (fx == FX_FAILURE && tfx == FX_OK) {
+			if (!p->overwrite)
+				e = EEXIST; /* appeared meanwhile */
+			else if (!is_dir(&af) && is_dir(&at))
+				e = EISDIR;
+			else if (is_dir(&af) && is_dir(&at))
+				e = ENOTEMPTY;
+			else
+				e = EIO;
+		} else if (fx == FX_FAILURE && tfx != FX_OK && !p->overwrite) {
+			e = EIO;
+		} else {
+			e = fx_errno(fx);
+		}
+		if (st != ASP_OK)
+			goto out;
+	}
+	/* name the path the error is about: the target when it exists, else the source */
+	const char *about = e == EEXIST ? p->to : p->from;
+	char what[2 * ASP_ERROR_PATH_MAX + 16];
+	snprintf(what, sizeof what, "rename %s -> %s", p->from, p->to);
+	st = fx_error(err, e, srv, about, what);
+	if (e == EEXIST && !p->overwrite)
+		hint(err, "the target exists and 'overwrite' is false");
+out:
+	sshc_unlock(f->c);
+	return st;
+}

@@ -1,0 +1,151 @@
+/*
+ * SFTP version 3 (draft-ietf-secsh-filexfer-02, what OpenSSH speaks), framed by us on an
+ * SSH channel. libssh 0.10's SFTP client waits for each reply inside the calling thread
+ * (which would hold the session lock across the round trip) and cannot pipeline
+ * writes; with our own framing every thread's requests are in flight at once, each
+ * caller sleeps on the connection's condition variable, and bulk reads and writes keep
+ * many requests outstanding.
+ */
+#ifndef ASP_SSH_SFTP_H
+#define ASP_SSH_SFTP_H
+
+#include "ssh_internal.h"
+
+enum {
+	FXP_INIT = 1,
+	FXP_VERSION = 2,
+	FXP_OPEN = 3,
+	FXP_CLOSE = 4,
+	FXP_READ = 5,
+	FXP_WRITE = 6,
+	FXP_LSTAT = 7,
+	FXP_FSTAT = 8,
+	FXP_SETSTAT = 9,
+	FXP_FSETSTAT = 10,
+	FXP_OPENDIR = 11,
+	FXP_READDIR = 12,
+	FXP_REMOVE = 13,
+	FXP_MKDIR = 14,
+	FXP_RMDIR = 15,
+	FXP_REALPATH = 16,
+	FXP_STAT = 17,
+	FXP_RENAME = 18,
+	FXP_READLINK = 19,
+	FXP_STATUS = 101,
+	FXP_HANDLE = 102,
+	FXP_DATA = 103,
+	FXP_NAME = 104,
+	FXP_ATTRS = 105,
+	FXP_EXTENDED = 200,
+	FXP_EXTENDED_REPLY = 201,
+};
+
+enum {
+	FX_OK = 0,
+	FX_EOF = 1,
+	FX_NO_SUCH_FILE = 2,
+	FX_PERMISSION_DENIED = 3,
+	FX_FAILURE = 4,
+	FX_BAD_MESSAGE = 5,
+	FX_NO_CONNECTION = 6,
+	FX_CONNECTION_LOST = 7,
+	FX_OP_UNSUPPORTED = 8,
+};
+
+enum {
+	FXF_READ = 0x01,
+	FXF_WRITE = 0x02,
+	FXF_APPEND = 0x04,
+	FXF_CREAT = 0x08,
+	FXF_TRUNC = 0x10,
+	FXF_EXCL = 0x20,
+};
+
+enum {
+	FXA_SIZE = 0x01,
+	FXA_UIDGID = 0x02,
+	FXA_PERMISSIONS = 0x04,
+	FXA_ACMODTIME = 0x08,
+	FXA_EXTENDED = 0x80000000u,
+};
+
+/* One request in flight. The reply lands here; `dst` receives a DATA reply's bytes. */
+typedef struct sreq {
+	uint32_t id;
+	bool pending, done;
+	uint8_t type;  /* reply type; 0 when the channel was lost first */
+	uint8_t *body; /* reply after the id (malloc'd), unless it went to dst */
+	size_t len;    /* bytes of body, or of data copied to dst */
+	uint8_t *dst;
+	size_t dst_cap;
+	struct sreq *next;
+} sreq;
+
+/* A request body being built; the 9-byte packet header is reserved in front. */
+typedef struct sbuild {
+	uint8_t *p;
+	size_t len, cap;
+	bool oom;
+} sbuild;
+
+void sb_init(sbuild *b);
+void sb_free(sbuild *b);
+void sb_u8(sbuild *b, uint8_t v);
+void sb_u32(sbuild *b, uint32_t v);
+void sb_u64(sbuild *b, uint64_t v);
+void sb_str(sbuild *b, const void *s, size_t n);
+void sb_cstr(sbuild *b, const char *s);
+
+/* A reply being parsed; `bad` sticks once anything was short. */
+typedef struct scur {
+	const uint8_t *p;
+	size_t n;
+	bool bad;
+} scur;
+
+uint32_t sc_u32(scur *c);
+uint64_t sc_u64(scur *c);
+const uint8_t *sc_str(scur *c, size_t *len);
+
+typedef struct sattr {
+	uint32_t flags;
+	uint64_t size;
+	uint32_t uid, gid, perm, atime, mtime;
+} sattr;
+
+void sc_attrs(scur *c, sattr *a);
+
+struct sftpc {
+	sshc *c;
+	ssh_channel ch;
+	bool opening;
+	bool wbusy;
+	bool version_seen;
+	uint32_t next_id;
+	sreq *pending;
+	uint8_t *rx;
+	size_t rx_off, rx_len, rx_cap;
+	bool posix_rename, fsync, limits, got_limits;
+	uint32_t max_read, max_write; /* data bytes per READ / WRITE request */
+	uint64_t req_timeout_ns;
+};
+
+/* Under the lock, all of these. */
+
+/* Opens the channel and does the version exchange if not done yet. */
+asp_status sftp_ready(sftpc *f, asp_error *err);
+/*
+ * Sends one request: `b` holds the body after the id; `tail` (may be NULL) is sent right
+ * after it (the bytes of a WRITE). `r` gets its id and waits in the pending list.
+ */
+asp_status sftp_send(sftpc *f, uint8_t type, sbuild *b, const uint8_t *tail, size_t tail_len,
+                     sreq *r, asp_error *err);
+/* Waits for r's reply. transport_error when the connection or channel was lost. */
+asp_status sftp_await(sftpc *f, sreq *r, asp_error *err);
+/* Takes r out of the pending list if it is there (its reply will be dropped) and frees
+ * its body. Safe on a request that was never sent. */
+void sftp_forget(sftpc *f, sreq *r);
+/* The status code of a STATUS reply; -1 for any other reply. */
+int sftp_status(const sreq *r);
+
+#endif

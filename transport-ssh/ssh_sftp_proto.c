@@ -1,0 +1,504 @@
+/*
+ * SFTP v3 framing: building requests, sending them whole, reading replies from the
+ * channel and handing each to the request waiting for its id.
+ */
+#include "ssh_sftp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HEADER         9               /* length, type, id */
+#define REPLY_MAX      (1024u * 1024u) /* a reply larger than this is a broken server */
+#define DEFAULT_CHUNK  (32u * 1024u)
+#define MAX_CHUNK      (255u * 1024u) /* OpenSSH's sftp-server: 256 KiB messages */
+#define REQ_TIMEOUT_MS 120000         /* a request unanswered this long means a stuck server */
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 24);
+	p[1] = (uint8_t)(v >> 16);
+	p[2] = (uint8_t)(v >> 8);
+	p[3] = (uint8_t)v;
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void sb_room(sbuild *b, size_t n)
+{
+	if (b->oom)
+		return;
+	if (b->len + n <= b->cap)
+		return;
+	size_t ncap = b->cap ? b->cap : 128;
+	while (ncap < b->len + n)
+		ncap *= 2;
+	uint8_t *np = realloc(b->p, ncap);
+	if (!np) {
+		b->oom = true;
+		return;
+	}
+	b->p = np;
+	b->cap = ncap;
+}
+
+void sb_init(sbuild *b)
+{
+	memset(b, 0, sizeof *b);
+	sb_room(b, 256);
+	if (!b->oom)
+		b->len = HEADER;
+}
+
+void sb_free(sbuild *b)
+{
+	free(b->p);
+	memset(b, 0, sizeof *b);
+}
+
+void sb_u8(sbuild *b, uint8_t v)
+{
+	sb_room(b, 1);
+	if (!b->oom)
+		b->p[b->len++] = v;
+}
+
+void sb_u32(sbuild *b, uint32_t v)
+{
+	sb_room(b, 4);
+	if (!b->oom) {
+		put32(b->p + b->len, v);
+		b->len += 4;
+	}
+}
+
+void sb_u64(sbuild *b, uint64_t v)
+{
+	sb_u32(b, (uint32_t)(v >> 32));
+	sb_u32(b, (uint32_t)v);
+}
+
+void sb_str(sbuild *b, const void *s, size_t n)
+{
+	sb_u32(b, (uint32_t)n);
+	sb_room(b, n);
+	if (!b->oom && n) {
+		memcpy(b->p + b->len, s, n);
+		b->len += n;
+	}
+}
+
+void sb_cstr(sbuild *b, const char *s)
+{
+	sb_str(b, s, strlen(s));
+}
+
+uint32_t sc_u32(scur *c)
+{
+	if (c->bad || c->n < 4) {
+		c->bad = true;
+		return 0;
+	}
+	uint32_t v = get32(c->p);
+	c->p += 4;
+	c->n -= 4;
+	return v;
+}
+
+uint64_t sc_u64(scur *c)
+{
+	uint64_t hi = sc_u32(c);
+	return hi << 32 | sc_u32(c);
+}
+
+const uint8_t *sc_str(scur *c, size_t *len)
+{
+	uint32_t n = sc_u32(c);
+	if (c->bad || c->n < n) {
+		c->bad = true;
+		*len = 0;
+		return NULL;
+	}
+	const uint8_t *s = c->p;
+	c->p += n;
+	c->n -= n;
+	*len = n;
+	return s;
+}
+
+void sc_attrs(scur *c, sattr *a)
+{
+	memset(a, 0, sizeof *a);
+	a->flags = sc_u32(c);
+	if (a->flags & FXA_SIZE)
+		a->size = sc_u64(c);
+	if (a->flags & FXA_UIDGID) {
+		a->uid = sc_u32(c);
+		a->gid = sc_u32(c);
+	}
+	if (a->flags & FXA_PERMISSIONS)
+		a->perm = sc_u32(c);
+	if (a->flags & FXA_ACMODTIME) {
+		a->atime = sc_u32(c);
+		a->mtime = sc_u32(c);
+	}
+	if (a->flags & FXA_EXTENDED) {
+		uint32_t n = sc_u32(c);
+		for (uint32_t i = 0; i < n && !c->bad; i++) {
+			size_t l;
+			sc_str(c, &l);
+			sc_str(c, &l);
+		}
+	}
+}
+
+int sftp_status(const sreq *r)
+{
+	if (r->type != FXP_STATUS || !r->body || r->len < 4)
+		return -1;
+	return (int)get32(r->body);
+}
+
+/* Fails every request in flight and drops the channel; the next request reopens it. */
+static void sftp_reset(sftpc *f)
+{
+	for (sreq *r = f->pending; r; r = r->next) {
+		r->pending = false;
+		r->done = true;
+		r->type = 0;
+	}
+	f->pending = NULL;
+	if (f->ch) {
+		sshc_channel_free(f->c, f->ch, SSHC_SFTP);
+		f->ch = NULL;
+	}
+	f->rx_off = f->rx_len = 0;
+	f->version_seen = false;
+	f->wbusy = false;
+	pthread_cond_broadcast(&f->c->cv);
+}
+
+static void parse_version(sftpc *f, const uint8_t *p, size_t n)
+{
+	scur c = {p, n, false};
+	(void)sc_u32(&c); /* version */
+	while (!c.bad && c.n > 0) {
+		size_t nl, dl;
+		const uint8_t *name = sc_str(&c, &nl);
+		sc_str(&c, &dl);
+		if (c.bad)
+			break;
+		if (nl == 24 && memcmp(name, "posix-rename@openssh.com", 24) == 0)
+			f->posix_rename = true;
+		else if (nl == 17 && memcmp(name, "fsync@openssh.com", 17) == 0)
+			f->fsync = true;
+		else if (nl == 18 && memcmp(name, "limits@openssh.com", 18) == 0)
+			f->limits = true;
+	}
+	f->version_seen = true;
+}
+
+/* Hands one whole packet (after its length) to whoever waits for it. */
+static void dispatch(sftpc *f, const uint8_t *p, size_t n)
+{
+	uint8_t type = p[0];
+	if (type == FXP_VERSION) {
+		parse_version(f, p + 1, n - 1);
+		return;
+	}
+	if (n < 5)
+		return;
+	uint32_t id = get32(p + 1);
+	sreq **pp = &f->pending;
+	while (*pp && (*pp)->id != id)
+		pp = &(*pp)->next;
+	sreq *r = *pp;
+	if (!r)
+		return; /* a forgotten request's late reply */
+	*pp = r->next;
+	r->pending = false;
+	r->done = true;
+	r->type = type;
+	const uint8_t *body = p + 5;
+	size_t blen = n - 5;
+	if (type == FXP_DATA && r->dst && blen >= 4) {
+		size_t dl = get32(body);
+		if (dl <= blen - 4 && dl <= r->dst_cap) {
+			memcpy(r->dst, body + 4, dl);
+			r->len = dl;
+			return;
+		}
+		r->type = 0; /* more than asked for: a broken server */
+		return;
+	}
+	r->body = malloc(blen ? blen : 1);
+	if (!r->body) {
+		r->type = 0;
+		return;
+	}
+	memcpy(r->body, body, blen);
+	r->len = blen;
+}
+
+/* Reads whatever arrived on the channel and dispatches the whole packets. */
+static bool sftp_pump(sftpc *f)
+{
+	if (!f->ch)
+		return false;
+	for (;;) {
+		if (f->rx_off > 0 &&
+		    (f->rx_off == f->rx_len || f->rx_cap - f->rx_len < 64 * 1024)) {
+			memmove(f->rx, f->rx + f->rx_off, f->rx_len - f->rx_off);
+			f->rx_len -= f->rx_off;
+			f->rx_off = 0;
+		}
+		if (f->rx_cap - f->rx_len < 64 * 1024) {
+			size_t ncap = f->rx_cap ? f->rx_cap * 2 : 256 * 1024;
+			if (ncap > 4 * REPLY_MAX && f->rx_cap >= 4 * REPLY_MAX)
+				ncap = f->rx_cap;
+			uint8_t *np = realloc(f->rx, ncap);
+			if (!np) {
+				sftp_reset(f);
+				return false;
+			}
+			f->rx = np;
+			f->rx_cap = ncap;
+		}
+		size_t room = f->rx_cap - f->rx_len;
+		int n = ssh_channel_read_nonblocking(
+		    f->ch, f->rx + f->rx_len, room > 1u << 30 ? 1u << 30 : (uint32_t)room, 0);
+		if (n == 0)
+			break;
+		if (n < 0) {
+			sshc_check(f->c);
+			sftp_reset(f); /* sftp-server exited, or the channel went away */
+			return false;
+		}
+		f->rx_len += (size_t)n;
+		while (f->rx_len - f->rx_off >= 4) {
+			const uint8_t *p = f->rx + f->rx_off;
+			uint32_t plen = get32(p);
+			if (plen == 0 || plen > REPLY_MAX) {
+				sftp_reset(f);
+				return false;
+			}
+			if (f->rx_len - f->rx_off < 4 + (size_t)plen)
+				break;
+			dispatch(f, p + 4, plen);
+			f->rx_off += 4 + (size_t)plen;
+		}
+	}
+	/* a discarded stderr would otherwise fill the window */
+	char sink[512];
+	while (f->ch && ssh_channel_read_nonblocking(f->ch, sink, sizeof sink, 1) > 0)
+		;
+	return true;
+}
+
+static asp_status lost(sftpc *f, asp_error *err)
+{
+	if (atomic_load(&f->c->dead))
+		return sshc_dead_error(f->c, "sftp", err);
+	return asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
+	                     "sftp: ssh %s: the sftp channel was lost; try again", f->c->target);
+}
+
+static asp_status write_packet(sftpc *f, uint8_t type, sbuild *b, const uint8_t *tail,
+                               size_t tail_len, sreq *r, asp_error *err)
+{
+	if (b->oom)
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "sftp: out of memory");
+	/* the length counts type, id and body; INIT has no id */
+	size_t total = (r ? b->len - 4 : b->len - 8) + tail_len;
+	if (total > UINT32_MAX)
+		return asp_error_set(err, ASP_E_TOO_LARGE, NULL, "sftp: request too large");
+	put32(b->p, (uint32_t)total);
+	b->p[4] = type;
+	if (r) {
+		r->id = f->next_id++;
+		put32(b->p + 5, r->id);
+	}
+	uint64_t dl = ssh_now_ns() + f->req_timeout_ns;
+	while (f->wbusy) {
+		if (!sshc_wait(f->c, dl))
+			return lost(f, err);
+		if (!f->ch)
+			return lost(f, err);
+	}
+	ssh_channel ch = f->ch;
+	if (r) {
+		/* listed before writing: the reply may be read while we wait for window */
+		r->pending = true;
+		r->done = false;
+		r->next = f->pending;
+		f->pending = r;
+	}
+	f->wbusy = true;
+	size_t hl = b->len;
+	const uint8_t *hp = b->p;
+	if (!r) {
+		memmove(b->p + 5, b->p + 9, b->len - 9); /* INIT: the body follows the type */
+		hl -= 4;
+	}
+	size_t w = sshc_channel_write(f->c, ch, hp, hl, dl);
+	if (w == hl && tail_len)
+		w += sshc_channel_write(f->c, ch, tail, tail_len, dl);
+	f->wbusy = false;
+	pthread_cond_broadcast(&f->c->cv);
+	if (w != hl + tail_len) {
+		if (f->ch == ch)
+			sftp_reset(f); /* half a packet went out: the stream is unusable */
+		return lost(f, err);
+	}
+	return ASP_OK;
+}
+
+asp_status sftp_send(sftpc *f, uint8_t type, sbuild *b, const uint8_t *tail, size_t tail_len,
+                     sreq *r, asp_error *err)
+{
+	asp_status st = sftp_ready(f, err);
+	if (st != ASP_OK)
+		return st;
+	r->body = NULL;
+	r->len = 0;
+	r->type = 0;
+	return write_packet(f, type, b, tail, tail_len, r, err);
+}
+
+asp_status sftp_await(sftpc *f, sreq *r, asp_error *err)
+{
+	uint64_t dl = ssh_now_ns() + f->req_timeout_ns;
+	for (;;) {
+		if (!r->done)
+			sftp_pump(f);
+		if (r->done)
+			return r->type ? ASP_OK : lost(f, err);
+		if (!sshc_check(f->c))
+			return lost(f, err);
+		if (ssh_now_ns() >= dl) {
+			/* sftp-server answers in order: one stuck request blocks all; start afresh
+			 */
+			sftp_reset(f);
+			return asp_error_set(err, ASP_E_TIMEOUT, NULL,
+			                     "sftp: ssh %s: no answer from sftp-server in %d s",
+			                     f->c->target, REQ_TIMEOUT_MS / 1000);
+		}
+		if (!sshc_wait(f->c, dl))
+			return lost(f, err);
+	}
+}
+
+void sftp_forget(sftpc *f, sreq *r)
+{
+	if (r->pending) {
+		sreq **pp = &f->pending;
+		while (*pp && *pp != r)
+			pp = &(*pp)->next;
+		if (*pp)
+			*pp = r->next;
+		r->pending = false;
+	}
+	free(r->body);
+	r->body = NULL;
+}
+
+static void ask_limits(sftpc *f)
+{
+	sbuild b;
+	sb_init(&b);
+	sb_cstr(&b, "limits@openssh.com");
+	sreq r = {0};
+	asp_error e;
+	if (write_packet(f, FXP_EXTENDED, &b, NULL, 0, &r, &e) == ASP_OK &&
+	    sftp_await(f, &r, &e) == ASP_OK && r.type == FXP_EXTENDED_REPLY) {
+		scur c = {r.body, r.len, false};
+		(void)sc_u64(&c); /* max packet */
+		uint64_t rd = sc_u64(&c), wr = sc_u64(&c);
+		if (!c.bad) {
+			f->max_read = rd && rd < MAX_CHUNK ? (uint32_t)rd : MAX_CHUNK;
+			f->max_write = wr && wr < MAX_CHUNK ? (uint32_t)wr : MAX_CHUNK;
+		}
+	}
+	sftp_forget(f, &r);
+	sb_free(&b);
+}
+
+asp_status sftp_ready(sftpc *f, asp_error *err)
+{
+	uint64_t dl = ssh_now_ns() + f->req_timeout_ns;
+	while (f->opening) {
+		if (!sshc_wait(f->c, dl))
+			return lost(f, err);
+	}
+	if (f->ch && f->version_seen)
+		return ASP_OK;
+	f->opening = true;
+	ssh_channel ch = NULL;
+	asp_status st = sshc_channel_open(f->c, SSHC_SFTP, dl, SSH_NO_DEADLINE, &ch, err);
+	uint64_t setup = sshc_setup_deadline(f->c);
+	if (st == ASP_OK)
+		st = sshc_channel_exec(f->c, ch, "sftp", true, setup, err);
+	if (st != ASP_OK) {
+		sshc_channel_free(f->c, ch, SSHC_SFTP);
+		f->opening = false;
+		return st;
+	}
+	f->ch = ch;
+	f->max_read = f->max_write = DEFAULT_CHUNK;
+	f->posix_rename = f->fsync = f->limits = false;
+	sbuild b;
+	sb_init(&b);
+	sb_u32(&b, 3);
+	st = write_packet(f, FXP_INIT, &b, NULL, 0, NULL, err);
+	sb_free(&b);
+	while (st == ASP_OK && !f->version_seen) {
+		if (!sftp_pump(f) || !f->ch) {
+			st = asp_error_set(
+			    err, ASP_E_TRANSPORT_ERROR, NULL,
+			    "sftp: ssh %s: the server's sftp subsystem closed at once; is "
+			    "sftp-server installed and enabled (Subsystem sftp)?",
+			    f->c->target);
+			break;
+		}
+		if (f->version_seen)
+			break;
+		if (ssh_now_ns() >= setup) {
+			st =
+			    asp_error_set(err, ASP_E_TIMEOUT, NULL,
+			                  "sftp: ssh %s: sftp-server did not answer", f->c->target);
+			break;
+		}
+		if (!sshc_wait(f->c, setup))
+			st = lost(f, err);
+	}
+	if (st == ASP_OK && f->limits)
+		ask_limits(f);
+	if (st != ASP_OK && f->ch == ch)
+		sftp_reset(f);
+	f->opening = false;
+	pthread_cond_broadcast(&f->c->cv);
+	return st;
+}
+
+sftpc *sftpc_new(sshc *c)
+{
+	sftpc *f = calloc(1, sizeof *f);
+	if (!f)
+		return NULL;
+	f->c = c;
+	f->next_id = 1;
+	f->req_timeout_ns = (uint64_t)REQ_TIMEOUT_MS * SSH_NS_PER_MS;
+	return f;
+}
+
+void sftpc_free(sftpc *f)
+{
+	if (!f)
+		return;
+	sftp_reset(f);
+	free(f->rx);
+	free(f);
+}

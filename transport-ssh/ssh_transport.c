@@ -1,0 +1,347 @@
+/*
+ * The SSH transport as libasp sees it: open (connect; native or agent mode), the op
+ * table of native mode, hello, and the asp_transport registered with the core.
+ */
+#include "asp_ssh.h"
+#include "ssh_internal.h"
+
+#include "proto_desc.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef ASP_VERSION
+#define ASP_VERSION "dev"
+#endif
+
+typedef struct asp_ssh {
+	sshc c;
+	sftpc *sftp;          /* native mode */
+	ssh_agent_link *link; /* agent mode */
+	size_t budget;        /* bytes of data one result may carry */
+	pthread_mutex_t hello_mu;
+	bool hello_done;
+	char os[64], arch[64];
+	char *cwd;
+	char upload_path[96]; /* agent "upload": where the responder was copied */
+} asp_ssh;
+
+/* What native mode implements; the streaming ops need agent mode. */
+static const asp_op_id native_ops_list[] = {
+    ASP_OP_HELLO, ASP_OP_EXEC,  ASP_OP_READ,   ASP_OP_WRITE,  ASP_OP_STAT,
+    ASP_OP_LIST,  ASP_OP_MKDIR, ASP_OP_REMOVE, ASP_OP_RENAME,
+};
+
+/* uname and the login directory, once per connection: one exec. */
+static asp_status learn_host(asp_ssh *t, asp_error *err)
+{
+	asp_status st = ASP_OK;
+	pthread_mutex_lock(&t->hello_mu);
+	if (t->hello_done)
+		goto out;
+	asp_arena *a = asp_arena_new();
+	if (!a) {
+		st = asp_error_set(err, ASP_E_INTERNAL, NULL, "hello: out of memory");
+		goto out;
+	}
+	asp_exec_params p;
+	asp_exec_params_init(&p);
+	p.command = "uname -s; uname -m; pwd";
+	p.max_output = 64 * 1024;
+	p.timeout_ms = 30000;
+	asp_exec_result r;
+	st = ssh_exec_run(&t->c, &p, t->budget, &r, a, err);
+	if (st == ASP_OK && (r.exit_code != 0 || r.timed_out))
+		st = asp_error_set(
+		    err, ASP_E_IO_ERROR, NULL,
+		    "hello: ssh %s: 'uname -s; uname -m; pwd' failed (exit %lld): %.*s",
+		    t->c.target, (long long)r.exit_code,
+		    (int)(r.stderr_data.len > 200 ? 200 : r.stderr_data.len),
+		    (const char *)r.stderr_data.data);
+	if (st == ASP_OK) {
+		/* three lines; the last (the directory) may itself hold newlines */
+		const char *s = (const char *)r.stdout_data.data;
+		size_t n = r.stdout_data.len;
+		const char *nl1 = s ? memchr(s, '\n', n) : NULL;
+		const char *nl2 = nl1 ? memchr(nl1 + 1, '\n', n - (size_t)(nl1 + 1 - s)) : NULL;
+		if (!nl2) {
+			st = asp_error_set(err, ASP_E_IO_ERROR, NULL,
+			                   "hello: ssh %s: unexpected output from uname and pwd",
+			                   t->c.target);
+		} else {
+			size_t l1 = (size_t)(nl1 - s), l2 = (size_t)(nl2 - nl1 - 1);
+			size_t l3 = n - (size_t)(nl2 + 1 - s);
+			if (l3 > 0 && nl2[l3] == '\n')
+				l3--;
+			snprintf(t->os, sizeof t->os, "%.*s", (int)l1, s);
+			for (char *q = t->os; *q; q++)
+				*q = (char)tolower((unsigned char)*q);
+			snprintf(t->arch, sizeof t->arch, "%.*s", (int)l2, nl1 + 1);
+			t->cwd = strndup(nl2 + 1, l3);
+			if (!t->cwd)
+				st = asp_error_set(err, ASP_E_INTERNAL, NULL,
+				                   "hello: out of memory");
+			else
+				t->hello_done = true;
+		}
+	}
+	asp_arena_free(a);
+out:
+	pthread_mutex_unlock(&t->hello_mu);
+	return st;
+}
+
+static asp_status n_hello(void *self, const asp_hello_params *p, asp_hello_result *r, asp_arena *a,
+                          asp_error *err)
+{
+	(void)p;
+	asp_ssh *t = self;
+	memset(r, 0, sizeof *r);
+	asp_status st = learn_host(t, err);
+	if (st != ASP_OK)
+		return st;
+	size_t n = sizeof native_ops_list / sizeof native_ops_list[0];
+	const char **ops = asp_arena_alloc(a, n * sizeof *ops);
+	if (!ops)
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "hello: out of memory");
+	for (size_t i = 0; i < n; i++)
+		ops[i] = asp_op_name(native_ops_list[i]);
+	r->protocol = ASP_PROTOCOL;
+	r->agent = "asp-ssh/" ASP_VERSION " (native: exec channels and sftp)";
+	r->ops.items = ops;
+	r->ops.count = n;
+	r->os = asp_arena_strndup(a, t->os, strlen(t->os));
+	r->arch = asp_arena_strndup(a, t->arch, strlen(t->arch));
+	/* one round trip, so hello proves the connection works (and times it) */
+	char *here = NULL;
+	asp_error e2;
+	if (ssh_sftp_realpath(t->sftp, ".", &here, &e2) != ASP_OK && atomic_load(&t->c.dead))
+		return sshc_dead_error(&t->c, "hello", err);
+	const char *cwd = here ? here : t->cwd;
+	r->cwd = asp_arena_strndup(a, cwd, strlen(cwd));
+	free(here);
+	r->max_message = ASP_MAX_MESSAGE_DEFAULT;
+	if (!r->os || !r->arch || !r->cwd)
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "hello: out of memory");
+	return ASP_OK;
+}
+
+static asp_status n_exec(void *self, const asp_exec_params *p, asp_exec_result *r, asp_arena *a,
+                         asp_error *err)
+{
+	asp_ssh *t = self;
+	return ssh_exec_run(&t->c, p, t->budget, r, a, err);
+}
+
+static asp_status n_read(void *self, const asp_read_params *p, asp_read_result *r, asp_arena *a,
+                         asp_error *err)
+{
+	asp_ssh *t = self;
+	return ssh_sftp_read(t->sftp, p, t->budget, r, a, err);
+}
+
+static asp_status n_write(void *self, const asp_write_params *p, asp_write_result *r, asp_arena *a,
+                          asp_error *err)
+{
+	(void)a;
+	asp_ssh *t = self;
+	return ssh_sftp_write(t->sftp, p, r, err);
+}
+
+static asp_status n_stat(void *self, const asp_stat_params *p, asp_stat_result *r, asp_arena *a,
+                         asp_error *err)
+{
+	asp_ssh *t = self;
+	return ssh_sftp_stat(t->sftp, p, r, a, err);
+}
+
+static asp_status n_list(void *self, const asp_list_params *p, asp_list_result *r, asp_arena *a,
+                         asp_error *err)
+{
+	asp_ssh *t = self;
+	return ssh_sftp_list(t->sftp, p, r, a, err);
+}
+
+static asp_status n_mkdir(void *self, const asp_mkdir_params *p, asp_mkdir_result *r, asp_arena *a,
+                          asp_error *err)
+{
+	(void)a;
+	asp_ssh *t = self;
+	memset(r, 0, sizeof *r);
+	return ssh_sftp_mkdir(t->sftp, p, err);
+}
+
+static asp_status n_remove(void *self, const asp_remove_params *p, asp_remove_result *r,
+                           asp_arena *a, asp_error *err)
+{
+	(void)a;
+	asp_ssh *t = self;
+	memset(r, 0, sizeof *r);
+	return ssh_sftp_remove(t->sftp, p, err);
+}
+
+static asp_status n_rename(void *self, const asp_rename_params *p, asp_rename_result *r,
+                           asp_arena *a, asp_error *err)
+{
+	(void)a;
+	asp_ssh *t = self;
+	memset(r, 0, sizeof *r);
+	return ssh_sftp_rename(t->sftp, p, err);
+}
+
+static asp_ops native_ops = {
+    .hello = n_hello,
+    .exec = n_exec,
+    .read = n_read,
+    .write = n_write,
+    .stat = n_stat,
+    .list = n_list,
+    .mkdir = n_mkdir,
+    .remove = n_remove,
+    .rename = n_rename,
+};
+
+/*
+ * Agent mode: the RPC engine's table with our `self`. Each op hands the engine its own
+ * `self` (the asp_rpc); close() still gets an asp_ssh, which owns the connection too.
+ */
+#define FWD(name)                                                                                  \
+	static asp_status a_##name(void *self, const asp_##name##_params *p,                       \
+	                           asp_##name##_result *r, asp_arena *a, asp_error *err)           \
+	{                                                                                          \
+		asp_ssh *t = self;                                                                 \
+		return ssh_agent_ops()->name(ssh_agent_self(t->link), p, r, a, err);               \
+	}
+FWD(hello)
+FWD(exec)
+FWD(read)
+FWD(write)
+FWD(stat)
+FWD(list)
+FWD(mkdir)
+FWD(remove)
+FWD(rename)
+FWD(spawn)
+FWD(proc_write)
+FWD(proc_signal)
+FWD(proc_wait)
+FWD(proc_list)
+FWD(proc_attach)
+#undef FWD
+
+static const asp_ops agent_ops = {
+    .hello = a_hello,
+    .exec = a_exec,
+    .read = a_read,
+    .write = a_write,
+    .stat = a_stat,
+    .list = a_list,
+    .mkdir = a_mkdir,
+    .remove = a_remove,
+    .rename = a_rename,
+    .spawn = a_spawn,
+    .proc_write = a_proc_write,
+    .proc_signal = a_proc_signal,
+    .proc_wait = a_proc_wait,
+    .proc_list = a_proc_list,
+    .proc_attach = a_proc_attach,
+};
+
+static void ops_init(void)
+{
+	asp_ops_complete(&native_ops);
+}
+
+static asp_status ssh_open(const asp_config_view *cfg, const asp_ops **ops, void **self,
+                           asp_error *err)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, ops_init);
+	*ops = NULL;
+	*self = NULL;
+	asp_ssh *t = calloc(1, sizeof *t);
+	if (!t)
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	t->budget = ASP_MAX_MESSAGE_DEFAULT - SSH_ENVELOPE_HEADROOM;
+	pthread_mutex_init(&t->hello_mu, NULL);
+	asp_status st = sshc_connect(&t->c, cfg, err);
+	if (st != ASP_OK) {
+		pthread_mutex_destroy(&t->hello_mu);
+		free(t);
+		return st;
+	}
+	const char *agent = cfg->ssh.agent;
+	if (agent && strcmp(agent, "upload") == 0) {
+		sftpc *f = sftpc_new(&t->c);
+		st = f ? ssh_agent_upload(&t->c, f, t->upload_path, sizeof t->upload_path, err)
+		       : asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+		sshc_lock(&t->c);
+		sftpc_free(f); /* its channel is not needed any more */
+		sshc_unlock(&t->c);
+		if (st == ASP_OK)
+			st = ssh_agent_start(&t->c, t->upload_path, &t->link, err);
+		*ops = &agent_ops;
+	} else if (agent) {
+		st = ssh_agent_start(&t->c, agent, &t->link, err);
+		*ops = &agent_ops;
+	} else {
+		t->sftp = sftpc_new(&t->c);
+		if (!t->sftp)
+			st = asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+		*ops = &native_ops;
+	}
+	if (st != ASP_OK) {
+		*ops = NULL;
+		sshc_close(&t->c);
+		free(t->sftp);
+		pthread_mutex_destroy(&t->hello_mu);
+		free(t);
+		return st;
+	}
+	*self = t;
+	return ASP_OK;
+}
+
+static void ssh_abort(void *self)
+{
+	asp_ssh *t = self;
+	sshc_abort(&t->c);
+	if (t->link)
+		ssh_agent_abort(t->link);
+}
+
+static bool ssh_alive(void *self)
+{
+	asp_ssh *t = self;
+	if (atomic_load(&t->c.dead))
+		return false;
+	return !t->link || ssh_agent_alive(t->link);
+}
+
+static void ssh_close_backend(void *self)
+{
+	asp_ssh *t = self;
+	if (!t)
+		return;
+	ssh_agent_free(t->link);
+	if (t->sftp) {
+		sshc_lock(&t->c);
+		sftpc_free(t->sftp);
+		sshc_unlock(&t->c);
+	}
+	sshc_close(&t->c);
+	pthread_mutex_destroy(&t->hello_mu);
+	free(t->cwd);
+	free(t);
+}
+
+const asp_transport asp_transport_ssh = {
+    .kind = ASP_TRANSPORT_SSH,
+    .name = "ssh",
+    .open = ssh_open,
+    .abort = ssh_abort,
+    .close = ssh_close_backend,
+    .alive = ssh_alive,
+};
