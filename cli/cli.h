@@ -52,6 +52,9 @@ int cmd_mv(cli *c, int argc, char **argv);
 int cmd_cp(cli *c, int argc, char **argv);
 int cmd_conformance(cli *c, int argc, char **argv);
 int cmd_init(cli *c, int argc, char **argv);
+int cmd_ps(cli *c, int argc, char **argv);
+int cmd_attach(cli *c, int argc, char **argv);
+int cmd_kill(cli *c, int argc, char **argv);
 
 /* --- main.c ------------------------------------------------------------------------------ */
 
@@ -197,6 +200,23 @@ bool path_is_dot(const char *base);
 
 /* The local number of a signal named as exec reports it ("KILL"), or 0 when unknown. */
 int cli_signal_number(const char *name);
+
+/* --- follow.c: following a spawned process ------------------------------------------------- */
+
+/* DESIGN §7: 124 on timeout, 128+N for signal N, else the exit status (`cmd` for warnings). */
+int cli_exit_code_of(const char *cmd, int64_t exit_code, const char *signal, bool timed_out);
+
+/*
+ * asp exec's streaming path: spawn, output as it comes, stdin forwarded live with
+ * `forward_stdin` (else closed at once), INT/TERM/HUP forwarded (a second Ctrl-C sends
+ * KILL). *fallback when the sandbox cannot spawn (use the exec op; nothing was done).
+ * Returns the exit code.
+ */
+int cli_exec_follow(cli *c, asp_client *client, const asp_spawn_params *p, bool forward_stdin,
+                    bool *fallback);
+
+/* asp attach: replay and live output of a process; Ctrl-C detaches. The exit code. */
+int cli_attach_follow(cli *c, asp_client *client, const asp_proc_attach_params *p);
 
 /* --- client_ops.c ------------------------------------------------------------------------- */
 

@@ -74,7 +74,7 @@ static int run_json(const char *root, asp_client *client, const char *only)
 		if (only && !strstr(k->name, only))
 			continue;
 		conf_outcome o;
-		conf_run_case(k, &cli_client_ops, client, root, &o);
+		conf_run_case_st(k, &cli_client_ops, client, &conf_client_streaming, root, &o);
 		jw_obj_begin(&w);
 		jw_key(&w, "name");
 		jw_str(&w, k->name);
@@ -151,7 +151,8 @@ int cmd_conformance(cli *c, int argc, char **argv)
 		printf("conformance: %s, scratch %s\n", c->config_path ? c->config_path : "config",
 		       root);
 		fflush(stdout);
-		failed = conf_run_filtered(&cli_client_ops, client, root, only, stdout);
+		failed = conf_run_filtered_st(&cli_client_ops, client, &conf_client_streaming, root,
+		                              only, stdout);
 	}
 	if (keep)
 		fprintf(c->json ? stderr : stdout, "kept %s\n", root);

@@ -1,4 +1,8 @@
-/* asp exec: run a command in the sandbox; its output becomes ours, its exit code too. */
+/*
+ * asp exec: run a command in the sandbox; its output becomes ours, its exit code too.
+ * Streams (spawn, follow.c) when the sandbox can; the exec op when it cannot, and for
+ * --json and --max-output, which describe exec's one answer.
+ */
 #include "cli.h"
 
 #include <errno.h>
@@ -11,18 +15,20 @@ enum { OPT_CWD = CLI_OPT_FIRST_PRIVATE, OPT_ENV, OPT_TIMEOUT, OPT_STDIN, OPT_MAX
 /* DESIGN §7: 124 on timeout, 128+N for signal N, else the exit status. */
 static int exit_code_of(const asp_exec_result *r)
 {
-	if (r->timed_out)
-		return CLI_EXIT_TIMEOUT;
-	if (r->signal) {
-		int n = cli_signal_number(r->signal);
-		if (n > 0 && n < 127)
-			return 128 + n;
-		cli_warn("exec: the command died of signal %s, unknown here", r->signal);
-		return CLI_EXIT_EXEC_FAIL;
-	}
-	if (r->exit_code < 0 || r->exit_code > 255)
-		return (int)(r->exit_code & 0xff);
-	return (int)r->exit_code;
+	return cli_exit_code_of("exec", r->exit_code, r->signal, r->timed_out);
+}
+
+/* exec's params as spawn's: what streaming needs of them. */
+static void spawn_params_of(const asp_exec_params *e, asp_spawn_params *s)
+{
+	asp_spawn_params_init(s);
+	s->command = e->command;
+	s->has_argv = e->has_argv;
+	s->argv = e->argv;
+	s->cwd = e->cwd;
+	s->has_env = e->has_env;
+	s->env = e->env;
+	s->timeout_ms = e->timeout_ms;
 }
 
 static void print_json(const asp_exec_result *r)
@@ -70,7 +76,7 @@ int cmd_exec(cli *c, int argc, char **argv)
 	};
 	asp_exec_params p;
 	asp_exec_params_init(&p);
-	bool want_stdin = false;
+	bool want_stdin = false, max_output_given = false;
 	int rc = c->fail_code;
 	asp_strmap_entry *env = calloc((size_t)argc, sizeof *env); /* at most one per arg */
 	uint8_t *in = NULL;
@@ -106,6 +112,7 @@ int cmd_exec(cli *c, int argc, char **argv)
 		case OPT_MAX_OUTPUT:
 			if (cli_parse_size(c, "--max-output", optarg, &p.max_output) < 0)
 				goto out;
+			max_output_given = true;
 			break;
 		default: goto out;
 		}
@@ -125,6 +132,18 @@ int cmd_exec(cli *c, int argc, char **argv)
 		p.argv.items = (const char *const *)(argv + optind);
 		p.argv.count = (size_t)(argc - optind);
 	}
+	asp_client *client = cli_client(c);
+	if (!client)
+		goto out;
+	if (!c->json && !max_output_given) {
+		asp_spawn_params sp;
+		spawn_params_of(&p, &sp);
+		bool fallback;
+		rc = cli_exec_follow(c, client, &sp, want_stdin, &fallback);
+		if (!fallback)
+			goto out;
+		rc = c->fail_code;
+	}
 	if (want_stdin) {
 		size_t len;
 		if (cli_read_all(STDIN_FILENO, &in, &len) < 0) {
@@ -135,8 +154,7 @@ int cmd_exec(cli *c, int argc, char **argv)
 		p.stdin_data.len = len;
 	}
 
-	asp_client *client = cli_client(c);
-	if (!client || !(a = cli_arena(c)))
+	if (!(a = cli_arena(c)))
 		goto out;
 	asp_exec_result r;
 	asp_error err;

@@ -25,17 +25,36 @@ static const cli_command commands[] = {
      "usage: asp exec [--cwd DIR] [--env K=V]... [--timeout SEC] [--stdin] -- ARGV...\n"
      "       asp exec [options] -c 'COMMAND STRING'\n"
      "\nRuns ARGV directly (PATH search) or COMMAND through /bin/sh -c in a fresh process,\n"
-     "writes its stdout and stderr to this command's and exits with its exit code:\n"
-     "128+N when signal N ended it, 124 on timeout, 255 when ASP itself failed.\n"
+     "writes its stdout and stderr to this command's as they come and exits with its exit\n"
+     "code: 128+N when signal N ended it, 124 on timeout, 255 when ASP itself failed.\n"
+     "Ctrl-C is sent to the process as INT (twice: KILL); TERM and HUP are forwarded too.\n"
+     "Sandboxes that cannot stream (no spawn in hello) get one exec: output at the end.\n"
      "\n  -c, --command STR  run STR through /bin/sh -c\n"
      "  --cwd DIR          working directory (relative: joined to the config's cwd)\n"
      "  --env K=V          add to the environment (repeatable)\n"
      "  --timeout SEC      TERM the process group after SEC seconds (fractions allowed),\n"
      "                     KILL 2 s later; default: the config's timeout_ms\n"
-     "  --stdin            send this command's stdin to the process (read fully first)\n"
-     "\nWith --json: {\"exit_code\", \"signal\", \"stdout\", \"stderr\", \"stdout_bytes\",\n"
-     "\"stderr_bytes\", \"timed_out\", \"duration_ms\"}; stdout/stderr are strings when they\n"
-     "are valid UTF-8, else base64 with \"stdout_encoding\": \"base64\" beside them.\n"},
+     "  --stdin            send this command's stdin to the process as it comes (without\n"
+     "                     it the process's stdin is empty)\n"
+     "  --max-output N     keep at most N bytes per stream (one exec, output at the end)\n"
+     "\nWith --json (one exec, output at the end): {\"exit_code\", \"signal\", \"stdout\",\n"
+     "\"stderr\", \"stdout_bytes\", \"stderr_bytes\", \"timed_out\", \"duration_ms\"};\n"
+     "stdout/stderr are strings when they are valid UTF-8, else base64 with\n"
+     "\"stdout_encoding\": \"base64\" beside them.\n"},
+    {"ps", cmd_ps, "the sandbox's spawned processes",
+     "usage: asp ps\n"
+     "\nLists the processes spawned in the sandbox (by asp exec, or any client) that it still\n"
+     "retains: the running ones and the last 64 that finished, with their tag and command.\n"
+     "With --json: {\"procs\": [{\"proc\", \"tag\", \"command\", \"running\", \"exit_code\"}]}.\n"},
+    {"attach", cmd_attach, "follow a spawned process's output",
+     "usage: asp attach PROC [--stdout-offset N] [--stderr-offset N]\n"
+     "\nReplays what the sandbox holds of the process's output (its last 1 MiB per stream)\n"
+     "from the offsets (default 0), then follows it live, and exits with its exit code as\n"
+     "asp exec does. Ctrl-C detaches and leaves the process running.\n"},
+    {"kill", cmd_kill, "signal a spawned process",
+     "usage: asp kill PROC [SIGNAL]\n"
+     "\nSends SIGNAL (TERM by default; KILL, INT, HUP, QUIT, USR1, USR2; with or without\n"
+     "SIG, or as a number) to the process's group. A finished process is left alone.\n"},
     {"read", cmd_read, "file bytes to stdout",
      "usage: asp read PATH [--offset N] [--length N]\n"
      "\nWrites the file's bytes (from N, at most N of them) to stdout. Sizes take k, M, G\n"

@@ -1,5 +1,8 @@
 /* asp-agent: the responder that runs inside the sandbox (DESIGN §1, §5). */
 #include "serve.h"
+#ifdef ASP_AGENT_HTTP
+#include "listen.h"
+#endif
 
 #include "asp/proto.h"
 
@@ -13,12 +16,15 @@
 #endif
 
 static const char usage[] =
-	"usage: asp-agent [--stdio | --listen ADDR | --version | --help]\n"
+	"usage: asp-agent [--stdio | --listen ADDR | --relay unix:PATH | --version | --help]\n"
 	"\n"
 	"Serves ASP requests (DESIGN section 2) with this machine's files and processes.\n"
 	"  --stdio        frames on stdin, answers on stdout, logs on stderr (the default);\n"
 	"                 exits 0 at the end of stdin once every request in flight is answered\n"
-	"  --listen ADDR  serve HTTP/WebSocket on ADDR (when built with HTTP support)\n"
+	"  --listen ADDR  serve HTTP/WebSocket on ADDR (when built with HTTP support):\n"
+	"                 HOST:PORT or unix:/path; --token-file FILE (or $ASP_TOKEN) for the\n"
+	"                 bearer token, required off loopback; --tls-cert FILE --tls-key FILE\n"
+	"  --relay unix:PATH  relay stdio frames to an asp-agent --listen unix:PATH daemon\n"
 	"  --version      print the version and protocol, then exit\n"
 	"  --help         print this help, then exit\n";
 
@@ -33,6 +39,10 @@ static void on_sigpipe(int sig)
 
 int main(int argc, char **argv)
 {
+#ifdef ASP_AGENT_HTTP
+	if (asp_agent_listen_wanted(argc, argv))
+		return asp_agent_listen_main(argc, argv);
+#endif
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (strcmp(a, "--stdio") == 0) {

@@ -4,6 +4,10 @@
  * itself, so a request never waits for a thread hop and a slow exec never blocks the
  * reading of the next request. Threads are created on demand up to MAX_WORKERS; when
  * all are busy nobody reads, and requests wait in the pipe.
+ *
+ * The connection is bound to the local backend (asp_local_connect) with write_frame as
+ * its sink, so spawned processes' notifications and the responses share one writer; a
+ * pump blocked on a client that does not read leaves its process's pipe unread.
  */
 #include "serve.h"
 
@@ -14,6 +18,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,8 +35,8 @@
 #define KEEP_BUF (256 * 1024)
 
 typedef struct server {
-	asp_ops ops;
 	asp_local *backend;
+	asp_local_conn *conn;
 	asp_channel *in;
 	int out_fd;
 	size_t max_message;
@@ -64,12 +70,13 @@ static void logf_(const char *fmt, ...)
 	(void)w;
 }
 
-static void write_frame(server *s, const asp_buf *b)
+/* false once the output is dead. */
+static bool write_frame(server *s, const uint8_t *frame, size_t len)
 {
 	pthread_mutex_lock(&s->out_mu);
 	size_t done = 0;
-	while (!s->out_dead && done < b->len) {
-		ssize_t n = write(s->out_fd, b->data + done, b->len - done);
+	while (!s->out_dead && done < len) {
+		ssize_t n = write(s->out_fd, frame + done, len - done);
 		if (n > 0) {
 			done += (size_t)n;
 		} else if (n < 0 && errno != EINTR) {
@@ -77,7 +84,15 @@ static void write_frame(server *s, const asp_buf *b)
 			s->out_dead = true;
 		}
 	}
+	bool ok = !s->out_dead;
 	pthread_mutex_unlock(&s->out_mu);
+	return ok;
+}
+
+/* The connection's sink: notifications go out through the same writer. */
+static bool sink_send(void *ctx, const uint8_t *frame, size_t len)
+{
+	return write_frame(ctx, frame, len);
 }
 
 /* After a protocol error: the client gets EOF and not one more byte. */
@@ -107,13 +122,15 @@ typedef struct job {
 
 static void serve(server *s, job *j, asp_buf *out)
 {
+	int rc = -1;
 	if (j->st) {
-		if (asp_wire_response_err(out, j->msg.id, &j->err) < 0)
-			out->len = 0;
+		if (asp_wire_response_err(out, j->msg.id, &j->err) == 0)
+			rc = write_frame(s, out->data, out->len) ? 1 : 0;
 	} else {
-		asp_dispatch(&s->ops, s->backend, &j->msg, out, s->max_message);
+		/* Runs the op and writes its answer before the notifications it allows. */
+		rc = asp_local_conn_serve(s->conn, &j->msg, out);
 	}
-	if (out->len == 0) {
+	if (rc < 0) {
 		logf_("asp-agent: out of memory answering request %u; closing", j->msg.id);
 		pthread_mutex_lock(&s->mu);
 		s->stop = true;
@@ -121,8 +138,6 @@ static void serve(server *s, job *j, asp_buf *out)
 		pthread_cond_broadcast(&s->idle_cv);
 		pthread_mutex_unlock(&s->mu);
 		close_output(s);
-	} else {
-		write_frame(s, out);
 	}
 	if (out->cap > KEEP_BUF)
 		asp_buf_free(out);
@@ -229,8 +244,10 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-int asp_agent_serve_stdio(int in, int out, size_t max_message)
+/* Serves the connection until EOF or a fatal error, then ends the backend's processes. */
+static int serve_conn(asp_local *backend, int in, int out, size_t max_message, bool *stuck)
 {
+	*stuck = false;
 	server *s = calloc(1, sizeof *s);
 	if (!s) {
 		logf_("asp-agent: out of memory");
@@ -238,13 +255,13 @@ int asp_agent_serve_stdio(int in, int out, size_t max_message)
 	}
 	s->max_message = max_message ? max_message : ASP_MAX_MESSAGE_DEFAULT;
 	s->out_fd = out;
-	s->ops = asp_local_ops;
-	asp_ops_complete(&s->ops);
-	s->backend = asp_local_new(s->max_message);
+	s->backend = backend;
+	asp_conn_sink sink = {sink_send, s};
+	s->conn = s->backend ? asp_local_connect(s->backend, &sink) : NULL;
 	asp_error err;
-	if (!s->backend || asp_fd_channel_new(in, out, 0, &s->in, &err)) {
+	if (!s->conn || asp_fd_channel_new(in, out, 0, &s->in, &err)) {
 		logf_("asp-agent: out of memory");
-		asp_local_free(s->backend);
+		asp_local_disconnect(s->conn);
 		free(s);
 		return 1;
 	}
@@ -255,17 +272,93 @@ int asp_agent_serve_stdio(int in, int out, size_t max_message)
 	/* The first leader is this thread; the others are created as requests arrive. */
 	worker(s);
 
+	/*
+	 * End of input (DESIGN §5): end the spawned processes (TERM, KILL 2 s later) while
+	 * the requests in flight finish, so a proc_wait among them is answered too.
+	 */
+	bool ended = asp_local_shutdown(s->backend);
 	pthread_mutex_lock(&s->mu);
 	unsigned n = s->nthreads;
 	pthread_mutex_unlock(&s->mu);
 	for (unsigned i = 0; i < n; i++) /* no thread is created once stop is set */
 		pthread_join(s->threads[i], NULL);
 	int code = s->exit_code;
-	asp_local_free(s->backend); /* ends what the backend still runs */
+	if (!ended) {
+		/* A process's output is stuck in a write to a client that does not read: the
+		 * process exits now rather than waiting for it. */
+		logf_("asp-agent: a client stopped reading; exiting without waiting for it");
+		*stuck = true;
+		return code;
+	}
+	asp_local_disconnect(s->conn);
 	asp_channel_free(s->in);
 	pthread_cond_destroy(&s->idle_cv);
 	pthread_mutex_destroy(&s->out_mu);
 	pthread_mutex_destroy(&s->mu);
 	free(s);
+	return code;
+}
+
+/*
+ * TERM, HUP or INT (the stdio client closing us after 500 ms, an orchestrator, a
+ * terminal): the spawned groups must not outlive us, and a KILL may follow soon (the
+ * stdio client sends it 200 ms later), so they get 100 ms between TERM and KILL.
+ */
+typedef struct stop_watch {
+	asp_local *backend;
+	atomic_bool done;
+	pthread_t thread;
+} stop_watch;
+
+#define STOP_GRACE_MS 100
+
+static void stop_signals(sigset_t *set)
+{
+	sigemptyset(set);
+	sigaddset(set, SIGTERM);
+	sigaddset(set, SIGHUP);
+	sigaddset(set, SIGINT);
+}
+
+static void *stop_main(void *arg)
+{
+	stop_watch *w = arg;
+	sigset_t set;
+	stop_signals(&set);
+	int sig = 0;
+	while (sigwait(&set, &sig) != 0)
+		;
+	if (atomic_load(&w->done))
+		return NULL; /* woken by our own pthread_kill: the server ended */
+	logf_("asp-agent: signal %d: ending the spawned processes", sig);
+	asp_local_shutdown_grace(w->backend, STOP_GRACE_MS);
+	_exit(0); /* the other threads may be blocked in I/O: do not wait for them */
+}
+
+int asp_agent_serve_stdio(int in, int out, size_t max_message)
+{
+	size_t max = max_message ? max_message : ASP_MAX_MESSAGE_DEFAULT;
+	asp_local *backend = asp_local_new(max);
+	if (!backend) {
+		logf_("asp-agent: out of memory");
+		return 1;
+	}
+	/* Blocked in every thread from here (children get an empty mask at spawn). */
+	sigset_t set, old;
+	stop_signals(&set);
+	pthread_sigmask(SIG_BLOCK, &set, &old);
+	stop_watch w = {.backend = backend};
+	atomic_init(&w.done, false);
+	bool watching = pthread_create(&w.thread, NULL, stop_main, &w) == 0;
+	bool stuck;
+	int code = serve_conn(backend, in, out, max, &stuck);
+	if (watching) {
+		atomic_store(&w.done, true);
+		pthread_kill(w.thread, SIGTERM);
+		pthread_join(w.thread, NULL);
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!stuck)
+		asp_local_free(backend); /* else the process exits with the pump blocked */
 	return code;
 }

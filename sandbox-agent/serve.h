@@ -5,9 +5,9 @@
 #include <stddef.h>
 
 /*
- * Serves the local backend over fds `in` and `out` until EOF on `in` (then answers what
- * is in flight and returns 0) or a protocol error (logged to stderr; returns 1, having
- * written nothing more). Logs go to stderr only.
+ * Serves a new local backend over fds `in` and `out` until EOF on `in` (then ends the
+ * spawned processes, answers what is in flight and returns 0) or a protocol error
+ * (logged to stderr; returns 1, having written nothing more). Logs go to stderr only.
  */
 int asp_agent_serve_stdio(int in, int out, size_t max_message);
 

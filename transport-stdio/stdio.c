@@ -436,4 +436,6 @@ const asp_transport asp_transport_stdio = {
 	.abort = stdio_abort,
 	.close = stdio_close_backend,
 	.alive = stdio_alive,
+	.subscribe = asp_rpc_subscribe,
+	.unsubscribe = asp_rpc_unsubscribe,
 };

@@ -263,6 +263,90 @@ else not_ok "cp -r into it content"; fi
 run 0 "cp remote to remote" -- "$ASP" cp ":$BOX/up.bin" ":$BOX/up2.bin"
 same_file "cp remote to remote content" "$WORK/big.bin" "$BOX/up2.bin"
 
+# --- streaming exec, ps, attach, kill ------------------------------------------------------
+# Live output: each line is stamped when asp writes it; 300 ms apart, not all at the end.
+"$ASP" exec -c 'for i in 1 2 3; do echo $i; sleep 0.3; done' < /dev/null 2> "$ERR" |
+	while IFS= read -r l; do echo "$(date +%s%N) $l"; done > "$OUT"
+first=$(head -1 "$OUT" | cut -d' ' -f1)
+last=$(tail -1 "$OUT" | cut -d' ' -f1)
+if [ "$(cut -d' ' -f2 "$OUT" | tr -d '\n')" == "123" ] &&
+	[ $(((last - first) / 1000000)) -ge 450 ]; then ok "exec streams output live"
+else not_ok "exec streams output live" "lines: $(tr '\n' '|' < "$OUT")"; fi
+# --stdin forwards as it comes: cat answers the first line before the second is typed.
+(echo first; sleep 0.6; echo second) | "$ASP" exec --stdin -- cat 2> "$ERR" |
+	while IFS= read -r l; do echo "$(date +%s%N) $l"; done > "$OUT"
+t1=$(head -1 "$OUT" | cut -d' ' -f1)
+t2=$(tail -1 "$OUT" | cut -d' ' -f1)
+if [ "$(cut -d' ' -f2 "$OUT" | tr '\n' ' ')" == "first second " ] &&
+	[ $(((t2 - t1) / 1000000)) -ge 400 ]; then ok "exec --stdin forwards live"
+else not_ok "exec --stdin forwards live" "lines: $(tr '\n' '|' < "$OUT")"; fi
+head -c 300000 /dev/urandom > "$WORK/rand.bin"
+run_in "$WORK/rand.bin" 0 "exec --stdin binary" -- "$ASP" exec --stdin -- cat
+same_file "exec --stdin binary round trip" "$WORK/rand.bin" "$OUT"
+# Ctrl-C reaches the remote process as INT.
+"$ASP" exec -c 'trap "echo got-int; exit 3" INT; echo ready; sleep 10 & wait' \
+	< /dev/null > "$OUT" 2> "$ERR" &
+pid=$!
+for _ in $(seq 50); do grep -q ready "$OUT" && break; sleep 0.1; done
+kill -INT $pid
+wait $pid
+rc=$?
+if [ $rc -eq 3 ] && grep -q got-int "$OUT"; then ok "exec forwards Ctrl-C as INT"
+else not_ok "exec forwards Ctrl-C as INT" "exit $rc"; fi
+# A reader that goes away ends the process (as a pipe would) instead of hanging.
+timeout 10 "$ASP" exec -- yes < /dev/null 2> "$ERR" | head -1 > "$OUT"
+rc=${PIPESTATUS[0]}
+if [ "$rc" -eq 141 ]; then ok "exec with a closed stdout ends"
+else not_ok "exec with a closed stdout ends" "exit $rc"; fi
+
+# Processes outlive a dropped connection when the sandbox runs a daemon (DESIGN §5):
+# asp-agent --listen unix:PATH, and a stdio.command that relays to it.
+"$AGENT" --listen "unix:$WORK/d.sock" > "$WORK/d.log" 2>&1 &
+dpid=$!
+for _ in $(seq 30); do [ -S "$WORK/d.sock" ] && break; sleep 0.1; done
+if kill -0 $dpid 2> /dev/null && [ -S "$WORK/d.sock" ]; then
+	printf '{"version": 1, "transport": "stdio", "stdio": {"command": ["%s", "--relay", "unix:%s"]}}\n' \
+		"$AGENT" "$WORK/d.sock" > "$WORK/relay.json"
+	R=(--config "$WORK/relay.json")
+	"$ASP" "${R[@]}" exec -c 'for i in $(seq 1 20); do echo n$i; sleep 0.1; done' \
+		< /dev/null > "$WORK/bg.out" 2>&1 &
+	bg=$!
+	sleep 0.5
+	kill -9 $bg
+	wait $bg 2> /dev/null
+	run 0 "ps" -- "$ASP" "${R[@]}" ps
+	expect_grep "ps lists the running process" "$OUT" \
+		'^[0-9]+ +running +- +for i in \$\(seq 1 20\)'
+	proc=$(sed -n 's/^\([0-9]*\) *running .*seq 1 20.*/\1/p' "$OUT")
+	run 0 "ps --json" -- "$ASP" "${R[@]}" --json ps
+	expect_grep "ps json" "$OUT" "\"proc\":$proc,\"tag\":null,\"command\":\"for i"
+	run 0 "attach after the connection dropped" -- "$ASP" "${R[@]}" attach "$proc"
+	expect_out "attach replays then follows" "$(seq -f 'n%g' 1 20)"
+	run 0 "attach from an offset" -- "$ASP" "${R[@]}" attach --stdout-offset 3 "$proc"
+	expect_out "attach offset" "$(seq -f 'n%g' 2 20)"
+	"$ASP" "${R[@]}" exec -- sleep 30 < /dev/null > /dev/null 2>&1 &
+	bg=$!
+	sleep 0.5
+	run 0 "ps while sleeping" -- "$ASP" "${R[@]}" ps
+	sp=$(sed -n 's/^\([0-9]*\) *running .*sleep 30$/\1/p' "$OUT")
+	run 0 "kill PROC usr1" -- "$ASP" "${R[@]}" kill "$sp" usr1
+	wait $bg
+	rc=$?
+	if [ $rc -eq 138 ]; then ok "kill reaches the process (exec exits 128+USR1)"
+	else not_ok "kill reaches the process (exec exits 128+USR1)" "exit $rc"; fi
+	run 0 "kill a finished process is a no-op" -- "$ASP" "${R[@]}" kill "$sp"
+	run 1 "kill an unknown process" -- "$ASP" "${R[@]}" kill 999999
+	expect_grep "kill unknown: not_found" "$ERR" '^asp: kill 999999 TERM: not_found: '
+	run 1 "kill a bad signal" -- "$ASP" "${R[@]}" kill "$sp" STOP
+	run 1 "attach an unknown process" -- "$ASP" "${R[@]}" attach 999999
+	kill $dpid
+	wait $dpid 2> /dev/null
+else
+	echo "# skipped: ps/attach/kill across connections need asp-agent --listen unix:"
+fi
+run 1 "attach needs a PROC" -- "$ASP" attach
+run 1 "kill needs a PROC" -- "$ASP" kill x
+
 # --- init -------------------------------------------------------------------------------------
 mkdir -p "$WORK/init"
 run 0 "init --stdio" -- "$ASP" --config "$WORK/init/a.json" init --cwd "$BOX" --stdio -- \

@@ -5,6 +5,8 @@
  */
 #include "testproc.h"
 
+#include "proto_desc.h"
+
 #include <CUnit/Basic.h>
 #include <dirent.h>
 #include <signal.h>
@@ -334,6 +336,187 @@ static void test_response_to_agent_closes(void)
 	one_msg_vector("response", resp, sizeof resp);
 }
 
+/* ---- spawned processes ------------------------------------------------------------ */
+
+static void add_spawn(asp_buf *b, uint32_t id, const char *command)
+{
+	asp_spawn_params p;
+	asp_spawn_params_init(&p);
+	p.command = command;
+	t_add_request(b, id, ASP_OP_SPAWN, &p);
+}
+
+/* VmRSS of `pid` in KiB, 0 when unknown. */
+static long rss_kb(pid_t pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	long kb = 0;
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "VmRSS: %ld", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb;
+}
+
+/* Alive and not a zombie. */
+static bool pid_alive(pid_t pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	const char *s = strrchr(buf, ')');
+	return s && s[1] == ' ' && s[2] != 'Z' && s[2] != 'X';
+}
+
+/* The pid a spawned command wrote to `path`, waiting for it to appear. */
+static pid_t read_pid_file(const char *path, int ms)
+{
+	int64_t until = t_now_ms() + ms;
+	do {
+		size_t len;
+		uint8_t *d = t_read_file(path, &len);
+		pid_t pid = d && len ? (pid_t)atol((const char *)d) : 0;
+		free(d);
+		if (pid > 0)
+			return pid;
+		usleep(10 * 1000);
+	} while (t_now_ms() < until);
+	return 0;
+}
+
+/*
+ * A client that never reads while a process writes 1 GiB: the agent's memory stays
+ * bounded (its replay ring and one chunk), the producer is held back. Then the client
+ * goes away: the agent ends the process and exits 0.
+ */
+static void test_nonreader_bounded(void)
+{
+	char dir[] = "/tmp/asp-agent-nr-XXXXXX";
+	CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+	char pidfile[128], cmd[256];
+	snprintf(pidfile, sizeof pidfile, "%s/pid", dir);
+	snprintf(cmd, sizeof cmd, "echo $$ > %s; exec head -c 1073741824 /dev/zero", pidfile);
+	tproc p;
+	start(&p);
+	asp_buf b;
+	asp_buf_init(&b);
+	add_spawn(&b, 1, cmd);
+	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+	asp_buf_free(&b);
+	pid_t producer = read_pid_file(pidfile, 5000);
+	CU_ASSERT_FATAL(producer > 0);
+	usleep(500 * 1000);
+	long base = rss_kb(p.pid), peak = base;
+	for (int i = 0; i < 6; i++) { /* 3 s: unbounded, that would be gigabytes */
+		usleep(500 * 1000);
+		long now = rss_kb(p.pid);
+		peak = now > peak ? now : peak;
+	}
+	fprintf(stderr, "\n    agent RSS with a 1 GiB producer and no reader: %ld KiB after "
+	                "0.5 s, peak %ld KiB over the next 3 s\n",
+	        base, peak);
+	CU_ASSERT(peak - base < 16 * 1024);
+	CU_ASSERT(t_asan() || peak < 64 * 1024);
+	CU_ASSERT(pid_alive(producer)); /* held back, not finished */
+	/* The client goes: its output fails, EOF ends the process (TERM), exit 0. */
+	close(p.out);
+	p.out = -1;
+	int64_t t0 = t_now_ms();
+	tproc_close_in(&p);
+	int st = tproc_wait(&p, 10000, NULL);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CU_ASSERT(t_now_ms() - t0 < 5000);
+	CU_ASSERT(!pid_alive(producer));
+	tproc_close(&p);
+	unlink(pidfile);
+	rmdir(dir);
+}
+
+/*
+ * EOF with spawned processes running (one ignores TERM, one has a background child):
+ * their exits come out, all of their groups end, the agent exits 0 (DESIGN §5).
+ */
+static void test_eof_ends_spawned(void)
+{
+	char dir[] = "/tmp/asp-agent-eof-XXXXXX";
+	CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+	char f1[128], f2[128], c1[256], c2[256];
+	snprintf(f1, sizeof f1, "%s/bg", dir);
+	snprintf(f2, sizeof f2, "%s/stubborn", dir);
+	snprintf(c1, sizeof c1, "sleep 30 & echo $! > %s; echo started; wait", f1);
+	snprintf(c2, sizeof c2, "trap '' TERM; echo $$ > %s; sleep 30", f2);
+	tproc p;
+	start(&p);
+	asp_buf b;
+	asp_buf_init(&b);
+	add_spawn(&b, 1, c1);
+	add_spawn(&b, 2, c2);
+	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+	asp_buf_free(&b);
+	pid_t bg = read_pid_file(f1, 5000), stubborn = read_pid_file(f2, 5000);
+	CU_ASSERT_FATAL(bg > 0 && stubborn > 0);
+	int64_t t0 = t_now_ms();
+	tproc_close_in(&p);
+	/* Every frame until EOF: a response precedes its process's notifications. */
+	int responses = 0, exits = 0;
+	uint64_t procs[3] = {0};
+	bool order_ok = true;
+	for (;;) {
+		uint8_t *body;
+		size_t len;
+		if (t_read_frame(p.out, 10000, &body, &len) != 1)
+			break;
+		msgpack_unpacked u;
+		msgpack_unpacked_init(&u);
+		asp_msg m;
+		asp_error e;
+		CU_ASSERT_FATAL(asp_wire_decode(body, len, &u, &m, &e) == ASP_OK);
+		asp_arena *a = asp_arena_new();
+		if (m.type == ASP_MSG_RESPONSE) {
+			asp_spawn_result sr;
+			t_resp r;
+			CU_ASSERT(t_parse_response(body, len, ASP_OP_SPAWN, &sr, a, &r) &&
+			          r.st == ASP_OK && r.id >= 1 && r.id <= 2);
+			if (r.id >= 1 && r.id <= 2)
+				procs[r.id] = sr.proc;
+			responses++;
+		} else if (m.type == ASP_MSG_NOTIFY) {
+			const asp_notice_desc *d =
+			    &asp_notice_descs[m.method_len == 4 ? ASP_NOTICE_EXIT : ASP_NOTICE_OUTPUT];
+			void *ev = asp_arena_alloc(a, d->params->size);
+			CU_ASSERT_FATAL(asp_record_decode(d->params, m.params, ev, a, NULL) ==
+			                ASP_OK);
+			uint64_t proc = *(const uint64_t *)ev; /* proc is the first field of both */
+			order_ok = order_ok && (proc == procs[1] || proc == procs[2]) && proc != 0;
+			if (m.method_len == 4)
+				exits++;
+		}
+		asp_arena_free(a);
+		msgpack_unpacked_destroy(&u);
+		free(body);
+	}
+	int st = tproc_wait(&p, 10000, NULL);
+	int64_t took = t_now_ms() - t0;
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CU_ASSERT_EQUAL(responses, 2);
+	CU_ASSERT_EQUAL(exits, 2);
+	CU_ASSERT(order_ok);
+	CU_ASSERT(took >= 1500 && took < 5000); /* the stubborn one needed the KILL */
+	CU_ASSERT(!pid_alive(bg) && !pid_alive(stubborn));
+	tproc_close(&p);
+	unlink(f1);
+	unlink(f2);
+	rmdir(dir);
+}
+
 /* ---- options ---------------------------------------------------------------------- */
 
 static char *run(char *const argv[], int *status, bool want_stderr)
@@ -360,9 +543,10 @@ static void test_options(void)
 	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	CU_ASSERT(strstr(out, "--stdio") != NULL);
 	free(out);
-	out = run((char *[]){(char *)agent, "--listen", "127.0.0.1:1", NULL}, &st, true);
+	/* Refused either way: not built with HTTP support, or not an address. */
+	out = run((char *[]){(char *)agent, "--listen", "nonsense", NULL}, &st, true);
 	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 2);
-	CU_ASSERT(strstr(out, "not built with HTTP support") != NULL);
+	CU_ASSERT(strstr(out, "not built with HTTP support") || strstr(out, "is not HOST:PORT"));
 	free(out);
 	out = run((char *[]){(char *)agent, "--bogus", NULL}, &st, true);
 	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 2);
@@ -402,6 +586,10 @@ static void add_suite(const char *name, int (*init)(void))
 	CU_add_test(s, "req-* vectors: error for the id, stays open", test_req_vectors_answered);
 	CU_add_test(s, "a response sent to the agent closes", test_response_to_agent_closes);
 	CU_add_test(s, "options", test_options);
+	CU_add_test(s, "a client that never reads: 1 GiB producer, bounded RSS",
+	            test_nonreader_bounded);
+	CU_add_test(s, "EOF ends spawned groups (TERM, KILL 2 s later), exit 0",
+	            test_eof_ends_spawned);
 }
 
 int main(void)

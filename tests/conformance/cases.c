@@ -1,9 +1,11 @@
 /*
  * The conformance cases: DESIGN §3 semantics and error codes of every unary op, checked
- * only through the op table. Each case works in its own directory ctx->dir; shell tools
+ * only through the op table (the streaming ones, listed in the same table, are in
+ * cases_proc.c). Each case works in its own directory ctx->dir; shell tools
  * it relies on (sh, cat, printf, head, tr, sleep, kill, ln, mkfifo, touch, umask, id) are
  * POSIX and exist in any sandbox image that can run an agent's commands.
  */
+#include "cases_proc.h"
 #include "conformance.h"
 
 #include <pthread.h>
@@ -271,15 +273,7 @@ static double mono_ms(void)
 	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/*
- * "alive" or "dead" for the pid in FILE (relative to the case dir). A zombie counts as
- * dead: in a container whose init does not reap, a killed orphan stays one.
- */
-#define PID_STATE_SH(file)                                                                         \
-	"p=$(cat " file "); st=dead; "                                                             \
-	"if [ -d /proc/$p ]; then s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -c1); "       \
-	"case \"$s\" in ''|Z) ;; *) st=alive ;; esac; "                                            \
-	"elif [ ! -d /proc/self ] && kill -0 $p 2>/dev/null; then st=alive; fi; printf %s $st"
+#define PID_STATE_SH(file) CONF_PID_STATE_SH(file)
 
 /* The process whose pid is in `file` must be gone (allowing a second for the KILL). */
 static bool h_pid_dead(conf_ctx *ctx, int line, const char *cmd)
@@ -1777,6 +1771,19 @@ const conf_case conf_cases[] = {
     CASE(rename_errors_and_dirs, "rename missing is not_found; directories move"),
     CASE(hostile_names, "names with shell metacharacters, newlines, raw bytes"),
     CASE(hostile_exec_args, "argv, cwd and env values with shell metacharacters"),
+    CASE(spawn_output_live, "spawn: output arrives as it is produced, not at the exit"),
+    CASE(spawn_output_order, "spawn: both streams whole, contiguous offsets, exit last"),
+    CASE(spawn_stdin_binary, "spawn + proc_write: binary stdin, eof, then invalid_argument"),
+    CASE(spawn_timeout_kills_group, "spawn timeout TERMs the whole group, timed_out"),
+    CASE(spawn_slow_reader_bounded, "spawn: a slow client holds a 1 GiB producer back"),
+    CASE(spawn_errors, "spawn errors: not_found, invalid_argument, no callbacks"),
+    CASE(proc_signal_each, "proc_signal: each signal name; finished is a no-op"),
+    CASE(proc_wait_timeout, "proc_wait: timeout error, then the exit"),
+    CASE(proc_list_fields, "proc_list: tag, command (argv quoted), running, exit_code"),
+    CASE(proc_list_retains_64, "proc_list: the last 64 finished stay, older ones go"),
+    CASE(proc_attach_replay, "proc_attach: replay from offsets, then live, then exit"),
+    CASE(proc_attach_truncated, "proc_attach: the last 1 MiB, starting later than asked"),
+    CASE(proc_attach_after_close, "proc_attach from another connection after a close"),
 };
 
 const size_t conf_case_count = sizeof conf_cases / sizeof conf_cases[0];

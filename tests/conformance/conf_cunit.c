@@ -16,6 +16,7 @@ struct reg {
 	CU_pSuite suite;
 	const asp_ops *ops;
 	void *self;
+	const conf_streaming *st;
 	char parent[1024];
 	char *root;
 	asp_arena *a;
@@ -105,7 +106,7 @@ static void run_case(void)
 		return;
 	}
 	conf_outcome o;
-	conf_run_case(c, r->ops, r->self, r->root, &o);
+	conf_run_case_st(c, r->ops, r->self, r->st, r->root, &o);
 	if (o.skipped)
 		fprintf(stderr, "\n    skipped: %s\n", o.msg);
 	CU_assertImplementation(o.passed ? CU_TRUE : CU_FALSE,
@@ -116,12 +117,19 @@ static void run_case(void)
 
 int conf_register_cunit(const char *suite, const asp_ops *ops, void *self, const char *parent)
 {
+	return conf_register_cunit_st(suite, ops, self, NULL, parent);
+}
+
+int conf_register_cunit_st(const char *suite, const asp_ops *ops, void *self,
+                           const conf_streaming *st, const char *parent)
+{
 	if (nregs == MAX_REGS)
 		return -1;
 	struct reg *r = &regs[nregs];
 	memset(r, 0, sizeof *r);
 	r->ops = ops;
 	r->self = self;
+	r->st = st;
 	if (strlen(parent) >= sizeof r->parent)
 		return -1;
 	strcpy(r->parent, parent);

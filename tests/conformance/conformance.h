@@ -8,14 +8,39 @@
 #ifndef ASP_CONFORMANCE_H
 #define ASP_CONFORMANCE_H
 
+#include "asp/proc.h"
 #include "asp/proto.h"
 
 #include <stdbool.h>
 #include <stdio.h>
 
+/*
+ * What a registration offers beyond its op table for the streaming cases: following a
+ * process's notifications (asp/proc.h semantics) and, optionally, a second connection to
+ * the same responder (reattaching after a connection closed). Each function gets `ctx`
+ * and the connection's `self`. Without it those cases skip.
+ */
+typedef struct conf_streaming {
+	asp_status (*spawn)(void *ctx, void *self, const asp_spawn_params *p,
+	                    const asp_proc_callbacks *cb, void *user, uint64_t *proc, asp_error *err);
+	asp_status (*attach)(void *ctx, void *self, const asp_proc_attach_params *p,
+	                     const asp_proc_callbacks *cb, void *user, asp_error *err);
+	void (*detach)(void *ctx, void *self, uint64_t proc);
+	/* Another connection (a `self` for the same ops), or NULL; NULL slots: none. */
+	void *(*peer_open)(void *ctx);
+	void (*peer_close)(void *ctx, void *peer);
+	void *ctx;
+	/*
+	 * Cases this registration is known not to pass yet, as NULL-terminated pairs of
+	 * name and reason: reported as skipped with the reason, so the gap stays visible.
+	 */
+	const char *const *known_gaps;
+} conf_streaming;
+
 typedef struct conf_ctx {
 	const asp_ops *ops; /* every slot non-NULL (see asp_ops_complete) */
 	void *self;
+	const conf_streaming *st; /* NULL: no streaming */
 	const char *root; /* absolute scratch directory shared by all cases */
 	const char *dir;  /* this case's own empty directory under root */
 	asp_arena *a;     /* for the case's allocations; freed after the case */
@@ -65,12 +90,20 @@ typedef struct conf_outcome {
 void conf_run_case(const conf_case *c, const asp_ops *ops, void *self, const char *root,
                    conf_outcome *out);
 
+/* As conf_run_case, with streaming (may be NULL). */
+void conf_run_case_st(const conf_case *c, const asp_ops *ops, void *self,
+                      const conf_streaming *st, const char *root, conf_outcome *out);
+
 /*
  * Runs every case (or, with `only` non-NULL, those whose names contain it) and prints a
  * PASS/FAIL/SKIP table to `report` (may be NULL). Returns the number of failures.
  */
 int conf_run_filtered(const asp_ops *ops, void *self, const char *root, const char *only,
                       FILE *report);
+
+/* As conf_run_filtered, with streaming (may be NULL). */
+int conf_run_filtered_st(const asp_ops *ops, void *self, const conf_streaming *st,
+                         const char *root, const char *only, FILE *report);
 
 /* All cases. Returns the number of failures. */
 int conf_run_all(const asp_ops *ops, void *self, const char *root, FILE *report);
@@ -85,6 +118,28 @@ void conf_list(FILE *out);
  * so any transport registers with one call. 0, or -1 if CUnit refused.
  */
 int conf_register_cunit(const char *suite, const asp_ops *ops, void *self, const char *parent);
+
+/* As conf_register_cunit, with streaming (may be NULL; kept by pointer). */
+int conf_register_cunit_st(const char *suite, const asp_ops *ops, void *self,
+                           const conf_streaming *st, const char *parent);
+
+/*
+ * conf_stream.c (links libasp): streaming through the public client API (self is an
+ * asp_client *), and through a transport's subscribe slots (ctx is the asp_transport).
+ */
+extern const conf_streaming conf_client_streaming;
+struct asp_transport;
+void conf_transport_streaming(conf_streaming *st, const struct asp_transport *t);
+
+/*
+ * sh: "alive" or "dead" for the pid in FILE (relative to the case dir). A zombie counts
+ * as dead: in a container whose init does not reap, a killed orphan stays one.
+ */
+#define CONF_PID_STATE_SH(file)                                                                    \
+	"p=$(cat " file "); st=dead; "                                                             \
+	"if [ -d /proc/$p ]; then s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -c1); "       \
+	"case \"$s\" in ''|Z) ;; *) st=alive ;; esac; "                                            \
+	"elif [ ! -d /proc/self ] && kill -0 $p 2>/dev/null; then st=alive; fi; printf %s $st"
 
 /* Checks. Each records file:line and returns from the case when it fails. */
 #define CONF_CHECK(ctx, cond)                                                                      \

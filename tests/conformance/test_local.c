@@ -1,7 +1,9 @@
 /*
- * The conformance suite against the local backend (suite "local"), plus what only the
- * local backend can show (suite "local_backend"): no leaked fds or zombies, trimming to
- * a small max_message, robustness against direct callers, many threads at once.
+ * The conformance suite against the local backend (suite "local"; the streaming cases
+ * skip there) and against bound connections to one backend, as a server makes them
+ * (suite "local_conn": streaming, reattaching from a second connection), plus what only
+ * the local backend can show (suite "local_backend"): no leaked fds or zombies, trimming
+ * to a small max_message, robustness against direct callers, many threads at once.
  *
  *   test_local            run everything
  *   test_local --list     list the conformance cases
@@ -10,6 +12,7 @@
 #include "conformance.h"
 #include "local/local.h"
 #include "proto_desc.h"
+#include "rpc/local_client.h"
 
 #include <CUnit/Basic.h>
 #include <CUnit/CUnit.h>
@@ -25,6 +28,24 @@
 
 static asp_ops local_ops; /* asp_local_ops with the unsupported slots filled */
 static asp_local *backend;
+/* The streaming suite: connections bound to a backend of their own, as a server binds. */
+static asp_local *conn_backend;
+static conf_streaming conn_streaming;
+
+static void *peer_open(void *ctx)
+{
+	(void)ctx;
+	const asp_ops *ops;
+	void *self;
+	asp_error err;
+	return asp_local_client_open(conn_backend, false, &ops, &self, &err) ? NULL : self;
+}
+
+static void peer_close(void *ctx, void *peer)
+{
+	(void)ctx;
+	asp_local_client_close(peer);
+}
 static char scratch[256]; /* for the local_backend suite */
 
 static int count_fds(void)
@@ -222,7 +243,7 @@ static void test_direct_call_checks(void)
 	CU_ASSERT_EQUAL(asp_local_ops.remove(backend, &mp, &mr, a, &err), ASP_E_INVALID_ARGUMENT);
 	mp.path = "..";
 	CU_ASSERT_EQUAL(asp_local_ops.remove(backend, &mp, &mr, a, &err), ASP_E_INVALID_ARGUMENT);
-	/* streaming ops are another issue: the completed table answers unsupported */
+	/* streaming needs a bound connection: the unbound table answers unsupported */
 	asp_spawn_params sp;
 	asp_spawn_params_init(&sp);
 	sp.command = "true";
@@ -298,9 +319,9 @@ static void test_many_threads(void)
 static int run_named(int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++) {
-		const char *suites[] = {"local", "local_backend"};
+		const char *suites[] = {"local", "local_backend", "local_conn"};
 		bool found = false;
-		for (size_t k = 0; k < 2 && !found; k++) {
+		for (size_t k = 0; k < 3; k++) {
 			CU_pSuite s = CU_get_suite(suites[k]);
 			CU_pTest t = s ? CU_get_test(s, argv[i]) : NULL;
 			if (t) {
@@ -334,7 +355,18 @@ int main(int argc, char **argv)
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 2;
 	CU_pSuite b = NULL;
+	const asp_ops *conn_ops = NULL;
+	void *conn_self = NULL;
+	asp_error err;
+	conn_backend = asp_local_new(0);
+	if (!conn_backend ||
+	    asp_local_client_open(conn_backend, true, &conn_ops, &conn_self, &err) != ASP_OK)
+		return 2;
+	conf_transport_streaming(&conn_streaming, &asp_local_transport);
+	conn_streaming.peer_open = peer_open;
+	conn_streaming.peer_close = peer_close;
 	if (conf_register_cunit("local", &local_ops, backend, tmp) < 0 ||
+	    conf_register_cunit_st("local_conn", conn_ops, conn_self, &conn_streaming, tmp) < 0 ||
 	    !(b = CU_add_suite("local_backend", backend_init, backend_clean)) ||
 	    !CU_add_test(b, "no_fd_leaks", test_no_fd_leaks) ||
 	    !CU_add_test(b, "small_max_message", test_small_max_message) ||
@@ -356,6 +388,7 @@ int main(int argc, char **argv)
 	unsigned failures = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
 	CU_cleanup_registry();
 	asp_local_free(backend);
+	asp_local_client_close(conn_self); /* frees conn_backend, ending its processes */
 	if (careless >= 0)
 		close(careless);
 	return rc < 0 || failures ? 1 : 0;

@@ -202,12 +202,13 @@ static void test_local_transport(void)
 	CU_ASSERT_EQUAL_FATAL(asp_client_open_view(&v, &c, &err), ASP_OK);
 	CU_ASSERT_STRING_EQUAL(asp_client_config(c)->cwd, scratch);
 	check_config_applied(c);
-	/* the streaming ops answer unsupported, not a crash */
+	/* the streaming ops work in process too (a bound connection) */
 	asp_proc_list_params pp;
 	asp_proc_list_params_init(&pp);
 	asp_proc_list_result pr;
 	asp_arena *a = asp_arena_new();
-	CU_ASSERT_EQUAL(asp_proc_list(c, &pp, &pr, a, &err), ASP_E_UNSUPPORTED);
+	CU_ASSERT_EQUAL(asp_proc_list(c, &pp, &pr, a, &err), ASP_OK);
+	CU_ASSERT_EQUAL(pr.procs.count, 0);
 	asp_arena_free(a);
 	asp_client_free(c);
 }
@@ -407,6 +408,121 @@ static void scratch_teardown(void)
 	nftw(scratch, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* ---- spawned processes and the client's end --------------------------------------- */
+
+static bool proc_alive(pid_t pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	const char *s = strrchr(buf, ')');
+	return s && s[1] == ' ' && s[2] != 'Z' && s[2] != 'X';
+}
+
+typedef struct lines {
+	pthread_mutex_t mu;
+	char buf[PATH_MAX + 64];
+	size_t len;
+	int exits, losts;
+} lines;
+
+static void ln_out(void *u, uint64_t proc, asp_stream s, uint64_t off, const uint8_t *d, size_t n)
+{
+	(void)proc;
+	(void)s;
+	(void)off;
+	lines *l = u;
+	pthread_mutex_lock(&l->mu);
+	if (l->len + n < sizeof l->buf) {
+		memcpy(l->buf + l->len, d, n);
+		l->len += n;
+	}
+	pthread_mutex_unlock(&l->mu);
+}
+
+static void ln_exit(void *u, const asp_exit_event *ev)
+{
+	(void)ev;
+	lines *l = u;
+	pthread_mutex_lock(&l->mu);
+	l->exits++;
+	pthread_mutex_unlock(&l->mu);
+}
+
+static void ln_lost(void *u, uint64_t proc, const asp_error *err)
+{
+	(void)proc;
+	(void)err;
+	lines *l = u;
+	pthread_mutex_lock(&l->mu);
+	l->losts++;
+	pthread_mutex_unlock(&l->mu);
+}
+
+/*
+ * Spawned processes follow the client's config (cwd, env) and live output reaches the
+ * callbacks; freeing the client ends them, one ignoring TERM too (the agent KILLs its
+ * groups when it is terminated), and a follower still running hears on_lost.
+ */
+static void test_spawn_and_free(void)
+{
+	asp_client *c = open_agent(0);
+	static const asp_proc_callbacks cb = {ln_out, ln_exit, ln_lost};
+	static lines done, running; /* big enough for the cwd */
+	memset(&done, 0, sizeof done);
+	memset(&running, 0, sizeof running);
+	pthread_mutex_init(&done.mu, NULL);
+	pthread_mutex_init(&running.mu, NULL);
+	asp_spawn_params p;
+	asp_spawn_params_init(&p);
+	p.command = "pwd; echo \"$ASP_TEST_A\"";
+	uint64_t proc;
+	asp_error err;
+	CU_ASSERT_EQUAL_FATAL(asp_spawn_start(c, &p, &cb, &done, &proc, &err), ASP_OK);
+	for (int i = 0; i < 500 && !done.exits; i++)
+		usleep(10 * 1000);
+	char want[PATH_MAX + 16];
+	snprintf(want, sizeof want, "%s\ncfg-a\n", scratch);
+	pthread_mutex_lock(&done.mu);
+	CU_ASSERT(done.exits == 1 && done.len == strlen(want) && !memcmp(done.buf, want, done.len));
+	pthread_mutex_unlock(&done.mu);
+	/* a failed spawn: an error, never a callback */
+	lines none = {.len = 0};
+	pthread_mutex_init(&none.mu, NULL);
+	asp_spawn_params_init(&p);
+	p.has_argv = true;
+	static const char *const missing[] = {"/no/such/program"};
+	p.argv.items = missing;
+	p.argv.count = 1;
+	CU_ASSERT_EQUAL(asp_spawn_start(c, &p, &cb, &none, &proc, &err), ASP_E_NOT_FOUND);
+	asp_spawn_params_init(&p);
+	p.command = "trap '' TERM; echo $$; sleep 60";
+	CU_ASSERT_EQUAL_FATAL(asp_spawn_start(c, &p, &cb, &running, &proc, &err), ASP_OK);
+	pid_t pid = 0;
+	for (int i = 0; i < 500 && !pid; i++) {
+		usleep(10 * 1000);
+		pthread_mutex_lock(&running.mu);
+		if (running.len && running.buf[running.len - 1] == '\n')
+			pid = (pid_t)atoi(running.buf);
+		pthread_mutex_unlock(&running.mu);
+	}
+	CU_ASSERT_FATAL(pid > 0 && proc_alive(pid));
+	asp_client_free(c);
+	usleep(100 * 1000);
+	CU_ASSERT(!proc_alive(pid));
+	CU_ASSERT(running.losts == 1 && running.exits == 0);
+	CU_ASSERT(none.len == 0 && none.exits == 0 && none.losts == 0);
+	pthread_mutex_destroy(&done.mu);
+	pthread_mutex_destroy(&running.mu);
+	pthread_mutex_destroy(&none.mu);
+	assert_no_children();
+}
+
 static void add_stdio_suite(const char *name, int (*init)(void))
 {
 	CU_pSuite s = CU_add_suite_with_setup_and_teardown(name, init, NULL, scratch_setup,
@@ -417,6 +533,7 @@ static void add_stdio_suite(const char *name, int (*init)(void))
 	CU_add_test(s, "pending calls fail promptly", test_pending_fail_promptly);
 	CU_add_test(s, "8 threads x 100 execs", test_threads);
 	CU_add_test(s, "free with a call in flight", test_free_with_call_in_flight);
+	CU_add_test(s, "spawn follows the config; free ends what runs", test_spawn_and_free);
 }
 
 int main(void)

@@ -373,6 +373,271 @@ static void test_fake_ids_and_notices(void)
 	fake_close(&f);
 }
 
+/* ---- following processes: routing, the gate, replay before the answer ------------- */
+
+typedef struct follower {
+	pthread_mutex_t mu;
+	char out[64];
+	size_t len;
+	uint64_t first_off;
+	int outputs, exits, losts;
+	pthread_t cb_thread;
+} follower;
+
+static void fo_output(void *user, uint64_t proc, asp_stream s, uint64_t off, const uint8_t *d,
+                      size_t len)
+{
+	(void)proc;
+	(void)s;
+	follower *fo = user;
+	pthread_mutex_lock(&fo->mu);
+	if (!fo->outputs)
+		fo->first_off = off;
+	fo->outputs++;
+	fo->cb_thread = pthread_self();
+	if (fo->len + len < sizeof fo->out) {
+		memcpy(fo->out + fo->len, d, len);
+		fo->len += len;
+	}
+	pthread_mutex_unlock(&fo->mu);
+}
+
+static void fo_exit(void *user, const asp_exit_event *ev)
+{
+	(void)ev;
+	follower *fo = user;
+	pthread_mutex_lock(&fo->mu);
+	fo->exits++;
+	pthread_mutex_unlock(&fo->mu);
+}
+
+static void fo_lost(void *user, uint64_t proc, const asp_error *err)
+{
+	(void)proc;
+	(void)err;
+	follower *fo = user;
+	pthread_mutex_lock(&fo->mu);
+	fo->losts++;
+	pthread_mutex_unlock(&fo->mu);
+}
+
+static const asp_proc_callbacks fo_cb = {fo_output, fo_exit, fo_lost};
+
+typedef struct sub_call {
+	asp_rpc *rpc;
+	asp_op_id op;
+	uint64_t proc, stdout_offset;
+	follower *fo;
+	asp_status st;
+	uint64_t got_proc;
+} sub_call;
+
+static void *sub_thread(void *v)
+{
+	sub_call *c = v;
+	asp_proc_sub *sub = asp_proc_sub_new(&fo_cb, c->fo);
+	asp_arena *a = asp_arena_new();
+	asp_error err;
+	if (c->op == ASP_OP_SPAWN) {
+		asp_spawn_params p;
+		asp_spawn_params_init(&p);
+		p.command = "x";
+		asp_spawn_result r;
+		c->st = asp_rpc_subscribe(c->rpc, ASP_OP_SPAWN, &p, &r, a, sub, &err);
+		c->got_proc = c->st == ASP_OK ? r.proc : 0;
+	} else {
+		asp_proc_attach_params p;
+		asp_proc_attach_params_init(&p);
+		p.proc = c->proc;
+		p.stdout_offset = c->stdout_offset;
+		asp_proc_attach_result r;
+		c->st = asp_rpc_subscribe(c->rpc, ASP_OP_PROC_ATTACH, &p, &r, a, sub, &err);
+	}
+	asp_proc_sub_unref(sub);
+	asp_arena_free(a);
+	return NULL;
+}
+
+static void pack_output(msgpack_packer *pk, uint64_t proc, uint64_t off, const char *data)
+{
+	msgpack_pack_array(pk, 3);
+	msgpack_pack_uint8(pk, 2);
+	pack_str(pk, "output");
+	msgpack_pack_map(pk, 4);
+	pack_str(pk, "proc"), msgpack_pack_uint64(pk, proc);
+	pack_str(pk, "stream"), pack_str(pk, "stdout");
+	pack_str(pk, "offset"), msgpack_pack_uint64(pk, off);
+	size_t n = strlen(data);
+	pack_str(pk, "data"), msgpack_pack_bin(pk, n), msgpack_pack_bin_body(pk, data, n);
+}
+
+static void pack_exit(msgpack_packer *pk, uint64_t proc)
+{
+	msgpack_pack_array(pk, 3);
+	msgpack_pack_uint8(pk, 2);
+	pack_str(pk, "exit");
+	msgpack_pack_map(pk, 4);
+	pack_str(pk, "proc"), msgpack_pack_uint64(pk, proc);
+	pack_str(pk, "exit_code"), msgpack_pack_int8(pk, 0);
+	pack_str(pk, "signal"), msgpack_pack_nil(pk);
+	pack_str(pk, "timed_out"), msgpack_pack_false(pk);
+}
+
+/* [1, id, nil, {"proc": N}] or an empty result map. */
+static void pack_ok(msgpack_packer *pk, uint32_t id, bool with_proc, uint64_t proc)
+{
+	msgpack_pack_array(pk, 4);
+	msgpack_pack_uint8(pk, 1);
+	msgpack_pack_uint32(pk, id);
+	msgpack_pack_nil(pk);
+	msgpack_pack_map(pk, with_proc ? 1 : 0);
+	if (with_proc)
+		pack_str(pk, "proc"), msgpack_pack_uint64(pk, proc);
+}
+
+static void pack_err(msgpack_packer *pk, uint32_t id, const char *code)
+{
+	msgpack_pack_array(pk, 4);
+	msgpack_pack_uint8(pk, 1);
+	msgpack_pack_uint32(pk, id);
+	msgpack_pack_map(pk, 2);
+	pack_str(pk, "code"), pack_str(pk, code);
+	pack_str(pk, "message"), pack_str(pk, "no such process");
+	msgpack_pack_nil(pk);
+}
+
+static bool wait_count(follower *fo, int *field, int want, int ms)
+{
+	int64_t until = t_now_ms() + ms;
+	for (;;) {
+		pthread_mutex_lock(&fo->mu);
+		int v = *field;
+		pthread_mutex_unlock(&fo->mu);
+		if (v >= want)
+			return true;
+		if (t_now_ms() > until)
+			return false;
+		usleep(1000);
+	}
+}
+
+/*
+ * A spawn's answer followed at once by its output: the gate keeps the output back until
+ * the follower is listed, so nothing is lost. Another process's output goes nowhere.
+ */
+static void test_follow_spawn_gate(void)
+{
+	fake f;
+	fake_open(&f);
+	asp_rpc_set_notify(f.rpc, NULL, NULL); /* the engine's own routing */
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	for (int round = 0; round < 20; round++) {
+		follower fo = {.len = 0};
+		pthread_mutex_init(&fo.mu, NULL);
+		sub_call c = {.rpc = f.rpc, .op = ASP_OP_SPAWN, .fo = &fo};
+		pthread_t th;
+		pthread_create(&th, NULL, sub_thread, &c);
+		uint32_t id = fake_read_request(&f);
+		/* one write: the answer and the notifications arrive together */
+		pack_ok(&pk, id, true, 7 + (uint64_t)round);
+		asp_buf b;
+		asp_buf_init(&b);
+		t_add_framed(&b, sb.data, sb.size);
+		msgpack_sbuffer_clear(&sb);
+		pack_output(&pk, 7 + (uint64_t)round, 0, "abc");
+		t_add_framed(&b, sb.data, sb.size);
+		msgpack_sbuffer_clear(&sb);
+		pack_output(&pk, 999, 0, "zzz"); /* nobody follows 999 */
+		t_add_framed(&b, sb.data, sb.size);
+		msgpack_sbuffer_clear(&sb);
+		pack_output(&pk, 7 + (uint64_t)round, 3, "def");
+		t_add_framed(&b, sb.data, sb.size);
+		msgpack_sbuffer_clear(&sb);
+		pack_exit(&pk, 7 + (uint64_t)round);
+		t_add_framed(&b, sb.data, sb.size);
+		msgpack_sbuffer_clear(&sb);
+		fake_send(&f, b.data, b.len);
+		asp_buf_free(&b);
+		pthread_join(th, NULL);
+		CU_ASSERT_EQUAL(c.st, ASP_OK);
+		CU_ASSERT_EQUAL(c.got_proc, 7 + (uint64_t)round);
+		CU_ASSERT(wait_count(&fo, &fo.exits, 1, 2000));
+		CU_ASSERT(fo.len == 6 && memcmp(fo.out, "abcdef", 6) == 0);
+		CU_ASSERT_EQUAL(fo.losts, 0);
+		pthread_mutex_destroy(&fo.mu);
+	}
+	CU_ASSERT(asp_rpc_alive(f.rpc));
+	msgpack_sbuffer_destroy(&sb);
+	fake_close(&f);
+}
+
+/*
+ * An attach's replay comes before its answer: kept, then delivered on the calling
+ * thread before the call returns, trimmed to the asked offset. A failed attach calls
+ * nothing; a dead connection tells live followers on_lost.
+ */
+static void test_follow_attach_replay(void)
+{
+	fake f;
+	fake_open(&f);
+	asp_rpc_set_notify(f.rpc, NULL, NULL);
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+
+	/* a failed attach: its replay (a misbehaving responder's) never reaches the user */
+	follower bad = {.len = 0};
+	pthread_mutex_init(&bad.mu, NULL);
+	sub_call c = {.rpc = f.rpc, .op = ASP_OP_PROC_ATTACH, .proc = 5, .fo = &bad};
+	pthread_t th;
+	pthread_create(&th, NULL, sub_thread, &c);
+	uint32_t id = fake_read_request(&f);
+	pack_output(&pk, 5, 0, "xx");
+	fake_send_msg(&f, &sb);
+	pack_err(&pk, id, "not_found");
+	fake_send_msg(&f, &sb);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(c.st, ASP_E_NOT_FOUND);
+	usleep(20 * 1000);
+	CU_ASSERT_EQUAL(bad.outputs + bad.exits + bad.losts, 0);
+
+	/* a good one from offset 2: "xyz12" at 0 is trimmed to "z12" */
+	follower fo = {.len = 0};
+	pthread_mutex_init(&fo.mu, NULL);
+	c = (sub_call){.rpc = f.rpc, .op = ASP_OP_PROC_ATTACH, .proc = 5, .stdout_offset = 2,
+	               .fo = &fo};
+	pthread_create(&th, NULL, sub_thread, &c);
+	id = fake_read_request(&f);
+	pack_output(&pk, 5, 0, "xyz12");
+	fake_send_msg(&f, &sb);
+	pack_ok(&pk, id, false, 0);
+	fake_send_msg(&f, &sb);
+	pthread_t caller = th;
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(c.st, ASP_OK);
+	CU_ASSERT(fo.outputs == 1 && fo.first_off == 2 && fo.len == 3 &&
+	          memcmp(fo.out, "z12", 3) == 0);
+	CU_ASSERT(pthread_equal(fo.cb_thread, caller)); /* before the call returned */
+	/* live output continues on the reader thread; a repeat is dropped */
+	pack_output(&pk, 5, 3, "12AB");
+	fake_send_msg(&f, &sb);
+	CU_ASSERT(wait_count(&fo, &fo.outputs, 2, 2000));
+	CU_ASSERT(fo.len == 5 && memcmp(fo.out, "z12AB", 5) == 0);
+	/* the responder goes away: the live follower learns it */
+	close(f.fd);
+	f.fd = -1;
+	CU_ASSERT(wait_count(&fo, &fo.losts, 1, 2000));
+	CU_ASSERT_EQUAL(fo.exits, 0);
+	pthread_mutex_destroy(&fo.mu);
+	pthread_mutex_destroy(&bad.mu);
+	msgpack_sbuffer_destroy(&sb);
+	asp_rpc_free(f.rpc);
+}
+
 /* Hostile responders: each kills the connection and fails the pending call promptly. */
 static void fake_hostile(const uint8_t *bytes, size_t len, bool then_eof, const char *want)
 {
@@ -588,6 +853,10 @@ int main(void)
 	CU_add_test(s, "close unblocks a waiting call", test_close_unblocks);
 	CU_add_test(s, "a call with a deadline times out", test_call_timeout);
 	CU_add_test(s, "fd channel: burst of frames", test_channel_burst);
+	CU_add_test(s, "spawn: output right after the answer is not lost (gate)",
+	            test_follow_spawn_gate);
+	CU_add_test(s, "attach: replay kept until the answer; failure calls nothing",
+	            test_follow_attach_replay);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	unsigned failed = CU_get_number_of_failures();

@@ -5,6 +5,7 @@
 #include "asp/arena.h"
 #include "asp/client.h"
 #include "asp/config.h"
+#include "asp/proc.h"
 #include "asp/proto.h"
 #include "asp/status.h"
 #include "asp/types.h"

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 
 #include "asp/config.h"
+#include "asp/proc.h"
 #include "asp/proto.h"
 
 #ifdef __cplusplus
@@ -22,6 +23,39 @@ extern "C" {
  * (tests, embedding); never a value of .asp.json's "transport".
  */
 #define ASP_TRANSPORT_LOCAL ((asp_transport_kind)100)
+
+/*
+ * One follower of one spawned process (asp/proc.h): the user's callbacks, the order and
+ * offset checks, the buffer of what arrives before its call's answer. A transport that
+ * streams delivers the process's notifications into it. Reference counted.
+ */
+typedef struct asp_proc_sub asp_proc_sub;
+
+/* A follower calling `cb` (copied) with `user`; NULL when out of memory. */
+asp_proc_sub *asp_proc_sub_new(const asp_proc_callbacks *cb, void *user);
+asp_proc_sub *asp_proc_sub_ref(asp_proc_sub *s);
+/* The offsets the call asked for (0, 0 for a spawn): what comes before is a repeat. */
+void asp_proc_sub_expect(asp_proc_sub *s, uint64_t stdout_offset, uint64_t stderr_offset);
+void asp_proc_sub_unref(asp_proc_sub *s); /* NULL is a no-op */
+
+/*
+ * Deliveries, from any one thread at a time. Before asp_proc_sub_start they are kept
+ * (an attach's replay comes before its answer); after a terminal event, or after
+ * asp_proc_sub_close, they are dropped. Chunks that repeat bytes already delivered are
+ * trimmed, so a replay overlapping live output is harmless.
+ */
+void asp_proc_sub_output(asp_proc_sub *s, const asp_output_event *ev);
+void asp_proc_sub_exit(asp_proc_sub *s, const asp_exit_event *ev);
+void asp_proc_sub_lost(asp_proc_sub *s, const asp_error *why);
+
+/* The call succeeded for process `proc`: what was kept is delivered now, on this thread. */
+void asp_proc_sub_start(asp_proc_sub *s, uint64_t proc);
+/* The call failed: nothing is ever delivered. */
+void asp_proc_sub_fail(asp_proc_sub *s);
+/* No callback after this returns (but the one running on this thread, if any). */
+void asp_proc_sub_close(asp_proc_sub *s);
+/* True once it has delivered its last event (exit or lost) or was closed or failed. */
+bool asp_proc_sub_done(asp_proc_sub *s);
 
 typedef struct asp_transport {
 	asp_transport_kind kind;
@@ -45,6 +79,17 @@ typedef struct asp_transport {
 	 * the next call reconnects first instead of failing. Must be cheap: called per call.
 	 */
 	bool (*alive)(void *self);
+	/*
+	 * Optional (NULL: asp_spawn_start and asp_proc_attach_start answer unsupported).
+	 * Runs `op` (ASP_OP_SPAWN or ASP_OP_PROC_ATTACH) like the op table, routing the
+	 * process's notifications on this connection to `sub`: on success it has called
+	 * asp_proc_sub_start before returning; on failure it calls asp_proc_sub_fail. A
+	 * connection that dies calls asp_proc_sub_lost on every sub it routes to.
+	 */
+	asp_status (*subscribe)(void *self, asp_op_id op, const void *params, void *result,
+	                        asp_arena *a, asp_proc_sub *sub, asp_error *err);
+	/* Optional: stops routing `proc` (asp_proc_detach); closes its sub. */
+	void (*unsubscribe)(void *self, uint64_t proc);
 } asp_transport;
 
 /*

@@ -1,5 +1,6 @@
 /* The local backend's op table, its state, hello, and helpers its files share. */
 #include "local_impl.h"
+#include "local_proc.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -7,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
+#include <time.h>
 #include <unistd.h>
 
 #define AGENT_NAME "asp-agent/0.1.0"
@@ -24,11 +26,13 @@ const asp_ops asp_local_ops = {
     .rename = asp_local_rename,
 };
 
-/* What hello announces: keep in step with the table above. */
+/* What hello announces: keep in step with the tables (this one, local_conn.c's). */
 static const asp_op_id implemented[] = {
-    ASP_OP_HELLO, ASP_OP_EXEC,  ASP_OP_READ,   ASP_OP_WRITE,  ASP_OP_STAT,
-    ASP_OP_LIST,  ASP_OP_MKDIR, ASP_OP_REMOVE, ASP_OP_RENAME,
+    ASP_OP_HELLO,      ASP_OP_EXEC,        ASP_OP_READ,      ASP_OP_WRITE,     ASP_OP_STAT,
+    ASP_OP_LIST,       ASP_OP_MKDIR,       ASP_OP_REMOVE,    ASP_OP_RENAME,    ASP_OP_SPAWN,
+    ASP_OP_PROC_WRITE, ASP_OP_PROC_SIGNAL, ASP_OP_PROC_WAIT, ASP_OP_PROC_LIST, ASP_OP_PROC_ATTACH,
 };
+#define UNARY_COUNT 9 /* the first ones: what asp_local_ops (no connection) has */
 
 asp_local *asp_local_new(size_t max_message)
 {
@@ -41,6 +45,12 @@ asp_local *asp_local_new(size_t max_message)
 	                        ? l->max_message - LOCAL_ENVELOPE_HEADROOM
 	                        : l->max_message / 2;
 	struct utsname u;
+	pthread_mutex_init(&l->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&l->cv, &ca);
+	pthread_condattr_destroy(&ca);
 	if (uname(&u) == 0) {
 		size_t i = 0;
 		for (; u.sysname[i] && i + 1 < sizeof l->os; i++)
@@ -57,6 +67,15 @@ asp_local *asp_local_new(size_t max_message)
 
 void asp_local_free(asp_local *l)
 {
+	if (!l)
+		return;
+	if (!asp_local_shutdown(l))
+		return; /* a pump is stuck in a sink: leaking beats freeing under it */
+	for (size_t i = 0; i < l->nprocs; i++)
+		local_proc_unref(l->procs[i]);
+	free(l->procs);
+	pthread_cond_destroy(&l->cv);
+	pthread_mutex_destroy(&l->mu);
 	free(l);
 }
 
@@ -68,10 +87,15 @@ static char *arena_str(asp_arena *a, const char *s)
 asp_status asp_local_hello(void *self, const asp_hello_params *p, asp_hello_result *r, asp_arena *a,
                            asp_error *err)
 {
-	asp_local *l = self;
 	(void)p; /* any client protocol is answered with ours; the client decides */
+	return local_hello(self, false, r, a, err);
+}
+
+asp_status local_hello(asp_local *l, bool streaming, asp_hello_result *r, asp_arena *a,
+                       asp_error *err)
+{
 	memset(r, 0, sizeof *r);
-	size_t n = sizeof implemented / sizeof implemented[0];
+	size_t n = streaming ? sizeof implemented / sizeof implemented[0] : UNARY_COUNT;
 	const char **ops = asp_arena_alloc(a, n * sizeof *ops);
 	if (!ops)
 		return local_oom("hello", err);

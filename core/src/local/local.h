@@ -20,13 +20,17 @@ typedef struct asp_local asp_local;
  */
 asp_local *asp_local_new(size_t max_message);
 
-/* NULL is a no-op. No call may be in flight. */
+/*
+ * Ends the spawned processes still running (as asp_local_shutdown) and frees. NULL is a
+ * no-op. No call may be in flight and every connection must be disconnected.
+ */
 void asp_local_free(asp_local *l);
 
 /*
  * self is an asp_local *. Every op may block (exec until the process ends) and may be
- * called from many threads at once. The streaming ops (spawn, proc_*) are NULL: run the
- * table through asp_ops_complete() to have them answer `unsupported`.
+ * called from many threads at once. The streaming ops (spawn, proc_*) are NULL here (they
+ * need a connection: asp_local_conn_ops); run the table through asp_ops_complete() to
+ * have them answer `unsupported`.
  */
 extern const asp_ops asp_local_ops;
 
@@ -42,7 +46,8 @@ typedef struct asp_conn_sink {
 	 * Sends one whole frame (header included) to the connection. May be called from any
 	 * thread and may block while the peer is slow: that is the backpressure that keeps
 	 * a process's pipe unread while its client does not read. Returns false once the
-	 * connection is gone; the backend then never calls it again.
+	 * connection is gone; the backend then never calls it again. It must return (false)
+	 * once the server has closed the connection, or asp_local_disconnect waits for it.
 	 */
 	bool (*send)(void *ctx, const uint8_t *frame, size_t len);
 	void *ctx;
@@ -53,7 +58,8 @@ typedef struct asp_local_conn asp_local_conn;
 /*
  * Binds a connection to the backend. `sink` NULL: a connection that cannot carry
  * notifications (plain HTTP POST); its spawns still run and can be attached from
- * elsewhere. NULL when out of memory. The sink is copied.
+ * elsewhere, and proc_attach on it answers `unsupported`. NULL when out of memory. The
+ * sink is copied.
  */
 asp_local_conn *asp_local_connect(asp_local *l, const asp_conn_sink *sink);
 
@@ -63,13 +69,51 @@ asp_local_conn *asp_local_connect(asp_local *l, const asp_conn_sink *sink);
  */
 void asp_local_disconnect(asp_local_conn *c);
 
-/* Every op, streaming ones included; self is an asp_local_conn *. */
+/*
+ * Every op, streaming ones included; self is an asp_local_conn *. hello lists them.
+ * spawn and proc_attach called directly (outside asp_local_conn_serve or a hold) let
+ * notifications flow at once, which may be before the caller has seen the result.
+ */
 extern const asp_ops asp_local_conn_ops;
 
 /*
- * Ends every spawned process (TERM to its group, KILL 2 s later) and waits for them: the
- * responder calls it on EOF or SIGTERM before it exits (DESIGN §5).
+ * Serves one request read from a connection with a sink: runs it with
+ * asp_local_conn_ops, sends the response through the sink, and only then lets the
+ * processes it spawned or attached send notifications (DESIGN §3: the spawn response
+ * comes before the process's first notification; proc_attach replays before its
+ * response and live output follows it). `out` is the caller's reusable scratch buffer.
+ * 1: sent; 0: the sink failed (the connection is gone); -1: out of memory, nothing sent
+ * (the server should close the connection). Servers use this rather than asp_dispatch
+ * plus their own write; a connection without a sink uses asp_dispatch and answers itself.
  */
-void asp_local_shutdown(asp_local *l);
+struct asp_msg;
+struct asp_buf;
+int asp_local_conn_serve(asp_local_conn *c, const struct asp_msg *req, struct asp_buf *out);
+
+/*
+ * For a caller that calls asp_local_conn_ops itself and delivers the results in its own
+ * way (the in-process transport): between hold and release, processes that spawn or
+ * proc_attach on this thread start or attach keep their notifications for `c` back.
+ * release lets them flow. Not nested; one connection per thread at a time.
+ */
+void asp_local_conn_hold(asp_local_conn *c);
+void asp_local_conn_release(asp_local_conn *c);
+
+/* The sink's ctx (NULL without a sink): lets an owner find its state from `c`. */
+void *asp_local_conn_ctx(const asp_local_conn *c);
+
+/*
+ * Ends every spawned process (TERM to its group, KILL 2 s later) and waits for them: the
+ * responder calls it on EOF or SIGTERM before it exits (DESIGN §5). Later spawns fail.
+ * false when some process's output could not be delivered in time (a connection's sink
+ * stays blocked): the backend must then not be freed (exit the process instead).
+ */
+bool asp_local_shutdown(asp_local *l);
+
+/*
+ * As asp_local_shutdown with the KILL `kill_after_ms` after the TERM: for a responder
+ * that is being terminated itself and may be killed before 2 s are up.
+ */
+bool asp_local_shutdown_grace(asp_local *l, unsigned kill_after_ms);
 
 #endif

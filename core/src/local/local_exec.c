@@ -146,43 +146,6 @@ static int poll_ms(uint64_t now, uint64_t until)
 	return ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
-/*
- * Writing to a pipe whose reader exited raises SIGPIPE, which would kill a host process
- * that has not ignored it. Block it in this thread while feeding stdin, and take back a
- * SIGPIPE we caused before unblocking.
- */
-struct pipe_guard {
-	bool active, was_pending;
-	sigset_t old;
-};
-
-static void guard_on(struct pipe_guard *g)
-{
-	sigset_t s;
-	sigemptyset(&s);
-	sigaddset(&s, SIGPIPE);
-	g->active = pthread_sigmask(SIG_BLOCK, &s, &g->old) == 0;
-	g->was_pending = false;
-	if (g->active && sigismember(&g->old, SIGPIPE)) {
-		sigset_t pend;
-		g->was_pending = sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE);
-	}
-}
-
-static void guard_off(struct pipe_guard *g, bool epipe)
-{
-	if (!g->active)
-		return;
-	if (epipe && !g->was_pending) {
-		sigset_t s;
-		sigemptyset(&s);
-		sigaddset(&s, SIGPIPE);
-		struct timespec zero = {0, 0};
-		sigtimedwait(&s, NULL, &zero);
-	}
-	pthread_sigmask(SIG_SETMASK, &g->old, NULL);
-}
-
 asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result *r, asp_arena *a,
                           asp_error *err)
 {
@@ -205,12 +168,12 @@ asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result 
 	struct feed in = {.fd = c.in_fd, .data = p->stdin_data.data, .len = p->stdin_data.len};
 	c.out_fd = c.err_fd = c.in_fd = -1;
 	uint8_t *scratch = NULL;
-	struct pipe_guard guard = {0};
+	local_pipe_guard guard = {0};
 
 	if (in.len == 0) {
 		close_fd(&in.fd);
 	} else {
-		guard_on(&guard);
+		local_pipe_guard_on(&guard);
 		if (in.len <= PIPE_BUF)
 			feed_write(&in); /* fits a fresh pipe at once: no poll round needed */
 		else if (fcntl(in.fd, F_SETFL, O_NONBLOCK) < 0)
@@ -283,7 +246,7 @@ asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result 
 	int status = local_child_reap(&c);
 	local_child_close(&c);
 	if (in.len)
-		guard_off(&guard, in.epipe);
+		local_pipe_guard_off(&guard, in.epipe);
 	free(scratch);
 
 	r->timed_out = timed_out;

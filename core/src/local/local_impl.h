@@ -4,6 +4,7 @@
 
 #include "local.h"
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -16,9 +17,23 @@ struct asp_local {
 	size_t payload_budget; /* bytes of data one response may carry */
 	char os[64];           /* uname sysname, lower case */
 	char arch[64];         /* uname machine */
+
+	/* Spawned processes (local_proc.h). */
+	pthread_mutex_t mu;      /* the fields below */
+	pthread_cond_t cv;       /* a pump ended */
+	struct local_proc **procs; /* by increasing id */
+	size_t nprocs, cap;
+	uint64_t last_id;
+	uint64_t done_seq;       /* finished processes so far: orders eviction */
+	unsigned done;           /* finished processes in the table */
+	unsigned pumps;          /* pump threads running */
+	bool shutting_down;      /* no more spawns */
 };
 
 /* The ops (local.c, local_exec.c, local_files.c, local_fs.c, local_remove.c). */
+/* hello's result; `streaming` adds spawn and proc_* to the ops it lists. */
+asp_status local_hello(asp_local *l, bool streaming, asp_hello_result *r, asp_arena *a,
+                       asp_error *err);
 asp_status asp_local_hello(void *self, const asp_hello_params *p, asp_hello_result *r, asp_arena *a,
                            asp_error *err);
 asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result *r, asp_arena *a,

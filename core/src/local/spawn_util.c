@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <limits.h>
 #include <signal.h>
 #include <spawn.h>
@@ -15,6 +16,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -457,4 +459,31 @@ void local_child_close(local_child *c)
 			*fds[i] = -1;
 		}
 	}
+}
+
+void local_pipe_guard_on(local_pipe_guard *g)
+{
+	sigset_t s;
+	sigemptyset(&s);
+	sigaddset(&s, SIGPIPE);
+	g->active = pthread_sigmask(SIG_BLOCK, &s, &g->old) == 0;
+	g->was_pending = false;
+	if (g->active && sigismember(&g->old, SIGPIPE)) {
+		sigset_t pend;
+		g->was_pending = sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE);
+	}
+}
+
+void local_pipe_guard_off(local_pipe_guard *g, bool epipe)
+{
+	if (!g->active)
+		return;
+	if (epipe && !g->was_pending) {
+		sigset_t s;
+		sigemptyset(&s);
+		sigaddset(&s, SIGPIPE);
+		struct timespec zero = {0, 0};
+		sigtimedwait(&s, NULL, &zero);
+	}
+	pthread_sigmask(SIG_SETMASK, &g->old, NULL);
 }

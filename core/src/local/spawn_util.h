@@ -9,6 +9,7 @@
 
 #include "asp/proto.h"
 
+#include <signal.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -59,5 +60,19 @@ const char *local_signal_name(int sig, char buf[16]);
 
 /* The number of a signal named as local_signal_name does (with or without "SIG"), or 0. */
 int local_signal_number(const char *name);
+
+/*
+ * Writing to a pipe whose reader exited raises SIGPIPE, which would kill a host process
+ * that has not ignored it. on blocks it in this thread while feeding a child's stdin;
+ * off (with `epipe`: a write failed with EPIPE) takes back a SIGPIPE we caused, then
+ * restores the mask.
+ */
+typedef struct local_pipe_guard {
+	bool active, was_pending;
+	sigset_t old;
+} local_pipe_guard;
+
+void local_pipe_guard_on(local_pipe_guard *g);
+void local_pipe_guard_off(local_pipe_guard *g, bool epipe);
 
 #endif

@@ -4,6 +4,7 @@
  * transport_error.
  */
 #include "asp/client.h"
+#include "asp/proc.h"
 #include "asp/transport.h"
 
 #include "builtin.h"
@@ -288,6 +289,102 @@ asp_status asp_client_call(asp_client *c, asp_op_id op, const void *params, void
 		asp_error_set(err, st, NULL, "%s failed", d->name);
 	call_done(c, k, st);
 	return st;
+}
+
+/* ---- following spawned processes ------------------------------------------------- */
+
+static asp_status stream_call(asp_client *c, asp_op_id op, const void *params, void *result,
+                              asp_arena *a, const asp_proc_callbacks *cb, void *user,
+                              asp_error *err)
+{
+	const asp_op_desc *d = &asp_op_descs[op];
+	asp_status st;
+	const void *p = apply_config(c, d->params, params, a, &st);
+	if (st)
+		return asp_error_set(err, st, NULL, "out of memory");
+	conn *k = acquire(c, err);
+	if (!k)
+		return err->code;
+	if (!k->t->subscribe) {
+		st = asp_error_set(err, ASP_E_UNSUPPORTED, NULL,
+		                   "%s: the %s transport cannot carry a process's live output; use "
+		                   "exec, or a transport with notifications (stdio, WebSocket, SSH "
+		                   "agent mode)",
+		                   d->name, k->t->name);
+		call_done(c, k, st);
+		return st;
+	}
+	asp_proc_sub *sub = asp_proc_sub_new(cb, user);
+	if (!sub) {
+		st = asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+		call_done(c, k, st);
+		return st;
+	}
+	asp_record_init(d->result, result);
+	st = k->t->subscribe(k->self, op, p, result, a, sub, err);
+	if (st && err->code != st)
+		asp_error_set(err, st, NULL, "%s failed", d->name);
+	asp_proc_sub_unref(sub);
+	call_done(c, k, st);
+	return st;
+}
+
+asp_status asp_spawn_start(asp_client *c, const asp_spawn_params *p, const asp_proc_callbacks *cb,
+                           void *user, uint64_t *proc, asp_error *err)
+{
+	asp_error scratch;
+	if (!err)
+		err = &scratch;
+	if (proc)
+		*proc = 0;
+	if (!c || !p || !cb)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                     "asp_spawn_start: client, params and callbacks are required");
+	asp_arena *a = asp_arena_new();
+	if (!a)
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	asp_spawn_result r;
+	asp_status st = stream_call(c, ASP_OP_SPAWN, p, &r, a, cb, user, err);
+	if (st == ASP_OK && proc)
+		*proc = r.proc;
+	asp_arena_free(a);
+	return st;
+}
+
+asp_status asp_proc_attach_start(asp_client *c, const asp_proc_attach_params *p,
+                                 const asp_proc_callbacks *cb, void *user, asp_error *err)
+{
+	asp_error scratch;
+	if (!err)
+		err = &scratch;
+	if (!c || !p || !cb)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                     "asp_proc_attach_start: client, params and callbacks are "
+		                     "required");
+	asp_arena *a = asp_arena_new();
+	if (!a)
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	asp_proc_attach_result r;
+	asp_status st = stream_call(c, ASP_OP_PROC_ATTACH, p, &r, a, cb, user, err);
+	asp_arena_free(a);
+	return st;
+}
+
+void asp_proc_detach(asp_client *c, uint64_t proc)
+{
+	if (!c)
+		return;
+	/* Only the current connection can have followers: a dead one told them on_lost. */
+	pthread_mutex_lock(&c->mu);
+	conn *k = c->cur;
+	if (k)
+		atomic_fetch_add(&k->refs, 1);
+	pthread_mutex_unlock(&c->mu);
+	if (!k)
+		return;
+	if (k->t->unsubscribe)
+		k->t->unsubscribe(k->self, proc);
+	conn_release(k);
 }
 
 /* ---- lifecycle -------------------------------------------------------------------- */

@@ -1,6 +1,7 @@
 /* The RPC engine: request ids, pipelined calls, one reader thread, a dead connection. */
 #include "rpc.h"
 
+#include "proc_route.h"
 #include "wire.h"
 
 #include <errno.h>
@@ -28,6 +29,8 @@ typedef struct waiter {
 	asp_status st; /* ASP_OK: frame holds the response; else the connection died */
 	uint8_t *frame;
 	size_t len;
+	bool gate;       /* a spawn/attach: notifications wait until its follower is set up */
+	bool gate_taken; /* its answer closed the gate: the caller opens it */
 } waiter;
 
 enum { ALIVE, DYING, DEAD };
@@ -52,6 +55,10 @@ struct asp_rpc {
 	asp_rpc_notify_fn notify;
 	void *notify_ctx;
 	asp_arena *notify_arena;
+
+	asp_proc_routes *routes; /* followers of spawned processes on this connection */
+	pthread_cond_t gate_cv;  /* under mu: gates went to 0, or the connection died */
+	unsigned gates;          /* answered spawn/attach calls still setting up */
 };
 
 /* ---- slots ------------------------------------------------------------------------ */
@@ -154,7 +161,9 @@ static void rpc_die(asp_rpc *rpc, const asp_error *why)
 		}
 	}
 	pthread_cond_broadcast(&rpc->state_cv);
+	pthread_cond_broadcast(&rpc->gate_cv);
 	pthread_mutex_unlock(&rpc->mu);
+	asp_proc_routes_lost(rpc->routes, &e); /* their on_lost, on this thread */
 }
 
 /* Under mu, state not ALIVE: waits out DYING and copies the reason. */
@@ -215,6 +224,10 @@ static void deliver(asp_rpc *rpc, uint32_t id, uint8_t *m, size_t len)
 		w->len = len;
 		w->st = ASP_OK;
 		w->done = true;
+		if (w->gate) { /* hold notifications back until the caller has its follower */
+			rpc->gates++;
+			w->gate_taken = true;
+		}
 		m = NULL;
 		pthread_cond_signal(&w->cv);
 	}
@@ -224,16 +237,25 @@ static void deliver(asp_rpc *rpc, uint32_t id, uint8_t *m, size_t len)
 
 static void notify(asp_rpc *rpc, const asp_msg *msg)
 {
-	if (!rpc->notify)
-		return;
+	if (!rpc->notify) {
+		/* A spawn answered just now: its caller lists the follower before we route. */
+		pthread_mutex_lock(&rpc->mu);
+		while (rpc->gates > 0 && atomic_load(&rpc->state) == ALIVE)
+			pthread_cond_wait(&rpc->gate_cv, &rpc->mu);
+		pthread_mutex_unlock(&rpc->mu);
+	}
 	for (int n = 0; n < ASP_NOTICE_COUNT; n++) {
 		const asp_notice_desc *d = &asp_notice_descs[n];
 		if (d->name_len != msg->method_len || memcmp(d->name, msg->method, d->name_len))
 			continue;
 		asp_arena *a = rpc->notify_arena;
 		void *p = asp_arena_alloc(a, d->params->size);
-		if (p && asp_record_decode(d->params, msg->params, p, a, NULL) == ASP_OK)
-			rpc->notify(rpc->notify_ctx, (asp_notice_id)n, p, a);
+		if (p && asp_record_decode(d->params, msg->params, p, a, NULL) == ASP_OK) {
+			if (rpc->notify)
+				rpc->notify(rpc->notify_ctx, (asp_notice_id)n, p, a);
+			else
+				asp_proc_routes_route(rpc->routes, (asp_notice_id)n, p);
+		}
 		asp_arena_reset(a);
 		return;
 	}
@@ -300,14 +322,18 @@ asp_status asp_rpc_new(asp_channel *ch, size_t max_message, asp_rpc **out, asp_e
 	*out = NULL;
 	asp_rpc *rpc = calloc(1, sizeof *rpc);
 	asp_arena *na = asp_arena_new();
-	if (!rpc || !na) {
+	asp_proc_routes *routes = asp_proc_routes_new();
+	if (!rpc || !na || !routes) {
 		free(rpc);
 		asp_arena_free(na);
+		asp_proc_routes_free(routes);
 		asp_channel_free(ch);
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
 	}
 	rpc->ch = ch;
 	rpc->notify_arena = na;
+	rpc->routes = routes;
+	pthread_cond_init(&rpc->gate_cv, NULL);
 	if (!max_message)
 		max_message = ASP_MAX_MESSAGE_DEFAULT;
 	atomic_init(&rpc->max_send, max_message);
@@ -327,7 +353,9 @@ asp_status asp_rpc_new(asp_channel *ch, size_t max_message, asp_rpc **out, asp_e
 		pthread_mutex_destroy(&rpc->mu);
 		pthread_mutex_destroy(&rpc->send_mu);
 		pthread_cond_destroy(&rpc->state_cv);
+		pthread_cond_destroy(&rpc->gate_cv);
 		asp_arena_free(na);
+		asp_proc_routes_free(routes);
 		asp_channel_free(ch);
 		free(rpc);
 		return asp_error_errno(err, e, NULL, "starting the connection's reader thread");
@@ -352,7 +380,9 @@ void asp_rpc_free(asp_rpc *rpc)
 	pthread_mutex_destroy(&rpc->mu);
 	pthread_mutex_destroy(&rpc->send_mu);
 	pthread_cond_destroy(&rpc->state_cv);
+	pthread_cond_destroy(&rpc->gate_cv);
 	asp_arena_free(rpc->notify_arena);
+	asp_proc_routes_free(rpc->routes);
 	free(rpc->slots);
 	free(rpc->gens);
 	free(rpc->free_idx);
@@ -442,19 +472,32 @@ static bool waiter_wait(asp_rpc *rpc, waiter *w, const struct timespec *deadline
 	return true;
 }
 
+static asp_status rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void *result,
+                           asp_arena *a, unsigned timeout_ms, bool *gate, asp_error *err);
+
 asp_status asp_rpc_invoke(void *self, asp_op_id op, const void *params, void *result,
                           asp_arena *a, asp_error *err)
 {
-	return asp_rpc_call(self, op, params, result, a, 0, err);
+	return rpc_call(self, op, params, result, a, 0, NULL, err);
 }
 
 asp_status asp_rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void *result,
                         asp_arena *a, unsigned timeout_ms, asp_error *err)
 {
+	return rpc_call(rpc, op, params, result, a, timeout_ms, NULL, err);
+}
+
+/*
+ * `gate` non-NULL: the answer closes the notification gate (see deliver) and *gate says
+ * whether it did; the caller then opens it with gate_open.
+ */
+static asp_status rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void *result,
+                           asp_arena *a, unsigned timeout_ms, bool *gate, asp_error *err)
+{
 	if ((unsigned)op >= ASP_OP_COUNT)
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL, "unknown op %d", (int)op);
 	const asp_op_desc *d = &asp_op_descs[op];
-	waiter w = {.done = false};
+	waiter w = {.done = false, .gate = gate != NULL};
 	asp_status st;
 	struct timespec deadline;
 	if (timeout_ms) {
@@ -512,6 +555,8 @@ asp_status asp_rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void *re
 			                   "%s: no answer within %u ms", d->name, timeout_ms);
 		else
 			st = w.st ? dead_error(rpc, err) : ASP_OK;
+		if (gate)
+			*gate = w.gate_taken;
 		pthread_mutex_unlock(&rpc->mu);
 		pthread_cond_destroy(&w.cv);
 		if (st)
@@ -525,4 +570,43 @@ asp_status asp_rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void *re
 	pthread_mutex_unlock(&rpc->mu);
 	pthread_cond_destroy(&w.cv);
 	return st;
+}
+
+/* ---- following spawned processes -------------------------------------------------- */
+
+static void gate_open(asp_rpc *rpc)
+{
+	pthread_mutex_lock(&rpc->mu);
+	if (--rpc->gates == 0)
+		pthread_cond_broadcast(&rpc->gate_cv);
+	pthread_mutex_unlock(&rpc->mu);
+}
+
+typedef struct gated_call {
+	asp_rpc *rpc;
+	bool gate;
+} gated_call;
+
+static asp_status call_gated(void *ctx, asp_op_id op, const void *params, void *result,
+                             asp_arena *a, asp_error *err)
+{
+	gated_call *g = ctx;
+	return rpc_call(g->rpc, op, params, result, a, 0, &g->gate, err);
+}
+
+asp_status asp_rpc_subscribe(void *self, asp_op_id op, const void *params, void *result,
+                             asp_arena *a, asp_proc_sub *sub, asp_error *err)
+{
+	asp_rpc *rpc = self;
+	gated_call g = {rpc, false};
+	asp_status st = asp_proc_routes_call(rpc->routes, call_gated, &g, op, params, result, a,
+	                                     sub, err);
+	if (g.gate)
+		gate_open(rpc);
+	return st;
+}
+
+void asp_rpc_unsubscribe(void *self, uint64_t proc)
+{
+	asp_proc_routes_remove(((asp_rpc *)self)->routes, proc);
 }

@@ -7,6 +7,7 @@
 #ifndef ASP_RPC_RPC_H
 #define ASP_RPC_RPC_H
 
+#include "asp/transport.h"
 #include "channel.h"
 #include "proto_desc.h"
 
@@ -26,7 +27,10 @@ typedef void (*asp_rpc_notify_fn)(void *ctx, asp_notice_id n, const void *params
  */
 asp_status asp_rpc_new(asp_channel *ch, size_t max_message, asp_rpc **out, asp_error *err);
 
-/* Routes notifications to `fn` (NULL: drop them). Set before the first call. */
+/*
+ * Routes notifications to `fn` instead of the followers of asp_rpc_subscribe (tests of
+ * the engine). Set before the first call.
+ */
 void asp_rpc_set_notify(asp_rpc *rpc, asp_rpc_notify_fn fn, void *ctx);
 
 /*
@@ -36,6 +40,14 @@ void asp_rpc_set_notify(asp_rpc *rpc, asp_rpc_notify_fn fn, void *ctx);
  */
 asp_status asp_rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void *result,
                         asp_arena *a, unsigned timeout_ms, asp_error *err);
+
+/*
+ * asp_transport.subscribe and .unsubscribe for a transport whose backend is this engine
+ * (self = asp_rpc *): follows a spawned process's notifications on this connection.
+ */
+asp_status asp_rpc_subscribe(void *self, asp_op_id op, const void *params, void *result,
+                             asp_arena *a, asp_proc_sub *sub, asp_error *err);
+void asp_rpc_unsubscribe(void *self, uint64_t proc);
 
 /* Whether the connection is still usable; false once it died or was closed. */
 bool asp_rpc_alive(asp_rpc *rpc);

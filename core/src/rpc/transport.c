@@ -1,9 +1,7 @@
-/* The transport registry, and the local backend registered as an internal transport. */
+/* The transport registry; the local backend is registered as an internal transport. */
 #include "asp/transport.h"
 
 #include "builtin.h"
-#include "local/local.h"
-#include "proto_desc.h"
 
 #include <pthread.h>
 
@@ -61,47 +59,12 @@ const asp_transport *asp_transport_find(asp_transport_kind kind)
 	return t;
 }
 
-/* ---- the local backend as a transport --------------------------------------------- */
-
-static asp_ops local_ops; /* asp_local_ops with the streaming slots answering unsupported */
-
-static void local_ops_init(void)
-{
-	local_ops = asp_local_ops;
-	asp_ops_complete(&local_ops);
-}
-
-static asp_status local_open(const asp_config_view *cfg, const asp_ops **ops, void **self,
-                             asp_error *err)
-{
-	(void)cfg;
-	static pthread_once_t once = PTHREAD_ONCE_INIT;
-	pthread_once(&once, local_ops_init);
-	asp_local *l = asp_local_new(0);
-	if (!l)
-		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
-	*ops = &local_ops;
-	*self = l;
-	return ASP_OK;
-}
-
-static void local_close(void *self)
-{
-	asp_local_free(self);
-}
-
-static const asp_transport local_transport = {
-	.kind = ASP_TRANSPORT_LOCAL,
-	.name = "local",
-	.open = local_open,
-	.abort = NULL, /* an op running in this process cannot be cut short */
-	.close = local_close,
-	.alive = NULL,
-};
+/* The local backend as a transport (local_client.c). */
+extern const asp_transport asp_local_transport;
 
 static void register_all(void)
 {
-	put(&local_transport);
+	put(&asp_local_transport);
 	asp_builtin_transports_register();
 }
 

@@ -1,0 +1,205 @@
+/*
+ * Binding responder connections to the local backend: the sink wrapper (a dead
+ * connection is never called again), the per-request hold that keeps a spawn's
+ * notifications behind its response, and the op table of a bound connection.
+ */
+#include "local_proc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- connections ------------------------------------------------------------------ */
+
+asp_local_conn *asp_local_connect(asp_local *l, const asp_conn_sink *sink)
+{
+	asp_local_conn *c = calloc(1, sizeof *c);
+	if (!c)
+		return NULL;
+	c->l = l;
+	if (sink && sink->send) {
+		c->sink = *sink;
+		c->has_sink = true;
+	}
+	atomic_init(&c->refs, 1);
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cv, NULL);
+	return c;
+}
+
+void local_conn_ref(asp_local_conn *c)
+{
+	atomic_fetch_add(&c->refs, 1);
+}
+
+void local_conn_unref(asp_local_conn *c)
+{
+	if (atomic_fetch_sub(&c->refs, 1) != 1)
+		return;
+	pthread_cond_destroy(&c->cv);
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+}
+
+void asp_local_disconnect(asp_local_conn *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->mu);
+	c->dead = true;
+	while (c->sending > 0) /* a pump inside the sink: the promise is "never again" */
+		pthread_cond_wait(&c->cv, &c->mu);
+	pthread_mutex_unlock(&c->mu);
+	/* Subscribers still listed find the connection dead and are dropped by their pump. */
+	local_conn_unref(c);
+}
+
+void *asp_local_conn_ctx(const asp_local_conn *c)
+{
+	return c->has_sink ? c->sink.ctx : NULL;
+}
+
+bool local_conn_send(asp_local_conn *c, const uint8_t *frame, size_t len)
+{
+	pthread_mutex_lock(&c->mu);
+	if (c->dead || !c->has_sink) {
+		pthread_mutex_unlock(&c->mu);
+		return false;
+	}
+	c->sending++;
+	pthread_mutex_unlock(&c->mu);
+	bool ok = c->sink.send(c->sink.ctx, frame, len);
+	pthread_mutex_lock(&c->mu);
+	if (!ok)
+		c->dead = true;
+	if (--c->sending == 0)
+		pthread_cond_broadcast(&c->cv);
+	ok = ok && !c->dead;
+	pthread_mutex_unlock(&c->mu);
+	return ok;
+}
+
+/* ---- holding notifications until the response is out ----------------------------- */
+
+typedef struct hold_entry {
+	struct hold_entry *next;
+	local_proc *p;
+	local_sub *s;
+} hold_entry;
+
+typedef struct hold {
+	asp_local_conn *c;
+	hold_entry *list;
+} hold;
+
+/* The request this thread is serving; one at a time per thread. */
+static _Thread_local hold *tls_hold;
+/* asp_local_conn_hold's, for callers that cannot keep one on their stack. */
+static _Thread_local hold tls_direct;
+
+bool local_hold_add(asp_local_conn *c, local_proc *p, local_sub *s)
+{
+	hold *h = tls_hold;
+	if (!h || h->c != c)
+		return false;
+	hold_entry *e = malloc(sizeof *e);
+	if (!e)
+		return false;
+	atomic_fetch_add(&p->refs, 1);
+	s->refs++; /* under p->mu: the caller holds it */
+	e->p = p;
+	e->s = s;
+	e->next = h->list;
+	h->list = e;
+	return true;
+}
+
+static void hold_begin(hold *h, asp_local_conn *c)
+{
+	h->c = c;
+	h->list = NULL;
+	tls_hold = h;
+}
+
+/* Opens the gates this request closed, and lets the pumps go on. */
+static void hold_end(hold *h)
+{
+	tls_hold = NULL;
+	hold_entry *e = h->list;
+	h->list = NULL;
+	while (e) {
+		hold_entry *next = e->next;
+		pthread_mutex_lock(&e->p->mu);
+		e->s->gated = false;
+		pthread_cond_broadcast(&e->p->cv);
+		local_sub_unref_locked(e->s);
+		pthread_mutex_unlock(&e->p->mu);
+		local_proc_unref(e->p);
+		free(e);
+		e = next;
+	}
+}
+
+void asp_local_conn_hold(asp_local_conn *c)
+{
+	hold_begin(&tls_direct, c);
+}
+
+void asp_local_conn_release(asp_local_conn *c)
+{
+	if (tls_hold == &tls_direct && tls_direct.c == c)
+		hold_end(&tls_direct);
+}
+
+int asp_local_conn_serve(asp_local_conn *c, const struct asp_msg *req, struct asp_buf *out)
+{
+	hold h;
+	hold_begin(&h, c);
+	asp_dispatch(&asp_local_conn_ops, c, req, out, c->l->max_message);
+	int rc = out->len == 0 ? -1 : local_conn_send(c, out->data, out->len) ? 1 : 0;
+	hold_end(&h);
+	return rc;
+}
+
+/* ---- the op table of a bound connection ------------------------------------------- */
+
+static asp_status conn_hello(void *self, const asp_hello_params *p, asp_hello_result *r,
+                             asp_arena *a, asp_error *err)
+{
+	(void)p;
+	return local_hello(((asp_local_conn *)self)->l, true, r, a, err);
+}
+
+/* The unary ops run on the backend; the connection only matters to streaming. */
+#define FORWARD(name, type)                                                                        \
+	static asp_status conn_##name(void *self, const asp_##type##_params *p,                    \
+	                              asp_##type##_result *r, asp_arena *a, asp_error *err)        \
+	{                                                                                          \
+		return asp_local_##name(((asp_local_conn *)self)->l, p, r, a, err);                \
+	}
+FORWARD(exec, exec)
+FORWARD(read, read)
+FORWARD(write, write)
+FORWARD(stat, stat)
+FORWARD(list, list)
+FORWARD(mkdir, mkdir)
+FORWARD(remove, remove)
+FORWARD(rename, rename)
+#undef FORWARD
+
+const asp_ops asp_local_conn_ops = {
+    .hello = conn_hello,
+    .exec = conn_exec,
+    .read = conn_read,
+    .write = conn_write,
+    .stat = conn_stat,
+    .list = conn_list,
+    .mkdir = conn_mkdir,
+    .remove = conn_remove,
+    .rename = conn_rename,
+    .spawn = asp_local_spawn,
+    .proc_write = asp_local_proc_write,
+    .proc_signal = asp_local_proc_signal,
+    .proc_wait = asp_local_proc_wait,
+    .proc_list = asp_local_proc_list,
+    .proc_attach = asp_local_proc_attach,
+};

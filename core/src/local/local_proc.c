@@ -1,0 +1,566 @@
+/*
+ * The process table of the local backend and the streaming ops: spawn, proc_write,
+ * proc_signal, proc_wait, proc_list, proc_attach; and the shutdown that ends them all.
+ */
+#include "local_proc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+/* proc_write waits for a full stdin pipe in slices this long, checking for the exit. */
+#define STDIN_SLICE_MS 100
+/* asp_local_shutdown waits for the KILL, the 0.5 s for escapees' pipes, and this margin. */
+#define SHUTDOWN_MARGIN_MS 1500
+
+/* ---- the table -------------------------------------------------------------------- */
+
+static void proc_free(local_proc *p)
+{
+	while (p->subs) {
+		local_sub *s = p->subs;
+		p->subs = s->next;
+		local_sub_unref_locked(s);
+	}
+	for (int i = 0; i < PROC_STREAM_COUNT; i++)
+		proc_ring_free(&p->ring[i]);
+	if (p->in_fd >= 0)
+		close(p->in_fd);
+	if (p->wake_fd >= 0)
+		close(p->wake_fd);
+	local_child_close(&p->child);
+	pthread_mutex_destroy(&p->in_mu);
+	pthread_cond_destroy(&p->cv);
+	pthread_mutex_destroy(&p->mu);
+	free(p->tag);
+	free(p->command);
+	free(p);
+}
+
+void local_proc_unref(local_proc *p)
+{
+	if (p && atomic_fetch_sub(&p->refs, 1) == 1)
+		proc_free(p);
+}
+
+/* Under l->mu: index of the process with that id (ids increase along the table). */
+static size_t table_index(asp_local *l, uint64_t id, bool *found)
+{
+	size_t lo = 0, hi = l->nprocs;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (l->procs[mid]->id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	*found = lo < l->nprocs && l->procs[lo]->id == id;
+	return lo;
+}
+
+local_proc *local_proc_find(asp_local *l, uint64_t id, const char *op, asp_error *err)
+{
+	pthread_mutex_lock(&l->mu);
+	bool found;
+	size_t i = table_index(l, id, &found);
+	local_proc *p = found ? l->procs[i] : NULL;
+	if (p)
+		atomic_fetch_add(&p->refs, 1);
+	pthread_mutex_unlock(&l->mu);
+	if (!p)
+		asp_error_set(err, ASP_E_NOT_FOUND, NULL,
+		              "%s: no process %llu (never spawned here, or finished and no longer "
+		              "retained: the last %d finished ones are); see proc_list",
+		              op, (unsigned long long)id, PROC_KEEP_DONE);
+	return p;
+}
+
+/* Under l->mu: removes index i from the table and returns its process. */
+static local_proc *table_take(asp_local *l, size_t i)
+{
+	local_proc *p = l->procs[i];
+	memmove(l->procs + i, l->procs + i + 1, (l->nprocs - i - 1) * sizeof *l->procs);
+	l->nprocs--;
+	return p;
+}
+
+local_proc *local_proc_count_done_locked(local_proc *p)
+{
+	asp_local *l = p->l;
+	local_proc *evicted = NULL;
+	p->done_seq = ++l->done_seq;
+	l->done++;
+	close(p->wake_fd); /* nobody wakes a finished pump: shutdown skips done_seq ones */
+	p->wake_fd = -1;
+	if (l->done > PROC_KEEP_DONE) {
+		size_t oldest = l->nprocs;
+		for (size_t i = 0; i < l->nprocs; i++) {
+			local_proc *x = l->procs[i];
+			if (x->done_seq &&
+			    (oldest == l->nprocs || x->done_seq < l->procs[oldest]->done_seq))
+				oldest = i;
+		}
+		if (oldest < l->nprocs) {
+			evicted = table_take(l, oldest);
+			l->done--;
+		}
+	}
+	return evicted;
+}
+
+void local_proc_pump_gone(local_proc *p)
+{
+	asp_local *l = p->l;
+	pthread_mutex_lock(&l->mu);
+	l->pumps--;
+	pthread_cond_broadcast(&l->cv);
+	pthread_mutex_unlock(&l->mu);
+}
+
+/* ---- spawn ------------------------------------------------------------------------ */
+
+static char *dup_str(const char *s)
+{
+	return s ? strdup(s) : NULL;
+}
+
+/* A subscriber never listed: back to nothing. */
+static void sub_drop(asp_local_conn *c, local_sub *s)
+{
+	if (s) {
+		free(s);
+		local_conn_unref(c);
+	}
+}
+
+asp_status asp_local_spawn(void *self, const asp_spawn_params *p, asp_spawn_result *r, asp_arena *a,
+                           asp_error *err)
+{
+	(void)a;
+	asp_local_conn *c = self;
+	asp_local *l = c->l;
+	r->proc = 0;
+	local_child_spec spec = {"spawn", p->command, p->has_argv, p->argv,
+	                         p->cwd,  p->has_env, p->env};
+	local_proc *pr = calloc(1, sizeof *pr);
+	local_sub *sub = c->has_sink ? local_sub_new(c) : NULL;
+	if (!pr || (c->has_sink && !sub)) {
+		free(pr);
+		sub_drop(c, sub);
+		return local_oom("spawn", err);
+	}
+	pr->l = l;
+	pr->in_fd = pr->wake_fd = -1;
+	pr->child.pid = -1;
+	pr->child.pidfd = pr->child.in_fd = pr->child.out_fd = pr->child.err_fd = -1;
+	atomic_init(&pr->refs, 1);
+	pthread_mutex_init(&pr->mu, NULL);
+	pthread_mutex_init(&pr->in_mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&pr->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	for (int i = 0; i < PROC_STREAM_COUNT; i++)
+		proc_ring_init(&pr->ring[i], PROC_RING_BYTES);
+	pr->timeout_ms = p->timeout_ms;
+	pr->tag = dup_str(p->tag);
+	pr->command = p->has_argv && !p->command ? local_quote_argv(&p->argv) : dup_str(p->command);
+	pr->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	asp_status st = ASP_OK;
+	if ((p->tag && !pr->tag) || !pr->command)
+		st = p->has_argv || p->command ? local_oom("spawn", err)
+		                               : asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                                               "spawn: give exactly one of "
+		                                               "'command' and 'argv'");
+	else if (pr->wake_fd < 0)
+		st = asp_error_errno(err, errno, NULL, "spawn: cannot create an eventfd");
+	if (st == ASP_OK) {
+		pthread_mutex_lock(&l->mu);
+		bool ending = l->shutting_down;
+		pthread_mutex_unlock(&l->mu);
+		if (ending)
+			st = asp_error_set(err, ASP_E_IO_ERROR, NULL,
+			                   "spawn: the responder is shutting down");
+	}
+	if (st == ASP_OK)
+		st = local_child_start(&spec, &pr->child, err);
+	if (st != ASP_OK) {
+		sub_drop(c, sub);
+		proc_free(pr);
+		return st;
+	}
+	/* stdin is the requests' to feed, without blocking a thread for ever. */
+	pr->in_fd = pr->child.in_fd;
+	pr->child.in_fd = -1;
+	fcntl(pr->in_fd, F_SETFL, fcntl(pr->in_fd, F_GETFL) | O_NONBLOCK);
+
+	pthread_mutex_lock(&l->mu);
+	local_proc **np = l->procs;
+	if (l->nprocs == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 16;
+		np = realloc(l->procs, cap * sizeof *np);
+		if (np) {
+			l->procs = np;
+			l->cap = cap;
+		}
+	}
+	if (!np || l->shutting_down) {
+		pthread_mutex_unlock(&l->mu);
+		st = np ? asp_error_set(err, ASP_E_IO_ERROR, NULL,
+		                        "spawn: the responder is shutting down")
+		        : local_oom("spawn", err);
+		goto kill_it;
+	}
+	pr->id = ++l->last_id;
+	l->procs[l->nprocs++] = pr;     /* the table's reference */
+	atomic_fetch_add(&pr->refs, 1); /* the pump's */
+	l->pumps++;
+	pthread_mutex_unlock(&l->mu);
+
+	if (sub) {
+		pthread_mutex_lock(&pr->mu);
+		sub->gated = local_hold_add(c, pr, sub);
+		sub->next = pr->subs;
+		pr->subs = sub;
+		pthread_mutex_unlock(&pr->mu);
+		sub = NULL;
+	}
+	int e = local_pump_start(pr);
+	if (e == 0) {
+		r->proc = pr->id;
+		return ASP_OK;
+	}
+	st = asp_error_errno(err, e, NULL, "spawn: cannot start a thread for the process");
+	pthread_mutex_lock(&l->mu);
+	bool found;
+	size_t i = table_index(l, pr->id, &found);
+	if (found)
+		table_take(l, i);
+	l->pumps--;
+	pthread_cond_broadcast(&l->cv);
+	pthread_mutex_unlock(&l->mu);
+	atomic_fetch_sub(&pr->refs, 1); /* the pump's; the table's is ours again */
+kill_it:
+	sub_drop(c, sub);
+	pthread_mutex_lock(&pr->mu);
+	local_child_signal_group(&pr->child, SIGKILL);
+	local_child_reap(&pr->child);
+	pr->reaped = pr->finished = true;
+	pr->exit_code = -1;
+	strcpy(pr->signal, "KILL");
+	pthread_cond_broadcast(&pr->cv);
+	pthread_mutex_unlock(&pr->mu);
+	local_proc_unref(pr);
+	return st;
+}
+
+/* ---- proc_write ------------------------------------------------------------------- */
+
+static bool proc_finished(local_proc *p)
+{
+	pthread_mutex_lock(&p->mu);
+	bool done = p->finished || p->ending;
+	pthread_mutex_unlock(&p->mu);
+	return done;
+}
+
+asp_status asp_local_proc_write(void *self, const asp_proc_write_params *p,
+                                asp_proc_write_result *r, asp_arena *a, asp_error *err)
+{
+	(void)a;
+	(void)r;
+	asp_local_conn *c = self;
+	if (p->data.len && !p->data.data)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                     "proc_write: 'data' has no bytes");
+	local_proc *pr = local_proc_find(c->l, p->proc, "proc_write", err);
+	if (!pr)
+		return err->code;
+	asp_status st = ASP_OK;
+	pthread_mutex_lock(&pr->in_mu);
+	if (pr->stdin_eof) {
+		st = asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                   "proc_write: the stdin of process %llu was closed by an earlier "
+		                   "eof",
+		                   (unsigned long long)p->proc);
+		goto out;
+	}
+	if (pr->in_fd < 0) {
+		st = asp_error_set(err, ASP_E_IO_ERROR, NULL, "proc_write: process %llu has exited",
+		                   (unsigned long long)p->proc);
+		goto out;
+	}
+	local_pipe_guard guard;
+	local_pipe_guard_on(&guard);
+	size_t off = 0;
+	bool epipe = false;
+	while (off < p->data.len) {
+		ssize_t n = write(pr->in_fd, p->data.data + off, p->data.len - off);
+		if (n > 0) {
+			off += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN) {
+			/* A full pipe: the process reads slowly. Wait, unless it is gone. */
+			if (proc_finished(pr)) {
+				st = asp_error_set(
+				    err, ASP_E_IO_ERROR, NULL,
+				    "proc_write: process %llu ended before reading its "
+				    "stdin (%zu of %zu bytes written)",
+				    (unsigned long long)p->proc, off, p->data.len);
+				break;
+			}
+			struct pollfd pfd = {pr->in_fd, POLLOUT, 0};
+			poll(&pfd, 1, STDIN_SLICE_MS);
+			continue;
+		}
+		epipe = n < 0 && errno == EPIPE;
+		st = asp_error_errno(err, n < 0 ? errno : EIO, NULL,
+		                     "proc_write: process %llu no longer reads its stdin (%zu of "
+		                     "%zu bytes written)",
+		                     (unsigned long long)p->proc, off, p->data.len);
+		break;
+	}
+	local_pipe_guard_off(&guard, epipe);
+	if (p->eof) { /* even after a failed write: the caller asked for the end */
+		close(pr->in_fd);
+		pr->in_fd = -1;
+		pr->stdin_eof = true;
+	}
+out:
+	pthread_mutex_unlock(&pr->in_mu);
+	local_proc_unref(pr);
+	return st;
+}
+
+/* ---- proc_signal ------------------------------------------------------------------ */
+
+static const char *const allowed_signals[] = {"TERM", "KILL", "INT", "HUP", "QUIT", "USR1", "USR2"};
+
+asp_status asp_local_proc_signal(void *self, const asp_proc_signal_params *p,
+                                 asp_proc_signal_result *r, asp_arena *a, asp_error *err)
+{
+	(void)a;
+	(void)r;
+	asp_local_conn *c = self;
+	int sig = 0;
+	for (size_t i = 0; p->signal && i < sizeof allowed_signals / sizeof *allowed_signals; i++)
+		if (strcmp(p->signal, allowed_signals[i]) == 0)
+			sig = local_signal_number(p->signal);
+	if (!sig)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                     "proc_signal: signal '%.32s' is not one of TERM, KILL, INT, "
+		                     "HUP, QUIT, USR1, USR2",
+		                     p->signal ? p->signal : "");
+	local_proc *pr = local_proc_find(c->l, p->proc, "proc_signal", err);
+	if (!pr)
+		return err->code;
+	pthread_mutex_lock(&pr->mu);
+	if (!pr->reaped) /* finished: a no-op (DESIGN §3) */
+		local_child_signal_group(&pr->child, sig);
+	pthread_mutex_unlock(&pr->mu);
+	local_proc_unref(pr);
+	return ASP_OK;
+}
+
+/* ---- proc_wait -------------------------------------------------------------------- */
+
+asp_status asp_local_proc_wait(void *self, const asp_proc_wait_params *p, asp_proc_wait_result *r,
+                               asp_arena *a, asp_error *err)
+{
+	asp_local_conn *c = self;
+	local_proc *pr = local_proc_find(c->l, p->proc, "proc_wait", err);
+	if (!pr)
+		return err->code;
+	struct timespec dl;
+	if (p->timeout_ms) {
+		clock_gettime(CLOCK_MONOTONIC, &dl);
+		uint64_t ms = p->timeout_ms > 1000ull * 1000 * 1000 * 10
+		                  ? 1000ull * 1000 * 1000 * 10
+		                  : p->timeout_ms;
+		dl.tv_sec += (time_t)(ms / 1000);
+		dl.tv_nsec += (long)(ms % 1000) * 1000000;
+		if (dl.tv_nsec >= 1000000000) {
+			dl.tv_sec++;
+			dl.tv_nsec -= 1000000000;
+		}
+	}
+	asp_status st = ASP_OK;
+	pthread_mutex_lock(&pr->mu);
+	while (!pr->finished) {
+		if (!p->timeout_ms) {
+			pthread_cond_wait(&pr->cv, &pr->mu);
+		} else if (pthread_cond_timedwait(&pr->cv, &pr->mu, &dl) == ETIMEDOUT &&
+		           !pr->finished) {
+			st = asp_error_set(err, ASP_E_TIMEOUT, NULL,
+			                   "proc_wait: process %llu is still running after %llu ms",
+			                   (unsigned long long)p->proc,
+			                   (unsigned long long)p->timeout_ms);
+			break;
+		}
+	}
+	if (st == ASP_OK) {
+		r->exit_code = pr->exit_code;
+		r->timed_out = pr->timed_out;
+		r->signal =
+		    pr->signal[0] ? asp_arena_strndup(a, pr->signal, strlen(pr->signal)) : NULL;
+		if (pr->signal[0] && !r->signal)
+			st = local_oom("proc_wait", err);
+	}
+	pthread_mutex_unlock(&pr->mu);
+	local_proc_unref(pr);
+	return st;
+}
+
+/* ---- proc_list -------------------------------------------------------------------- */
+
+asp_status asp_local_proc_list(void *self, const asp_proc_list_params *p, asp_proc_list_result *r,
+                               asp_arena *a, asp_error *err)
+{
+	(void)p;
+	asp_local *l = ((asp_local_conn *)self)->l;
+	asp_status st = ASP_OK;
+	pthread_mutex_lock(&l->mu);
+	asp_proc_info *items = l->nprocs ? asp_arena_alloc(a, l->nprocs * sizeof *items) : NULL;
+	if (l->nprocs && !items)
+		st = local_oom("proc_list", err);
+	for (size_t i = 0; st == ASP_OK && i < l->nprocs; i++) {
+		local_proc *x = l->procs[i];
+		asp_proc_info *e = &items[i];
+		e->proc = x->id;
+		e->tag = x->tag ? asp_arena_strndup(a, x->tag, strlen(x->tag)) : NULL;
+		e->command = asp_arena_strndup(a, x->command, strlen(x->command));
+		pthread_mutex_lock(&x->mu);
+		e->running = !x->finished;
+		e->has_exit_code = x->finished;
+		e->exit_code = x->exit_code;
+		pthread_mutex_unlock(&x->mu);
+		if ((x->tag && !e->tag) || !e->command)
+			st = local_oom("proc_list", err);
+	}
+	r->procs.items = items;
+	r->procs.count = st == ASP_OK ? l->nprocs : 0;
+	pthread_mutex_unlock(&l->mu);
+	return st;
+}
+
+/* ---- proc_attach ------------------------------------------------------------------ */
+
+asp_status asp_local_proc_attach(void *self, const asp_proc_attach_params *p,
+                                 asp_proc_attach_result *r, asp_arena *a, asp_error *err)
+{
+	(void)a;
+	(void)r;
+	asp_local_conn *c = self;
+	if (!c->has_sink)
+		return asp_error_set(
+		    err, ASP_E_UNSUPPORTED, NULL,
+		    "proc_attach: this connection cannot carry notifications (plain "
+		    "HTTP); attach over a WebSocket, stdio or SSH agent mode");
+	local_proc *pr = local_proc_find(c->l, p->proc, "proc_attach", err);
+	if (!pr)
+		return err->code;
+	uint64_t want[PROC_STREAM_COUNT] = {p->stdout_offset, p->stderr_offset};
+	local_sub *s = local_sub_new(c);
+	asp_buf b;
+	asp_buf_init(&b);
+	asp_status st = ASP_OK;
+	pthread_mutex_lock(&pr->mu);
+	for (int i = 0; i < PROC_STREAM_COUNT && st == ASP_OK; i++) {
+		if (want[i] > pr->ring[i].total)
+			st = asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+			                   "proc_attach: %s_offset %llu is past the %llu bytes the "
+			                   "process has written there",
+			                   i ? "stderr" : "stdout", (unsigned long long)want[i],
+			                   (unsigned long long)pr->ring[i].total);
+	}
+	if (st == ASP_OK && !s)
+		st = local_oom("proc_attach", err);
+	if (st != ASP_OK) {
+		pthread_mutex_unlock(&pr->mu);
+		sub_drop(c, s);
+		local_proc_unref(pr);
+		return st;
+	}
+	for (int i = 0; i < PROC_STREAM_COUNT; i++) {
+		uint64_t start = proc_ring_start(&pr->ring[i]);
+		s->sent[i] = want[i] < start ? start : want[i];
+		s->trunc[i] = want[i] < start;
+	}
+	/* One subscription per connection: a second attach replaces the first. */
+	for (;;) {
+		local_sub *x = pr->subs;
+		while (x && (x->conn != c || x->removed))
+			x = x->next;
+		if (!x)
+			break;
+		if (x->sending) { /* let its frame finish; the pump may unlist it meanwhile */
+			x->refs++;
+			pthread_cond_wait(&pr->cv, &pr->mu);
+			local_sub_unref_locked(x);
+			continue;
+		}
+		x->removed = true;
+	}
+	bool listed = !pr->finished;
+	if (listed) {
+		s->gated = local_hold_add(c, pr, s);
+		s->refs++;
+		s->next = pr->subs;
+		pr->subs = s;
+	}
+	/* The replay, before the response; a finished process's exit with it. */
+	local_deliver_locked(pr, s, !listed, &b);
+	local_sub_unref_locked(s);
+	pthread_mutex_unlock(&pr->mu);
+	asp_buf_free(&b);
+	local_proc_unref(pr);
+	return ASP_OK;
+}
+
+/* ---- shutdown --------------------------------------------------------------------- */
+
+bool asp_local_shutdown(asp_local *l)
+{
+	return asp_local_shutdown_grace(l, 2000);
+}
+
+bool asp_local_shutdown_grace(asp_local *l, unsigned kill_after_ms)
+{
+	pthread_mutex_lock(&l->mu);
+	l->shutting_down = true;
+	for (size_t i = 0; i < l->nprocs; i++) {
+		local_proc *p = l->procs[i];
+		if (p->done_seq)
+			continue;
+		pthread_mutex_lock(&p->mu);
+		if (!p->ending || kill_after_ms < p->end_grace_ms)
+			p->end_grace_ms = kill_after_ms;
+		p->ending = true; /* the pump sends TERM, then KILL that much later */
+		pthread_mutex_unlock(&p->mu);
+		local_pump_wake(p);
+	}
+	/* The KILL, the pumps' 0.5 s for escapees holding pipes, and a margin. */
+	uint64_t ms = (uint64_t)kill_after_ms + SHUTDOWN_MARGIN_MS;
+	struct timespec dl;
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_sec += (time_t)(ms / 1000);
+	dl.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (dl.tv_nsec >= 1000000000) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000;
+	}
+	while (l->pumps > 0 && pthread_cond_timedwait(&l->cv, &l->mu, &dl) != ETIMEDOUT)
+		;
+	bool ok = l->pumps == 0;
+	pthread_mutex_unlock(&l->mu);
+	return ok;
+}

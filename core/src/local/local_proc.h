@@ -1,0 +1,166 @@
+/*
+ * Spawned processes of the local backend: the process table, connections, subscribers.
+ *
+ * Threads. Each spawned process has one pump thread (local_pump.c) that polls its
+ * stdout, stderr, pidfd and a wake eventfd, appends what it reads to the process's
+ * replay rings and delivers it to the subscribers before it reads again. So a
+ * subscriber whose sink blocks leaves the child's pipes unread (backpressure) and the
+ * memory a process can hold is its two rings (1 MiB each) plus one chunk. One thread per
+ * process rather than one poll thread for all: a sink blocked by one slow client stalls
+ * only the processes that client watches, and there is no queue between the pipe and the
+ * sink to bound; processes cost a fork each anyway, a thread is small beside that.
+ *
+ * Ordering. Every frame to one subscriber is sent by one thread at a time (its `sending`
+ * flag), in offset order per stream, and its exit after all of its output. A subscriber
+ * created by a request served through asp_local_conn_serve (or inside a hold) is `gated`
+ * until that request's response has gone out: the pump waits for the gate rather than
+ * skipping it, so nothing is lost and the response comes first.
+ *
+ * Locks, outer to inner: asp_local.mu (the table) → local_proc.mu → asp_local_conn.mu.
+ * No lock is held while a sink is called.
+ */
+#ifndef ASP_LOCAL_PROC_H
+#define ASP_LOCAL_PROC_H
+
+#include "local_impl.h"
+#include "proc_ring.h"
+#include "spawn_util.h"
+#include "wire.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define PROC_RING_BYTES   (1024u * 1024u) /* DESIGN §3: the last 1 MiB of each stream */
+#define PROC_KEEP_DONE    64              /* finished processes retained */
+#define PROC_CHUNK        (64u * 1024u)   /* bytes read, and sent, at most at a time */
+#define PROC_STREAM_COUNT 2               /* 0 stdout, 1 stderr */
+
+struct asp_local_conn {
+	asp_local *l;
+	asp_conn_sink sink;
+	bool has_sink;
+	atomic_uint refs; /* the server's, plus one per subscriber */
+
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool dead;        /* the sink failed or the connection was disconnected */
+	unsigned sending; /* threads inside sink.send */
+};
+
+typedef struct local_proc local_proc;
+
+/* One connection receiving one process's notifications. Fields under the process's mu. */
+typedef struct local_sub {
+	struct local_sub *next;
+	asp_local_conn *conn;             /* a reference */
+	uint64_t sent[PROC_STREAM_COUNT]; /* next offset to send per stream */
+	bool trunc[PROC_STREAM_COUNT];    /* the next chunk carries truncated_before */
+	bool gated;                       /* its response is not out yet: hold everything */
+	bool sending;                     /* a thread is sending to it */
+	bool removed;                     /* replaced by a newer attach, or never listed */
+	bool exit_sent;
+	unsigned refs; /* listed in the process, held by a request; freed at 0 */
+} local_sub;
+
+struct local_proc {
+	uint64_t id;
+	char *tag, *command;
+	asp_local *l;
+	atomic_uint refs; /* the table's, the pump's, and one per request using it */
+	uint64_t timeout_ms;
+	int wake_fd; /* eventfd: tells the pump to look at `ending` */
+
+	pthread_mutex_t mu;
+	pthread_cond_t cv; /* gates opening, sends ending, the process finishing */
+	local_child child; /* the pump owns out_fd/err_fd/pidfd; pid is read under mu */
+	proc_ring ring[PROC_STREAM_COUNT];
+	bool ending;           /* the responder is shutting down: TERM, then KILL ... */
+	unsigned end_grace_ms; /* ... this long after (2 s; less when it is killed itself) */
+	bool reaped;           /* the group may not be signalled any more */
+	bool finished;         /* dead and its output at EOF: the exit fields hold */
+	int64_t exit_code;
+	char signal[16]; /* "" when it exited */
+	bool timed_out;
+	uint64_t done_seq; /* when it finished, among the backend's processes */
+	local_sub *subs;
+
+	pthread_mutex_t in_mu; /* one proc_write at a time; in_fd and stdin_eof */
+	int in_fd;             /* non-blocking write end of its stdin; -1 after eof */
+	bool stdin_eof;
+};
+
+/* ---- the table (local_proc.c) ---- */
+
+/* The process with that id, with a reference taken; NULL (err: not_found) otherwise. */
+local_proc *local_proc_find(asp_local *l, uint64_t id, const char *op, asp_error *err);
+
+/* Drops a reference; the last one frees the process. */
+void local_proc_unref(local_proc *p);
+
+/*
+ * Under l->mu and p->mu, as the process becomes finished (so proc_wait and proc_list see
+ * its end and its eviction order in one step): counts it among the finished ones and
+ * unlists the one that makes 65, returned for the caller to unref outside the locks.
+ */
+local_proc *local_proc_count_done_locked(local_proc *p);
+
+/* The pump has ended (asp_local_shutdown waits for every pump). */
+void local_proc_pump_gone(local_proc *p);
+
+/* ---- connections (local_conn.c) ---- */
+
+void local_conn_ref(asp_local_conn *c);
+void local_conn_unref(asp_local_conn *c);
+
+/* Sends one frame through the sink unless the connection is dead. false: dead now. */
+bool local_conn_send(asp_local_conn *c, const uint8_t *frame, size_t len);
+
+/*
+ * Whether the current request on this thread runs under asp_local_conn_serve or a hold
+ * for `c`; if so, `s` (of `p`) is remembered and ungated once the response is out.
+ * Takes a reference on both. false when there is no hold (or out of memory: the sub is
+ * then not gated, which only risks the order).
+ */
+bool local_hold_add(asp_local_conn *c, local_proc *p, local_sub *s);
+
+/* ---- subscribers and delivery (local_pump.c) ---- */
+
+/* A new subscriber of `c`, not yet listed. NULL when out of memory. */
+local_sub *local_sub_new(asp_local_conn *c);
+
+/* Under p->mu: drops a reference; the last frees it. */
+void local_sub_unref_locked(local_sub *s);
+
+/*
+ * Under p->mu (released while sending): sends what subscribers have not had yet, the
+ * exit once finished. `only` NULL: every listed ungated subscriber (the pump), waiting
+ * for gated ones that have something pending. `only` set: just that one, gate or not
+ * (an attach replaying before its response); with `with_exit` false it stops at output.
+ */
+void local_deliver_locked(local_proc *p, local_sub *only, bool with_exit, asp_buf *b);
+
+/* Starts the pump thread of a started process. 0, or an errno. */
+int local_pump_start(local_proc *p);
+
+/* Wakes the pump (to see `ending`). */
+void local_pump_wake(local_proc *p);
+
+/* Shell-quoted, space-joined argv for proc_list, malloc'd; NULL when out of memory. */
+char *local_quote_argv(const asp_strv *argv);
+
+/* ---- the ops ---- */
+
+asp_status asp_local_spawn(void *self, const asp_spawn_params *p, asp_spawn_result *r, asp_arena *a,
+                           asp_error *err);
+asp_status asp_local_proc_write(void *self, const asp_proc_write_params *p,
+                                asp_proc_write_result *r, asp_arena *a, asp_error *err);
+asp_status asp_local_proc_signal(void *self, const asp_proc_signal_params *p,
+                                 asp_proc_signal_result *r, asp_arena *a, asp_error *err);
+asp_status asp_local_proc_wait(void *self, const asp_proc_wait_params *p, asp_proc_wait_result *r,
+                               asp_arena *a, asp_error *err);
+asp_status asp_local_proc_list(void *self, const asp_proc_list_params *p, asp_proc_list_result *r,
+                               asp_arena *a, asp_error *err);
+asp_status asp_local_proc_attach(void *self, const asp_proc_attach_params *p,
+                                 asp_proc_attach_result *r, asp_arena *a, asp_error *err);
+
+#endif

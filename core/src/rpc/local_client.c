@@ -1,0 +1,148 @@
+/* In-process connections to a local backend, and the "local" transport built on them. */
+#include "local_client.h"
+
+#include "proc_route.h"
+#include "proto_desc.h"
+#include "wire.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct local_client {
+	asp_local *l;
+	bool own;
+	asp_local_conn *conn; /* the ops' self; its sink ctx is this struct */
+	asp_proc_routes *routes;
+} local_client;
+
+static asp_ops conn_ops; /* asp_local_conn_ops, completed */
+
+static void ops_init(void)
+{
+	conn_ops = asp_local_conn_ops;
+	asp_ops_complete(&conn_ops);
+}
+
+/* The sink: a notification frame, decoded as the RPC engine's reader would. */
+static bool sink_send(void *ctx, const uint8_t *frame, size_t len)
+{
+	local_client *lc = ctx;
+	if (len < ASP_FRAME_HEADER)
+		return true;
+	msgpack_unpacked u;
+	msgpack_unpacked_init(&u);
+	asp_msg msg;
+	asp_error err;
+	asp_arena *a = NULL;
+	if (asp_wire_decode(frame + ASP_FRAME_HEADER, len - ASP_FRAME_HEADER, &u, &msg, &err) ||
+	    msg.type != ASP_MSG_NOTIFY)
+		goto out;
+	for (int n = 0; n < ASP_NOTICE_COUNT; n++) {
+		const asp_notice_desc *d = &asp_notice_descs[n];
+		if (d->name_len != msg.method_len || memcmp(d->name, msg.method, d->name_len))
+			continue;
+		a = asp_arena_new();
+		void *p = a ? asp_arena_alloc(a, d->params->size) : NULL;
+		if (p && asp_record_decode(d->params, msg.params, p, a, NULL) == ASP_OK)
+			asp_proc_routes_route(lc->routes, (asp_notice_id)n, p);
+		break;
+	}
+out:
+	asp_arena_free(a);
+	msgpack_unpacked_destroy(&u);
+	return true;
+}
+
+asp_status asp_local_client_open(asp_local *l, bool own, const asp_ops **ops, void **self,
+                                 asp_error *err)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, ops_init);
+	local_client *lc = calloc(1, sizeof *lc);
+	if (lc)
+		lc->routes = asp_proc_routes_new();
+	asp_conn_sink sink = {sink_send, lc};
+	if (lc && lc->routes)
+		lc->conn = asp_local_connect(l, &sink);
+	if (!lc || !lc->conn) {
+		if (lc)
+			asp_proc_routes_free(lc->routes);
+		free(lc);
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	}
+	lc->l = l;
+	lc->own = own;
+	*ops = &conn_ops;
+	*self = lc->conn;
+	return ASP_OK;
+}
+
+void asp_local_client_close(void *self)
+{
+	local_client *lc = asp_local_conn_ctx(self);
+	asp_local_disconnect(self); /* no sink call after this */
+	asp_error why;
+	asp_error_set(&why, ASP_E_TRANSPORT_ERROR, NULL, "the client closed the connection");
+	asp_proc_routes_lost(lc->routes, &why);
+	asp_proc_routes_free(lc->routes);
+	if (lc->own)
+		asp_local_free(lc->l);
+	free(lc);
+}
+
+typedef struct held_call {
+	asp_local_conn *conn;
+} held_call;
+
+static asp_status call_held(void *ctx, asp_op_id op, const void *params, void *result, asp_arena *a,
+                            asp_error *err)
+{
+	const asp_op_desc *d = &asp_op_descs[op];
+	return d->call(&conn_ops, ((held_call *)ctx)->conn, params, result, a, err);
+}
+
+asp_status asp_local_client_subscribe(void *self, asp_op_id op, const void *params, void *result,
+                                      asp_arena *a, asp_proc_sub *sub, asp_error *err)
+{
+	local_client *lc = asp_local_conn_ctx(self);
+	held_call h = {self};
+	/* The backend keeps the process's notifications back until the follower is set. */
+	asp_local_conn_hold(self);
+	asp_status st =
+	    asp_proc_routes_call(lc->routes, call_held, &h, op, params, result, a, sub, err);
+	asp_local_conn_release(self);
+	return st;
+}
+
+void asp_local_client_unsubscribe(void *self, uint64_t proc)
+{
+	local_client *lc = asp_local_conn_ctx(self);
+	asp_proc_routes_remove(lc->routes, proc);
+}
+
+/* ---- the local backend as a transport --------------------------------------------- */
+
+static asp_status local_open(const asp_config_view *cfg, const asp_ops **ops, void **self,
+                             asp_error *err)
+{
+	(void)cfg;
+	asp_local *l = asp_local_new(0);
+	if (!l)
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	asp_status st = asp_local_client_open(l, true, ops, self, err);
+	if (st)
+		asp_local_free(l);
+	return st;
+}
+
+const asp_transport asp_local_transport = {
+    .kind = ASP_TRANSPORT_LOCAL,
+    .name = "local",
+    .open = local_open,
+    .abort = NULL, /* an op running in this process cannot be cut short */
+    .close = asp_local_client_close,
+    .alive = NULL,
+    .subscribe = asp_local_client_subscribe,
+    .unsubscribe = asp_local_client_unsubscribe,
+};

@@ -1,0 +1,354 @@
+/*
+ * The "http" transport (DESIGN §2, §4): every op is one POST /v1/rpc over libcurl, or,
+ * with "websocket": true, a request on the /v1/ws WebSocket driven by the core's RPC
+ * engine (pipelining; notifications). Opening says hello once, which checks the URL,
+ * the token and TLS up front and learns the listener's max_message.
+ */
+#include "asp/transport.h"
+
+#include "http_addr.h"
+#include "http_client.h"
+#include "rpc/rpc.h"
+#include "wire.h"
+#include "ws_client.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef ASP_VERSION
+#define ASP_VERSION "dev"
+#endif
+
+/* How long opening may take: connecting, TLS, the upgrade, hello. */
+#define OPEN_TIMEOUT_MS 15000
+/* A listener may announce a larger max_message; beyond this we do not follow it. */
+#define MAX_MESSAGE_CAP (1u << 30)
+
+typedef struct http_backend {
+	asp_rpc *rpc;    /* websocket mode */
+	http_client *hc; /* unary mode */
+	atomic_size_t max_message;
+	atomic_uint next_id;
+} http_backend;
+
+/* ---- one unary call --------------------------------------------------------------- */
+
+/* Bytes the bins of `params` add to the request: reserved up front, so no regrowth. */
+static size_t bin_bytes(const asp_record_desc *d, const void *params)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < d->nfields; i++)
+		if (d->fields[i].type == ASP_FT_BIN)
+			n += ((const asp_bytes *)((const char *)params + d->fields[i].offset))->len;
+	return n;
+}
+
+static asp_status unary(http_backend *b, asp_op_id op, const void *params, void *result,
+                        asp_arena *a, asp_error *err)
+{
+	const asp_op_desc *d = &asp_op_descs[op];
+	size_t max = atomic_load_explicit(&b->max_message, memory_order_relaxed);
+	uint32_t id = atomic_fetch_add_explicit(&b->next_id, 1, memory_order_relaxed) + 1;
+	size_t bins = bin_bytes(d->params, params);
+	if (bins > max)
+		return asp_error_set(err, ASP_E_TOO_LARGE, NULL,
+		                     "%s: the request carries %zu bytes, more than max_message "
+		                     "(%zu); send the data in smaller parts",
+		                     d->name, bins, max);
+	asp_buf req;
+	asp_buf_init(&req);
+	if (asp_buf_reserve(&req, 256 + bins) < 0 || asp_wire_request(&req, id, op, params) < 0) {
+		asp_buf_free(&req);
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory encoding %s",
+		                     d->name);
+	}
+	size_t len = req.len - ASP_FRAME_HEADER;
+	if (len > max) {
+		asp_buf_free(&req);
+		return asp_error_set(
+		    err, ASP_E_TOO_LARGE, NULL,
+		    "%s: the request is %zu bytes, more than max_message (%zu); send "
+		    "the data in smaller parts",
+		    d->name, len, max);
+	}
+	uint8_t *resp;
+	size_t rlen;
+	asp_status st =
+	    http_client_post(b->hc, req.data + ASP_FRAME_HEADER, len, max, &resp, &rlen, err);
+	asp_buf_free(&req);
+	if (st)
+		return st;
+	msgpack_unpacked u;
+	msgpack_unpacked_init(&u);
+	asp_msg m;
+	st = asp_wire_decode(resp, rlen, &u, &m, err);
+	if (st || m.type != ASP_MSG_RESPONSE || m.id != id) {
+		if (st == ASP_OK)
+			asp_error_set(err, ASP_E_PROTOCOL_ERROR, NULL,
+			              "not the response to request %u", id);
+		st = asp_error_set(err, ASP_E_PROTOCOL_ERROR, NULL,
+		                   "the listener's answer to %s is undecodable (%s)", d->name,
+		                   err->message);
+		msgpack_unpacked_destroy(&u);
+		free(resp);
+		return st;
+	}
+	st = asp_wire_result_decode(op, &m, result, a, err);
+	msgpack_unpacked_destroy(&u);
+	if (st == ASP_OK && asp_arena_adopt(a, resp) < 0) /* results point into it; frees it */
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	if (st)
+		free(resp);
+	if (st == ASP_OK && op == ASP_OP_HELLO) {
+		uint64_t mm = ((const asp_hello_result *)result)->max_message;
+		if (mm >= 4096)
+			atomic_store(&b->max_message,
+			             mm > MAX_MESSAGE_CAP ? MAX_MESSAGE_CAP : (size_t)mm);
+	}
+	return st;
+}
+
+static asp_status invoke(void *self, asp_op_id op, const void *p, void *r, asp_arena *a,
+                         asp_error *err)
+{
+	http_backend *b = self;
+	if (b->rpc)
+		return asp_rpc_call(b->rpc, op, p, r, a, 0, err);
+	return unary(b, op, p, r, a, err);
+}
+
+/*
+ * The op table: one thunk per op. The list must name every op of the spec; the
+ * assertion below fails the build when an op is added without it.
+ */
+#define HTTP_OPS(X)                                                                                \
+	X(hello, HELLO)                                                                            \
+	X(exec, EXEC)                                                                              \
+	X(read, READ)                                                                              \
+	X(write, WRITE)                                                                            \
+	X(stat, STAT)                                                                              \
+	X(list, LIST)                                                                              \
+	X(mkdir, MKDIR)                                                                            \
+	X(remove, REMOVE)                                                                          \
+	X(rename, RENAME)                                                                          \
+	X(spawn, SPAWN)                                                                            \
+	X(proc_write, PROC_WRITE)                                                                  \
+	X(proc_signal, PROC_SIGNAL)                                                                \
+	X(proc_wait, PROC_WAIT)                                                                    \
+	X(proc_list, PROC_LIST)                                                                    \
+	X(proc_attach, PROC_ATTACH)
+
+#define HTTP_THUNK(name, NAME)                                                                     \
+	static asp_status http_##name(void *self, const asp_##name##_params *p,                    \
+	                              asp_##name##_result *r, asp_arena *a, asp_error *err)        \
+	{                                                                                          \
+		return invoke(self, ASP_OP_##NAME, p, r, a, err);                                  \
+	}
+HTTP_OPS(HTTP_THUNK)
+
+#define HTTP_SLOT(name, NAME) .name = http_##name,
+static const asp_ops http_ops = {HTTP_OPS(HTTP_SLOT)};
+
+#define HTTP_COUNT(name, NAME) +1
+_Static_assert(0 HTTP_OPS(HTTP_COUNT) == ASP_OP_COUNT,
+               "transport-http/http_transport.c: add the new op to HTTP_OPS");
+
+/* ---- opening ---------------------------------------------------------------------- */
+
+/* "; check http.token_env (ASP_TOKEN) in /x/.asp.json" and the like. */
+static void token_hint(const asp_config_view *cfg, char *out, size_t cap)
+{
+	const char *where = cfg->path ? cfg->path : "the config";
+	const asp_config_http *h = &cfg->http;
+	if (h->token_env && h->token_file)
+		snprintf(out, cap, "; check http.token_env (%s) and http.token_file (%s) in %s",
+		         h->token_env, h->token_file, where);
+	else if (h->token_env)
+		snprintf(out, cap, "; check http.token_env (%s) in %s", h->token_env, where);
+	else if (h->token_file)
+		snprintf(out, cap, "; check http.token_file (%s) in %s", h->token_file, where);
+	else
+		snprintf(out, cap,
+		         "; the listener wants a token: set http.token_env or "
+		         "http.token_file in %s",
+		         where);
+}
+
+static asp_status say_hello(http_backend *b, const asp_config_view *cfg, asp_error *err)
+{
+	asp_arena *a = asp_arena_new();
+	if (!a)
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	asp_hello_params hp;
+	asp_hello_params_init(&hp);
+	hp.client = "libasp/" ASP_VERSION;
+	hp.has_protocol = true;
+	hp.protocol = ASP_PROTOCOL;
+	asp_hello_result hr;
+	asp_status st = b->rpc
+	                    ? asp_rpc_call(b->rpc, ASP_OP_HELLO, &hp, &hr, a, OPEN_TIMEOUT_MS, err)
+	                    : unary(b, ASP_OP_HELLO, &hp, &hr, a, err);
+	if (st == ASP_E_TIMEOUT)
+		st = asp_error_set(err, ASP_E_TRANSPORT_ERROR, cfg->path,
+		                   "%s did not answer hello within %d s; is it asp-agent --listen?",
+		                   cfg->http.url, OPEN_TIMEOUT_MS / 1000);
+	if (st == ASP_OK && hr.protocol < 1)
+		st = asp_error_set(err, ASP_E_PROTOCOL_ERROR, cfg->path,
+		                   "%s speaks protocol %llu, this client needs 1", cfg->http.url,
+		                   (unsigned long long)hr.protocol);
+	asp_arena_free(a);
+	return st;
+}
+
+static void backend_free(http_backend *b)
+{
+	asp_rpc_free(b->rpc);
+	http_client_free(b->hc);
+	free(b);
+}
+
+static asp_status http_open(const asp_config_view *cfg, const asp_ops **ops, void **self,
+                            asp_error *err)
+{
+	const char *where = cfg->path ? cfg->path : "the config";
+	const char *url = cfg->http.url;
+	if (!url)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, cfg->path,
+		                     "the http transport needs http.url (e.g. "
+		                     "\"http://127.0.0.1:8722\") in %s",
+		                     where);
+	http_addr a;
+	char why[600];
+	if (http_addr_parse_url(url, &a, why, sizeof why) < 0)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, cfg->path, "http.url in %s: %s",
+		                     where, why);
+	char *token = NULL;
+	if (cfg->http.token_env || cfg->http.token_file) {
+		asp_status st =
+		    asp_config_secret(cfg->http.token_env, cfg->http.token_file, &token, err);
+		if (st) {
+			asp_error why_token = *err; /* the message is reformatted into err */
+			return asp_error_set(
+			    err, st, why_token.path[0] ? why_token.path : cfg->path,
+			    "the http token: %s (see http.token_env/http.token_file in "
+			    "%s)",
+			    why_token.message, where);
+		}
+	}
+	http_backend *b = calloc(1, sizeof *b);
+	if (!b) {
+		free(token);
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	}
+	atomic_init(&b->max_message, ASP_MAX_MESSAGE_DEFAULT);
+	atomic_init(&b->next_id, 0);
+	char hint[700], ca_hint[600], endpoint[sizeof a.prefix + 16];
+	token_hint(cfg, hint, sizeof hint);
+	snprintf(ca_hint, sizeof ca_hint,
+	         "; is the listener's certificate signed by %s and issued for %s? (http.ca_file "
+	         "in %s)",
+	         cfg->http.ca_file ? cfg->http.ca_file : "a CA this system trusts", a.host, where);
+	asp_status st;
+	if (cfg->http.websocket) {
+		char host_header[sizeof a.host + 16];
+		bool v6 = strchr(a.host, ':') != NULL;
+		snprintf(host_header, sizeof host_header, "%s%s%s:%d", v6 ? "[" : "", a.host,
+		         v6 ? "]" : "", a.port);
+		snprintf(endpoint, sizeof endpoint, "%s/v1/ws", a.prefix);
+		ws_target t = {.address = a.host,
+		               .port = a.port,
+		               .tls = a.tls,
+		               .ca_file = cfg->http.ca_file,
+		               .host_header = host_header,
+		               .path = endpoint,
+		               .token = token,
+		               .url = url,
+		               .hint = hint};
+		asp_channel *ch;
+		st = ws_channel_open(&t, OPEN_TIMEOUT_MS, &ch, err);
+		if (st == ASP_E_TRANSPORT_ERROR && a.tls && strstr(err->message, "TLS"))
+			snprintf(err->message + strlen(err->message),
+			         sizeof err->message - strlen(err->message),
+			         " (http.ca_file in %s)", where);
+		if (st == ASP_OK)
+			st = asp_rpc_new(ch, 0, &b->rpc, err);
+	} else {
+		char rpc_url[2100];
+		snprintf(rpc_url, sizeof rpc_url, "%s://%s%s%s:%d%s/v1/rpc",
+		         a.tls ? "https" : "http", strchr(a.host, ':') ? "[" : "", a.host,
+		         strchr(a.host, ':') ? "]" : "", a.port, a.prefix);
+		http_client_cfg hc = {.base_url = url,
+		                      .rpc_url = rpc_url,
+		                      .token = token,
+		                      .ca_file = cfg->http.ca_file,
+		                      .hint = hint,
+		                      .ca_hint = ca_hint};
+		st = http_client_new(&hc, &b->hc, err);
+	}
+	if (token) {
+		memset(token, 0, strlen(token));
+		free(token);
+	}
+	if (st == ASP_OK)
+		st = say_hello(b, cfg, err);
+	if (st) {
+		backend_free(b);
+		return st;
+	}
+	*ops = &http_ops;
+	*self = b;
+	return ASP_OK;
+}
+
+static void http_abort(void *self)
+{
+	http_backend *b = self;
+	if (b->rpc)
+		asp_rpc_close(b->rpc);
+	else
+		http_client_abort(b->hc);
+}
+
+static void http_close(void *self)
+{
+	backend_free(self);
+}
+
+static bool http_alive(void *self)
+{
+	http_backend *b = self;
+	return b->rpc ? asp_rpc_alive(b->rpc) : !http_client_aborted(b->hc);
+}
+
+/* Following a process's output needs notifications: only the WebSocket carries them. */
+static asp_status http_subscribe(void *self, asp_op_id op, const void *params, void *result,
+                                 asp_arena *a, asp_proc_sub *sub, asp_error *err)
+{
+	http_backend *b = self;
+	if (b->rpc)
+		return asp_rpc_subscribe(b->rpc, op, params, result, a, sub, err);
+	asp_proc_sub_fail(sub);
+	return asp_error_set(err, ASP_E_UNSUPPORTED, NULL,
+	                     "following a process's output needs the WebSocket: set "
+	                     "\"websocket\": true in the http section of the config");
+}
+
+static void http_unsubscribe(void *self, uint64_t proc)
+{
+	http_backend *b = self;
+	if (b->rpc)
+		asp_rpc_unsubscribe(b->rpc, proc);
+}
+
+const asp_transport asp_transport_http = {
+    .kind = ASP_TRANSPORT_HTTP,
+    .name = "http",
+    .open = http_open,
+    .abort = http_abort,
+    .close = http_close,
+    .alive = http_alive,
+    .subscribe = http_subscribe,
+    .unsubscribe = http_unsubscribe,
+};

@@ -1,0 +1,525 @@
+/*
+ * The listener's connections, output queues and worker threads. Workers decode and
+ * serve requests with the local backend and queue the answers; the service thread is
+ * told with lws_cancel_service and writes them (http_server.c, ws_server.c).
+ */
+#include "srv.h"
+
+#include "wire.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Workers run the local backend; its deepest path (recursive remove) fits easily. */
+#define WORKER_STACK (1024 * 1024)
+
+/*
+ * Set on worker threads. A worker's sends (answers, a proc_attach replay) never wait for
+ * a slow client: that would let one client hold every worker. Notifications from a
+ * process's pump do wait, which is the backpressure asp_conn_sink asks for.
+ */
+static __thread bool is_worker;
+
+static void *worker_main(void *arg);
+
+/* ---- connections ------------------------------------------------------------------ */
+
+srv_conn *srv_conn_new(srv *s, struct lws *wsi, bool ws)
+{
+	srv_conn *c = calloc(1, sizeof *c);
+	if (!c)
+		return NULL;
+	c->s = s;
+	c->ws = ws;
+	c->wsi = wsi;
+	atomic_init(&c->refs, 1);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->out_cv, &ca);
+	pthread_condattr_destroy(&ca);
+	lws_get_peer_simple(wsi, c->peer, sizeof c->peer);
+	c->next = s->live;
+	if (s->live)
+		s->live->prev = c;
+	s->live = c;
+	s->live_count++;
+	return c;
+}
+
+static void out_free(srv_out *o)
+{
+	free(o->data);
+	free(o);
+}
+
+void srv_conn_unref(srv_conn *c)
+{
+	if (!c || atomic_fetch_sub(&c->refs, 1) != 1)
+		return;
+	/* No job and no sink call can be inside it any more: the binding can go. */
+	if (c->bound)
+		asp_local_disconnect(c->bound);
+	for (srv_out *o = c->out_head, *n; o; o = n) {
+		n = o->next;
+		out_free(o);
+	}
+	pthread_cond_destroy(&c->out_cv);
+	free(c->rx);
+	free(c);
+}
+
+void srv_conn_detach(srv_conn *c)
+{
+	srv *s = c->s;
+	if (!c->wsi)
+		return;
+	c->wsi = NULL;
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		s->live = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	c->prev = c->next = NULL;
+	s->live_count--;
+	pthread_mutex_lock(&s->mu);
+	c->gone = true;
+	pthread_cond_broadcast(&c->out_cv); /* a sink waiting for room gives up */
+	if (s->queued > 0)
+		pthread_cond_broadcast(&s->work_cv); /* its parked requests are dropped */
+	pthread_mutex_unlock(&s->mu);
+	srv_conn_unref(c);
+}
+
+/* Under mu. Puts `c` on the ready list (one reference) unless it is there. */
+static void make_ready_locked(srv_conn *c)
+{
+	if (c->on_ready)
+		return;
+	c->on_ready = true;
+	atomic_fetch_add(&c->refs, 1);
+	c->ready_next = c->s->ready;
+	c->s->ready = c;
+}
+
+/* Under mu. */
+static void push_out_locked(srv_conn *c, srv_out *o)
+{
+	o->next = NULL;
+	if (c->out_tail)
+		c->out_tail->next = o;
+	else
+		c->out_head = o;
+	c->out_tail = o;
+	c->out_bytes += o->len - o->off;
+	make_ready_locked(c);
+}
+
+srv_out *srv_out_peek(srv_conn *c)
+{
+	pthread_mutex_lock(&c->s->mu);
+	srv_out *o = c->out_head;
+	pthread_mutex_unlock(&c->s->mu);
+	return o;
+}
+
+void srv_out_pop(srv_conn *c)
+{
+	pthread_mutex_lock(&c->s->mu);
+	srv_out *o = c->out_head;
+	if (o) {
+		c->out_head = o->next;
+		if (!c->out_head)
+			c->out_tail = NULL;
+		c->out_bytes -= o->len - o->off; /* off was left where it was queued */
+		pthread_cond_broadcast(&c->out_cv);
+		if (c->s->queued > 0 && c->out_bytes <= SRV_OUT_HIGH)
+			pthread_cond_broadcast(&c->s->work_cv); /* its parked requests may run */
+	}
+	pthread_mutex_unlock(&c->s->mu);
+	if (o)
+		out_free(o);
+}
+
+int srv_close_code(srv_conn *c)
+{
+	pthread_mutex_lock(&c->s->mu);
+	int code = c->close_code;
+	pthread_mutex_unlock(&c->s->mu);
+	return code;
+}
+
+bool srv_respond(srv_conn *c, const srv_out *head, const void *body, size_t len)
+{
+	srv_out *o = malloc(sizeof *o);
+	uint8_t *d = malloc(len ? len : 1);
+	if (!o || !d) {
+		free(o);
+		free(d);
+		return false;
+	}
+	*o = *head;
+	memcpy(d, body, len);
+	o->data = d;
+	o->off = o->sent = 0;
+	o->len = len;
+	o->started = false;
+	pthread_mutex_lock(&c->s->mu);
+	push_out_locked(c, o);
+	pthread_mutex_unlock(&c->s->mu);
+	lws_callback_on_writable(c->wsi); /* we are the service thread */
+	return true;
+}
+
+/* ---- the sink: notifications from the backend to a WebSocket ---------------------- */
+
+/*
+ * Called from any backend thread with a whole frame. Waits while the client is behind
+ * (that backpressure keeps a process's pipe unread); false once the connection is gone.
+ */
+static bool sink_send(void *ctx, const uint8_t *frame, size_t len)
+{
+	srv_conn *c = ctx;
+	srv *s = c->s;
+	if (len < 4)
+		return true;
+	srv_out *o = calloc(1, sizeof *o);
+	uint8_t *d = malloc(len - 4);
+	if (!o || !d) {
+		free(o);
+		free(d);
+		return false;
+	}
+	memcpy(d, frame + 4, len - 4);
+	o->data = d;
+	o->len = len - 4;
+	pthread_mutex_lock(&s->mu);
+	while (!is_worker && !c->gone && !c->close_code && c->out_bytes > SRV_SINK_HIGH) {
+		struct timespec ts; /* bounded waits: a lost wake-up costs a second, not forever */
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += 1;
+		pthread_cond_timedwait(&c->out_cv, &s->mu, &ts);
+	}
+	bool ok = !c->gone && !c->close_code;
+	if (ok)
+		push_out_locked(c, o);
+	pthread_mutex_unlock(&s->mu);
+	if (!ok) {
+		out_free(o);
+		return false;
+	}
+	srv_wake(s);
+	return true;
+}
+
+int srv_backend_init(srv *s)
+{
+	s->ops = asp_local_conn_ops;
+	asp_ops_complete(&s->ops);
+	s->http_bound = asp_local_connect(s->backend, NULL);
+	if (!s->http_bound) {
+		srv_log("asp-agent: out of memory");
+		return 1;
+	}
+	return 0;
+}
+
+bool srv_backend_free(srv *s)
+{
+	/* DESIGN §5: spawned processes end with the responder (TERM, KILL 2 s later). */
+	bool ended = asp_local_shutdown(s->backend);
+	asp_local_disconnect(s->http_bound);
+	if (ended)
+		asp_local_free(s->backend);
+	return ended;
+}
+
+bool srv_conn_bind(srv_conn *c)
+{
+	asp_conn_sink sink = {.send = sink_send, .ctx = c};
+	c->bound = asp_local_connect(c->s->backend, &sink);
+	return c->bound != NULL;
+}
+
+/* ---- jobs and workers ------------------------------------------------------------- */
+
+bool srv_submit(srv_conn *c, uint8_t *msg, size_t len)
+{
+	srv *s = c->s;
+	srv_job *j = malloc(sizeof *j);
+	if (!j) {
+		free(msg);
+		return false;
+	}
+	j->next = NULL;
+	j->msg = msg;
+	j->len = len;
+	j->c = c;
+	atomic_fetch_add(&c->refs, 1);
+	pthread_mutex_lock(&s->mu);
+	c->inflight++;
+	if (s->jobs_tail)
+		s->jobs_tail->next = j;
+	else
+		s->jobs_head = j;
+	s->jobs_tail = j;
+	s->queued++;
+	/* Someone must pick it up: an idle worker, or a new one while there is room. */
+	if (s->idle > 0) {
+		pthread_cond_signal(&s->work_cv);
+	} else if (s->nworkers < SRV_MAX_WORKERS) {
+		pthread_attr_t attr;
+		pthread_attr_init(&attr);
+		pthread_attr_setstacksize(&attr, WORKER_STACK);
+		if (pthread_create(&s->workers[s->nworkers], &attr, worker_main, s) == 0)
+			s->nworkers++;
+		else if (s->nworkers == 0)
+			srv_log("asp-agent: cannot start a worker thread: %s", strerror(errno));
+		pthread_attr_destroy(&attr);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return true;
+}
+
+/* An HTTP answer for a message that is no request (400) or could not be served. */
+static srv_out *text_out(int status, const char *fmt, const char *detail)
+{
+	srv_out *o = calloc(1, sizeof *o);
+	char *d = malloc(ASP_ERROR_MESSAGE_MAX + 64);
+	if (!o || !d) {
+		free(o);
+		free(d);
+		return NULL;
+	}
+	int n = snprintf(d, ASP_ERROR_MESSAGE_MAX + 64, fmt, detail);
+	o->data = (uint8_t *)d;
+	o->len = n < 0                            ? 0
+	         : n < ASP_ERROR_MESSAGE_MAX + 64 ? (size_t)n
+	                                          : ASP_ERROR_MESSAGE_MAX + 63;
+	o->status = status;
+	o->ctype = "text/plain; charset=utf-8";
+	return o;
+}
+
+/*
+ * Marks a connection to be closed instead of written to: a WebSocket with `code`, an
+ * HTTP request that could not even be given an error answer (out of memory).
+ */
+static void ws_fail(srv_conn *c, int code)
+{
+	pthread_mutex_lock(&c->s->mu);
+	if (!c->close_code)
+		c->close_code = code;
+	make_ready_locked(c);
+	pthread_mutex_unlock(&c->s->mu);
+}
+
+/*
+ * Serves one request. An HTTP request's answer is returned; a WebSocket's goes through
+ * its sink (in order with the notifications it allows) and NULL is returned.
+ */
+static srv_out *serve(srv *s, srv_job *j, asp_buf *out)
+{
+	srv_conn *c = j->c;
+	msgpack_unpacked u;
+	msgpack_unpacked_init(&u);
+	asp_msg m;
+	asp_error err;
+	asp_error_clear(&err);
+	asp_status st = asp_wire_decode(j->msg, j->len, &u, &m, &err);
+	if (st == ASP_OK && m.type != ASP_MSG_REQUEST) {
+		m.has_id = false;
+		st = asp_error_set(&err, ASP_E_PROTOCOL_ERROR, NULL,
+		                   "expected a request [0, id, method, params], got a message of "
+		                   "type %d",
+		                   m.type);
+	}
+	srv_out *o = NULL;
+	if (st && !m.has_id) {
+		/* Undecodable: 400 over HTTP; a WebSocket closes (1002) without writing. */
+		msgpack_unpacked_destroy(&u);
+		if (!c->ws)
+			return text_out(400, "protocol_error: %s\n", err.message);
+		srv_log("asp-agent: %s: protocol_error: %s; closing the WebSocket", c->peer,
+		        err.message);
+		ws_fail(c, LWS_CLOSE_STATUS_PROTOCOL_ERR);
+		return NULL;
+	}
+	int rc = 1;
+	if (st) {
+		/* A request with an id but wrong params: its error answer, the connection stays. */
+		rc = asp_wire_response_err(out, m.id, &err) < 0 ? -1 : 0;
+		if (rc == 0 && c->ws)
+			rc = sink_send(c, out->data, out->len) ? 1 : 0;
+	} else if (c->ws) {
+		rc = asp_local_conn_serve(c->bound, &m, out);
+	} else {
+		asp_dispatch(&s->ops, s->http_bound, &m, out, s->max_message);
+		rc = out->len > 4 ? 0 : -1;
+	}
+	msgpack_unpacked_destroy(&u);
+	if (c->ws) {
+		if (rc < 0)
+			ws_fail(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION);
+		if (out->cap > SRV_CHUNK)
+			asp_buf_free(out); /* a large answer's buffer is not kept */
+		return NULL;
+	}
+	if (rc < 0 || !(o = calloc(1, sizeof *o))) {
+		asp_buf_free(out);
+		return text_out(500, "internal: %s\n", "out of memory");
+	}
+	/* The frame's buffer becomes the answer; its 4-byte length is skipped. */
+	o->data = out->data;
+	o->off = 4;
+	o->len = out->len;
+	o->status = 200;
+	o->ctype = "application/msgpack";
+	asp_buf_init(out);
+	return o;
+}
+
+/*
+ * Under mu. Takes the first job whose connection has room for its answer. A WebSocket
+ * whose client is not reading keeps its requests queued, not run: a stalled client costs
+ * no worker and no more memory than the answers already made.
+ */
+static srv_job *take_job_locked(srv *s)
+{
+	srv_job *prev = NULL;
+	for (srv_job *j = s->jobs_head; j; prev = j, j = j->next) {
+		srv_conn *c = j->c;
+		if (c->ws && (c->out_bytes > SRV_OUT_HIGH || c->running >= SRV_WS_RUNNING) &&
+		    !c->gone && !c->close_code)
+			continue;
+		if (prev)
+			prev->next = j->next;
+		else
+			s->jobs_head = j->next;
+		if (s->jobs_tail == j)
+			s->jobs_tail = prev;
+		c->running++;
+		return j;
+	}
+	return NULL;
+}
+
+static void *worker_main(void *arg)
+{
+	srv *s = arg;
+	is_worker = true;
+	asp_buf out;
+	asp_buf_init(&out);
+	pthread_mutex_lock(&s->mu);
+	for (;;) {
+		srv_job *j;
+		while (!(j = take_job_locked(s)) && !(s->workers_stop && !s->jobs_head)) {
+			s->idle++;
+			pthread_cond_wait(&s->work_cv, &s->mu);
+			s->idle--;
+		}
+		if (!j)
+			break; /* stopping and nothing left */
+		s->queued--;
+		s->running++;
+		srv_conn *c = j->c;
+		bool skip = c->gone || c->close_code;
+		pthread_mutex_unlock(&s->mu);
+
+		srv_out *o = skip ? NULL : serve(s, j, &out);
+		if (!o && !skip && !c->ws)
+			ws_fail(
+			    c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION); /* no memory for an answer */
+		free(j->msg);
+		free(j);
+
+		pthread_mutex_lock(&s->mu);
+		s->running--;
+		c->inflight--;
+		c->running--;
+		if (o && !c->gone)
+			push_out_locked(c, o);
+		else if (o)
+			out_free(o);
+		else
+			make_ready_locked(c); /* its in-flight count changed: rx may resume */
+		pthread_mutex_unlock(&s->mu);
+		srv_wake(s);
+		srv_conn_unref(c);
+		pthread_mutex_lock(&s->mu);
+	}
+	pthread_mutex_unlock(&s->mu);
+	asp_buf_free(&out);
+	return NULL;
+}
+
+int srv_work_init(srv *s)
+{
+	if (pthread_mutex_init(&s->mu, NULL) || pthread_cond_init(&s->work_cv, NULL))
+		return -1;
+	return 0;
+}
+
+void srv_work_stop(srv *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->workers_stop = true;
+	pthread_cond_broadcast(&s->work_cv);
+	unsigned n = s->nworkers;
+	pthread_mutex_unlock(&s->mu);
+	for (unsigned i = 0; i < n; i++) /* none is created once workers_stop is set */
+		pthread_join(s->workers[i], NULL);
+	pthread_cond_destroy(&s->work_cv);
+	pthread_mutex_destroy(&s->mu);
+}
+
+/* ---- the service thread's side ---------------------------------------------------- */
+
+void srv_update_rx(srv_conn *c)
+{
+	if (!c->wsi || !c->ws)
+		return;
+	pthread_mutex_lock(&c->s->mu);
+	bool full = c->inflight >= SRV_WS_INFLIGHT || c->out_bytes > SRV_OUT_HIGH;
+	pthread_mutex_unlock(&c->s->mu);
+	if (full != c->rx_paused) {
+		c->rx_paused = full;
+		lws_rx_flow_control(c->wsi, !full);
+	}
+}
+
+void srv_drain_ready(srv *s)
+{
+	for (;;) {
+		/* One at a time: a worker may put `c` back on the list as soon as it is off. */
+		pthread_mutex_lock(&s->mu);
+		srv_conn *c = s->ready;
+		if (c) {
+			s->ready = c->ready_next;
+			c->ready_next = NULL;
+			c->on_ready = false;
+		}
+		pthread_mutex_unlock(&s->mu);
+		if (!c)
+			return;
+		if (c->wsi) {
+			srv_update_rx(c);
+			lws_callback_on_writable(c->wsi);
+		}
+		srv_conn_unref(c);
+	}
+}
+
+bool srv_idle(srv *s)
+{
+	pthread_mutex_lock(&s->mu);
+	bool idle = s->queued == 0 && s->running == 0;
+	for (srv_conn *c = s->live; idle && c; c = c->next)
+		idle = c->out_head == NULL && c->inflight == 0;
+	pthread_mutex_unlock(&s->mu);
+	return idle;
+}
