@@ -40,7 +40,7 @@
  * asp_conn_sink, as a full pipe is over stdio): small, so an answer queued behind a
  * process's output is not far behind it.
  */
-#define SRV_SINK_HIGH (512u * 1024)
+#define SRV_SINK_HIGH (256u * 1024)
 /* TCP_NOTSENT_LOWAT of a WebSocket (see ws_server.c). */
 #define SRV_NOTSENT_LOWAT (128 * 1024)
 

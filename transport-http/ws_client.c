@@ -27,14 +27,15 @@
  * below RX_LOW): a slow reader (a slow notification callback) holds the responder back,
  * as a full pipe does over stdio, instead of growing this queue.
  */
-#define RX_HIGH (512 * 1024)
-#define RX_LOW  (128 * 1024)
+#define RX_HIGH (256 * 1024)
+#define RX_LOW  (64 * 1024)
 /*
  * The socket's receive buffer, fixed: Linux would grow it up to tcp_rmem's maximum (32
  * MiB here), which a slow reader fills with notifications that an answer then waits
- * behind. The kernel doubles the value; 2 MiB still carries ~100 MB/s at a 20 ms RTT.
+ * behind (as over stdio, about 1 MiB in all may be ahead of it). The kernel doubles the
+ * value. The cost is bulk over long round trips (~30 MB/s at 20 ms): POST has no limit.
  */
-#define SOCK_RCVBUF (1024 * 1024)
+#define SOCK_RCVBUF (512 * 1024)
 /* After close(): how long the connection gets to send its close frame. */
 #define CLOSE_GRACE_US (300 * 1000)
 /* Idle keepalive: a ping after this long, and the connection given up after that. */
