@@ -4,6 +4,7 @@
  * and EEXIST, ENOTEMPTY, EISDIR into FAILURE), so on an error an extra stat or two finds
  * the precise errno. Bulk data keeps many READ or WRITE requests in flight.
  */
+#include "op_check.h"
 #include "ssh_sftp.h"
 
 #include <errno.h>
@@ -1227,18 +1228,9 @@ asp_status ssh_sftp_write(sftpc *f, const asp_write_params *p, asp_write_result 
 	asp_status st = need_path("write", "path", p->path, err);
 	if (st != ASP_OK)
 		return st;
-	if (p->has_offset && (p->append || p->atomic))
-		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,
-		                     "write %s: 'offset' cannot be combined with '%s'", p->path,
-		                     p->append ? "append" : "atomic");
-	if (p->mode > 07777)
-		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,
-		                     "write %s: mode %#llo has bits beyond 07777", p->path,
-		                     (unsigned long long)p->mode);
-	if (p->has_offset && p->offset > (uint64_t)INT64_MAX - p->data.len)
-		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,
-		                     "write %s: offset %llu is out of range", p->path,
-		                     (unsigned long long)p->offset);
+	st = asp_check_write_params(p, err);
+	if (st != ASP_OK)
+		return st;
 	sshc_lock(f->c);
 	if (p->atomic) {
 		st = write_atomic(f, p, r, err);

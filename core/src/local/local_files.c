@@ -1,4 +1,5 @@
 /* read and write: file contents, including the atomic replace. */
+#include "op_check.h"
 #include "local_impl.h"
 
 #include <errno.h>
@@ -301,18 +302,9 @@ asp_status asp_local_write(void *self, const asp_write_params *p, asp_write_resu
 	if (p->data.len && !p->data.data)
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,
 		                     "write %s: 'data' has no bytes", p->path);
-	if (p->has_offset && (p->append || p->atomic))
-		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,
-		                     "write %s: 'offset' cannot be combined with '%s'", p->path,
-		                     p->append ? "append" : "atomic");
-	if (p->mode > 07777)
-		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,
-		                     "write %s: mode %#llo has bits beyond 07777", p->path,
-		                     (unsigned long long)p->mode);
-	if (p->has_offset && p->offset > (uint64_t)INT64_MAX - p->data.len)
-		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,
-		                     "write %s: offset %llu is out of range", p->path,
-		                     (unsigned long long)p->offset);
+	st = asp_check_write_params(p, err);
+	if (st != ASP_OK)
+		return st;
 	if (p->atomic)
 		return write_atomic(p, r, err);
 

@@ -1,0 +1,19 @@
+/* Transport-independent checks of op params (see op_check.h). */
+#include "op_check.h"
+
+asp_status asp_check_write_params(const asp_write_params *p, asp_error *err)
+{
+	if (p->has_offset && (p->append || p->atomic))
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,
+		                     "write %s: 'offset' cannot be combined with '%s'", p->path,
+		                     p->append ? "append" : "atomic");
+	if (p->mode > 07777)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,
+		                     "write %s: mode %#llo has bits beyond 07777", p->path,
+		                     (unsigned long long)p->mode);
+	if (p->has_offset && p->offset > (uint64_t)INT64_MAX - p->data.len)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,
+		                     "write %s: offset %llu is out of range", p->path,
+		                     (unsigned long long)p->offset);
+	return ASP_OK;
+}
