@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 /* Threads serving requests at most, this one included. */
@@ -70,18 +71,27 @@ static void logf_(const char *fmt, ...)
 	(void)w;
 }
 
-/* false once the output is dead. */
-static bool write_frame(server *s, const uint8_t *frame, size_t len)
+/* Writes one frame given in pieces (advanced in place); false once the output is dead. */
+static bool write_frame_v(server *s, struct iovec *iov, int n)
 {
 	pthread_mutex_lock(&s->out_mu);
-	size_t done = 0;
-	while (!s->out_dead && done < len) {
-		ssize_t n = write(s->out_fd, frame + done, len - done);
-		if (n > 0) {
-			done += (size_t)n;
-		} else if (n < 0 && errno != EINTR) {
-			logf_("asp-agent: writing a response: %s; no more answers", strerror(errno));
-			s->out_dead = true;
+	int at = 0;
+	while (!s->out_dead && at < n) {
+		ssize_t w = writev(s->out_fd, iov + at, n - at);
+		if (w < 0) {
+			if (errno != EINTR) {
+				logf_("asp-agent: writing a response: %s; no more answers",
+				      strerror(errno));
+				s->out_dead = true;
+			}
+			continue;
+		}
+		size_t left = (size_t)w;
+		while (at < n && left >= iov[at].iov_len)
+			left -= iov[at++].iov_len;
+		if (left) {
+			iov[at].iov_base = (uint8_t *)iov[at].iov_base + left;
+			iov[at].iov_len -= left;
 		}
 	}
 	bool ok = !s->out_dead;
@@ -89,10 +99,30 @@ static bool write_frame(server *s, const uint8_t *frame, size_t len)
 	return ok;
 }
 
+static bool write_frame(server *s, const uint8_t *frame, size_t len)
+{
+	struct iovec one = {(void *)frame, len};
+	return write_frame_v(s, &one, 1);
+}
+
 /* The connection's sink: notifications go out through the same writer. */
 static bool sink_send(void *ctx, const uint8_t *frame, size_t len)
 {
 	return write_frame(ctx, frame, len);
+}
+
+/* Responses with large bins (reads) go out without first being copied into one buffer. */
+static bool sink_sendv(void *ctx, const struct iovec *iov, int n)
+{
+	struct iovec stack[8]; /* a private copy: write_frame_v advances it */
+	struct iovec *v = n <= 8 ? stack : malloc((size_t)n * sizeof *v);
+	if (!v)
+		return false;
+	memcpy(v, iov, (size_t)n * sizeof *iov);
+	bool ok = write_frame_v(ctx, v, n);
+	if (v != stack)
+		free(v);
+	return ok;
 }
 
 /* After a protocol error: the client gets EOF and not one more byte. */
@@ -256,7 +286,7 @@ static int serve_conn(asp_local *backend, int in, int out, size_t max_message, b
 	s->max_message = max_message ? max_message : ASP_MAX_MESSAGE_DEFAULT;
 	s->out_fd = out;
 	s->backend = backend;
-	asp_conn_sink sink = {sink_send, s};
+	asp_conn_sink sink = {.send = sink_send, .ctx = s, .sendv = sink_sendv};
 	s->conn = s->backend ? asp_local_connect(s->backend, &sink) : NULL;
 	asp_error err;
 	if (!s->conn || asp_fd_channel_new(in, out, 0, &s->in, &err)) {

@@ -205,6 +205,12 @@ static asp_status stdio_send(asp_channel *ch, const uint8_t *frame, size_t len, 
 	return asp_channel_send(((stdio_conn *)ch)->fd, frame, len, err);
 }
 
+static asp_status stdio_sendv(asp_channel *ch, const struct iovec *iov, int iovcnt,
+                              asp_error *err)
+{
+	return asp_channel_sendv(((stdio_conn *)ch)->fd, iov, iovcnt, err);
+}
+
 static asp_status stdio_recv(asp_channel *ch, size_t max, uint8_t **msg, size_t *len,
                              asp_error *err)
 {
@@ -242,6 +248,7 @@ static void stdio_free(asp_channel *ch)
 
 static const asp_channel_ops stdio_channel_ops = {
 	.send = stdio_send,
+	.sendv = stdio_sendv,
 	.recv = stdio_recv,
 	.explain = stdio_explain,
 	.close = stdio_close,

@@ -37,6 +37,13 @@ typedef struct asp_buf {
 	size_t ref_bytes; /* sum of refs[].len */
 } asp_buf;
 
+/*
+ * The ref_min senders use where the channel or sink can write a frame in pieces: below
+ * it, copying is cheaper than one more piece; above it, the copy costs more than the
+ * syscall it saves.
+ */
+#define ASP_BUF_REF_MIN (64u * 1024u)
+
 void asp_buf_init(asp_buf *b);
 void asp_buf_free(asp_buf *b);
 /* Bytes of the whole frame, header and referenced pieces included. */

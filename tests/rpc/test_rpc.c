@@ -830,6 +830,86 @@ static void test_channel_burst(void)
 	asp_channel_free(ch);
 }
 
+static void *close_later(void *v)
+{
+	usleep(100 * 1000);
+	asp_channel_close(v);
+	return NULL;
+}
+
+/* Reads `want` bytes from `fd` in small steps, as a slow peer would. */
+typedef struct slow_reader {
+	int fd;
+	uint8_t *got;
+	size_t want, have;
+} slow_reader;
+
+static void *slow_read(void *v)
+{
+	slow_reader *r = v;
+	while (r->have < r->want) {
+		size_t step = r->want - r->have < 7001 ? r->want - r->have : 7001;
+		ssize_t n = read(r->fd, r->got + r->have, step);
+		if (n <= 0)
+			break;
+		r->have += (size_t)n;
+		if (r->have % 5 == 0)
+			usleep(100); /* let the pipe fill: the writer meets EAGAIN */
+	}
+	return NULL;
+}
+
+/*
+ * A frame in many pieces through a non-blocking pipe that fills up: short writes end
+ * inside a piece and between pieces, and every byte arrives once, in order. Then a
+ * sendv blocked on a full pipe returns transport_error when the channel is closed.
+ */
+static void test_channel_sendv(void)
+{
+	int p[2];
+	CU_ASSERT_FATAL(pipe(p) == 0);
+	asp_channel *ch;
+	asp_error err;
+	CU_ASSERT_FATAL(asp_fd_channel_new(p[0], p[1], ASP_FDCH_WAKEABLE | ASP_FDCH_PRIVATE_WFD,
+	                                   &ch, &err) == ASP_OK);
+	enum { PIECES = 20 };
+	struct iovec iov[PIECES];
+	size_t total = 0;
+	for (int i = 0; i < PIECES; i++) {
+		size_t len = i % 4 == 3 ? 0 : (size_t)(i * 37813 % 300007);
+		uint8_t *d = malloc(len ? len : 1);
+		for (size_t k = 0; k < len; k++)
+			d[k] = (uint8_t)(k * 131 + (size_t)i);
+		iov[i] = (struct iovec){d, len};
+		total += len;
+	}
+	slow_reader r = {.fd = p[0], .got = malloc(total), .want = total};
+	pthread_t th;
+	pthread_create(&th, NULL, slow_read, &r);
+	CU_ASSERT_EQUAL(asp_channel_sendv(ch, iov, PIECES, &err), ASP_OK);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(r.have, total);
+	size_t at = 0;
+	bool same = r.have == total;
+	for (int i = 0; i < PIECES && same; i++) {
+		same = memcmp(r.got + at, iov[i].iov_base, iov[i].iov_len) == 0;
+		at += iov[i].iov_len;
+	}
+	CU_ASSERT(same);
+
+	/* Nobody reads now: the pipe fills and the send waits until close() wakes it. */
+	pthread_t closer;
+	CU_ASSERT_FATAL(pthread_create(&closer, NULL, close_later, ch) == 0);
+	CU_ASSERT_EQUAL(asp_channel_sendv(ch, iov, PIECES, &err), ASP_E_TRANSPORT_ERROR);
+	pthread_join(closer, NULL);
+	for (int i = 0; i < PIECES; i++)
+		free(iov[i].iov_base);
+	free(r.got);
+	asp_channel_free(ch);
+	close(p[0]);
+	close(p[1]);
+}
+
 int main(void)
 {
 	agent = t_env("ASP_AGENT");
@@ -853,6 +933,7 @@ int main(void)
 	CU_add_test(s, "close unblocks a waiting call", test_close_unblocks);
 	CU_add_test(s, "a call with a deadline times out", test_call_timeout);
 	CU_add_test(s, "fd channel: burst of frames", test_channel_burst);
+	CU_add_test(s, "fd channel: a frame in pieces, short writes, close", test_channel_sendv);
 	CU_add_test(s, "spawn: output right after the answer is not lost (gate)",
 	            test_follow_spawn_gate);
 	CU_add_test(s, "attach: replay kept until the answer; failure calls nothing",

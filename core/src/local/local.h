@@ -41,6 +41,8 @@ extern const asp_ops asp_local_ops;
  * connections in a sink and passes the bound connection as `self` with
  * asp_local_conn_ops for the requests it reads from that connection.
  */
+struct iovec;
+
 typedef struct asp_conn_sink {
 	/*
 	 * Sends one whole frame (header included) to the connection. May be called from any
@@ -51,6 +53,12 @@ typedef struct asp_conn_sink {
 	 */
 	bool (*send)(void *ctx, const uint8_t *frame, size_t len);
 	void *ctx;
+	/*
+	 * Optional: as send, for one frame in pieces. With it, a response's large bins
+	 * (a read's data) go out from where the op put them instead of being copied into
+	 * the frame buffer first.
+	 */
+	bool (*sendv)(void *ctx, const struct iovec *iov, int iovcnt);
 } asp_conn_sink;
 
 typedef struct asp_local_conn asp_local_conn;

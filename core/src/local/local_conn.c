@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 /* ---- connections ------------------------------------------------------------------ */
 
@@ -58,16 +59,20 @@ void *asp_local_conn_ctx(const asp_local_conn *c)
 	return c->has_sink ? c->sink.ctx : NULL;
 }
 
-bool local_conn_send(asp_local_conn *c, const uint8_t *frame, size_t len)
+/* Before calling the sink: false when the connection is dead (then do not call it). */
+static bool sink_enter(asp_local_conn *c)
 {
 	pthread_mutex_lock(&c->mu);
-	if (c->dead || !c->has_sink) {
-		pthread_mutex_unlock(&c->mu);
-		return false;
-	}
-	c->sending++;
+	bool ok = !c->dead && c->has_sink;
+	if (ok)
+		c->sending++;
 	pthread_mutex_unlock(&c->mu);
-	bool ok = c->sink.send(c->sink.ctx, frame, len);
+	return ok;
+}
+
+/* After the sink returned `ok`: whether the connection is still alive. */
+static bool sink_leave(asp_local_conn *c, bool ok)
+{
 	pthread_mutex_lock(&c->mu);
 	if (!ok)
 		c->dead = true;
@@ -76,6 +81,11 @@ bool local_conn_send(asp_local_conn *c, const uint8_t *frame, size_t len)
 	ok = ok && !c->dead;
 	pthread_mutex_unlock(&c->mu);
 	return ok;
+}
+
+bool local_conn_send(asp_local_conn *c, const uint8_t *frame, size_t len)
+{
+	return sink_enter(c) && sink_leave(c, c->sink.send(c->sink.ctx, frame, len));
 }
 
 /* ---- holding notifications until the response is out ----------------------------- */
@@ -150,12 +160,46 @@ void asp_local_conn_release(asp_local_conn *c)
 		hold_end(&tls_direct);
 }
 
+/*
+ * As local_conn_send, for a frame whose large bins are referenced (the sink has sendv):
+ * 1 sent, 0 the connection is gone, -1 out of memory.
+ */
+static int local_conn_sendv(asp_local_conn *c, const asp_buf *out)
+{
+	struct iovec stack[8];
+	int max = (int)(2 * out->nrefs + 1);
+	struct iovec *iov = max <= 8 ? stack : malloc((size_t)max * sizeof *iov);
+	if (!iov)
+		return -1;
+	int n = asp_buf_iov(out, iov, max);
+	bool ok = sink_enter(c) && sink_leave(c, c->sink.sendv(c->sink.ctx, iov, n));
+	if (iov != stack)
+		free(iov);
+	return ok ? 1 : 0;
+}
+
 int asp_local_conn_serve(asp_local_conn *c, const struct asp_msg *req, struct asp_buf *out)
 {
 	hold h;
 	hold_begin(&h, c);
-	asp_dispatch(&asp_local_conn_ops, c, req, out, c->l->max_message);
-	int rc = out->len == 0 ? -1 : local_conn_send(c, out->data, out->len) ? 1 : 0;
+	int rc;
+	asp_arena *a = c->has_sink && c->sink.sendv ? asp_arena_new() : NULL;
+	if (a) {
+		/* The frame references the result's bins in `a` until it is written. */
+		out->ref_min = ASP_BUF_REF_MIN;
+		asp_dispatch_in(&asp_local_conn_ops, c, req, out, c->l->max_message, a);
+		out->ref_min = 0;
+		if (out->len == 0)
+			rc = -1;
+		else if (out->nrefs == 0)
+			rc = local_conn_send(c, out->data, out->len) ? 1 : 0;
+		else
+			rc = local_conn_sendv(c, out);
+		asp_arena_free(a);
+	} else {
+		asp_dispatch(&asp_local_conn_ops, c, req, out, c->l->max_message);
+		rc = out->len == 0 ? -1 : local_conn_send(c, out->data, out->len) ? 1 : 0;
+	}
 	hold_end(&h);
 	return rc;
 }

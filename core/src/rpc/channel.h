@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 typedef struct asp_channel asp_channel;
 
@@ -24,6 +25,12 @@ typedef struct asp_channel_ops {
 	 * gone or closed.
 	 */
 	asp_status (*send)(asp_channel *ch, const uint8_t *frame, size_t len, asp_error *err);
+	/*
+	 * Optional: as send, for a frame in pieces (asp_buf_iov), so large payloads go out
+	 * from where they are instead of being copied into one buffer first. Senders only
+	 * build frames with references when the channel has it.
+	 */
+	asp_status (*sendv)(asp_channel *ch, const struct iovec *iov, int iovcnt, asp_error *err);
 	/*
 	 * Receives one message (the bytes after the length) into a malloc'd buffer that
 	 * becomes the caller's (*msg, *len; at least one byte is allocated even for an
@@ -55,6 +62,12 @@ static inline asp_status asp_channel_send(asp_channel *ch, const uint8_t *frame,
                                           asp_error *err)
 {
 	return ch->ops->send(ch, frame, len, err);
+}
+
+static inline asp_status asp_channel_sendv(asp_channel *ch, const struct iovec *iov, int iovcnt,
+                                           asp_error *err)
+{
+	return ch->ops->sendv(ch, iov, iovcnt, err);
 }
 
 static inline asp_status asp_channel_recv(asp_channel *ch, size_t max, uint8_t **msg,

@@ -12,11 +12,14 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 /* Read buffer: big enough that a burst of pipelined small frames takes one read(). */
 #define RBUF 65536
+/* Pieces one writev takes at most (Linux UIO_MAXIOV). */
+#define MAX_IOV 1024
 
 typedef struct fd_channel {
 	asp_channel base;
@@ -202,11 +205,27 @@ static int wait_writable(fd_channel *c)
 	}
 }
 
-static asp_status fd_send(asp_channel *ch, const uint8_t *frame, size_t len, asp_error *err)
+/* One writev/sendmsg of what is left; sockets never raise SIGPIPE. */
+static ssize_t write_iov(fd_channel *c, struct iovec *iov, int n)
+{
+	if (!c->wsock)
+		return writev(c->wfd, iov, n);
+	struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+	return sendmsg(c->wfd, &m, MSG_NOSIGNAL);
+}
+
+static asp_status fd_sendv(asp_channel *ch, const struct iovec *in, int iovcnt, asp_error *err)
 {
 	fd_channel *c = (fd_channel *)ch;
 	if (atomic_load_explicit(&c->closed, memory_order_acquire))
 		return closed_error(err);
+	struct iovec local[8], *iov = local;
+	if (iovcnt > (int)(sizeof local / sizeof local[0])) {
+		iov = malloc((size_t)iovcnt * sizeof *iov);
+		if (!iov)
+			return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory sending a frame");
+	}
+	memcpy(iov, in, (size_t)iovcnt * sizeof *iov); /* advanced in place on short writes */
 	sigset_t pipe_set, old;
 	if (c->mask_sigpipe) {
 		sigemptyset(&pipe_set);
@@ -214,12 +233,22 @@ static asp_status fd_send(asp_channel *ch, const uint8_t *frame, size_t len, asp
 		pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
 	}
 	asp_status st = ASP_OK;
-	size_t done = 0;
-	while (done < len) {
-		ssize_t n = c->wsock ? send(c->wfd, frame + done, len - done, MSG_NOSIGNAL)
-		                     : write(c->wfd, frame + done, len - done);
+	int at = 0;
+	while (at < iovcnt) {
+		if (iov[at].iov_len == 0) {
+			at++;
+			continue;
+		}
+		int cnt = iovcnt - at < MAX_IOV ? iovcnt - at : MAX_IOV;
+		ssize_t n = write_iov(c, iov + at, cnt);
 		if (n >= 0) {
-			done += (size_t)n;
+			size_t left = (size_t)n;
+			while (at < iovcnt && left >= iov[at].iov_len)
+				left -= iov[at++].iov_len;
+			if (left) {
+				iov[at].iov_base = (uint8_t *)iov[at].iov_base + left;
+				iov[at].iov_len -= left;
+			}
 			continue;
 		}
 		if (errno == EINTR)
@@ -244,7 +273,15 @@ static asp_status fd_send(asp_channel *ch, const uint8_t *frame, size_t len, asp
 	}
 	if (c->mask_sigpipe)
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (iov != local)
+		free(iov);
 	return st;
+}
+
+static asp_status fd_send(asp_channel *ch, const uint8_t *frame, size_t len, asp_error *err)
+{
+	struct iovec one = {(void *)frame, len};
+	return fd_sendv(ch, &one, 1, err);
 }
 
 static void fd_close(asp_channel *ch)
@@ -277,6 +314,7 @@ static void fd_free(asp_channel *ch)
 
 static const asp_channel_ops fd_channel_ops = {
 	.send = fd_send,
+	.sendv = fd_sendv,
 	.recv = fd_recv,
 	.explain = NULL,
 	.close = fd_close,

@@ -447,6 +447,23 @@ static asp_status finish(asp_rpc *rpc, asp_op_id op, uint8_t *frame, size_t len,
 }
 
 /* The waiter's condition variable; one on the monotonic clock when it must time out. */
+/* Sends a whole frame: in one piece, or with its referenced bins spliced in. */
+static asp_status send_buf(asp_channel *ch, const asp_buf *b, asp_error *err)
+{
+	if (b->nrefs == 0)
+		return asp_channel_send(ch, b->data, b->len, err);
+	struct iovec stack[8];
+	int max = (int)(2 * b->nrefs + 1), n;
+	struct iovec *iov = max <= 8 ? stack : malloc((size_t)max * sizeof *iov);
+	if (!iov)
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory sending a frame");
+	n = asp_buf_iov(b, iov, max);
+	asp_status st = asp_channel_sendv(ch, iov, n, err);
+	if (iov != stack)
+		free(iov);
+	return st;
+}
+
 static void waiter_init(waiter *w, unsigned timeout_ms)
 {
 	if (!timeout_ms) {
@@ -530,19 +547,22 @@ static asp_status rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void 
 
 	asp_buf b;
 	asp_buf_init(&b);
+	/* Large bins go out from the caller's memory, which outlives the send. */
+	b.ref_min = rpc->ch->ops->sendv ? ASP_BUF_REF_MIN : 0;
 	size_t max = atomic_load_explicit(&rpc->max_send, memory_order_relaxed);
 	size_t bins = bin_bytes(d->params, params);
-	if (bins <= max && (asp_buf_reserve(&b, 256 + bins) < 0 ||
+	if (bins <= max && (asp_buf_reserve(&b, b.ref_min && bins >= b.ref_min ? 256 : 256 + bins) < 0 ||
 	                    asp_wire_request(&b, id, op, params) < 0)) {
 		st = asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory encoding %s", d->name);
-	} else if (bins > max || b.len - ASP_FRAME_HEADER > max) {
+	} else if (bins > max || asp_buf_frame_len(&b) - ASP_FRAME_HEADER > max) {
 		st = asp_error_set(err, ASP_E_TOO_LARGE, NULL,
 		                   "%s: the request is %zu bytes, more than max_message (%zu); "
 		                   "send the data in smaller parts",
-		                   d->name, bins > max ? bins : b.len - ASP_FRAME_HEADER, max);
+		                   d->name, bins > max ? bins : asp_buf_frame_len(&b) - ASP_FRAME_HEADER,
+		                   max);
 	} else {
 		pthread_mutex_lock(&rpc->send_mu);
-		st = asp_channel_send(rpc->ch, b.data, b.len, err);
+		st = send_buf(rpc->ch, &b, err);
 		pthread_mutex_unlock(&rpc->send_mu);
 		asp_buf_free(&b);
 		if (st)
