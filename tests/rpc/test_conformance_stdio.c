@@ -147,12 +147,6 @@ int main(void)
 		relay_b.st.spawn = relay_spawn;
 		relay_b.st.attach = relay_attach;
 		relay_b.st.detach = relay_detach;
-		static const char *const gaps[] = {
-		    "spawn_slow_reader_bounded",
-		    "asp-agent --relay queues the daemon's WebSocket messages without bound "
-		    "(600 MB RSS under a 1 GiB producer); remove this once it applies backpressure",
-		    NULL};
-		relay_b.st.known_gaps = gaps;
 	} else {
 		fprintf(stderr, "stdio_relay: skipped (no asp-agent --listen unix:)\n");
 	}
