@@ -86,13 +86,7 @@ static bool write_frame_v(server *s, struct iovec *iov, int n)
 			}
 			continue;
 		}
-		size_t left = (size_t)w;
-		while (at < n && left >= iov[at].iov_len)
-			left -= iov[at++].iov_len;
-		if (left) {
-			iov[at].iov_base = (uint8_t *)iov[at].iov_base + left;
-			iov[at].iov_len -= left;
-		}
+		at = asp_iov_advance(iov, n, at, (size_t)w);
 	}
 	bool ok = !s->out_dead;
 	pthread_mutex_unlock(&s->out_mu);

@@ -55,6 +55,17 @@ int asp_buf_iov(const asp_buf *b, struct iovec *iov, int max)
 	return n;
 }
 
+int asp_iov_advance(struct iovec *iov, int cnt, int at, size_t done)
+{
+	while (at < cnt && done >= iov[at].iov_len)
+		done -= iov[at++].iov_len;
+	if (done) {
+		iov[at].iov_base = (uint8_t *)iov[at].iov_base + done;
+		iov[at].iov_len -= done;
+	}
+	return at;
+}
+
 int asp_buf_reserve(asp_buf *b, size_t extra)
 {
 	if (b->cap - b->len >= extra)

@@ -57,6 +57,11 @@ static inline size_t asp_buf_frame_len(const asp_buf *b)
  */
 struct iovec;
 int asp_buf_iov(const asp_buf *b, struct iovec *iov, int max);
+/*
+ * After a short writev of `done` bytes from iov[at..cnt): skips the pieces written
+ * whole, trims the one written in part (in place) and returns the new `at`.
+ */
+int asp_iov_advance(struct iovec *iov, int cnt, int at, size_t done);
 /* Makes room for `extra` more bytes. 0, or -1 when out of memory. */
 int asp_buf_reserve(asp_buf *b, size_t extra);
 /* msgpack_packer write callback appending to an asp_buf. */

@@ -1,5 +1,6 @@
 /* The fd-pair frame channel: buffered frame reads, whole-frame writes, a wakeable reader. */
 #include "channel.h"
+#include "wire.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -242,13 +243,7 @@ static asp_status fd_sendv(asp_channel *ch, const struct iovec *in, int iovcnt, 
 		int cnt = iovcnt - at < MAX_IOV ? iovcnt - at : MAX_IOV;
 		ssize_t n = write_iov(c, iov + at, cnt);
 		if (n >= 0) {
-			size_t left = (size_t)n;
-			while (at < iovcnt && left >= iov[at].iov_len)
-				left -= iov[at++].iov_len;
-			if (left) {
-				iov[at].iov_base = (uint8_t *)iov[at].iov_base + left;
-				iov[at].iov_len -= left;
-			}
+			at = asp_iov_advance(iov, iovcnt, at, (size_t)n);
 			continue;
 		}
 		if (errno == EINTR)
