@@ -517,6 +517,58 @@ static void test_eof_ends_spawned(void)
 	rmdir(dir);
 }
 
+/*
+ * The client goes away while every worker waits on a process (proc_wait without a
+ * timeout): EOF must still end the process, answer the waits and let the agent exit,
+ * rather than leave both running with nobody to talk to.
+ */
+static void test_eof_with_waits_in_flight(void)
+{
+	char dir[] = "/tmp/asp-agent-waits-XXXXXX";
+	CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+	char pidfile[128], cmd[256];
+	snprintf(pidfile, sizeof pidfile, "%s/pid", dir);
+	snprintf(cmd, sizeof cmd, "echo $$ > %s; exec sleep 30", pidfile);
+	tproc p;
+	start(&p);
+	asp_buf b;
+	asp_buf_init(&b);
+	add_spawn(&b, 1, cmd);
+	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+	uint8_t *body;
+	size_t len;
+	CU_ASSERT_FATAL(t_read_frame(p.out, 5000, &body, &len) == 1);
+	asp_arena *a = asp_arena_new();
+	asp_spawn_result sr;
+	t_resp r;
+	CU_ASSERT_FATAL(t_parse_response(body, len, ASP_OP_SPAWN, &sr, a, &r) && r.st == ASP_OK);
+	free(body);
+	pid_t child = read_pid_file(pidfile, 5000);
+	CU_ASSERT_FATAL(child > 0);
+	/* Enough waits that every thread the agent has, its first one too, serves one. */
+	for (uint32_t id = 2; id <= 9; id++) {
+		asp_proc_wait_params wp;
+		asp_proc_wait_params_init(&wp);
+		wp.proc = sr.proc;
+		t_add_request(&b, id, ASP_OP_PROC_WAIT, &wp);
+	}
+	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+	asp_buf_free(&b);
+	asp_arena_free(a);
+	usleep(300 * 1000);
+	int64_t t0 = t_now_ms();
+	tproc_close_in(&p);
+	int st = tproc_wait(&p, 10000, NULL);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CU_ASSERT(t_now_ms() - t0 < 5000);
+	CU_ASSERT(!pid_alive(child));
+	if (pid_alive(child))
+		kill(child, SIGKILL);
+	tproc_close(&p);
+	unlink(pidfile);
+	rmdir(dir);
+}
+
 /* ---- options ---------------------------------------------------------------------- */
 
 static char *run(char *const argv[], int *status, bool want_stderr)
@@ -590,6 +642,8 @@ static void add_suite(const char *name, int (*init)(void))
 	            test_nonreader_bounded);
 	CU_add_test(s, "EOF ends spawned groups (TERM, KILL 2 s later), exit 0",
 	            test_eof_ends_spawned);
+	CU_add_test(s, "EOF while every worker waits on a process: it ends, exit 0",
+	            test_eof_with_waits_in_flight);
 }
 
 int main(void)
