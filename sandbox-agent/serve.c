@@ -28,7 +28,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-/* Threads serving requests at most (the main thread only waits for the end). */
+/* Threads serving requests at most, this one included. */
 #define MAX_WORKERS 64
 /* Workers run the local backend; its deepest path (recursive remove) fits easily. */
 #define WORKER_STACK (1024 * 1024)
@@ -47,10 +47,9 @@ typedef struct server {
 	bool reading; /* a leader is reading */
 	bool stop;    /* EOF or a fatal error: nobody reads any more */
 	int exit_code;
-	unsigned idle, nthreads; /* workers created */
-	pthread_t threads[MAX_WORKERS];
-	pthread_t main;   /* waits in sigwait: stop_locked wakes it with SIGTERM */
-	atomic_bool ended; /* set before that wake-up: the SIGTERM was ours */
+	bool ended; /* asp_local_shutdown's answer, from the thread that saw the end */
+	unsigned idle, nthreads; /* threads created; the calling thread is one more */
+	pthread_t threads[MAX_WORKERS - 1];
 
 	pthread_mutex_t out_mu; /* one frame at a time on out_fd */
 	bool out_dead;          /* closed after a protocol error, or the reader went away */
@@ -138,20 +137,32 @@ static void close_output(server *s)
 }
 
 /*
- * Under mu: nobody reads any more (EOF, a protocol error, out of memory). Wakes the idle
- * workers so they exit, and the main thread so it ends the spawned processes even while
- * a worker still waits on one of them (proc_wait).
+ * Under mu: nobody reads any more (EOF, a protocol error, out of memory); wakes the idle
+ * workers so they exit. True for the one caller that must then call end_processes:
+ * whichever thread saw the end, since another one (the first thread too) may be waiting
+ * on one of those processes (proc_wait) and would otherwise wait forever.
  */
-static void stop_locked(server *s, int exit_code)
+static bool stop_locked(server *s, int exit_code)
 {
 	if (exit_code)
 		s->exit_code = exit_code;
 	pthread_cond_broadcast(&s->idle_cv);
 	if (s->stop)
-		return;
+		return false;
 	s->stop = true;
-	atomic_store(&s->ended, true);
-	pthread_kill(s->main, SIGTERM);
+	return true;
+}
+
+/*
+ * End of input (DESIGN §5): end the spawned processes (TERM, KILL 2 s later) while the
+ * requests in flight finish, so a proc_wait among them is answered too. Outside mu.
+ */
+static void end_processes(server *s)
+{
+	bool ended = asp_local_shutdown(s->backend);
+	pthread_mutex_lock(&s->mu);
+	s->ended = ended;
+	pthread_mutex_unlock(&s->mu);
 }
 
 /* A message read by the leader, decoded and ready to serve. */
@@ -176,9 +187,11 @@ static void serve(server *s, job *j, asp_buf *out)
 	if (rc < 0) {
 		logf_("asp-agent: out of memory answering request %u; closing", j->msg.id);
 		pthread_mutex_lock(&s->mu);
-		stop_locked(s, 1);
+		bool first = stop_locked(s, 1);
 		pthread_mutex_unlock(&s->mu);
 		close_output(s);
+		if (first)
+			end_processes(s);
 	}
 	if (out->cap > KEEP_BUF)
 		asp_buf_free(out);
@@ -229,7 +242,7 @@ static void promote(server *s)
 		pthread_cond_signal(&s->idle_cv);
 		return;
 	}
-	if (s->nthreads >= MAX_WORKERS)
+	if (s->nthreads + 1 >= MAX_WORKERS)
 		return; /* all busy: the next request waits in the pipe for one to finish */
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);
@@ -246,7 +259,7 @@ static void *worker(void *arg)
 	server *s = arg;
 	asp_buf out;
 	asp_buf_init(&out);
-	bool failed = false;
+	bool failed = false, first = false;
 	pthread_mutex_lock(&s->mu);
 	while (!s->stop) {
 		if (s->reading) {
@@ -267,7 +280,7 @@ static void *worker(void *arg)
 		}
 		if (got <= 0 || s->stop) {
 			failed = got < 0;
-			stop_locked(s, failed ? 1 : 0);
+			first = stop_locked(s, failed ? 1 : 0);
 			break;
 		}
 		promote(s);
@@ -278,49 +291,13 @@ static void *worker(void *arg)
 	pthread_mutex_unlock(&s->mu);
 	if (failed)
 		close_output(s); /* outside mu: a writer may hold out_mu on a full pipe */
+	if (first)
+		end_processes(s);
 	asp_buf_free(&out);
 	return NULL;
 }
 
-/*
- * TERM, HUP or INT (the stdio client closing us after 500 ms, an orchestrator, a
- * terminal): the spawned groups must not outlive us, and a KILL may follow soon (the
- * stdio client sends it 200 ms later), so they get 100 ms between TERM and KILL.
- */
-#define STOP_GRACE_MS 100
-
-static void stop_signals(sigset_t *set)
-{
-	sigemptyset(set);
-	sigaddset(set, SIGTERM);
-	sigaddset(set, SIGHUP);
-	sigaddset(set, SIGINT);
-}
-
-/*
- * The main thread's part: wait for the end of input (our own SIGTERM from stop_locked)
- * or a stop signal from outside. Returns for the former; never for the latter.
- */
-static void wait_for_end(server *s)
-{
-	sigset_t set;
-	stop_signals(&set);
-	for (;;) {
-		int sig = 0;
-		if (sigwait(&set, &sig) != 0)
-			continue;
-		if (atomic_load(&s->ended))
-			return;
-		logf_("asp-agent: signal %d: ending the spawned processes", sig);
-		asp_local_shutdown_grace(s->backend, STOP_GRACE_MS);
-		_exit(0); /* the workers may be blocked in I/O: do not wait for them */
-	}
-}
-
-/*
- * Serves the connection until EOF or a fatal error, then ends the backend's processes.
- * The stop signals must be blocked in the calling thread (and so in the workers).
- */
+/* Serves the connection until EOF or a fatal error, then ends the backend's processes. */
 static int serve_conn(asp_local *backend, int in, int out, size_t max_message, bool *stuck)
 {
 	*stuck = false;
@@ -332,8 +309,6 @@ static int serve_conn(asp_local *backend, int in, int out, size_t max_message, b
 	s->max_message = max_message ? max_message : ASP_MAX_MESSAGE_DEFAULT;
 	s->out_fd = out;
 	s->backend = backend;
-	s->main = pthread_self();
-	atomic_init(&s->ended, false);
 	asp_conn_sink sink = {.send = sink_send, .ctx = s, .sendv = sink_sendv};
 	s->conn = s->backend ? asp_local_connect(s->backend, &sink) : NULL;
 	asp_error err;
@@ -348,29 +323,17 @@ static int serve_conn(asp_local *backend, int in, int out, size_t max_message, b
 	pthread_cond_init(&s->idle_cv, NULL);
 
 	/*
-	 * Workers read and serve; this thread only waits for the end, so that it can end
-	 * the spawned processes while a worker still waits on one of them.
+	 * The first leader is this thread; the others are created as requests arrive. The
+	 * thread that sees the end of input ends the spawned processes (end_processes).
 	 */
+	worker(s);
 	pthread_mutex_lock(&s->mu);
-	promote(s); /* the first leader */
-	bool started = s->nthreads > 0;
+	unsigned n = s->nthreads;
 	pthread_mutex_unlock(&s->mu);
-	int code = 1;
-	bool ended = true;
-	if (started) {
-		wait_for_end(s);
-		/*
-		 * End of input (DESIGN §5): end the spawned processes (TERM, KILL 2 s later)
-		 * while the requests in flight finish, so a proc_wait among them is answered.
-		 */
-		ended = asp_local_shutdown(s->backend);
-		pthread_mutex_lock(&s->mu);
-		unsigned n = s->nthreads;
-		pthread_mutex_unlock(&s->mu);
-		for (unsigned i = 0; i < n; i++) /* no thread is created once stop is set */
-			pthread_join(s->threads[i], NULL);
-		code = s->exit_code;
-	}
+	for (unsigned i = 0; i < n; i++) /* no thread is created once stop is set */
+		pthread_join(s->threads[i], NULL);
+	bool ended = s->ended;
+	int code = s->exit_code;
 	if (!ended) {
 		/* A process's output is stuck in a write to a client that does not read: the
 		 * process exits now rather than waiting for it. */
@@ -387,6 +350,42 @@ static int serve_conn(asp_local *backend, int in, int out, size_t max_message, b
 	return code;
 }
 
+/*
+ * TERM, HUP or INT (the stdio client closing us after 500 ms, an orchestrator, a
+ * terminal): the spawned groups must not outlive us, and a KILL may follow soon (the
+ * stdio client sends it 200 ms later), so they get 100 ms between TERM and KILL.
+ */
+typedef struct stop_watch {
+	asp_local *backend;
+	atomic_bool done;
+	pthread_t thread;
+} stop_watch;
+
+#define STOP_GRACE_MS 100
+
+static void stop_signals(sigset_t *set)
+{
+	sigemptyset(set);
+	sigaddset(set, SIGTERM);
+	sigaddset(set, SIGHUP);
+	sigaddset(set, SIGINT);
+}
+
+static void *stop_main(void *arg)
+{
+	stop_watch *w = arg;
+	sigset_t set;
+	stop_signals(&set);
+	int sig = 0;
+	while (sigwait(&set, &sig) != 0)
+		;
+	if (atomic_load(&w->done))
+		return NULL; /* woken by our own pthread_kill: the server ended */
+	logf_("asp-agent: signal %d: ending the spawned processes", sig);
+	asp_local_shutdown_grace(w->backend, STOP_GRACE_MS);
+	_exit(0); /* the other threads may be blocked in I/O: do not wait for them */
+}
+
 int asp_agent_serve_stdio(int in, int out, size_t max_message)
 {
 	size_t max = max_message ? max_message : ASP_MAX_MESSAGE_DEFAULT;
@@ -399,8 +398,16 @@ int asp_agent_serve_stdio(int in, int out, size_t max_message)
 	sigset_t set, old;
 	stop_signals(&set);
 	pthread_sigmask(SIG_BLOCK, &set, &old);
+	stop_watch w = {.backend = backend};
+	atomic_init(&w.done, false);
+	bool watching = pthread_create(&w.thread, NULL, stop_main, &w) == 0;
 	bool stuck;
 	int code = serve_conn(backend, in, out, max, &stuck);
+	if (watching) {
+		atomic_store(&w.done, true);
+		pthread_kill(w.thread, SIGTERM);
+		pthread_join(w.thread, NULL);
+	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (!stuck)
 		asp_local_free(backend); /* else the process exits with the pump blocked */
