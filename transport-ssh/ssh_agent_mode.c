@@ -39,6 +39,10 @@ struct ssh_agent_link {
 	size_t err_total; /* under c->mu: stderr bytes seen; the ring keeps the last ones */
 	char ring[ERR_RING];
 	uint8_t hdr[4];
+	uint8_t *rbuf; /* under c->mu: stdout taken from libssh, not yet read (link_read) */
+	size_t roff, rlen, rcap;
+	uint8_t *ebuf; /* under c->mu: stderr as taken from libssh */
+	size_t ecap;
 	bool synced;     /* the marker line before the agent's first byte was seen */
 	char marker[40]; /* "\1ASPAGENT<nonce>\n": what the login shell printed first is noise */
 	size_t matched;  /* bytes of the marker matched so far */
@@ -70,13 +74,12 @@ static void on_exit_signal(ssh_session s, ssh_channel ch, const char *sig, int c
 /* Under the lock: the agent's stderr into the ring (its logs; they explain a death). */
 static void drain_stderr(ssh_agent_link *l)
 {
-	char buf[1024];
-	int n;
-	while (l->ch && (n = ssh_channel_read_nonblocking(l->ch, buf, sizeof buf, 1)) > 0) {
-		for (int i = 0; i < n; i++)
-			l->ring[(l->err_total + (size_t)i) % ERR_RING] = buf[i];
+	/* all of it at once, as stdout (link_read): each read may widen the shared window */
+	int n = l->ch ? sshc_channel_take(l->ch, 1, &l->ebuf, &l->ecap) : 0;
+	for (int i = 0; i < n; i++)
+		l->ring[(l->err_total + (size_t)i) % ERR_RING] = (char)l->ebuf[i];
+	if (n > 0)
 		l->err_total += (size_t)n;
-	}
 }
 
 /* The last `max` bytes of stderr, one line per line, for a message. */
@@ -121,6 +124,33 @@ static asp_status ch_send(asp_channel *base, const uint8_t *frame, size_t len, a
 	return st;
 }
 
+/*
+ * Under the lock: bytes of stdout into `dst`, from the link's buffer or else straight from
+ * libssh. Every read from libssh takes all it holds (sshc_channel_take says why), into
+ * `dst` when that fits, else into the link's buffer, which is read empty before libssh is
+ * read again. So a slow RPC reader (a follower's callback runs on it) leaves libssh
+ * holding at most a window. >0 bytes, 0 nothing yet, SSH_EOF, SSH_ERROR.
+ */
+static int link_read(ssh_agent_link *l, uint8_t *dst, size_t want)
+{
+	if (l->rlen == l->roff) {
+		int n = ssh_channel_poll(l->ch, 0);
+		if (n <= 0)
+			return n;
+		if ((size_t)n <= want) /* a large message: no copy */
+			return ssh_channel_read_nonblocking(l->ch, dst, (uint32_t)n, 0);
+		n = sshc_channel_take(l->ch, 0, &l->rbuf, &l->rcap);
+		if (n <= 0)
+			return n;
+		l->roff = 0;
+		l->rlen = (size_t)n;
+	}
+	size_t k = l->rlen - l->roff < want ? l->rlen - l->roff : want;
+	memcpy(dst, l->rbuf + l->roff, k);
+	l->roff += k;
+	return (int)k;
+}
+
 /* Under the lock: reads exactly len bytes. 1 done, 0 EOF before any byte, -1 failed. */
 static int read_exact(ssh_agent_link *l, uint8_t *dst, size_t len, bool boundary, asp_error *err)
 {
@@ -131,8 +161,7 @@ static int read_exact(ssh_agent_link *l, uint8_t *dst, size_t len, bool boundary
 			return -1;
 		}
 		size_t want = len - got;
-		int n = ssh_channel_read_nonblocking(
-		    l->ch, dst + got, want > 1u << 20 ? 1u << 20 : (uint32_t)want, 0);
+		int n = link_read(l, dst + got, want > 1u << 30 ? 1u << 30 : want);
 		drain_stderr(l);
 		if (n > 0) {
 			got += (size_t)n;
@@ -212,6 +241,7 @@ static asp_status ch_recv(asp_channel *base, size_t max, uint8_t **msg, size_t *
 	}
 	size_t n =
 	    (size_t)l->hdr[0] << 24 | (size_t)l->hdr[1] << 16 | (size_t)l->hdr[2] << 8 | l->hdr[3];
+
 	if (n > max) {
 		st = asp_error_set(err, ASP_E_PROTOCOL_ERROR, NULL,
 		                   "ssh %s: asp-agent sent a %zu-byte message (limit %zu)",
@@ -293,6 +323,8 @@ static void ch_free(asp_channel *base)
 		l->ch = NULL;
 	}
 	sshc_unlock(l->c);
+	free(l->rbuf);
+	free(l->ebuf);
 	free(l);
 }
 

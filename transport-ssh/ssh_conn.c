@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -268,7 +269,15 @@ static unsigned class_limit(const sshc *c, enum sshc_class k)
 	unsigned keep = 1; /* for the timeout's kill */
 	if (k == SSHC_COMMAND && c->by_class[SSHC_SFTP] == 0)
 		keep++; /* and for the sftp channel, until it is open */
-	if (k == SSHC_URGENT || n <= keep)
+	/*
+	 * A kill may always try one more than the limit we learned: a limit learned while
+	 * the server was still freeing a closed session counts low, and spawned processes
+	 * hold theirs for as long as they run, so waiting for one might wait for ever. The
+	 * server has the last word (a refusal is retried after a pause).
+	 */
+	if (k == SSHC_URGENT)
+		return n + 1;
+	if (n <= keep)
 		return n;
 	return n - keep;
 }
@@ -316,13 +325,13 @@ asp_status sshc_channel_open(sshc *c, enum sshc_class k, uint64_t slot_deadline,
 {
 	*out = NULL;
 	uint64_t pause = REFUSED_PAUSE_MIN;
+	uint64_t refused_until = 0; /* refusals with none of ours open: until then, lag */
 	for (;;) {
 		asp_status st = slot_wait(c, k, slot_deadline, err);
 		if (st != ASP_OK)
 			return st;
 		uint64_t step = sshc_setup_deadline(c); /* counted from now, not from the wait */
-		if (step < deadline)
-			deadline = step;
+		uint64_t open_by = step < deadline ? step : deadline;
 		ssh_channel ch = ssh_channel_new(c->s);
 		if (!ch)
 			return asp_error_set(err, ASP_E_INTERNAL, NULL, "ssh %s: out of memory",
@@ -330,9 +339,14 @@ asp_status sshc_channel_open(sshc *c, enum sshc_class k, uint64_t slot_deadline,
 		c->chans++;
 		c->by_class[k]++;
 		bool late;
-		int rc = run_steps(c, ch, step_open, NULL, deadline, &late);
+		int rc = run_steps(c, ch, step_open, NULL, open_by, &late);
 		if (rc == SSH_OK) {
 			c->opened++;
+			if (c->opened > c->peak)
+				c->peak = c->opened;
+			if (c->opened > c->chan_limit)
+				c->chan_limit =
+				    c->opened; /* learned low: the server allows this many */
 			*out = ch;
 			return ASP_OK;
 		}
@@ -345,7 +359,15 @@ asp_status sshc_channel_open(sshc *c, enum sshc_class k, uint64_t slot_deadline,
 			                     "ssh %s: opening a channel timed out", c->target);
 		if (!sshc_check(c))
 			return sshc_dead_error(c, "open a channel", err);
-		if (c->chans == 0)
+		/*
+		 * Refused with none of ours open: a server that never gave us a session will
+		 * not; one that did is still freeing those we closed (a round trip after our
+		 * close, and only once their processes are gone), so ask again for a while.
+		 */
+		uint64_t now = ssh_now_ns();
+		if (c->chans == 0 && !refused_until)
+			refused_until = step;
+		if (c->chans == 0 && (c->peak == 0 || now >= refused_until))
 			return asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
 			                     "ssh %s: the server refused a session channel: %s",
 			                     c->target, msg);
@@ -354,13 +376,14 @@ asp_status sshc_channel_open(sshc *c, enum sshc_class k, uint64_t slot_deadline,
 		 * failed", reason 2) is lower than we assumed. Use about what it allowed: the
 		 * channels open now, not those still opening (the server frees a session a
 		 * round trip after our close, so this may count low: never below 3, a command,
-		 * sftp and a kill). Ask again once one of ours closed or after a pause that
-		 * grows with each refusal in a row.
+		 * sftp and a kill, nor below the most it ever had open at once, which a
+		 * refusal during that round trip cannot undo). Ask again once one of ours
+		 * closed or after a pause that grows with each refusal in a row.
 		 */
 		unsigned seen = c->chans;
+		unsigned floor = c->peak > 3 ? c->peak : 3;
 		if (c->chan_limit > c->opened)
-			c->chan_limit = c->opened < 3 ? 3 : c->opened;
-		uint64_t now = ssh_now_ns();
+			c->chan_limit = c->opened < floor ? floor : c->opened;
 		if (now >= slot_deadline)
 			return asp_error_set(
 			    err, ASP_E_TIMEOUT, NULL,
@@ -438,4 +461,23 @@ void sshc_channel_free(sshc *c, ssh_channel ch, enum sshc_class k)
 	if (c->by_class[k] > 0)
 		c->by_class[k]--;
 	pthread_cond_broadcast(&c->cv);
+}
+
+int sshc_channel_take(ssh_channel ch, int stream, uint8_t **buf, size_t *cap)
+{
+	int n = ssh_channel_poll(ch, stream);
+	if (n <= 0)
+		return n; /* nothing yet, SSH_EOF or SSH_ERROR */
+	if ((size_t)n > *cap) {
+		size_t ncap = *cap ? *cap : 64u * 1024u;
+		while (ncap < (size_t)n)
+			ncap *= 2;
+		uint8_t *nb = realloc(*buf, ncap);
+		if (!nb)
+			return SSH_ERROR;
+		*buf = nb;
+		*cap = ncap;
+	}
+	/* count == what is buffered: libssh's read never widens the window for the count */
+	return ssh_channel_read_nonblocking(ch, *buf, (uint32_t)n, stream);
 }

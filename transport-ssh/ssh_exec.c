@@ -29,22 +29,14 @@ struct stream {
 	size_t len, cap, keep;
 	uint64_t total;
 	bool eof;
-	/* until the wrapper's marker line shows up, bytes collect here, unkept */
-	bool marked;
-	sstr pre;
-};
-
-struct exit_info {
-	bool has_status, has_signal;
-	int status;
-	char signal[32];
+	ssh_marker mk; /* the login shell's noise and the wrapper's line, stripped */
 };
 
 static void on_exit_status(ssh_session s, ssh_channel ch, int status, void *ud)
 {
 	(void)s;
 	(void)ch;
-	struct exit_info *x = ud;
+	ssh_exit_info *x = ud;
 	x->has_status = true;
 	x->status = status;
 }
@@ -57,9 +49,18 @@ static void on_exit_signal(ssh_session s, ssh_channel ch, const char *sig, int c
 	(void)core;
 	(void)errmsg;
 	(void)lang;
-	struct exit_info *x = ud;
+	ssh_exit_info *x = ud;
 	x->has_signal = true;
 	snprintf(x->signal, sizeof x->signal, "%s", sig ? sig : "");
+}
+
+void ssh_exit_watch(ssh_channel ch, struct ssh_channel_callbacks_struct *cb, ssh_exit_info *x)
+{
+	ssh_callbacks_init(cb);
+	cb->userdata = x;
+	cb->channel_exit_status_function = on_exit_status;
+	cb->channel_exit_signal_function = on_exit_signal;
+	ssh_set_channel_callbacks(ch, cb);
 }
 
 static void stream_put(struct stream *s, const uint8_t *p, size_t n)
@@ -99,45 +100,59 @@ static const char *find_bytes(const char *hay, size_t n, const char *needle, siz
 	return NULL;
 }
 
-/*
- * Bytes before the marker are the login shell's (a noisy ~/.bashrc): dropped. Returns
- * the marker line (without "\1ASPnonce" and the newline) in `line` once complete.
- */
-static int stream_feed(struct stream *s, const uint8_t *p, size_t n, const char *marker, char *line,
-                       size_t line_cap, bool *got_line)
+void ssh_markers(const char *nonce, char out_marker[40], char err_marker[40])
 {
-	*got_line = false;
-	if (s->marked) {
-		stream_put(s, p, n);
-		return 0;
-	}
-	if (sstr_add(&s->pre, (const char *)p, n) < 0)
-		return -1;
-	size_t mlen = strlen(marker);
-	const char *m = find_bytes(s->pre.p, s->pre.len, marker, mlen);
-	if (!m)
-		return s->pre.len > NOISE_MAX ? -1 : 0;
-	/* stderr's marker is a whole line; stdout's is followed by the rest of its line */
-	const char *nl = marker[mlen - 1] == '\n'
-	                     ? m + mlen - 1
-	                     : memchr(m + mlen, '\n', s->pre.len - (size_t)(m + mlen - s->pre.p));
-	if (!nl)
-		return s->pre.len > NOISE_MAX ? -1 : 0;
-	size_t ll = nl >= m + mlen ? (size_t)(nl - (m + mlen)) : 0;
-	if (ll >= line_cap)
-		ll = line_cap - 1;
-	memcpy(line, m + mlen, ll);
-	line[ll] = '\0';
-	s->marked = true;
-	*got_line = true;
-	size_t rest = s->pre.len - (size_t)(nl + 1 - s->pre.p);
-	stream_put(s, (const uint8_t *)nl + 1, rest);
-	sstr_free(&s->pre);
-	return 0;
+	snprintf(out_marker, 40, "\001ASP%s ", nonce);
+	snprintf(err_marker, 40, "\001ASP%s\n", nonce);
 }
 
-/* Fires `kill` at the group from a second exec channel; the caller reaps the channel. */
-static ssh_channel start_killer(sshc *c, long pid, long pgid, const char *sig, bool kill_later)
+void ssh_marker_feed(ssh_marker *m, const uint8_t *p, size_t n, const char *marker, char *line,
+                     size_t line_cap, bool *got_line, ssh_put_fn put, void *ctx)
+{
+	*got_line = false;
+	if (m->marked) {
+		put(ctx, p, n);
+		return;
+	}
+	if (sstr_add(&m->pre, (const char *)p, n) < 0) {
+		m->marked = true; /* out of memory (pre is gone): pass the rest through */
+		return;
+	}
+	size_t mlen = strlen(marker);
+	const char *mk = find_bytes(m->pre.p, m->pre.len, marker, mlen);
+	/* stderr's marker is a whole line; stdout's is followed by the rest of its line */
+	const char *nl = !mk ? NULL
+	                 : marker[mlen - 1] == '\n'
+	                     ? mk + mlen - 1
+	                     : memchr(mk + mlen, '\n', m->pre.len - (size_t)(mk + mlen - m->pre.p));
+	if (!nl) {
+		if (m->pre.len > NOISE_MAX) {
+			/* no marker in 64 KiB: give up looking, it is all output */
+			m->marked = true;
+			put(ctx, (const uint8_t *)m->pre.p, m->pre.len);
+			sstr_free(&m->pre);
+		}
+		return;
+	}
+	size_t ll = nl >= mk + mlen ? (size_t)(nl - (mk + mlen)) : 0;
+	if (ll >= line_cap)
+		ll = line_cap - 1;
+	memcpy(line, mk + mlen, ll);
+	line[ll] = '\0';
+	m->marked = true;
+	*got_line = true;
+	size_t rest = m->pre.len - (size_t)(nl + 1 - m->pre.p);
+	if (rest)
+		put(ctx, (const uint8_t *)nl + 1, rest);
+	sstr_free(&m->pre);
+}
+
+static void put_stream(void *ctx, const uint8_t *p, size_t n)
+{
+	stream_put(ctx, p, n);
+}
+
+ssh_channel ssh_killer_start(sshc *c, long pid, long pgid, const char *sig, bool kill_later)
 {
 	char cmd[512];
 	char target[64];
@@ -150,6 +165,11 @@ static ssh_channel start_killer(sshc *c, long pid, long pgid, const char *sig, b
 		/* the KILL is scheduled in the sandbox, so it happens even if we disconnect */
 		snprintf(cmd + n, sizeof cmd - (size_t)n,
 		         "; (sleep 2; kill -s KILL %s) </dev/null >/dev/null 2>&1 &", target);
+	return ssh_killer_exec(c, cmd);
+}
+
+ssh_channel ssh_killer_exec(sshc *c, const char *cmd)
+{
 	ssh_channel ch = NULL;
 	asp_error e;
 	uint64_t dl = ssh_now_ns() + 5000ull * SSH_NS_PER_MS;
@@ -162,8 +182,7 @@ static ssh_channel start_killer(sshc *c, long pid, long pgid, const char *sig, b
 	return ch;
 }
 
-/* Frees a killer channel once it has finished (or when forced). */
-static void reap_killer(sshc *c, ssh_channel *k, bool force)
+void ssh_killer_reap(sshc *c, ssh_channel *k, bool force)
 {
 	if (!*k)
 		return;
@@ -192,27 +211,27 @@ static void fit_budget(size_t *a, size_t *b, size_t budget)
 		*a = half, *b = budget - half;
 }
 
-static asp_status validate(const asp_exec_params *p, asp_error *err)
+static asp_status validate(const char *op, const asp_exec_params *p, asp_error *err)
 {
 	if ((p->command != NULL) == p->has_argv)
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
-		                     "exec: give exactly one of 'command' and 'argv'");
+		                     "%s: give exactly one of 'command' and 'argv'", op);
 	if (p->has_argv && (p->argv.count == 0 || !p->argv.items[0] || !p->argv.items[0][0]))
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
-		                     "exec: 'argv' needs at least a program name");
+		                     "%s: 'argv' needs at least a program name", op);
 	for (size_t i = 0; p->has_argv && i < p->argv.count; i++) {
 		if (!p->argv.items[i])
 			return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
-			                     "exec: argv[%zu] is missing", i);
+			                     "%s: argv[%zu] is missing", op, i);
 	}
 	for (size_t i = 0; p->has_env && i < p->env.count; i++) {
 		const char *k = p->env.items[i].key;
 		if (!k || !k[0] || strchr(k, '=') || !p->env.items[i].value)
 			return asp_error_set(
 			    err, ASP_E_INVALID_ARGUMENT, NULL,
-			    "exec: env name '%s' is not a variable name (empty or holds "
+			    "%s: env name '%s' is not a variable name (empty or holds "
 			    "'=')",
-			    k ? k : "");
+			    op, k ? k : "");
 	}
 	return ASP_OK;
 }
@@ -286,22 +305,67 @@ static void make_nonce(char out[17])
 		snprintf(out + 2 * i, 3, "%02x", b[i]);
 }
 
-/* The wrapper refused before running anything: the same errors as the local backend. */
-static asp_status wrapper_error(const asp_exec_params *p, const char *code, asp_error *err)
+asp_status ssh_cmd_build(const char *op, const asp_exec_params *p, char nonce[17], sstr *cmd,
+                         asp_error *err)
+{
+	asp_status st = validate(op, p, err);
+	if (st != ASP_OK)
+		return st;
+	make_nonce(nonce);
+	char **words = NULL;
+	const char **argv = NULL;
+	size_t ne = p->has_env ? p->env.count : 0;
+	int brc = build_command(p, nonce, cmd, &words, &argv);
+	free(argv);
+	for (size_t i = 0; words && i < ne; i++)
+		free(words[i]);
+	free(words);
+	if (brc < 0) {
+		sstr_free(cmd);
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "%s: out of memory", op);
+	}
+	if (cmd->len >= ARG_MAX_ONE) {
+		/* sshd passes the line as one argument of `$SHELL -c`: execve refuses more */
+		size_t n = cmd->len;
+		sstr_free(cmd);
+		return asp_error_set(
+		    err, ASP_E_TOO_LARGE, NULL,
+		    "%s: the quoted command line (argv, env and cwd) is %zu bytes; "
+		    "the remote shell takes at most %u in one argument: pass large "
+		    "data through stdin or a file",
+		    op, n, ARG_MAX_ONE - 1);
+	}
+	return ASP_OK;
+}
+
+asp_status ssh_cmd_refused(const char *op, const asp_exec_params *p, const char *code,
+                           asp_error *err)
 {
 	const char *prog = p->has_argv ? p->argv.items[0] : "/bin/sh";
 	if (strcmp(code, "cwd_not_found") == 0)
-		return asp_error_errno(err, ENOENT, p->cwd, "exec: cwd %s", p->cwd);
+		return asp_error_errno(err, ENOENT, p->cwd, "%s: cwd %s", op, p->cwd);
 	if (strcmp(code, "cwd_not_a_directory") == 0)
-		return asp_error_errno(err, ENOTDIR, p->cwd, "exec: cwd %s", p->cwd);
+		return asp_error_errno(err, ENOTDIR, p->cwd, "%s: cwd %s", op, p->cwd);
 	if (strcmp(code, "cwd_permission_denied") == 0)
-		return asp_error_errno(err, EACCES, p->cwd, "exec: cwd %s", p->cwd);
+		return asp_error_errno(err, EACCES, p->cwd, "%s: cwd %s", op, p->cwd);
 	if (strcmp(code, "prog_not_found") == 0)
-		return asp_error_set(err, ASP_E_NOT_FOUND, prog, "exec %s: program not found%s",
+		return asp_error_set(err, ASP_E_NOT_FOUND, prog, "%s %s: program not found%s", op,
 		                     prog, strchr(prog, '/') ? "" : " in PATH");
 	if (strcmp(code, "prog_permission_denied") == 0)
-		return asp_error_errno(err, EACCES, prog, "exec %s: cannot run it", prog);
-	return asp_error_set(err, ASP_E_INTERNAL, NULL, "exec: the wrapper said '%s'", code);
+		return asp_error_errno(err, EACCES, prog, "%s %s: cannot run it", op, prog);
+	return asp_error_set(err, ASP_E_INTERNAL, NULL, "%s: the wrapper said '%s'", op, code);
+}
+
+asp_status ssh_cmd_no_wrapper(sshc *c, const char *op, int status, const char *why, size_t len,
+                              asp_error *err)
+{
+	if (len > 300)
+		len = 300;
+	return asp_error_set(err, ASP_E_IO_ERROR, NULL,
+	                     "%s: ssh %s: the login shell did not run the ASP wrapper (exit "
+	                     "%d): %.*s. The user's login shell must be POSIX (sh, bash, dash, "
+	                     "zsh, ksh) and /bin/sh must exist",
+	                     op, c->target, status, (int)len, why ? why : "");
 }
 
 /* Hands a stream's buffer to the arena as the result's bytes. */
@@ -327,7 +391,7 @@ static int give(asp_arena *a, struct stream *s, size_t len, asp_bytes *out)
 struct run {
 	ssh_channel ch;
 	struct ssh_channel_callbacks_struct cb;
-	struct exit_info xi;
+	ssh_exit_info xi;
 	struct stream out, errs;
 	char marker_out[40], marker_err[40];
 	long pid, pgid;
@@ -341,45 +405,15 @@ asp_status ssh_exec_run(sshc *c, const asp_exec_params *p, size_t budget, asp_ex
                         asp_arena *a, asp_error *err)
 {
 	memset(r, 0, sizeof *r);
-	asp_status st = validate(p, err);
+	char nonce[17];
+	sstr cmd = {0};
+	asp_status st = ssh_cmd_build("exec", p, nonce, &cmd, err);
 	if (st != ASP_OK)
 		return st;
-
-	char nonce[17];
-	make_nonce(nonce);
-	sstr cmd = {0};
-	char **words = NULL;
-	const char **argv = NULL;
-	size_t ne = p->has_env ? p->env.count : 0;
-	int brc = build_command(p, nonce, &cmd, &words, &argv);
-	free(argv);
-	if (brc < 0) {
-		for (size_t i = 0; words && i < ne; i++)
-			free(words[i]);
-		free(words);
-		sstr_free(&cmd);
-		return asp_error_set(err, ASP_E_INTERNAL, NULL, "exec: out of memory");
-	}
-
-	if (cmd.len >= ARG_MAX_ONE) {
-		/* sshd passes the line as one argument of `$SHELL -c`: execve refuses more */
-		for (size_t i = 0; words && i < ne; i++)
-			free(words[i]);
-		free(words);
-		size_t n = cmd.len;
-		sstr_free(&cmd);
-		return asp_error_set(
-		    err, ASP_E_TOO_LARGE, NULL,
-		    "exec: the quoted command line (argv, env and cwd) is %zu bytes; "
-		    "the remote shell takes at most %u in one argument: pass large "
-		    "data through stdin or a file",
-		    n, ARG_MAX_ONE - 1);
-	}
 	struct run x = {0};
 	size_t keep = p->max_output < budget ? (size_t)p->max_output : budget;
 	x.out.keep = x.errs.keep = keep;
-	snprintf(x.marker_out, sizeof x.marker_out, "\001ASP%s ", nonce);
-	snprintf(x.marker_err, sizeof x.marker_err, "\001ASP%s\n", nonce);
+	ssh_markers(nonce, x.marker_out, x.marker_err);
 	ssh_channel killer = NULL, killer2 = NULL;
 	uint64_t t0 = ssh_now_ns(), t_end = 0;
 	uint64_t term_at = ssh_deadline_ms(p->timeout_ms);
@@ -406,11 +440,7 @@ asp_status ssh_exec_run(sshc *c, const asp_exec_params *p, size_t budget, asp_ex
 	}
 	if (st != ASP_OK)
 		goto done;
-	ssh_callbacks_init(&x.cb);
-	x.cb.userdata = &x.xi;
-	x.cb.channel_exit_status_function = on_exit_status;
-	x.cb.channel_exit_signal_function = on_exit_signal;
-	ssh_set_channel_callbacks(x.ch, &x.cb);
+	ssh_exit_watch(x.ch, &x.cb, &x.xi);
 	st = sshc_channel_exec(c, x.ch, cmd.p, false, sshc_setup_deadline(c), err);
 	if (st != ASP_OK)
 		goto done;
@@ -469,13 +499,9 @@ asp_status ssh_exec_run(sshc *c, const asp_exec_params *p, size_t budget, asp_ex
 				progress = true;
 				char line[64];
 				bool got;
-				if (stream_feed(s, buf, (size_t)n,
+				ssh_marker_feed(&s->mk, buf, (size_t)n,
 				                which ? x.marker_err : x.marker_out, line,
-				                sizeof line, &got) < 0) {
-					s->marked = true; /* no marker in 64 KiB: give up looking */
-					stream_put(s, (const uint8_t *)s->pre.p, s->pre.len);
-					sstr_free(&s->pre);
-				}
+				                sizeof line, &got, put_stream, s);
 				if (got && which == 0) {
 					x.tagged = true;
 					if (sscanf(line, "ok %ld %ld", &x.pid, &x.pgid) != 2) {
@@ -503,12 +529,12 @@ asp_status ssh_exec_run(sshc *c, const asp_exec_params *p, size_t budget, asp_ex
 		/* the group is known once the wrapper's line arrived (maybe after the timeout) */
 		/* (a kill that found no free channel is tried again a little later) */
 		if (timed_out && !term_sent && x.pid > 0 && now >= retry_at) {
-			killer = start_killer(c, x.pid, x.pgid, "TERM", true);
+			killer = ssh_killer_start(c, x.pid, x.pgid, "TERM", true);
 			term_sent = killer != NULL;
 			retry_at = now + KILL_RETRY_NS;
 		}
 		if (timed_out && !kill_sent && x.pid > 0 && now >= kill_at && now >= retry_at) {
-			killer2 = start_killer(c, x.pid, x.pgid, "KILL", false);
+			killer2 = ssh_killer_start(c, x.pid, x.pgid, "KILL", false);
 			kill_sent = killer2 != NULL || now >= kill_at + GIVE_UP_NS;
 			give_up_at = now + GIVE_UP_NS;
 			retry_at = now + KILL_RETRY_NS;
@@ -517,8 +543,8 @@ asp_status ssh_exec_run(sshc *c, const asp_exec_params *p, size_t budget, asp_ex
 			t_end = now; /* killed and still not closed, or never told us its group */
 			break;
 		}
-		reap_killer(c, &killer, false);
-		reap_killer(c, &killer2, false);
+		ssh_killer_reap(c, &killer, false);
+		ssh_killer_reap(c, &killer2, false);
 		if (!progress) {
 			uint64_t until = !timed_out  ? term_at
 			                 : kill_sent ? give_up_at
@@ -536,33 +562,27 @@ asp_status ssh_exec_run(sshc *c, const asp_exec_params *p, size_t budget, asp_ex
 	if (timed_out && !kill_sent && x.pid > 0) {
 		/* the command ended at TERM; none of its group may outlive a timeout */
 		kill_sent = true;
-		reap_killer(c, &killer2, true);
-		killer2 = start_killer(c, x.pid, x.pgid, "KILL", false);
+		ssh_killer_reap(c, &killer2, true);
+		killer2 = ssh_killer_start(c, x.pid, x.pgid, "KILL", false);
 	}
 	/* give the killers a moment to finish so nothing of the group survives us */
 	for (uint64_t dl = ssh_now_ns() + 3000ull * SSH_NS_PER_MS; killer || killer2;) {
-		reap_killer(c, &killer, false);
-		reap_killer(c, &killer2, false);
+		ssh_killer_reap(c, &killer, false);
+		ssh_killer_reap(c, &killer2, false);
 		if ((killer || killer2) && (ssh_now_ns() >= dl || !sshc_wait(c, dl)))
 			break;
 	}
 
 	if (x.tag_err[0]) {
-		st = wrapper_error(p, x.tag_err, err);
+		st = ssh_cmd_refused("exec", p, x.tag_err, err);
 		goto done;
 	}
 	if (!x.tagged && !timed_out) {
 		/* stderr before the marker is the login shell's complaint, if any */
-		const char *why = x.errs.pre.p ? x.errs.pre.p : (const char *)x.errs.buf;
-		size_t wl = x.errs.pre.p ? x.errs.pre.len : x.errs.len;
-		if (wl > 300)
-			wl = 300;
-		st = asp_error_set(
-		    err, ASP_E_IO_ERROR, NULL,
-		    "exec: ssh %s: the login shell did not run the ASP wrapper (exit "
-		    "%d): %.*s. The user's login shell must be POSIX (sh, bash, dash, "
-		    "zsh, ksh) and /bin/sh must exist",
-		    c->target, x.xi.has_status ? x.xi.status : -1, (int)wl, why ? why : "");
+		const char *why = x.errs.mk.pre.p ? x.errs.mk.pre.p : (const char *)x.errs.buf;
+		size_t wl = x.errs.mk.pre.p ? x.errs.mk.pre.len : x.errs.len;
+		st =
+		    ssh_cmd_no_wrapper(c, "exec", x.xi.has_status ? x.xi.status : -1, why, wl, err);
 		goto done;
 	}
 	r->timed_out = timed_out;
@@ -584,8 +604,8 @@ asp_status ssh_exec_run(sshc *c, const asp_exec_params *p, size_t budget, asp_ex
 	if (st != ASP_OK)
 		st = asp_error_set(err, ASP_E_INTERNAL, NULL, "exec: out of memory");
 done:
-	reap_killer(c, &killer, true);
-	reap_killer(c, &killer2, true);
+	ssh_killer_reap(c, &killer, true);
+	ssh_killer_reap(c, &killer2, true);
 	if (x.ch) {
 		ssh_remove_channel_callbacks(x.ch, &x.cb);
 		sshc_channel_free(c, x.ch, SSHC_COMMAND);
@@ -593,11 +613,8 @@ done:
 	sshc_unlock(c);
 	free(buf);
 	sstr_free(&cmd);
-	for (size_t i = 0; words && i < ne; i++)
-		free(words[i]);
-	free(words);
-	sstr_free(&x.out.pre);
-	sstr_free(&x.errs.pre);
+	sstr_free(&x.out.mk.pre);
+	sstr_free(&x.errs.mk.pre);
 	free(x.out.buf);
 	free(x.errs.buf);
 	return st;

@@ -13,6 +13,7 @@
 
 #include "asp/config.h"
 #include "asp/proto.h"
+#include "asp/transport.h"
 
 #include <libssh/callbacks.h>
 #include <libssh/libssh.h>
@@ -29,6 +30,11 @@
  * a server that refuses a channel while others are open teaches us its real limit.
  */
 #define SSH_MAX_CHANNELS 32
+/*
+ * OpenSSH's default MaxSessions. Until a server refuses a channel, spawned processes (which
+ * hold theirs while they run) assume no more: see ssh_proc.c's spawn_cap.
+ */
+#define SSH_STOCK_SESSIONS 10
 /* Room left in max_message for the envelope and the other fields (as the local backend). */
 #define SSH_ENVELOPE_HEADROOM (64u * 1024u)
 
@@ -66,6 +72,7 @@ typedef struct sshc {
 	struct slot_waiter *slot_queue;
 	unsigned by_class[3]; /* channels open (or opening) per enum sshc_class */
 	unsigned opened;      /* channels the server confirmed (chans counts those opening too) */
+	unsigned peak;        /* the most it confirmed open at once: its MaxSessions is no lower */
 } sshc;
 
 /* ---- ssh_session.c: connect, host key, authentication ------------------------------- */
@@ -123,6 +130,18 @@ asp_status sshc_channel_exec(sshc *c, ssh_channel ch, const char *cmd, bool subs
  * connection died (check sshc->dead).
  */
 size_t sshc_channel_write(sshc *c, ssh_channel ch, const void *data, size_t len, uint64_t deadline);
+/*
+ * Under the lock: everything libssh holds for `stream` (0 stdout, 1 stderr) of `ch`, read
+ * into *buf (grown as needed). >0 bytes, 0 nothing yet, SSH_EOF, or SSH_ERROR.
+ *
+ * Why all of it: libssh 0.10 reopens a channel's window to 1.28 MB after every read that
+ * leaves it under 640 kB, however much it already holds unread, and past 256 MiB it drops
+ * incoming data without a word. A reader that takes a little at a time while its consumer
+ * is slow thus makes libssh buffer without bound (and then lose bytes). Taking all that is
+ * buffered, and reading again only once that was consumed, keeps libssh's share of a
+ * channel under one window (~1.3 MB): the window is what stops the sender.
+ */
+int sshc_channel_take(ssh_channel ch, int stream, uint8_t **buf, size_t *cap);
 /* Under the lock: closes and frees a channel of class k, giving its slot back. NULL: no-op. */
 void sshc_channel_free(sshc *c, ssh_channel ch, enum sshc_class k);
 
@@ -139,6 +158,10 @@ int sstr_adds(sstr *s, const char *z);
 /* Appends `z` as one single-quoted shell word: any bytes, nothing expanded. */
 int sstr_add_quoted(sstr *s, const char *z);
 void sstr_free(sstr *s);
+
+/* proc_list's command for an argv: shell-quoted words, space-joined (as the local
+ * backend shows them). malloc'd; NULL when out of memory. */
+char *ssh_quote_argv(const char *const *argv, size_t argc);
 
 /* A valid shell variable name (what `export NAME=...` accepts). */
 bool ssh_is_shell_name(const char *z);
@@ -162,11 +185,97 @@ typedef struct ssh_wrap {
  */
 int ssh_wrap_build(const ssh_wrap *w, sstr *out);
 
-/* ---- ssh_exec.c ---------------------------------------------------------------------- */
+/* ---- ssh_exec.c: exec, and the wrapper's pieces spawn shares --------------------------- */
 
 /* exec over an exec channel with the wrapper; budget = max bytes of output kept. */
 asp_status ssh_exec_run(sshc *c, const asp_exec_params *p, size_t budget, asp_exec_result *r,
                         asp_arena *a, asp_error *err);
+
+/*
+ * Checks `p` (invalid_argument) and builds the wrapper's command line for sshd with a
+ * fresh `nonce` (16 hex digits). too_large past what `$SHELL -c` takes in one argument.
+ * `op` ("exec", "spawn") starts every message. On failure `cmd` is freed.
+ */
+asp_status ssh_cmd_build(const char *op, const asp_exec_params *p, char nonce[17], sstr *cmd,
+                         asp_error *err);
+/* The wrapper's "err CODE" as the local backend's error (not_found, permission_denied...). */
+asp_status ssh_cmd_refused(const char *op, const asp_exec_params *p, const char *code,
+                           asp_error *err);
+/* io_error: the login shell ended without running the wrapper; `why` is its stderr. */
+asp_status ssh_cmd_no_wrapper(sshc *c, const char *op, int status, const char *why, size_t len,
+                              asp_error *err);
+
+/* The wrapper's marker on stdout ("\1ASP<nonce> ", then "ok PID PGID") and on stderr. */
+void ssh_markers(const char *nonce, char out_marker[40], char err_marker[40]);
+
+/* Until the wrapper's marker shows up on a stream, its bytes are the login shell's noise. */
+typedef struct ssh_marker {
+	bool marked;
+	sstr pre; /* what came before the marker, unkept */
+} ssh_marker;
+
+typedef void (*ssh_put_fn)(void *ctx, const uint8_t *p, size_t n);
+
+/*
+ * Feeds a stream's bytes: those after the marker line go to `put`; the marker line
+ * itself (without the marker and the newline) lands in `line` with *got_line set. With
+ * no marker in the first 64 KiB everything is output. Frees m->pre once marked.
+ */
+void ssh_marker_feed(ssh_marker *m, const uint8_t *p, size_t n, const char *marker, char *line,
+                     size_t line_cap, bool *got_line, ssh_put_fn put, void *ctx);
+
+/* What the channel said of the command's end (exit-status, exit-signal requests). */
+typedef struct ssh_exit_info {
+	bool has_status, has_signal;
+	int status;
+	char signal[32];
+} ssh_exit_info;
+
+/* Under the lock: records `ch`'s exit-status/exit-signal into `x` through `cb` (kept by
+ * pointer: remove it with ssh_remove_channel_callbacks before freeing either). */
+void ssh_exit_watch(ssh_channel ch, struct ssh_channel_callbacks_struct *cb, ssh_exit_info *x);
+
+/*
+ * Under the lock: runs `kill -s SIG` at the group (pgid == pid) or the process from a
+ * second exec channel (SSHC_URGENT, so it never waits behind commands); with `kill_later`
+ * a KILL follows 2 s later, scheduled in the sandbox. NULL when no channel could be had
+ * within 5 s. The caller reaps the channel.
+ */
+ssh_channel ssh_killer_start(sshc *c, long pid, long pgid, const char *sig, bool kill_later);
+/* Under the lock: as ssh_killer_start, any shell command (for several groups at once). */
+ssh_channel ssh_killer_exec(sshc *c, const char *cmd);
+/* Under the lock: frees a killer channel once its command ended (or at once: force). */
+void ssh_killer_reap(sshc *c, ssh_channel *k, bool force);
+
+/* ---- ssh_proc.c: spawned processes over exec channels (native mode) ------------------- */
+
+typedef struct ssh_procs ssh_procs;
+
+/* A connection's process table; no thread until the first spawn. NULL: out of memory. */
+ssh_procs *ssh_procs_new(sshc *c);
+/*
+ * Ends the delivery thread, tells every follower on_lost, TERMs the groups still running
+ * (KILL 2 s later, scheduled in the sandbox) if the connection lives, and frees every
+ * channel and process. No call may be inside. NULL: no-op.
+ */
+void ssh_procs_free(ssh_procs *ps);
+
+/* spawn; with `hold` nothing of the process is delivered until ssh_procs_release. */
+asp_status ssh_proc_spawn(ssh_procs *ps, const asp_spawn_params *p, asp_spawn_result *r, bool hold,
+                          asp_error *err);
+asp_status ssh_proc_write(ssh_procs *ps, const asp_proc_write_params *p, asp_error *err);
+asp_status ssh_proc_signal(ssh_procs *ps, const asp_proc_signal_params *p, asp_error *err);
+asp_status ssh_proc_wait(ssh_procs *ps, const asp_proc_wait_params *p, asp_proc_wait_result *r,
+                         asp_arena *a, asp_error *err);
+asp_status ssh_proc_list(ssh_procs *ps, asp_proc_list_result *r, asp_arena *a, asp_error *err);
+
+/* asp_transport.subscribe and .unsubscribe of native mode (attach: unsupported). */
+asp_status ssh_procs_subscribe(ssh_procs *ps, asp_op_id op, const void *params, void *result,
+                               asp_arena *a, asp_proc_sub *sub, asp_error *err);
+void ssh_procs_unsubscribe(ssh_procs *ps, uint64_t proc);
+
+/* unsupported, saying agent mode can. */
+asp_status ssh_proc_attach_unsupported(asp_error *err);
 
 /* ---- ssh_sftp_proto.c / ssh_sftp.c: files over SFTP ----------------------------------- */
 

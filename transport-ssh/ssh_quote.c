@@ -57,6 +57,34 @@ void sstr_free(sstr *s)
 	s->len = s->cap = 0;
 }
 
+/* A word the shell takes as it is: nothing in it needs quoting. */
+static bool plain_word(const char *z)
+{
+	if (!*z)
+		return false;
+	for (; *z; z++) {
+		unsigned char c = (unsigned char)*z;
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      strchr("_@%+=:,./-", c)))
+			return false;
+	}
+	return true;
+}
+
+char *ssh_quote_argv(const char *const *argv, size_t argc)
+{
+	sstr s = {0};
+	if (sstr_add(&s, "", 0) < 0)
+		return NULL;
+	for (size_t i = 0; i < argc; i++) {
+		if ((i && sstr_add(&s, " ", 1) < 0) ||
+		    (plain_word(argv[i]) ? sstr_adds(&s, argv[i]) : sstr_add_quoted(&s, argv[i])) <
+		        0)
+			return NULL; /* sstr_add freed it */
+	}
+	return s.p;
+}
+
 bool ssh_is_shell_name(const char *z)
 {
 	if (!z || !((*z >= 'A' && *z <= 'Z') || (*z >= 'a' && *z <= 'z') || *z == '_'))

@@ -6,6 +6,7 @@
 #include "ssh_internal.h"
 
 #include "proto_desc.h"
+#include "rpc/rpc.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 typedef struct asp_ssh {
 	sshc c;
 	sftpc *sftp;          /* native mode */
+	ssh_procs *procs;     /* native mode: spawned processes */
 	ssh_agent_link *link; /* agent mode */
 	size_t budget;        /* bytes of data one result may carry */
 	pthread_mutex_t hello_mu;
@@ -28,10 +30,11 @@ typedef struct asp_ssh {
 	char upload_path[96]; /* agent "upload": where the responder was copied */
 } asp_ssh;
 
-/* What native mode implements; the streaming ops need agent mode. */
+/* What native mode implements; proc_attach needs agent mode. */
 static const asp_op_id native_ops_list[] = {
-    ASP_OP_HELLO, ASP_OP_EXEC,  ASP_OP_READ,   ASP_OP_WRITE,  ASP_OP_STAT,
-    ASP_OP_LIST,  ASP_OP_MKDIR, ASP_OP_REMOVE, ASP_OP_RENAME,
+    ASP_OP_HELLO,      ASP_OP_EXEC,        ASP_OP_READ,      ASP_OP_WRITE,     ASP_OP_STAT,
+    ASP_OP_LIST,       ASP_OP_MKDIR,       ASP_OP_REMOVE,    ASP_OP_RENAME,    ASP_OP_SPAWN,
+    ASP_OP_PROC_WRITE, ASP_OP_PROC_SIGNAL, ASP_OP_PROC_WAIT, ASP_OP_PROC_LIST,
 };
 
 /* uname and the login directory, once per connection: one exec. */
@@ -191,6 +194,59 @@ static asp_status n_rename(void *self, const asp_rename_params *p, asp_rename_re
 	return ssh_sftp_rename(t->sftp, p, err);
 }
 
+static asp_status n_spawn(void *self, const asp_spawn_params *p, asp_spawn_result *r, asp_arena *a,
+                          asp_error *err)
+{
+	(void)a;
+	asp_ssh *t = self;
+	return ssh_proc_spawn(t->procs, p, r, false, err); /* nobody follows it: output dropped */
+}
+
+static asp_status n_proc_write(void *self, const asp_proc_write_params *p, asp_proc_write_result *r,
+                               asp_arena *a, asp_error *err)
+{
+	(void)a;
+	(void)r;
+	asp_ssh *t = self;
+	return ssh_proc_write(t->procs, p, err);
+}
+
+static asp_status n_proc_signal(void *self, const asp_proc_signal_params *p,
+                                asp_proc_signal_result *r, asp_arena *a, asp_error *err)
+{
+	(void)a;
+	(void)r;
+	asp_ssh *t = self;
+	return ssh_proc_signal(t->procs, p, err);
+}
+
+static asp_status n_proc_wait(void *self, const asp_proc_wait_params *p, asp_proc_wait_result *r,
+                              asp_arena *a, asp_error *err)
+{
+	asp_ssh *t = self;
+	memset(r, 0, sizeof *r);
+	return ssh_proc_wait(t->procs, p, r, a, err);
+}
+
+static asp_status n_proc_list(void *self, const asp_proc_list_params *p, asp_proc_list_result *r,
+                              asp_arena *a, asp_error *err)
+{
+	(void)p;
+	asp_ssh *t = self;
+	memset(r, 0, sizeof *r);
+	return ssh_proc_list(t->procs, r, a, err);
+}
+
+static asp_status n_proc_attach(void *self, const asp_proc_attach_params *p,
+                                asp_proc_attach_result *r, asp_arena *a, asp_error *err)
+{
+	(void)self;
+	(void)p;
+	(void)r;
+	(void)a;
+	return ssh_proc_attach_unsupported(err);
+}
+
 static asp_ops native_ops = {
     .hello = n_hello,
     .exec = n_exec,
@@ -201,6 +257,12 @@ static asp_ops native_ops = {
     .mkdir = n_mkdir,
     .remove = n_remove,
     .rename = n_rename,
+    .spawn = n_spawn,
+    .proc_write = n_proc_write,
+    .proc_signal = n_proc_signal,
+    .proc_wait = n_proc_wait,
+    .proc_list = n_proc_list,
+    .proc_attach = n_proc_attach,
 };
 
 /*
@@ -288,12 +350,14 @@ static asp_status ssh_open(const asp_config_view *cfg, const asp_ops **ops, void
 		*ops = &agent_ops;
 	} else {
 		t->sftp = sftpc_new(&t->c);
-		if (!t->sftp)
+		t->procs = ssh_procs_new(&t->c);
+		if (!t->sftp || !t->procs)
 			st = asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
 		*ops = &native_ops;
 	}
 	if (st != ASP_OK) {
 		*ops = NULL;
+		ssh_procs_free(t->procs);
 		sshc_close(&t->c);
 		free(t->sftp);
 		pthread_mutex_destroy(&t->hello_mu);
@@ -326,6 +390,7 @@ static void ssh_close_backend(void *self)
 	if (!t)
 		return;
 	ssh_agent_free(t->link);
+	ssh_procs_free(t->procs); /* before the sftp channel and the pump: it may run a kill */
 	if (t->sftp) {
 		sshc_lock(&t->c);
 		sftpc_free(t->sftp);
@@ -337,6 +402,28 @@ static void ssh_close_backend(void *self)
 	free(t);
 }
 
+/*
+ * Following a spawned process: agent mode hands it to the RPC engine (proc_attach works
+ * there, from any connection to the same responder); native mode follows its channel.
+ */
+static asp_status ssh_subscribe(void *self, asp_op_id op, const void *params, void *result,
+                                asp_arena *a, asp_proc_sub *sub, asp_error *err)
+{
+	asp_ssh *t = self;
+	if (t->link)
+		return asp_rpc_subscribe(ssh_agent_self(t->link), op, params, result, a, sub, err);
+	return ssh_procs_subscribe(t->procs, op, params, result, a, sub, err);
+}
+
+static void ssh_unsubscribe(void *self, uint64_t proc)
+{
+	asp_ssh *t = self;
+	if (t->link)
+		asp_rpc_unsubscribe(ssh_agent_self(t->link), proc);
+	else
+		ssh_procs_unsubscribe(t->procs, proc);
+}
+
 const asp_transport asp_transport_ssh = {
     .kind = ASP_TRANSPORT_SSH,
     .name = "ssh",
@@ -344,4 +431,6 @@ const asp_transport asp_transport_ssh = {
     .abort = ssh_abort,
     .close = ssh_close_backend,
     .alive = ssh_alive,
+    .subscribe = ssh_subscribe,
+    .unsubscribe = ssh_unsubscribe,
 };

@@ -35,6 +35,12 @@ typedef struct conf_streaming {
 	 * name and reason: reported as skipped with the reason, so the gap stays visible.
 	 */
 	const char *const *known_gaps;
+	/*
+	 * The responder answers proc_attach with `unsupported` by design (SSH without agent
+	 * mode, DESIGN §3): the attach cases check that answer, and that nothing is called
+	 * back, where they would attach.
+	 */
+	bool attach_unsupported;
 } conf_streaming;
 
 typedef struct conf_ctx {

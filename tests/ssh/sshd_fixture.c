@@ -423,7 +423,7 @@ void sshd_config_json(const sshd_fixture *fx, const char *agent, const char *ext
                       size_t cap)
 {
 	/* keys in `extra` replace the defaults (the config parser refuses duplicates) */
-	char port[32] = "", id[400] = "", kh[400] = "", ag[600] = "";
+	char port[32] = "", id[400] = "", kh[400] = "", ag[600] = "", ct[40] = "";
 #define OVERRIDES(key) (extra && strstr(extra, "\"" key "\""))
 	if (!OVERRIDES("port"))
 		snprintf(port, sizeof port, ", \"port\": %u", fx->port);
@@ -431,11 +431,13 @@ void sshd_config_json(const sshd_fixture *fx, const char *agent, const char *ext
 		snprintf(id, sizeof id, ", \"identity_file\": \"%s\"", fx->client_key);
 	if (!OVERRIDES("known_hosts"))
 		snprintf(kh, sizeof kh, ", \"known_hosts\": \"%s\"", fx->known_hosts);
+	if (!OVERRIDES("connect_timeout_ms"))
+		snprintf(ct, sizeof ct, ", \"connect_timeout_ms\": 5000");
 #undef OVERRIDES
 	if (agent)
 		snprintf(ag, sizeof ag, ", \"agent\": \"%s\"", agent);
 	snprintf(out, cap,
 	         "{\"version\": 1, \"transport\": \"ssh\", \"ssh\": {\"host\": \"127.0.0.1\", "
-	         "\"user\": \"%s\", \"connect_timeout_ms\": 5000%s%s%s%s%s%s}}",
-	         fx->user, port, id, kh, ag, extra ? ", " : "", extra ? extra : "");
+	         "\"user\": \"%s\"%s%s%s%s%s%s%s}}",
+	         fx->user, ct, port, id, kh, ag, extra ? ", " : "", extra ? extra : "");
 }

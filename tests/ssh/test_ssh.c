@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -721,9 +722,9 @@ static void *burst_worker(void *v)
 			st = w->b->ops->stat(w->b->self, &sp, &sr, a, &err);
 		if (!ok || st != ASP_OK) {
 			w->failures++;
-			snprintf(w->why, sizeof w->why, "%s: %s (exit %lld, timed out %d, %llu ms)", want,
-			         st ? err.message : "wrong result", (long long)r.exit_code, r.timed_out,
-			         (unsigned long long)r.duration_ms);
+			snprintf(w->why, sizeof w->why, "%s: %s (exit %lld, timed out %d, %llu ms)",
+			         want, st ? err.message : "wrong result", (long long)r.exit_code,
+			         r.timed_out, (unsigned long long)r.duration_ms);
 		}
 		asp_arena_reset(a);
 	}
@@ -818,6 +819,840 @@ static void test_exec_output_exact(void)
 	asp_arena_free(a);
 }
 
+/* ---- spawned processes over SSH ---------------------------------------------------- */
+
+static double real_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* What one follower saw (asp/proc.h callbacks). */
+typedef struct seen {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint8_t *data[2];
+	size_t len[2], keep;
+	uint64_t total[2], next[2];
+	int chunks;
+	char bad[200];
+	bool exited, lost;
+	asp_exit_event ev;
+	char sig[32];
+	asp_error lost_err;
+	/* a slow follower: each on_output takes this long */
+	int delay_ms;
+	/* a follower that does not consume: on_output waits until `release` */
+	bool hold, held, release;
+	/* "date +%s%N" lines: how late each one arrived, in ms */
+	bool stamps;
+	double lat[64];
+	int nlat;
+	char line[64];
+	size_t line_len;
+} seen;
+
+static void seen_init(seen *w, size_t keep)
+{
+	memset(w, 0, sizeof *w);
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->cv, NULL);
+	w->keep = keep;
+}
+
+static void seen_destroy(seen *w)
+{
+	free(w->data[0]);
+	free(w->data[1]);
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->cv);
+}
+
+static void seen_output(void *user, uint64_t proc, asp_stream stream, uint64_t offset,
+                        const uint8_t *data, size_t len)
+{
+	(void)proc;
+	seen *w = user;
+	double now = real_ms();
+	pthread_mutex_lock(&w->mu);
+	int s = stream == ASP_STREAM_STDERR;
+	if (offset != w->next[s] && !w->bad[0])
+		snprintf(w->bad, sizeof w->bad, "stream %d: offset %llu, expected %llu", s,
+		         (unsigned long long)offset, (unsigned long long)w->next[s]);
+	if (w->exited || w->lost)
+		snprintf(w->bad, sizeof w->bad, "output after the end");
+	w->next[s] = offset + len;
+	w->total[s] += len;
+	w->chunks++;
+	size_t room = w->keep > w->len[s] ? w->keep - w->len[s] : 0;
+	size_t n = len < room ? len : room;
+	if (n) {
+		uint8_t *nb = realloc(w->data[s], w->len[s] + n);
+		if (nb) {
+			memcpy(nb + w->len[s], data, n);
+			w->data[s] = nb;
+			w->len[s] += n;
+		}
+	}
+	for (size_t i = 0; w->stamps && s == 0 && i < len; i++) {
+		if (data[i] != '\n') {
+			if (w->line_len + 1 < sizeof w->line)
+				w->line[w->line_len++] = (char)data[i];
+			continue;
+		}
+		w->line[w->line_len] = '\0';
+		w->line_len = 0;
+		double stamp = strtod(w->line, NULL) / 1e6; /* ns since the epoch */
+		if (w->nlat < 64 && stamp > 0)
+			w->lat[w->nlat++] = now - stamp;
+	}
+	pthread_cond_broadcast(&w->cv);
+	if (w->hold) {
+		w->held = true;
+		pthread_cond_broadcast(&w->cv);
+		while (!w->release)
+			pthread_cond_wait(&w->cv, &w->mu);
+		w->hold = false;
+	}
+	int delay = w->release ? 0 : w->delay_ms;
+	pthread_mutex_unlock(&w->mu);
+	if (delay)
+		usleep((useconds_t)delay * 1000);
+}
+
+static void seen_exit(void *user, const asp_exit_event *ev)
+{
+	seen *w = user;
+	pthread_mutex_lock(&w->mu);
+	w->exited = true;
+	w->ev = *ev;
+	w->ev.signal = NULL;
+	if (ev->signal) {
+		snprintf(w->sig, sizeof w->sig, "%s", ev->signal);
+		w->ev.signal = w->sig;
+	}
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+static void seen_lost(void *user, uint64_t proc, const asp_error *err)
+{
+	(void)proc;
+	seen *w = user;
+	pthread_mutex_lock(&w->mu);
+	w->lost = true;
+	w->lost_err = *err;
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+static const asp_proc_callbacks seen_cb = {seen_output, seen_exit, seen_lost};
+
+/* Waits until `cond` holds (under w->mu) or `ms` passed; its value then. */
+#define SEEN_WAIT(w, cond, ms)                                                                     \
+	({                                                                                         \
+		long long until_ = now_ms() + (ms);                                                \
+		pthread_mutex_lock(&(w)->mu);                                                      \
+		while (!(cond) && now_ms() < until_) {                                             \
+			struct timespec ts_;                                                       \
+			clock_gettime(CLOCK_REALTIME, &ts_);                                       \
+			ts_.tv_nsec += 20 * 1000000;                                               \
+			if (ts_.tv_nsec >= 1000000000) {                                           \
+				ts_.tv_sec++;                                                      \
+				ts_.tv_nsec -= 1000000000;                                         \
+			}                                                                          \
+			pthread_cond_timedwait(&(w)->cv, &(w)->mu, &ts_);                          \
+		}                                                                                  \
+		bool ok_ = (cond);                                                                 \
+		pthread_mutex_unlock(&(w)->mu);                                                    \
+		ok_;                                                                               \
+	})
+
+/* A client (the public API, reconnects included) on the fixture's sshd. */
+static asp_client *client_for(const char *agent_path, asp_config **cfg)
+{
+	*cfg = config(agent_path, NULL);
+	if (!*cfg)
+		return NULL;
+	asp_client *c = NULL;
+	asp_error err;
+	if (asp_client_open_view(asp_config_get(*cfg), &c, &err) != ASP_OK) {
+		fprintf(stderr, "client: %s\n", err.message);
+		asp_config_free(*cfg);
+		return NULL;
+	}
+	return c;
+}
+
+static bool pid_alive(pid_t pid)
+{
+	char p[64], buf[512];
+	snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(p, "r");
+	if (!f)
+		return false;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	const char *rp = strrchr(buf, ')');
+	return rp && rp[1] == ' ' && rp[2] != 'Z'; /* a zombie is dead */
+}
+
+static pid_t read_pid(const char *name)
+{
+	char path[400];
+	snprintf(path, sizeof path, "%s/%s", scratch, name);
+	for (int i = 0; i < 100; i++) {
+		FILE *f = fopen(path, "r");
+		long pid = 0;
+		if (f) {
+			if (fscanf(f, "%ld", &pid) != 1)
+				pid = 0;
+			fclose(f);
+		}
+		if (pid > 0)
+			return (pid_t)pid;
+		usleep(20 * 1000);
+	}
+	return 0;
+}
+
+static size_t log_count(const char *needle)
+{
+	FILE *f = fopen(fx.log, "r");
+	if (!f)
+		return 0;
+	char line[2048];
+	size_t n = 0;
+	while (fgets(line, sizeof line, f))
+		n += strstr(line, needle) != NULL;
+	fclose(f);
+	return n;
+}
+
+static asp_status wait_proc(backend *b, uint64_t proc, uint64_t ms, asp_proc_wait_result *r,
+                            asp_arena *a, asp_error *err)
+{
+	asp_proc_wait_params p;
+	asp_proc_wait_params_init(&p);
+	p.proc = proc;
+	p.timeout_ms = ms;
+	return b->ops->proc_wait(b->self, &p, r, a, err);
+}
+
+static asp_status signal_proc(backend *b, uint64_t proc, const char *sig, asp_error *err)
+{
+	asp_proc_signal_params p;
+	asp_proc_signal_params_init(&p);
+	p.proc = proc;
+	p.signal = sig;
+	asp_proc_signal_result r;
+	asp_arena *a = asp_arena_new();
+	asp_status st = b->ops->proc_signal(b->self, &p, &r, a, err);
+	asp_arena_free(a);
+	return st;
+}
+
+/*
+ * proc_signal as root: sshd refuses the channel's signal request for root logins (its
+ * log says so: the request went out), and the group gets the signal from a second
+ * channel all the same, background children included.
+ */
+static void test_spawn_signal_group(void)
+{
+	/* (not INT or QUIT: sh starts `&` jobs with those ignored) */
+	static const char *const sigs[] = {"TERM", "HUP", "USR1", "USR2"};
+	asp_arena *a = asp_arena_new();
+	asp_error err;
+	for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+		size_t refused = log_count("session_signal_req");
+		char pidfile[32];
+		snprintf(pidfile, sizeof pidfile, "bg%zu.pid", i);
+		char cmd[200];
+		snprintf(cmd, sizeof cmd, "sleep 30 & echo $! > %s; wait", pidfile);
+		asp_spawn_params p;
+		asp_spawn_params_init(&p);
+		p.command = cmd;
+		p.cwd = scratch;
+		asp_spawn_result r;
+		CU_ASSERT_EQUAL_FATAL(native.ops->spawn(native.self, &p, &r, a, &err), ASP_OK);
+		pid_t bg = read_pid(pidfile);
+		CU_ASSERT_TRUE_FATAL(bg > 0 && pid_alive(bg));
+		CU_ASSERT_EQUAL(signal_proc(&native, r.proc, sigs[i], &err), ASP_OK);
+		asp_proc_wait_result w;
+		CU_ASSERT_EQUAL_FATAL(wait_proc(&native, r.proc, 10000, &w, a, &err), ASP_OK);
+		CU_ASSERT_TRUE(w.exit_code == -1 && w.signal && strcmp(w.signal, sigs[i]) == 0);
+		bool gone = false;
+		for (int k = 0; k < 50 && !gone; k++, usleep(20 * 1000))
+			gone = !pid_alive(bg);
+		CU_ASSERT_TRUE(gone); /* the whole group got it, not just the leader */
+		if (!gone)
+			kill(bg, SIGKILL);
+		if (geteuid() == 0) /* the channel's request reached sshd, which refused it */
+			CU_ASSERT_TRUE(log_count("session_signal_req") > refused);
+		/* a finished process: a no-op */
+		CU_ASSERT_EQUAL(signal_proc(&native, r.proc, "KILL", &err), ASP_OK);
+		asp_arena_reset(a);
+	}
+	asp_arena_free(a);
+}
+
+/* proc_write: every byte value, more than one SSH window in one call, then EOF. */
+static void test_spawn_stdin_binary_eof(void)
+{
+	asp_config *cfg;
+	asp_client *c = client_for(NULL, &cfg);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	size_t n = 256 + 5u * 1024 * 1024; /* sshd's window is 2 MiB */
+	uint8_t *in = malloc(n);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(in);
+	uint32_t x = 7;
+	for (size_t i = 0; i < n; i++) {
+		x = x * 1103515245u + 12345u;
+		in[i] = i < 256 ? (uint8_t)i : (uint8_t)(x >> 16);
+	}
+	seen w;
+	seen_init(&w, n + 16);
+	asp_spawn_params p;
+	asp_spawn_params_init(&p);
+	const char *argv[] = {"sh", "-c", "cat; echo END >&2"};
+	p.has_argv = true;
+	p.argv = (asp_strv){argv, 3};
+	uint64_t proc = 0;
+	asp_error err;
+	CU_ASSERT_EQUAL_FATAL(asp_spawn_start(c, &p, &seen_cb, &w, &proc, &err), ASP_OK);
+	asp_arena *a = asp_arena_new();
+	asp_proc_write_params wp;
+	asp_proc_write_params_init(&wp);
+	wp.proc = proc;
+	asp_proc_write_result wr;
+	wp.data = (asp_bytes){in, 256};
+	CU_ASSERT_EQUAL(asp_proc_write(c, &wp, &wr, a, &err), ASP_OK);
+	wp.data = (asp_bytes){in + 256, n - 256};
+	CU_ASSERT_EQUAL(asp_proc_write(c, &wp, &wr, a, &err), ASP_OK);
+	wp.data = (asp_bytes){NULL, 0};
+	wp.eof = true;
+	CU_ASSERT_EQUAL(asp_proc_write(c, &wp, &wr, a, &err), ASP_OK);
+	CU_ASSERT_TRUE(SEEN_WAIT(&w, w.exited || w.lost, 20000));
+	CU_ASSERT_TRUE(w.exited && w.ev.exit_code == 0);
+	CU_ASSERT_EQUAL(w.len[0], n);
+	CU_ASSERT_TRUE(w.len[0] == n && memcmp(w.data[0], in, n) == 0);
+	CU_ASSERT_TRUE(w.len[1] == 4 && memcmp(w.data[1], "END\n", 4) == 0);
+	CU_ASSERT_FALSE(w.bad[0]);
+	if (w.bad[0])
+		fprintf(stderr, "stdin: %s\n", w.bad);
+	/* after eof: invalid_argument */
+	wp.data = (asp_bytes){(const uint8_t *)"x", 1};
+	wp.eof = false;
+	CU_ASSERT_EQUAL(asp_proc_write(c, &wp, &wr, a, &err), ASP_E_INVALID_ARGUMENT);
+	/* to a process that exited with its stdin open: io_error, as the local backend */
+	asp_spawn_params_init(&p);
+	p.command = "exit 0";
+	asp_spawn_result sr;
+	CU_ASSERT_EQUAL_FATAL(asp_spawn(c, &p, &sr, a, &err), ASP_OK);
+	asp_proc_wait_params pw;
+	asp_proc_wait_params_init(&pw);
+	pw.proc = sr.proc;
+	asp_proc_wait_result wres;
+	CU_ASSERT_EQUAL(asp_proc_wait(c, &pw, &wres, a, &err), ASP_OK);
+	wp.proc = sr.proc;
+	CU_ASSERT_EQUAL(asp_proc_write(c, &wp, &wr, a, &err), ASP_E_IO_ERROR);
+	asp_arena_free(a);
+	asp_client_free(c);
+	asp_config_free(cfg);
+	seen_destroy(&w);
+	free(in);
+}
+
+/* timeout_ms on a group that ignores TERM: KILL 2 s later, from the second channel. */
+static void test_spawn_timeout_kill(void)
+{
+	asp_config *cfg;
+	asp_client *c = client_for(NULL, &cfg);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	seen w;
+	seen_init(&w, 4096);
+	asp_spawn_params p;
+	asp_spawn_params_init(&p);
+	p.command = "trap '' TERM; sleep 30 & echo $! > tk.pid; echo started; "
+	            "while :; do sleep 1; done";
+	p.cwd = scratch;
+	p.timeout_ms = 300;
+	uint64_t proc;
+	asp_error err;
+	long long t0 = now_ms();
+	CU_ASSERT_EQUAL_FATAL(asp_spawn_start(c, &p, &seen_cb, &w, &proc, &err), ASP_OK);
+	pid_t bg = read_pid("tk.pid");
+	CU_ASSERT_TRUE(SEEN_WAIT(&w, w.exited || w.lost, 10000));
+	long long took = now_ms() - t0;
+	CU_ASSERT_TRUE(w.exited && w.ev.timed_out && w.ev.exit_code == -1 && w.ev.signal &&
+	               strcmp(w.ev.signal, "KILL") == 0);
+	CU_ASSERT_TRUE(took >= 2000 && took < 6000);
+	CU_ASSERT_TRUE(w.len[0] == 8 && memcmp(w.data[0], "started\n", 8) == 0);
+	CU_ASSERT_TRUE(bg > 0);
+	bool gone = false;
+	for (int k = 0; k < 100 && !gone && bg > 0; k++, usleep(20 * 1000))
+		gone = !pid_alive(bg);
+	CU_ASSERT_TRUE(gone);
+	if (!gone && bg > 0)
+		kill(bg, SIGKILL);
+	asp_client_free(c);
+	asp_config_free(cfg);
+	seen_destroy(&w);
+}
+
+struct waiter {
+	asp_client *c;
+	uint64_t proc;
+	asp_status st;
+	long long done_at;
+};
+
+static void *wait_main(void *v)
+{
+	struct waiter *wt = v;
+	asp_arena *a = asp_arena_new();
+	asp_proc_wait_params p;
+	asp_proc_wait_params_init(&p);
+	p.proc = wt->proc; /* timeout 0: for ever */
+	asp_proc_wait_result r;
+	asp_error err;
+	wt->st = asp_proc_wait(wt->c, &p, &r, a, &err);
+	wt->done_at = now_ms();
+	asp_arena_free(a);
+	return NULL;
+}
+
+/* The connection dies mid-stream: on_lost promptly, and a pending proc_wait fails. */
+static void killed_mid_stream(const char *agent_path)
+{
+	asp_config *cfg;
+	asp_client *c = client_for(agent_path, &cfg);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	seen w;
+	seen_init(&w, 4096);
+	asp_spawn_params p;
+	asp_spawn_params_init(&p);
+	p.command = "while :; do echo tick; sleep 0.05; done";
+	uint64_t proc;
+	asp_error err;
+	CU_ASSERT_EQUAL_FATAL(asp_spawn_start(c, &p, &seen_cb, &w, &proc, &err), ASP_OK);
+	CU_ASSERT_TRUE(SEEN_WAIT(&w, w.total[0] >= 15, 5000));
+	struct waiter wt = {.c = c, .proc = proc};
+	pthread_t th;
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, wait_main, &wt), 0);
+	usleep(200 * 1000);
+	long long t_kill = now_ms();
+	CU_ASSERT_TRUE(sshd_kill_sessions(&fx) > 0);
+	CU_ASSERT_TRUE(SEEN_WAIT(&w, w.lost || w.exited, 5000));
+	long long lost_after = now_ms() - t_kill;
+	pthread_join(th, NULL);
+	CU_ASSERT_TRUE(w.lost && !w.exited);
+	CU_ASSERT_EQUAL(w.lost_err.code, ASP_E_TRANSPORT_ERROR);
+	CU_ASSERT_TRUE(lost_after < 3000);
+	CU_ASSERT_EQUAL(wt.st, ASP_E_TRANSPORT_ERROR);
+	CU_ASSERT_TRUE(wt.done_at - t_kill < 3000);
+	CU_ASSERT_FALSE(w.bad[0]);
+	/* the next call reconnects; the old connection's processes are not there */
+	asp_arena *a = asp_arena_new();
+	asp_exec_params ep;
+	asp_exec_params_init(&ep);
+	ep.command = "echo again";
+	asp_exec_result er;
+	CU_ASSERT_EQUAL(asp_exec(c, &ep, &er, a, &err), ASP_OK);
+	asp_arena_free(a);
+	asp_client_free(c);
+	asp_config_free(cfg);
+	seen_destroy(&w);
+}
+
+static void test_killed_mid_stream_native(void)
+{
+	killed_mid_stream(NULL);
+}
+
+static void test_killed_mid_stream_agent(void)
+{
+	killed_mid_stream(getenv("ASP_AGENT"));
+}
+
+static uint64_t self_rss_kb(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	uint64_t kb = 0;
+	while (f && fgets(line, sizeof line, f))
+		if (strncmp(line, "VmRSS:", 6) == 0)
+			kb = strtoull(line + 6, NULL, 10);
+	if (f)
+		fclose(f);
+	return kb;
+}
+
+/* Bytes a process has written (its /proc/PID/io wchar); 0 when it cannot tell. */
+static uint64_t written_by(pid_t pid)
+{
+	char p[64], line[256];
+	snprintf(p, sizeof p, "/proc/%d/io", (int)pid);
+	FILE *f = fopen(p, "r");
+	uint64_t n = 0;
+	while (f && fgets(line, sizeof line, f))
+		if (strncmp(line, "wchar:", 6) == 0)
+			n = strtoull(line + 6, NULL, 10);
+	if (f)
+		fclose(f);
+	return n;
+}
+
+/*
+ * A producer writing 1 GiB to a follower that reads slowly (10 ms a chunk), then not at
+ * all: this client's memory stays flat (libssh holds at most a window: sshc_channel_take)
+ * and the SSH window holds the producer back, then stops it.
+ */
+static void unread_follower(const char *agent_path, const char *label)
+{
+	asp_config *cfg;
+	asp_client *c = client_for(agent_path, &cfg);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	seen w;
+	seen_init(&w, 0);
+	w.delay_ms = 10;
+	asp_spawn_params p;
+	asp_spawn_params_init(&p);
+	char cmd[400];
+	snprintf(cmd, sizeof cmd, "echo $$ > gib-%s.pid; exec head -c 1073741824 /dev/zero", label);
+	p.command = cmd;
+	p.cwd = scratch;
+	uint64_t proc;
+	asp_error err;
+	CU_ASSERT_EQUAL_FATAL(asp_spawn_start(c, &p, &seen_cb, &w, &proc, &err), ASP_OK);
+	char pidfile[64];
+	snprintf(pidfile, sizeof pidfile, "gib-%s.pid", label);
+	pid_t head = read_pid(pidfile);
+	CU_ASSERT_TRUE(SEEN_WAIT(&w, w.total[0] > 0, 5000));
+	usleep(500 * 1000);
+	uint64_t rss0 = self_rss_kb(), out0 = written_by(head);
+	usleep(2000 * 1000);
+	uint64_t rss1 = self_rss_kb(), out1 = written_by(head);
+	pthread_mutex_lock(&w.mu);
+	uint64_t got = w.total[0];
+	w.hold = true; /* and now not at all */
+	pthread_mutex_unlock(&w.mu);
+	CU_ASSERT_TRUE(SEEN_WAIT(&w, w.held, 5000));
+	usleep(1000 * 1000);
+	uint64_t out2 = written_by(head);
+	usleep(1000 * 1000);
+	uint64_t rss3 = self_rss_kb(), out3 = written_by(head);
+	fprintf(stderr,
+	        "\n    [%s] 1 GiB producer, follower at 10 ms a chunk for 2 s: client RSS %llu -> "
+	        "%llu KiB, producer +%llu KiB (follower got %llu KiB in all); then not reading "
+	        "for 2 s: RSS %llu KiB, producer +%llu KiB in the last second\n",
+	        label, (unsigned long long)rss0, (unsigned long long)rss1,
+	        (unsigned long long)(out1 - out0) / 1024, (unsigned long long)got / 1024,
+	        (unsigned long long)rss3, (unsigned long long)(out3 - out2) / 1024);
+	CU_ASSERT_TRUE(rss1 < rss0 + 16 * 1024);
+	CU_ASSERT_TRUE(rss3 < rss0 + 16 * 1024);
+	/* held to the follower's pace (6.5 MB/s at most) plus windows, not the gigabyte */
+	CU_ASSERT_TRUE(out1 - out0 < 32u * 1024 * 1024);
+	CU_ASSERT_TRUE(out3 < 256u * 1024 * 1024);
+	CU_ASSERT_TRUE(out3 - out2 < 1024 * 1024); /* stopped */
+	/* release it and end the producer: the rest flows, then the exit */
+	pthread_mutex_lock(&w.mu);
+	w.release = true;
+	pthread_cond_broadcast(&w.cv);
+	pthread_mutex_unlock(&w.mu);
+	asp_arena *a = asp_arena_new();
+	asp_proc_signal_params sp;
+	asp_proc_signal_params_init(&sp);
+	sp.proc = proc;
+	sp.signal = "KILL";
+	asp_proc_signal_result sr;
+	CU_ASSERT_EQUAL(asp_proc_signal(c, &sp, &sr, a, &err), ASP_OK);
+	CU_ASSERT_TRUE(SEEN_WAIT(&w, w.exited || w.lost, 15000));
+	CU_ASSERT_TRUE(w.exited && w.ev.signal && strcmp(w.ev.signal, "KILL") == 0);
+	CU_ASSERT_FALSE(w.bad[0]);
+	asp_arena_free(a);
+	asp_client_free(c);
+	asp_config_free(cfg);
+	seen_destroy(&w);
+}
+
+static void test_unread_follower_native(void)
+{
+	unread_follower(NULL, "native");
+}
+
+static void test_unread_follower_agent(void)
+{
+	unread_follower(getenv("ASP_AGENT"), "agent");
+}
+
+/* How late live output arrives: lines carrying the sandbox's clock (the same machine). */
+static void chunk_latency(const char *agent_path, const char *label)
+{
+	asp_config *cfg;
+	asp_client *c = client_for(agent_path, &cfg);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	seen w;
+	seen_init(&w, 0);
+	w.stamps = true;
+	asp_spawn_params p;
+	asp_spawn_params_init(&p);
+	p.command = "for i in $(seq 20); do date +%s%N; sleep 0.05; done";
+	uint64_t proc;
+	asp_error err;
+	long long t0 = now_ms();
+	CU_ASSERT_EQUAL_FATAL(asp_spawn_start(c, &p, &seen_cb, &w, &proc, &err), ASP_OK);
+	long long spawned = now_ms() - t0;
+	CU_ASSERT_TRUE(SEEN_WAIT(&w, w.exited || w.lost, 15000));
+	CU_ASSERT_EQUAL(w.nlat, 20);
+	double lat[64];
+	int n = w.nlat;
+	memcpy(lat, w.lat, sizeof lat);
+	for (int i = 1; i < n; i++) /* insertion sort: 20 values */
+		for (int j = i; j > 0 && lat[j] < lat[j - 1]; j--) {
+			double t = lat[j];
+			lat[j] = lat[j - 1];
+			lat[j - 1] = t;
+		}
+	if (n) {
+		fprintf(stderr,
+		        "\n    [%s] spawn answered in %lld ms; line latency median %.2f ms, max "
+		        "%.2f ms (%d lines)\n",
+		        label, spawned, lat[n / 2], lat[n - 1], n);
+		CU_ASSERT_TRUE(lat[n - 1] < 500);
+	}
+	asp_client_free(c);
+	asp_config_free(cfg);
+	seen_destroy(&w);
+}
+
+static void test_chunk_latency(void)
+{
+	chunk_latency(NULL, "native");
+	if (getenv("ASP_AGENT"))
+		chunk_latency(getenv("ASP_AGENT"), "agent");
+}
+
+/* Native mode lists the streaming ops but proc_attach, which says where it works. */
+static void test_attach_unsupported_native(void)
+{
+	asp_arena *a = asp_arena_new();
+	asp_error err;
+	asp_hello_params hp;
+	asp_hello_params_init(&hp);
+	asp_hello_result hr;
+	CU_ASSERT_EQUAL_FATAL(native.ops->hello(native.self, &hp, &hr, a, &err), ASP_OK);
+	bool spawn = false, attach = false;
+	for (size_t i = 0; i < hr.ops.count; i++) {
+		spawn = spawn || strcmp(hr.ops.items[i], "spawn") == 0;
+		attach = attach || strcmp(hr.ops.items[i], "proc_attach") == 0;
+	}
+	CU_ASSERT_TRUE(spawn && !attach);
+	asp_config *cfg;
+	asp_client *c = client_for(NULL, &cfg);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	asp_spawn_params p;
+	asp_spawn_params_init(&p);
+	p.command = "echo hi";
+	asp_spawn_result r;
+	CU_ASSERT_EQUAL_FATAL(asp_spawn(c, &p, &r, a, &err), ASP_OK);
+	seen w;
+	seen_init(&w, 64);
+	asp_proc_attach_params ap;
+	asp_proc_attach_params_init(&ap);
+	ap.proc = r.proc;
+	CU_ASSERT_EQUAL(asp_proc_attach_start(c, &ap, &seen_cb, &w, &err), ASP_E_UNSUPPORTED);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "agent mode"));
+	usleep(50 * 1000);
+	CU_ASSERT_TRUE(!w.chunks && !w.exited && !w.lost);
+	/* unknown processes: not_found */
+	asp_proc_wait_params pw;
+	asp_proc_wait_params_init(&pw);
+	pw.proc = 999999;
+	asp_proc_wait_result wr;
+	CU_ASSERT_EQUAL(asp_proc_wait(c, &pw, &wr, a, &err), ASP_E_NOT_FOUND);
+	asp_client_free(c);
+	asp_config_free(cfg);
+	seen_destroy(&w);
+	asp_arena_free(a);
+}
+
+/*
+ * A spawned process holds one of the connection's sessions while it runs. Against a stock
+ * sshd (MaxSessions 10) a connection runs at most 8 at once, keeping one session for exec
+ * and sftp and one for kills: a 9th spawn gives up after the connect timeout saying why,
+ * exec and proc_signal still get through, and a process that ended frees its session.
+ */
+static void test_spawn_channel_budget(void)
+{
+	enum { STOCK = 10, MOST = STOCK - 2 };
+	sshd_fixture small;
+	if (sshd_start_max_sessions(&small, STOCK) < 0) {
+		CU_FAIL(small.why);
+		sshd_stop(&small);
+		return;
+	}
+	char json[4096];
+	sshd_config_json(&small, NULL, "\"connect_timeout_ms\": 1500", json, sizeof json);
+	asp_config *cfg = NULL;
+	asp_error err;
+	backend b = {0};
+	CU_ASSERT_EQUAL_FATAL(asp_config_parse(json, strlen(json), NULL, &cfg, &err), ASP_OK);
+	b.cfg = cfg;
+	CU_ASSERT_EQUAL_FATAL(asp_transport_ssh.open(asp_config_get(cfg), &b.ops, &b.self, &err),
+	                      ASP_OK);
+	asp_arena *a = asp_arena_new();
+	asp_stat_params stp;
+	asp_stat_params_init(&stp);
+	stp.path = "/";
+	asp_stat_result str;
+	CU_ASSERT_EQUAL(b.ops->stat(b.self, &stp, &str, a, &err), ASP_OK); /* sftp is open */
+	uint64_t procs[MOST] = {0};
+	for (int i = 0; i < MOST; i++) {
+		asp_spawn_params p;
+		asp_spawn_params_init(&p);
+		p.command = "exec sleep 30";
+		asp_spawn_result r = {0};
+		CU_ASSERT_EQUAL(b.ops->spawn(b.self, &p, &r, a, &err), ASP_OK);
+		procs[i] = r.proc;
+	}
+	asp_spawn_params p;
+	asp_spawn_params_init(&p);
+	p.command = "exec sleep 30";
+	asp_spawn_result r = {0};
+	long long t0 = now_ms();
+	asp_status st = b.ops->spawn(b.self, &p, &r, a, &err);
+	CU_ASSERT_EQUAL(st, ASP_E_TIMEOUT);
+	CU_ASSERT_TRUE(now_ms() - t0 >= 1400);
+	if (st == ASP_E_TIMEOUT)
+		CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "agent mode"));
+	/* exec has the session kept for it, the kill its own */
+	asp_exec_params ep;
+	asp_exec_params_init(&ep);
+	ep.command = "echo hi";
+	ep.timeout_ms = 10000;
+	asp_exec_result er;
+	CU_ASSERT_EQUAL(b.ops->exec(b.self, &ep, &er, a, &err), ASP_OK);
+	CU_ASSERT_TRUE(!er.timed_out && bytes_eq(er.stdout_data, "hi\n", 3));
+	CU_ASSERT_EQUAL(signal_proc(&b, procs[0], "KILL", &err), ASP_OK);
+	asp_proc_wait_result w;
+	CU_ASSERT_EQUAL(wait_proc(&b, procs[0], 5000, &w, a, &err), ASP_OK);
+	/* its session serves the next spawn */
+	CU_ASSERT_EQUAL(b.ops->spawn(b.self, &p, &r, a, &err), ASP_OK);
+	asp_proc_list_params lp;
+	asp_proc_list_params_init(&lp);
+	asp_proc_list_result lr;
+	CU_ASSERT_EQUAL(b.ops->proc_list(b.self, &lp, &lr, a, &err), ASP_OK);
+	size_t running = 0;
+	for (size_t i = 0; i < lr.procs.count; i++)
+		running += lr.procs.items[i].running;
+	CU_ASSERT_EQUAL(running, MOST);
+	asp_arena_free(a);
+	long long tc = now_ms();
+	close_backend(&b); /* TERMs the groups still running, all in one command */
+	CU_ASSERT_TRUE(now_ms() - tc < 3000);
+	sshd_stop(&small);
+}
+
+/* ---- agent mode: reattaching from another connection -------------------------------- */
+
+static const char *relay_agent; /* a script running asp-agent --relay to one daemon */
+
+static backend *relay_peers[8];
+
+static void *relay_peer_open(void *ctx)
+{
+	(void)ctx;
+	backend *b = calloc(1, sizeof *b);
+	asp_error err;
+	if (!b || open_backend(b, relay_agent, NULL, &err) != ASP_OK) {
+		if (b)
+			fprintf(stderr, "relay peer: %s\n", err.message);
+		free(b);
+		return NULL;
+	}
+	for (int i = 0; i < 8; i++)
+		if (!relay_peers[i]) {
+			relay_peers[i] = b;
+			return b->self;
+		}
+	close_backend(b);
+	free(b);
+	return NULL;
+}
+
+static void relay_peer_close(void *ctx, void *peer)
+{
+	(void)ctx;
+	for (int i = 0; i < 8; i++)
+		if (relay_peers[i] && relay_peers[i]->self == peer) {
+			close_backend(relay_peers[i]);
+			free(relay_peers[i]);
+			relay_peers[i] = NULL;
+		}
+}
+
+/*
+ * With ssh.agent running `asp-agent --relay` to one long-lived daemon (DESIGN §5), a
+ * process outlives the SSH connection that spawned it and is reattached from another:
+ * the conformance case, over SSH.
+ */
+static void test_agent_reattach_after_close(void)
+{
+	const char *agent_path = getenv("ASP_AGENT");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(agent_path);
+	char dir[400], sock[450], script[450], text[1200];
+	snprintf(dir, sizeof dir, "%s/relay", fx.dir);
+	mkdir(dir, 0700);
+	snprintf(sock, sizeof sock, "unix:%s/d.sock", dir);
+	snprintf(script, sizeof script, "%s/agent-relay", dir);
+	snprintf(text, sizeof text, "#!/bin/sh\nexec '%s' --relay '%s'\n", agent_path, sock);
+	FILE *f = fopen(script, "w");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	fputs(text, f);
+	fclose(f);
+	chmod(script, 0755);
+	pid_t daemon = fork();
+	if (daemon == 0) {
+		freopen("/dev/null", "r", stdin);
+		freopen("/dev/null", "w", stdout);
+		freopen("/dev/null", "w", stderr);
+		execl(agent_path, agent_path, "--listen", sock, (char *)NULL);
+		_exit(127);
+	}
+	CU_ASSERT_TRUE_FATAL(daemon > 0);
+	struct stat sb;
+	for (int i = 0; i < 100 && stat(sock + 5, &sb) != 0; i++)
+		usleep(20 * 1000);
+	relay_agent = script;
+	backend b;
+	asp_error err;
+	asp_status st = open_backend(&b, script, NULL, &err);
+	CU_ASSERT_EQUAL(st, ASP_OK);
+	if (st == ASP_OK) {
+		conf_streaming cs;
+		conf_transport_streaming(&cs, &asp_transport_ssh);
+		cs.peer_open = relay_peer_open;
+		cs.peer_close = relay_peer_close;
+		const char *names[] = {"proc_attach_after_close", "proc_attach_replay"};
+		for (size_t i = 0; i < 2; i++) {
+			conf_outcome o;
+			conf_run_case_st(conf_find(names[i]), b.ops, b.self, &cs, scratch, &o);
+			CU_ASSERT_TRUE(o.passed && !o.skipped);
+			if (!o.passed || o.skipped)
+				fprintf(stderr, "%s over the relay: %s:%d %s\n", names[i],
+				        o.file ? o.file : "", o.line, o.msg);
+		}
+		close_backend(&b);
+	} else {
+		fprintf(stderr, "relay: %s\n", err.message);
+	}
+	kill(daemon, SIGTERM);
+	waitpid(daemon, NULL, 0);
+}
+
 /* ---- registration ------------------------------------------------------------------- */
 
 static int run_named(int argc, char **argv)
@@ -879,9 +1714,37 @@ int main(int argc, char **argv)
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 2;
 	CU_pSuite s;
-	bool ok = conf_register_cunit("ssh_native", native.ops, native.self, "/tmp") == 0;
+	/* streaming through the transport's subscribe slots, as the client uses them */
+	static conf_streaming native_st, agent_st;
+	conf_transport_streaming(&native_st, &asp_transport_ssh);
+	native_st.attach_unsupported = true;
+	static const char *const native_gaps[] = {
+	    "proc_attach_after_close",
+	    "plain SSH cannot reattach: a process's output has one way out, the exec channel "
+	    "of the connection that spawned it, and ends with it (agent mode can: see "
+	    "ssh/agent_reattach_after_close)",
+	    NULL};
+	native_st.known_gaps = native_gaps;
+	conf_transport_streaming(&agent_st, &asp_transport_ssh);
+	/* ASP_TEST_ONLY=WORD: only the conformance cases whose names contain WORD, over both
+	 * modes, as a table (debugging). */
+	const char *only = getenv("ASP_TEST_ONLY");
+	if (only) {
+		int f =
+		    conf_run_filtered_st(native.ops, native.self, &native_st, "/tmp", only, stdout);
+		if (have_agent)
+			f += conf_run_filtered_st(agent.ops, agent.self, &agent_st, "/tmp", only,
+			                          stdout);
+		close_backend(&agent);
+		close_backend(&native);
+		sshd_stop(&fx);
+		return f ? 1 : 0;
+	}
+	bool ok =
+	    conf_register_cunit_st("ssh_native", native.ops, native.self, &native_st, "/tmp") == 0;
 	if (have_agent)
-		ok = ok && conf_register_cunit("ssh_agent", agent.ops, agent.self, "/tmp") == 0;
+		ok = ok && conf_register_cunit_st("ssh_agent", agent.ops, agent.self, &agent_st,
+		                                  "/tmp") == 0;
 	ok = ok && (s = CU_add_suite("ssh", NULL, NULL)) != NULL;
 	ok = ok && CU_add_test(s, "exec_output_exact", test_exec_output_exact);
 	ok = ok && CU_add_test(s, "hostile_native", test_hostile_native);
@@ -902,9 +1765,27 @@ int main(int argc, char **argv)
 	ok = ok && CU_add_test(s, "hostkey_pin_accepted", test_hostkey_pin_accepted);
 	ok = ok && CU_add_test(s, "hostkey_accept_new_records", test_hostkey_accept_new_records);
 	ok = ok && CU_add_test(s, "hostkey_check_off", test_hostkey_check_off);
+	/* spawned processes over SSH */
+	ok = ok && CU_add_test(s, "spawn_signal_group", test_spawn_signal_group);
+	ok = ok && CU_add_test(s, "spawn_stdin_binary_eof", test_spawn_stdin_binary_eof);
+	ok = ok && CU_add_test(s, "spawn_timeout_kill", test_spawn_timeout_kill);
+	ok = ok && CU_add_test(s, "attach_unsupported_native", test_attach_unsupported_native);
+	ok = ok && CU_add_test(s, "spawn_channel_budget", test_spawn_channel_budget);
+	ok = ok && CU_add_test(s, "chunk_latency", test_chunk_latency);
+	ok = ok && CU_add_test(s, "unread_follower_native", test_unread_follower_native);
+	if (have_agent) {
+		ok = ok && CU_add_test(s, "unread_follower_agent", test_unread_follower_agent);
+		ok = ok &&
+		     CU_add_test(s, "agent_reattach_after_close", test_agent_reattach_after_close);
+	}
 	ok = ok && CU_add_test(s, "killed_session_native", test_killed_session_native);
 	if (have_agent)
 		ok = ok && CU_add_test(s, "killed_session_agent", test_killed_session_agent);
+	/* these kill every session of the fixture's sshd (the shared backends' too) */
+	ok = ok && CU_add_test(s, "killed_mid_stream_native", test_killed_mid_stream_native);
+	if (have_agent)
+		ok = ok && CU_add_test(s, "killed_mid_stream_agent", test_killed_mid_stream_agent);
+
 	/* last: restarts sshd with a new host key */
 	ok = ok && CU_add_test(s, "hostkey_changed_refused", test_hostkey_changed_refused);
 	if (!ok) {

@@ -7,8 +7,9 @@
  * nothing receives the notifications they cause; use the two calls below.
  *
  * Threads. Callbacks run on the connection's reader thread (stdio, WebSocket, SSH agent
- * mode) or, in process, on the process's pump thread; the output that
- * asp_proc_attach_start replays runs on the calling thread before that call returns.
+ * mode), its delivery thread (SSH native mode) or, in process, on the process's pump
+ * thread; the output that asp_proc_attach_start replays runs on the calling thread
+ * before that call returns.
  * For one subscription they never run concurrently, and they come in order: each
  * stream's chunks with contiguous offsets, then on_exit after all output. A callback must
  * return soon and must not make calls on the same client (the reader thread would be
@@ -52,7 +53,7 @@ typedef struct asp_proc_callbacks {
 /*
  * spawn, then the process's output and exit to `cb`. *proc gets its handle. `p` as for
  * asp_spawn (the config's cwd, env and timeout apply). unsupported when the transport
- * cannot carry notifications (plain HTTP, SSH without agent mode for now).
+ * cannot carry notifications (plain HTTP).
  */
 asp_status asp_spawn_start(asp_client *c, const asp_spawn_params *p, const asp_proc_callbacks *cb,
                            void *user, uint64_t *proc, asp_error *err);
