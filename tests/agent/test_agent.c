@@ -393,24 +393,33 @@ static pid_t read_pid_file(const char *path, int ms)
 }
 
 /*
+ * Makes `dir` (a mkdtemp template), starts an agent and sends it, as request 1, a spawn
+ * that writes its pid to `pidfile` (set here) and then execs `what`.
+ */
+static void start_spawning(tproc *p, char *dir, const char *what, char *pidfile, size_t cap)
+{
+	CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+	snprintf(pidfile, cap, "%s/pid", dir);
+	char cmd[512];
+	snprintf(cmd, sizeof cmd, "echo $$ > %s; exec %s", pidfile, what);
+	start(p);
+	asp_buf b;
+	asp_buf_init(&b);
+	add_spawn(&b, 1, cmd);
+	CU_ASSERT_FATAL(t_write_all(p->in, b.data, b.len) == 0);
+	asp_buf_free(&b);
+}
+
+/*
  * A client that never reads while a process writes 1 GiB: the agent's memory stays
  * bounded (its replay ring and one chunk), the producer is held back. Then the client
  * goes away: the agent ends the process and exits 0.
  */
 static void test_nonreader_bounded(void)
 {
-	char dir[] = "/tmp/asp-agent-nr-XXXXXX";
-	CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
-	char pidfile[128], cmd[256];
-	snprintf(pidfile, sizeof pidfile, "%s/pid", dir);
-	snprintf(cmd, sizeof cmd, "echo $$ > %s; exec head -c 1073741824 /dev/zero", pidfile);
+	char dir[] = "/tmp/asp-agent-nr-XXXXXX", pidfile[128];
 	tproc p;
-	start(&p);
-	asp_buf b;
-	asp_buf_init(&b);
-	add_spawn(&b, 1, cmd);
-	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
-	asp_buf_free(&b);
+	start_spawning(&p, dir, "head -c 1073741824 /dev/zero", pidfile, sizeof pidfile);
 	pid_t producer = read_pid_file(pidfile, 5000);
 	CU_ASSERT_FATAL(producer > 0);
 	usleep(500 * 1000);
@@ -524,17 +533,9 @@ static void test_eof_ends_spawned(void)
  */
 static void test_eof_with_waits_in_flight(void)
 {
-	char dir[] = "/tmp/asp-agent-waits-XXXXXX";
-	CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
-	char pidfile[128], cmd[256];
-	snprintf(pidfile, sizeof pidfile, "%s/pid", dir);
-	snprintf(cmd, sizeof cmd, "echo $$ > %s; exec sleep 30", pidfile);
+	char dir[] = "/tmp/asp-agent-waits-XXXXXX", pidfile[128];
 	tproc p;
-	start(&p);
-	asp_buf b;
-	asp_buf_init(&b);
-	add_spawn(&b, 1, cmd);
-	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+	start_spawning(&p, dir, "sleep 30", pidfile, sizeof pidfile);
 	uint8_t *body;
 	size_t len;
 	CU_ASSERT_FATAL(t_read_frame(p.out, 5000, &body, &len) == 1);
@@ -546,6 +547,8 @@ static void test_eof_with_waits_in_flight(void)
 	pid_t child = read_pid_file(pidfile, 5000);
 	CU_ASSERT_FATAL(child > 0);
 	/* Enough waits that every thread the agent has, its first one too, serves one. */
+	asp_buf b;
+	asp_buf_init(&b);
 	for (uint32_t id = 2; id <= 9; id++) {
 		asp_proc_wait_params wp;
 		asp_proc_wait_params_init(&wp);
