@@ -8,6 +8,7 @@
 #include <CUnit/Basic.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -910,6 +911,61 @@ static void test_channel_sendv(void)
 	close(p[1]);
 }
 
+/* The peer dies and the channel is closed at once, racing a send (SIGPIPE at default). */
+typedef struct pipe_race {
+	asp_channel *ch;
+	int rfd;
+	atomic_int go;
+} pipe_race;
+
+static void *peer_dies(void *v)
+{
+	pipe_race *r = v;
+	while (!atomic_load(&r->go))
+		;
+	close(r->rfd);
+	asp_channel_close(r->ch); /* what the reader does when it sees the peer die */
+	return NULL;
+}
+
+/*
+ * A send that meets EPIPE while another thread closes the channel must still swallow
+ * the SIGPIPE it raised, or restoring the signal mask kills the process (SIGPIPE is at
+ * its default here, as in an application that does not ignore it).
+ */
+static void test_channel_epipe_while_closing(void)
+{
+	struct sigaction old, dfl = {.sa_handler = SIG_DFL};
+	sigaction(SIGPIPE, &dfl, &old);
+	int failures = 0;
+	for (int i = 0; i < 3000; i++) {
+		int p[2], d[2];
+		CU_ASSERT_FATAL(pipe(p) == 0 && pipe(d) == 0);
+		asp_channel *ch;
+		asp_error err;
+		CU_ASSERT_FATAL(asp_fd_channel_new(d[0], p[1], ASP_FDCH_WAKEABLE | ASP_FDCH_PRIVATE_WFD,
+		                                   &ch, &err) == ASP_OK);
+		pipe_race r = {.ch = ch, .rfd = p[0]};
+		pthread_t th;
+		pthread_create(&th, NULL, peer_dies, &r);
+		atomic_store(&r.go, 1);
+		for (int k = 0; k < 50; k++) { /* some of these meet the peer gone */
+			asp_status st = asp_channel_send(ch, (const uint8_t *)"\0\0\0\1x", 5, &err);
+			if (st != ASP_OK && st != ASP_E_TRANSPORT_ERROR)
+				failures++;
+			if (st)
+				break;
+		}
+		pthread_join(th, NULL);
+		asp_channel_free(ch);
+		close(p[1]);
+		close(d[0]);
+		close(d[1]);
+	}
+	CU_ASSERT_EQUAL(failures, 0);
+	sigaction(SIGPIPE, &old, NULL);
+}
+
 int main(void)
 {
 	agent = t_env("ASP_AGENT");
@@ -934,6 +990,8 @@ int main(void)
 	CU_add_test(s, "a call with a deadline times out", test_call_timeout);
 	CU_add_test(s, "fd channel: burst of frames", test_channel_burst);
 	CU_add_test(s, "fd channel: a frame in pieces, short writes, close", test_channel_sendv);
+	CU_add_test(s, "fd channel: EPIPE while the channel closes, no SIGPIPE death",
+	            test_channel_epipe_while_closing);
 	CU_add_test(s, "spawn: output right after the answer is not lost (gate)",
 	            test_follow_spawn_gate);
 	CU_add_test(s, "attach: replay kept until the answer; failure calls nothing",

@@ -246,21 +246,26 @@ static asp_status fd_sendv(asp_channel *ch, const struct iovec *in, int iovcnt, 
 			at = asp_iov_advance(iov, iovcnt, at, (size_t)n);
 			continue;
 		}
-		if (errno == EINTR)
-			continue;
-		if (errno == EAGAIN && wait_writable(c) == 0)
-			continue;
-		if (errno == EAGAIN || atomic_load_explicit(&c->closed, memory_order_acquire)) {
-			st = closed_error(err);
-			break;
-		}
 		int e = errno;
-		if (e == EPIPE && c->mask_sigpipe) { /* swallow the SIGPIPE our write raised */
+		if (e == EINTR)
+			continue;
+		if (e == EAGAIN && wait_writable(c) == 0)
+			continue;
+		/*
+		 * Swallow the SIGPIPE our write raised before anything else: the reader may
+		 * have closed the channel meanwhile (it saw the same peer die), and a SIGPIPE
+		 * left pending would kill the process when the mask is restored.
+		 */
+		if (e == EPIPE && c->mask_sigpipe) {
 			static const struct timespec zero = {0, 0};
 			sigset_t pending;
 			if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) &&
 			    !sigismember(&old, SIGPIPE))
 				sigtimedwait(&pipe_set, NULL, &zero);
+		}
+		if (e == EAGAIN || atomic_load_explicit(&c->closed, memory_order_acquire)) {
+			st = closed_error(err);
+			break;
 		}
 		asp_error_errno(err, e, NULL, "writing to the connection");
 		st = err->code = ASP_E_TRANSPORT_ERROR;
