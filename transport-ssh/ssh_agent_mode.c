@@ -30,9 +30,7 @@ struct ssh_agent_link {
 	sshc *c;
 	ssh_channel ch;
 	struct ssh_channel_callbacks_struct cb;
-	bool has_status, has_signal;
-	int status;
-	char signal[32];
+	ssh_exit_info exit; /* under c->mu: the agent's exit-status / exit-signal */
 	atomic_bool closed;
 	const char *path;
 	asp_rpc *rpc;
@@ -48,28 +46,6 @@ struct ssh_agent_link {
 	size_t matched;  /* bytes of the marker matched so far */
 	size_t noise;    /* bytes skipped before it */
 };
-
-static void on_exit_status(ssh_session s, ssh_channel ch, int status, void *ud)
-{
-	(void)s;
-	(void)ch;
-	ssh_agent_link *l = ud;
-	l->has_status = true;
-	l->status = status;
-}
-
-static void on_exit_signal(ssh_session s, ssh_channel ch, const char *sig, int core,
-                           const char *errmsg, const char *lang, void *ud)
-{
-	(void)s;
-	(void)ch;
-	(void)core;
-	(void)errmsg;
-	(void)lang;
-	ssh_agent_link *l = ud;
-	l->has_signal = true;
-	snprintf(l->signal, sizeof l->signal, "%s", sig ? sig : "");
-}
 
 /* Under the lock: the agent's stderr into the ring (its logs; they explain a death). */
 static void drain_stderr(ssh_agent_link *l)
@@ -273,7 +249,7 @@ static void ch_explain(asp_channel *base, asp_error *err)
 	sshc_lock(c);
 	/* the exit status follows the EOF closely: give it a moment */
 	uint64_t dl = ssh_now_ns() + EXIT_WAIT_NS;
-	while (!l->has_status && !l->has_signal && !atomic_load(&c->dead) &&
+	while (!l->exit.has_status && !l->exit.has_signal && !atomic_load(&c->dead) &&
 	       !ssh_channel_is_closed(l->ch) && ssh_now_ns() < dl) {
 		drain_stderr(l);
 		if (!sshc_wait(c, dl))
@@ -282,18 +258,18 @@ static void ch_explain(asp_channel *base, asp_error *err)
 	drain_stderr(l);
 	char tail[ERR_QUOTE + 1];
 	stderr_tail(l, tail, sizeof tail, ERR_QUOTE);
-	if (missing(l) || (l->has_status && l->status == 127)) {
+	if (missing(l) || (l->exit.has_status && l->exit.status == 127)) {
 		asp_error_set(
 		    err, ASP_E_TRANSPORT_ERROR, NULL,
 		    "asp-agent not found at %s on %s; install it there or set ssh.agent to "
 		    "null",
 		    l->path, c->target);
-	} else if (l->has_status || l->has_signal) {
+	} else if (l->exit.has_status || l->exit.has_signal) {
 		char how[64];
-		if (l->has_signal)
-			snprintf(how, sizeof how, "was killed by SIG%s", l->signal);
+		if (l->exit.has_signal)
+			snprintf(how, sizeof how, "was killed by SIG%s", l->exit.signal);
 		else
-			snprintf(how, sizeof how, "exited with status %d", l->status);
+			snprintf(how, sizeof how, "exited with status %d", l->exit.status);
 		asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL, "asp-agent %s on %s %s%s%s",
 		              l->path, c->target, how, tail[0] ? ": " : "", tail);
 	} else if (atomic_load(&c->dead)) {
@@ -366,16 +342,11 @@ asp_status ssh_agent_start(sshc *c, const char *agent_path, ssh_agent_link **out
 		free(l);
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
 	}
-	unsigned ms = c->cfg->ssh.connect_timeout_ms ? c->cfg->ssh.connect_timeout_ms : 10000;
-	uint64_t dl = ssh_now_ns() + (uint64_t)ms * SSH_NS_PER_MS;
+	uint64_t dl = sshc_setup_deadline(c);
 	sshc_lock(c);
 	asp_status st = sshc_channel_open(c, SSHC_COMMAND, dl, dl, &l->ch, err);
 	if (st == ASP_OK) {
-		ssh_callbacks_init(&l->cb);
-		l->cb.userdata = l;
-		l->cb.channel_exit_status_function = on_exit_status;
-		l->cb.channel_exit_signal_function = on_exit_signal;
-		ssh_set_channel_callbacks(l->ch, &l->cb);
+		ssh_exit_watch(l->ch, &l->cb, &l->exit);
 		st = sshc_channel_exec(c, l->ch, cmd.p, false, dl, err);
 	}
 	sshc_unlock(c);
@@ -403,7 +374,7 @@ asp_status ssh_agent_start(sshc *c, const char *agent_path, ssh_agent_link **out
 	asp_arena_free(a);
 	if (st != ASP_OK) {
 		sshc_lock(c);
-		bool gone = missing(l) || (l->has_status && l->status == 127);
+		bool gone = missing(l) || (l->exit.has_status && l->exit.status == 127);
 		sshc_unlock(c);
 		if (gone && err)
 			err->code = ASP_E_NOT_FOUND;

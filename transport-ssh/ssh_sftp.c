@@ -122,15 +122,8 @@ static asp_status call(sftpc *f, uint8_t type, const char *ext, const char *s1, 
 		sb_cstr(&b, s1);
 	if (s2)
 		sb_cstr(&b, s2);
-	if (at) {
-		sb_u32(&b, at->flags);
-		if (at->flags & FXA_UIDGID) {
-			sb_u32(&b, at->uid);
-			sb_u32(&b, at->gid);
-		}
-		if (at->flags & FXA_PERMISSIONS)
-			sb_u32(&b, at->perm);
-	}
+	if (at)
+		sb_attrs(&b, at);
 	memset(r, 0, sizeof *r);
 	asp_status st = sftp_send(f, type, &b, NULL, 0, r, err);
 	sb_free(&b);
@@ -575,6 +568,20 @@ static void forget_ring(sftpc *f, struct chunk *q, size_t slots, size_t head, si
 		sftp_forget(f, &q[(head + i) % slots].r);
 }
 
+/* Sends a READ or WRITE of chunk `c` at `base` + c->off (WRITE: `data` is its bytes). */
+static asp_status send_chunk(sftpc *f, uint8_t type, const handle *h, uint64_t base,
+                             struct chunk *c, const uint8_t *data, asp_error *err)
+{
+	sbuild b;
+	sb_init(&b);
+	sb_str(&b, h->h, h->len);
+	sb_u64(&b, base + c->off);
+	sb_u32(&b, (uint32_t)c->len);
+	asp_status st = sftp_send(f, type, &b, data, data ? c->len : 0, &c->r, err);
+	sb_free(&b);
+	return st;
+}
+
 /*
  * Reads up to `want` bytes at `base` into buf with many READs in flight; a short answer
  * is asked again for the rest. *got counts the bytes from the start that arrived; *eof
@@ -603,13 +610,7 @@ static asp_status bulk_read(sftpc *f, const handle *h, uint64_t base, uint8_t *b
 			memset(&c->r, 0, sizeof c->r);
 			c->r.dst = buf + c->off;
 			c->r.dst_cap = c->len;
-			sbuild b;
-			sb_init(&b);
-			sb_str(&b, h->h, h->len);
-			sb_u64(&b, base + c->off);
-			sb_u32(&b, (uint32_t)c->len);
-			st = sftp_send(f, FXP_READ, &b, NULL, 0, &c->r, err);
-			sb_free(&b);
+			st = send_chunk(f, FXP_READ, h, base, c, NULL, err);
 			if (st != ASP_OK)
 				goto out;
 			count++;
@@ -637,13 +638,7 @@ static asp_status bulk_read(sftpc *f, const handle *h, uint64_t base, uint8_t *b
 				*t = rest;
 				t->r.dst = buf + t->off;
 				t->r.dst_cap = t->len;
-				sbuild b;
-				sb_init(&b);
-				sb_str(&b, h->h, h->len);
-				sb_u64(&b, base + t->off);
-				sb_u32(&b, (uint32_t)t->len);
-				st = sftp_send(f, FXP_READ, &b, NULL, 0, &t->r, err);
-				sb_free(&b);
+				st = send_chunk(f, FXP_READ, h, base, t, NULL, err);
 				if (st != ASP_OK)
 					goto out;
 				count++;
@@ -689,13 +684,7 @@ static asp_status bulk_write(sftpc *f, const handle *h, uint64_t base, const uin
 			c->len = len - next < csz ? (size_t)(len - next) : csz;
 			next += c->len;
 			memset(&c->r, 0, sizeof c->r);
-			sbuild b;
-			sb_init(&b);
-			sb_str(&b, h->h, h->len);
-			sb_u64(&b, base + c->off);
-			sb_u32(&b, (uint32_t)c->len);
-			st = sftp_send(f, FXP_WRITE, &b, data + c->off, c->len, &c->r, err);
-			sb_free(&b);
+			st = send_chunk(f, FXP_WRITE, h, base, c, data + c->off, err);
 			if (st != ASP_OK)
 				goto out;
 			count++;
@@ -976,15 +965,8 @@ static asp_status send_on_handle(sftpc *f, uint8_t type, const char *ext, const 
 	if (ext)
 		sb_cstr(&b, ext);
 	sb_str(&b, h->h, h->len);
-	if (at) {
-		sb_u32(&b, at->flags);
-		if (at->flags & FXA_UIDGID) {
-			sb_u32(&b, at->uid);
-			sb_u32(&b, at->gid);
-		}
-		if (at->flags & FXA_PERMISSIONS)
-			sb_u32(&b, at->perm);
-	}
+	if (at)
+		sb_attrs(&b, at);
 	memset(r, 0, sizeof *r);
 	asp_status st = sftp_send(f, type, &b, NULL, 0, r, err);
 	sb_free(&b);

@@ -114,6 +114,8 @@ typedef struct sattr {
 } sattr;
 
 void sc_attrs(scur *c, sattr *a);
+/* Appends `a` as a request's ATTRS; only the parts this client sets (uid/gid, permissions). */
+void sb_attrs(sbuild *b, const sattr *a);
 
 struct sftpc {
 	sshc *c;

@@ -155,6 +155,17 @@ void sc_attrs(scur *c, sattr *a)
 	}
 }
 
+void sb_attrs(sbuild *b, const sattr *a)
+{
+	sb_u32(b, a->flags);
+	if (a->flags & FXA_UIDGID) {
+		sb_u32(b, a->uid);
+		sb_u32(b, a->gid);
+	}
+	if (a->flags & FXA_PERMISSIONS)
+		sb_u32(b, a->perm);
+}
+
 int sftp_status(const sreq *r)
 {
 	if (r->type != FXP_STATUS || !r->body || r->len < 4)
