@@ -6,15 +6,8 @@
 
 #include "asp_http.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
-
-/* As main.c: writes to a vanished peer fail with EPIPE; commands we run get SIGPIPE. */
-static void on_sigpipe(int sig)
-{
-	(void)sig;
-}
 
 /* The value of "--name VALUE" or "--name=VALUE" at argv[*i]; NULL if argv[*i] is not it. */
 static const char *opt_value(int argc, char **argv, int *i, const char *name, bool *missing)
@@ -67,12 +60,6 @@ int asp_agent_listen_main(int argc, char **argv)
 		fprintf(stderr, "asp-agent: give one of --listen ADDR and --relay unix:PATH\n");
 		return 2;
 	}
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_sigpipe;
-	sa.sa_flags = SA_RESTART;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGPIPE, &sa, NULL);
 	if (relay) {
 		if (o.tls_cert || o.tls_key) {
 			fprintf(stderr, "asp-agent: --tls-cert/--tls-key are for --listen\n");

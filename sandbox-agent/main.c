@@ -39,6 +39,13 @@ static void on_sigpipe(int sig)
 
 int main(int argc, char **argv)
 {
+	/* First, so --listen and --relay have it too. */
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_sigpipe;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGPIPE, &sa, NULL);
 #ifdef ASP_AGENT_HTTP
 	if (asp_agent_listen_wanted(argc, argv))
 		return asp_agent_listen_main(argc, argv);
@@ -62,11 +69,5 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_sigpipe;
-	sa.sa_flags = SA_RESTART;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGPIPE, &sa, NULL);
 	return asp_agent_serve_stdio(STDIN_FILENO, STDOUT_FILENO, ASP_MAX_MESSAGE_DEFAULT);
 }

@@ -46,11 +46,7 @@ asp_local *asp_local_new(size_t max_message)
 	                        : l->max_message / 2;
 	struct utsname u;
 	pthread_mutex_init(&l->mu, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&l->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	local_cond_init(&l->cv);
 	if (uname(&u) == 0) {
 		size_t i = 0;
 		for (; u.sysname[i] && i + 1 < sizeof l->os; i++)
@@ -140,6 +136,43 @@ void local_hint(asp_error *err, const char *hint)
 asp_status local_oom(const char *op, asp_error *err)
 {
 	return asp_error_set(err, ASP_E_INTERNAL, NULL, "%s: out of memory in the responder", op);
+}
+
+uint64_t local_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int local_poll_ms(uint64_t now, uint64_t until)
+{
+	if (until == UINT64_MAX)
+		return -1;
+	if (until <= now)
+		return 0;
+	uint64_t ms = (until - now + NS_PER_MS - 1) / NS_PER_MS;
+	return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+void local_deadline(struct timespec *dl, uint64_t ms)
+{
+	clock_gettime(CLOCK_MONOTONIC, dl);
+	dl->tv_sec += (time_t)(ms / 1000);
+	dl->tv_nsec += (long)(ms % 1000) * 1000000;
+	if (dl->tv_nsec >= 1000000000) {
+		dl->tv_sec++;
+		dl->tv_nsec -= 1000000000;
+	}
+}
+
+void local_cond_init(pthread_cond_t *cv)
+{
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(cv, &ca);
+	pthread_condattr_destroy(&ca);
 }
 
 int local_bytes_give(asp_arena *a, uint8_t *buf, size_t len, size_t cap, asp_bytes *out)

@@ -18,15 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define NS_PER_MS     1000000ull
-#define KILL_GRACE_NS (2000ull * NS_PER_MS) /* DESIGN: KILL 2 s after TERM */
-/* After the KILL, pipes still open belong to processes that left the group (setsid):
- * stop waiting for them. */
-#define GIVE_UP_NS     (500ull * NS_PER_MS)
-#define MAX_TIMEOUT_MS (1000ull * 1000 * 1000 * 10) /* ~115 days: as good as none */
 #define FIRST_BUF      (16u * 1024)
 #define SCRATCH        (64u * 1024)
-#define BIG_OUTPUT     (256u * 1024) /* past this, a bigger pipe saves wakeups */
 
 struct stream {
 	int fd; /* -1 at EOF */
@@ -42,13 +35,6 @@ struct feed {
 	size_t len, off;
 	bool epipe;
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void close_fd(int *fd)
 {
@@ -136,16 +122,6 @@ static void fit_budget(size_t *a, size_t *b, size_t budget)
 		*a = half, *b = budget - half;
 }
 
-static int poll_ms(uint64_t now, uint64_t until)
-{
-	if (until == UINT64_MAX)
-		return -1;
-	if (until <= now)
-		return 0;
-	uint64_t ms = (until - now + NS_PER_MS - 1) / NS_PER_MS;
-	return ms > INT_MAX ? INT_MAX : (int)ms;
-}
-
 asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result *r, asp_arena *a,
                           asp_error *err)
 {
@@ -156,7 +132,7 @@ asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result 
 	if (p->stdin_data.len && !p->stdin_data.data)
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
 		                     "exec: 'stdin' has no bytes");
-	uint64_t t0 = now_ns();
+	uint64_t t0 = local_now_ns();
 	local_child c;
 	asp_status st = local_child_start(&spec, &c, err);
 	if (st != ASP_OK)
@@ -188,7 +164,7 @@ asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result 
 	for (;;) {
 		if (!exited && c.pidfd < 0)
 			exited = local_child_exited(&c);
-		uint64_t now = now_ns();
+		uint64_t now = local_now_ns();
 		if (exited && out.fd < 0 && errs.fd < 0) {
 			t_end = now;
 			break;
@@ -209,7 +185,7 @@ asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result 
 		}
 
 		uint64_t until = !timed_out ? term_at : !killed ? kill_at : give_up_at;
-		int ms = poll_ms(now, until);
+		int ms = local_poll_ms(now, until);
 		if (!exited && c.pidfd < 0) {
 			/* no pidfd: look for the exit again soon, less often as time goes by */
 			if (ms < 0 || ms > backoff_ms)

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 /* Room left in max_message for the envelope and the result's other fields. */
 #define LOCAL_ENVELOPE_HEADROOM (64u * 1024u)
@@ -58,6 +59,28 @@ asp_status local_need_path(const char *op, const char *field, const char *path, 
 
 /* Appends "; HINT" to err's message (what the caller can do about it), if it fits. */
 void local_hint(asp_error *err, const char *hint);
+
+/* ---- time, for exec and the pumps of spawned processes --------------------------- */
+
+#define NS_PER_MS     1000000ull
+#define KILL_GRACE_NS (2000ull * NS_PER_MS) /* DESIGN: KILL 2 s after TERM */
+/* After the KILL, pipes still open belong to processes that left the group (setsid):
+ * stop waiting for them. */
+#define GIVE_UP_NS     (500ull * NS_PER_MS)
+#define MAX_TIMEOUT_MS (1000ull * 1000 * 1000 * 10) /* ~115 days: as good as none */
+#define BIG_OUTPUT     (256u * 1024u) /* past this, a bigger pipe saves wakeups */
+
+/* CLOCK_MONOTONIC in ns. */
+uint64_t local_now_ns(void);
+
+/* poll's timeout from now until `until` (UINT64_MAX: none, -1), rounded up to a ms. */
+int local_poll_ms(uint64_t now, uint64_t until);
+
+/* `ms` from now on CLOCK_MONOTONIC, for a condition variable made by local_cond_init. */
+void local_deadline(struct timespec *dl, uint64_t ms);
+
+/* A condition variable whose timed waits use CLOCK_MONOTONIC. */
+void local_cond_init(pthread_cond_t *cv);
 
 /* internal "out of memory" error naming the op. */
 asp_status local_oom(const char *op, asp_error *err);

@@ -161,11 +161,7 @@ asp_status asp_local_spawn(void *self, const asp_spawn_params *p, asp_spawn_resu
 	atomic_init(&pr->refs, 1);
 	pthread_mutex_init(&pr->mu, NULL);
 	pthread_mutex_init(&pr->in_mu, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&pr->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	local_cond_init(&pr->cv);
 	for (int i = 0; i < PROC_STREAM_COUNT; i++)
 		proc_ring_init(&pr->ring[i], PROC_RING_BYTES);
 	pr->timeout_ms = p->timeout_ms;
@@ -381,18 +377,8 @@ asp_status asp_local_proc_wait(void *self, const asp_proc_wait_params *p, asp_pr
 	if (!pr)
 		return err->code;
 	struct timespec dl;
-	if (p->timeout_ms) {
-		clock_gettime(CLOCK_MONOTONIC, &dl);
-		uint64_t ms = p->timeout_ms > 1000ull * 1000 * 1000 * 10
-		                  ? 1000ull * 1000 * 1000 * 10
-		                  : p->timeout_ms;
-		dl.tv_sec += (time_t)(ms / 1000);
-		dl.tv_nsec += (long)(ms % 1000) * 1000000;
-		if (dl.tv_nsec >= 1000000000) {
-			dl.tv_sec++;
-			dl.tv_nsec -= 1000000000;
-		}
-	}
+	if (p->timeout_ms)
+		local_deadline(&dl, p->timeout_ms < MAX_TIMEOUT_MS ? p->timeout_ms : MAX_TIMEOUT_MS);
 	asp_status st = ASP_OK;
 	pthread_mutex_lock(&pr->mu);
 	while (!pr->finished) {
@@ -551,13 +537,7 @@ bool asp_local_shutdown_grace(asp_local *l, unsigned kill_after_ms)
 	/* The KILL, the pumps' 0.5 s for escapees holding pipes, and a margin. */
 	uint64_t ms = (uint64_t)kill_after_ms + SHUTDOWN_MARGIN_MS;
 	struct timespec dl;
-	clock_gettime(CLOCK_MONOTONIC, &dl);
-	dl.tv_sec += (time_t)(ms / 1000);
-	dl.tv_nsec += (long)(ms % 1000) * 1000000;
-	if (dl.tv_nsec >= 1000000000) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000;
-	}
+	local_deadline(&dl, ms);
 	while (l->pumps > 0 && pthread_cond_timedwait(&l->cv, &l->mu, &dl) != ETIMEDOUT)
 		;
 	bool ok = l->pumps == 0;

@@ -18,23 +18,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define NS_PER_MS     1000000ull
-#define KILL_GRACE_NS (2000ull * NS_PER_MS) /* DESIGN: KILL 2 s after TERM */
-/* After the KILL, pipes still open belong to processes that left the group (setsid):
- * stop waiting for them, as exec does. */
-#define GIVE_UP_NS     (500ull * NS_PER_MS)
-#define MAX_TIMEOUT_MS (1000ull * 1000 * 1000 * 10)
 #define PUMP_STACK     (256u * 1024u)
-#define BIG_OUTPUT     (256u * 1024u) /* past this, a bigger pipe saves wakeups */
 
 static const char *const stream_names[PROC_STREAM_COUNT] = {"stdout", "stderr"};
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- subscribers ------------------------------------------------------------------ */
 
@@ -209,16 +195,6 @@ static void signal_group(local_proc *p, int sig)
 	pthread_mutex_unlock(&p->mu);
 }
 
-static int poll_ms(uint64_t now, uint64_t until)
-{
-	if (until == UINT64_MAX)
-		return -1;
-	if (until <= now)
-		return 0;
-	uint64_t ms = (until - now + NS_PER_MS - 1) / NS_PER_MS;
-	return ms > INT_MAX ? INT_MAX : (int)ms;
-}
-
 void local_pump_wake(local_proc *p)
 {
 	uint64_t one = 1;
@@ -261,7 +237,7 @@ static void *pump_main(void *arg)
 	int fds[PROC_STREAM_COUNT] = {p->child.out_fd, p->child.err_fd};
 	int pidfd = p->child.pidfd;
 
-	uint64_t t0 = now_ns();
+	uint64_t t0 = local_now_ns();
 	uint64_t timeout = p->timeout_ms < MAX_TIMEOUT_MS ? p->timeout_ms : MAX_TIMEOUT_MS;
 	uint64_t term_at = timeout ? t0 + timeout * NS_PER_MS : UINT64_MAX;
 	uint64_t kill_at = UINT64_MAX, give_up_at = UINT64_MAX;
@@ -270,7 +246,7 @@ static void *pump_main(void *arg)
 	for (;;) {
 		if (!exited && pidfd < 0)
 			exited = local_child_exited(&p->child);
-		uint64_t now = now_ns();
+		uint64_t now = local_now_ns();
 		if (exited && fds[0] < 0 && fds[1] < 0)
 			break;
 		pthread_mutex_lock(&p->mu);
@@ -294,7 +270,7 @@ static void *pump_main(void *arg)
 			break;
 
 		uint64_t until = !termed ? term_at : !killed ? kill_at : give_up_at;
-		int ms = poll_ms(now, until);
+		int ms = local_poll_ms(now, until);
 		if (!exited && pidfd < 0) {
 			/* no pidfd: look for the exit again soon, less often as time goes by */
 			if (ms < 0 || ms > backoff_ms)

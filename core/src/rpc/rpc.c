@@ -446,7 +446,6 @@ static asp_status finish(asp_rpc *rpc, asp_op_id op, uint8_t *frame, size_t len,
 	return st;
 }
 
-/* The waiter's condition variable; one on the monotonic clock when it must time out. */
 /* Sends a whole frame: in one piece, or with its referenced bins spliced in. */
 static asp_status send_buf(asp_channel *ch, const asp_buf *b, asp_error *err)
 {
@@ -464,6 +463,7 @@ static asp_status send_buf(asp_channel *ch, const asp_buf *b, asp_error *err)
 	return st;
 }
 
+/* The waiter's condition variable; one on the monotonic clock when it must time out. */
 static void waiter_init(waiter *w, unsigned timeout_ms)
 {
 	if (!timeout_ms) {
