@@ -45,11 +45,10 @@ typedef struct follow {
 	asp_client *client;
 	uint64_t proc;
 	pthread_mutex_t mu;
-	bool ended, exited, lost, out_gone;
+	bool ended, lost, out_gone;
 	asp_exit_event ev;
 	char sig[16];
 	asp_error err;
-	uint64_t first_offset[2];
 	bool seen[2];
 	uint64_t asked[2];
 	/* stdin forwarding */
@@ -85,7 +84,7 @@ static void on_exit_ev(void *user, const asp_exit_event *ev)
 {
 	follow *f = user;
 	pthread_mutex_lock(&f->mu);
-	f->ended = f->exited = true;
+	f->ended = true;
 	f->ev = *ev;
 	f->ev.signal = NULL;
 	if (ev->signal) {

@@ -245,6 +245,10 @@ static asp_status http_open(const asp_config_view *cfg, const asp_ops **ops, voi
 	atomic_init(&b->max_message, ASP_MAX_MESSAGE_DEFAULT);
 	atomic_init(&b->next_id, 0);
 	char hint[700], ca_hint[600], endpoint[sizeof a.prefix + 16];
+	char host_port[sizeof a.host + 16]; /* "host:port", an IPv6 literal in [] */
+	bool v6 = strchr(a.host, ':') != NULL;
+	snprintf(host_port, sizeof host_port, "%s%s%s:%d", v6 ? "[" : "", a.host, v6 ? "]" : "",
+	         a.port);
 	token_hint(cfg, hint, sizeof hint);
 	snprintf(ca_hint, sizeof ca_hint,
 	         "; is the listener's certificate signed by %s and issued for %s? (http.ca_file "
@@ -252,16 +256,12 @@ static asp_status http_open(const asp_config_view *cfg, const asp_ops **ops, voi
 	         cfg->http.ca_file ? cfg->http.ca_file : "a CA this system trusts", a.host, where);
 	asp_status st;
 	if (cfg->http.websocket) {
-		char host_header[sizeof a.host + 16];
-		bool v6 = strchr(a.host, ':') != NULL;
-		snprintf(host_header, sizeof host_header, "%s%s%s:%d", v6 ? "[" : "", a.host,
-		         v6 ? "]" : "", a.port);
 		snprintf(endpoint, sizeof endpoint, "%s/v1/ws", a.prefix);
 		ws_target t = {.address = a.host,
 		               .port = a.port,
 		               .tls = a.tls,
 		               .ca_file = cfg->http.ca_file,
-		               .host_header = host_header,
+		               .host_header = host_port,
 		               .path = endpoint,
 		               .token = token,
 		               .url = url,
@@ -276,9 +276,8 @@ static asp_status http_open(const asp_config_view *cfg, const asp_ops **ops, voi
 			st = asp_rpc_new(ch, 0, &b->rpc, err);
 	} else {
 		char rpc_url[2100];
-		snprintf(rpc_url, sizeof rpc_url, "%s://%s%s%s:%d%s/v1/rpc",
-		         a.tls ? "https" : "http", strchr(a.host, ':') ? "[" : "", a.host,
-		         strchr(a.host, ':') ? "]" : "", a.port, a.prefix);
+		snprintf(rpc_url, sizeof rpc_url, "%s://%s%s/v1/rpc", a.tls ? "https" : "http",
+		         host_port, a.prefix);
 		http_client_cfg hc = {.base_url = url,
 		                      .rpc_url = rpc_url,
 		                      .token = token,

@@ -125,7 +125,6 @@ struct srv {
 
 	/* service thread only */
 	srv_conn *live; /* connections lws still has */
-	unsigned live_count;
 	bool stopping; /* no new work; drain then exit */
 	bool finished; /* leave the service loop */
 	bool forced;   /* left with requests still running */

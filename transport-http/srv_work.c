@@ -46,7 +46,6 @@ srv_conn *srv_conn_new(srv *s, struct lws *wsi, bool ws)
 	if (s->live)
 		s->live->prev = c;
 	s->live = c;
-	s->live_count++;
 	return c;
 }
 
@@ -85,7 +84,6 @@ void srv_conn_detach(srv_conn *c)
 	if (c->next)
 		c->next->prev = c->prev;
 	c->prev = c->next = NULL;
-	s->live_count--;
 	pthread_mutex_lock(&s->mu);
 	c->gone = true;
 	pthread_cond_broadcast(&c->out_cv); /* a sink waiting for room gives up */

@@ -126,15 +126,6 @@ static void die(ws_chan *ch, const asp_error *why)
 	pthread_mutex_unlock(&ch->mu);
 }
 
-static bool contains(const char *s, size_t n, const char *word)
-{
-	size_t w = strlen(word);
-	for (size_t i = 0; i + w <= n; i++)
-		if (strncasecmp(s + i, word, w) == 0)
-			return true;
-	return false;
-}
-
 /* ---- the service thread: callbacks ------------------------------------------------ */
 
 /* Why the connection could not be made, for a person. */
@@ -146,7 +137,7 @@ static void connect_failed(ws_chan *ch, struct lws *wsi, const char *in, size_t 
 	if (!reason[0])
 		strcpy(reason, "connection failed");
 	unsigned status = wsi ? lws_http_client_http_response(wsi) : 0;
-	if (status == 401 || contains(reason, strlen(reason), "unauthorized"))
+	if (status == 401 || strcasestr(reason, "unauthorized"))
 		asp_error_set(
 		    &e, ASP_E_UNAUTHORIZED, NULL,
 		    "%s answered 401 Unauthorized: the bearer token is missing or wrong%s", ch->url,
@@ -156,9 +147,8 @@ static void connect_failed(ws_chan *ch, struct lws *wsi, const char *in, size_t 
 		              "%s answered HTTP %u to the WebSocket upgrade, not 101; is it "
 		              "asp-agent --listen?",
 		              ch->url, status);
-	else if (contains(reason, strlen(reason), "tls") ||
-	         contains(reason, strlen(reason), "ssl") ||
-	         contains(reason, strlen(reason), "cert"))
+	else if (strcasestr(reason, "tls") || strcasestr(reason, "ssl") ||
+	         strcasestr(reason, "cert"))
 		asp_error_set(
 		    &e, ASP_E_TRANSPORT_ERROR, NULL,
 		    "TLS with %s failed: %s; is the server's certificate signed by %s, and "
