@@ -26,6 +26,7 @@
  */
 #include "asp/asp.h"
 #include "asp/transport.h"
+#include "bench_util.h"
 #include "sshd_fixture.h"
 
 #include <errno.h>
@@ -48,27 +49,6 @@ extern char **environ;
 
 static sshd_fixture fx;
 static char ssh_opts[1200];
-
-static double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	if (n <= 0)
-		return -1;
-	qsort(v, (size_t)n, sizeof *v, cmp);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 /* Runs a shell line (bash) quietly; exit status or -1. */
 static int shell(const char *line)
@@ -954,7 +934,7 @@ static double pct(double *v, int n, int p)
 {
 	if (n <= 0)
 		return -1;
-	qsort(v, (size_t)n, sizeof *v, cmp);
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
 	int i = (n * p + 99) / 100 - 1;
 	return v[i < 0 ? 0 : i];
 }

@@ -361,21 +361,6 @@ static long rss_kb(pid_t pid)
 	return kb;
 }
 
-/* Alive and not a zombie. */
-static bool pid_alive(pid_t pid)
-{
-	char path[64], buf[512];
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return false;
-	size_t n = fread(buf, 1, sizeof buf - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	const char *s = strrchr(buf, ')');
-	return s && s[1] == ' ' && s[2] != 'Z' && s[2] != 'X';
-}
-
 /* The pid a spawned command wrote to `path`, waiting for it to appear. */
 static pid_t read_pid_file(const char *path, int ms)
 {
@@ -434,7 +419,7 @@ static void test_nonreader_bounded(void)
 	        base, peak);
 	CU_ASSERT(peak - base < 16 * 1024);
 	CU_ASSERT(t_asan() || peak < 64 * 1024);
-	CU_ASSERT(pid_alive(producer)); /* held back, not finished */
+	CU_ASSERT(t_pid_alive(producer)); /* held back, not finished */
 	/* The client goes: its output fails, EOF ends the process (TERM), exit 0. */
 	close(p.out);
 	p.out = -1;
@@ -443,7 +428,7 @@ static void test_nonreader_bounded(void)
 	int st = tproc_wait(&p, 10000, NULL);
 	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	CU_ASSERT(t_now_ms() - t0 < 5000);
-	CU_ASSERT(!pid_alive(producer));
+	CU_ASSERT(!t_pid_alive(producer));
 	tproc_close(&p);
 	unlink(pidfile);
 	rmdir(dir);
@@ -519,7 +504,7 @@ static void test_eof_ends_spawned(void)
 	CU_ASSERT_EQUAL(exits, 2);
 	CU_ASSERT(order_ok);
 	CU_ASSERT(took >= 1500 && took < 5000); /* the stubborn one needed the KILL */
-	CU_ASSERT(!pid_alive(bg) && !pid_alive(stubborn));
+	CU_ASSERT(!t_pid_alive(bg) && !t_pid_alive(stubborn));
 	tproc_close(&p);
 	unlink(f1);
 	unlink(f2);
@@ -564,8 +549,8 @@ static void test_eof_with_waits_in_flight(void)
 	int st = tproc_wait(&p, 10000, NULL);
 	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	CU_ASSERT(t_now_ms() - t0 < 5000);
-	CU_ASSERT(!pid_alive(child));
-	if (pid_alive(child))
+	CU_ASSERT(!t_pid_alive(child));
+	if (t_pid_alive(child))
 		kill(child, SIGKILL);
 	tproc_close(&p);
 	unlink(pidfile);

@@ -29,6 +29,20 @@ const char *t_env(const char *name)
 	return v && v[0] ? v : NULL;
 }
 
+bool t_pid_alive(pid_t pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	const char *s = strrchr(buf, ')');
+	return s && s[1] == ' ' && s[2] != 'Z' && s[2] != 'X';
+}
+
 bool t_asan(void)
 {
 #if defined(__SANITIZE_ADDRESS__)

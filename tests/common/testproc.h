@@ -67,6 +67,9 @@ int64_t t_now_ms(void);
 /* $NAME or skip-worthy NULL. */
 const char *t_env(const char *name);
 
+/* Whether `pid` is alive and not a zombie (from /proc/PID/stat). */
+bool t_pid_alive(pid_t pid);
+
 /* Whether the binary was built with AddressSanitizer (its RSS is larger). */
 bool t_asan(void);
 

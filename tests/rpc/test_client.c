@@ -410,20 +410,6 @@ static void scratch_teardown(void)
 
 /* ---- spawned processes and the client's end --------------------------------------- */
 
-static bool proc_alive(pid_t pid)
-{
-	char path[64], buf[512];
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return false;
-	size_t n = fread(buf, 1, sizeof buf - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	const char *s = strrchr(buf, ')');
-	return s && s[1] == ' ' && s[2] != 'Z' && s[2] != 'X';
-}
-
 typedef struct lines {
 	pthread_mutex_t mu;
 	char buf[PATH_MAX + 64];
@@ -511,10 +497,10 @@ static void test_spawn_and_free(void)
 			pid = (pid_t)atoi(running.buf);
 		pthread_mutex_unlock(&running.mu);
 	}
-	CU_ASSERT_FATAL(pid > 0 && proc_alive(pid));
+	CU_ASSERT_FATAL(pid > 0 && t_pid_alive(pid));
 	asp_client_free(c);
 	usleep(100 * 1000);
-	CU_ASSERT(!proc_alive(pid));
+	CU_ASSERT(!t_pid_alive(pid));
 	CU_ASSERT(running.losts == 1 && running.exits == 0);
 	CU_ASSERT(none.len == 0 && none.exits == 0 && none.losts == 0);
 	pthread_mutex_destroy(&done.mu);
