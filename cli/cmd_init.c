@@ -18,11 +18,19 @@ enum {
 	OPT_ENV,
 	OPT_TIMEOUT,
 	OPT_FORCE,
+	OPT_HOST_KEY,
+	OPT_KNOWN_HOSTS,
+	OPT_ACCEPT_NEW,
+	OPT_WEBSOCKET,
+	OPT_NO_WEBSOCKET,
 };
 
 typedef struct init_opts {
 	const char *transport;
 	const char *ssh_spec, *identity;
+	const char *host_key, *known_hosts; /* --host-key-sha256, --known-hosts */
+	bool accept_new;
+	const char *websocket; /* "true", "false" or NULL (absent: both, DESIGN §4) */
 	const char *url, *token_env, *token_file;
 	const char *cwd;
 	char **env; /* K=V strings */
@@ -138,12 +146,20 @@ static int render(cli *c, const init_opts *o, char **out, size_t *len)
 			put_kv(f, "user", st.user, &first);
 		if (o->identity)
 			put_kv(f, "identity_file", o->identity, &first);
+		if (o->host_key)
+			put_kv(f, "host_key_sha256", o->host_key, &first);
+		if (o->known_hosts)
+			put_kv(f, "known_hosts", o->known_hosts, &first);
+		if (o->accept_new)
+			put_kv(f, "strict_host_key_checking", "accept-new", &first);
 	} else {
 		put_kv(f, "url", o->url, &first);
 		if (o->token_env)
 			put_kv(f, "token_env", o->token_env, &first);
 		if (o->token_file)
 			put_kv(f, "token_file", o->token_file, &first);
+		if (o->websocket)
+			fprintf(f, ",\n    \"websocket\": %s", o->websocket);
 	}
 	fputs("\n  }\n}\n", f);
 	if (fclose(f) != 0) {
@@ -209,6 +225,11 @@ int cmd_init(cli *c, int argc, char **argv)
 	    {"env", required_argument, NULL, OPT_ENV},
 	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
 	    {"force", no_argument, NULL, OPT_FORCE},
+	    {"host-key-sha256", required_argument, NULL, OPT_HOST_KEY},
+	    {"known-hosts", required_argument, NULL, OPT_KNOWN_HOSTS},
+	    {"accept-new", no_argument, NULL, OPT_ACCEPT_NEW},
+	    {"websocket", no_argument, NULL, OPT_WEBSOCKET},
+	    {"no-websocket", no_argument, NULL, OPT_NO_WEBSOCKET},
 	    {NULL, 0, NULL, 0},
 	};
 	init_opts o = {0};
@@ -242,6 +263,11 @@ int cmd_init(cli *c, int argc, char **argv)
 			o.has_timeout = true;
 			break;
 		case OPT_FORCE: o.force = true; break;
+		case OPT_HOST_KEY: o.host_key = optarg; break;
+		case OPT_KNOWN_HOSTS: o.known_hosts = optarg; break;
+		case OPT_ACCEPT_NEW: o.accept_new = true; break;
+		case OPT_WEBSOCKET: o.websocket = "true"; break;
+		case OPT_NO_WEBSOCKET: o.websocket = "false"; break;
 		default: goto out;
 		}
 	}
@@ -250,8 +276,14 @@ int cmd_init(cli *c, int argc, char **argv)
 		                  "or --http URL");
 		goto out;
 	}
-	if (o.identity && !o.ssh_spec) {
-		rc = cli_usage(c, "--identity goes with --ssh");
+	if ((o.identity || o.host_key || o.known_hosts || o.accept_new) && !o.ssh_spec) {
+		rc =
+		    cli_usage(c, "--identity, --host-key-sha256, --known-hosts and --accept-new go "
+		                 "with --ssh");
+		goto out;
+	}
+	if (o.websocket && !o.url) {
+		rc = cli_usage(c, "--websocket and --no-websocket go with --http");
 		goto out;
 	}
 	if ((o.token_env || o.token_file) && !o.url) {
@@ -273,7 +305,9 @@ int cmd_init(cli *c, int argc, char **argv)
 	bool ok = all_utf8(c, "--cwd", o.cwd) && all_utf8(c, "--ssh", o.ssh_spec) &&
 	          all_utf8(c, "--identity", o.identity) && all_utf8(c, "--http", o.url) &&
 	          all_utf8(c, "--token-env", o.token_env) &&
-	          all_utf8(c, "--token-file", o.token_file);
+	          all_utf8(c, "--token-file", o.token_file) &&
+	          all_utf8(c, "--host-key-sha256", o.host_key) &&
+	          all_utf8(c, "--known-hosts", o.known_hosts);
 	for (size_t i = 0; ok && i < o.env_count; i++)
 		ok = all_utf8(c, "--env", o.env[i]);
 	for (size_t i = 0; ok && i < o.command_count; i++)

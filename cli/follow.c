@@ -167,8 +167,11 @@ static void *stdin_main(void *arg)
 /* DESIGN §7: 124 on timeout, 128+N for signal N, else the exit status. */
 int cli_exit_code_of(const char *cmd, int64_t exit_code, const char *signal, bool timed_out)
 {
-	if (timed_out)
+	if (timed_out) {
+		/* 124 alone reads like the command's own status: say what happened. */
+		cli_warn("%s: the command timed out and was killed (with its process group)", cmd);
 		return CLI_EXIT_TIMEOUT;
+	}
 	if (signal) {
 		int n = cli_signal_number(signal);
 		if (n > 0 && n < 127)

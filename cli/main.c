@@ -107,14 +107,22 @@ static const cli_command commands[] = {
      "  --keep      leave the scratch directory for inspection\n"},
     {"init", cmd_init, "write a .asp.json",
      "usage: asp init --stdio [options] -- COMMAND...\n"
-     "       asp init --ssh [USER@]HOST[:PORT] [--identity FILE] [options]\n"
-     "       asp init --http URL [--token-env NAME | --token-file FILE] [options]\n"
+     "       asp init --ssh [USER@]HOST[:PORT] [--identity FILE] [host key options] [options]\n"
+     "       asp init --http URL [--token-env NAME | --token-file FILE] [--websocket |\n"
+     "                --no-websocket] [options]\n"
      "\nWrites .asp.json in the working directory (or the --config FILE), checks it by loading\n"
      "it, and refuses to replace an existing file without --force.\n"
      "\n  --cwd DIR       default working directory in the sandbox\n"
      "  --env K=V       added to every exec (repeatable)\n"
      "  --timeout SEC   default exec timeout\n"
-     "  --force         replace an existing file\n"},
+     "  --force         replace an existing file\n"
+     "\nHost key options (--ssh; default: the key must already be in ~/.ssh/known_hosts):\n"
+     "  --host-key-sha256 SHA256:...  accept only this key (known_hosts not consulted)\n"
+     "  --known-hosts FILE            verify against FILE instead of ~/.ssh/known_hosts\n"
+     "  --accept-new                  record an unknown key on first use, refuse a changed one\n"
+     "\nStreaming (--http; absent: the transport's default, see docs/http.md):\n"
+     "  --websocket      every call over one WebSocket (streams spawned processes)\n"
+     "  --no-websocket   one POST per call\n"},
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
@@ -211,7 +219,7 @@ int main(int argc, char **argv)
 	}
 	const cli_command *cmd = cli_find_command(name);
 	if (!cmd)
-		return cli_usage(&c, "unknown command '%s' (asp --help lists them)", name);
+		return cli_usage(&c, "unknown command '%s'", name);
 	c.cmd = cmd->name;
 	if (cmd->run == cmd_exec)
 		c.fail_code = CLI_EXIT_EXEC_FAIL;

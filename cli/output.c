@@ -11,8 +11,8 @@ static const char *hint(asp_status code)
 {
 	switch (code) {
 	case ASP_E_TRANSPORT_ERROR:
-		return "check that the sandbox is up and the config's transport reaches it "
-		       "(asp hello)";
+		return "check that the sandbox is up and the config's transport reaches it; "
+		       "asp hello tests it";
 	case ASP_E_UNAUTHORIZED: return "check the credentials the config names";
 	case ASP_E_PROTOCOL_ERROR:
 		return "the other end does not speak ASP; check the config's command or URL";
@@ -54,8 +54,8 @@ static void report(cli *c, asp_status code, const char *message, const char *wha
 	put_line_part(stderr, what);
 	fprintf(stderr, ": %s: ", asp_strerror(code));
 	put_line_part(stderr, message);
-	/* A message that already says what to check needs no second opinion. */
-	if (h && !strstr(message, "check") && !strstr(message, "try "))
+	/* A message that already says what to check, or asks, needs no second opinion. */
+	if (h && !strstr(message, "check") && !strstr(message, "try ") && !strchr(message, '?'))
 		fprintf(stderr, " (%s)", h);
 	fputc('\n', stderr);
 	if (c->json) {
@@ -77,15 +77,61 @@ static void report(cli *c, asp_status code, const char *message, const char *wha
 	}
 }
 
+/*
+ * Hints from the sandbox name the protocol's fields ("'mkdirs' creates it"); on the
+ * command line the words are the flags. The SDKs keep the field names.
+ */
+static const struct {
+	const char *field, *cli;
+} cli_words[] = {
+    {"'mkdirs' creates it", "asp write --mkdirs creates it"},
+    {"'parents' creates it", "asp mkdir -p creates it"},
+    {"'recursive' removes", "asp rm -r removes"},
+    {"'overwrite' is false", "-n forbids replacing it"},
+    {"see proc_list", "see asp ps"},
+};
+
+/* `msg` with every field word replaced by the CLI's, into `out`. */
+static const char *in_cli_words(const char *msg, char *out, size_t cap)
+{
+	size_t n = 0;
+	const char *p = msg;
+	while (*p && n + 1 < cap) {
+		size_t i;
+		for (i = 0; i < sizeof cli_words / sizeof cli_words[0]; i++) {
+			size_t fl = strlen(cli_words[i].field);
+			if (strncmp(p, cli_words[i].field, fl) == 0)
+				break;
+		}
+		if (i < sizeof cli_words / sizeof cli_words[0]) {
+			n += (size_t)snprintf(out + n, cap - n, "%s", cli_words[i].cli);
+			if (n >= cap)
+				n = cap - 1;
+			p += strlen(cli_words[i].field);
+		} else {
+			out[n++] = *p++;
+		}
+	}
+	out[n] = '\0';
+	return out;
+}
+
 int cli_fail(cli *c, const asp_error *err, const char *what, ...)
 {
-	char buf[2048];
+	char buf[2048], words[ASP_ERROR_MESSAGE_MAX + 256],
+	    withpath[sizeof words + ASP_ERROR_PATH_MAX + 4];
 	va_list ap;
 	va_start(ap, what);
 	vsnprintf(buf, sizeof buf, what, ap);
 	va_end(ap);
 	asp_status code = err->code == ASP_OK ? ASP_E_INTERNAL : err->code;
 	const char *msg = err->message[0] ? without_repeat(err->message, buf, err->path) : "failed";
+	msg = in_cli_words(msg, words, sizeof words);
+	/* Every file error names the full path, even when the sandbox's message left it out. */
+	if (err->path[0] && !strstr(msg, err->path) && !strstr(buf, err->path)) {
+		snprintf(withpath, sizeof withpath, "%s: %s", err->path, msg);
+		msg = withpath;
+	}
 	report(c, code, msg, buf);
 	return c->fail_code;
 }

@@ -14,14 +14,21 @@ asp_client *cli_client(cli *c)
 		return c->client;
 	asp_error err;
 	asp_error_clear(&err);
-	if (asp_client_open_path(c->config_path, &c->client, &err) != ASP_OK) {
-		c->client = NULL;
+	asp_config *cfg = NULL;
+	/* Two steps, so a message says which failed: reading the config, or reaching the sandbox.
+	 */
+	if (asp_config_load(c->config_path, &cfg, &err) != ASP_OK) {
 		if (c->config_path)
 			cli_fail(c, &err, "%s: open %s", c->cmd, c->config_path);
 		else
 			cli_fail(c, &err, "%s: open config", c->cmd);
 		return NULL;
 	}
+	if (asp_client_open(cfg, &c->client, &err) != ASP_OK) {
+		c->client = NULL;
+		cli_fail(c, &err, "%s: connect", c->cmd);
+	}
+	asp_config_free(cfg);
 	return c->client;
 }
 

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
+#include <unistd.h>
 
 #ifndef ASP_AGENT_STATIC_PATH
 #define ASP_AGENT_STATIC_PATH "/usr/local/libexec/asp/asp-agent-static"
@@ -67,11 +68,60 @@ static uint64_t fnv1a(const uint8_t *p, size_t n)
 	return h;
 }
 
+/*
+ * Where the static responder is: $ASP_AGENT_STATIC when set; else beside the running
+ * program (an installed bin/ or a copy), then in the build tree the program runs from
+ * (build/cli/asp -> build/sandbox-agent/), then the install path. Writes the first that
+ * exists into `out`; with none, the list tried (for the message) and false.
+ */
+static bool find_static_agent(char *out, size_t cap, char *tried, size_t tcap)
+{
+	const char *env = getenv("ASP_AGENT_STATIC");
+	if (env && env[0]) {
+		snprintf(out, cap, "%s", env);
+		snprintf(tried, tcap, "%s ($ASP_AGENT_STATIC)", env);
+		return true; /* what the user named, even if missing: say so, don't guess */
+	}
+	char exe[4096];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	char cand[3][4200];
+	int k = 0;
+	if (n > 0) {
+		exe[n] = '\0';
+		char *slash = strrchr(exe, '/');
+		if (slash) {
+			*slash = '\0';
+			snprintf(cand[k++], sizeof cand[0], "%s/asp-agent-static", exe);
+			snprintf(cand[k++], sizeof cand[0], "%s/../sandbox-agent/asp-agent-static",
+			         exe);
+		}
+	}
+	snprintf(cand[k++], sizeof cand[0], "%s", ASP_AGENT_STATIC_PATH);
+	size_t used = 0;
+	tried[0] = '\0';
+	for (int i = 0; i < k; i++) {
+		size_t cl = strlen(cand[i]);
+		if (cl < cap && access(cand[i], R_OK) == 0) {
+			memcpy(out, cand[i], cl + 1);
+			return true;
+		}
+		int w = snprintf(tried + used, tcap - used, "%s%s", i ? ", " : "", cand[i]);
+		if (w > 0 && (size_t)w < tcap - used)
+			used += (size_t)w;
+	}
+	return false;
+}
+
 asp_status ssh_agent_upload(sshc *c, sftpc *f, char *remote, size_t cap, asp_error *err)
 {
-	const char *local = getenv("ASP_AGENT_STATIC");
-	if (!local || !local[0])
-		local = ASP_AGENT_STATIC_PATH;
+	char local[4200], tried[3 * 4200 + 64];
+	if (!find_static_agent(local, sizeof local, tried, sizeof tried))
+		return asp_error_set(
+		    err, ASP_E_NOT_FOUND, NULL,
+		    "ssh.agent \"upload\": no static responder (tried %s); build "
+		    "asp-agent-static (musl-tools) and point ASP_AGENT_STATIC at it, or install "
+		    "asp-agent in the sandbox and set ssh.agent to its path",
+		    tried);
 	size_t len = 0;
 	int e;
 	uint8_t *bin = slurp(local, &len, &e);

@@ -1,0 +1,92 @@
+#!/bin/bash
+# The CLI speaks its own words: hints name flags, not protocol fields; file errors name
+# the full path; failures say what failed (config or connection); a timeout says so.
+# usage: cli_words_test.sh PATH/TO/asp PATH/TO/asp-agent PATH/TO/terse_responder.py
+set -u
+HERE=$(dirname "$(realpath "$0")")
+
+ASP=$(realpath "$1")
+AGENT=$(realpath "$2")
+TERSE=$(realpath "$3")
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/asp-cli-words.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK" || exit 1
+BOX="$WORK/box"
+mkdir -p "$BOX"
+cat > "$WORK/.asp.json" <<EOF2
+{"version": 1, "transport": "stdio", "cwd": "$BOX", "stdio": {"command": ["$AGENT", "--stdio"]}}
+EOF2
+cat > "$WORK/terse.json" <<EOF2
+{"version": 1, "transport": "stdio", "cwd": "/box", "stdio": {"command": ["/usr/bin/python3", "$TERSE"]}}
+EOF2
+cat > "$WORK/refused.json" <<EOF2
+{"version": 1, "transport": "http", "http": {"url": "http://127.0.0.1:1"}}
+EOF2
+unset ASP_CONFIG
+. "$HERE/testlib.sh"
+
+# --- hints use the flags ----------------------------------------------------------------
+echo x > "$WORK/x"
+run_in "$WORK/x" 1 "write without its directory" -- "$ASP" write nodir/f
+expect_grep "write hint names --mkdirs" "$ERR" 'asp write --mkdirs creates it$'
+run 1 "mkdir without parents" -- "$ASP" mkdir a/b/c
+expect_grep "mkdir hint names -p" "$ERR" 'asp mkdir -p creates it$'
+mkdir -p "$BOX/d/e"
+run 1 "rm of a non-empty directory" -- "$ASP" rm d
+expect_grep "rm hint names -r" "$ERR" 'asp rm -r removes'
+touch "$BOX/m1" "$BOX/m2"
+run 1 "mv -n onto an existing file" -- "$ASP" mv -n m1 m2
+expect_grep "mv hint names -n" "$ERR" '-n forbids replacing it$'
+run 1 "kill of an unknown process" -- "$ASP" kill 999
+expect_grep "kill hint names asp ps" "$ERR" 'see asp ps$'
+if grep -Eq "'(mkdirs|parents|recursive|overwrite)'|proc_list" "$WORK/err"; then
+	not_ok "no protocol field names left"; else ok "no protocol field names left"; fi
+
+# --- messages say it once and name what failed ------------------------------------------
+run 1 "unknown command" -- "$ASP" frobnicate
+expect_out "unknown command: nothing on stdout" ""
+if [ "$(grep -o 'asp --help' "$ERR" | wc -l)" -eq 1 ]; then ok "unknown command: one pointer to --help"
+else not_ok "unknown command: one pointer to --help"; fi
+run 1 "refused connection" -- "$ASP" --config "$WORK/refused.json" hello
+expect_grep "a connection failure says connect" "$ERR" '^asp: hello: connect: transport_error: '
+if grep -q 'open ' "$ERR"; then not_ok "a connection failure is not a config failure"
+else ok "a connection failure is not a config failure"; fi
+if grep -Eq '\([^)]*\(' "$ERR"; then not_ok "no nested brackets"; else ok "no nested brackets"; fi
+run 1 "missing config" -- "$ASP" --config "$WORK/none.json" hello
+expect_grep "a config failure says open" "$ERR" '^asp: hello: open .*none.json: not_found: '
+
+# --- file errors name the full path, even when the sandbox's message does not ------------
+run 1 "terse permission error" -- "$ASP" --config "$WORK/terse.json" read locked.txt
+expect_grep "the error names the full path" "$ERR" \
+	'^asp: read locked.txt: permission_denied: /box/locked.txt: Permission denied$'
+run 1 "terse stat" -- "$ASP" --config "$WORK/terse.json" stat /box/s
+expect_grep "a path already named is not repeated" "$ERR" \
+	'^asp: stat /box/s: permission_denied: Permission denied$'
+
+# --- a timeout says what happened --------------------------------------------------------
+run 124 "exec --timeout" -- "$ASP" exec --timeout 1 -- sleep 30
+expect_grep "exec timeout says so" "$ERR" '^asp: exec: the command timed out and was killed'
+expect_one_line "exec timeout: one line"
+
+# --- asp init writes what the first call needs ---------------------------------------------
+run 0 "init --ssh with a pinned key" -- "$ASP" --config "$WORK/i1.json" init \
+	--ssh u@h:2200 --host-key-sha256 SHA256:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU \
+	--known-hosts /k/known
+expect_grep "init pins the key" "$WORK/i1.json" '"host_key_sha256": "SHA256:47DEQ'
+expect_grep "init sets known_hosts" "$WORK/i1.json" '"known_hosts": "/k/known"'
+run 0 "init --ssh --accept-new" -- "$ASP" --config "$WORK/i2.json" init --ssh h --accept-new
+expect_grep "init accept-new" "$WORK/i2.json" '"strict_host_key_checking": "accept-new"'
+run 0 "init --http --websocket" -- "$ASP" --config "$WORK/i3.json" init \
+	--http http://127.0.0.1:8722 --websocket
+expect_grep "init websocket" "$WORK/i3.json" '"websocket": true'
+run 0 "init --http --no-websocket" -- "$ASP" --config "$WORK/i4.json" init \
+	--http http://127.0.0.1:8722 --no-websocket
+expect_grep "init no websocket" "$WORK/i4.json" '"websocket": false'
+run 1 "init --accept-new without --ssh" -- "$ASP" --config "$WORK/i5.json" init \
+	--http http://127.0.0.1:1 --accept-new
+run 1 "init with a bad fingerprint" -- "$ASP" --config "$WORK/i6.json" init --ssh h \
+	--host-key-sha256 nope
+[ ! -e "$WORK/i6.json" ] && ok "a bad fingerprint leaves no file" || not_ok "a bad fingerprint leaves no file"
+
+echo "1..$n"
+[ "$failed" -eq 0 ]
