@@ -23,6 +23,7 @@ enum {
 	OPT_ACCEPT_NEW,
 	OPT_WEBSOCKET,
 	OPT_NO_WEBSOCKET,
+	OPT_FROM_V0,
 };
 
 typedef struct init_opts {
@@ -211,6 +212,62 @@ static bool all_utf8(cli *c, const char *what, const char *s)
 	return true;
 }
 
+/* The file written and what it holds, for people or --json. */
+static void report_written(cli *c, const char *path, const char *transport)
+{
+	if (c->json) {
+		jw w;
+		jw_init(&w, stdout);
+		jw_obj_begin(&w);
+		jw_key(&w, "path");
+		jw_str(&w, path);
+		jw_key(&w, "transport");
+		jw_str(&w, transport);
+		jw_obj_end(&w);
+		jw_end(&w);
+	} else {
+		printf("wrote %s (%s); try: asp hello\n", path, transport);
+	}
+}
+
+/* --from-v0 FILE: the version 1 file a v0 draft file means (DESIGN §4). */
+static int init_from_v0(cli *c, const char *v0_path, bool force)
+{
+	const char *path = c->config_path ? c->config_path : ".asp.json";
+	int fd = open(v0_path, O_RDONLY | O_CLOEXEC);
+	uint8_t *text = NULL;
+	size_t len = 0;
+	if (fd < 0 || cli_read_all(fd, &text, &len) < 0) {
+		int rc = cli_fail_errno(c, errno, "init: read %s", v0_path);
+		if (fd >= 0)
+			close(fd);
+		return rc;
+	}
+	close(fd);
+	char *v1 = NULL;
+	asp_error err;
+	int rc;
+	if (asp_config_v0_to_v1((const char *)text, len, v0_path, &v1, &err) != ASP_OK) {
+		rc = cli_fail(c, &err, "init --from-v0 %s", v0_path);
+	} else {
+		size_t n = strlen(v1);
+		v1[n] = '\n'; /* json_dumps leaves the last line open; the NUL is not written */
+		rc = write_file(c, path, v1, n + 1, force);
+		v1[n] = '\0';
+		asp_config *cfg;
+		if (rc == CLI_EXIT_OK && asp_config_load(path, &cfg, &err) != ASP_OK)
+			rc = cli_fail(c, &err, "init: check %s", path);
+		else if (rc == CLI_EXIT_OK) {
+			asp_config_free(cfg);
+			report_written(c, path, "ssh");
+			rc = cli_finish(c, CLI_EXIT_OK);
+		}
+	}
+	free(v1);
+	free(text);
+	return rc;
+}
+
 int cmd_init(cli *c, int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -230,9 +287,11 @@ int cmd_init(cli *c, int argc, char **argv)
 	    {"accept-new", no_argument, NULL, OPT_ACCEPT_NEW},
 	    {"websocket", no_argument, NULL, OPT_WEBSOCKET},
 	    {"no-websocket", no_argument, NULL, OPT_NO_WEBSOCKET},
+	    {"from-v0", required_argument, NULL, OPT_FROM_V0},
 	    {NULL, 0, NULL, 0},
 	};
 	init_opts o = {0};
+	const char *from_v0 = NULL;
 	char **env = calloc((size_t)argc, sizeof *env);
 	if (!env)
 		return cli_fail_errno(c, ENOMEM, "init");
@@ -268,12 +327,18 @@ int cmd_init(cli *c, int argc, char **argv)
 		case OPT_ACCEPT_NEW: o.accept_new = true; break;
 		case OPT_WEBSOCKET: o.websocket = "true"; break;
 		case OPT_NO_WEBSOCKET: o.websocket = "false"; break;
+		case OPT_FROM_V0: from_v0 = optarg, transports++; break;
 		default: goto out;
 		}
 	}
 	if (transports != 1) {
-		rc = cli_usage(c, "give one of --stdio -- COMMAND..., --ssh [USER@]HOST[:PORT] "
-		                  "or --http URL");
+		rc = cli_usage(c, "give one of --stdio -- COMMAND..., --ssh [USER@]HOST[:PORT], "
+		                  "--http URL or --from-v0 FILE");
+		goto out;
+	}
+	if (from_v0) {
+		rc = optind < argc ? cli_usage(c, "unexpected argument '%s'", argv[optind])
+		                   : init_from_v0(c, from_v0, o.force);
 		goto out;
 	}
 	if ((o.identity || o.host_key || o.known_hosts || o.accept_new) && !o.ssh_spec) {
@@ -335,19 +400,7 @@ int cmd_init(cli *c, int argc, char **argv)
 		goto out;
 	}
 	asp_config_free(cfg);
-	if (c->json) {
-		jw w;
-		jw_init(&w, stdout);
-		jw_obj_begin(&w);
-		jw_key(&w, "path");
-		jw_str(&w, path);
-		jw_key(&w, "transport");
-		jw_str(&w, o.transport);
-		jw_obj_end(&w);
-		jw_end(&w);
-	} else {
-		printf("wrote %s (%s); try: asp hello\n", path, o.transport);
-	}
+	report_written(c, path, o.transport);
 	rc = cli_finish(c, CLI_EXIT_OK);
 out:
 	free(text);

@@ -110,6 +110,7 @@ static const cli_command commands[] = {
      "       asp init --ssh [USER@]HOST[:PORT] [--identity FILE] [host key options] [options]\n"
      "       asp init --http URL [--token-env NAME | --token-file FILE] [--websocket |\n"
      "                --no-websocket] [options]\n"
+     "       asp init --from-v0 FILE     the version 1 file an ASP v0 draft file means\n"
      "\nWrites .asp.json in the working directory (or the --config FILE), checks it by loading\n"
      "it, and refuses to replace an existing file without --force.\n"
      "\n  --cwd DIR       default working directory in the sandbox\n"

@@ -45,6 +45,31 @@ static void fp_norm(const char *in, char *out, size_t cap)
 	out[n] = '\0';
 }
 
+/*
+ * "host_key": the only key accepted, as a public key line (TYPE BASE64 [comment]); the
+ * server's key must have that type and that blob. known_hosts is not consulted.
+ */
+static asp_status check_pinned_line(sshc *c, const char *line, const char *type, const char *b64,
+                                    asp_error *err)
+{
+	if (!b64)
+		return asp_error_set(err, ASP_E_INTERNAL, NULL,
+		                     "ssh %s: cannot export the server's host key", c->target);
+	const char *sp = strchr(line, ' ');
+	size_t tl = sp ? (size_t)(sp - line) : strlen(line);
+	const char *blob = sp ? sp + 1 : "";
+	size_t bl = strcspn(blob, " ");
+	if (tl == strlen(type) && strncmp(line, type, tl) == 0 && bl == strlen(b64) &&
+	    strncmp(blob, b64, bl) == 0)
+		return ASP_OK;
+	return asp_error_set(err, ASP_E_UNAUTHORIZED, NULL,
+	                     "ssh %s: host key mismatch: the server offered a %s key that is "
+	                     "not the one host_key pins (%.*s %.12s...). If the server's key "
+	                     "changed on purpose, check it out of band and update host_key; "
+	                     "otherwise someone may be intercepting the connection",
+	                     c->target, type, (int)tl, line, blob);
+}
+
 static asp_status verify_host_key(sshc *c, asp_error *err)
 {
 	const asp_config_ssh *sc = &c->cfg->ssh;
@@ -59,7 +84,17 @@ static asp_status verify_host_key(sshc *c, asp_error *err)
 	const char *ktype = ssh_key_type_to_char(ssh_key_type(key));
 	char type_name[32];
 	snprintf(type_name, sizeof type_name, "%s", ktype ? ktype : "unknown");
+	char *b64 = NULL; /* the key's blob, to compare with a pinned key line */
+	if (sc->host_key && ssh_pki_export_pubkey_base64(key, &b64) != SSH_OK)
+		b64 = NULL;
 	ssh_key_free(key);
+	if (sc->host_key) {
+		asp_status pst = check_pinned_line(c, sc->host_key, type_name, b64, err);
+		ssh_string_free_char(b64);
+		if (rc == SSH_OK)
+			ssh_clean_pubkey_hash(&hash);
+		return pst;
+	}
 	if (rc != SSH_OK)
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "ssh %s: cannot hash the host key",
 		                     c->target);
@@ -172,6 +207,49 @@ static int kbdint_password(ssh_session s, const char *pw)
 	return rc;
 }
 
+/*
+ * The configured private key: identity_file, else the variable identity_env names, which
+ * holds the key's text (it starts "-----BEGIN") or a path to a key file. 0, or -1 with
+ * `why` saying what failed; `label` names the source for later messages.
+ */
+static int load_identity(const asp_config_ssh *sc, ssh_key *k, char *label, size_t lcap, char *why,
+                         size_t wcap)
+{
+	const char *file = sc->identity_file;
+	if (file) {
+		snprintf(label, lcap, "identity_file %s", file);
+	} else {
+		const char *v = getenv(sc->identity_env);
+		snprintf(label, lcap, "identity_env %s", sc->identity_env);
+		if (!v || !v[0]) {
+			snprintf(why, wcap,
+			         "%s: the variable is not set (it holds the private key, or "
+			         "a path to it)",
+			         label);
+			return -1;
+		}
+		if (strncmp(v, "-----BEGIN", 10) == 0) {
+			if (ssh_pki_import_privkey_base64(v, NULL, NULL, NULL, k) == SSH_OK)
+				return 0;
+			snprintf(why, wcap,
+			         "%s: the variable holds a key libssh cannot load "
+			         "(malformed, or protected by a passphrase: load such keys into "
+			         "ssh-agent instead)",
+			         label);
+			return -1;
+		}
+		file = v;
+		snprintf(label, lcap, "identity_env %s (the file %s)", sc->identity_env, v);
+	}
+	if (ssh_pki_import_privkey_file(file, NULL, NULL, NULL, k) == SSH_OK)
+		return 0;
+	snprintf(why, wcap,
+	         "%s: cannot load it (missing, unreadable, or protected by a "
+	         "passphrase: load such keys into ssh-agent instead)",
+	         label);
+	return -1;
+}
+
 static asp_status authenticate(sshc *c, asp_error *err)
 {
 	const asp_config_ssh *sc = &c->cfg->ssh;
@@ -184,19 +262,15 @@ static asp_status authenticate(sshc *c, asp_error *err)
 	char tried[512] = "";
 	char line[600];
 
-	if (sc->identity_file) {
+	if (sc->identity_file || sc->identity_env) {
 		ssh_key k = NULL;
-		if (ssh_pki_import_privkey_file(sc->identity_file, NULL, NULL, NULL, &k) !=
-		    SSH_OK) {
-			snprintf(
-			    line, sizeof line,
-			    "identity_file %s: cannot load it (missing, unreadable, or protected "
-			    "by a passphrase: load such keys into ssh-agent instead)",
-			    sc->identity_file);
+		char label[300];
+		if (load_identity(sc, &k, label, sizeof label, line, sizeof line) != 0) {
 			note(tried, sizeof tried, line);
 		} else if (!(methods & SSH_AUTH_METHOD_PUBLICKEY)) {
 			ssh_key_free(k);
-			note(tried, sizeof tried, "identity_file: the server does not accept keys");
+			snprintf(line, sizeof line, "%s: the server does not accept keys", label);
+			note(tried, sizeof tried, line);
 		} else {
 			rc = ssh_userauth_publickey(c->s, NULL, k);
 			ssh_key_free(k);
@@ -204,7 +278,7 @@ static asp_status authenticate(sshc *c, asp_error *err)
 				return ASP_OK;
 			if (rc == SSH_AUTH_ERROR)
 				goto lost;
-			snprintf(line, sizeof line, "identity_file %s: refused", sc->identity_file);
+			snprintf(line, sizeof line, "%s: refused", label);
 			note(tried, sizeof tried, line);
 		}
 	}
@@ -217,7 +291,8 @@ static asp_status authenticate(sshc *c, asp_error *err)
 			goto lost;
 		note(tried, sizeof tried, "ssh-agent: no key accepted");
 	}
-	if (!sc->identity_file && !sc->password_env && (methods & SSH_AUTH_METHOD_PUBLICKEY)) {
+	if (!sc->identity_file && !sc->identity_env && !sc->password_env &&
+	    (methods & SSH_AUTH_METHOD_PUBLICKEY)) {
 		rc = ssh_userauth_publickey_auto(c->s, NULL, NULL);
 		if (rc == SSH_AUTH_SUCCESS)
 			return ASP_OK;

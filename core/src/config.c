@@ -28,6 +28,9 @@
 /* Generated from spec/asp.schema.json by gen_embed. */
 extern const char asp_config_schema_json[];
 extern const size_t asp_config_schema_json_len;
+/* Generated from spec/asp.v0.schema.json: the public v0 draft's format. */
+extern const char asp_config_v0_schema_json[];
+extern const size_t asp_config_v0_schema_json_len;
 
 #define SECRET_MAX_BYTES (64 * 1024)
 #define MAX_STEPS        8  /* deeper than any path the schema describes */
@@ -352,9 +355,11 @@ static const struct field {
     {"ssh.port", F_UINT, AT(ssh.port)},
     {"ssh.user", F_STRING, AT(ssh.user)},
     {"ssh.identity_file", F_LOCAL_PATH, AT(ssh.identity_file)},
+    {"ssh.identity_env", F_STRING, AT(ssh.identity_env)},
     {"ssh.password_env", F_STRING, AT(ssh.password_env)},
     {"ssh.known_hosts", F_LOCAL_PATH, AT(ssh.known_hosts)},
     {"ssh.host_key_sha256", F_STRING, AT(ssh.host_key_sha256)},
+    {"ssh.host_key", F_STRING, AT(ssh.host_key)},
     {"ssh.strict_host_key_checking", F_HOSTKEY, AT(ssh.strict_host_key_checking)},
     {"ssh.connect_timeout_ms", F_UINT, AT(ssh.connect_timeout_ms)},
     {"ssh.agent", F_STRING, AT(ssh.agent)},
@@ -434,16 +439,17 @@ static asp_status check_fields(json_t *schema, asp_error *err)
 	return check_leaves(json_object_get(schema, "properties"), "", err);
 }
 
-static asp_status load_schema(json_t **out, asp_error *err)
+static asp_status load_schema_text(const char *text, size_t len, const char *name, bool v1,
+                                   json_t **out, asp_error *err)
 {
 	json_error_t je;
-	json_t *s = json_loadb(asp_config_schema_json, asp_config_schema_json_len,
-	                       JSON_REJECT_DUPLICATES, &je);
+	json_t *s = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
 	if (!s)
-		return asp_error_set(err, ASP_E_INTERNAL, NULL, "spec/asp.schema.json:%d:%d: %s",
-		                     je.line, je.column, je.text);
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "%s:%d:%d: %s", name, je.line,
+		                     je.column, je.text);
 	asp_status st = check_schema(s, "", err);
-	if (st == ASP_OK)
+	/* Only version 1 lands in the view directly; a v0 file is mapped onto version 1. */
+	if (st == ASP_OK && v1)
 		st = check_fields(s, err);
 	if (st != ASP_OK) {
 		json_decref(s);
@@ -451,6 +457,12 @@ static asp_status load_schema(json_t **out, asp_error *err)
 	}
 	*out = s;
 	return ASP_OK;
+}
+
+static asp_status load_schema(json_t **out, asp_error *err)
+{
+	return load_schema_text(asp_config_schema_json, asp_config_schema_json_len,
+	                        "spec/asp.schema.json", true, out, err);
 }
 
 const char *asp_config_schema(void)
@@ -736,6 +748,13 @@ static void describe_condition(json_t *cond, char *out, size_t cap)
 		sb_add(&b, "%s%s is ", b.len ? " and " : "", json_object_iter_key(it));
 		show_value(&b, c);
 	}
+	/* A required key the "if" does not also pin to a value: its presence is the condition. */
+	json_t *req = json_object_get(cond, "required");
+	for (size_t i = 0; i < json_array_size(req); i++) {
+		const char *k = json_string_value(json_array_get(req, i));
+		if (k && !json_object_get(json_object_get(props, k), "const"))
+			sb_add(&b, "%s%s is given", b.len ? " and " : "", k);
+	}
 }
 
 static asp_status validate(struct vctx *v, json_t *s, json_t *inst)
@@ -743,7 +762,8 @@ static asp_status validate(struct vctx *v, json_t *s, json_t *inst)
 	if (json_is_true(s))
 		return ASP_OK;
 	if (json_is_false(s))
-		return fail(v, AT_VALUE, "not allowed here");
+		return v->cond[0] ? fail(v, AT_VALUE, "not allowed when %s", v->cond)
+		                  : fail(v, AT_VALUE, "not allowed here");
 	if (!value_ok(s, inst))
 		return fail_expected(v, s, inst);
 	asp_status st = ASP_OK;
@@ -1005,6 +1025,107 @@ static asp_status syntax_error(const char *file, const char *file_path, const js
 	                     text, rest);
 }
 
+/* ---- version 0 ------------------------------------------------------------------------- */
+
+static bool is_v0(json_t *doc)
+{
+	const char *v = json_string_value(json_object_get(doc, "version"));
+	return v && strcmp(v, "0") == 0;
+}
+
+static int set_copy(json_t *dst, const char *key, json_t *src)
+{
+	return src ? json_object_set(dst, key, src) : 0;
+}
+
+/*
+ * The version 1 document a valid v0 document means (DESIGN §4): workspace -> cwd,
+ * identity.file -> identity_file, identity.env -> identity_env, host_key -> host_key_sha256
+ * or host_key, and without host_key trust on first use (accept-new).
+ */
+static json_t *v0_to_v1(json_t *v0)
+{
+	json_t *conn = json_object_get(v0, "connection");
+	json_t *id = json_object_get(conn, "identity");
+	json_t *hk = json_object_get(conn, "host_key");
+	json_t *v1 = json_object(), *ssh = json_object();
+	if (!v1 || !ssh)
+		goto fail;
+	if (json_object_set_new(v1, "version", json_integer(1)) ||
+	    json_object_set_new(v1, "transport", json_string("ssh")) ||
+	    set_copy(v1, "cwd", json_object_get(v0, "workspace")) ||
+	    set_copy(ssh, "host", json_object_get(conn, "host")) ||
+	    set_copy(ssh, "port", json_object_get(conn, "port")) ||
+	    set_copy(ssh, "user", json_object_get(conn, "user")) ||
+	    set_copy(ssh, "identity_file", json_object_get(id, "file")) ||
+	    set_copy(ssh, "identity_env", json_object_get(id, "env")))
+		goto fail;
+	if (!hk) {
+		if (json_object_set_new(ssh, "strict_host_key_checking", json_string("accept-new")))
+			goto fail;
+	} else if (json_object_set(ssh,
+	                           strncmp(json_string_value(hk), "SHA256:", 7) == 0
+	                               ? "host_key_sha256"
+	                               : "host_key",
+	                           hk)) {
+		goto fail;
+	}
+	if (json_object_set(v1, "ssh", ssh))
+		goto fail;
+	json_decref(ssh);
+	return v1;
+fail:
+	json_decref(ssh);
+	json_decref(v1);
+	return NULL;
+}
+
+/* Validates a v0 document (messages point into its text) and replaces it by its v1 form. */
+static asp_status map_v0(struct vctx *v, json_t **doc)
+{
+	json_t *schema = NULL;
+	asp_status st = load_schema_text(asp_config_v0_schema_json, asp_config_v0_schema_json_len,
+	                                 "spec/asp.v0.schema.json", false, &schema, v->err);
+	if (st == ASP_OK)
+		st = validate(v, schema, *doc);
+	json_decref(schema);
+	if (st != ASP_OK)
+		return st;
+	json_t *v1 = v0_to_v1(*doc);
+	if (!v1)
+		return out_of_memory(v->err);
+	json_decref(*doc);
+	*doc = v1;
+	return ASP_OK;
+}
+
+asp_status asp_config_v0_to_v1(const char *text, size_t len, const char *filename, char **out,
+                               asp_error *err)
+{
+	*out = NULL;
+	asp_config *cfg;
+	/* Parsing checks it whole, the v1 mapping included; then the mapping is redone as text. */
+	asp_status st = asp_config_parse(text, len, filename, &cfg, err);
+	if (st != ASP_OK)
+		return st;
+	json_t *doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, NULL);
+	json_t *v1 = doc && is_v0(doc) ? v0_to_v1(doc) : NULL;
+	json_t *ssh = json_object_get(v1, "ssh");
+	/* The new file may live elsewhere: the key file keeps the place it had. */
+	const char *key = cfg->view.ssh.identity_file;
+	if (!doc || !is_v0(doc))
+		st = asp_error_set(err, ASP_E_INVALID_ARGUMENT, cfg->view.path,
+		                   "%s: not a version 0 file (\"version\": \"0\")",
+		                   cfg->view.path ? cfg->view.path : "<memory>");
+	else if (!v1 || (key && json_object_set_new(ssh, "identity_file", json_string(key))) ||
+	         !(*out = json_dumps(v1, JSON_INDENT(2) | JSON_PRESERVE_ORDER)))
+		st = out_of_memory(err);
+	json_decref(v1);
+	json_decref(doc);
+	asp_config_free(cfg);
+	return st;
+}
+
 asp_status asp_config_parse(const char *text, size_t len, const char *filename, asp_config **out,
                             asp_error *err)
 {
@@ -1041,7 +1162,9 @@ asp_status asp_config_parse(const char *text, size_t len, const char *filename, 
 	                 .file_path = filename ? file : NULL,
 	                 .err = err};
 	asp_config *cfg = NULL;
-	st = validate(&v, schema, doc);
+	st = is_v0(doc) ? map_v0(&v, &doc) : ASP_OK;
+	if (st == ASP_OK)
+		st = validate(&v, schema, doc);
 	if (st == ASP_OK) {
 		cfg = calloc(1, sizeof *cfg);
 		if (!cfg || !(cfg->arena = asp_arena_new()))

@@ -45,9 +45,11 @@ int main(int argc, char **argv)
 		json_object_set_new(ssh, "port", json_integer(v->ssh.port));
 		json_object_set_new(ssh, "user", str_or_null(v->ssh.user));
 		json_object_set_new(ssh, "identity_file", str_or_null(v->ssh.identity_file));
+		json_object_set_new(ssh, "identity_env", str_or_null(v->ssh.identity_env));
 		json_object_set_new(ssh, "password_env", str_or_null(v->ssh.password_env));
 		json_object_set_new(ssh, "known_hosts", str_or_null(v->ssh.known_hosts));
 		json_object_set_new(ssh, "host_key_sha256", str_or_null(v->ssh.host_key_sha256));
+		json_object_set_new(ssh, "host_key", str_or_null(v->ssh.host_key));
 		json_object_set_new(
 		    ssh, "strict_host_key_checking",
 		    v->ssh.strict_host_key_checking == ASP_HOSTKEY_ACCEPT_NEW

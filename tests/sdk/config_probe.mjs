@@ -7,8 +7,9 @@ import { pathToFileURL } from "node:url";
 
 const [sdk, file] = process.argv.slice(2);
 const asp = await import(pathToFileURL(`${sdk}/dist/index.js`).href);
-const SSH_KEYS = ["host", "port", "user", "identity_file", "password_env", "known_hosts",
-  "host_key_sha256", "strict_host_key_checking", "connect_timeout_ms", "agent"];
+const SSH_KEYS = ["host", "port", "user", "identity_file", "identity_env", "password_env",
+  "known_hosts", "host_key_sha256", "host_key", "strict_host_key_checking",
+  "connect_timeout_ms", "agent"];
 function probe(file) {
 let out;
 try {

@@ -11,8 +11,9 @@ sys.path.insert(0, sys.argv[1])
 import asp  # noqa: E402
 from asp import _config, _spec  # noqa: E402
 
-SSH_KEYS = ("host", "port", "user", "identity_file", "password_env", "known_hosts",
-            "host_key_sha256", "strict_host_key_checking", "connect_timeout_ms", "agent")
+SSH_KEYS = ("host", "port", "user", "identity_file", "identity_env", "password_env",
+            "known_hosts", "host_key_sha256", "host_key", "strict_host_key_checking",
+            "connect_timeout_ms", "agent")
 
 
 def probe(args):

@@ -38,6 +38,8 @@ CASES = [
                   '"connect_timeout_ms":5,"agent":"/usr/local/bin/asp-agent"}}' % KEY).encode()),
     ("ssh-agent-null", b'{"version":1,"transport":"ssh","ssh":{"host":"h","agent":null,'
      b'"strict_host_key_checking":false,"known_hosts":"kh"}}'),
+    ("ssh-key-env-and-line", b'{"version":1,"transport":"ssh","ssh":{"host":"h",'
+     b'"identity_env":"KEY","host_key":"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5 me@box"}}'),
     ("ssh-identity-user", b'{"version":1,"transport":"ssh","ssh":{"host":"h",'
      b'"identity_file":"~root/id"}}'),
     # JSON syntax, as jansson words it

@@ -396,8 +396,8 @@ static void test_ssh_fields(void)
 	expect_invalid(
 	    SSH("'hostname': 'x'"),
 	    "/w/.asp.json:6:5: ssh.hostname: unknown key (expected one of: host, port, user, "
-	    "identity_file, password_env, known_hosts, host_key_sha256, "
-	    "strict_host_key_checking, connect_timeout_ms, agent)");
+	    "identity_file, identity_env, password_env, known_hosts, host_key_sha256, "
+	    "host_key, strict_host_key_checking, connect_timeout_ms, agent)");
 	expect_invalid(
 	    "{\n  'version': 1,\n  'transport': 'ssh',\n  'ssh': {\n    'port': 22\n  }\n}",
 	    "/w/.asp.json:4:10: ssh.host: required key missing when transport is \"ssh\"");

@@ -56,6 +56,14 @@ asp_status asp_config_load(const char *path, asp_config **out, asp_error *err);
 asp_status asp_config_parse(const char *text, size_t len, const char *filename, asp_config **out,
                             asp_error *err);
 
+/*
+ * The version 1 text of a version 0 file (the public v0 draft, DESIGN §4), checked as
+ * asp_config_parse checks it; *out is malloc'd JSON, the caller frees it. Errors as for
+ * asp_config_parse, and invalid_argument when the text is not version 0.
+ */
+asp_status asp_config_v0_to_v1(const char *text, size_t len, const char *filename, char **out,
+                               asp_error *err);
+
 /* Releases the config and every string of its view. NULL is a no-op. */
 void asp_config_free(asp_config *cfg);
 
@@ -71,9 +79,11 @@ typedef struct asp_config_ssh {
 	unsigned port;
 	const char *user;
 	const char *identity_file;
+	const char *identity_env; /* a variable holding the key's text or a key file's path */
 	const char *password_env;
 	const char *known_hosts;
 	const char *host_key_sha256;
+	const char *host_key; /* a pinned public key line: TYPE BASE64 [comment] */
 	asp_hostkey_check strict_host_key_checking;
 	unsigned connect_timeout_ms;
 	const char *agent; /* NULL, a path in the sandbox, or "upload" */

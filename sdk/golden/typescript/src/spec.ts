@@ -440,6 +440,11 @@ const CONFIG_SCHEMA =
   "          \"type\": \"string\",\n" +
   "          \"minLength\": 1\n" +
   "        },\n" +
+  "        \"identity_env\": {\n" +
+  "          \"description\": \"Name of a local environment variable holding the private key for public key authentication: the key's text (as in a key file), or a path to a key file. Used when identity_file is absent.\",\n" +
+  "          \"type\": \"string\",\n" +
+  "          \"minLength\": 1\n" +
+  "        },\n" +
   "        \"password_env\": {\n" +
   "          \"description\": \"Name of a local environment variable holding the password.\",\n" +
   "          \"type\": \"string\",\n" +
@@ -455,6 +460,11 @@ const CONFIG_SCHEMA =
   "          \"description\": \"The only host key accepted, as its SHA256 fingerprint (the form ssh-keygen -l prints).\",\n" +
   "          \"type\": \"string\",\n" +
   "          \"pattern\": \"^SHA256:[A-Za-z0-9+/]{43}=?$\"\n" +
+  "        },\n" +
+  "        \"host_key\": {\n" +
+  "          \"description\": \"The only host key accepted, as its public key line (TYPE BASE64 [comment], as in known_hosts or a .pub file); known_hosts is then not consulted.\",\n" +
+  "          \"type\": \"string\",\n" +
+  "          \"pattern\": \"^[a-z0-9@.-]+ [A-Za-z0-9+/]+=*( .*)?$\"\n" +
   "        },\n" +
   "        \"strict_host_key_checking\": {\n" +
   "          \"description\": \"true refuses unknown and changed host keys; \\\"accept-new\\\" records unknown keys in known_hosts but refuses changed ones; false accepts any key.\",\n" +

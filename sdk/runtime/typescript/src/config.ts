@@ -259,8 +259,9 @@ type Kind = "skip" | "transport" | "string" | "local_path" | "uint" | "u64" | "b
 const FIELDS: [string, Kind][] = [
   ["version", "skip"], ["transport", "transport"], ["cwd", "string"], ["env", "env"],
   ["timeout_ms", "u64"], ["ssh.host", "string"], ["ssh.port", "uint"], ["ssh.user", "string"],
-  ["ssh.identity_file", "local_path"], ["ssh.password_env", "string"],
-  ["ssh.known_hosts", "local_path"], ["ssh.host_key_sha256", "string"],
+  ["ssh.identity_file", "local_path"], ["ssh.identity_env", "string"],
+  ["ssh.password_env", "string"], ["ssh.known_hosts", "local_path"],
+  ["ssh.host_key_sha256", "string"], ["ssh.host_key", "string"],
   ["ssh.strict_host_key_checking", "hostkey"], ["ssh.connect_timeout_ms", "uint"],
   ["ssh.agent", "string"], ["stdio.command", "argv"], ["http.url", "string"],
   ["http.token_env", "string"], ["http.token_file", "local_path"],
