@@ -67,6 +67,11 @@ int cmd_ps(cli *c, int argc, char **argv)
 				jw_int(&w, e->exit_code);
 			else
 				jw_null(&w);
+			jw_key(&w, "signal");
+			if (e->signal)
+				jw_str(&w, e->signal);
+			else
+				jw_null(&w);
 			jw_obj_end(&w);
 		}
 		jw_arr_end(&w);
@@ -79,6 +84,8 @@ int cmd_ps(cli *c, int argc, char **argv)
 			char state[24];
 			if (e->running)
 				snprintf(state, sizeof state, "running");
+			else if (e->signal)
+				snprintf(state, sizeof state, "%s", e->signal);
 			else
 				snprintf(state, sizeof state, "exit %lld", (long long)e->exit_code);
 			printf("%-8llu %-8s %-12s ", (unsigned long long)e->proc, state,

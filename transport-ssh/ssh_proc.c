@@ -931,6 +931,8 @@ asp_status ssh_proc_list(ssh_procs *ps, asp_proc_list_result *r, asp_arena *a, a
 		e->running = !p->finished;
 		e->has_exit_code = p->finished;
 		e->exit_code = p->exit_code;
+		if (p->finished && p->signal[0])
+			e->signal = asp_arena_strndup(a, p->signal, strlen(p->signal));
 		if ((p->tag && !e->tag) || !e->command)
 			st = ASP_E_INTERNAL;
 	}

@@ -34,10 +34,10 @@ expect_grep "exec help text" "$OUT" 'usage: asp exec'
 run 1 "unknown command" -- "$ASP" frobnicate
 expect_grep "unknown command message" "$ERR" '^asp: .*invalid_argument: unknown command'
 run 0 "hello" -- "$ASP" hello
-expect_grep "hello shows the protocol" "$OUT" '^protocol: +1$'
+expect_grep "hello shows the protocol" "$OUT" '^protocol: +2$'
 expect_grep "hello shows a round trip" "$OUT" '^rtt: +[0-9.]+ ms'
 run 0 "hello --json" -- "$ASP" --json hello
-expect_grep "hello json" "$OUT" '"protocol":1,.*"rtt_ms":[0-9.]+\}'
+expect_grep "hello json" "$OUT" '"protocol":2,.*"rtt_ms":[0-9.]+\}'
 
 # --- exec -------------------------------------------------------------------------------
 run 0 "exec argv" -- "$ASP" exec -- echo hi

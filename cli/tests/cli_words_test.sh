@@ -88,5 +88,26 @@ run 1 "init with a bad fingerprint" -- "$ASP" --config "$WORK/i6.json" init --ss
 	--host-key-sha256 nope
 [ ! -e "$WORK/i6.json" ] && ok "a bad fingerprint leaves no file" || not_ok "a bad fingerprint leaves no file"
 
+# --- asp ps names the signal that ended a process ----------------------------------------
+# One long-lived responder, so ps sees what an earlier asp started (the --relay setup).
+"$AGENT" --listen "unix:$WORK/agent.sock" 2> "$WORK/agent.log" &
+agent_pid=$!
+for _ in $(seq 1 600); do
+	grep -q 'listening on' "$WORK/agent.log" 2>/dev/null && break
+	kill -0 "$agent_pid" 2>/dev/null || break
+	sleep 0.1 # polling a condition (the listening line), bounded at 60 s
+done
+cat > "$WORK/relay.json" <<EOF2
+{"version": 1, "transport": "stdio", "stdio": {"command": ["$AGENT", "--relay", "unix:$WORK/agent.sock"]}}
+EOF2
+run 143 "exec of a command killed by TERM" -- "$ASP" --config "$WORK/relay.json" exec -- \
+	sh -c 'kill -TERM $$'
+run 0 "ps" -- "$ASP" --config "$WORK/relay.json" ps
+expect_grep "ps shows the signal" "$OUT" '^[0-9]+ +TERM '
+run 0 "ps --json" -- "$ASP" --config "$WORK/relay.json" --json ps
+expect_grep "ps --json has the signal" "$OUT" '"exit_code":-1,"signal":"TERM"'
+kill "$agent_pid" 2>/dev/null
+wait "$agent_pid" 2>/dev/null
+
 echo "1..$n"
 [ "$failed" -eq 0 ]

@@ -577,7 +577,9 @@ static void test_options(void)
 	int st;
 	char *out = run((char *[]){(char *)agent, "--version", NULL}, &st, false);
 	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	CU_ASSERT(strncmp(out, "asp-agent ", 10) == 0 && strstr(out, "protocol 1"));
+	char proto[32];
+	snprintf(proto, sizeof proto, "(protocol %d)", ASP_PROTOCOL);
+	CU_ASSERT(strncmp(out, "asp-agent ", 10) == 0 && strstr(out, proto));
 	free(out);
 	out = run((char *[]){(char *)agent, "--help", NULL}, &st, false);
 	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);

@@ -306,7 +306,7 @@ static void hello_fields(conf_ctx *ctx)
 	asp_hello_result r;
 	asp_error err;
 	CONF_OK(ctx, ctx->ops->hello(ctx->self, &p, &r, ctx->a, &err), &err);
-	CONF_CHECK(ctx, r.protocol == 1);
+	CONF_CHECK(ctx, r.protocol >= 1); /* a newer responder may speak a later protocol */
 	CONF_CHECK(ctx, r.agent && r.agent[0]);
 	static const char *const need[] = {"hello", "exec",  "read",   "write", "stat",
 	                                   "list",  "mkdir", "remove", "rename"};

@@ -70,7 +70,7 @@ static void test_basic_calls(void)
 	asp_hello_params_init(&hp);
 	asp_hello_result hr;
 	CU_ASSERT_EQUAL_FATAL(asp_rpc_ops.hello(f.rpc, &hp, &hr, a, &err), ASP_OK);
-	CU_ASSERT_EQUAL(hr.protocol, 1);
+	CU_ASSERT_EQUAL(hr.protocol, ASP_PROTOCOL);
 	CU_ASSERT_EQUAL(hr.max_message, ASP_MAX_MESSAGE_DEFAULT);
 
 	CU_ASSERT_EQUAL(do_stat(f.rpc, "/", &err), ASP_OK);

@@ -188,8 +188,8 @@ function fillPattern(n, seed) {
 // ---- hello ----
 
 async function hello_fields(ctx) {
-  const r = await ok(ctx.c.hello({ client: "asp-conformance/1", protocol: 1 }));
-  check(r.protocol === 1);
+  const r = await ok(ctx.c.hello({ client: "asp-conformance/1", protocol: 2 }));
+  check(r.protocol === 2);
   check(r.agent);
   for (const need of ["hello", "exec", "read", "write", "stat", "list", "mkdir", "remove", "rename"])
     check(r.ops.includes(need), `hello ops lacks '${need}'`);

@@ -174,8 +174,8 @@ def fill_pattern(n, seed):
 # ---- hello ----
 
 def hello_fields(ctx):
-    r = ok(ctx.c.hello, client="asp-conformance/1", protocol=1)
-    check(r.protocol == 1)
+    r = ok(ctx.c.hello, client="asp-conformance/1", protocol=2)
+    check(r.protocol == 2)
     check(r.agent)
     for need in ("hello", "exec", "read", "write", "stat", "list", "mkdir", "remove", "rename"):
         check(need in r.ops, "hello ops lacks '%s'" % need)
@@ -908,7 +908,7 @@ def hostile_exec_args(ctx):
 
 
 CASES = [
-    ("hello_fields", hello_fields, "hello: protocol 1, the unary ops, os, arch, absolute cwd"),
+    ("hello_fields", hello_fields, "hello: protocol 2, the unary ops, os, arch, absolute cwd"),
     ("exec_command_shell", exec_command_shell, "exec command runs through /bin/sh -c; stdout/stderr apart"),
     ("exec_argv_direct", exec_argv_direct, "exec argv runs without a shell"),
     ("exec_invalid_params", exec_invalid_params, "exec needs exactly one of command and argv"),

@@ -82,7 +82,7 @@ await test("fromConfig(): .asp.json found in a parent of the working directory",
     process.chdir(work);
     const c = await asp.Client.fromConfig();
     assert(c.config.path === cfg, c.config.path);
-    assert((await c.hello()).protocol === 1);
+    assert((await c.hello()).protocol === 2);
     await c.close();
   } finally {
     process.chdir(old);

@@ -79,7 +79,7 @@ def discovery_from_cwd():
         os.chdir(work)
         with asp.Client.from_config() as c:
             assert c.config.path == cfg, c.config.path
-            assert c.hello().protocol == 1
+            assert c.hello().protocol == 2
     finally:
         os.chdir(old)
         if saved is not None:

@@ -36,7 +36,7 @@ const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "asp-sdk-http-"));
 
 await check("bearer token accepted", async () => {
   const c = asp.Client.http(url, token);
-  assert((await c.hello()).protocol === 1);
+  assert((await c.hello()).protocol === 2);
   assert(dec.decode((await c.exec({ argv: ["printf", "hi"] })).stdout) === "hi");
   await c.close();
 });

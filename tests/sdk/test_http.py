@@ -35,7 +35,7 @@ def code_of(fn):
 
 def right_token():
     with asp.Client.http(url, token) as c:
-        assert c.hello().protocol == 1
+        assert c.hello().protocol == 2
         assert c.exec(argv=["printf", "hi"]).stdout == b"hi"
 
 

@@ -428,6 +428,8 @@ asp_status asp_local_proc_list(void *self, const asp_proc_list_params *p, asp_pr
 		e->running = !x->finished;
 		e->has_exit_code = x->finished;
 		e->exit_code = x->exit_code;
+		if (x->finished && x->signal[0])
+			e->signal = asp_arena_strndup(a, x->signal, strlen(x->signal));
 		pthread_mutex_unlock(&x->mu);
 		if ((x->tag && !e->tag) || !e->command)
 			st = local_oom("proc_list", err);

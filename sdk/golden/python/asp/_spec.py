@@ -4,7 +4,7 @@
 from . import types as _t
 from ._codec import Field, Op, Record
 
-PROTOCOL = 1
+PROTOCOL = 2
 MAX_MESSAGE = 16777216
 
 ERROR_CODES = (
@@ -42,6 +42,7 @@ _proc_info = Record("proc_info", (
     Field("command", "command", "str"),
     Field("running", "running", "bool"),
     Field("exit_code", "exit_code", "int", optional=True),
+    Field("signal", "signal", "str", optional=True),
 ), _t.ProcInfo)
 
 OPS = {

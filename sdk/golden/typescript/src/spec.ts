@@ -3,7 +3,7 @@
 import type { SpecTables } from "./base.js";
 import type { OpDesc, RecordDesc } from "./codec.js";
 
-export const PROTOCOL = 1;
+export const PROTOCOL = 2;
 export const MAX_MESSAGE = 16777216;
 
 /** Every error code of the protocol. */
@@ -45,6 +45,7 @@ const proc_info: RecordDesc = {
     { name: "command", type: "str" },
     { name: "running", type: "bool" },
     { name: "exit_code", type: "int", optional: true },
+    { name: "signal", type: "str", optional: true },
   ],
 };
 
