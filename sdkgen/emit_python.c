@@ -92,6 +92,22 @@ int sdk_copy_runtime(const sdk_options *o, const char *prefix, const char *dest)
 	return 0;
 }
 
+char *sdk_schema_text(const sdk_options *o, size_t *len)
+{
+	if (o->schema_path)
+		return sdk_read_file(o->schema_path, len);
+	const sdk_file *f = sdk_spec_file("asp.schema.json");
+	char *buf = f ? malloc(f->len + 1) : NULL;
+	if (!buf) {
+		fprintf(stderr, "asp-sdkgen: no built-in asp.schema.json\n");
+		return NULL;
+	}
+	memcpy(buf, f->data, f->len);
+	buf[f->len] = '\0';
+	*len = f->len;
+	return buf;
+}
+
 char *sdk_read_file(const char *path, size_t *len)
 {
 	FILE *f = fopen(path, "rb");
@@ -770,7 +786,7 @@ int emit_python(const spec *s, const sdk_options *opt)
 		}
 	}
 	size_t schema_len;
-	char *schema = sdk_read_file(opt->schema_path, &schema_len);
+	char *schema = sdk_schema_text(opt, &schema_len);
 	if (!schema)
 		return -1;
 	int rc = 0;

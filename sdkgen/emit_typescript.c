@@ -523,7 +523,7 @@ int emit_typescript(const spec *s, const sdk_options *opt)
 		}
 	}
 	size_t schema_len;
-	char *schema = sdk_read_file(opt->schema_path, &schema_len);
+	char *schema = sdk_schema_text(opt, &schema_len);
 	if (!schema)
 		return -1;
 	int rc = 0;

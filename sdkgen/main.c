@@ -16,13 +16,24 @@
 #define ASP_SDK_VERSION "0.0.0"
 #endif
 
+static int builtin_protocol(void)
+{
+	spec s;
+	int p = spec_load(NULL, &s) == 0 ? s.protocol : 0;
+	spec_free(&s);
+	return p;
+}
+
 static int usage(void)
 {
-	fprintf(stderr, "usage: asp-sdkgen --spec FILE [--c-header H --c-source C --c-client K]\n"
+	fprintf(stderr, "usage: asp-sdkgen [--spec FILE] [--c-header H --c-source C --c-client K]\n"
 	                "                  [--markdown OUT] [--check-compat FROZEN]\n"
 	                "                  [--lang python|typescript --out DIR [--config-schema F]\n"
 	                "                   [--sdk-version V] [--stamp FILE]]\n"
-	                "--config-schema defaults to asp.schema.json beside the spec.\n");
+	                "Without --spec, the spec asp-sdkgen was built from (protocol %d); "
+	                "--config-schema\ndefaults to asp.schema.json beside --spec, or the "
+	                "built-in one.\n",
+	                builtin_protocol());
 	return 2;
 }
 
@@ -48,7 +59,7 @@ static int emit_sdk(const spec *s, const char *lang, const char *out, const char
                     const char *schema, const char *version, const char *stamp)
 {
 	char def[4096];
-	if (!schema) {
+	if (!schema && spec_path) {
 		const char *slash = strrchr(spec_path, '/');
 		int dir = slash ? (int)(slash - spec_path) : 1;
 		snprintf(def, sizeof def, "%.*s/asp.schema.json", dir, slash ? spec_path : ".");
@@ -106,7 +117,7 @@ int main(int argc, char **argv)
 			return usage();
 		*slot = argv[++i];
 	}
-	if (!spec_path || (!h && !c && !k && !md && !frozen && !lang) || (!lang != !out))
+	if ((!h && !c && !k && !md && !frozen && !lang) || (!lang != !out))
 		return usage();
 	if (lang && strcmp(lang, "python") && strcmp(lang, "typescript")) {
 		fprintf(stderr, "asp-sdkgen: --lang %s: expected python or typescript\n", lang);

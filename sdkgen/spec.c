@@ -152,11 +152,29 @@ static int load_records(spec *s, const char *key, record **out, size_t *n, bool 
 	return 0;
 }
 
+const sdk_file *sdk_spec_file(const char *name)
+{
+	for (const sdk_file *f = sdk_spec_files; f->path; f++) {
+		if (strcmp(f->path, name) == 0)
+			return f;
+	}
+	return NULL;
+}
+
 int spec_load(const char *path, spec *s)
 {
 	memset(s, 0, sizeof *s);
 	json_error_t je;
-	s->root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+	const sdk_file *builtin = path ? NULL : sdk_spec_file("protocol.json");
+	if (!path && !builtin) {
+		fprintf(stderr, "asp-sdkgen: no built-in spec; give --spec\n");
+		return -1;
+	}
+	if (builtin)
+		path = "<built-in protocol.json>";
+	s->root = builtin ? json_loadb((const char *)builtin->data, builtin->len,
+	                               JSON_REJECT_DUPLICATES, &je)
+	                  : json_load_file(path, JSON_REJECT_DUPLICATES, &je);
 	if (!s->root) {
 		fprintf(stderr, "asp-sdkgen: %s:%d:%d: %s\n", path, je.line, je.column, je.text);
 		return -1;

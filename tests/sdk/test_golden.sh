@@ -38,6 +38,16 @@ for lang in python typescript; do
     head -60 "$tmp/$lang.diff"
   fi
 done
+# without --spec, asp-sdkgen uses the spec it was built from: the same packages
+for lang in python typescript; do
+  "$sdkgen" --spec "$src/spec/protocol.json" --lang "$lang" --out "$tmp/given-$lang" &&
+    "$sdkgen" --lang "$lang" --out "$tmp/builtin-$lang" 2>"$tmp/err"
+  if diff -r "$tmp/given-$lang" "$tmp/builtin-$lang" >/dev/null 2>&1; then
+    pass=$((pass + 1)); echo "ok - $lang from the built-in spec equals --spec's"
+  else
+    fail=$((fail + 1)); echo "FAIL - $lang without --spec: $(cat "$tmp/err")"
+  fi
+done
 # a clash between an op and a client member is refused, naming it
 python3 - "$src/spec/protocol.json" "$tmp/clash.json" <<'PY'
 import json, sys
