@@ -147,6 +147,12 @@ static void emit_header(const spec *s, FILE *h)
 		fprintf(h, "\tASP_OP_%s = %zu,\n", up, i);
 	}
 	fprintf(h, "\tASP_OP_COUNT = %zu\n} asp_op_id;\n\n", s->nops);
+	/* The one list of ops, for tables that do the same per op (thunks, forwarders). */
+	fprintf(h, "/* X(name) for every op, in spec order: the op list code derives from. */\n"
+	           "#define ASP_FOR_EACH_OP(X)");
+	for (size_t i = 0; i < s->nops; i++)
+		fprintf(h, " \\\n\tX(%s)", s->ops[i].name);
+	fprintf(h, "\n\n");
 	fprintf(h, "typedef enum asp_notice_id {\n");
 	for (size_t i = 0; i < s->nnotes; i++) {
 		char up[64];
