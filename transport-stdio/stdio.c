@@ -382,6 +382,7 @@ static asp_status stdio_open(const asp_config_view *cfg, const asp_ops **ops, vo
 	st = asp_rpc_new(&s->base, 0, &rpc, err);
 	if (st)
 		return st;
+	asp_rpc_set_call_timeout(rpc, cfg->call_timeout_ms);
 	asp_arena *a = asp_arena_new();
 	if (!a) {
 		asp_rpc_free(rpc);
