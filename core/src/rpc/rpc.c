@@ -202,26 +202,6 @@ void asp_rpc_close(asp_rpc *rpc)
 
 /* ---- the reader ------------------------------------------------------------------- */
 
-/* The id of a response in the usual encoding, read without decoding the message. */
-static bool peek_response_id(const uint8_t *m, size_t len, uint32_t *id)
-{
-	if (len < 4 || m[0] != 0x94 || m[1] != ASP_MSG_RESPONSE)
-		return false;
-	uint8_t t = m[2];
-	if (t <= 0x7f) {
-		*id = t;
-	} else if (t == 0xcc && len >= 5) {
-		*id = m[3];
-	} else if (t == 0xcd && len >= 6) {
-		*id = (uint32_t)m[3] << 8 | m[4];
-	} else if (t == 0xce && len >= 8) {
-		*id = (uint32_t)m[3] << 24 | (uint32_t)m[4] << 16 | (uint32_t)m[5] << 8 | m[6];
-	} else {
-		return false;
-	}
-	return true;
-}
-
 /*
  * Hands the frame to the caller waiting for `id`. A late answer to a call that timed out
  * is dropped; false when no call of this connection has that id (DESIGN §5: the
@@ -329,7 +309,7 @@ static void *reader_main(void *arg)
 			break;
 		}
 		uint32_t id;
-		if (peek_response_id(m, len, &id) ? !deliver(rpc, id, m, len, &err)
+		if (asp_wire_peek_id(m, len, ASP_MSG_RESPONSE, &id) ? !deliver(rpc, id, m, len, &err)
 		                                  : !handle_other(rpc, m, len, &err))
 			break;
 	}
