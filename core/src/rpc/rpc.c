@@ -53,6 +53,8 @@ struct asp_rpc {
 	size_t nfree, cap, slot_waiters;
 
 	bool suspect; /* a call missed its deadline and no answer came since (docs/faults.md) */
+	size_t decoding;        /* bytes of msgpack objects being decoded (decode_budget_take) */
+	pthread_cond_t decode_cv;
 
 	pthread_mutex_t send_mu; /* held while one frame is written */
 	atomic_size_t max_send, max_recv;
@@ -336,6 +338,7 @@ asp_status asp_rpc_new(asp_channel *ch, size_t max_message, asp_rpc **out, asp_e
 	rpc->notify_arena = na;
 	rpc->routes = routes;
 	pthread_cond_init(&rpc->gate_cv, NULL);
+	pthread_cond_init(&rpc->decode_cv, NULL);
 	if (!max_message)
 		max_message = ASP_MAX_MESSAGE_DEFAULT;
 	atomic_init(&rpc->max_send, max_message);
@@ -359,6 +362,7 @@ asp_status asp_rpc_new(asp_channel *ch, size_t max_message, asp_rpc **out, asp_e
 		pthread_mutex_destroy(&rpc->send_mu);
 		pthread_cond_destroy(&rpc->state_cv);
 		pthread_cond_destroy(&rpc->gate_cv);
+		pthread_cond_destroy(&rpc->decode_cv);
 		pthread_condattr_destroy(&rpc->mono);
 		asp_arena_free(na);
 		asp_proc_routes_free(routes);
@@ -393,6 +397,7 @@ void asp_rpc_free(asp_rpc *rpc)
 	pthread_mutex_destroy(&rpc->send_mu);
 	pthread_cond_destroy(&rpc->state_cv);
 	pthread_cond_destroy(&rpc->gate_cv);
+	pthread_cond_destroy(&rpc->decode_cv);
 	pthread_condattr_destroy(&rpc->mono);
 	asp_arena_free(rpc->notify_arena);
 	asp_proc_routes_free(rpc->routes);
@@ -422,6 +427,37 @@ static bool has_bins(const asp_record_desc *d)
 	return false;
 }
 
+/*
+ * The client's decoding budget (docs/faults.md): msgpack objects of answers decoded at
+ * once, at most DECODE_FACTOR * max_message bytes of them (one answer alone may take
+ * more). Answers with fewer than DECODE_MIN bytes of objects are not counted, so the
+ * usual call never takes the lock for it.
+ */
+#define DECODE_FACTOR 4
+#define DECODE_MIN    (64 * 1024)
+
+static void decode_budget_take(asp_rpc *rpc, size_t cost)
+{
+	if (cost < DECODE_MIN)
+		return;
+	size_t budget = DECODE_FACTOR * atomic_load_explicit(&rpc->max_recv, memory_order_relaxed);
+	pthread_mutex_lock(&rpc->mu);
+	while (rpc->decoding > 0 && rpc->decoding + cost > budget)
+		pthread_cond_wait(&rpc->decode_cv, &rpc->mu);
+	rpc->decoding += cost;
+	pthread_mutex_unlock(&rpc->mu);
+}
+
+static void decode_budget_give(asp_rpc *rpc, size_t cost)
+{
+	if (cost < DECODE_MIN)
+		return;
+	pthread_mutex_lock(&rpc->mu);
+	rpc->decoding -= cost;
+	pthread_cond_broadcast(&rpc->decode_cv);
+	pthread_mutex_unlock(&rpc->mu);
+}
+
 /* Decodes the response frame into `result`; the frame ends up owned by `a` or freed. */
 static asp_status finish(asp_rpc *rpc, asp_op_id op, uint8_t *frame, size_t len, void *result,
                          asp_arena *a, asp_error *err)
@@ -429,8 +465,15 @@ static asp_status finish(asp_rpc *rpc, asp_op_id op, uint8_t *frame, size_t len,
 	msgpack_unpacked u;
 	msgpack_unpacked_init(&u);
 	asp_msg msg;
-	asp_status st = asp_wire_decode(frame, len, &u, &msg, err);
+	size_t objects = 0;
+	asp_status st = asp_wire_check(frame, len, &objects, &msg, err);
+	size_t cost = objects * sizeof(msgpack_object);
+	if (st == ASP_OK) {
+		decode_budget_take(rpc, cost);
+		st = asp_wire_unpack(frame, len, &u, &msg, err);
+	}
 	if (st) {
+		decode_budget_give(rpc, cost);
 		asp_error_prefix(err, ASP_E_PROTOCOL_ERROR, "the responder's answer to %s is undecodable",
 		                 asp_op_descs[op].name);
 		msgpack_unpacked_destroy(&u);
@@ -441,6 +484,7 @@ static asp_status finish(asp_rpc *rpc, asp_op_id op, uint8_t *frame, size_t len,
 	}
 	st = asp_wire_result_decode(op, &msg, result, a, err);
 	msgpack_unpacked_destroy(&u);
+	decode_budget_give(rpc, cost);
 	if (st == ASP_OK && has_bins(asp_op_descs[op].result)) {
 		if (asp_arena_adopt(a, frame) < 0) /* frees the frame */
 			return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
