@@ -250,10 +250,9 @@ asp_status asp_wire_check(const uint8_t *data, size_t len, size_t *objects, asp_
 	memset(msg, 0, sizeof *msg);
 	uint32_t id;
 	bool request = asp_wire_peek_id(data, len, ASP_MSG_REQUEST, &id);
-	asp_status st = asp_wire_scan(data, len,
-	                              request ? ASP_WIRE_MAX_OBJECTS_REQUEST
-	                                      : ASP_WIRE_MAX_OBJECTS_RESPONSE,
-	                              objects, err);
+	asp_status st = asp_wire_scan(
+	    data, len, request ? ASP_WIRE_MAX_OBJECTS_REQUEST : ASP_WIRE_MAX_OBJECTS_RESPONSE,
+	    objects, err);
 	if (st == ASP_E_TOO_LARGE && request) {
 		msg->type = ASP_MSG_REQUEST;
 		msg->has_id = true;

@@ -219,10 +219,11 @@ static void test_cli(void)
 		unlink(counter);
 		FILE *f = fopen(cfg, "w");
 		CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-		fprintf(f,
-		        "{\"version\": 1, \"transport\": \"stdio\", \"call_timeout_ms\": 300,\n"
-		        " \"stdio\": {\"command\": [\"/usr/bin/python3\", \"%s\", \"%s\", \"%s\"]}}\n",
-		        fake, counter, cases[i].mode);
+		fprintf(
+		    f,
+		    "{\"version\": 1, \"transport\": \"stdio\", \"call_timeout_ms\": 300,\n"
+		    " \"stdio\": {\"command\": [\"/usr/bin/python3\", \"%s\", \"%s\", \"%s\"]}}\n",
+		    fake, counter, cases[i].mode);
 		fclose(f);
 		const char *args[] = {"stat", "/", NULL};
 		int64_t ms;

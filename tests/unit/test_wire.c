@@ -374,8 +374,8 @@ static void test_object_limit(void)
 	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
 	for (int kind = 0; kind < 2; kind++) {
 		size_t at = 0;
-		static const uint8_t head[] = {0x94, 0x00, 0xcd, 0x12, 0x34, 0xa4, 's', 't', 'a', 't',
-		                               0x81, 0xa4, 'p', 'a', 't', 'h', 0xdd};
+		static const uint8_t head[] = {0x94, 0x00, 0xcd, 0x12, 0x34, 0xa4, 's', 't', 'a',
+		                               't',  0x81, 0xa4, 'p',  'a',  't',  'h', 0xdd};
 		memcpy(m, head, sizeof head);
 		if (kind)
 			m[1] = 0x01; /* a response's shape does not matter: the count comes first */
@@ -525,8 +525,7 @@ int main(void)
 	CU_add_test(s, "hostile vectors", test_vectors);
 	CU_add_test(s, "object limit: too_large for a request, counted for a response",
 	            test_object_limit);
-	CU_add_test(s, "asp_error_set with err's own message as an argument",
-	            test_error_aliasing);
+	CU_add_test(s, "asp_error_set with err's own message as an argument", test_error_aliasing);
 	CU_add_test(s, "dispatch: too large, unsupported", test_dispatch_too_large);
 	CU_add_test(s, "large bins by reference", test_refs_same_bytes);
 	CU_basic_set_mode(CU_BRM_VERBOSE);

@@ -52,14 +52,14 @@ struct asp_rpc {
 	uint32_t *free_idx;
 	size_t nfree, cap, slot_waiters;
 
-	bool suspect; /* a call missed its deadline and no answer came since (docs/faults.md) */
-	size_t decoding;        /* bytes of msgpack objects being decoded (decode_budget_take) */
+	bool suspect;    /* a call missed its deadline and no answer came since (docs/faults.md) */
+	size_t decoding; /* bytes of msgpack objects being decoded (decode_budget_take) */
 	pthread_cond_t decode_cv;
 
 	pthread_mutex_t send_mu; /* held while one frame is written */
 	atomic_size_t max_send, max_recv;
 	atomic_uint call_timeout_ms;
-	pthread_condattr_t mono;   /* waiters' condition variables time out on CLOCK_MONOTONIC */
+	pthread_condattr_t mono; /* waiters' condition variables time out on CLOCK_MONOTONIC */
 
 	asp_rpc_notify_fn notify;
 	void *notify_ctx;
@@ -277,7 +277,8 @@ static bool handle_other(asp_rpc *rpc, uint8_t *m, size_t len, asp_error *err)
 	asp_status st = asp_wire_decode(m, len, &u, &msg, err);
 	bool ok = false;
 	if (st) {
-		asp_error_prefix(err, ASP_E_PROTOCOL_ERROR, "the responder sent an undecodable message");
+		asp_error_prefix(err, ASP_E_PROTOCOL_ERROR,
+		                 "the responder sent an undecodable message");
 	} else if (msg.type == ASP_MSG_RESPONSE) {
 		msgpack_unpacked_destroy(&u);
 		return deliver(rpc, msg.id, m, len, err);
@@ -311,8 +312,9 @@ static void *reader_main(void *arg)
 			break;
 		}
 		uint32_t id;
-		if (asp_wire_peek_id(m, len, ASP_MSG_RESPONSE, &id) ? !deliver(rpc, id, m, len, &err)
-		                                  : !handle_other(rpc, m, len, &err))
+		if (asp_wire_peek_id(m, len, ASP_MSG_RESPONSE, &id)
+		        ? !deliver(rpc, id, m, len, &err)
+		        : !handle_other(rpc, m, len, &err))
 			break;
 	}
 	rpc_die(rpc, &err);
@@ -474,7 +476,8 @@ static asp_status finish(asp_rpc *rpc, asp_op_id op, uint8_t *frame, size_t len,
 	}
 	if (st) {
 		decode_budget_give(rpc, cost);
-		asp_error_prefix(err, ASP_E_PROTOCOL_ERROR, "the responder's answer to %s is undecodable",
+		asp_error_prefix(err, ASP_E_PROTOCOL_ERROR,
+		                 "the responder's answer to %s is undecodable",
 		                 asp_op_descs[op].name);
 		msgpack_unpacked_destroy(&u);
 		free(frame);
@@ -608,7 +611,8 @@ static asp_status await(asp_rpc *rpc, const asp_op_desc *d, const void *params, 
 {
 	unsigned call_ms = atomic_load_explicit(&rpc->call_timeout_ms, memory_order_relaxed);
 	bool unbounded = false;
-	uint64_t own = timeout_ms ? 0 : own_limit((asp_op_id)(d - asp_op_descs), params, &unbounded);
+	uint64_t own =
+	    timeout_ms ? 0 : own_limit((asp_op_id)(d - asp_op_descs), params, &unbounded);
 	uint64_t limit = timeout_ms ? timeout_ms : unbounded ? call_ms : own + call_ms;
 	struct timespec deadline = deadline_in(limit);
 	asp_error why;
@@ -649,12 +653,12 @@ static asp_status await(asp_rpc *rpc, const asp_op_desc *d, const void *params, 
 			return asp_error_set(err, ASP_E_TIMEOUT, NULL, "%s: no answer within %u ms",
 			                     d->name, timeout_ms);
 		if (own)
-			return asp_error_set(err, ASP_E_TIMEOUT, NULL,
-			                     "%s: no answer within %llu ms (its timeout_ms %llu + "
-			                     "call_timeout_ms %u); the connection is suspect: one more "
-			                     "missed deadline closes it",
-			                     d->name, (unsigned long long)limit,
-			                     (unsigned long long)own, call_ms);
+			return asp_error_set(
+			    err, ASP_E_TIMEOUT, NULL,
+			    "%s: no answer within %llu ms (its timeout_ms %llu + "
+			    "call_timeout_ms %u); the connection is suspect: one more "
+			    "missed deadline closes it",
+			    d->name, (unsigned long long)limit, (unsigned long long)own, call_ms);
 		return asp_error_set(err, ASP_E_TIMEOUT, NULL,
 		                     "%s: no answer within call_timeout_ms (%u ms); the connection "
 		                     "is suspect: one more missed deadline closes it",
