@@ -34,6 +34,14 @@
 #define WORKER_STACK (1024 * 1024)
 /* A response buffer grown past this is released after use rather than kept. */
 #define KEEP_BUF (256 * 1024)
+/*
+ * The decoding budget of a connection (docs/faults.md): frames and msgpack objects of
+ * the requests being served at once, at most BUDGET_FACTOR * max_message (one request
+ * alone may take it all). Requests costing less than BUDGET_MIN are not counted: 64
+ * workers at most hold 4 MiB of them.
+ */
+#define BUDGET_FACTOR 4
+#define BUDGET_MIN    (64 * 1024)
 
 typedef struct server {
 	asp_local *backend;
@@ -46,9 +54,12 @@ typedef struct server {
 	pthread_cond_t idle_cv;
 	bool reading; /* a leader is reading */
 	bool stop;    /* EOF or a fatal error: nobody reads any more */
+	bool failed;  /* a protocol error: the output closes once the requests read are answered */
 	int exit_code;
 	bool ended; /* asp_local_shutdown's answer, from the thread that saw the end */
 	unsigned idle, nthreads; /* threads created; the calling thread is one more */
+	size_t budget, in_use;   /* decoding budget, and what the requests being served hold */
+	pthread_cond_t budget_cv; /* in_use went down, or stop */
 	pthread_t threads[MAX_WORKERS - 1];
 
 	pthread_mutex_t out_mu; /* one frame at a time on out_fd */
@@ -147,6 +158,7 @@ static bool stop_locked(server *s, int exit_code)
 	if (exit_code)
 		s->exit_code = exit_code;
 	pthread_cond_broadcast(&s->idle_cv);
+	pthread_cond_broadcast(&s->budget_cv);
 	if (s->stop)
 		return false;
 	s->stop = true;
@@ -172,7 +184,39 @@ typedef struct job {
 	asp_msg msg;
 	asp_status st; /* ASP_OK, or the error to answer msg.id with */
 	asp_error err;
+	size_t cost; /* taken from the budget; 0 when not counted */
 } job;
+
+/* Frees what `j` holds and gives its cost back to the budget. */
+static void job_release(server *s, job *j)
+{
+	msgpack_unpacked_destroy(&j->u);
+	free(j->frame);
+	j->frame = NULL;
+	if (j->cost) {
+		pthread_mutex_lock(&s->mu);
+		s->in_use -= j->cost;
+		pthread_cond_broadcast(&s->budget_cv);
+		pthread_mutex_unlock(&s->mu);
+		j->cost = 0;
+	}
+}
+
+/*
+ * Takes `cost` from the budget, waiting while the requests being served hold too much
+ * (they finish without us). The reader waits here, so nothing more is read meanwhile.
+ */
+static void budget_take(server *s, job *j, size_t cost)
+{
+	if (cost < BUDGET_MIN)
+		return;
+	pthread_mutex_lock(&s->mu);
+	while (!s->stop && s->in_use > 0 && s->in_use + cost > s->budget)
+		pthread_cond_wait(&s->budget_cv, &s->mu);
+	s->in_use += cost;
+	j->cost = cost;
+	pthread_mutex_unlock(&s->mu);
+}
 
 static void serve(server *s, job *j, asp_buf *out)
 {
@@ -195,8 +239,7 @@ static void serve(server *s, job *j, asp_buf *out)
 	}
 	if (out->cap > KEEP_BUF)
 		asp_buf_free(out);
-	msgpack_unpacked_destroy(&j->u);
-	free(j->frame);
+	job_release(s, j);
 }
 
 /*
@@ -210,6 +253,7 @@ static int lead(server *s, job *j)
 	asp_error_clear(&err);
 	msgpack_unpacked_init(&j->u);
 	j->frame = NULL;
+	j->cost = 0;
 	asp_status st = asp_channel_recv(s->in, s->max_message, &j->frame, &len, &err);
 	if (st == ASP_OK && !j->frame)
 		return 0;
@@ -218,7 +262,11 @@ static int lead(server *s, job *j)
 		return -1;
 	}
 	asp_error_clear(&j->err);
-	j->st = asp_wire_decode(j->frame, len, &j->u, &j->msg, &j->err);
+	size_t objects = 0;
+	j->st = asp_wire_check(j->frame, len, &objects, &j->msg, &j->err);
+	budget_take(s, j, ASP_WIRE_DECODE_COST(len, j->st ? 0 : objects));
+	if (j->st == ASP_OK)
+		j->st = asp_wire_unpack(j->frame, len, &j->u, &j->msg, &j->err);
 	if (j->st == ASP_OK && j->msg.type != ASP_MSG_REQUEST) {
 		j->msg.has_id = false;
 		j->st = asp_error_set(&j->err, ASP_E_PROTOCOL_ERROR, NULL,
@@ -226,8 +274,7 @@ static int lead(server *s, job *j)
 	}
 	if (j->st && !j->msg.has_id) {
 		logf_("asp-agent: protocol_error: %s; closing", j->err.message);
-		msgpack_unpacked_destroy(&j->u);
-		free(j->frame);
+		job_release(s, j);
 		return -1;
 	}
 	return 1;
@@ -259,7 +306,7 @@ static void *worker(void *arg)
 	server *s = arg;
 	asp_buf out;
 	asp_buf_init(&out);
-	bool failed = false, first = false;
+	bool first = false;
 	pthread_mutex_lock(&s->mu);
 	while (!s->stop) {
 		if (s->reading) {
@@ -275,12 +322,14 @@ static void *worker(void *arg)
 		pthread_mutex_lock(&s->mu);
 		s->reading = false;
 		if (got > 0 && s->stop) { /* stopped meanwhile (out of memory): drop it */
-			msgpack_unpacked_destroy(&j.u);
-			free(j.frame);
+			pthread_mutex_unlock(&s->mu);
+			job_release(s, &j);
+			pthread_mutex_lock(&s->mu);
 		}
 		if (got <= 0 || s->stop) {
-			failed = got < 0;
-			first = stop_locked(s, failed ? 1 : 0);
+			if (got < 0)
+				s->failed = true;
+			first = stop_locked(s, got < 0 ? 1 : 0);
 			break;
 		}
 		promote(s);
@@ -289,8 +338,6 @@ static void *worker(void *arg)
 		pthread_mutex_lock(&s->mu);
 	}
 	pthread_mutex_unlock(&s->mu);
-	if (failed)
-		close_output(s); /* outside mu: a writer may hold out_mu on a full pipe */
 	if (first)
 		end_processes(s);
 	asp_buf_free(&out);
@@ -307,6 +354,7 @@ static int serve_conn(asp_local *backend, int in, int out, size_t max_message, b
 		return 1;
 	}
 	s->max_message = max_message ? max_message : ASP_MAX_MESSAGE_DEFAULT;
+	s->budget = BUDGET_FACTOR * s->max_message;
 	s->out_fd = out;
 	s->backend = backend;
 	asp_conn_sink sink = {.send = sink_send, .ctx = s, .sendv = sink_sendv};
@@ -321,6 +369,7 @@ static int serve_conn(asp_local *backend, int in, int out, size_t max_message, b
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->out_mu, NULL);
 	pthread_cond_init(&s->idle_cv, NULL);
+	pthread_cond_init(&s->budget_cv, NULL);
 
 	/*
 	 * The first leader is this thread; the others are created as requests arrive. The
@@ -332,6 +381,12 @@ static int serve_conn(asp_local *backend, int in, int out, size_t max_message, b
 	pthread_mutex_unlock(&s->mu);
 	for (unsigned i = 0; i < n; i++) /* no thread is created once stop is set */
 		pthread_join(s->threads[i], NULL);
+	/*
+	 * After a protocol error (DESIGN §5) the requests read before the bad frame have been
+	 * answered by now; only then does the client see EOF, and not one byte more.
+	 */
+	if (s->failed)
+		close_output(s);
 	bool ended = s->ended;
 	int code = s->exit_code;
 	if (!ended) {
@@ -344,6 +399,7 @@ static int serve_conn(asp_local *backend, int in, int out, size_t max_message, b
 	asp_local_disconnect(s->conn);
 	asp_channel_free(s->in);
 	pthread_cond_destroy(&s->idle_cv);
+	pthread_cond_destroy(&s->budget_cv);
 	pthread_mutex_destroy(&s->out_mu);
 	pthread_mutex_destroy(&s->mu);
 	free(s);

@@ -358,6 +358,7 @@ asp_status ssh_agent_start(sshc *c, const char *agent_path, ssh_agent_link **out
 	st = asp_rpc_new(&l->base, 0, &l->rpc, err); /* takes the channel, even on failure */
 	if (st != ASP_OK)
 		return st;
+	asp_rpc_set_call_timeout(l->rpc, c->cfg->call_timeout_ms);
 	asp_arena *a = asp_arena_new();
 	if (!a) {
 		asp_rpc_free(l->rpc);

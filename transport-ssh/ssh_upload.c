@@ -187,13 +187,9 @@ asp_status ssh_agent_upload(sshc *c, sftpc *f, char *remote, size_t cap, asp_err
 		st = ssh_sftp_write(f, &wp, &wr, err);
 	}
 	free(bin);
-	if (st != ASP_OK && err) {
-		char why[ASP_ERROR_MESSAGE_MAX];
-		snprintf(why, sizeof why, "%s", err->message);
-		asp_error_set(
-		    err, err->code, err->path,
-		    "ssh.agent \"upload\": copying the responder to %s in the sandbox: %.900s",
-		    remote, why);
-	}
+	if (st != ASP_OK && err)
+		asp_error_prefix(err, err->code,
+		                 "ssh.agent \"upload\": copying the responder to %s in the sandbox",
+		                 remote);
 	return st;
 }

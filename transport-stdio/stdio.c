@@ -382,6 +382,9 @@ static asp_status stdio_open(const asp_config_view *cfg, const asp_ops **ops, vo
 	st = asp_rpc_new(&s->base, 0, &rpc, err);
 	if (st)
 		return st;
+	unsigned call_ms = cfg->call_timeout_ms ? cfg->call_timeout_ms : ASP_CALL_TIMEOUT_DEFAULT;
+	asp_rpc_set_call_timeout(rpc, call_ms);
+	asp_fd_channel_set_stall(s->fd, call_ms); /* a stopped agent fails a big write too */
 	asp_arena *a = asp_arena_new();
 	if (!a) {
 		asp_rpc_free(rpc);

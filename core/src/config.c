@@ -351,6 +351,7 @@ static const struct field {
     {"cwd", F_STRING, AT(cwd)},
     {"env", F_ENV, 0},
     {"timeout_ms", F_U64, AT(timeout_ms)},
+    {"call_timeout_ms", F_UINT, AT(call_timeout_ms)},
     {"ssh.host", F_STRING, AT(ssh.host)},
     {"ssh.port", F_UINT, AT(ssh.port)},
     {"ssh.user", F_STRING, AT(ssh.user)},

@@ -57,29 +57,41 @@ asp_status asp_status_from_errno(int errnum)
 	}
 }
 
-/* Copies with truncation, marking a cut with "..." so nobody mistakes it for whole. */
+/*
+ * Copies with truncation, marking a cut with "..." so nobody mistakes it for whole.
+ * memmove: `src` may be (a part of) `dst`, as in asp_error_set(err, .., err->path, ..).
+ */
 static void copy_truncated(char *dst, size_t cap, const char *src)
 {
 	size_t n = strlen(src);
 	if (n < cap) {
-		memcpy(dst, src, n + 1);
+		memmove(dst, src, n + 1);
 		return;
 	}
-	memcpy(dst, src, cap - 4);
+	memmove(dst, src, cap - 4);
 	memcpy(dst + cap - 4, "...", 4);
 }
 
+/*
+ * Formats into a private buffer first: an argument may be err->message or err->path
+ * itself ("... (%s)", err->message), which vsnprintf must not read while it writes.
+ */
 static void vset(asp_error *err, asp_status code, int errnum, const char *path, const char *fmt,
                  va_list ap)
 {
+	char msg[ASP_ERROR_MESSAGE_MAX];
+	int n = vsnprintf(msg, sizeof msg, fmt, ap);
+	if (n < 0)
+		msg[0] = '\0';
+	else if (n >= (int)sizeof msg)
+		memcpy(msg + sizeof msg - 4, "...", 4);
 	err->code = code;
 	err->sys_errno = errnum;
 	copy_truncated(err->path, sizeof err->path, path ? path : "");
-	int n = vsnprintf(err->message, sizeof err->message, fmt, ap);
-	if (n >= (int)sizeof err->message)
-		memcpy(err->message + sizeof err->message - 4, "...", 4);
-	if (err->message[0] == '\0')
+	if (msg[0] == '\0')
 		snprintf(err->message, sizeof err->message, "%s", asp_strerror(code));
+	else
+		memcpy(err->message, msg, strlen(msg) + 1);
 }
 
 asp_status asp_error_set(asp_error *err, asp_status code, const char *path, const char *fmt, ...)
@@ -90,6 +102,26 @@ asp_status asp_error_set(asp_error *err, asp_status code, const char *path, cons
 		vset(err, code, 0, path, fmt, ap);
 		va_end(ap);
 	}
+	return code;
+}
+
+asp_status asp_error_prefix(asp_error *err, asp_status code, const char *fmt, ...)
+{
+	if (!err)
+		return code;
+	char what[ASP_ERROR_MESSAGE_MAX];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(what, sizeof what, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		what[0] = '\0';
+	int errnum = err->sys_errno;
+	if (err->message[0])
+		asp_error_set(err, code, err->path, "%s: %s", what, err->message);
+	else
+		asp_error_set(err, code, err->path, "%s", what);
+	err->sys_errno = errnum;
 	return code;
 }
 

@@ -119,18 +119,24 @@ static asp_status malformed(asp_error *err, const char *why, size_t at)
  * claiming more elements than bytes remain is refused before anything is allocated,
  * since every element takes at least one byte.
  */
-asp_status asp_wire_prescan(const uint8_t *data, size_t len, asp_error *err)
+asp_status asp_wire_scan(const uint8_t *data, size_t len, size_t max_objects, size_t *objects,
+                         asp_error *err)
 {
 	uint64_t pending[ASP_WIRE_MAX_DEPTH + 1];
 	int depth = 0;
 	pending[0] = 1;
-	size_t pos = 0;
+	size_t pos = 0, count_all = 0;
 	while (depth > 0 || pending[0] > 0) {
 		if (pending[depth] == 0) {
 			depth--;
 			continue;
 		}
 		pending[depth]--;
+		if (++count_all > max_objects)
+			return asp_error_set(err, ASP_E_TOO_LARGE, NULL,
+			                     "the message holds more than %zu msgpack objects, the "
+			                     "decoding budget's limit",
+			                     max_objects);
 		if (pos >= len)
 			return malformed(err, "truncated", pos);
 		uint8_t t = data[pos++];
@@ -199,7 +205,33 @@ asp_status asp_wire_prescan(const uint8_t *data, size_t len, asp_error *err)
 	}
 	if (pos != len)
 		return malformed(err, "trailing bytes", pos);
+	if (objects)
+		*objects = count_all;
 	return ASP_OK;
+}
+
+asp_status asp_wire_prescan(const uint8_t *data, size_t len, asp_error *err)
+{
+	return asp_wire_scan(data, len, ASP_WIRE_MAX_OBJECTS_RESPONSE, NULL, err);
+}
+
+bool asp_wire_peek_id(const uint8_t *m, size_t len, int type, uint32_t *id)
+{
+	if (len < 4 || m[0] != 0x94 || m[1] != type)
+		return false;
+	uint8_t t = m[2];
+	if (t <= 0x7f) {
+		*id = t;
+	} else if (t == 0xcc && len >= 5) {
+		*id = m[3];
+	} else if (t == 0xcd && len >= 6) {
+		*id = (uint32_t)m[3] << 8 | m[4];
+	} else if (t == 0xce && len >= 8) {
+		*id = (uint32_t)m[3] << 24 | (uint32_t)m[4] << 16 | (uint32_t)m[5] << 8 | m[6];
+	} else {
+		return false;
+	}
+	return true;
 }
 
 /* ---- decode ----------------------------------------------------------------------- */
@@ -212,13 +244,40 @@ static bool get_u32(const msgpack_object *o, uint32_t *out)
 	return true;
 }
 
+asp_status asp_wire_check(const uint8_t *data, size_t len, size_t *objects, asp_msg *msg,
+                          asp_error *err)
+{
+	memset(msg, 0, sizeof *msg);
+	uint32_t id;
+	bool request = asp_wire_peek_id(data, len, ASP_MSG_REQUEST, &id);
+	asp_status st = asp_wire_scan(
+	    data, len, request ? ASP_WIRE_MAX_OBJECTS_REQUEST : ASP_WIRE_MAX_OBJECTS_RESPONSE,
+	    objects, err);
+	if (st == ASP_E_TOO_LARGE && request) {
+		msg->type = ASP_MSG_REQUEST;
+		msg->has_id = true;
+		msg->id = id;
+		return asp_error_prefix(err, ASP_E_TOO_LARGE, "request %u", id);
+	}
+	if (st)
+		err->code = st = ASP_E_PROTOCOL_ERROR;
+	return st;
+}
+
 asp_status asp_wire_decode(const uint8_t *data, size_t len, msgpack_unpacked *u, asp_msg *msg,
                            asp_error *err)
 {
-	memset(msg, 0, sizeof *msg);
-	asp_status st = asp_wire_prescan(data, len, err);
+	size_t objects;
+	asp_status st = asp_wire_check(data, len, &objects, msg, err);
 	if (st)
 		return st;
+	return asp_wire_unpack(data, len, u, msg, err);
+}
+
+asp_status asp_wire_unpack(const uint8_t *data, size_t len, msgpack_unpacked *u, asp_msg *msg,
+                           asp_error *err)
+{
+	memset(msg, 0, sizeof *msg);
 	size_t off = 0;
 	msgpack_unpack_return r = msgpack_unpack_next(u, (const char *)data, len, &off);
 	if (r != MSGPACK_UNPACK_SUCCESS || off != len)

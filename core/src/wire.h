@@ -14,6 +14,18 @@
 /* Bytes of the frame header. */
 #define ASP_FRAME_HEADER 4
 
+/*
+ * The decoding budget (docs/faults.md). msgpack-c spends sizeof(msgpack_object) (24
+ * bytes) per object whatever the bytes say, so a 16 MiB frame of nils would cost 384 MiB.
+ * The prescan counts objects and refuses a message with more than these, before msgpack-c
+ * allocates: a request needs few (its params are a handful of fields), a response may be
+ * a long directory listing.
+ */
+#define ASP_WIRE_MAX_OBJECTS_REQUEST  (1u << 20)
+#define ASP_WIRE_MAX_OBJECTS_RESPONSE (1u << 22)
+/* What decoding `len` bytes holding `objects` costs: the frame and msgpack-c's objects. */
+#define ASP_WIRE_DECODE_COST(len, objects) ((len) + (objects) * sizeof(msgpack_object))
+
 /* A piece of a frame that stays in the caller's memory instead of being copied. */
 typedef struct asp_buf_ref {
 	size_t at; /* the piece goes before data[at] */
@@ -83,9 +95,33 @@ typedef struct asp_msg {
 
 /*
  * Walks one msgpack message without allocating: rejects truncation, trailing bytes,
- * a container count larger than the bytes left, and nesting deeper than 32.
+ * a container count larger than the bytes left, and nesting deeper than 32
+ * (protocol_error), and more than `max_objects` objects in all (too_large). *objects
+ * (may be NULL) gets the count.
  */
+asp_status asp_wire_scan(const uint8_t *data, size_t len, size_t max_objects, size_t *objects,
+                         asp_error *err);
+/* asp_wire_scan with the response limit, ASP_WIRE_MAX_OBJECTS_RESPONSE. */
 asp_status asp_wire_prescan(const uint8_t *data, size_t len, asp_error *err);
+
+/*
+ * The id of a request or response ([type, id, ...]) read from its first bytes without
+ * decoding; false when the message does not start that way.
+ */
+bool asp_wire_peek_id(const uint8_t *m, size_t len, int type, uint32_t *id);
+
+/*
+ * The first half of asp_wire_decode: the prescan, with the object limit of the
+ * message's kind. A request over its limit is too_large with msg->has_id and msg->id
+ * set (answer that id; nothing was allocated); any other failure is protocol_error.
+ * *objects gets the count, for the caller's budget (ASP_WIRE_DECODE_COST).
+ */
+asp_status asp_wire_check(const uint8_t *data, size_t len, size_t *objects, asp_msg *msg,
+                          asp_error *err);
+
+/* The second half: unpacks a message asp_wire_check passed, as asp_wire_decode. */
+asp_status asp_wire_unpack(const uint8_t *data, size_t len, msgpack_unpacked *u, asp_msg *msg,
+                           asp_error *err);
 
 /*
  * Prescans, unpacks into `u` (msgpack_unpacked_init'ed by the caller, destroyed by the

@@ -336,6 +336,159 @@ static void test_response_to_agent_closes(void)
 	one_msg_vector("response", resp, sizeof resp);
 }
 
+/*
+ * Writes pipelined just before an undecodable frame are all answered before the agent
+ * closes (DESIGN §5): N answers, then EOF. Twenty rounds, since the old agent lost
+ * answers only sometimes (11 of 20 came back).
+ */
+static void test_answers_before_close(void)
+{
+	char dir[] = "/tmp/asp-agent-test-XXXXXX";
+	CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+	enum { N = 20 };
+	int lost = 0;
+	for (int round = 0; round < 20; round++) {
+		tproc p;
+		start(&p);
+		asp_buf b;
+		asp_buf_init(&b);
+		char path[N][64];
+		for (uint32_t id = 1; id <= N; id++) {
+			snprintf(path[id - 1], sizeof path[0], "%s/f%u", dir, id);
+			asp_write_params w;
+			asp_write_params_init(&w);
+			w.path = path[id - 1];
+			w.data = (asp_bytes){(const uint8_t *)"data", 4};
+			t_add_request(&b, id, ASP_OP_WRITE, &w);
+		}
+		static const uint8_t bad[] = {0xc1}; /* never a msgpack type */
+		t_add_framed(&b, bad, sizeof bad);
+		CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+		asp_buf_free(&b);
+		int answers = 0;
+		for (;;) {
+			uint8_t *body;
+			size_t len;
+			int got = t_read_frame(p.out, 10000, &body, &len);
+			CU_ASSERT(got >= 0); /* a frame or EOF, never a hang */
+			if (got != 1)
+				break;
+			t_resp r;
+			CU_ASSERT(t_parse_response(body, len, ASP_OP_WRITE, NULL, NULL, &r));
+			CU_ASSERT_EQUAL(r.st, ASP_OK);
+			free(body);
+			answers++;
+		}
+		if (answers != N)
+			lost++;
+		CU_ASSERT_EQUAL(answers, N);
+		int st = tproc_wait(&p, 5000, NULL);
+		CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+		tproc_close(&p);
+		for (int i = 0; i < N; i++)
+			unlink(path[i]);
+	}
+	if (lost)
+		fprintf(stderr, "\n    answers lost before the close in %d of 20 rounds\n", lost);
+	rmdir(dir);
+}
+
+/* VmHWM (peak RSS) of `pid` in KiB, 0 when unknown. */
+static long hwm_kb(pid_t pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	long kb = 0;
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "VmHWM: %ld", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb;
+}
+
+/*
+ * The decoding budget (docs/faults.md): twelve pipelined 16 MiB requests built to cost
+ * msgpack-c the most. Half hold 16 million nils (over the object limit: too_large, never
+ * decoded), half hold just under a million nils and a 15 MiB bin (decoded, one at a time:
+ * invalid_argument). Each is answered with an error, and the agent stays under 128 MiB
+ * (it took 2.6 GB before).
+ */
+static void test_hostile_frames_budget(void)
+{
+	const size_t body = ASP_MAX_MESSAGE_DEFAULT;
+	uint8_t *bomb = malloc(4 + body), *padded = malloc(4 + body);
+	CU_ASSERT_FATAL(bomb && padded);
+	/* [0, id, "stat", {"path": [nil...]}] with the id as uint32 at bytes 4+3 */
+	static const uint8_t head[] = {0x94, 0x00, 0xce, 0, 0, 0, 0, 0xa4, 's', 't', 'a', 't'};
+	for (int k = 0; k < 2; k++) {
+		uint8_t *f = k ? padded : bomb;
+		f[0] = (uint8_t)(body >> 24), f[1] = (uint8_t)(body >> 16);
+		f[2] = (uint8_t)(body >> 8), f[3] = (uint8_t)body;
+		size_t at = 4;
+		memcpy(f + at, head, sizeof head);
+		at += sizeof head;
+		f[at++] = k ? 0x82 : 0x81; /* map of 2 or 1 */
+		memcpy(f + at, "\xa4path", 5);
+		at += 5;
+		size_t nils = k ? ASP_WIRE_MAX_OBJECTS_REQUEST - 16 : 4 + body - at - 5;
+		f[at++] = 0xdd;
+		f[at++] = (uint8_t)(nils >> 24), f[at++] = (uint8_t)(nils >> 16);
+		f[at++] = (uint8_t)(nils >> 8), f[at++] = (uint8_t)nils;
+		memset(f + at, 0xc0, nils);
+		at += nils;
+		if (k) { /* "pad": bin32 filling the rest */
+			memcpy(f + at, "\xa3pad\xc6", 5);
+			at += 5;
+			size_t n = 4 + body - at - 4;
+			f[at++] = (uint8_t)(n >> 24), f[at++] = (uint8_t)(n >> 16);
+			f[at++] = (uint8_t)(n >> 8), f[at++] = (uint8_t)n;
+			memset(f + at, 'x', n);
+			at += n;
+		}
+		CU_ASSERT_EQUAL_FATAL(at, 4 + body);
+	}
+	tproc p;
+	start(&p);
+	enum { FRAMES = 12 };
+	for (uint32_t id = 1; id <= FRAMES; id++) {
+		uint8_t *f = id % 2 ? bomb : padded;
+		f[4 + 3] = (uint8_t)(id >> 24), f[4 + 4] = (uint8_t)(id >> 16);
+		f[4 + 5] = (uint8_t)(id >> 8), f[4 + 6] = (uint8_t)id;
+		CU_ASSERT_FATAL(t_write_all(p.in, f, 4 + body) == 0);
+	}
+	free(bomb);
+	free(padded);
+	bool seen[FRAMES + 1] = {false};
+	for (int i = 0; i < FRAMES; i++) {
+		t_resp r;
+		uint32_t id = read_response(&p, 30000, &r);
+		if (id == UINT32_MAX)
+			break;
+		CU_ASSERT(id >= 1 && id <= FRAMES);
+		if (id < 1 || id > FRAMES)
+			continue;
+		seen[id] = true;
+		CU_ASSERT_EQUAL(r.st, id % 2 ? ASP_E_TOO_LARGE : ASP_E_INVALID_ARGUMENT);
+	}
+	for (int id = 1; id <= FRAMES; id++)
+		CU_ASSERT(seen[id]);
+	long peak = hwm_kb(p.pid);
+	fprintf(stderr, "\n    agent peak RSS (VmHWM) with %d hostile 16 MiB frames: %ld KiB\n",
+	        FRAMES, peak);
+	if (!t_asan())
+		CU_ASSERT(peak > 0 && peak < 128 * 1024);
+	asp_buf b; /* the connection is still open */
+	asp_buf_init(&b);
+	add_hello(&b, 99);
+	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+	asp_buf_free(&b);
+	t_resp r;
+	CU_ASSERT_EQUAL(read_response(&p, 10000, &r), 99);
+	finish(&p, 0, 10000);
+}
+
 /* ---- spawned processes ------------------------------------------------------------ */
 
 static void add_spawn(asp_buf *b, uint32_t id, const char *command)
@@ -628,6 +781,10 @@ static void add_suite(const char *name, int (*init)(void))
 	CU_add_test(s, "req-* vectors: error for the id, stays open", test_req_vectors_answered);
 	CU_add_test(s, "a response sent to the agent closes", test_response_to_agent_closes);
 	CU_add_test(s, "options", test_options);
+	CU_add_test(s, "writes before a bad frame are answered, then close",
+	            test_answers_before_close);
+	CU_add_test(s, "12 hostile 16 MiB frames: errors, agent under 128 MiB",
+	            test_hostile_frames_budget);
 	CU_add_test(s, "a client that never reads: 1 GiB producer, bounded RSS",
 	            test_nonreader_bounded);
 	CU_add_test(s, "EOF ends spawned groups (TERM, KILL 2 s later), exit 0",

@@ -329,7 +329,7 @@ static void *stat_thread(void *v)
 	return NULL;
 }
 
-/* Unknown ids are dropped, notifications reach the callback, odd id encodings work. */
+/* Notifications reach the callback, odd id encodings work. */
 static void test_fake_ids_and_notices(void)
 {
 	fake f;
@@ -344,8 +344,6 @@ static void test_fake_ids_and_notices(void)
 		stat_call c = {.rpc = f.rpc};
 		pthread_create(&th, NULL, stat_thread, &c);
 		uint32_t id = fake_read_request(&f);
-		pack_stat_response(&pk, id + 12345, false); /* nobody waits for this id */
-		fake_send_msg(&f, &sb);
 		/* [2, "output", {...}] */
 		msgpack_pack_array(&pk, 3);
 		msgpack_pack_uint8(&pk, 2);
@@ -640,7 +638,8 @@ static void test_follow_attach_replay(void)
 }
 
 /* Hostile responders: each kills the connection and fails the pending call promptly. */
-static void fake_hostile(const uint8_t *bytes, size_t len, bool then_eof, const char *want)
+static void fake_hostile(const uint8_t *bytes, size_t len, bool then_eof, asp_status code,
+                         const char *want)
 {
 	fake f;
 	fake_open(&f);
@@ -653,7 +652,7 @@ static void fake_hostile(const uint8_t *bytes, size_t len, bool then_eof, const 
 	if (then_eof)
 		shutdown(f.fd, SHUT_WR);
 	pthread_join(th, NULL);
-	CU_ASSERT_EQUAL(c.st, ASP_E_TRANSPORT_ERROR);
+	CU_ASSERT_EQUAL(c.st, code);
 	CU_ASSERT(c.done_ms - t0 < 1000);
 	if (!strstr(c.err.message, want))
 		fprintf(stderr, "\nwanted '%s' in: %s\n", want, c.err.message);
@@ -665,17 +664,19 @@ static void fake_hostile(const uint8_t *bytes, size_t len, bool then_eof, const 
 static void test_fake_hostile(void)
 {
 	/* a frame above max_message (4096 in this fixture) */
-	fake_hostile((const uint8_t *)"\x00\x01\x00\x00", 4, false, "max_message");
+	fake_hostile((const uint8_t *)"\x00\x01\x00\x00", 4, false, ASP_E_PROTOCOL_ERROR,
+	             "max_message");
 	/* count bomb */
 	fake_hostile((const uint8_t *)"\x00\x00\x00\x05\xdd\xff\xff\xff\xff", 9, false,
-	             "undecodable");
+	             ASP_E_PROTOCOL_ERROR, "undecodable");
 	/* a request where a response belongs */
 	fake_hostile((const uint8_t *)"\x00\x00\x00\x05\x94\x00\x01\xa0\x80", 9, false,
-	             "request");
+	             ASP_E_PROTOCOL_ERROR, "request");
 	/* EOF inside a frame */
-	fake_hostile((const uint8_t *)"\x00\x00\x00\x10\x94", 5, true, "inside a frame");
+	fake_hostile((const uint8_t *)"\x00\x00\x00\x10\x94", 5, true, ASP_E_TRANSPORT_ERROR,
+	             "inside a frame");
 	/* a clean end of stream */
-	fake_hostile((const uint8_t *)"", 0, true, "closed the connection");
+	fake_hostile((const uint8_t *)"", 0, true, ASP_E_TRANSPORT_ERROR, "closed the connection");
 }
 
 /* A response that decodes but is not a valid stat result: protocol_error for the call. */
@@ -753,6 +754,161 @@ static void test_call_timeout(void)
 	CU_ASSERT(asp_rpc_alive(f.rpc));
 	msgpack_sbuffer_destroy(&sb);
 	asp_arena_free(a);
+	fake_close(&f);
+}
+
+/*
+ * A response for an id nobody waits for (DESIGN §5): the connection closes and every
+ * pending call fails at once with protocol_error, whose message names the id.
+ */
+static void test_fake_stray_id(void)
+{
+	fake f;
+	fake_open(&f);
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	pthread_t th[2];
+	stat_call c[2] = {{.rpc = f.rpc}, {.rpc = f.rpc}};
+	uint32_t id = 0;
+	for (int i = 0; i < 2; i++) {
+		pthread_create(&th[i], NULL, stat_thread, &c[i]);
+		id = fake_read_request(&f);
+	}
+	int64_t t0 = t_now_ms();
+	pack_stat_response(&pk, id + 12345, false); /* nobody waits for this id */
+	fake_send_msg(&f, &sb);
+	for (int i = 0; i < 2; i++) {
+		pthread_join(th[i], NULL);
+		CU_ASSERT_EQUAL(c[i].st, ASP_E_PROTOCOL_ERROR);
+		CU_ASSERT(c[i].done_ms - t0 < 2000);
+		CU_ASSERT(strstr(c[i].err.message, "no call is waiting for") != NULL);
+	}
+	CU_ASSERT(!asp_rpc_alive(f.rpc));
+	/* a second answer to the same id is stray too */
+	fake_close(&f);
+	fake_open(&f);
+	stat_call d = {.rpc = f.rpc};
+	pthread_create(&th[0], NULL, stat_thread, &d);
+	id = fake_read_request(&f);
+	pack_stat_response(&pk, id, false);
+	fake_send_msg(&f, &sb);
+	pthread_join(th[0], NULL);
+	CU_ASSERT_EQUAL(d.st, ASP_OK);
+	pack_stat_response(&pk, id, false);
+	fake_send_msg(&f, &sb);
+	CU_ASSERT_EQUAL(do_stat(f.rpc, "/", &d.err), ASP_E_PROTOCOL_ERROR);
+	msgpack_sbuffer_destroy(&sb);
+	fake_close(&f);
+}
+
+/*
+ * call_timeout_ms bounds a call that has no limit of its own: it fails with timeout,
+ * naming the op and the limit; a late answer is dropped (not stray); a second miss in a
+ * row closes the connection with transport_error, failing the other pending calls too.
+ */
+static void test_call_deadline(void)
+{
+	fake f;
+	fake_open(&f);
+	asp_rpc_set_call_timeout(f.rpc, 200);
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	asp_error err;
+	int64_t t0 = t_now_ms();
+	CU_ASSERT_EQUAL(do_stat(f.rpc, "/", &err), ASP_E_TIMEOUT);
+	int64_t took = t_now_ms() - t0;
+	CU_ASSERT(took >= 190 && took < 5000);
+	CU_ASSERT(strstr(err.message, "stat") && strstr(err.message, "200 ms") &&
+	          strstr(err.message, "call_timeout_ms"));
+	uint32_t late = fake_read_request(&f);
+	pack_stat_response(&pk, late, false); /* late: dropped, and the responder lives */
+	fake_send_msg(&f, &sb);
+	pthread_t th;
+	stat_call c = {.rpc = f.rpc};
+	pthread_create(&th, NULL, stat_thread, &c);
+	uint32_t id = fake_read_request(&f);
+	pack_stat_response(&pk, id, false);
+	fake_send_msg(&f, &sb);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(c.st, ASP_OK);
+	CU_ASSERT(asp_rpc_alive(f.rpc));
+
+	/* an answer cleared the suspicion: one miss is a timeout again, then a second
+	 * miss in a row closes, and a call still pending (started later) fails with it */
+	CU_ASSERT_EQUAL(do_stat(f.rpc, "/", &err), ASP_E_TIMEOUT);
+	fake_read_request(&f);
+	asp_rpc_set_call_timeout(f.rpc, 60000);
+	stat_call pending = {.rpc = f.rpc};
+	pthread_create(&th, NULL, stat_thread, &pending);
+	fake_read_request(&f);
+	asp_rpc_set_call_timeout(f.rpc, 200);
+	t0 = t_now_ms();
+	CU_ASSERT_EQUAL(do_stat(f.rpc, "/", &err), ASP_E_TRANSPORT_ERROR);
+	CU_ASSERT(strstr(err.message, "second missed deadline") != NULL);
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(pending.st, ASP_E_TRANSPORT_ERROR);
+	CU_ASSERT(pending.done_ms - t0 < 5000);
+	CU_ASSERT(!asp_rpc_alive(f.rpc));
+	msgpack_sbuffer_destroy(&sb);
+	fake_close(&f);
+}
+
+typedef struct exec_call {
+	asp_rpc *rpc;
+	asp_status st;
+	asp_error err;
+} exec_call;
+
+static void *exec_thread(void *v)
+{
+	exec_call *c = v;
+	asp_exec_params p;
+	asp_exec_params_init(&p);
+	const char *argv[] = {"sleep", "1000", NULL};
+	p.has_argv = true;
+	p.argv = (asp_strv){argv, 2};
+	asp_exec_result r;
+	asp_arena *a = asp_arena_new();
+	c->st = asp_rpc_ops.exec(c->rpc, &p, &r, a, &c->err);
+	asp_arena_free(a);
+	return NULL;
+}
+
+/*
+ * An exec without a timeout may run for ever: past call_timeout_ms it is not failed but
+ * probed with a hello; answered, it keeps waiting; unanswered, the connection closes.
+ */
+static void test_unbounded_probe(void)
+{
+	fake f;
+	fake_open(&f);
+	asp_rpc_set_call_timeout(f.rpc, 150);
+	msgpack_sbuffer sb;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer pk;
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	pthread_t th;
+	exec_call c = {.rpc = f.rpc};
+	pthread_create(&th, NULL, exec_thread, &c);
+	uint32_t exec_id = fake_read_request(&f);
+	for (int i = 0; i < 2; i++) { /* two probes, answered (an error answer is an answer) */
+		uint32_t probe_id = fake_read_request(&f);
+		CU_ASSERT_NOT_EQUAL(probe_id, exec_id);
+		pack_err(&pk, probe_id, "unsupported");
+		fake_send_msg(&f, &sb);
+	}
+	fake_read_request(&f); /* a third probe, never answered */
+	int64_t t0 = t_now_ms();
+	pthread_join(th, NULL);
+	CU_ASSERT_EQUAL(c.st, ASP_E_TRANSPORT_ERROR);
+	CU_ASSERT(strstr(c.err.message, "liveness probe") != NULL);
+	CU_ASSERT(t_now_ms() - t0 < 5000);
+	CU_ASSERT(!asp_rpc_alive(f.rpc));
+	msgpack_sbuffer_destroy(&sb);
 	fake_close(&f);
 }
 
@@ -983,7 +1139,10 @@ int main(void)
 	CU_add_test(s, "a slow call does not hold up a fast one", test_out_of_order);
 	CU_add_test(s, "dead connection fails pending and later calls", test_dead_connection);
 	s = CU_add_suite("rpc engine, scripted responder", NULL, NULL);
-	CU_add_test(s, "unknown ids, notifications, id encodings", test_fake_ids_and_notices);
+	CU_add_test(s, "notifications, id encodings", test_fake_ids_and_notices);
+	CU_add_test(s, "an answer to an id not in flight is a protocol_error", test_fake_stray_id);
+	CU_add_test(s, "call_timeout_ms: timeout, suspect, second miss closes", test_call_deadline);
+	CU_add_test(s, "a call without a limit probes, and dies unanswered", test_unbounded_probe);
 	CU_add_test(s, "hostile responders kill the connection", test_fake_hostile);
 	CU_add_test(s, "bad result, error response", test_fake_bad_result);
 	CU_add_test(s, "close unblocks a waiting call", test_close_unblocks);

@@ -3,7 +3,7 @@
  * and prints the outcome as one JSON object, for the SDK tests to compare with what the
  * Python and TypeScript SDKs make of the same file:
  *   {"code": "invalid_argument", "message": "...", "path": "..."}   or
- *   {"view": {"path", "transport", "cwd", "env", "timeout_ms", "ssh": {...},
+ *   {"view": {"path", "transport", "cwd", "env", "timeout_ms", "call_timeout_ms", "ssh": {...},
  *             "stdio": {"command"}, "http": {...}}}
  * usage: config_probe [FILE]
  */
@@ -41,6 +41,7 @@ int main(int argc, char **argv)
 			                      json_pack("[ss]", v->env[i].key, v->env[i].value));
 		json_object_set_new(view, "env", env);
 		json_object_set_new(view, "timeout_ms", json_integer((json_int_t)v->timeout_ms));
+		json_object_set_new(view, "call_timeout_ms", json_integer(v->call_timeout_ms));
 		json_object_set_new(ssh, "host", str_or_null(v->ssh.host));
 		json_object_set_new(ssh, "port", json_integer(v->ssh.port));
 		json_object_set_new(ssh, "user", str_or_null(v->ssh.user));

@@ -10,7 +10,9 @@ output and exit notifications, with a notification for another process and one o
 unknown method mixed in), vector FILE (answer with FILE's bytes as one frame), raw FILE (write FILE's bytes
 as they are, frame headers included, then exit), big (announce a frame larger
 than max_message), die (exit 3 after writing "dying" to stderr), cut (half a frame, then
-exit).
+exit). Three modes answer hello always and misbehave at the first other request:
+silent (never answers it or anything after: a wedged responder), wrongid (answers it
+with its id + 1000, then nothing more), garbage (answers it with an undecodable frame).
 """
 import os
 import struct
@@ -60,7 +62,15 @@ def main():
         req = msgpack.unpackb(body, raw=False)
         if broken:
             continue  # the misbehaving connection gives nothing more
-        if first and mode != "ok":
+        deferred = mode in ("silent", "wrongid", "garbage")
+        if first and deferred and req[2] != "hello":
+            if mode == "wrongid":
+                write_frame(out, msgpack.packb([1, req[1] + 1000, None, {}], use_bin_type=True))
+            elif mode == "garbage":
+                write_frame(out, b"\xc1")
+            broken = True
+            continue
+        if first and mode != "ok" and not deferred:
             if mode == "vector":
                 with open(sys.argv[3], "rb") as fh:
                     write_frame(out, fh.read())

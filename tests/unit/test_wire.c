@@ -362,6 +362,62 @@ static const struct {
 	{"req-uint-negative.bin", ASP_E_INVALID_ARGUMENT},
 };
 
+/*
+ * The object limit (docs/faults.md): a request with more than 2^20 objects is too_large
+ * for its id before msgpack-c allocates; a response that size is a protocol_error.
+ */
+static void test_object_limit(void)
+{
+	size_t nils = ASP_WIRE_MAX_OBJECTS_REQUEST; /* + the outer objects: one too many */
+	size_t cap = 32 + nils;
+	uint8_t *m = malloc(cap);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+	for (int kind = 0; kind < 2; kind++) {
+		size_t at = 0;
+		static const uint8_t head[] = {0x94, 0x00, 0xcd, 0x12, 0x34, 0xa4, 's', 't', 'a',
+		                               't',  0x81, 0xa4, 'p',  'a',  't',  'h', 0xdd};
+		memcpy(m, head, sizeof head);
+		if (kind)
+			m[1] = 0x01; /* a response's shape does not matter: the count comes first */
+		at = sizeof head;
+		m[at++] = (uint8_t)(nils >> 24), m[at++] = (uint8_t)(nils >> 16);
+		m[at++] = (uint8_t)(nils >> 8), m[at++] = (uint8_t)nils;
+		memset(m + at, 0xc0, nils);
+		at += nils;
+		size_t objects = 0;
+		asp_msg msg;
+		asp_error err;
+		asp_status st = asp_wire_check(m, at, &objects, &msg, &err);
+		if (kind == 0) {
+			CU_ASSERT_EQUAL(st, ASP_E_TOO_LARGE);
+			CU_ASSERT(msg.has_id && msg.id == 0x1234);
+			CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "request 4660"));
+		} else {
+			/* under the response limit: counted, for the caller's budget */
+			CU_ASSERT_EQUAL(st, ASP_OK);
+			CU_ASSERT_EQUAL(objects, nils + 7);
+		}
+	}
+	free(m);
+}
+
+/* asp_error_set may be given err's own message or path as arguments. */
+static void test_error_aliasing(void)
+{
+	asp_error e;
+	asp_error_set(&e, ASP_E_IO_ERROR, "/some/path", "inner detail");
+	asp_error_set(&e, ASP_E_PROTOCOL_ERROR, e.path, "outer context (%s) at %s", e.message,
+	              e.path);
+	CU_ASSERT_STRING_EQUAL(e.message, "outer context (inner detail) at /some/path");
+	CU_ASSERT_STRING_EQUAL(e.path, "/some/path");
+	asp_error_set(&e, ASP_E_IO_ERROR, NULL, "inner");
+	e.sys_errno = 5;
+	asp_error_prefix(&e, ASP_E_TRANSPORT_ERROR, "writing %s", "x");
+	CU_ASSERT_STRING_EQUAL(e.message, "writing x: inner");
+	CU_ASSERT_EQUAL(e.code, ASP_E_TRANSPORT_ERROR);
+	CU_ASSERT_EQUAL(e.sys_errno, 5);
+}
+
 static void test_vectors(void)
 {
 	const char *dir = getenv("ASP_VECTORS");
@@ -467,6 +523,9 @@ int main(void)
 	CU_add_test(s, "nesting limit of 32", test_depth_limit);
 	CU_add_test(s, "decode errors name the field", test_decode_names_field);
 	CU_add_test(s, "hostile vectors", test_vectors);
+	CU_add_test(s, "object limit: too_large for a request, counted for a response",
+	            test_object_limit);
+	CU_add_test(s, "asp_error_set with err's own message as an argument", test_error_aliasing);
 	CU_add_test(s, "dispatch: too large, unsupported", test_dispatch_too_large);
 	CU_add_test(s, "large bins by reference", test_refs_same_bytes);
 	CU_basic_set_mode(CU_BRM_VERBOSE);

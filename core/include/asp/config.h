@@ -107,14 +107,18 @@ typedef struct asp_config_env {
 	const char *value;
 } asp_config_env;
 
+/* call_timeout_ms when the config does not say (DESIGN §4). */
+#define ASP_CALL_TIMEOUT_DEFAULT 60000u
+
 typedef struct asp_config_view {
 	const char *path; /* absolute path of the config file; NULL if parsed from memory */
 	asp_transport_kind transport;
 	const char *cwd;
 	const asp_config_env *env; /* env_count entries, in file order */
 	size_t env_count;
-	uint64_t timeout_ms; /* 0 = none */
-	asp_config_ssh ssh;  /* defaults applied even when the section is absent */
+	uint64_t timeout_ms;      /* 0 = none */
+	unsigned call_timeout_ms; /* deadline of calls without one of their own; 0: 60000 */
+	asp_config_ssh ssh;       /* defaults applied even when the section is absent */
 	asp_config_stdio stdio;
 	asp_config_http http;
 } asp_config_view;

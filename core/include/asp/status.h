@@ -57,10 +57,18 @@ asp_status asp_status_from_name(const char *name, size_t len);
 
 /*
  * Fill `err` (may be NULL) and return `code`. The message is printf-formatted;
- * `path` may be NULL.
+ * `path` may be NULL. The arguments may point into `err` itself (err->message, err->path):
+ * the message is formatted before anything in `err` changes.
  */
 asp_status asp_error_set(asp_error *err, asp_status code, const char *path, const char *fmt,
                          ...) __attribute__((format(printf, 4, 5)));
+
+/*
+ * Puts "WHAT: " (printf-formatted) before err's message and sets its code; keeps the
+ * path and errno. For adding context to an error a callee filled. NULL err: no-op.
+ */
+asp_status asp_error_prefix(asp_error *err, asp_status code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* As asp_error_set, for an errno: maps it (DESIGN §3) and records it in sys_errno. */
 asp_status asp_error_errno(asp_error *err, int errnum, const char *path, const char *fmt, ...)

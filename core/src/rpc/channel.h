@@ -124,6 +124,13 @@ asp_status asp_fd_channel_new(int rfd, int wfd, unsigned flags, asp_channel **ou
                               asp_error *err);
 
 /*
+ * A send through a non-blocking write fd (ASP_FDCH_PRIVATE_WFD) that can write nothing
+ * for `ms` fails with transport_error (0: waits for ever, the default): a transfer's
+ * deadline is its progress. Call before the first send.
+ */
+void asp_fd_channel_set_stall(asp_channel *ch, unsigned ms);
+
+/*
  * Has the reader also watch `fd` (needs ASP_FDCH_WAKEABLE) and call `fn` from the
  * reader's thread whenever it is readable; `fn` returns false once it is done with the
  * fd (EOF), which stops the watch. Call before the first recv. The stdio transport

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -30,6 +31,7 @@ typedef struct fd_channel {
 	bool wsock;        /* wfd is a socket: send(MSG_NOSIGNAL) */
 	bool mask_sigpipe; /* a pipe in a process where SIGPIPE would kill */
 	atomic_bool closed;
+	int stall_ms; /* a send with no progress for this long fails (-1: waits for ever) */
 	int watch_fd;
 	bool (*watch_fn)(void *ctx, int fd);
 	void *watch_ctx;
@@ -188,7 +190,10 @@ static asp_status fd_recv(asp_channel *ch, size_t max, uint8_t **msg, size_t *le
 	return ASP_OK;
 }
 
-/* Waits until wfd is writable again or the channel closes. 0, or -1 when closed. */
+/*
+ * Waits until wfd is writable again or the channel closes. 0, -1 when closed, -2 when
+ * nothing could be written for stall_ms (the peer stopped reading).
+ */
 static int wait_writable(fd_channel *c)
 {
 	for (;;) {
@@ -196,8 +201,11 @@ static int wait_writable(fd_channel *c)
 			{.fd = c->wfd, .events = POLLOUT},
 			{.fd = c->wakefd, .events = POLLIN},
 		};
-		if (poll(p, c->wakefd >= 0 ? 2 : 1, -1) < 0 && errno != EINTR)
+		int n = poll(p, c->wakefd >= 0 ? 2 : 1, c->stall_ms);
+		if (n < 0 && errno != EINTR)
 			return -1;
+		if (n == 0)
+			return -2;
 		if (atomic_load_explicit(&c->closed, memory_order_acquire) ||
 		    (c->wakefd >= 0 && p[1].revents))
 			return -1;
@@ -249,8 +257,16 @@ static asp_status fd_sendv(asp_channel *ch, const struct iovec *in, int iovcnt, 
 		int e = errno;
 		if (e == EINTR)
 			continue;
-		if (e == EAGAIN && wait_writable(c) == 0)
+		int w = e == EAGAIN ? wait_writable(c) : -1;
+		if (w == 0)
 			continue;
+		if (w == -2) {
+			st = asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
+			                   "the responder read nothing of a request for %d ms "
+			                   "(call_timeout_ms): it is stopped or wedged",
+			                   c->stall_ms);
+			break;
+		}
 		/*
 		 * Swallow the SIGPIPE our write raised before anything else: the reader may
 		 * have closed the channel meanwhile (it saw the same peer die), and a SIGPIPE
@@ -353,6 +369,7 @@ asp_status asp_fd_channel_new(int rfd, int wfd, unsigned flags, asp_channel **ou
 	c->flags = flags;
 	c->buf = buf;
 	c->watch_fd = -1;
+	c->stall_ms = -1;
 	c->wakefd = -1;
 	atomic_init(&c->closed, false);
 	if (flags & ASP_FDCH_WAKEABLE) {
@@ -373,6 +390,11 @@ asp_status asp_fd_channel_new(int rfd, int wfd, unsigned flags, asp_channel **ou
 	}
 	*out = &c->base;
 	return ASP_OK;
+}
+
+void asp_fd_channel_set_stall(asp_channel *ch, unsigned ms)
+{
+	((fd_channel *)ch)->stall_ms = ms && ms <= INT_MAX ? (int)ms : -1;
 }
 
 void asp_fd_channel_watch(asp_channel *ch, int fd, bool (*fn)(void *ctx, int fd), void *ctx)

@@ -21,6 +21,9 @@
 #define SLOT_FIRST 64
 /* A peer may announce a larger max_message; beyond this we do not follow it. */
 #define MAX_MESSAGE_CAP (1u << 30)
+/* What a call that timed out leaves in its slot until its late answer comes (see deliver). */
+static char abandoned_mark;
+#define ABANDONED ((waiter *)(void *)&abandoned_mark)
 
 /* One call waiting for its response; lives on the caller's stack. */
 typedef struct waiter {
@@ -49,8 +52,14 @@ struct asp_rpc {
 	uint32_t *free_idx;
 	size_t nfree, cap, slot_waiters;
 
+	bool suspect;    /* a call missed its deadline and no answer came since (docs/faults.md) */
+	size_t decoding; /* bytes of msgpack objects being decoded (decode_budget_take) */
+	pthread_cond_t decode_cv;
+
 	pthread_mutex_t send_mu; /* held while one frame is written */
 	atomic_size_t max_send, max_recv;
+	atomic_uint call_timeout_ms;
+	pthread_condattr_t mono; /* waiters' condition variables time out on CLOCK_MONOTONIC */
 
 	asp_rpc_notify_fn notify;
 	void *notify_ctx;
@@ -145,18 +154,20 @@ static void rpc_die(asp_rpc *rpc, const asp_error *why)
 
 	asp_error e = *why;
 	asp_channel_close(rpc->ch);
+	/* A protocol error is the message every pending call reports, as it is. */
+	bool protocol = e.code == ASP_E_PROTOCOL_ERROR;
 	if (!closing)
 		asp_channel_explain(rpc->ch, &e); /* may wait briefly, outside the lock */
-	e.code = ASP_E_TRANSPORT_ERROR;
+	e.code = protocol ? ASP_E_PROTOCOL_ERROR : ASP_E_TRANSPORT_ERROR;
 
 	pthread_mutex_lock(&rpc->mu);
 	rpc->death = e;
 	atomic_store(&rpc->state, DEAD);
 	for (size_t i = 0; i < rpc->cap; i++) {
 		waiter *w = rpc->slots[i];
-		if (w && !w->done) {
+		if (w && w != ABANDONED && !w->done) {
 			w->done = true;
-			w->st = ASP_E_TRANSPORT_ERROR;
+			w->st = e.code;
 			pthread_cond_signal(&w->cv);
 		}
 	}
@@ -173,7 +184,7 @@ static asp_status dead_error(asp_rpc *rpc, asp_error *err)
 		pthread_cond_wait(&rpc->state_cv, &rpc->mu);
 	if (err)
 		*err = rpc->death;
-	return ASP_E_TRANSPORT_ERROR;
+	return rpc->death.code;
 }
 
 bool asp_rpc_alive(asp_rpc *rpc)
@@ -193,37 +204,27 @@ void asp_rpc_close(asp_rpc *rpc)
 
 /* ---- the reader ------------------------------------------------------------------- */
 
-/* The id of a response in the usual encoding, read without decoding the message. */
-static bool peek_response_id(const uint8_t *m, size_t len, uint32_t *id)
-{
-	if (len < 4 || m[0] != 0x94 || m[1] != ASP_MSG_RESPONSE)
-		return false;
-	uint8_t t = m[2];
-	if (t <= 0x7f) {
-		*id = t;
-	} else if (t == 0xcc && len >= 5) {
-		*id = m[3];
-	} else if (t == 0xcd && len >= 6) {
-		*id = (uint32_t)m[3] << 8 | m[4];
-	} else if (t == 0xce && len >= 8) {
-		*id = (uint32_t)m[3] << 24 | (uint32_t)m[4] << 16 | (uint32_t)m[5] << 8 | m[6];
-	} else {
-		return false;
-	}
-	return true;
-}
-
-/* Hands the frame to the caller waiting for `id`; an answer nobody waits for is dropped. */
-static void deliver(asp_rpc *rpc, uint32_t id, uint8_t *m, size_t len)
+/*
+ * Hands the frame to the caller waiting for `id`. A late answer to a call that timed out
+ * is dropped; false when no call of this connection has that id (DESIGN §5: the
+ * responder is confused, or not ours), with the frame freed and `err` set.
+ */
+static bool deliver(asp_rpc *rpc, uint32_t id, uint8_t *m, size_t len, asp_error *err)
 {
 	uint32_t idx = id & (SLOT_MAX - 1);
+	bool ok = true;
 	pthread_mutex_lock(&rpc->mu);
 	waiter *w = idx < rpc->cap ? rpc->slots[idx] : NULL;
-	if (w && rpc->gens[idx] == (uint16_t)(id >> SLOT_BITS) && !w->done) {
+	if (!w || rpc->gens[idx] != (uint16_t)(id >> SLOT_BITS) || (w != ABANDONED && w->done)) {
+		ok = false;
+	} else if (w == ABANDONED) {
+		slot_release(rpc, id);
+	} else {
 		w->frame = m;
 		w->len = len;
 		w->st = ASP_OK;
 		w->done = true;
+		rpc->suspect = false; /* the responder answers */
 		if (w->gate) { /* hold notifications back until the caller has its follower */
 			rpc->gates++;
 			w->gate_taken = true;
@@ -233,6 +234,12 @@ static void deliver(asp_rpc *rpc, uint32_t id, uint8_t *m, size_t len)
 	}
 	pthread_mutex_unlock(&rpc->mu);
 	free(m);
+	if (!ok)
+		asp_error_set(err, ASP_E_PROTOCOL_ERROR, NULL,
+		              "the responder answered request id %u, which no call is waiting for; "
+		              "closing the connection",
+		              id);
+	return ok;
 }
 
 static void notify(asp_rpc *rpc, const asp_msg *msg)
@@ -270,12 +277,11 @@ static bool handle_other(asp_rpc *rpc, uint8_t *m, size_t len, asp_error *err)
 	asp_status st = asp_wire_decode(m, len, &u, &msg, err);
 	bool ok = false;
 	if (st) {
-		asp_error_set(err, ASP_E_PROTOCOL_ERROR, NULL,
-		              "the responder sent an undecodable message (%s)", err->message);
+		asp_error_prefix(err, ASP_E_PROTOCOL_ERROR,
+		                 "the responder sent an undecodable message");
 	} else if (msg.type == ASP_MSG_RESPONSE) {
 		msgpack_unpacked_destroy(&u);
-		deliver(rpc, msg.id, m, len);
-		return true;
+		return deliver(rpc, msg.id, m, len, err);
 	} else if (msg.type == ASP_MSG_NOTIFY) {
 		notify(rpc, &msg);
 		ok = true;
@@ -306,9 +312,9 @@ static void *reader_main(void *arg)
 			break;
 		}
 		uint32_t id;
-		if (peek_response_id(m, len, &id))
-			deliver(rpc, id, m, len);
-		else if (!handle_other(rpc, m, len, &err))
+		if (asp_wire_peek_id(m, len, ASP_MSG_RESPONSE, &id)
+		        ? !deliver(rpc, id, m, len, &err)
+		        : !handle_other(rpc, m, len, &err))
 			break;
 	}
 	rpc_die(rpc, &err);
@@ -334,11 +340,15 @@ asp_status asp_rpc_new(asp_channel *ch, size_t max_message, asp_rpc **out, asp_e
 	rpc->notify_arena = na;
 	rpc->routes = routes;
 	pthread_cond_init(&rpc->gate_cv, NULL);
+	pthread_cond_init(&rpc->decode_cv, NULL);
 	if (!max_message)
 		max_message = ASP_MAX_MESSAGE_DEFAULT;
 	atomic_init(&rpc->max_send, max_message);
 	atomic_init(&rpc->max_recv, max_message);
 	atomic_init(&rpc->state, ALIVE);
+	atomic_init(&rpc->call_timeout_ms, ASP_CALL_TIMEOUT_DEFAULT);
+	pthread_condattr_init(&rpc->mono);
+	pthread_condattr_setclock(&rpc->mono, CLOCK_MONOTONIC);
 	pthread_mutex_init(&rpc->mu, NULL);
 	pthread_mutex_init(&rpc->send_mu, NULL);
 	pthread_cond_init(&rpc->state_cv, NULL);
@@ -354,6 +364,8 @@ asp_status asp_rpc_new(asp_channel *ch, size_t max_message, asp_rpc **out, asp_e
 		pthread_mutex_destroy(&rpc->send_mu);
 		pthread_cond_destroy(&rpc->state_cv);
 		pthread_cond_destroy(&rpc->gate_cv);
+		pthread_cond_destroy(&rpc->decode_cv);
+		pthread_condattr_destroy(&rpc->mono);
 		asp_arena_free(na);
 		asp_proc_routes_free(routes);
 		asp_channel_free(ch);
@@ -362,6 +374,12 @@ asp_status asp_rpc_new(asp_channel *ch, size_t max_message, asp_rpc **out, asp_e
 	}
 	*out = rpc;
 	return ASP_OK;
+}
+
+void asp_rpc_set_call_timeout(asp_rpc *rpc, unsigned ms)
+{
+	atomic_store_explicit(&rpc->call_timeout_ms, ms ? ms : ASP_CALL_TIMEOUT_DEFAULT,
+	                      memory_order_relaxed);
 }
 
 void asp_rpc_set_notify(asp_rpc *rpc, asp_rpc_notify_fn fn, void *ctx)
@@ -381,6 +399,8 @@ void asp_rpc_free(asp_rpc *rpc)
 	pthread_mutex_destroy(&rpc->send_mu);
 	pthread_cond_destroy(&rpc->state_cv);
 	pthread_cond_destroy(&rpc->gate_cv);
+	pthread_cond_destroy(&rpc->decode_cv);
+	pthread_condattr_destroy(&rpc->mono);
 	asp_arena_free(rpc->notify_arena);
 	asp_proc_routes_free(rpc->routes);
 	free(rpc->slots);
@@ -409,6 +429,37 @@ static bool has_bins(const asp_record_desc *d)
 	return false;
 }
 
+/*
+ * The client's decoding budget (docs/faults.md): msgpack objects of answers decoded at
+ * once, at most DECODE_FACTOR * max_message bytes of them (one answer alone may take
+ * more). Answers with fewer than DECODE_MIN bytes of objects are not counted, so the
+ * usual call never takes the lock for it.
+ */
+#define DECODE_FACTOR 4
+#define DECODE_MIN    (64 * 1024)
+
+static void decode_budget_take(asp_rpc *rpc, size_t cost)
+{
+	if (cost < DECODE_MIN)
+		return;
+	size_t budget = DECODE_FACTOR * atomic_load_explicit(&rpc->max_recv, memory_order_relaxed);
+	pthread_mutex_lock(&rpc->mu);
+	while (rpc->decoding > 0 && rpc->decoding + cost > budget)
+		pthread_cond_wait(&rpc->decode_cv, &rpc->mu);
+	rpc->decoding += cost;
+	pthread_mutex_unlock(&rpc->mu);
+}
+
+static void decode_budget_give(asp_rpc *rpc, size_t cost)
+{
+	if (cost < DECODE_MIN)
+		return;
+	pthread_mutex_lock(&rpc->mu);
+	rpc->decoding -= cost;
+	pthread_cond_broadcast(&rpc->decode_cv);
+	pthread_mutex_unlock(&rpc->mu);
+}
+
 /* Decodes the response frame into `result`; the frame ends up owned by `a` or freed. */
 static asp_status finish(asp_rpc *rpc, asp_op_id op, uint8_t *frame, size_t len, void *result,
                          asp_arena *a, asp_error *err)
@@ -416,11 +467,18 @@ static asp_status finish(asp_rpc *rpc, asp_op_id op, uint8_t *frame, size_t len,
 	msgpack_unpacked u;
 	msgpack_unpacked_init(&u);
 	asp_msg msg;
-	asp_status st = asp_wire_decode(frame, len, &u, &msg, err);
+	size_t objects = 0;
+	asp_status st = asp_wire_check(frame, len, &objects, &msg, err);
+	size_t cost = objects * sizeof(msgpack_object);
+	if (st == ASP_OK) {
+		decode_budget_take(rpc, cost);
+		st = asp_wire_unpack(frame, len, &u, &msg, err);
+	}
 	if (st) {
-		asp_error_set(err, ASP_E_PROTOCOL_ERROR, NULL,
-		              "the responder's answer to %s is undecodable (%s)",
-		              asp_op_descs[op].name, err->message);
+		decode_budget_give(rpc, cost);
+		asp_error_prefix(err, ASP_E_PROTOCOL_ERROR,
+		                 "the responder's answer to %s is undecodable",
+		                 asp_op_descs[op].name);
 		msgpack_unpacked_destroy(&u);
 		free(frame);
 		rpc_die(rpc, err); /* a responder that sends garbage cannot be trusted further */
@@ -429,6 +487,7 @@ static asp_status finish(asp_rpc *rpc, asp_op_id op, uint8_t *frame, size_t len,
 	}
 	st = asp_wire_result_decode(op, &msg, result, a, err);
 	msgpack_unpacked_destroy(&u);
+	decode_budget_give(rpc, cost);
 	if (st == ASP_OK && has_bins(asp_op_descs[op].result)) {
 		if (asp_arena_adopt(a, frame) < 0) /* frees the frame */
 			return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
@@ -463,34 +522,69 @@ static asp_status send_buf(asp_channel *ch, const asp_buf *b, asp_error *err)
 	return st;
 }
 
-/* The waiter's condition variable; one on the monotonic clock when it must time out. */
-static void waiter_init(waiter *w, unsigned timeout_ms)
-{
-	if (!timeout_ms) {
-		pthread_cond_init(&w->cv, NULL);
-		return;
-	}
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&w->cv, &ca);
-	pthread_condattr_destroy(&ca);
-}
-
-/* Under mu. Waits for w; false when `deadline` (if set) passed first. */
+/* Under mu. Waits for w until `deadline` (CLOCK_MONOTONIC); false when it passed first. */
 static bool waiter_wait(asp_rpc *rpc, waiter *w, const struct timespec *deadline)
 {
-	while (!w->done) {
-		if (!deadline)
-			pthread_cond_wait(&w->cv, &rpc->mu);
-		else if (pthread_cond_timedwait(&w->cv, &rpc->mu, deadline) == ETIMEDOUT)
+	while (!w->done)
+		if (pthread_cond_timedwait(&w->cv, &rpc->mu, deadline) == ETIMEDOUT)
 			return w->done;
-	}
 	return true;
+}
+
+static struct timespec deadline_in(uint64_t ms)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t); /* vDSO: no syscall */
+	if (ms > (uint64_t)INT32_MAX * 1000)
+		ms = (uint64_t)INT32_MAX * 1000;
+	t.tv_sec += (time_t)(ms / 1000);
+	t.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (t.tv_nsec >= 1000000000) {
+		t.tv_sec++;
+		t.tv_nsec -= 1000000000;
+	}
+	return t;
+}
+
+/*
+ * The time limit `op` has of its own (exec's and proc_wait's timeout_ms), which its
+ * deadline adds to call_timeout_ms. *unbounded: it has none (timeout_ms 0), so it may
+ * legitimately wait for ever; it then waits call_timeout_ms at a time, probing.
+ */
+static uint64_t own_limit(asp_op_id op, const void *params, bool *unbounded)
+{
+	uint64_t t;
+	if (op == ASP_OP_EXEC)
+		t = ((const asp_exec_params *)params)->timeout_ms;
+	else if (op == ASP_OP_PROC_WAIT)
+		t = ((const asp_proc_wait_params *)params)->timeout_ms;
+	else
+		return *unbounded = false, 0;
+	*unbounded = t == 0;
+	return t;
 }
 
 static asp_status rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void *result,
                            asp_arena *a, unsigned timeout_ms, bool *gate, asp_error *err);
+
+/*
+ * A liveness probe, for a call with no limit of its own that has waited call_timeout_ms:
+ * ASP_E_TIMEOUT when the responder does not answer a hello within call_timeout_ms.
+ */
+static asp_status probe(asp_rpc *rpc)
+{
+	asp_arena *a = asp_arena_new();
+	if (!a)
+		return ASP_E_INTERNAL;
+	asp_hello_params hp;
+	asp_hello_params_init(&hp);
+	asp_hello_result hr;
+	asp_error e;
+	unsigned ms = atomic_load_explicit(&rpc->call_timeout_ms, memory_order_relaxed);
+	asp_status st = rpc_call(rpc, ASP_OP_HELLO, &hp, &hr, a, ms, NULL, &e);
+	asp_arena_free(a);
+	return st;
+}
 
 asp_status asp_rpc_invoke(void *self, asp_op_id op, const void *params, void *result,
                           asp_arena *a, asp_error *err)
@@ -505,6 +599,91 @@ asp_status asp_rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void *re
 }
 
 /*
+ * Waits for the answer to `id` (DESIGN §4, docs/faults.md). `timeout_ms` set: that
+ * deadline only. Else the deadline is call_timeout_ms plus the op's own limit; missing
+ * it fails the call with timeout and makes the connection suspect, and a second miss
+ * while suspect (no answer came in between) closes it. A call without a limit of its own
+ * probes the responder every call_timeout_ms instead and closes the connection when the
+ * probe is not answered. Returns the waiter's status (mu not held).
+ */
+static asp_status await(asp_rpc *rpc, const asp_op_desc *d, const void *params, waiter *w,
+                        uint32_t id, unsigned timeout_ms, asp_error *err)
+{
+	unsigned call_ms = atomic_load_explicit(&rpc->call_timeout_ms, memory_order_relaxed);
+	bool unbounded = false;
+	uint64_t own =
+	    timeout_ms ? 0 : own_limit((asp_op_id)(d - asp_op_descs), params, &unbounded);
+	uint64_t limit = timeout_ms ? timeout_ms : unbounded ? call_ms : own + call_ms;
+	struct timespec deadline = deadline_in(limit);
+	asp_error why;
+	bool timed_out = false, second = false, probe_failed = false;
+	pthread_mutex_lock(&rpc->mu);
+	for (;;) {
+		if (waiter_wait(rpc, w, &deadline))
+			break;
+		if (!unbounded) {
+			/* The slot stays taken, so a late answer is told from a stray id. */
+			rpc->slots[id & (SLOT_MAX - 1)] = ABANDONED;
+			timed_out = true;
+			second = !timeout_ms && rpc->suspect;
+			if (!timeout_ms)
+				rpc->suspect = true;
+			break;
+		}
+		pthread_mutex_unlock(&rpc->mu);
+		probe_failed = probe(rpc) == ASP_E_TIMEOUT;
+		pthread_mutex_lock(&rpc->mu);
+		if (probe_failed && !w->done) {
+			rpc->slots[id & (SLOT_MAX - 1)] = ABANDONED;
+			break;
+		}
+		probe_failed = false;
+		deadline = deadline_in(call_ms);
+	}
+	asp_status st = ASP_OK;
+	if (!timed_out && !probe_failed) {
+		slot_release(rpc, id);
+		st = w->st ? dead_error(rpc, err) : ASP_OK;
+		pthread_mutex_unlock(&rpc->mu);
+		return st;
+	}
+	pthread_mutex_unlock(&rpc->mu);
+	if (timed_out && !second) {
+		if (timeout_ms)
+			return asp_error_set(err, ASP_E_TIMEOUT, NULL, "%s: no answer within %u ms",
+			                     d->name, timeout_ms);
+		if (own)
+			return asp_error_set(
+			    err, ASP_E_TIMEOUT, NULL,
+			    "%s: no answer within %llu ms (its timeout_ms %llu + "
+			    "call_timeout_ms %u); the connection is suspect: one more "
+			    "missed deadline closes it",
+			    d->name, (unsigned long long)limit, (unsigned long long)own, call_ms);
+		return asp_error_set(err, ASP_E_TIMEOUT, NULL,
+		                     "%s: no answer within call_timeout_ms (%u ms); the connection "
+		                     "is suspect: one more missed deadline closes it",
+		                     d->name, call_ms);
+	}
+	if (second)
+		asp_error_set(&why, ASP_E_TRANSPORT_ERROR, NULL,
+		              "%s: no answer within %llu ms, the second missed deadline in a row: "
+		              "the responder is not answering, so the connection is closed (the "
+		              "next call reconnects)",
+		              d->name, (unsigned long long)limit);
+	else
+		asp_error_set(&why, ASP_E_TRANSPORT_ERROR, NULL,
+		              "%s: the responder did not answer a liveness probe (hello) within "
+		              "call_timeout_ms (%u ms), so the connection is closed (the next call "
+		              "reconnects)",
+		              d->name, call_ms);
+	rpc_die(rpc, &why);
+	pthread_mutex_lock(&rpc->mu);
+	st = dead_error(rpc, err);
+	pthread_mutex_unlock(&rpc->mu);
+	return st;
+}
+
+/*
  * `gate` non-NULL: the answer closes the notification gate (see deliver) and *gate says
  * whether it did; the caller then opens it with gate_open.
  */
@@ -516,17 +695,7 @@ static asp_status rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void 
 	const asp_op_desc *d = &asp_op_descs[op];
 	waiter w = {.done = false, .gate = gate != NULL};
 	asp_status st;
-	struct timespec deadline;
-	if (timeout_ms) {
-		clock_gettime(CLOCK_MONOTONIC, &deadline);
-		deadline.tv_sec += timeout_ms / 1000;
-		deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-		if (deadline.tv_nsec >= 1000000000) {
-			deadline.tv_sec++;
-			deadline.tv_nsec -= 1000000000;
-		}
-	}
-	waiter_init(&w, timeout_ms); /* before the slot publishes it to the reader */
+	pthread_cond_init(&w.cv, &rpc->mono); /* before the slot publishes it to the reader */
 
 	pthread_mutex_lock(&rpc->mu);
 	uint32_t id = 0;
@@ -535,7 +704,7 @@ static asp_status rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void 
 	} else {
 		id = slot_take(rpc, &w, &st);
 		if (st == ASP_E_TRANSPORT_ERROR)
-			dead_error(rpc, err);
+			st = dead_error(rpc, err);
 		else if (st)
 			asp_error_set(err, st, NULL, "out of memory");
 	}
@@ -567,17 +736,9 @@ static asp_status rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void 
 		asp_buf_free(&b);
 		if (st)
 			rpc_die(rpc, err); /* fails our waiter too, with the explained reason */
-		pthread_mutex_lock(&rpc->mu);
-		bool answered = waiter_wait(rpc, &w, timeout_ms ? &deadline : NULL);
-		slot_release(rpc, id); /* a late answer finds the slot free and is dropped */
-		if (!answered)
-			st = asp_error_set(err, ASP_E_TIMEOUT, NULL,
-			                   "%s: no answer within %u ms", d->name, timeout_ms);
-		else
-			st = w.st ? dead_error(rpc, err) : ASP_OK;
+		st = await(rpc, d, params, &w, id, timeout_ms, err);
 		if (gate)
 			*gate = w.gate_taken;
-		pthread_mutex_unlock(&rpc->mu);
 		pthread_cond_destroy(&w.cv);
 		if (st)
 			return st;

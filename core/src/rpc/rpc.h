@@ -28,15 +28,22 @@ typedef void (*asp_rpc_notify_fn)(void *ctx, asp_notice_id n, const void *params
 asp_status asp_rpc_new(asp_channel *ch, size_t max_message, asp_rpc **out, asp_error *err);
 
 /*
+ * The deadline of calls without a time limit of their own (DESIGN §4 call_timeout_ms;
+ * 0: ASP_CALL_TIMEOUT_DEFAULT). Set before the first call.
+ */
+void asp_rpc_set_call_timeout(asp_rpc *rpc, unsigned ms);
+
+/*
  * Routes notifications to `fn` instead of the followers of asp_rpc_subscribe (tests of
  * the engine). Set before the first call.
  */
 void asp_rpc_set_notify(asp_rpc *rpc, asp_rpc_notify_fn fn, void *ctx);
 
 /*
- * asp_rpc_invoke with a deadline: `timeout_ms` (0 = none) after sending, the call gives
- * up with ASP_E_TIMEOUT and a late answer is dropped; the connection stays usable. For
- * handshakes, where a wrong command might never answer.
+ * asp_rpc_invoke with a deadline of its own: `timeout_ms` (0: the usual deadline, as
+ * asp_rpc_invoke) after sending, the call gives up with ASP_E_TIMEOUT and a late answer
+ * is dropped; the connection stays usable and is not made suspect. For handshakes, where
+ * a wrong command might never answer.
  */
 asp_status asp_rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void *result,
                         asp_arena *a, unsigned timeout_ms, asp_error *err);

@@ -414,6 +414,13 @@ const CONFIG_SCHEMA =
   "      \"minimum\": 0,\n" +
   "      \"default\": 0\n" +
   "    },\n" +
+  "    \"call_timeout_ms\": {\n" +
+  "      \"description\": \"Deadline in milliseconds for every call that has no time limit of its own (stat, read, write, ...); exec, spawn, proc_wait and transfers extend it by their own timeout or progress. A call past it fails with timeout.\",\n" +
+  "      \"type\": \"integer\",\n" +
+  "      \"minimum\": 1,\n" +
+  "      \"maximum\": 2147483647,\n" +
+  "      \"default\": 60000\n" +
+  "    },\n" +
   "    \"ssh\": {\n" +
   "      \"description\": \"SSH transport: exec channels and SFTP against any sshd, or asp-agent over one channel (agent mode).\",\n" +
   "      \"type\": \"object\",\n" +

@@ -140,13 +140,15 @@ class ClientBase:
 
     # ---- opening ----
     @classmethod
-    def stdio(cls, argv, *, cwd=None, env=None, timeout_ms=0):
+    def stdio(cls, argv, *, cwd=None, env=None, timeout_ms=0, call_timeout_ms=60000):
         """A client speaking to ``argv`` (e.g. ``["asp-agent", "--stdio"]``, or
         ``["docker", "exec", "-i", "box", "asp-agent", "--stdio"]``) over its
         stdin/stdout. ``cwd``, ``env`` and ``timeout_ms`` are defaults applied to every
-        call as a config's are."""
+        call as a config's are; ``call_timeout_ms`` is the deadline of calls without a
+        time limit of their own (docs/faults.md)."""
         self = cls.__new__(cls)
-        t = _transport.StdioTransport(argv, cls._spec.MAX_MESSAGE, self._on_notify)
+        t = _transport.StdioTransport(argv, cls._spec.MAX_MESSAGE, self._on_notify,
+                                      call_timeout_ms=call_timeout_ms)
         ClientBase.__init__(self, t, cwd, env, timeout_ms)
         t.connection()  # start it now, so a bad argv fails here
         return self
@@ -166,7 +168,7 @@ class ClientBase:
         cfg = _config.load(path, cls._spec.CONFIG_SCHEMA)
         if cfg.transport == "stdio":
             c = cls.stdio(cfg.stdio_command, cwd=cfg.cwd, env=cfg.env,
-                          timeout_ms=cfg.timeout_ms)
+                          timeout_ms=cfg.timeout_ms, call_timeout_ms=cfg.call_timeout_ms)
         elif cfg.transport == "http":
             token = _config.secret(cfg.http_token_env, cfg.http_token_file)
             c = cls.http(cfg.http_url, token, ca_file=cfg.http_ca_file, cwd=cfg.cwd,

@@ -261,7 +261,8 @@ def _walk(node, dotted, schema):
 # How each leaf property of the schema lands in the view.
 _FIELDS = (
     ("version", "skip"), ("transport", "transport"), ("cwd", "string"), ("env", "env"),
-    ("timeout_ms", "u64"), ("ssh.host", "string"), ("ssh.port", "uint"),
+    ("timeout_ms", "u64"), ("call_timeout_ms", "uint"), ("ssh.host", "string"),
+    ("ssh.port", "uint"),
     ("ssh.user", "string"), ("ssh.identity_file", "local_path"),
     ("ssh.identity_env", "string"),
     ("ssh.password_env", "string"), ("ssh.known_hosts", "local_path"),
@@ -739,6 +740,7 @@ class Config:
         self.cwd = None
         self.env = {}
         self.timeout_ms = 0
+        self.call_timeout_ms = 60000
         self.ssh = {}
         self.stdio_command = None
         self.http_url = None
@@ -751,6 +753,7 @@ class Config:
         return {
             "path": self.path, "transport": self.transport, "cwd": self.cwd,
             "env": [[k, x] for k, x in self.env.items()], "timeout_ms": self.timeout_ms,
+            "call_timeout_ms": self.call_timeout_ms,
             "ssh": dict(self.ssh), "stdio": {"command": self.stdio_command},
             "http": {"url": self.http_url, "token_env": self.http_token_env,
                      "token_file": self.http_token_file, "ca_file": self.http_ca_file,

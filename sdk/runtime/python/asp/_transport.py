@@ -34,6 +34,22 @@ class _Slot:
         self.on_result = on_result
 
 
+# Left in `pending` by a call that timed out, so its late answer is told from a stray id.
+_ABANDONED = object()
+# A write larger than this has a watchdog: a responder that reads nothing of it for
+# call_timeout_ms is killed (smaller ones fit in the pipe).
+_WATCHED_WRITE = 65536
+
+
+def _own_limit(method, params):
+    """The time limit a call has of its own (exec's and proc_wait's timeout_ms), added to
+    call_timeout_ms; None when it has none, so it may wait for ever (then it probes)."""
+    if method in ("exec", "proc_wait"):
+        t = params.get("timeout_ms") or 0
+        return t if t > 0 else None
+    return 0
+
+
 def _too_large(n, limit):
     return AspError("too_large", "request of %d bytes is larger than max_message (%d); "
                     "send the data in smaller pieces" % (n, limit))
@@ -58,6 +74,7 @@ class _StdioConn:
         self.subs = {}  # proc -> [Process]
         self.next_id = 1
         self.dead = None  # the AspError every later call gets
+        self.suspect = False  # a call missed its deadline and no answer came since
         self.dying = False  # set first; dead follows once the reason is known
         self.closing = False
         self.stderr_tail = collections.deque(maxlen=8)
@@ -89,14 +106,38 @@ class _StdioConn:
         with self.lock:
             self.pending.pop(id_, None)
 
+    def abandon(self, id_, suspect=True):
+        """The call gave up: its late answer will be dropped. Returns whether the
+        connection was suspect already, or None when the answer came meanwhile."""
+        with self.lock:
+            if id_ not in self.pending:
+                return None
+            self.pending[id_] = _ABANDONED
+            second = self.suspect
+            if suspect:
+                self.suspect = True
+            return second
+
     def send(self, data):
+        watchdog = None
+        if len(data) > _WATCHED_WRITE:
+            ms = self.t.call_timeout_ms
+            watchdog = threading.Timer(ms / 1000.0, lambda: self.die(AspError(
+                "transport_error", "the stdio responder read nothing of a request for %d ms "
+                "(call_timeout_ms): it is stopped or wedged" % ms), kill=True))
+            watchdog.daemon = True
         try:
             with self.wlock:
+                if watchdog is not None:
+                    watchdog.start()
                 self.proc.stdin.write(data)
                 self.proc.stdin.flush()
         except (OSError, ValueError) as e:
             self.die(AspError("transport_error", "cannot write to the stdio responder: %s" % (
                 getattr(e, "strerror", None) or e)), kill=True)
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
 
     def subscribe(self, proc, p):
         with self.lock:
@@ -156,8 +197,14 @@ class _StdioConn:
         if msg.type == _wire.RESPONSE:
             with self.lock:
                 slot = self.pending.pop(msg.id, None)
+                if slot is not None and slot is not _ABANDONED:
+                    self.suspect = False  # the responder answers
+            if slot is _ABANDONED:
+                return None  # a late answer to a call that timed out: drop it
             if slot is None:
-                return None  # an answer nobody waits for (the caller gave up): drop it
+                return AspError("protocol_error", "the stdio responder answered request id "
+                                "%d, which no call is waiting for; closing the connection" %
+                                msg.id)
             if slot.on_result is not None and msg.error is None:
                 try:
                     slot.on_result(msg.result, self)
@@ -228,6 +275,8 @@ class _StdioConn:
             pending, self.pending = self.pending, {}
             subs, self.subs = self.subs, {}
         for slot in pending.values():
+            if slot is _ABANDONED:
+                continue
             slot.error = err
             slot.event.set()
         for lst in subs.values():
@@ -275,13 +324,14 @@ class StdioTransport:
 
     carries_notifications = True
 
-    def __init__(self, argv, max_message, on_notify):
+    def __init__(self, argv, max_message, on_notify, call_timeout_ms=60000):
         if isinstance(argv, (str, bytes)) or not argv:
             raise AspError("invalid_argument", "stdio needs an argv list, such as "
                            "['asp-agent', '--stdio']")
         self.argv = [os.fsdecode(a) if isinstance(a, bytes) else str(a) for a in argv]
         self.max_message = max_message
         self.on_notify = on_notify
+        self.call_timeout_ms = call_timeout_ms or 60000
         self._lock = threading.Lock()
         self._conn = None
         self._closed = False
@@ -297,7 +347,9 @@ class StdioTransport:
             return c
 
     def call(self, method, params, on_result=None, before_send=None):
-        conn = self.connection()
+        return self._call_on(self.connection(), method, params, on_result, before_send, 0)
+
+    def _call_on(self, conn, method, params, on_result, before_send, _explicit_ms):
         slot = _Slot(on_result)
         id_ = conn.add(slot)
         data = _wire.request(id_, method, params)
@@ -311,10 +363,54 @@ class StdioTransport:
                 conn.forget(id_)
                 raise
         conn.send(_wire.frame(data))
-        slot.event.wait()
+        self._await(conn, slot, id_, method, params, _explicit_ms)
         if slot.error is not None:
             raise _copy(slot.error)
         return slot.msg
+
+    def _await(self, conn, slot, id_, method, params, explicit_ms):
+        """Waits within the call's deadline (docs/faults.md): call_timeout_ms plus the
+        op's own limit; a miss is timeout and makes the connection suspect, a second miss
+        in a row kills it. A call with no limit of its own probes with hello instead."""
+        ms = self.call_timeout_ms
+        own = 0 if explicit_ms else _own_limit(method, params)
+        limit = explicit_ms or (ms if own is None else own + ms)
+        while not slot.event.wait(limit / 1000.0):
+            if explicit_ms:
+                if conn.abandon(id_, suspect=False) is None:
+                    break
+                raise AspError("timeout", "%s: no answer within %d ms" % (method, limit))
+            if own is None:
+                try:
+                    self._call_on(conn, "hello", {}, None, None, ms)
+                    limit = ms
+                    continue
+                except AspError as e:
+                    if e.code != "timeout":
+                        continue  # the connection died: the slot says how
+                if conn.abandon(id_, suspect=False) is None:
+                    break
+                conn.die(AspError("transport_error", "%s: the responder did not answer a "
+                                  "liveness probe (hello) within call_timeout_ms (%d ms), so "
+                                  "the connection is closed (the next call reconnects)" %
+                                  (method, ms)), kill=True)
+                raise _copy(conn.dead or conn._gone())
+            second = conn.abandon(id_)
+            if second is None:
+                break  # answered just now
+            if second:
+                conn.die(AspError("transport_error", "%s: no answer within %d ms, the second "
+                                  "missed deadline in a row: the responder is not answering, "
+                                  "so the connection is closed (the next call reconnects)" %
+                                  (method, limit)), kill=True)
+                raise _copy(conn.dead or conn._gone())
+            if own:
+                raise AspError("timeout", "%s: no answer within %d ms (its timeout_ms %d + "
+                               "call_timeout_ms %d); the connection is suspect: one more "
+                               "missed deadline closes it" % (method, limit, own, ms))
+            raise AspError("timeout", "%s: no answer within call_timeout_ms (%d ms); the "
+                           "connection is suspect: one more missed deadline closes it" %
+                           (method, ms))
 
     def close(self):
         with self._lock:

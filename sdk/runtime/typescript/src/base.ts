@@ -27,6 +27,8 @@ export interface ClientOptions {
   env?: Record<string, string>;
   /** Used when a call gives no timeout_ms (or 0). */
   timeout_ms?: number;
+  /** The deadline of calls without a time limit of their own (stdio; default 60000). */
+  call_timeout_ms?: number;
 }
 
 export interface HttpOptions extends ClientOptions {
@@ -177,8 +179,11 @@ export class ClientBase {
   /** A client speaking to `argv` (e.g. ["asp-agent", "--stdio"]) over its stdin/stdout. */
   static async stdio<T extends ClientBase>(this: Ctor<T> & typeof ClientBase, argv: string[], options?: ClientOptions): Promise<T> {
     let self: T | undefined;
-    const t = new StdioTransport(argv, this.spec.MAX_MESSAGE, (conn, method, params) =>
-      (self as ClientBase).onNotify(conn, method, params),
+    const t = new StdioTransport(
+      argv,
+      this.spec.MAX_MESSAGE,
+      (conn, method, params) => (self as ClientBase).onNotify(conn, method, params),
+      options?.call_timeout_ms,
     );
     self = new this(t, options);
     await t.connection(); // start it now, so a bad argv fails here
@@ -199,8 +204,11 @@ export class ClientBase {
     const options: HttpOptions = { cwd: cfg.cwd, env: Object.fromEntries(cfg.env), timeout_ms: cfg.timeout_ms };
     if (cfg.transport === "stdio") {
       let self: T | undefined;
-      const t = new StdioTransport(cfg.stdio.command as string[], this.spec.MAX_MESSAGE, (conn, method, params) =>
-        (self as ClientBase).onNotify(conn, method, params),
+      const t = new StdioTransport(
+        cfg.stdio.command as string[],
+        this.spec.MAX_MESSAGE,
+        (conn, method, params) => (self as ClientBase).onNotify(conn, method, params),
+        cfg.call_timeout_ms,
       );
       self = new this(t, options, cfg);
       await t.connection();

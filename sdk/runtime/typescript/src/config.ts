@@ -258,8 +258,8 @@ function walk(node: JsonValue | undefined, dotted: string, schema: boolean): Jso
 type Kind = "skip" | "transport" | "string" | "local_path" | "uint" | "u64" | "bool" | "hostkey" | "env" | "argv";
 const FIELDS: [string, Kind][] = [
   ["version", "skip"], ["transport", "transport"], ["cwd", "string"], ["env", "env"],
-  ["timeout_ms", "u64"], ["ssh.host", "string"], ["ssh.port", "uint"], ["ssh.user", "string"],
-  ["ssh.identity_file", "local_path"], ["ssh.identity_env", "string"],
+  ["timeout_ms", "u64"], ["call_timeout_ms", "uint"], ["ssh.host", "string"], ["ssh.port", "uint"],
+  ["ssh.user", "string"], ["ssh.identity_file", "local_path"], ["ssh.identity_env", "string"],
   ["ssh.password_env", "string"], ["ssh.known_hosts", "local_path"],
   ["ssh.host_key_sha256", "string"], ["ssh.host_key", "string"],
   ["ssh.strict_host_key_checking", "hostkey"], ["ssh.connect_timeout_ms", "uint"],
@@ -716,6 +716,8 @@ export interface Config {
   /** In file order. */
   env: [string, string][];
   timeout_ms: number;
+  /** Deadline of calls without a time limit of their own. */
+  call_timeout_ms: number;
   ssh: Record<string, string | number | boolean>;
   stdio: { command?: string[] };
   http: { url?: string; token_env?: string; token_file?: string; ca_file?: string; websocket: boolean };
@@ -827,7 +829,7 @@ export function parseConfig(data: Uint8Array, filename: string | undefined, sche
   }
   const v = new V(data, file, filePath);
   validate(v, schema, doc);
-  const cfg: Config = { transport: "stdio", env: [], timeout_ms: 0, ssh: {}, stdio: {}, http: { websocket: false } };
+  const cfg: Config = { transport: "stdio", env: [], timeout_ms: 0, call_timeout_ms: 60000, ssh: {}, stdio: {}, http: { websocket: false } };
   if (filename !== undefined) cfg.path = file;
   for (const [path, kind] of FIELDS) buildField(v, path, kind, schema, doc, cfg, base);
   return cfg;

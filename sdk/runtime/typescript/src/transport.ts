@@ -48,10 +48,22 @@ interface Pending {
   hooks?: Hooks;
 }
 
+/** The time limit a call has of its own (exec's and proc_wait's timeout_ms), added to
+ * call_timeout_ms; null when it has none, so it may wait for ever (then it probes). */
+function ownLimit(method: string, params: WireMap): number | null {
+  if (method !== "exec" && method !== "proc_wait") return 0;
+  const t = Number((params as Record<string, unknown>).timeout_ms ?? 0);
+  return t > 0 ? t : null;
+}
+
 /** One running responder process and the reader that serves it. */
 export class StdioConn {
   private readonly child: ChildProcess;
   private readonly pending = new Map<number, Pending>();
+  /** Ids of calls that timed out: their late answers are dropped, not stray. */
+  private readonly abandoned = new Set<number>();
+  /** A call missed its deadline and no answer came since (docs/faults.md). */
+  suspect = false;
   private readonly subs = new Map<number, Set<Subscriber>>();
   private nextId = 1;
   private chunks: Buffer[] = [];
@@ -112,6 +124,19 @@ export class StdioConn {
 
   forget(id: number): void {
     this.pending.delete(id);
+  }
+
+  /** The call gave up: false when it was answered meanwhile. */
+  abandon(id: number): boolean {
+    if (!this.pending.delete(id)) return false;
+    this.abandoned.add(id);
+    return true;
+  }
+
+  /** Why the connection died, once it has (for a call that was no longer pending). */
+  async deathOf(): Promise<AspError> {
+    while (!this.dead) await new Promise((r) => setTimeout(r, 10));
+    return copyError(this.dead);
   }
 
   send(data: Uint8Array): void {
@@ -181,8 +206,12 @@ export class StdioConn {
     }
     if (msg.type === RESPONSE) {
       const p = this.pending.get(msg.id as number);
-      if (!p) return null; // an answer nobody waits for: drop it
+      if (!p) {
+        if (this.abandoned.delete(msg.id as number)) return null; // late: the call gave up
+        return new AspError("protocol_error", `the stdio responder answered request id ${msg.id}, which no call is waiting for; closing the connection`);
+      }
       this.pending.delete(msg.id as number);
+      this.suspect = false; // the responder answers
       if (p.hooks?.onResult && !msg.error) {
         try {
           p.hooks.onResult(msg.result as WireMap, this);
@@ -278,6 +307,8 @@ export class StdioTransport implements Transport {
     argv: string[],
     public maxMessage: number,
     readonly onNotify: NotifyHandler,
+    /** The deadline of calls without a time limit of their own (docs/faults.md). */
+    readonly callTimeoutMs = 60000,
   ) {
     if (!Array.isArray(argv) || argv.length === 0 || !argv.every((a) => typeof a === "string"))
       throw new AspError("invalid_argument", "stdio needs an argv array, such as ['asp-agent', '--stdio']");
@@ -294,8 +325,32 @@ export class StdioTransport implements Transport {
   }
 
   async call(method: string, params: WireMap, hooks?: Hooks): Promise<Message> {
-    const conn = await this.connection();
-    return new Promise<Message>((resolve, reject) => {
+    return this.callOn(await this.connection(), method, params, hooks, 0);
+  }
+
+  /**
+   * One call on `conn` within its deadline: call_timeout_ms plus the op's own limit
+   * (`explicitMs` instead when set). A miss is timeout and makes the connection suspect;
+   * a second miss in a row kills it. A call with no limit of its own probes with hello
+   * every call_timeout_ms and kills the connection when the probe is not answered.
+   */
+  private callOn(conn: StdioConn, method: string, params: WireMap, hooks: Hooks | undefined, explicitMs: number): Promise<Message> {
+    const ms = this.callTimeoutMs || 60000;
+    const own = explicitMs ? 0 : ownLimit(method, params);
+    const limit = explicitMs || (own === null ? ms : own + ms);
+    return new Promise<Message>((outerResolve, outerReject) => {
+      let timer: NodeJS.Timeout | undefined;
+      let settled = false;
+      const resolve = (m: Message) => {
+        settled = true;
+        clearTimeout(timer);
+        outerResolve(m);
+      };
+      const reject = (e: unknown) => {
+        settled = true;
+        clearTimeout(timer);
+        outerReject(e);
+      };
       let id: number;
       try {
         id = conn.add({ resolve, reject, hooks });
@@ -303,6 +358,47 @@ export class StdioTransport implements Transport {
         reject(e);
         return;
       }
+      const fatal = (why: string) => {
+        if (!conn.abandon(id)) return;
+        conn.die(new AspError("transport_error", why), true);
+        void conn.deathOf().then(reject);
+      };
+      const expired = () => {
+        if (settled) return;
+        if (own === null && !explicitMs) {
+          this.callOn(conn, "hello", {}, undefined, ms).then(
+            () => arm(ms),
+            (e: AspError) => {
+              if (e.code !== "timeout") return arm(ms); // it answered, or died (then so do we)
+              fatal(`${method}: the responder did not answer a liveness probe (hello) within call_timeout_ms (${ms} ms), so the connection is closed (the next call reconnects)`);
+            },
+          );
+          return;
+        }
+        if (explicitMs) {
+          if (conn.abandon(id)) reject(new AspError("timeout", `${method}: no answer within ${limit} ms`));
+          return;
+        }
+        if (conn.suspect) {
+          fatal(`${method}: no answer within ${limit} ms, the second missed deadline in a row: the responder is not answering, so the connection is closed (the next call reconnects)`);
+          return;
+        }
+        if (!conn.abandon(id)) return;
+        conn.suspect = true;
+        reject(
+          new AspError(
+            "timeout",
+            own
+              ? `${method}: no answer within ${limit} ms (its timeout_ms ${own} + call_timeout_ms ${ms}); the connection is suspect: one more missed deadline closes it`
+              : `${method}: no answer within call_timeout_ms (${ms} ms); the connection is suspect: one more missed deadline closes it`,
+          ),
+        );
+      };
+      const arm = (after: number) => {
+        if (settled) return;
+        timer = setTimeout(expired, after);
+        timer.unref();
+      };
       const body = request(id, method, params);
       if (body.length > this.maxMessage) {
         conn.forget(id);
@@ -317,6 +413,7 @@ export class StdioTransport implements Transport {
         return;
       }
       conn.send(frame(body));
+      arm(limit);
     });
   }
 
