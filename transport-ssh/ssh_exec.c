@@ -155,16 +155,21 @@ static void put_stream(void *ctx, const uint8_t *p, size_t n)
 ssh_channel ssh_killer_start(sshc *c, long pid, long pgid, const char *sig, bool kill_later)
 {
 	char cmd[512];
-	char target[64];
-	if (pgid == pid)
-		snprintf(target, sizeof target, "-- -%ld", pgid);
-	else
-		snprintf(target, sizeof target, "%ld", pid); /* no group of its own: just it */
-	int n = snprintf(cmd, sizeof cmd, "kill -s %s %s 2>/dev/null", sig, target);
+	char now[96], later[96];
+	if (pgid == pid) {
+		/* where the wrapper made the group itself (setsid under Dropbear), a kill right
+		 * after its report may come before the group exists: then the pid alone */
+		snprintf(now, sizeof now, "-- -%ld 2>/dev/null || kill -s %s %ld", pgid, sig, pid);
+		snprintf(later, sizeof later, "-- -%ld", pgid);
+	} else {
+		snprintf(now, sizeof now, "%ld", pid); /* no group of its own: just it */
+		snprintf(later, sizeof later, "%ld", pid);
+	}
+	int n = snprintf(cmd, sizeof cmd, "kill -s %s %s 2>/dev/null", sig, now);
 	if (kill_later)
 		/* the KILL is scheduled in the sandbox, so it happens even if we disconnect */
 		snprintf(cmd + n, sizeof cmd - (size_t)n,
-		         "; (sleep 2; kill -s KILL %s) </dev/null >/dev/null 2>&1 &", target);
+		         "; (sleep 2; kill -s KILL %s) </dev/null >/dev/null 2>&1 &", later);
 	return ssh_killer_exec(c, cmd);
 }
 
@@ -244,7 +249,9 @@ static int build_command(const asp_exec_params *p, const char *nonce, sstr *cmd,
 	bool plain = true; /* every name is a shell variable name: the wrapper exports them */
 	const char *path = NULL;
 	for (size_t i = 0; i < ne; i++) {
-		plain = plain && ssh_is_shell_name(p->env.items[i].key);
+		/* the wrapper reads its own `s` after the export: that name goes through env(1) */
+		plain = plain && ssh_is_shell_name(p->env.items[i].key) &&
+		        strcmp(p->env.items[i].key, "s") != 0;
 		if (strcmp(p->env.items[i].key, "PATH") == 0)
 			path = p->env.items[i].value;
 	}
@@ -440,6 +447,7 @@ asp_status ssh_exec_run(sshc *c, const asp_exec_params *p, size_t budget, asp_ex
 	}
 	if (st != ASP_OK)
 		goto done;
+	c->execs++; /* (see sshc.fragile_open) */
 	ssh_exit_watch(x.ch, &x.cb, &x.xi);
 	st = sshc_channel_exec(c, x.ch, cmd.p, false, sshc_setup_deadline(c), err);
 	if (st != ASP_OK)
@@ -609,6 +617,7 @@ done:
 	if (x.ch) {
 		ssh_remove_channel_callbacks(x.ch, &x.cb);
 		sshc_channel_free(c, x.ch, SSHC_COMMAND);
+		c->execs--;
 	}
 	sshc_unlock(c);
 	free(buf);

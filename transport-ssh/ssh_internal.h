@@ -73,7 +73,21 @@ typedef struct sshc {
 	unsigned by_class[3]; /* channels open (or opening) per enum sshc_class */
 	unsigned opened;      /* channels the server confirmed (chans counts those opening too) */
 	unsigned peak;        /* the most it confirmed open at once: its MaxSessions is no lower */
+	/*
+	 * Dropbear before 2024.86 closes a session channel that is open but has no command
+	 * yet whenever one of the connection's processes exits, and aborts the whole
+	 * connection when the command then starts on it. With `fragile_open`, a channel is
+	 * opened only while no other is between its open and its command's start (`gate`)
+	 * and no exec runs (`execs`): an exec's process ends only once its channel is done.
+	 */
+	bool fragile_open;
+	bool gate_busy;   /* a channel is being opened, or open with its command not started */
+	ssh_channel gate; /* that channel once open (NULL while its open is in flight) */
+	unsigned execs;   /* exec channels (ssh_exec.c) open now */
 } sshc;
+
+/* Whether the server's banner names a Dropbear with the fragile channel open (above). */
+bool ssh_fragile_open_banner(const char *banner);
 
 /* ---- ssh_session.c: connect, host key, authentication ------------------------------- */
 
