@@ -15,6 +15,8 @@
 #define KILL_GRACE_NS (2000ull * SSH_NS_PER_MS) /* DESIGN: KILL 2 s after TERM */
 /* After the KILL, stop waiting for pipes held by processes that left the group. */
 #define GIVE_UP_NS (2000ull * SSH_NS_PER_MS)
+/* How long a command's end is awaited before its channel goes (ssh_exit_settle). */
+#define SETTLE_NS (2000ull * SSH_NS_PER_MS)
 /* A kill that found no free channel is tried again this much later. */
 #define KILL_RETRY_NS (200ull * SSH_NS_PER_MS)
 /* Login-shell noise tolerated before the wrapper's first line. */
@@ -61,6 +63,24 @@ void ssh_exit_watch(ssh_channel ch, struct ssh_channel_callbacks_struct *cb, ssh
 	cb->channel_exit_status_function = on_exit_status;
 	cb->channel_exit_signal_function = on_exit_signal;
 	ssh_set_channel_callbacks(ch, cb);
+}
+
+void ssh_exit_settle(sshc *c, ssh_channel ch, const ssh_exit_info *x)
+{
+	if (!c->fragile_open || !ch)
+		return;
+	char sink[4096];
+	for (uint64_t dl = ssh_now_ns() + SETTLE_NS;;) {
+		for (int e = 0; e < 2; e++) {
+			while (ssh_channel_read_nonblocking(ch, sink, sizeof sink, e) > 0)
+				;
+		}
+		if (x->has_status || x->has_signal || !ssh_channel_is_open(ch) ||
+		    ssh_channel_is_closed(ch))
+			return;
+		if (ssh_now_ns() >= dl || !sshc_wait(c, dl))
+			return;
+	}
 }
 
 static void stream_put(struct stream *s, const uint8_t *p, size_t n)
@@ -615,6 +635,7 @@ done:
 	ssh_killer_reap(c, &killer, true);
 	ssh_killer_reap(c, &killer2, true);
 	if (x.ch) {
+		ssh_exit_settle(c, x.ch, &x.xi);
 		ssh_remove_channel_callbacks(x.ch, &x.cb);
 		sshc_channel_free(c, x.ch, SSHC_COMMAND);
 		c->execs--;

@@ -195,7 +195,9 @@ typedef struct ssh_wrap {
  * The command line for sshd (run by the login shell): a fixed POSIX sh wrapper that
  * prints "\1ASP<nonce>" on stderr, checks cwd and the program, prints
  * "\1ASP<nonce> ok PID PGID" (or "... err CODE") on stdout, exports env and execs argv.
- * Every value travels as a single-quoted positional argument.
+ * Where the server gave the command no group of its own (Dropbear) it runs it through
+ * setsid and relays its output until every writer closed (ssh_quote.c). Every value
+ * travels as a single-quoted positional argument.
  */
 int ssh_wrap_build(const ssh_wrap *w, sstr *out);
 
@@ -248,6 +250,14 @@ typedef struct ssh_exit_info {
 /* Under the lock: records `ch`'s exit-status/exit-signal into `x` through `cb` (kept by
  * pointer: remove it with ssh_remove_channel_callbacks before freeing either). */
 void ssh_exit_watch(ssh_channel ch, struct ssh_channel_callbacks_struct *cb, ssh_exit_info *x);
+
+/*
+ * Under the lock, before freeing a command's channel: on a `fragile_open` connection,
+ * waits (at most 2 s, discarding output) until the server reported the command's end or
+ * closed the channel, so that its process does not exit later, while another channel is
+ * being opened. Elsewhere it returns at once.
+ */
+void ssh_exit_settle(sshc *c, ssh_channel ch, const ssh_exit_info *x);
 
 /*
  * Under the lock: runs `kill -s SIG` at the group (pgid == pid) or the process from a

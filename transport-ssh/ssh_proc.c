@@ -132,6 +132,7 @@ static void drop_channel(sshc *c, sproc *p)
 {
 	if (!p->ch)
 		return;
+	ssh_exit_settle(c, p->ch, &p->xi);
 	ssh_remove_channel_callbacks(p->ch, &p->cb);
 	sshc_channel_free(c, p->ch, SSHC_COMMAND);
 	p->ch = NULL;

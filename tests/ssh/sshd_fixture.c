@@ -333,6 +333,8 @@ static int launch_dropbear(sshd_fixture *fx)
 		dup2(null_out, 1);
 		if (log >= 0)
 			dup2(log, 2);
+		/* unlike sshd, Dropbear passes what it inherited on to every command */
+		close_range(3, ~0u, 0);
 		execve(DROPBEAR, (char *const *)argv, environ);
 		_exit(99);
 	}
