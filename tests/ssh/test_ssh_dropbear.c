@@ -30,7 +30,8 @@
 #include <time.h>
 #include <unistd.h>
 
-/* [0]: root logs in; [1]: a user made for the run */
+/* [0]: the user running the tests logs in (root in CI: the *_root tests); [1]: as root,
+ * a user made for the run (*_user), else the same user again */
 static sshd_fixture fxs[2];
 static char scratch[2][400]; /* a folder both the login user and we can write */
 
