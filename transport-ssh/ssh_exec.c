@@ -422,6 +422,7 @@ struct run {
 	struct stream out, errs;
 	char marker_out[40], marker_err[40];
 	long pid, pgid;
+	bool relayed; /* the wrapper stays as the channel's process (ssh_quote.c) */
 	bool tagged;
 	char tag_err[64];
 	size_t in_off;
@@ -532,7 +533,11 @@ asp_status ssh_exec_run(sshc *c, const asp_exec_params *p, size_t budget, asp_ex
 				                sizeof line, &got, put_stream, s);
 				if (got && which == 0) {
 					x.tagged = true;
-					if (sscanf(line, "ok %ld %ld", &x.pid, &x.pgid) != 2) {
+					char how[16] = "";
+					int k =
+					    sscanf(line, "ok %ld %ld %15s", &x.pid, &x.pgid, how);
+					x.relayed = strcmp(how, "relay") == 0;
+					if (k < 2) {
 						x.pid = x.pgid = 0;
 						snprintf(x.tag_err, sizeof x.tag_err, "%s",
 						         strncmp(line, "err ", 4) == 0 ? line + 4
@@ -552,7 +557,10 @@ asp_status ssh_exec_run(sshc *c, const asp_exec_params *p, size_t budget, asp_ex
 		if (!timed_out && now >= term_at) {
 			timed_out = true;
 			kill_at = now + KILL_GRACE_NS;
-			ssh_channel_request_send_signal(x.ch, "TERM"); /* honoured for non-root */
+			/* honoured by sshd for non-root; where the wrapper relays, the channel's
+			 * process is the wrapper, which ignores it (and would die of a KILL) */
+			if (!x.relayed)
+				ssh_channel_request_send_signal(x.ch, "TERM");
 		}
 		/* the group is known once the wrapper's line arrived (maybe after the timeout) */
 		/* (a kill that found no free channel is tried again a little later) */

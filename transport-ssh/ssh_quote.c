@@ -173,7 +173,8 @@ static const char wrapper_tail[] =
     "r=$( { { { (\n"
     "read -r p x </proc/self/stat\n"
     "if [ -n \"$s$q\" ]; then g=$p; fi\n"
-    "printf \"\\001ASP%s ok %s %s\\n\" \"$n\" \"$p\" \"$g\"\n"
+    /* "relay": the channel's process is this wrapper, not the command (no signal there) */
+    "printf \"\\001ASP%s ok %s %s relay\\n\" \"$n\" \"$p\" \"$g\"\n"
     /* (the client passes an env entry named s through env(1), so $s is still ours) */
     "if [ -n \"$s\" ]; then eval \"$t\"; exec \"$s\" \"$@\"; fi\n"
     /* perl runs before the env is exported: PERL5OPT and the like cannot reach it */

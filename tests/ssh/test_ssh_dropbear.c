@@ -236,10 +236,15 @@ static asp_status wait_proc(backend *b, uint64_t proc, uint64_t ms, asp_proc_wai
 	return b->ops->proc_wait(b->self, &p, r, a, err);
 }
 
-/* proc_signal reaches the spawned command's whole group, background children included. */
+/*
+ * proc_signal reaches the spawned command's whole group, background children included,
+ * and the connection survives a KILL (sent as the channel's signal request it killed the
+ * wrapper at once, while the kill's own channel was opening: Dropbear dropped the
+ * connection).
+ */
 static void signal_reaches_group(backend *b)
 {
-	static const char *const sigs[] = {"TERM", "HUP", "USR1"};
+	static const char *const sigs[] = {"TERM", "HUP", "USR1", "KILL"};
 	asp_arena *a = asp_arena_new();
 	asp_error err;
 	for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {

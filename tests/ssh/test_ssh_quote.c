@@ -277,7 +277,8 @@ static void check_not_leader(const char *path, bool own)
 	o.buf[o.len] = '\0';
 	o.err[o.elen] = '\0';
 	long rp = 0, rg = 0, cp = 0, cg = 0;
-	int n = sscanf(o.buf, "\001ASPg1 ok %ld %ld\n%ld %ld\n", &rp, &rg, &cp, &cg);
+	/* "relay": the wrapper, not the command, is the channel's process */
+	int n = sscanf(o.buf, "\001ASPg1 ok %ld %ld relay\n%ld %ld\n", &rp, &rg, &cp, &cg);
 	CU_ASSERT_EQUAL(n, 4);
 	CU_ASSERT_EQUAL(rp, cp); /* the reported pid is the command's */
 	CU_ASSERT_EQUAL(rg, cg); /* and so is the group */
