@@ -277,6 +277,7 @@ static void signal_reaches_group(backend *b)
 
 struct slow_call {
 	asp_client *c;
+	const char *cmd;
 	asp_status st;
 	long long ms;
 	asp_error err;
@@ -288,7 +289,7 @@ static void *slow_exec(void *v)
 	asp_arena *a = asp_arena_new();
 	asp_exec_params p;
 	asp_exec_params_init(&p);
-	p.command = "sleep 30";
+	p.command = s->cmd;
 	asp_exec_result r;
 	long long t0 = now_ms();
 	s->st = asp_exec(s->c, &p, &r, a, &s->err);
@@ -312,12 +313,16 @@ static void killed_connection(int who, const char *agent_path)
 	asp_exec_result r;
 	CU_ASSERT_EQUAL_FATAL(asp_exec(c, &p, &r, a, &err), ASP_OK);
 
-	struct slow_call s = {.c = c};
+	/* the command says when it runs: its pid in a file, then the long sleep */
+	char file[500], cmd[700];
+	snprintf(file, sizeof file, "%s/slow-%d-%s", scratch[who], who, agent_path ? "a" : "n");
+	unlink(file);
+	snprintf(cmd, sizeof cmd, "echo $$ >%s; exec sleep 30", file);
+	struct slow_call s = {.c = c, .cmd = cmd};
 	pthread_t th;
 	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, slow_exec, &s), 0);
-	/* the sleep is running once Dropbear forked its shell; give it a moment */
-	struct timespec ts = {0, 700 * 1000000};
-	nanosleep(&ts, NULL);
+	long pid = 0;
+	CU_ASSERT_EQUAL(read_pids(file, &pid, 1), 1);
 	long long t_kill = now_ms();
 	CU_ASSERT_TRUE(sshd_kill_sessions(&fxs[who]) > 0);
 	pthread_join(th, NULL);
