@@ -304,7 +304,11 @@ static asp_status slot_wait(sshc *c, enum sshc_class k, uint64_t deadline, asp_e
 			st = sshc_dead_error(c, "open a channel", err);
 			break;
 		}
-		if (c->chans < class_limit(c, k) && (!queued || c->slot_queue == &w))
+		/* (a kill never waits: it is what ends a running exec; the one sftp channel
+		 * waits for no exec, so file ops are not held up by a long command) */
+		bool gated = c->fragile_open && k != SSHC_URGENT &&
+		             (c->gate_busy || (k == SSHC_COMMAND && c->execs > 0));
+		if (c->chans < class_limit(c, k) && (!queued || c->slot_queue == &w) && !gated)
 			break;
 		if (ssh_now_ns() >= deadline) {
 			st = asp_error_set(err, ASP_E_TIMEOUT, NULL,
@@ -338,8 +342,15 @@ asp_status sshc_channel_open(sshc *c, enum sshc_class k, uint64_t slot_deadline,
 			                     c->target);
 		c->chans++;
 		c->by_class[k]++;
+		bool gate = c->fragile_open && k != SSHC_URGENT;
+		if (gate)
+			c->gate_busy = true; /* until its command started (sshc_channel_exec) */
 		bool late;
 		int rc = run_steps(c, ch, step_open, NULL, open_by, &late);
+		if (gate && rc == SSH_OK)
+			c->gate = ch;
+		else if (gate)
+			c->gate_busy = false;
 		if (rc == SSH_OK) {
 			c->opened++;
 			if (c->opened > c->peak)
@@ -401,11 +412,22 @@ asp_status sshc_channel_open(sshc *c, enum sshc_class k, uint64_t slot_deadline,
 	}
 }
 
+/* The command of the channel holding the gate started (or the channel went): let others. */
+static void gate_open(sshc *c, ssh_channel ch)
+{
+	if (c->gate != ch)
+		return;
+	c->gate = NULL;
+	c->gate_busy = false;
+	pthread_cond_broadcast(&c->cv);
+}
+
 asp_status sshc_channel_exec(sshc *c, ssh_channel ch, const char *cmd, bool subsystem,
                              uint64_t deadline, asp_error *err)
 {
 	bool late;
 	int rc = run_steps(c, ch, subsystem ? step_subsystem : step_exec, cmd, deadline, &late);
+	gate_open(c, ch);
 	if (rc == SSH_OK)
 		return ASP_OK;
 	if (late)
@@ -452,6 +474,7 @@ void sshc_channel_free(sshc *c, ssh_channel ch, enum sshc_class k)
 {
 	if (!ch)
 		return;
+	gate_open(c, ch);
 	/* ssh_channel_free sends the close without waiting; libssh drops it on the reply */
 	ssh_channel_free(ch);
 	if (c->chans > 0)

@@ -15,6 +15,8 @@
 #define KILL_GRACE_NS (2000ull * SSH_NS_PER_MS) /* DESIGN: KILL 2 s after TERM */
 /* After the KILL, stop waiting for pipes held by processes that left the group. */
 #define GIVE_UP_NS (2000ull * SSH_NS_PER_MS)
+/* How long a command's end is awaited before its channel goes (ssh_exit_settle). */
+#define SETTLE_NS (2000ull * SSH_NS_PER_MS)
 /* A kill that found no free channel is tried again this much later. */
 #define KILL_RETRY_NS (200ull * SSH_NS_PER_MS)
 /* Login-shell noise tolerated before the wrapper's first line. */
@@ -61,6 +63,24 @@ void ssh_exit_watch(ssh_channel ch, struct ssh_channel_callbacks_struct *cb, ssh
 	cb->channel_exit_status_function = on_exit_status;
 	cb->channel_exit_signal_function = on_exit_signal;
 	ssh_set_channel_callbacks(ch, cb);
+}
+
+void ssh_exit_settle(sshc *c, ssh_channel ch, const ssh_exit_info *x)
+{
+	if (!c->fragile_open || !ch)
+		return;
+	char sink[4096];
+	for (uint64_t dl = ssh_now_ns() + SETTLE_NS;;) {
+		for (int e = 0; e < 2; e++) {
+			while (ssh_channel_read_nonblocking(ch, sink, sizeof sink, e) > 0)
+				;
+		}
+		if (x->has_status || x->has_signal || !ssh_channel_is_open(ch) ||
+		    ssh_channel_is_closed(ch))
+			return;
+		if (ssh_now_ns() >= dl || !sshc_wait(c, dl))
+			return;
+	}
 }
 
 static void stream_put(struct stream *s, const uint8_t *p, size_t n)
@@ -155,16 +175,21 @@ static void put_stream(void *ctx, const uint8_t *p, size_t n)
 ssh_channel ssh_killer_start(sshc *c, long pid, long pgid, const char *sig, bool kill_later)
 {
 	char cmd[512];
-	char target[64];
-	if (pgid == pid)
-		snprintf(target, sizeof target, "-- -%ld", pgid);
-	else
-		snprintf(target, sizeof target, "%ld", pid); /* no group of its own: just it */
-	int n = snprintf(cmd, sizeof cmd, "kill -s %s %s 2>/dev/null", sig, target);
+	char now[96], later[96];
+	if (pgid == pid) {
+		/* where the wrapper made the group itself (setsid under Dropbear), a kill right
+		 * after its report may come before the group exists: then the pid alone */
+		snprintf(now, sizeof now, "-- -%ld 2>/dev/null || kill -s %s %ld", pgid, sig, pid);
+		snprintf(later, sizeof later, "-- -%ld", pgid);
+	} else {
+		snprintf(now, sizeof now, "%ld", pid); /* no group of its own: just it */
+		snprintf(later, sizeof later, "%ld", pid);
+	}
+	int n = snprintf(cmd, sizeof cmd, "kill -s %s %s 2>/dev/null", sig, now);
 	if (kill_later)
 		/* the KILL is scheduled in the sandbox, so it happens even if we disconnect */
 		snprintf(cmd + n, sizeof cmd - (size_t)n,
-		         "; (sleep 2; kill -s KILL %s) </dev/null >/dev/null 2>&1 &", target);
+		         "; (sleep 2; kill -s KILL %s) </dev/null >/dev/null 2>&1 &", later);
 	return ssh_killer_exec(c, cmd);
 }
 
@@ -244,7 +269,9 @@ static int build_command(const asp_exec_params *p, const char *nonce, sstr *cmd,
 	bool plain = true; /* every name is a shell variable name: the wrapper exports them */
 	const char *path = NULL;
 	for (size_t i = 0; i < ne; i++) {
-		plain = plain && ssh_is_shell_name(p->env.items[i].key);
+		/* the wrapper reads its own `s` after the export: that name goes through env(1) */
+		plain = plain && ssh_is_shell_name(p->env.items[i].key) &&
+		        strcmp(p->env.items[i].key, "s") != 0;
 		if (strcmp(p->env.items[i].key, "PATH") == 0)
 			path = p->env.items[i].value;
 	}
@@ -395,6 +422,7 @@ struct run {
 	struct stream out, errs;
 	char marker_out[40], marker_err[40];
 	long pid, pgid;
+	bool relayed; /* the wrapper stays as the channel's process (ssh_quote.c) */
 	bool tagged;
 	char tag_err[64];
 	size_t in_off;
@@ -440,6 +468,7 @@ asp_status ssh_exec_run(sshc *c, const asp_exec_params *p, size_t budget, asp_ex
 	}
 	if (st != ASP_OK)
 		goto done;
+	c->execs++; /* (see sshc.fragile_open) */
 	ssh_exit_watch(x.ch, &x.cb, &x.xi);
 	st = sshc_channel_exec(c, x.ch, cmd.p, false, sshc_setup_deadline(c), err);
 	if (st != ASP_OK)
@@ -504,7 +533,11 @@ asp_status ssh_exec_run(sshc *c, const asp_exec_params *p, size_t budget, asp_ex
 				                sizeof line, &got, put_stream, s);
 				if (got && which == 0) {
 					x.tagged = true;
-					if (sscanf(line, "ok %ld %ld", &x.pid, &x.pgid) != 2) {
+					char how[16] = "";
+					int k =
+					    sscanf(line, "ok %ld %ld %15s", &x.pid, &x.pgid, how);
+					x.relayed = strcmp(how, "relay") == 0;
+					if (k < 2) {
 						x.pid = x.pgid = 0;
 						snprintf(x.tag_err, sizeof x.tag_err, "%s",
 						         strncmp(line, "err ", 4) == 0 ? line + 4
@@ -524,7 +557,10 @@ asp_status ssh_exec_run(sshc *c, const asp_exec_params *p, size_t budget, asp_ex
 		if (!timed_out && now >= term_at) {
 			timed_out = true;
 			kill_at = now + KILL_GRACE_NS;
-			ssh_channel_request_send_signal(x.ch, "TERM"); /* honoured for non-root */
+			/* honoured by sshd for non-root; where the wrapper relays, the channel's
+			 * process is the wrapper, which ignores it (and would die of a KILL) */
+			if (!x.relayed)
+				ssh_channel_request_send_signal(x.ch, "TERM");
 		}
 		/* the group is known once the wrapper's line arrived (maybe after the timeout) */
 		/* (a kill that found no free channel is tried again a little later) */
@@ -607,8 +643,10 @@ done:
 	ssh_killer_reap(c, &killer, true);
 	ssh_killer_reap(c, &killer2, true);
 	if (x.ch) {
+		ssh_exit_settle(c, x.ch, &x.xi);
 		ssh_remove_channel_callbacks(x.ch, &x.cb);
 		sshc_channel_free(c, x.ch, SSHC_COMMAND);
+		c->execs--;
 	}
 	sshc_unlock(c);
 	free(buf);

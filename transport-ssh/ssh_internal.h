@@ -73,7 +73,21 @@ typedef struct sshc {
 	unsigned by_class[3]; /* channels open (or opening) per enum sshc_class */
 	unsigned opened;      /* channels the server confirmed (chans counts those opening too) */
 	unsigned peak;        /* the most it confirmed open at once: its MaxSessions is no lower */
+	/*
+	 * Dropbear before 2024.86 closes a session channel that is open but has no command
+	 * yet whenever one of the connection's processes exits, and aborts the whole
+	 * connection when the command then starts on it. With `fragile_open`, a channel is
+	 * opened only while no other is between its open and its command's start (`gate`)
+	 * and no exec runs (`execs`): an exec's process ends only once its channel is done.
+	 */
+	bool fragile_open;
+	bool gate_busy;   /* a channel is being opened, or open with its command not started */
+	ssh_channel gate; /* that channel once open (NULL while its open is in flight) */
+	unsigned execs;   /* exec channels (ssh_exec.c) open now */
 } sshc;
+
+/* Whether the server's banner names a Dropbear with the fragile channel open (above). */
+bool ssh_fragile_open_banner(const char *banner);
 
 /* ---- ssh_session.c: connect, host key, authentication ------------------------------- */
 
@@ -181,7 +195,9 @@ typedef struct ssh_wrap {
  * The command line for sshd (run by the login shell): a fixed POSIX sh wrapper that
  * prints "\1ASP<nonce>" on stderr, checks cwd and the program, prints
  * "\1ASP<nonce> ok PID PGID" (or "... err CODE") on stdout, exports env and execs argv.
- * Every value travels as a single-quoted positional argument.
+ * Where the server gave the command no group of its own (Dropbear) it runs it through
+ * setsid and relays its output until every writer closed (ssh_quote.c). Every value
+ * travels as a single-quoted positional argument.
  */
 int ssh_wrap_build(const ssh_wrap *w, sstr *out);
 
@@ -234,6 +250,14 @@ typedef struct ssh_exit_info {
 /* Under the lock: records `ch`'s exit-status/exit-signal into `x` through `cb` (kept by
  * pointer: remove it with ssh_remove_channel_callbacks before freeing either). */
 void ssh_exit_watch(ssh_channel ch, struct ssh_channel_callbacks_struct *cb, ssh_exit_info *x);
+
+/*
+ * Under the lock, before freeing a command's channel: on a `fragile_open` connection,
+ * waits (at most 2 s, discarding output) until the server reported the command's end or
+ * closed the channel, so that its process does not exit later, while another channel is
+ * being opened. Elsewhere it returns at once.
+ */
+void ssh_exit_settle(sshc *c, ssh_channel ch, const ssh_exit_info *x);
 
 /*
  * Under the lock: runs `kill -s SIG` at the group (pgid == pid) or the process from a

@@ -57,6 +57,7 @@ typedef struct sproc {
 	ssh_marker mk[2];
 	char marker[2][40];
 	long pid, pgid;
+	bool relayed; /* the wrapper stays as the channel's process (ssh_quote.c) */
 	pend pend[2];
 	uint64_t sent[2]; /* bytes of each stream delivered (or being delivered) */
 	bool eof[2];
@@ -132,6 +133,7 @@ static void drop_channel(sshc *c, sproc *p)
 {
 	if (!p->ch)
 		return;
+	ssh_exit_settle(c, p->ch, &p->xi);
 	ssh_remove_channel_callbacks(p->ch, &p->cb);
 	sshc_channel_free(c, p->ch, SSHC_COMMAND);
 	p->ch = NULL;
@@ -261,8 +263,9 @@ static bool run_timeout(ssh_procs *ps, sproc *p, uint64_t *wake)
 	if (!p->timed_out && now >= p->term_at) {
 		p->timed_out = true;
 		p->kill_at = now + KILL_GRACE_NS;
-		if (p->ch && ssh_channel_is_open(p->ch))
-			ssh_channel_request_send_signal(p->ch, "TERM"); /* honoured for non-root */
+		/* honoured for non-root; not where the wrapper relays (see proc_signal) */
+		if (p->ch && ssh_channel_is_open(p->ch) && !p->relayed)
+			ssh_channel_request_send_signal(p->ch, "TERM");
 		busy = true;
 	}
 	if (p->timed_out && !p->term_sent && now >= p->retry_at) {
@@ -596,8 +599,12 @@ static asp_status await_wrapper(ssh_procs *ps, sproc *p, const asp_exec_params *
 			                &got, put_pend, &p->pend[s]);
 			if (!got || s != 0)
 				continue;
-			if (sscanf(line, "ok %ld %ld", &p->pid, &p->pgid) == 2 && p->pid > 0)
+			char how[16] = "";
+			if (sscanf(line, "ok %ld %ld %15s", &p->pid, &p->pgid, how) >= 2 &&
+			    p->pid > 0) {
+				p->relayed = strcmp(how, "relay") == 0;
 				return ASP_OK;
+			}
 			return ssh_cmd_refused(
 			    "spawn", ep, strncmp(line, "err ", 4) == 0 ? line + 4 : "bad", err);
 		}
@@ -847,8 +854,9 @@ asp_status ssh_proc_signal(ssh_procs *ps, const asp_proc_signal_params *sp, asp_
 		return st;
 	}
 	p->users++;
-	/* sshd honours the channel's request for non-root logins while the leader lives... */
-	if (p->ch && ssh_channel_is_open(p->ch))
+	/* sshd honours the channel's request for non-root logins while the leader lives
+	 * (where the wrapper relays, the request would reach it, not the command)... */
+	if (p->ch && ssh_channel_is_open(p->ch) && !p->relayed)
 		ssh_channel_request_send_signal(p->ch, sig);
 	/* ...so the group gets it from a second channel too; we return once kill(1) ran */
 	ssh_channel k = ssh_killer_start(c, p->pid, p->pgid, sig, false);

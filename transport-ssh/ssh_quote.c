@@ -101,10 +101,20 @@ bool ssh_is_shell_name(const char *z)
  * The wrapper, run by /bin/sh with positional arguments
  *   $1 nonce  $2 cwd  $3 program to check  $4 "=" when $5 is the PATH to search
  *   $5 PATH   then "NAME=VALUE" words, then the argv to exec.
- * It only uses builtins. Its own variables are done with before the env is exported (so
- * an env entry cannot change them), and the export loop counts with a literal the
- * client fills in (the number of argv words), not a variable. sshd made the process a
- * session and group leader; the group id goes out first so a timeout can kill it all.
+ * It only uses builtins (but the fallback below). Its own variables are done with before
+ * the env is exported (so an env entry cannot change them), and the export loop counts
+ * with a literal the client fills in (the number of argv words), not a variable.
+ *
+ * OpenSSH made the process a session and group leader: the group id goes out first, so a
+ * timeout can kill it all, and the wrapper execs the argv. Dropbear runs the command in
+ * its connection's group and, once that process exits, closes the channel as soon as the
+ * pipes are empty (dropping what a background child writes later). There (not a group
+ * leader) the wrapper stays as the channel's process: the command gets a session of its
+ * own (setsid(1); else perl's setpgrp; else none, and only its pid is killed), its
+ * stdout and stderr go through a `cat` each, which end only when every writer closed its
+ * end, and the wrapper exits with the command's status once both have (re-raising the
+ * signal that killed it). It ignores the signals the server delivers to it, so that the
+ * group kill (from a second channel) is what ends the command.
  */
 static const char wrapper_head[] =
     "printf \"\\001ASP%s\\n\" \"$1\" >&2\n"
@@ -136,13 +146,55 @@ static const char wrapper_head[] =
     "esac\n"
     "fi\n"
     "if [ -n \"$e\" ]; then printf \"\\001ASP%s err %s\\n\" \"$1\" \"$e\"; exit 0; fi\n"
-    "g=$$\n"
+    "n=$1 g=$$\n"
     "if [ -r /proc/$$/stat ]; then read -r x x x x g x </proc/$$/stat; fi\n"
-    "printf \"\\001ASP%s ok %s %s\\n\" \"$1\" \"$$\" \"$g\"\n"
     "shift 5\n"
-    "while [ $# -gt ";
-static const char wrapper_tail[] = " ]; do export \"$1\"; shift; done\n"
-                                   "exec \"$@\"";
+    "t='while [ $# -gt ";
+static const char wrapper_tail[] =
+    " ]; do export \"$1\"; shift; done\n'\n"
+    "if [ \"$g\" = $$ ]; then\n"
+    "printf \"\\001ASP%s ok %s %s\\n\" \"$n\" $$ $$\n"
+    "eval \"$t\"\n"
+    "exec \"$@\"\n"
+    "fi\n"
+    "s= q=\n"
+    "IFS=:\n"
+    "set -f\n"
+    "for x in ${PATH-/usr/bin:/bin}; do\n"
+    "case $x in /*)\n"
+    "[ -n \"$s\" ] || ! [ -x \"$x/setsid\" ] || s=$x/setsid\n"
+    "[ -n \"$q\" ] || ! [ -x \"$x/perl\" ] || q=$x/perl;;\n"
+    "esac\n"
+    "done\n"
+    "set +f\n"
+    "unset IFS\n"
+    "trap : HUP INT QUIT TERM USR1 USR2 ALRM\n"
+    "exec 3>&1 4>&2\n"
+    "r=$( { { { (\n"
+    "read -r p x </proc/self/stat\n"
+    "if [ -n \"$s$q\" ]; then g=$p; fi\n"
+    /* "relay": the channel's process is this wrapper, not the command (no signal there) */
+    "printf \"\\001ASP%s ok %s %s relay\\n\" \"$n\" \"$p\" \"$g\"\n"
+    /* (the client passes an env entry named s through env(1), so $s is still ours) */
+    "if [ -n \"$s\" ]; then eval \"$t\"; exec \"$s\" \"$@\"; fi\n"
+    /* perl runs before the env is exported: PERL5OPT and the like cannot reach it */
+    "if [ -n \"$q\" ]; then exec \"$q\" -e 'setpgrp;exec@ARGV;exit 127' -- /bin/sh -c \"$t\"'\n"
+    "exec \"$@\"' sh \"$@\"; fi\n"
+    "eval \"$t\"\n"
+    "exec \"$@\"\n"
+    /* the subshell's own stderr is /dev/null: dash reports a job killed by a signal */
+    ") 2>&5 3>&- 4>&- 5>&- 6>&-; echo $? >&6; } 5>&2 2>/dev/null | cat >&3 3>&- 4>&- 6>&-; "
+    "} 2>&1 | cat >&4 3>&- 4>&- 6>&-; } 6>&1 )\n"
+    "case $r in ''|*[!0-9]*) r=255;; esac\n"
+    "if [ \"$r\" -gt 128 ] && x=$(kill -l $((r - 128)) 2>/dev/null); then\n"
+    "case $x in HUP|INT|QUIT|ILL|TRAP|ABRT|BUS|FPE|KILL|USR1|SEGV|USR2|PIPE|ALRM|TERM|XCPU|"
+    "XFSZ|VTALRM|PROF|SYS)\n"
+    "trap - HUP INT QUIT TERM USR1 USR2 ALRM\n"
+    "ulimit -c 0 2>/dev/null\n"
+    "kill -s \"$x\" $$;;\n"
+    "esac\n"
+    "fi\n"
+    "exit \"$r\"";
 
 int ssh_wrap_build(const ssh_wrap *w, sstr *out)
 {

@@ -343,6 +343,19 @@ lost:
 	                     ssh_get_error(c->s));
 }
 
+bool ssh_fragile_open_banner(const char *banner)
+{
+	/* "SSH-2.0-dropbear_2022.83": fixed in 2024.86 (an idle session channel was closed
+	 * on any child's exit); a Dropbear whose version we cannot read counts as old */
+	const char *d = banner ? strstr(banner, "dropbear") : NULL;
+	if (!d)
+		return false;
+	unsigned year = 0, rel = 0;
+	if (sscanf(d, "dropbear_%u.%u", &year, &rel) != 2)
+		return true;
+	return year < 2024 || (year == 2024 && rel < 86);
+}
+
 asp_status sshc_connect(sshc *c, const asp_config_view *cfg, asp_error *err)
 {
 	memset(c, 0, sizeof *c);
@@ -402,6 +415,7 @@ asp_status sshc_connect(sshc *c, const asp_config_view *cfg, asp_error *err)
 	}
 	c->fd = ssh_get_fd(c->s);
 	tune_socket(c->fd);
+	c->fragile_open = ssh_fragile_open_banner(ssh_get_serverbanner(c->s));
 	st = verify_host_key(c, err);
 	if (st == ASP_OK)
 		st = authenticate(c, err);

@@ -5,13 +5,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <grp.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <pwd.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -22,6 +25,8 @@ extern char **environ;
 
 #define SSHD          "/usr/sbin/sshd"
 #define SFTP_SERVER   "/usr/lib/openssh/sftp-server"
+#define DROPBEAR      "/usr/sbin/dropbear"
+#define DROPBEARKEY   "/usr/bin/dropbearkey"
 #define START_WAIT_MS 10000
 
 static long long now_ms(void)
@@ -135,6 +140,34 @@ static int keygen(sshd_fixture *fx, const char *path)
 	return 0;
 }
 
+/* A Dropbear host key, and its public half in PATH.pub as ssh-keygen writes it. */
+static int dropbear_keygen(sshd_fixture *fx, const char *path)
+{
+	unlink(path);
+	char pub[400], out[2048];
+	snprintf(pub, sizeof pub, "%s.pub", path);
+	const char *gen[] = {DROPBEARKEY, "-t", "ed25519", "-f", path, NULL};
+	const char *show[] = {DROPBEARKEY, "-y", "-f", path, NULL};
+	char *line = NULL;
+	if (sshd_run(gen, NULL, 0) == 0 && sshd_run(show, out, sizeof out) == 0)
+		line = strstr(out, "ssh-ed25519 ");
+	if (!line) {
+		snprintf(fx->why, sizeof fx->why,
+		         "dropbearkey failed for %s; run scripts/install-deps.sh (dropbear-bin)",
+		         path);
+		return -1;
+	}
+	line[strcspn(line, "\n")] = '\0';
+	char text[1100];
+	snprintf(text, sizeof text, "%s\n", line);
+	return write_file(pub, text, 0644);
+}
+
+static int host_keygen(sshd_fixture *fx)
+{
+	return fx->dropbear ? dropbear_keygen(fx, fx->host_key) : keygen(fx, fx->host_key);
+}
+
 /* known_hosts (the host key for [127.0.0.1]:port) and the fingerprint of the host key. */
 static int learn_host_key(sshd_fixture *fx)
 {
@@ -184,7 +217,140 @@ static const char noise_script[] =
     "esac\n"
     "unset BASH_ENV\n";
 
-static int launch(sshd_fixture *fx)
+static int wait_listening(sshd_fixture *fx, const char *name);
+
+/* The passwd and group files Dropbear sees (see dropbear_start), and the user's home. */
+static int dropbear_files(sshd_fixture *fx, char *passwd, char *group, size_t cap)
+{
+	snprintf(passwd, cap, "%s/passwd", fx->dir);
+	snprintf(group, cap, "%s/group", fx->dir);
+	uid_t uid = geteuid();
+	gid_t gid = getegid();
+	if (fx->non_root) {
+		for (uid = 42420; getpwuid(uid) || getgrgid((gid_t)uid); uid++)
+			;
+		gid = (gid_t)uid;
+	}
+	FILE *in = fopen("/etc/passwd", "r");
+	FILE *out = fopen(passwd, "w");
+	char line[2048];
+	bool ok = in && out;
+	while (ok && fgets(line, sizeof line, in)) {
+		char name[256];
+		size_t nl = strcspn(line, ":");
+		snprintf(name, sizeof name, "%.*s", (int)nl, line);
+		if (strcmp(name, fx->user) == 0)
+			continue; /* written below with the fixture's home */
+		ok = fputs(line, out) >= 0;
+	}
+	if (in)
+		fclose(in);
+	if (ok)
+		ok = fprintf(out, "%s:x:%u:%u:asp test:%s:/bin/bash\n", fx->user, (unsigned)uid,
+		             (unsigned)gid, fx->home) > 0;
+	if (out && fclose(out) != 0)
+		ok = false;
+	in = fopen("/etc/group", "r");
+	out = fopen(group, "w");
+	ok = ok && in && out;
+	while (ok && fgets(line, sizeof line, in))
+		ok = fputs(line, out) >= 0;
+	if (ok && fx->non_root)
+		ok = fprintf(out, "%s:x:%u:\n", fx->user, (unsigned)gid) > 0;
+	if (in)
+		fclose(in);
+	if (out && fclose(out) != 0)
+		ok = false;
+	/* the home: ~/.ssh/authorized_keys and a ~/.bashrc that prints noise */
+	char ssh_dir[400], ak[440], rc[440], key[1024] = "", pub[400];
+	snprintf(ssh_dir, sizeof ssh_dir, "%s/.ssh", fx->home);
+	snprintf(ak, sizeof ak, "%s/authorized_keys", ssh_dir);
+	snprintf(rc, sizeof rc, "%s/.bashrc", fx->home);
+	snprintf(pub, sizeof pub, "%s.pub", fx->client_key);
+	FILE *f = fopen(pub, "r");
+	if (f) {
+		if (!fgets(key, sizeof key, f))
+			key[0] = '\0';
+		fclose(f);
+	}
+	ok = ok && key[0] && (mkdir(fx->home, 0700) == 0 || errno == EEXIST) &&
+	     (mkdir(ssh_dir, 0700) == 0 || errno == EEXIST) && write_file(ak, key, 0600) == 0 &&
+	     write_file(rc, noise_script, 0644) == 0;
+	/* the user owns its home (Dropbear checks), and may pass through the folder */
+	ok = ok && chown(fx->home, uid, gid) == 0 && chown(ssh_dir, uid, gid) == 0 &&
+	     chown(ak, uid, gid) == 0 && chown(rc, uid, gid) == 0 && chmod(fx->dir, 0755) == 0;
+	if (!ok)
+		snprintf(fx->why, sizeof fx->why, "cannot write Dropbear's files in %s: %s",
+		         fx->dir, strerror(errno));
+	return ok ? 0 : -1;
+}
+
+static void write_id_map(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		ssize_t w = write(fd, text, strlen(text));
+		(void)w;
+		close(fd);
+	}
+}
+
+static int launch_dropbear(sshd_fixture *fx)
+{
+	char passwd[400], group[400], listen_on[64], pidfile[400];
+	if (dropbear_files(fx, passwd, group, sizeof passwd) < 0)
+		return -1;
+	snprintf(listen_on, sizeof listen_on, "127.0.0.1:%u", fx->port);
+	snprintf(pidfile, sizeof pidfile, "%s/dropbear.pid", fx->dir);
+	/* -F: stays in the foreground as our child; -E: logs to stderr (the log file);
+	 * -s: keys only */
+	const char *argv[] = {DROPBEAR, "-F",      "-E", "-s",    "-r", fx->host_key,
+	                      "-p",     listen_on, "-P", pidfile, NULL};
+	char uid_map[64], gid_map[64];
+	snprintf(uid_map, sizeof uid_map, "%u %u 1\n", (unsigned)geteuid(), (unsigned)geteuid());
+	snprintf(gid_map, sizeof gid_map, "%u %u 1\n", (unsigned)getegid(), (unsigned)getegid());
+	bool as_root = geteuid() == 0;
+	int log = open(fx->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	int null_in = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	int null_out = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		/* the child: only system calls from here to exec */
+		int flags = CLONE_NEWNS | (as_root ? 0 : CLONE_NEWUSER);
+		if (unshare(flags) < 0)
+			_exit(97);
+		if (!as_root) {
+			write_id_map("/proc/self/setgroups", "deny");
+			write_id_map("/proc/self/uid_map", uid_map);
+			write_id_map("/proc/self/gid_map", gid_map);
+		}
+		if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+		    mount(passwd, "/etc/passwd", NULL, MS_BIND, NULL) < 0 ||
+		    mount(group, "/etc/group", NULL, MS_BIND, NULL) < 0)
+			_exit(98);
+		dup2(null_in, 0);
+		dup2(null_out, 1);
+		if (log >= 0)
+			dup2(log, 2);
+		/* unlike sshd, Dropbear passes what it inherited on to every command */
+		close_range(3, ~0u, 0);
+		execve(DROPBEAR, (char *const *)argv, environ);
+		_exit(99);
+	}
+	if (log >= 0)
+		close(log);
+	close(null_in);
+	close(null_out);
+	if (pid < 0) {
+		snprintf(fx->why, sizeof fx->why, "fork: %s", strerror(errno));
+		return -1;
+	}
+	fx->pid = pid;
+	return wait_listening(fx, "dropbear (exit 97: no mount namespace, 98: mounts refused)");
+}
+
+static int launch_sshd(sshd_fixture *fx)
 {
 	char cfg[400], text[3072], pidfile[400], noise[400], setenv_line[600] = "";
 	snprintf(noise, sizeof noise, "%s/login_noise.sh", fx->dir);
@@ -237,6 +403,16 @@ static int launch(sshd_fixture *fx)
 		snprintf(fx->why, sizeof fx->why, "cannot run %s: %s", SSHD, strerror(rc));
 		return -1;
 	}
+	return wait_listening(fx, "sshd");
+}
+
+static int launch(sshd_fixture *fx)
+{
+	return fx->dropbear ? launch_dropbear(fx) : launch_sshd(fx);
+}
+
+static int wait_listening(sshd_fixture *fx, const char *name)
+{
 	for (long long end = now_ms() + START_WAIT_MS; now_ms() < end;) {
 		int status;
 		if (waitpid(fx->pid, &status, WNOHANG) == fx->pid) {
@@ -248,23 +424,39 @@ static int launch(sshd_fixture *fx)
 				logtext[n] = '\0';
 				fclose(f);
 			}
-			snprintf(fx->why, sizeof fx->why, "sshd exited at start: %s", logtext);
+			snprintf(fx->why, sizeof fx->why, "%s exited at start (status %d): %s",
+			         name, WIFEXITED(status) ? WEXITSTATUS(status) : -1, logtext);
 			return -1;
 		}
 		if (port_open(fx->port))
 			return 0;
 		usleep(20000);
 	}
-	snprintf(fx->why, sizeof fx->why, "sshd did not listen on 127.0.0.1:%u within %d ms",
+	snprintf(fx->why, sizeof fx->why, "%s did not listen on 127.0.0.1:%u within %d ms", name,
 	         fx->port, START_WAIT_MS);
 	return -1;
 }
 
-static int start(sshd_fixture *fx, bool real_login, unsigned max_sessions)
+static int start(sshd_fixture *fx, bool real_login, unsigned max_sessions, bool dropbear,
+                 bool non_root)
 {
 	memset(fx, 0, sizeof *fx);
 	fx->real_login = real_login;
 	fx->max_sessions = max_sessions;
+	fx->dropbear = dropbear;
+	fx->non_root = non_root;
+	if (dropbear && (access(DROPBEAR, X_OK) != 0 || access(DROPBEARKEY, X_OK) != 0)) {
+		snprintf(fx->why, sizeof fx->why,
+		         "%s or %s is missing: run scripts/install-deps.sh (package dropbear-bin)",
+		         DROPBEAR, DROPBEARKEY);
+		return -1;
+	}
+	if (non_root && geteuid() != 0) {
+		snprintf(fx->why, sizeof fx->why,
+		         "a Dropbear login as a user made for the run needs root; the tests "
+		         "already run as a non-root user, use that one");
+		return -1;
+	}
 	if (access(SSHD, X_OK) != 0 || access(SFTP_SERVER, X_OK) != 0) {
 		snprintf(fx->why, sizeof fx->why,
 		         "%s or %s is missing: the SSH tests need a real OpenSSH server; run "
@@ -276,19 +468,24 @@ static int start(sshd_fixture *fx, bool real_login, unsigned max_sessions)
 	if (geteuid() == 0)
 		(void)mkdir("/run/sshd", 0755);
 	struct passwd *pw = getpwuid(geteuid());
-	snprintf(fx->user, sizeof fx->user, "%s", pw ? pw->pw_name : "root");
-	snprintf(fx->dir, sizeof fx->dir, "/tmp/asp-sshd-XXXXXX");
+	snprintf(fx->user, sizeof fx->user, "%s",
+	         non_root ? "asp-test"
+	         : pw     ? pw->pw_name
+	                  : "root");
+	snprintf(fx->dir, sizeof fx->dir,
+	         dropbear ? "/tmp/asp-dropbear-XXXXXX" : "/tmp/asp-sshd-XXXXXX");
 	if (!mkdtemp(fx->dir)) {
 		snprintf(fx->why, sizeof fx->why, "mkdtemp: %s", strerror(errno));
 		return -1;
 	}
+	snprintf(fx->home, sizeof fx->home, "%s/home", fx->dir);
 	snprintf(fx->host_key, sizeof fx->host_key, "%s/host_ed25519", fx->dir);
 	snprintf(fx->client_key, sizeof fx->client_key, "%s/client_ed25519", fx->dir);
 	snprintf(fx->known_hosts, sizeof fx->known_hosts, "%s/known_hosts", fx->dir);
 	snprintf(fx->empty_known_hosts, sizeof fx->empty_known_hosts, "%s/known_hosts_empty",
 	         fx->dir);
 	snprintf(fx->log, sizeof fx->log, "%s/sshd.log", fx->dir);
-	if (keygen(fx, fx->host_key) < 0 || keygen(fx, fx->client_key) < 0)
+	if (host_keygen(fx) < 0 || keygen(fx, fx->client_key) < 0)
 		return -1;
 	char pub[400], key[1024] = "", ak[400];
 	snprintf(pub, sizeof pub, "%s.pub", fx->client_key);
@@ -315,17 +512,23 @@ static int start(sshd_fixture *fx, bool real_login, unsigned max_sessions)
 
 int sshd_start(sshd_fixture *fx)
 {
-	return start(fx, false, 64);
+	return start(fx, false, 64, false, false);
+}
+
+int dropbear_start(sshd_fixture *fx, bool non_root)
+{
+	/* Dropbear's MAX_CHANNELS: 100 per connection */
+	return start(fx, false, 100, true, non_root);
 }
 
 int sshd_start_real_login(sshd_fixture *fx)
 {
-	return start(fx, true, 64);
+	return start(fx, true, 64, false, false);
 }
 
 int sshd_start_max_sessions(sshd_fixture *fx, unsigned max_sessions)
 {
-	return start(fx, false, max_sessions);
+	return start(fx, false, max_sessions, false, false);
 }
 
 static void stop_process(sshd_fixture *fx)
@@ -376,7 +579,7 @@ int sshd_rekey(sshd_fixture *fx)
 	char saved[sizeof fx->known_hosts + 8];
 	snprintf(saved, sizeof saved, "%s.old", fx->known_hosts);
 	rename(fx->known_hosts, saved);
-	if (keygen(fx, fx->host_key) < 0 || learn_host_key(fx) < 0)
+	if (host_keygen(fx) < 0 || learn_host_key(fx) < 0)
 		return -1;
 	rename(saved, fx->known_hosts); /* known_hosts keeps the old key */
 	return launch(fx);

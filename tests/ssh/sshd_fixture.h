@@ -1,8 +1,9 @@
 /*
- * A real OpenSSH server for the SSH tests: Debian's /usr/sbin/sshd on 127.0.0.1 and a
- * free port, with its own host key, config, authorized_keys and pid file in a temp
- * folder, run as the current user. No skipping: without sshd the fixture fails with
- * what to install.
+ * A real SSH server for the SSH tests on 127.0.0.1 and a free port, with its own host
+ * key, authorized_keys and pid file in a temp folder: Debian's OpenSSH /usr/sbin/sshd
+ * (its own config), or Debian's Dropbear /usr/sbin/dropbear (the second server small
+ * sandbox images run). No skipping: without the server the fixture fails with what to
+ * install.
  */
 #ifndef ASP_TEST_SSHD_FIXTURE_H
 #define ASP_TEST_SSHD_FIXTURE_H
@@ -25,6 +26,9 @@ typedef struct sshd_fixture {
 	char why[1024];        /* what failed */
 	bool real_login;       /* the login shell reads the user's startup files */
 	unsigned max_sessions; /* sshd's MaxSessions: channels per connection */
+	bool dropbear;         /* the server is Dropbear, not OpenSSH */
+	bool non_root;         /* Dropbear: logs in as a user made for the run, not root */
+	char home[320];        /* Dropbear: the login user's home (authorized_keys) */
 } sshd_fixture;
 
 /*
@@ -44,7 +48,20 @@ int sshd_start_real_login(sshd_fixture *fx);
  */
 int sshd_start_max_sessions(sshd_fixture *fx, unsigned max_sessions);
 
-/* Stops sshd (TERM, then KILL) and removes the folder. Safe to call twice. */
+/*
+ * Starts Dropbear (`dropbear -F -E -p 127.0.0.1:PORT`, host key from dropbearkey, key
+ * auth only). Dropbear reads ~/.ssh/authorized_keys and has no option to look elsewhere,
+ * so it runs in a mount namespace of its own where /etc/passwd and /etc/group are copies
+ * in the fixture's folder: the login user's home is a folder there (nothing of the real
+ * /root is read or written), and with `non_root` (the tests run as root) a user made
+ * for the run logs in instead of root. Run as non-root, a user namespace maps the
+ * current user to itself for the same mounts, and it logs in as that user. The login
+ * shell is bash, whose ~/.bashrc prints noise on stdout and stderr before each command
+ * (but sftp-server), as the OpenSSH fixture's does.
+ */
+int dropbear_start(sshd_fixture *fx, bool non_root);
+
+/* Stops the server (TERM, then KILL) and removes the folder. Safe to call twice. */
 void sshd_stop(sshd_fixture *fx);
 
 /*

@@ -9,6 +9,7 @@
 #include <CUnit/CUnit.h>
 
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
@@ -22,6 +23,7 @@
 extern char **environ;
 
 static char dir[256];
+static char **run_env; /* the shell's environment when set, else ours */
 
 typedef struct out {
 	char buf[16384];
@@ -48,7 +50,8 @@ static int run_as(const char *shell, const char *arg0, const char *line, out *o)
 	posix_spawn_file_actions_addchdir_np(&fa, dir);
 	const char *argv[] = {arg0, "-c", line, NULL};
 	pid_t pid;
-	int rc = posix_spawn(&pid, shell, &fa, NULL, (char *const *)argv, environ);
+	int rc =
+	    posix_spawn(&pid, shell, &fa, NULL, (char *const *)argv, run_env ? run_env : environ);
 	posix_spawn_file_actions_destroy(&fa);
 	close(po[1]);
 	close(pe[1]);
@@ -249,6 +252,91 @@ static void test_wrapper_errors(void)
 	expect_err(NULL, "afile", dir, "prog_permission_denied");
 }
 
+/*
+ * Run the way Dropbear runs it (the shell is not a group leader: posix_spawn leaves it in
+ * ours): the command must lead a group of its own (pgid = the pid the wrapper reports,
+ * not ours), what a background child writes after the command exited must not be lost,
+ * and the exit status and a killing signal must come back as the command's. `path` is
+ * the login PATH (which decides setsid, perl or neither); `own` whether a group is
+ * expected.
+ */
+static void check_not_leader(const char *path, bool own)
+{
+	char pathvar[400];
+	snprintf(pathvar, sizeof pathvar, "PATH=%s", path);
+	char *env[] = {pathvar, NULL};
+	run_env = env;
+	const char *argv[] = {"/bin/sh", "-c",
+	                      "read -r p x x x g x </proc/self/stat; echo \"$p $g\"; "
+	                      "(sleep 0.3; echo late; echo late2 >&2) & echo early"};
+	ssh_wrap w = {.nonce = "g1", .argv = argv, .argc = 3};
+	sstr line = {0};
+	CU_ASSERT_EQUAL_FATAL(ssh_wrap_build(&w, &line), 0);
+	out o;
+	CU_ASSERT_EQUAL_FATAL(run("/bin/bash", line.p, &o), 0);
+	o.buf[o.len] = '\0';
+	o.err[o.elen] = '\0';
+	long rp = 0, rg = 0, cp = 0, cg = 0;
+	/* "relay": the wrapper, not the command, is the channel's process */
+	int n = sscanf(o.buf, "\001ASPg1 ok %ld %ld relay\n%ld %ld\n", &rp, &rg, &cp, &cg);
+	CU_ASSERT_EQUAL(n, 4);
+	CU_ASSERT_EQUAL(rp, cp); /* the reported pid is the command's */
+	CU_ASSERT_EQUAL(rg, cg); /* and so is the group */
+	CU_ASSERT_EQUAL(own, cg == cp);
+	CU_ASSERT_TRUE(!own || cg != (long)getpgrp());
+	CU_ASSERT_PTR_NOT_NULL(strstr(o.buf, "early\nlate\n"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(o.err, "late2\n"));
+	CU_ASSERT_TRUE(WIFEXITED(o.status) && WEXITSTATUS(o.status) == 0);
+	if (n != 4 || !strstr(o.buf, "late\n") || !strstr(o.err, "late2\n") || own != (cg == cp))
+		fprintf(stderr, "PATH=%s: stdout [%s] stderr [%s]\n", path, o.buf, o.err);
+	sstr_free(&line);
+
+	/* an exit status, and a signal, as the command's */
+	const char *ex[] = {"/bin/sh", "-c", "exit 7"};
+	const char *sig[] = {"/bin/sh", "-c", "echo e >&2; kill -s TERM $$"};
+	const char *const *cmds[] = {ex, sig};
+	for (int i = 0; i < 2; i++) {
+		ssh_wrap w2 = {.nonce = "g2", .argv = cmds[i], .argc = 3};
+		sstr l2 = {0};
+		CU_ASSERT_EQUAL_FATAL(ssh_wrap_build(&w2, &l2), 0);
+		CU_ASSERT_EQUAL_FATAL(run("/bin/bash", l2.p, &o), 0);
+		bool want = i == 0 ? WIFEXITED(o.status) && WEXITSTATUS(o.status) == 7
+		                   : WIFSIGNALED(o.status) && WTERMSIG(o.status) == SIGTERM;
+		CU_ASSERT_TRUE(want);
+		/* only the command's stderr: no shell reporting the job it lost */
+		CU_ASSERT_TRUE(i == 0 ? o.elen == 7 : o.elen == 9);
+		if (i == 1 && o.elen != 9)
+			fprintf(stderr, "PATH=%s: stderr [%.*s]\n", path, (int)o.elen, o.err);
+		sstr_free(&l2);
+	}
+	run_env = NULL;
+}
+
+/* A folder holding only links to the given programs: a login PATH without the rest. */
+static void path_of(const char *name, const char *const progs[], char *out, size_t cap)
+{
+	snprintf(out, cap, "%s/%s", dir, name);
+	mkdir(out, 0755);
+	for (size_t i = 0; progs[i]; i++) {
+		char link[600];
+		snprintf(link, sizeof link, "%s/%s", out, strrchr(progs[i], '/') + 1);
+		CU_ASSERT_EQUAL(symlink(progs[i], link), 0);
+	}
+}
+
+static void test_not_group_leader(void)
+{
+	check_not_leader("/usr/bin:/bin", true); /* setsid */
+	char p[400];
+	const char *perl[] = {"/usr/bin/cat", "/usr/bin/perl", "/usr/bin/sleep", NULL};
+	path_of("with-perl", perl, p, sizeof p);
+	if (access("/usr/bin/perl", X_OK) == 0)
+		check_not_leader(p, true); /* perl's setpgrp */
+	const char *none[] = {"/usr/bin/cat", "/usr/bin/sleep", NULL};
+	path_of("bare", none, p, sizeof p);
+	check_not_leader(p, false); /* neither: no group, but nothing lost */
+}
+
 static void test_quote_word(void)
 {
 	sstr s = {0};
@@ -274,7 +362,8 @@ int main(void)
 	CU_pSuite s = CU_add_suite("ssh_quote", NULL, NULL);
 	if (!s || !CU_add_test(s, "quote_word", test_quote_word) ||
 	    !CU_add_test(s, "hostile_all_shells", test_hostile_all_shells) ||
-	    !CU_add_test(s, "wrapper_errors", test_wrapper_errors))
+	    !CU_add_test(s, "wrapper_errors", test_wrapper_errors) ||
+	    !CU_add_test(s, "not_group_leader", test_not_group_leader))
 		return 2;
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();

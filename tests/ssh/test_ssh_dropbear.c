@@ -1,0 +1,603 @@
+/*
+ * The SSH transport against Dropbear (Debian's dropbear-bin, tests/ssh/sshd_fixture.c):
+ * the conformance table over native and agent mode, logged in as root and as a user made
+ * for the run, then what Dropbear does differently from OpenSSH: it runs a command in
+ * its connection's process group and closes the channel as soon as the command exited
+ * and the pipes are empty, so the wrapper must give the command a group of its own
+ * (timeouts and signals reach background children) and keep the channel until every
+ * writer closed (output written after the command exited is not lost); and Debian's
+ * 2022.83 aborts a connection on some orders of channel close under load.
+ *
+ *   test_ssh_dropbear              run everything
+ *   test_ssh_dropbear NAME...      run only the named suites or tests
+ */
+#include "asp/asp.h"
+#include "asp/transport.h"
+#include "asp_ssh.h"
+#include "conformance.h"
+#include "sshd_fixture.h"
+
+#include <CUnit/Basic.h>
+#include <CUnit/CUnit.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* [0]: the user running the tests logs in (root in CI: the *_root tests); [1]: as root,
+ * a user made for the run (*_user), else the same user again */
+static sshd_fixture fxs[2];
+static char scratch[2][400]; /* a folder both the login user and we can write */
+
+typedef struct backend {
+	asp_config *cfg;
+	const asp_ops *ops;
+	void *self;
+	int who; /* index into fxs */
+} backend;
+
+static backend natives[2], agents[2];
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static asp_config *config(int who, const char *agent)
+{
+	char json[4096];
+	sshd_config_json(&fxs[who], agent, NULL, json, sizeof json);
+	asp_config *cfg = NULL;
+	asp_error err;
+	if (asp_config_parse(json, strlen(json), NULL, &cfg, &err) != ASP_OK) {
+		fprintf(stderr, "config: %s\n%s\n", err.message, json);
+		return NULL;
+	}
+	return cfg;
+}
+
+static asp_status open_backend(backend *b, int who, const char *agent, asp_error *err)
+{
+	memset(b, 0, sizeof *b);
+	b->who = who;
+	b->cfg = config(who, agent);
+	if (!b->cfg)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL, "bad test config");
+	asp_status st = asp_transport_ssh.open(asp_config_get(b->cfg), &b->ops, &b->self, err);
+	if (st != ASP_OK) {
+		asp_config_free(b->cfg);
+		b->cfg = NULL;
+	}
+	return st;
+}
+
+static void close_backend(backend *b)
+{
+	if (b->self)
+		asp_transport_ssh.close(b->self);
+	asp_config_free(b->cfg);
+	memset(b, 0, sizeof *b);
+}
+
+static bool pid_alive(pid_t pid)
+{
+	char p[64], buf[512];
+	snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(p, "r");
+	if (!f)
+		return false;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	const char *rp = strrchr(buf, ')');
+	return rp && rp[1] == ' ' && rp[2] != 'Z'; /* a zombie is dead */
+}
+
+/* Waits up to `ms` for every pid to be gone; kills the survivors (and says so) after. */
+static bool all_gone(const long *pids, size_t n, long long ms)
+{
+	long long end = now_ms() + ms;
+	bool gone = false;
+	while (!gone) {
+		gone = true;
+		for (size_t i = 0; i < n; i++)
+			gone = gone && !pid_alive((pid_t)pids[i]);
+		if (gone || now_ms() >= end)
+			break;
+		struct timespec ts = {0, 20 * 1000000};
+		nanosleep(&ts, NULL);
+	}
+	for (size_t i = 0; !gone && i < n; i++) {
+		if (pid_alive((pid_t)pids[i])) {
+			fprintf(stderr, "pid %ld survived\n", pids[i]);
+			kill((pid_t)pids[i], SIGKILL);
+		}
+	}
+	return gone;
+}
+
+/* The pids a command printed, one a line, in `out`. */
+static size_t pids_in(asp_bytes b, long *out, size_t cap)
+{
+	size_t n = 0;
+	char buf[512];
+	size_t l = b.len < sizeof buf - 1 ? b.len : sizeof buf - 1;
+	memcpy(buf, b.data, l);
+	buf[l] = '\0';
+	for (char *s = buf, *e; n < cap; s = e) {
+		long v = strtol(s, &e, 10);
+		if (e == s)
+			break;
+		out[n++] = v;
+	}
+	return n;
+}
+
+/* Waits up to 10 s for `path` to hold `n` pids. */
+static size_t read_pids(const char *path, long *out, size_t n)
+{
+	size_t got = 0;
+	for (long long end = now_ms() + 10000; got < n && now_ms() < end;) {
+		FILE *f = fopen(path, "r");
+		got = 0;
+		if (f) {
+			while (got < n && fscanf(f, "%ld", &out[got]) == 1)
+				got++;
+			fclose(f);
+		}
+		if (got < n) {
+			struct timespec ts = {0, 20 * 1000000};
+			nanosleep(&ts, NULL);
+		}
+	}
+	return got;
+}
+
+/* ---- the regressions ----------------------------------------------------------------- */
+
+/*
+ * `exec --timeout 1 -c 'sleep 37 & sleep 38'`: timed out, and neither sleep lives on.
+ * Before, the wrapper reported Dropbear's group (the connection's), so only the shell was
+ * killed and both sleeps survived the timeout.
+ */
+static void timeout_kills_group(backend *b)
+{
+	asp_arena *a = asp_arena_new();
+	asp_exec_params p;
+	asp_exec_params_init(&p);
+	p.command = "sleep 37 & echo $!; sleep 38 & echo $!; wait";
+	p.timeout_ms = 1000;
+	asp_exec_result r;
+	asp_error err;
+	long long t0 = now_ms();
+	asp_status st = b->ops->exec(b->self, &p, &r, a, &err);
+	long long took = now_ms() - t0;
+	CU_ASSERT_EQUAL_FATAL(st, ASP_OK);
+	CU_ASSERT_TRUE(r.timed_out);
+	CU_ASSERT_TRUE(took < 8000);
+	long pids[2];
+	size_t n = pids_in(r.stdout_data, pids, 2);
+	CU_ASSERT_EQUAL_FATAL(n, 2);
+	CU_ASSERT_TRUE(all_gone(pids, n, 10000));
+	asp_arena_free(a);
+}
+
+/*
+ * `exec -c 'sleep 0.2 && echo late & echo early'`: exec waits for the background output,
+ * as over OpenSSH. Before, Dropbear closed the channel once the shell exited and `late`
+ * was lost.
+ */
+static void late_output_kept(backend *b)
+{
+	asp_arena *a = asp_arena_new();
+	asp_exec_params p;
+	asp_exec_params_init(&p);
+	p.command = "sleep 0.2 && echo late & echo early; (sleep 0.3; echo late2 >&2) &";
+	p.timeout_ms = 20000;
+	asp_exec_result r;
+	asp_error err;
+	CU_ASSERT_EQUAL_FATAL(b->ops->exec(b->self, &p, &r, a, &err), ASP_OK);
+	CU_ASSERT_EQUAL(r.exit_code, 0);
+	CU_ASSERT_FALSE(r.timed_out);
+	bool out_ok =
+	    r.stdout_data.len == 11 && memcmp(r.stdout_data.data, "early\nlate\n", 11) == 0;
+	bool err_ok = r.stderr_data.len == 6 && memcmp(r.stderr_data.data, "late2\n", 6) == 0;
+	CU_ASSERT_TRUE(out_ok);
+	CU_ASSERT_TRUE(err_ok);
+	if (!out_ok || !err_ok)
+		fprintf(stderr, "stdout [%.*s] stderr [%.*s]\n", (int)r.stdout_data.len,
+		        (const char *)r.stdout_data.data, (int)r.stderr_data.len,
+		        (const char *)r.stderr_data.data);
+	/* exit codes and signals are the command's, not the wrapper's */
+	p.command = "exit 7";
+	CU_ASSERT_EQUAL(b->ops->exec(b->self, &p, &r, a, &err), ASP_OK);
+	CU_ASSERT_EQUAL(r.exit_code, 7);
+	p.command = "kill -s USR1 $$";
+	CU_ASSERT_EQUAL(b->ops->exec(b->self, &p, &r, a, &err), ASP_OK);
+	CU_ASSERT_TRUE(r.exit_code == -1 && r.signal && strcmp(r.signal, "USR1") == 0);
+	asp_arena_free(a);
+}
+
+static asp_status wait_proc(backend *b, uint64_t proc, uint64_t ms, asp_proc_wait_result *r,
+                            asp_arena *a, asp_error *err)
+{
+	asp_proc_wait_params p;
+	asp_proc_wait_params_init(&p);
+	p.proc = proc;
+	p.timeout_ms = ms;
+	return b->ops->proc_wait(b->self, &p, r, a, err);
+}
+
+/*
+ * proc_signal reaches the spawned command's whole group, background children included,
+ * and the connection survives a KILL (sent as the channel's signal request it killed the
+ * wrapper at once, while the kill's own channel was opening: Dropbear dropped the
+ * connection).
+ */
+static void signal_reaches_group(backend *b)
+{
+	static const char *const sigs[] = {"TERM", "HUP", "USR1", "KILL"};
+	asp_arena *a = asp_arena_new();
+	asp_error err;
+	for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+		char file[500], cmd[1200];
+		snprintf(file, sizeof file, "%s/sig-%d-%zu", scratch[b->who], b->who, i);
+		unlink(file);
+		snprintf(cmd, sizeof cmd, "sleep 37 & echo $! >>%s; sleep 38 & echo $! >>%s; wait",
+		         file, file);
+		asp_spawn_params p;
+		asp_spawn_params_init(&p);
+		p.command = cmd;
+		asp_spawn_result r;
+		CU_ASSERT_EQUAL_FATAL(b->ops->spawn(b->self, &p, &r, a, &err), ASP_OK);
+		long pids[2];
+		CU_ASSERT_EQUAL_FATAL(read_pids(file, pids, 2), 2);
+		asp_proc_signal_params sp;
+		asp_proc_signal_params_init(&sp);
+		sp.proc = r.proc;
+		sp.signal = sigs[i];
+		asp_proc_signal_result sr;
+		CU_ASSERT_EQUAL(b->ops->proc_signal(b->self, &sp, &sr, a, &err), ASP_OK);
+		asp_proc_wait_result w;
+		CU_ASSERT_EQUAL_FATAL(wait_proc(b, r.proc, 10000, &w, a, &err), ASP_OK);
+		CU_ASSERT_TRUE(w.exit_code == -1 && w.signal && strcmp(w.signal, sigs[i]) == 0);
+		CU_ASSERT_TRUE(all_gone(pids, 2, 10000));
+		asp_arena_reset(a);
+	}
+	asp_arena_free(a);
+}
+
+struct slow_call {
+	asp_client *c;
+	const char *cmd;
+	asp_status st;
+	long long ms;
+	asp_error err;
+};
+
+static void *slow_exec(void *v)
+{
+	struct slow_call *s = v;
+	asp_arena *a = asp_arena_new();
+	asp_exec_params p;
+	asp_exec_params_init(&p);
+	p.command = s->cmd;
+	asp_exec_result r;
+	long long t0 = now_ms();
+	s->st = asp_exec(s->c, &p, &r, a, &s->err);
+	s->ms = now_ms() - t0;
+	asp_arena_free(a);
+	return NULL;
+}
+
+/* A connection Dropbear dropped fails the call in flight fast; the next call reconnects. */
+static void killed_connection(int who, const char *agent_path)
+{
+	asp_config *cfg = config(who, agent_path);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
+	asp_error err;
+	asp_client *c = NULL;
+	CU_ASSERT_EQUAL_FATAL(asp_client_open_view(asp_config_get(cfg), &c, &err), ASP_OK);
+	asp_arena *a = asp_arena_new();
+	asp_exec_params p;
+	asp_exec_params_init(&p);
+	p.command = "echo before";
+	asp_exec_result r;
+	CU_ASSERT_EQUAL_FATAL(asp_exec(c, &p, &r, a, &err), ASP_OK);
+
+	/* the command says when it runs: its pid in a file, then the long sleep */
+	char file[500], cmd[700];
+	snprintf(file, sizeof file, "%s/slow-%d-%s", scratch[who], who, agent_path ? "a" : "n");
+	unlink(file);
+	snprintf(cmd, sizeof cmd, "echo $$ >%s; exec sleep 30", file);
+	struct slow_call s = {.c = c, .cmd = cmd};
+	pthread_t th;
+	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, slow_exec, &s), 0);
+	long pid = 0;
+	CU_ASSERT_EQUAL(read_pids(file, &pid, 1), 1);
+	long long t_kill = now_ms();
+	CU_ASSERT_TRUE(sshd_kill_sessions(&fxs[who]) > 0);
+	pthread_join(th, NULL);
+	long long took = now_ms() - t_kill;
+	CU_ASSERT_EQUAL(s.st, ASP_E_TRANSPORT_ERROR);
+	CU_ASSERT_TRUE(took < 3000); /* promptly, not after the 30 s sleep */
+	if (s.st != ASP_E_TRANSPORT_ERROR || took >= 3000)
+		fprintf(stderr, "killed connection: %s after %lld ms: %s\n", asp_strerror(s.st),
+		        took, s.err.message);
+	p.command = "echo after";
+	asp_status st = asp_exec(c, &p, &r, a, &err);
+	CU_ASSERT_EQUAL(st, ASP_OK);
+	bool after =
+	    st == ASP_OK && r.stdout_data.len == 6 && memcmp(r.stdout_data.data, "after\n", 6) == 0;
+	CU_ASSERT_TRUE(after);
+	if (st != ASP_OK)
+		fprintf(stderr, "reconnect: %s\n", err.message);
+	asp_arena_free(a);
+	asp_client_free(c);
+	asp_config_free(cfg);
+}
+
+/* ---- concurrent channels ------------------------------------------------------------- */
+
+struct burst {
+	backend *b;
+	int n;
+	int ok;
+};
+
+static void *burst_worker(void *v)
+{
+	struct burst *w = v;
+	asp_arena *a = asp_arena_new();
+	for (int i = 0; i < w->n; i++) {
+		asp_exec_params p;
+		asp_exec_params_init(&p);
+		/* short commands with output on both streams: many channels open and close */
+		p.command = (i % 3) ? "echo out; echo err >&2" : "head -c 100000 /dev/zero";
+		p.timeout_ms = (i % 5) == 4 ? 1 : 30000; /* some time out at once: early closes */
+		asp_exec_result r;
+		asp_error err;
+		if (w->b->ops->exec(w->b->self, &p, &r, a, &err) == ASP_OK)
+			w->ok++;
+		else
+			fprintf(stderr, "burst: %s\n", err.message);
+		asp_arena_reset(a);
+	}
+	asp_arena_free(a);
+	return NULL;
+}
+
+static size_t log_count(const sshd_fixture *fx, const char *needle)
+{
+	FILE *f = fopen(fx->log, "r");
+	if (!f)
+		return 0;
+	char line[2048];
+	size_t n = 0;
+	while (fgets(line, sizeof line, f))
+		n += strstr(line, needle) != NULL;
+	fclose(f);
+	return n;
+}
+
+/*
+ * Many threads, many short channels at once on one connection: every call succeeds and
+ * Dropbear never aborts the connection (2022.83 fails an assertion on some orders of
+ * close under load; the transport keeps within what it survives).
+ */
+static void concurrent_channels(backend *b)
+{
+	size_t aborts = log_count(&fxs[b->who], "Failed assertion");
+	enum { T = 12, N = 12 };
+	struct burst w[T];
+	pthread_t th[T];
+	for (int i = 0; i < T; i++) {
+		w[i] = (struct burst){.b = b, .n = N};
+		CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, burst_worker, &w[i]), 0);
+	}
+	int ok = 0;
+	for (int i = 0; i < T; i++) {
+		pthread_join(th[i], NULL);
+		ok += w[i].ok;
+	}
+	CU_ASSERT_EQUAL(ok, T * N);
+	CU_ASSERT_EQUAL(log_count(&fxs[b->who], "Failed assertion"), aborts);
+	if (ok != T * N)
+		fprintf(stderr, "concurrent channels: %d of %d\n", ok, T * N);
+}
+
+#define BOTH(name, fn)                                                                             \
+	static void test_##name##_root(void)                                                       \
+	{                                                                                          \
+		fn(&natives[0]);                                                                   \
+	}                                                                                          \
+	static void test_##name##_user(void)                                                       \
+	{                                                                                          \
+		fn(&natives[1]);                                                                   \
+	}
+BOTH(timeout_kills_group, timeout_kills_group)
+BOTH(late_output_kept, late_output_kept)
+BOTH(signal_reaches_group, signal_reaches_group)
+BOTH(concurrent_channels, concurrent_channels)
+
+static void test_concurrent_channels_agent(void)
+{
+	concurrent_channels(&agents[0]);
+}
+
+static void test_killed_connection_native(void)
+{
+	killed_connection(0, NULL);
+}
+
+static void test_killed_connection_agent(void)
+{
+	killed_connection(1, getenv("ASP_AGENT"));
+}
+
+/* ---- registration -------------------------------------------------------------------- */
+
+static int run_named(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		bool found = false;
+		for (CU_pSuite s = CU_get_registry()->pSuite; s && !found; s = s->pNext) {
+			if (strcmp(s->pName, argv[i]) == 0) {
+				CU_basic_run_suite(s);
+				found = true;
+				break;
+			}
+			CU_pTest t = CU_get_test(s, argv[i]);
+			if (t) {
+				CU_basic_run_test(s, t);
+				found = true;
+			}
+		}
+		if (!found) {
+			fprintf(stderr, "no test called %s\n", argv[i]);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* Dropbear's own word when it dropped a connection (its log goes with the folder). */
+static void dump_aborts(void)
+{
+	for (int i = 0; i < 2; i++) {
+		FILE *f = fopen(fxs[i].log, "r");
+		char line[2048];
+		while (f && fgets(line, sizeof line, f)) {
+			if (strstr(line, "assert"))
+				fprintf(stderr, "dropbear (%s): %s", fxs[i].user, line);
+		}
+		if (f)
+			fclose(f);
+	}
+}
+
+static void stop_all(void)
+{
+	for (int i = 0; i < 2; i++) {
+		close_backend(&agents[i]);
+		close_backend(&natives[i]);
+		sshd_stop(&fxs[i]);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IONBF, 0);
+	signal(SIGPIPE, SIG_IGN);
+	asp_transport_register(&asp_transport_ssh, NULL);
+	const char *agent_path = getenv("ASP_AGENT");
+	if (!agent_path) {
+		fprintf(stderr, "test_ssh_dropbear: ASP_AGENT (the built asp-agent) is not set\n");
+		return 1;
+	}
+	/* as root: root and a user made for the run; otherwise the current user twice */
+	bool root = geteuid() == 0;
+	for (int i = 0; i < 2; i++) {
+		asp_error err;
+		if (dropbear_start(&fxs[i], root && i == 1) < 0) {
+			fprintf(stderr, "test_ssh_dropbear: %s\n", fxs[i].why);
+			stop_all();
+			return 1; /* no skipping: CI must run these */
+		}
+		snprintf(scratch[i], sizeof scratch[i], "%s/scratch", fxs[i].dir);
+		if (mkdir(scratch[i], 0700) < 0 || chmod(scratch[i], 01777) < 0) {
+			fprintf(stderr, "test_ssh_dropbear: %s: %s\n", scratch[i], strerror(errno));
+			stop_all();
+			return 1;
+		}
+		if (open_backend(&natives[i], i, NULL, &err) != ASP_OK ||
+		    open_backend(&agents[i], i, agent_path, &err) != ASP_OK) {
+			fprintf(stderr, "test_ssh_dropbear: %s as %s: %s\n(log %s)\n",
+			        natives[i].self ? "agent mode" : "native mode", fxs[i].user,
+			        err.message, fxs[i].log);
+			stop_all();
+			return 1;
+		}
+	}
+
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 2;
+	/* streaming through the transport's subscribe slots, as the client uses them */
+	static conf_streaming native_st, agent_st;
+	conf_transport_streaming(&native_st, &asp_transport_ssh);
+	native_st.attach_unsupported = true;
+	static const char *const native_gaps[] = {
+	    "proc_attach_after_close",
+	    "plain SSH cannot reattach: a process's output has one way out, the exec channel "
+	    "of the connection that spawned it, and ends with it (agent mode can)",
+	    "exec_concurrent",
+	    "Dropbear before 2024.86 drops the connection when one of its processes exits while "
+	    "another channel waits for its command, so native execs on one connection run one at "
+	    "a time there (transport-ssh/README.md, Dropbear; agent mode runs them at once)",
+	    NULL};
+	native_st.known_gaps = native_gaps;
+	conf_transport_streaming(&agent_st, &asp_transport_ssh);
+	/* ASP_TEST_ONLY=WORD: only the conformance cases whose names contain WORD, over the
+	 * four registrations, as a table (debugging). */
+	const char *only = getenv("ASP_TEST_ONLY");
+	if (only) {
+		int f = 0;
+		for (int i = 0; i < 2; i++) {
+			f += conf_run_filtered_st(natives[i].ops, natives[i].self, &native_st,
+			                          "/tmp", only, stdout);
+			f += conf_run_filtered_st(agents[i].ops, agents[i].self, &agent_st, "/tmp",
+			                          only, stdout);
+		}
+		dump_aborts();
+		stop_all();
+		return f ? 1 : 0;
+	}
+	static const char *const names[2][2] = {
+	    {"dropbear_native_root", "dropbear_agent_root"},
+	    {"dropbear_native_user", "dropbear_agent_user"},
+	};
+	bool ok = true;
+	for (int i = 0; i < 2 && ok; i++) {
+		ok = conf_register_cunit_st(names[i][0], natives[i].ops, natives[i].self,
+		                            &native_st, "/tmp") == 0 &&
+		     conf_register_cunit_st(names[i][1], agents[i].ops, agents[i].self, &agent_st,
+		                            "/tmp") == 0;
+	}
+	CU_pSuite s = NULL;
+	ok = ok && (s = CU_add_suite("dropbear", NULL, NULL)) != NULL;
+	ok = ok && CU_add_test(s, "timeout_kills_group_root", test_timeout_kills_group_root);
+	ok = ok && CU_add_test(s, "timeout_kills_group_user", test_timeout_kills_group_user);
+	ok = ok && CU_add_test(s, "late_output_kept_root", test_late_output_kept_root);
+	ok = ok && CU_add_test(s, "late_output_kept_user", test_late_output_kept_user);
+	ok = ok && CU_add_test(s, "signal_reaches_group_root", test_signal_reaches_group_root);
+	ok = ok && CU_add_test(s, "signal_reaches_group_user", test_signal_reaches_group_user);
+	ok = ok && CU_add_test(s, "concurrent_channels_root", test_concurrent_channels_root);
+	ok = ok && CU_add_test(s, "concurrent_channels_user", test_concurrent_channels_user);
+	ok = ok && CU_add_test(s, "concurrent_channels_agent", test_concurrent_channels_agent);
+	/* these kill every session of a fixture's server (the shared backends' too) */
+	ok = ok && CU_add_test(s, "killed_connection_native", test_killed_connection_native);
+	ok = ok && CU_add_test(s, "killed_connection_agent", test_killed_connection_agent);
+	if (!ok) {
+		fprintf(stderr, "CUnit: %s\n", CU_get_error_msg());
+		return 2;
+	}
+	CU_basic_set_mode(CU_BRM_VERBOSE);
+	int rc = 0;
+	if (argc > 1)
+		rc = run_named(argc, argv);
+	else
+		CU_basic_run_tests();
+	unsigned failures = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
+	CU_cleanup_registry();
+	dump_aborts();
+	stop_all();
+	return rc < 0 || failures ? 1 : 0;
+}
