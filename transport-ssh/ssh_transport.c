@@ -276,40 +276,12 @@ static asp_ops native_ops = {
 		asp_ssh *t = self;                                                                 \
 		return ssh_agent_ops()->name(ssh_agent_self(t->link), p, r, a, err);               \
 	}
-FWD(hello)
-FWD(exec)
-FWD(read)
-FWD(write)
-FWD(stat)
-FWD(list)
-FWD(mkdir)
-FWD(remove)
-FWD(rename)
-FWD(spawn)
-FWD(proc_write)
-FWD(proc_signal)
-FWD(proc_wait)
-FWD(proc_list)
-FWD(proc_attach)
+ASP_FOR_EACH_OP(FWD)
 #undef FWD
 
-static const asp_ops agent_ops = {
-    .hello = a_hello,
-    .exec = a_exec,
-    .read = a_read,
-    .write = a_write,
-    .stat = a_stat,
-    .list = a_list,
-    .mkdir = a_mkdir,
-    .remove = a_remove,
-    .rename = a_rename,
-    .spawn = a_spawn,
-    .proc_write = a_proc_write,
-    .proc_signal = a_proc_signal,
-    .proc_wait = a_proc_wait,
-    .proc_list = a_proc_list,
-    .proc_attach = a_proc_attach,
-};
+#define SLOT(name) .name = a_##name,
+static const asp_ops agent_ops = {ASP_FOR_EACH_OP(SLOT)};
+#undef SLOT
 
 static void ops_init(void)
 {
