@@ -1,6 +1,6 @@
 /*
  * The conformance suite against the local backend (suite "local"; the streaming cases
- * skip there) and against bound connections to one backend, as a server makes them
+ * are n/a there: its hello lists no spawn) and against bound connections to one backend, as a server makes them
  * (suite "local_conn": streaming, reattaching from a second connection), plus what only
  * the local backend can show (suite "local_backend"): no leaked fds or zombies, trimming
  * to a small max_message, robustness against direct callers, many threads at once.
@@ -359,6 +359,8 @@ int main(int argc, char **argv)
 	void *conn_self = NULL;
 	asp_error err;
 	conn_backend = asp_local_new(0);
+	if (conn_backend) /* peer_open connects again: hello announces "reattach" */
+		asp_local_set_shared(conn_backend, true);
 	if (!conn_backend ||
 	    asp_local_client_open(conn_backend, true, &conn_ops, &conn_self, &err) != ASP_OK)
 		return 2;
