@@ -1797,7 +1797,7 @@ const conf_case conf_cases[] = {
     CASE_NEEDS(proc_list_retains_64, "spawn proc_wait proc_list", NULL,
                "proc_list: the last 64 finished stay, older ones go"),
     CASE_NEEDS(proc_attach_retained, "spawn proc_wait proc_attach", "follow",
-               "proc_attach: a finished process 63 finished ones later, with its exit"),
+               "proc_attach: a process 55 finished ones later, its output and exit"),
     CASE_NEEDS(proc_attach_replay, "spawn proc_attach", "follow",
                "proc_attach: replay from offsets, then live, then exit"),
     CASE_NEEDS(proc_attach_truncated, "spawn proc_wait proc_attach", "follow",

@@ -89,8 +89,8 @@ static void na_because(conf_ctx *ctx, const char *what, const char *name, size_t
 	char need[64];
 	snprintf(need, sizeof need, "%.*s", (int)n, name);
 	const char *hint = ctx->st && ctx->st->hint ? ctx->st->hint(ctx->st->ctx, need) : NULL;
-	conf_na(ctx, "needs %s \"%s\"%s%s%s, which hello does not announce (agent \"%s\")%s%s", what,
-	        need, meaning ? " (" : "", meaning ? meaning : "", meaning ? ")" : "",
+	conf_na(ctx, "needs %s \"%s\"%s%s%s, which hello does not announce (agent \"%s\")%s%s",
+	        what, need, meaning ? " (" : "", meaning ? meaning : "", meaning ? ")" : "",
 	        agent ? agent : "?", hint ? "; " : "", hint ? hint : "");
 }
 
@@ -122,8 +122,8 @@ static bool applicable(conf_ctx *ctx, const conf_case *c)
 			return false;
 		}
 	const conf_streaming *rs = ctx->st;
-	ctx->follow = rs && rs->spawn &&
-	              strv_has(features, CONF_FEATURE_FOLLOW, strlen(CONF_FEATURE_FOLLOW));
+	ctx->follow =
+	    rs && rs->spawn && strv_has(features, CONF_FEATURE_FOLLOW, strlen(CONF_FEATURE_FOLLOW));
 	list = c->features;
 	while ((w = next_word(&list, &n))) {
 		if (!strv_has(features, w, n)) {
@@ -247,8 +247,8 @@ int conf_run_filtered(const asp_ops *ops, void *self, const char *root, const ch
 	return conf_run_filtered_st(ops, self, NULL, root, only, report);
 }
 
-int conf_run_filtered_st(const asp_ops *ops, void *self, const conf_streaming *st,
-                         const char *root, const char *only, FILE *report)
+int conf_run_filtered_st(const asp_ops *ops, void *self, const conf_streaming *st, const char *root,
+                         const char *only, FILE *report)
 {
 	int failed = 0, passed = 0, skipped = 0, na = 0;
 	double t0 = now_ms();

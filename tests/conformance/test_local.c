@@ -1,8 +1,8 @@
 /*
  * The conformance suite against the local backend (suite "local"; the streaming cases
- * are n/a there: its hello lists no spawn) and against bound connections to one backend, as a server makes them
- * (suite "local_conn": streaming, reattaching from a second connection), plus what only
- * the local backend can show (suite "local_backend"): no leaked fds or zombies, trimming
+ * are n/a there: its hello lists no spawn) and against bound connections to one backend, as a
+ * server makes them (suite "local_conn": streaming, reattaching from a second connection), plus
+ * what only the local backend can show (suite "local_backend"): no leaked fds or zombies, trimming
  * to a small max_message, robustness against direct callers, many threads at once.
  *
  *   test_local            run everything

@@ -92,8 +92,8 @@ void asp_local_set_shared(asp_local *l, bool shared)
 	l->shared = shared;
 }
 
-asp_status local_hello(asp_local *l, bool streaming, bool follow, asp_hello_result *r,
-                       asp_arena *a, asp_error *err)
+asp_status local_hello(asp_local *l, bool streaming, bool follow, asp_hello_result *r, asp_arena *a,
+                       asp_error *err)
 {
 	memset(r, 0, sizeof *r);
 	size_t n = streaming ? sizeof implemented / sizeof implemented[0] : UNARY_COUNT;

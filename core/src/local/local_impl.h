@@ -37,8 +37,8 @@ struct asp_local {
  * hello's result; `streaming` adds spawn and proc_* to the ops it lists, `follow` (a
  * connection with a sink) the feature "follow", and a shared backend "reattach".
  */
-asp_status local_hello(asp_local *l, bool streaming, bool follow, asp_hello_result *r,
-                       asp_arena *a, asp_error *err);
+asp_status local_hello(asp_local *l, bool streaming, bool follow, asp_hello_result *r, asp_arena *a,
+                       asp_error *err);
 asp_status asp_local_hello(void *self, const asp_hello_params *p, asp_hello_result *r, asp_arena *a,
                            asp_error *err);
 asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result *r, asp_arena *a,
