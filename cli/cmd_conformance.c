@@ -2,6 +2,8 @@
 #include "cli.h"
 #include "conformance.h"
 
+#include "asp/transport.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -58,8 +60,60 @@ static void remove_scratch(cli *c, asp_client *client, const char *dir)
 	asp_arena_free(a);
 }
 
+/* ---- streaming: the client API, a second client for reattaching, advice ------------- */
+
+/* Another client from the same config: another connection to the same responder. */
+static void *peer_open(void *ctx)
+{
+	asp_client *peer = NULL;
+	asp_error err;
+	if (asp_client_open_view(asp_client_config(ctx), &peer, &err) != ASP_OK) {
+		cli_warn("conformance: a second connection: %s", err.message);
+		return NULL;
+	}
+	return peer;
+}
+
+static void peer_close(void *ctx, void *peer)
+{
+	(void)ctx;
+	asp_client_free(peer);
+}
+
+/* What to change in the config for a need hello lacks, for the transport in use. */
+static const char *hint(void *ctx, const char *need)
+{
+	const asp_config_view *v = asp_client_config(ctx);
+	bool reattach = strcmp(need, CONF_FEATURE_REATTACH) == 0;
+	switch (v->transport) {
+	case ASP_TRANSPORT_HTTP:
+		if (strcmp(need, CONF_FEATURE_FOLLOW) == 0 && !v->http.websocket)
+			return "every call is one POST, which cannot carry notifications: set "
+			       "\"websocket\": true in the http section to follow processes";
+		break;
+	case ASP_TRANSPORT_SSH:
+		if (!v->ssh.agent && strcmp(need, "proc_attach") == 0)
+			return "native SSH mode has no proc_attach (a process's output has one way "
+			       "out, its exec channel); set ssh.agent for agent mode";
+		if (v->ssh.agent && reattach)
+			return "ssh.agent runs asp-agent --stdio, whose processes end with the "
+			       "connection; make ssh.agent a script that runs asp-agent --relay "
+			       "unix:PATH to an asp-agent --listen unix:PATH in the sandbox";
+		break;
+	case ASP_TRANSPORT_STDIO:
+		if (reattach)
+			return "asp-agent --stdio ends its processes with the connection; run "
+			       "asp-agent --listen unix:PATH in the sandbox and make stdio.command "
+			       "asp-agent --relay unix:PATH";
+		break;
+	default: break;
+	}
+	return NULL;
+}
+
 /* --json: one object per case, then the totals. */
-static int run_json(const char *root, asp_client *client, const char *only)
+static int run_json(const char *root, asp_client *client, const conf_streaming *st,
+                    const char *only)
 {
 	jw w;
 	jw_init(&w, stdout);
@@ -68,18 +122,18 @@ static int run_json(const char *root, asp_client *client, const char *only)
 	jw_str(&w, root);
 	jw_key(&w, "cases");
 	jw_arr_begin(&w);
-	int failed = 0, passed = 0, skipped = 0;
+	int failed = 0, passed = 0, skipped = 0, na = 0;
 	for (size_t i = 0; i < conf_case_count; i++) {
 		const conf_case *k = &conf_cases[i];
 		if (only && !strstr(k->name, only))
 			continue;
 		conf_outcome o;
-		conf_run_case_st(k, &cli_client_ops, client, &conf_client_streaming, root, &o);
+		conf_run_case_st(k, &cli_client_ops, client, st, root, &o);
 		jw_obj_begin(&w);
 		jw_key(&w, "name");
 		jw_str(&w, k->name);
 		jw_key(&w, "result");
-		jw_str(&w, o.skipped ? "skip" : o.passed ? "pass" : "fail");
+		jw_str(&w, !o.passed ? "fail" : o.na ? "n/a" : o.skipped ? "skip" : "pass");
 		jw_key(&w, "ms");
 		jw_double(&w, o.ms);
 		if (!o.passed || o.skipped) {
@@ -93,18 +147,22 @@ static int run_json(const char *root, asp_client *client, const char *only)
 			jw_str(&w, where);
 		}
 		jw_obj_end(&w);
-		if (o.skipped)
-			skipped++;
-		else if (o.passed)
-			passed++;
-		else
+		if (!o.passed)
 			failed++;
+		else if (o.na)
+			na++;
+		else if (o.skipped)
+			skipped++;
+		else
+			passed++;
 	}
 	jw_arr_end(&w);
 	jw_key(&w, "passed");
 	jw_uint(&w, (uint64_t)passed);
 	jw_key(&w, "failed");
 	jw_uint(&w, (uint64_t)failed);
+	jw_key(&w, "na");
+	jw_uint(&w, (uint64_t)na);
 	jw_key(&w, "skipped");
 	jw_uint(&w, (uint64_t)skipped);
 	jw_obj_end(&w);
@@ -144,15 +202,19 @@ int cmd_conformance(cli *c, int argc, char **argv)
 	char *root = NULL;
 	if (!client || make_scratch(c, client, base, &root) < 0)
 		return c->fail_code;
+	conf_streaming st = conf_client_streaming;
+	st.peer_open = peer_open;
+	st.peer_close = peer_close;
+	st.hint = hint;
+	st.ctx = client;
 	int failed;
 	if (c->json) {
-		failed = run_json(root, client, only);
+		failed = run_json(root, client, &st, only);
 	} else {
 		printf("conformance: %s, scratch %s\n", c->config_path ? c->config_path : "config",
 		       root);
 		fflush(stdout);
-		failed = conf_run_filtered_st(&cli_client_ops, client, &conf_client_streaming, root,
-		                              only, stdout);
+		failed = conf_run_filtered_st(&cli_client_ops, client, &st, root, only, stdout);
 	}
 	if (keep)
 		fprintf(c->json ? stderr : stdout, "kept %s\n", root);

@@ -86,6 +86,13 @@ int cmd_hello(cli *c, int argc, char **argv)
 		for (size_t i = 0; i < r.ops.count; i++)
 			jw_str(&w, r.ops.items[i]);
 		jw_arr_end(&w);
+		if (r.has_features) {
+			jw_key(&w, "features");
+			jw_arr_begin(&w);
+			for (size_t i = 0; i < r.features.count; i++)
+				jw_str(&w, r.features.items[i]);
+			jw_arr_end(&w);
+		}
 		jw_key(&w, "connect_ms");
 		jw_double(&w, connect_ms);
 		jw_key(&w, "rtt_ms");
@@ -101,6 +108,11 @@ int cmd_hello(cli *c, int argc, char **argv)
 		printf("ops:        ");
 		for (size_t i = 0; i < r.ops.count; i++)
 			printf(" %s", r.ops.items[i]);
+		if (r.has_features) {
+			printf("\nfeatures:   ");
+			for (size_t i = 0; i < r.features.count; i++)
+				printf(" %s", r.features.items[i]);
+		}
 		printf("\nconnect:     %.3f ms (open and first hello)\n", connect_ms);
 		printf("rtt:         %.3f ms (fastest of %d)\n", rtt_ms, RTT_SAMPLES);
 	}

@@ -102,7 +102,8 @@ static const cli_command commands[] = {
      "usage: asp conformance [--root DIR] [--keep]\n"
      "\nRuns the conformance case table against the configured sandbox in a fresh scratch\n"
      "directory (DIR/asp-conformance-RANDOM, DIR default /tmp) that it removes afterwards,\n"
-     "prints a pass/fail table and exits 1 when any case failed.\n"
+     "prints a pass/fail table and exits 1 when any case failed. A case that needs an op or\n"
+     "feature the sandbox's hello does not announce is n/a, with the reason, not a failure.\n"
      "\n  --root DIR  where to create the scratch directory in the sandbox\n"
      "  --keep      leave the scratch directory for inspection\n"},
     {"init", cmd_init, "write a .asp.json",

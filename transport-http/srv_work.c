@@ -218,6 +218,7 @@ int srv_backend_init(srv *s)
 {
 	s->ops = asp_local_conn_ops;
 	asp_ops_complete(&s->ops);
+	asp_local_set_shared(s->backend, true); /* every connection reaches every process */
 	s->http_bound = asp_local_connect(s->backend, NULL);
 	if (!s->http_bound) {
 		srv_log("asp-agent: out of memory");

@@ -126,6 +126,10 @@ static asp_status n_hello(void *self, const asp_hello_params *p, asp_hello_resul
 	r->cwd = asp_arena_strndup(a, cwd, strlen(cwd));
 	free(here);
 	r->max_message = ASP_MAX_MESSAGE_DEFAULT;
+	/* a spawn's output comes on its exec channel; it ends with this connection */
+	static const char *const features[] = {"follow"};
+	r->has_features = true;
+	r->features = (asp_strv){features, 1};
 	if (!r->os || !r->arch || !r->cwd)
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "hello: out of memory");
 	return ASP_OK;

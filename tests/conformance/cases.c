@@ -1710,7 +1710,12 @@ static void hostile_exec_args(conf_ctx *ctx)
 
 #define CASE(name, what)                                                                           \
 	{                                                                                          \
-#name, name, what                                                                  \
+#name, name, what, NULL, NULL                                                      \
+	}
+/* A case needing ops beyond the unary ones and hello features (NULL: none). */
+#define CASE_NEEDS(name, ops, features, what)                                                      \
+	{                                                                                          \
+#name, name, what, ops, features                                                   \
 	}
 
 const conf_case conf_cases[] = {
@@ -1771,19 +1776,34 @@ const conf_case conf_cases[] = {
     CASE(rename_errors_and_dirs, "rename missing is not_found; directories move"),
     CASE(hostile_names, "names with shell metacharacters, newlines, raw bytes"),
     CASE(hostile_exec_args, "argv, cwd and env values with shell metacharacters"),
-    CASE(spawn_output_live, "spawn: output arrives as it is produced, not at the exit"),
-    CASE(spawn_output_order, "spawn: both streams whole, contiguous offsets, exit last"),
-    CASE(spawn_stdin_binary, "spawn + proc_write: binary stdin, eof, then invalid_argument"),
-    CASE(spawn_timeout_kills_group, "spawn timeout TERMs the whole group, timed_out"),
-    CASE(spawn_slow_reader_bounded, "spawn: a slow client holds a 1 GiB producer back"),
-    CASE(spawn_errors, "spawn errors: not_found, invalid_argument, no callbacks"),
-    CASE(proc_signal_each, "proc_signal: each signal name; finished is a no-op"),
-    CASE(proc_wait_timeout, "proc_wait: timeout error, then the exit"),
-    CASE(proc_list_fields, "proc_list: tag, command (argv quoted), running, exit_code"),
-    CASE(proc_list_retains_64, "proc_list: the last 64 finished stay, older ones go"),
-    CASE(proc_attach_replay, "proc_attach: replay from offsets, then live, then exit"),
-    CASE(proc_attach_truncated, "proc_attach: the last 1 MiB, starting later than asked"),
-    CASE(proc_attach_after_close, "proc_attach from another connection after a close"),
+    CASE_NEEDS(spawn_output_live, "spawn", "follow",
+               "spawn: output arrives as it is produced, not at the exit"),
+    CASE_NEEDS(spawn_output_order, "spawn proc_wait", "follow",
+               "spawn: both streams whole, contiguous offsets, exit last"),
+    CASE_NEEDS(spawn_stdin_binary, "spawn proc_write", "follow",
+               "spawn + proc_write: binary stdin, eof, then invalid_argument"),
+    CASE_NEEDS(spawn_timeout_kills_group, "spawn proc_wait", "follow",
+               "spawn timeout TERMs the whole group, timed_out"),
+    CASE_NEEDS(spawn_slow_reader_bounded, "spawn proc_wait proc_signal", "follow",
+               "spawn: a slow client holds a 1 GiB producer back"),
+    CASE_NEEDS(spawn_errors, "spawn", NULL,
+               "spawn errors: not_found, invalid_argument, no callbacks"),
+    CASE_NEEDS(proc_signal_each, "spawn proc_signal proc_wait", NULL,
+               "proc_signal: each signal name; finished is a no-op"),
+    CASE_NEEDS(proc_wait_timeout, "spawn proc_wait proc_signal", NULL,
+               "proc_wait: timeout error, then the exit"),
+    CASE_NEEDS(proc_list_fields, "spawn proc_wait proc_signal proc_list", NULL,
+               "proc_list: tag, command (argv quoted), running, exit_code"),
+    CASE_NEEDS(proc_list_retains_64, "spawn proc_wait proc_list", NULL,
+               "proc_list: the last 64 finished stay, older ones go"),
+    CASE_NEEDS(proc_attach_retained, "spawn proc_wait proc_attach", "follow",
+               "proc_attach: a process 55 finished ones later, its output and exit"),
+    CASE_NEEDS(proc_attach_replay, "spawn proc_attach", "follow",
+               "proc_attach: replay from offsets, then live, then exit"),
+    CASE_NEEDS(proc_attach_truncated, "spawn proc_wait proc_attach", "follow",
+               "proc_attach: the last 1 MiB, starting later than asked"),
+    CASE_NEEDS(proc_attach_after_close, "spawn proc_attach", "follow reattach",
+               "proc_attach from another connection after a close"),
 };
 
 const size_t conf_case_count = sizeof conf_cases / sizeof conf_cases[0];

@@ -14,6 +14,7 @@ void proc_signal_each(conf_ctx *ctx);
 void proc_wait_timeout(conf_ctx *ctx);
 void proc_list_fields(conf_ctx *ctx);
 void proc_list_retains_64(conf_ctx *ctx);
+void proc_attach_retained(conf_ctx *ctx);
 void proc_attach_replay(conf_ctx *ctx);
 void proc_attach_truncated(conf_ctx *ctx);
 void proc_attach_after_close(conf_ctx *ctx);

@@ -108,7 +108,7 @@ static void run_case(void)
 	conf_outcome o;
 	conf_run_case_st(c, r->ops, r->self, r->st, r->root, &o);
 	if (o.skipped)
-		fprintf(stderr, "\n    skipped: %s\n", o.msg);
+		fprintf(stderr, "\n    %s: %s\n", o.na ? "n/a" : "skipped", o.msg);
 	CU_assertImplementation(o.passed ? CU_TRUE : CU_FALSE,
 	                        o.passed ? (unsigned)__LINE__ : (unsigned)o.line,
 	                        o.passed ? "case passed" : o.msg,

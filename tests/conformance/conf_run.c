@@ -21,13 +21,127 @@ void conf_fail(conf_ctx *ctx, const char *file, int line, const char *fmt, ...)
 
 void conf_skip(conf_ctx *ctx, const char *fmt, ...)
 {
-	if (ctx->failed || ctx->skipped)
+	if (ctx->failed || ctx->skipped || ctx->na)
 		return;
 	ctx->skipped = true;
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(ctx->msg, sizeof ctx->msg, fmt, ap);
 	va_end(ap);
+}
+
+void conf_na(conf_ctx *ctx, const char *fmt, ...)
+{
+	if (ctx->failed || ctx->skipped || ctx->na)
+		return;
+	ctx->na = true;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(ctx->msg, sizeof ctx->msg, fmt, ap);
+	va_end(ap);
+}
+
+const char *conf_verdict(const conf_outcome *o)
+{
+	return !o->passed ? "FAIL" : o->na ? "n/a" : o->skipped ? "SKIP" : "PASS";
+}
+
+/* ---- what a case needs against what hello announces ------------------------------- */
+
+static bool word_is(const char *w, size_t n, const char *s)
+{
+	return strlen(s) == n && memcmp(w, s, n) == 0;
+}
+
+static const char *feature_meaning(const char *w, size_t n)
+{
+	if (word_is(w, n, CONF_FEATURE_FOLLOW))
+		return "a process's output and exit as notifications";
+	if (word_is(w, n, CONF_FEATURE_REATTACH))
+		return "processes outliving their connection";
+	return "a feature this suite does not know";
+}
+
+static bool strv_has(asp_strv v, const char *s, size_t n)
+{
+	for (size_t i = 0; i < v.count; i++)
+		if (v.items[i] && strlen(v.items[i]) == n && memcmp(v.items[i], s, n) == 0)
+			return true;
+	return false;
+}
+
+/* The next space-separated word of *list (its length in *n), or NULL at the end. */
+static const char *next_word(const char **list, size_t *n)
+{
+	const char *s = *list;
+	while (s && *s == ' ')
+		s++;
+	if (!s || !*s)
+		return NULL;
+	*n = strcspn(s, " ");
+	*list = s + *n;
+	return s;
+}
+
+static void na_because(conf_ctx *ctx, const char *what, const char *name, size_t n,
+                       const char *meaning, const char *agent)
+{
+	char need[64];
+	snprintf(need, sizeof need, "%.*s", (int)n, name);
+	const char *hint = ctx->st && ctx->st->hint ? ctx->st->hint(ctx->st->ctx, need) : NULL;
+	conf_na(ctx, "needs %s \"%s\"%s%s%s, which hello does not announce (agent \"%s\")%s%s",
+	        what, need, meaning ? " (" : "", meaning ? meaning : "", meaning ? ")" : "",
+	        agent ? agent : "?", hint ? "; " : "", hint ? hint : "");
+}
+
+/*
+ * Whether `c` applies: every op and feature it needs is in hello's answer, and the
+ * registration can use the features (st for "follow", st->peer_open for "reattach").
+ * Otherwise it marks ctx n/a (or failed, when hello fails). Sets ctx->follow.
+ */
+static bool applicable(conf_ctx *ctx, const conf_case *c)
+{
+	if (!c->ops && !c->features)
+		return true;
+	asp_hello_params p;
+	asp_hello_params_init(&p);
+	asp_hello_result r;
+	asp_error err;
+	asp_status st = ctx->ops->hello(ctx->self, &p, &r, ctx->a, &err);
+	if (st != ASP_OK) {
+		conf_fail(ctx, __FILE__, __LINE__, "hello: %s: %s", asp_strerror(st), err.message);
+		return false;
+	}
+	asp_strv none = {0};
+	asp_strv features = r.has_features ? r.features : none;
+	const char *list = c->ops, *w;
+	size_t n;
+	while ((w = next_word(&list, &n)))
+		if (!strv_has(r.ops, w, n)) {
+			na_because(ctx, "op", w, n, NULL, r.agent);
+			return false;
+		}
+	const conf_streaming *rs = ctx->st;
+	ctx->follow =
+	    rs && rs->spawn && strv_has(features, CONF_FEATURE_FOLLOW, strlen(CONF_FEATURE_FOLLOW));
+	list = c->features;
+	while ((w = next_word(&list, &n))) {
+		if (!strv_has(features, w, n)) {
+			na_because(ctx, "the feature", w, n, feature_meaning(w, n), r.agent);
+			return false;
+		}
+		if (word_is(w, n, CONF_FEATURE_FOLLOW) && !(rs && rs->spawn)) {
+			conf_na(ctx, "hello announces \"follow\", but this runner was registered "
+			             "without a way to follow a process (no conf_streaming)");
+			return false;
+		}
+		if (word_is(w, n, CONF_FEATURE_REATTACH) && !(rs && rs->peer_open)) {
+			conf_na(ctx, "hello announces \"reattach\", but this runner has no second "
+			             "connection to the responder (conf_streaming.peer_open)");
+			return false;
+		}
+	}
+	return true;
 }
 
 const conf_case *conf_find(const char *name)
@@ -41,8 +155,14 @@ const conf_case *conf_find(const char *name)
 
 void conf_list(FILE *out)
 {
-	for (size_t i = 0; i < conf_case_count; i++)
-		fprintf(out, "%-40s %s\n", conf_cases[i].name, conf_cases[i].what);
+	for (size_t i = 0; i < conf_case_count; i++) {
+		const conf_case *c = &conf_cases[i];
+		fprintf(out, "%-40s %s", c->name, c->what);
+		if (c->ops || c->features)
+			fprintf(out, " [needs%s%s%s%s]", c->ops ? " " : "", c->ops ? c->ops : "",
+			        c->features ? " " : "", c->features ? c->features : "");
+		fputc('\n', out);
+	}
 }
 
 static double now_ms(void)
@@ -100,13 +220,7 @@ void conf_run_case_st(const conf_case *c, const asp_ops *ops, void *self,
 		          dir, asp_strerror(st), err.message);
 		goto done;
 	}
-	const char *gap = NULL;
-	for (const char *const *g = streaming ? streaming->known_gaps : NULL; g && g[0]; g += 2)
-		if (strcmp(g[0], c->name) == 0)
-			gap = g[1];
-	if (gap)
-		conf_skip(&ctx, "known gap of this registration: %s", gap);
-	else
+	if (applicable(&ctx, c))
 		c->fn(&ctx);
 	/* A failed case keeps its directory for a look; the suite's root goes at the end. */
 	if (!ctx.failed) {
@@ -117,7 +231,8 @@ void conf_run_case_st(const conf_case *c, const asp_ops *ops, void *self,
 	}
 done:
 	out->passed = !ctx.failed;
-	out->skipped = ctx.skipped && !ctx.failed;
+	out->na = ctx.na && !ctx.failed;
+	out->skipped = (ctx.skipped || ctx.na) && !ctx.failed;
 	out->file = ctx.file;
 	out->line = ctx.line;
 	memcpy(out->msg, ctx.msg, sizeof out->msg);
@@ -132,10 +247,10 @@ int conf_run_filtered(const asp_ops *ops, void *self, const char *root, const ch
 	return conf_run_filtered_st(ops, self, NULL, root, only, report);
 }
 
-int conf_run_filtered_st(const asp_ops *ops, void *self, const conf_streaming *st,
-                         const char *root, const char *only, FILE *report)
+int conf_run_filtered_st(const asp_ops *ops, void *self, const conf_streaming *st, const char *root,
+                         const char *only, FILE *report)
 {
-	int failed = 0, passed = 0, skipped = 0;
+	int failed = 0, passed = 0, skipped = 0, na = 0;
 	double t0 = now_ms();
 	for (size_t i = 0; i < conf_case_count; i++) {
 		const conf_case *c = &conf_cases[i];
@@ -143,16 +258,17 @@ int conf_run_filtered_st(const asp_ops *ops, void *self, const conf_streaming *s
 			continue;
 		conf_outcome o;
 		conf_run_case_st(c, ops, self, st, root, &o);
-		const char *tag = !o.passed ? "FAIL" : o.skipped ? "SKIP" : "PASS";
 		if (!o.passed)
 			failed++;
+		else if (o.na)
+			na++;
 		else if (o.skipped)
 			skipped++;
 		else
 			passed++;
 		if (!report)
 			continue;
-		fprintf(report, "%s  %-42s %8.1f ms\n", tag, c->name, o.ms);
+		fprintf(report, "%-4s  %-42s %8.1f ms\n", conf_verdict(&o), c->name, o.ms);
 		if (!o.passed)
 			fprintf(report, "      %s:%d: %s\n", o.file ? o.file : "?", o.line, o.msg);
 		else if (o.skipped)
@@ -160,8 +276,8 @@ int conf_run_filtered_st(const asp_ops *ops, void *self, const conf_streaming *s
 		fflush(report);
 	}
 	if (report)
-		fprintf(report, "%d passed, %d failed, %d skipped in %.1f s\n", passed, failed,
-		        skipped, (now_ms() - t0) / 1e3);
+		fprintf(report, "%d passed, %d failed, %d n/a, %d skipped in %.1f s\n", passed,
+		        failed, na, skipped, (now_ms() - t0) / 1e3);
 	return failed;
 }
 

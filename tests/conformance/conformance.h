@@ -4,6 +4,13 @@
  * same cases run against the local backend, stdio, SSH, HTTP and a real sandbox.
  * No test framework inside: a case records its first failure (file:line and a message)
  * and returns; runners (conf_run_all, conf_cunit.c, `asp conformance`) report it.
+ *
+ * Verdicts judge only what the responder claims. A case declares the ops it needs beyond
+ * protocol 1's unary ones (which every responder has; hello_fields checks that hello
+ * lists them) and the hello features it needs ("follow", "reattach"); the runner asks
+ * hello before the case, and a case whose needs hello does not announce is `n/a`, with
+ * the missing op or feature as the reason, and does not fail the run. A case that runs
+ * and breaks a promise fails, announced or not.
  */
 #ifndef ASP_CONFORMANCE_H
 #define ASP_CONFORMANCE_H
@@ -18,7 +25,8 @@
  * What a registration offers beyond its op table for the streaming cases: following a
  * process's notifications (asp/proc.h semantics) and, optionally, a second connection to
  * the same responder (reattaching after a connection closed). Each function gets `ctx`
- * and the connection's `self`. Without it those cases skip.
+ * and the connection's `self`. A case needing the feature "follow" is n/a without it,
+ * one needing "reattach" without peer_open, whatever hello announces.
  */
 typedef struct conf_streaming {
 	asp_status (*spawn)(void *ctx, void *self, const asp_spawn_params *p,
@@ -31,28 +39,25 @@ typedef struct conf_streaming {
 	void (*peer_close)(void *ctx, void *peer);
 	void *ctx;
 	/*
-	 * Cases this registration is known not to pass yet, as NULL-terminated pairs of
-	 * name and reason: reported as skipped with the reason, so the gap stays visible.
+	 * Optional: what to do about a need (an op or feature name) hello lacks, for the
+	 * transport in use ("set websocket true ..."), appended to the n/a reason; NULL: no
+	 * advice.
 	 */
-	const char *const *known_gaps;
-	/*
-	 * The responder answers proc_attach with `unsupported` by design (SSH without agent
-	 * mode, DESIGN §3): the attach cases check that answer, and that nothing is called
-	 * back, where they would attach.
-	 */
-	bool attach_unsupported;
+	const char *(*hint)(void *ctx, const char *need);
 } conf_streaming;
 
 typedef struct conf_ctx {
 	const asp_ops *ops; /* every slot non-NULL (see asp_ops_complete) */
 	void *self;
 	const conf_streaming *st; /* NULL: no streaming */
+	bool follow; /* hello announces "follow" and st can: a case may follow where it wants */
 	const char *root; /* absolute scratch directory shared by all cases */
 	const char *dir;  /* this case's own empty directory under root */
 	asp_arena *a;     /* for the case's allocations; freed after the case */
 	/* the first failure */
 	bool failed;
 	bool skipped; /* the sandbox lacks a tool the case needs (reported, not failed) */
+	bool na;      /* hello does not announce what the case needs (reported, not failed) */
 	const char *file;
 	int line;
 	char msg[1024];
@@ -64,7 +69,14 @@ typedef struct conf_case {
 	const char *name; /* "exec_timeout_kills_group": op first, unique, a C identifier */
 	conf_fn fn;
 	const char *what; /* one line for listings */
+	/* Space-separated: ops beyond the unary ones, hello features; NULL: none. */
+	const char *ops;
+	const char *features;
 } conf_case;
+
+/* The hello features cases may need (spec/protocol.json, hello result "features"). */
+#define CONF_FEATURE_FOLLOW   "follow"
+#define CONF_FEATURE_REATTACH "reattach"
 
 /* The table, in a stable order. */
 extern const conf_case conf_cases[];
@@ -80,9 +92,13 @@ void conf_fail(conf_ctx *ctx, const char *file, int line, const char *fmt, ...)
 /* Marks the case skipped with a reason (not a failure). */
 void conf_skip(conf_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Marks the case n/a with a reason (not a failure): the runner does, from hello. */
+void conf_na(conf_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 typedef struct conf_outcome {
-	bool passed; /* true for a skip too */
-	bool skipped;
+	bool passed;  /* true for a skip and an n/a too */
+	bool skipped; /* did not run to the end: a skip, or an n/a */
+	bool na;      /* n/a: msg names the op or feature hello lacks */
 	const char *file;
 	int line;
 	char msg[1024];
@@ -100,9 +116,12 @@ void conf_run_case(const conf_case *c, const asp_ops *ops, void *self, const cha
 void conf_run_case_st(const conf_case *c, const asp_ops *ops, void *self,
                       const conf_streaming *st, const char *root, conf_outcome *out);
 
+/* "PASS", "FAIL", "SKIP" or "n/a", as the table shows it. */
+const char *conf_verdict(const conf_outcome *o);
+
 /*
  * Runs every case (or, with `only` non-NULL, those whose names contain it) and prints a
- * PASS/FAIL/SKIP table to `report` (may be NULL). Returns the number of failures.
+ * PASS/FAIL/SKIP/n/a table to `report` (may be NULL). Returns the number of failures.
  */
 int conf_run_filtered(const asp_ops *ops, void *self, const char *root, const char *only,
                       FILE *report);
@@ -114,7 +133,7 @@ int conf_run_filtered_st(const asp_ops *ops, void *self, const conf_streaming *s
 /* All cases. Returns the number of failures. */
 int conf_run_all(const asp_ops *ops, void *self, const char *root, FILE *report);
 
-/* Prints "name  what" per case. */
+/* Prints "name  what" per case, and what it needs. */
 void conf_list(FILE *out);
 
 /*
@@ -190,7 +209,7 @@ void conf_transport_streaming(conf_streaming *st, const struct asp_transport *t)
 /* Leaves the case when a helper (which recorded why) failed. */
 #define CONF_REQ(ctx, ok)                                                                          \
 	do {                                                                                       \
-		if (!(ok) || (ctx)->failed || (ctx)->skipped)                                      \
+		if (!(ok) || (ctx)->failed || (ctx)->skipped || (ctx)->na)                         \
 			return;                                                                    \
 	} while (0)
 

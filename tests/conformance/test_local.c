@@ -1,8 +1,8 @@
 /*
  * The conformance suite against the local backend (suite "local"; the streaming cases
- * skip there) and against bound connections to one backend, as a server makes them
- * (suite "local_conn": streaming, reattaching from a second connection), plus what only
- * the local backend can show (suite "local_backend"): no leaked fds or zombies, trimming
+ * are n/a there: its hello lists no spawn) and against bound connections to one backend, as a
+ * server makes them (suite "local_conn": streaming, reattaching from a second connection), plus
+ * what only the local backend can show (suite "local_backend"): no leaked fds or zombies, trimming
  * to a small max_message, robustness against direct callers, many threads at once.
  *
  *   test_local            run everything
@@ -297,6 +297,51 @@ static void *stress_worker(void *v)
 	return NULL;
 }
 
+/* The unbound table with a hello that claims the streaming ops it answers unsupported. */
+static asp_status lying_hello(void *self, const asp_hello_params *p, asp_hello_result *r,
+                              asp_arena *a, asp_error *err)
+{
+	asp_status st = asp_local_ops.hello(self, p, r, a, err);
+	static const char *const ops[] = {"hello",     "exec",      "read",       "write",
+	                                  "stat",      "list",      "mkdir",      "remove",
+	                                  "rename",    "spawn",     "proc_write", "proc_signal",
+	                                  "proc_wait", "proc_list", "proc_attach"};
+	static const char *const features[] = {"follow"};
+	r->ops = (asp_strv){ops, sizeof ops / sizeof ops[0]};
+	r->has_features = true;
+	r->features = (asp_strv){features, 1};
+	return st;
+}
+
+/*
+ * Verdicts judge claims: a case needing what hello does not announce is n/a (and the
+ * reason names it); the same case against a hello that claims it, and an op that then
+ * answers unsupported, fails.
+ */
+static void test_claims_are_judged(void)
+{
+	const conf_case *c = conf_find("proc_wait_timeout");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	conf_outcome o;
+	conf_run_case(c, &local_ops, backend, scratch, &o);
+	CU_ASSERT_TRUE(o.passed && o.na && o.skipped);
+	CU_ASSERT_PTR_NOT_NULL(strstr(o.msg, "needs op \"spawn\""));
+	CU_ASSERT_STRING_EQUAL(conf_verdict(&o), "n/a");
+	asp_ops lying = local_ops;
+	lying.hello = lying_hello;
+	conf_run_case(c, &lying, backend, scratch, &o);
+	CU_ASSERT_FALSE(o.passed);
+	CU_ASSERT_PTR_NOT_NULL(strstr(o.msg, "unsupported"));
+	CU_ASSERT_STRING_EQUAL(conf_verdict(&o), "FAIL");
+	/* "follow" claimed, but this registration has no streaming: n/a, saying so */
+	conf_run_case(conf_find("spawn_output_live"), &lying, backend, scratch, &o);
+	CU_ASSERT_TRUE(o.passed && o.na);
+	CU_ASSERT_PTR_NOT_NULL(strstr(o.msg, "registered without a way to follow"));
+	/* a case without needs runs whatever hello says */
+	conf_run_case(conf_find("read_ranges"), &lying, backend, scratch, &o);
+	CU_ASSERT_TRUE(o.passed && !o.skipped);
+}
+
 /* Many threads running execs at once: outputs never cross, timeouts stay local. */
 static void test_many_threads(void)
 {
@@ -359,6 +404,8 @@ int main(int argc, char **argv)
 	void *conn_self = NULL;
 	asp_error err;
 	conn_backend = asp_local_new(0);
+	if (conn_backend) /* peer_open connects again: hello announces "reattach" */
+		asp_local_set_shared(conn_backend, true);
 	if (!conn_backend ||
 	    asp_local_client_open(conn_backend, true, &conn_ops, &conn_self, &err) != ASP_OK)
 		return 2;
@@ -371,7 +418,8 @@ int main(int argc, char **argv)
 	    !CU_add_test(b, "no_fd_leaks", test_no_fd_leaks) ||
 	    !CU_add_test(b, "small_max_message", test_small_max_message) ||
 	    !CU_add_test(b, "direct_call_checks", test_direct_call_checks) ||
-	    !CU_add_test(b, "many_threads", test_many_threads)) {
+	    !CU_add_test(b, "many_threads", test_many_threads) ||
+	    !CU_add_test(b, "claims_are_judged", test_claims_are_judged)) {
 		fprintf(stderr, "CUnit: %s\n", CU_get_error_msg());
 		CU_cleanup_registry();
 		asp_local_free(backend);

@@ -84,10 +84,15 @@ asp_status asp_local_hello(void *self, const asp_hello_params *p, asp_hello_resu
                            asp_error *err)
 {
 	(void)p; /* any client protocol is answered with ours; the client decides */
-	return local_hello(self, false, r, a, err);
+	return local_hello(self, false, false, r, a, err);
 }
 
-asp_status local_hello(asp_local *l, bool streaming, asp_hello_result *r, asp_arena *a,
+void asp_local_set_shared(asp_local *l, bool shared)
+{
+	l->shared = shared;
+}
+
+asp_status local_hello(asp_local *l, bool streaming, bool follow, asp_hello_result *r, asp_arena *a,
                        asp_error *err)
 {
 	memset(r, 0, sizeof *r);
@@ -110,6 +115,16 @@ asp_status local_hello(asp_local *l, bool streaming, asp_hello_result *r, asp_ar
 	r->arch = arena_str(a, l->arch);
 	r->cwd = arena_str(a, cwd);
 	r->max_message = l->max_message;
+	const char **features = asp_arena_alloc(a, 2 * sizeof *features);
+	if (!features)
+		return local_oom("hello", err);
+	size_t nf = 0;
+	if (follow)
+		features[nf++] = "follow";
+	if (streaming && l->shared)
+		features[nf++] = "reattach";
+	r->has_features = true;
+	r->features = (asp_strv){features, nf};
 	if (!r->os || !r->arch || !r->cwd)
 		return local_oom("hello", err);
 	return ASP_OK;

@@ -21,6 +21,14 @@ typedef struct asp_local asp_local;
 asp_local *asp_local_new(size_t max_message);
 
 /*
+ * The owner serves many connections with this backend and outlives each (asp-agent
+ * --listen), so a process can be reattached from another connection after the one that
+ * spawned it closed: hello on its connections announces the feature "reattach". Set it
+ * before the first connection.
+ */
+void asp_local_set_shared(asp_local *l, bool shared);
+
+/*
  * Ends the spawned processes still running (as asp_local_shutdown) and frees. NULL is a
  * no-op. No call may be in flight and every connection must be disconnected.
  */

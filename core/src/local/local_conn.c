@@ -210,7 +210,8 @@ static asp_status conn_hello(void *self, const asp_hello_params *p, asp_hello_re
                              asp_arena *a, asp_error *err)
 {
 	(void)p;
-	return local_hello(((asp_local_conn *)self)->l, true, r, a, err);
+	const asp_local_conn *c = self;
+	return local_hello(c->l, true, c->has_sink, r, a, err);
 }
 
 /* The unary ops run on the backend; the connection only matters to streaming. */

@@ -29,11 +29,15 @@ struct asp_local {
 	unsigned done;           /* finished processes in the table */
 	unsigned pumps;          /* pump threads running */
 	bool shutting_down;      /* no more spawns */
+	bool shared;             /* asp_local_set_shared: hello announces "reattach" */
 };
 
 /* The ops (local.c, local_exec.c, local_files.c, local_fs.c, local_remove.c). */
-/* hello's result; `streaming` adds spawn and proc_* to the ops it lists. */
-asp_status local_hello(asp_local *l, bool streaming, asp_hello_result *r, asp_arena *a,
+/*
+ * hello's result; `streaming` adds spawn and proc_* to the ops it lists, `follow` (a
+ * connection with a sink) the feature "follow", and a shared backend "reattach".
+ */
+asp_status local_hello(asp_local *l, bool streaming, bool follow, asp_hello_result *r, asp_arena *a,
                        asp_error *err);
 asp_status asp_local_hello(void *self, const asp_hello_params *p, asp_hello_result *r, asp_arena *a,
                            asp_error *err);

@@ -59,6 +59,7 @@ OPS = {
             Field("arch", "arch", "str"),
             Field("cwd", "cwd", "str"),
             Field("max_message", "max_message", "uint"),
+            Field("features", "features", "strv", optional=True),
         ), _t.HelloResult)),
     "exec": Op("exec", 1, False,
         Record("exec params", (

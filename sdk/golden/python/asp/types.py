@@ -95,6 +95,15 @@ class HelloResult:
     max_message: int
     """Largest message in bytes the responder accepts and sends. (since 1)"""
 
+    features: list[str] | None
+    """
+    What this connection offers beyond ops; receivers ignore names they do not know.
+    follow: spawn and proc_attach send the process's output and exit as notifications on
+    this connection. reattach: spawned processes outlive this connection, and another
+    connection to the same responder can proc_attach to them. Absent: neither. Optional.
+    (since 1)
+    """
+
 
 @dataclass(kw_only=True)
 class ExecParams:

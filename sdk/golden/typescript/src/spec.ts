@@ -71,6 +71,7 @@ const OPS: Record<string, OpDesc> = {
         { name: "arch", type: "str" },
         { name: "cwd", type: "str" },
         { name: "max_message", type: "uint" },
+        { name: "features", type: "strv", optional: true },
       ],
     },
   },
