@@ -126,10 +126,14 @@ static asp_status n_hello(void *self, const asp_hello_params *p, asp_hello_resul
 	r->cwd = asp_arena_strndup(a, cwd, strlen(cwd));
 	free(here);
 	r->max_message = ASP_MAX_MESSAGE_DEFAULT;
-	/* a spawn's output comes on its exec channel; it ends with this connection */
-	static const char *const features[] = {"follow"};
+	/*
+	 * A spawn's output comes on its exec channel; it ends with this connection. Calls run
+	 * at once, except execs on a Dropbear that cannot take a channel open beside a
+	 * running command (fragile_open, ssh_internal.h): those run one at a time.
+	 */
+	static const char *const features[] = {"follow", "concurrent"};
 	r->has_features = true;
-	r->features = (asp_strv){features, 1};
+	r->features = (asp_strv){features, t->c.fragile_open ? 1 : 2};
 	if (!r->os || !r->arch || !r->cwd)
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "hello: out of memory");
 	return ASP_OK;

@@ -533,17 +533,6 @@ int main(int argc, char **argv)
 	/* streaming through the transport's subscribe slots, as the client uses them */
 	static conf_streaming native_st, agent_st;
 	conf_transport_streaming(&native_st, &asp_transport_ssh);
-	native_st.attach_unsupported = true;
-	static const char *const native_gaps[] = {
-	    "proc_attach_after_close",
-	    "plain SSH cannot reattach: a process's output has one way out, the exec channel "
-	    "of the connection that spawned it, and ends with it (agent mode can)",
-	    "exec_concurrent",
-	    "Dropbear before 2024.86 drops the connection when one of its processes exits while "
-	    "another channel waits for its command, so native execs on one connection run one at "
-	    "a time there (transport-ssh/README.md, Dropbear; agent mode runs them at once)",
-	    NULL};
-	native_st.known_gaps = native_gaps;
 	conf_transport_streaming(&agent_st, &asp_transport_ssh);
 	/* ASP_TEST_ONLY=WORD: only the conformance cases whose names contain WORD, over the
 	 * four registrations, as a table (debugging). */

@@ -115,10 +115,11 @@ asp_status local_hello(asp_local *l, bool streaming, bool follow, asp_hello_resu
 	r->arch = arena_str(a, l->arch);
 	r->cwd = arena_str(a, cwd);
 	r->max_message = l->max_message;
-	const char **features = asp_arena_alloc(a, 2 * sizeof *features);
+	const char **features = asp_arena_alloc(a, 3 * sizeof *features);
 	if (!features)
 		return local_oom("hello", err);
 	size_t nf = 0;
+	features[nf++] = "concurrent"; /* every request runs on a worker of its own */
 	if (follow)
 		features[nf++] = "follow";
 	if (streaming && l->shared)

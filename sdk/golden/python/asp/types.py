@@ -100,8 +100,9 @@ class HelloResult:
     What this connection offers beyond ops; receivers ignore names they do not know.
     follow: spawn and proc_attach send the process's output and exit as notifications on
     this connection. reattach: spawned processes outlive this connection, and another
-    connection to the same responder can proc_attach to them. Absent: neither. Optional.
-    (since 1)
+    connection to the same responder can proc_attach to them. concurrent: calls on this
+    connection run at once, so a slow exec delays no other call. Absent: none of these.
+    Optional. (since 2)
     """
 
 
