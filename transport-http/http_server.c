@@ -23,9 +23,6 @@
 /* How long closed WebSockets get to say goodbye before the context goes. */
 #define GOODBYE_MS 1000
 #define TICK_US    (20 * 1000)
-/* Room lws keeps for one request's headers (its default, 4 KiB, is short of a token). */
-#define HTTP_HEADER_MAX   16384
-#define HTTP_HEADER_MAX_S "16384"
 
 static const char ctype_text[] = "text/plain; charset=utf-8";
 
@@ -54,22 +51,9 @@ void srv_log(const char *fmt, ...)
 	(void)w;
 }
 
-/*
- * Set when lws gives up parsing a request's headers (too large for HTTP_HEADER_MAX, or
- * too many): lws then closes the connection at once, with no callback saying why, so
- * its log line is the only sign. The close follows on this thread, in the same call:
- * HTTP_DROP_PROTOCOL answers 431 before it (http_cb).
- */
-static bool headers_overflowed;
-
 static void lws_emit(int level, const char *line)
 {
 	(void)level;
-	if (strstr(line, "Ran out of header data space") ||
-	    strstr(line, "More hdr frags than we can deal with")) {
-		headers_overflowed = true;
-		return; /* said as our own line, with the peer */
-	}
 	srv_log("asp-agent: lws: %.*s", (int)strcspn(line, "\n"), line);
 }
 
@@ -109,7 +93,6 @@ static const char *reason_phrase(int status)
 	case 400: return "Bad Request";
 	case 401: return "Unauthorized";
 	case 404: return "Not Found";
-	case 431: return "Request Header Fields Too Large";
 	case 503: return "Service Unavailable";
 	default: return "Error";
 	}
@@ -117,7 +100,7 @@ static const char *reason_phrase(int status)
 
 /*
  * For the upgrade only (lws completes the transaction as soon as the callback returns,
- * so there is no WRITEABLE to wait for), and for headers too large for lws to parse:
+ * so there is no WRITEABLE to wait for), and for a pipelined POST lws cannot parse:
  * the status written at once, then the connection closes. The status line is ours:
  * lws has not read the request's version yet at this point and would say HTTP/1.0,
  * which WebSocket clients refuse to read (they would not see the 401).
@@ -529,17 +512,6 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
 	case LWS_CALLBACK_HTTP_BODY_COMPLETION: return on_body_done(wsi, pss);
 	case LWS_CALLBACK_HTTP_WRITEABLE: return on_http_writeable(s, wsi, pss);
 	case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
-		if (headers_overflowed) {
-			headers_overflowed = false;
-			char peer[64];
-			lws_get_peer_simple(wsi, peer, sizeof peer);
-			srv_log("asp-agent: %s: request headers over %d bytes; answered 431", peer,
-			        HTTP_HEADER_MAX);
-			reject_now(wsi, 431,
-			           "request header fields too large: at most " HTTP_HEADER_MAX_S
-			           " bytes of headers\n");
-		}
-		/* fallthrough */
 	case LWS_CALLBACK_CLOSED_HTTP:
 		if (pss && pss->c) {
 			srv_conn_detach(pss->c);
@@ -610,7 +582,6 @@ static int setup(srv *s, const asp_http_listen_opts *o, const http_addr *a)
 		ci.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
 	ci.user = s;
 	ci.pt_serv_buf_size = SRV_CHUNK;
-	ci.max_http_header_data = HTTP_HEADER_MAX;
 	ci.timeout_secs = 30;
 	lws_set_log_level(LLL_ERR | LLL_WARN, lws_emit);
 	s->ctx = lws_create_context(&ci);
