@@ -395,6 +395,25 @@ written:;
 	return lws_http_transaction_completed(wsi) ? -1 : 0;
 }
 
+/* The unsent rest of `c`'s answer given to lws in one write (it keeps what cannot go). */
+static int hand_over_rest(struct lws *wsi, srv_conn *c)
+{
+	srv_out *o = srv_out_peek(c);
+	if (!o || o->status == 100 || !o->started || o->sent == o->len - o->off)
+		return 0;
+	size_t rest = o->len - o->off - o->sent;
+	uint8_t *buf = malloc(LWS_PRE + rest);
+	if (!buf)
+		return -1;
+	memcpy(buf + LWS_PRE, o->data + o->off + o->sent, rest);
+	int n = lws_write(wsi, buf + LWS_PRE, rest, LWS_WRITE_HTTP_FINAL);
+	free(buf);
+	if (n != (int)rest)
+		return -1;
+	o->sent += rest; /* WRITEABLE, once lws has sent it, ends the request */
+	return 0;
+}
+
 /*
  * While reading is paused (pause_rx) lws gives an HTTP connection no WRITEABLE: its h1
  * role ignores POLLOUT on a flow-controlled connection. So the answer is written from
@@ -418,6 +437,15 @@ void srv_http_kick(srv_conn *c)
 		pss = lws_wsi_user(wsi); /* a finished transaction gets a new one */
 	}
 	if (pss && pss->c == c && pss->paused && (srv_out_peek(c) || srv_close_code(c))) {
+		/*
+		 * The socket is full: lws sends the rest only on POLLOUT, which it sees only
+		 * while reading, and reading may meet the client's EOF, on which lws closes at
+		 * once, sending what it holds first. So it is handed the whole rest now.
+		 */
+		if (hand_over_rest(wsi, c) < 0) {
+			lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+			return;
+		}
 		pause_rx(wsi, pss, false);
 		lws_callback_on_writable(wsi);
 	}

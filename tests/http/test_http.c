@@ -175,10 +175,12 @@ static void raw_req(const char *base, const char *path, const void *body, size_t
 /* [0, 1, "hello", {}] */
 static const uint8_t hello_req[] = {0x94, 0x00, 0x01, 0xa5, 'h', 'e', 'l', 'l', 'o', 0x80};
 
-/* A socket connected to 127.0.0.1:port, or -1. */
-static int tcp_connect(int port)
+/* A socket connected to 127.0.0.1:port with a receive buffer of `rcvbuf` (0: default). */
+static int tcp_connect_rcvbuf(int port, int rcvbuf)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd >= 0 && rcvbuf) /* before connect: the window it offers is set then */
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
@@ -186,6 +188,12 @@ static int tcp_connect(int port)
 		fd = -1;
 	}
 	return fd;
+}
+
+/* A socket connected to 127.0.0.1:port, or -1. */
+static int tcp_connect(int port)
+{
+	return tcp_connect_rcvbuf(port, 0);
 }
 
 /* ---- auth ------------------------------------------------------------------------- */
@@ -1087,6 +1095,39 @@ static void test_http_pipelining(void)
 			        get ? "GET" : "POST");
 		CU_ASSERT(!rd_fill(&r, 1, now_ms() + 20000) && r.eof);
 		rd_free(&r);
+	}
+	/*
+	 * The same with an answer larger than the socket takes at once (8 MiB, read through
+	 * a small receive buffer): all of it comes before the connection closes.
+	 */
+	{
+		char big[256], cmd[512];
+		snprintf(big, sizeof big, "%s/pipe-big", test_tmpdir());
+		snprintf(cmd, sizeof cmd, "head -c %d /dev/zero > '%s'", 8 * MIB, big);
+		CU_ASSERT_FATAL(test_sh(cmd) == 0);
+		asp_read_params rp;
+		asp_read_params_init(&rp);
+		rp.path = big;
+		asp_buf rq, one;
+		asp_buf_init(&rq);
+		asp_buf_init(&one);
+		CU_ASSERT_FATAL(asp_wire_request(&rq, 4, ASP_OP_READ, &rp) == 0);
+		http_post_bytes(&one, &rq);
+		rd r;
+		rd_init(&r, tcp_connect_rcvbuf(l.port, 4096));
+		CU_ASSERT_FATAL(r.fd >= 0);
+		CU_ASSERT(write_all(r.fd, one.data, one.len));
+		CU_ASSERT(shutdown(r.fd, SHUT_WR) == 0);
+		http_resp h;
+		int64_t t0 = now_ms();
+		bool got = http_read(&r, &h, 60000); /* false unless all Content-Length came */
+		CU_ASSERT(got && h.status == 200);
+		if (!got)
+			fprintf(stderr, "\n    8 MiB read, shutdown(SHUT_WR): %zu bytes in %lld ms\n",
+			        r.len, (long long)(now_ms() - t0));
+		rd_free(&r);
+		asp_buf_free(&rq);
+		asp_buf_free(&one);
 	}
 	asp_buf_free(&r1);
 	asp_buf_free(&r2);
