@@ -113,14 +113,14 @@ static int reject_now(struct lws *wsi, int status, const char *msg)
 	int ll = snprintf(line, sizeof line, "HTTP/1.1 %d %s", status, reason_phrase(status));
 	if (lws_add_http_header_by_name(wsi, NULL, (const uint8_t *)line, ll, &p, end) ||
 	    lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CONTENT_TYPE,
-	                                 (const uint8_t *)ctype_text, (int)strlen(ctype_text),
-	                                 &p, end) ||
+	                                 (const uint8_t *)ctype_text, (int)strlen(ctype_text), &p,
+	                                 end) ||
 	    lws_add_http_header_content_length(wsi, ml, &p, end) ||
 	    (status == 401 &&
 	     lws_add_http_header_by_name(wsi, (const uint8_t *)"www-authenticate:",
 	                                 (const uint8_t *)"Bearer realm=\"asp\"", 18, &p, end)) ||
-	    lws_add_http_header_by_token(wsi, WSI_TOKEN_CONNECTION, (const uint8_t *)"close", 5,
-	                                 &p, end) ||
+	    lws_add_http_header_by_token(wsi, WSI_TOKEN_CONNECTION, (const uint8_t *)"close", 5, &p,
+	                                 end) ||
 	    lws_finalize_http_header(wsi, &p, end) || (size_t)(end - p) < ml)
 		return -1;
 	memcpy(p, msg, ml);
@@ -310,7 +310,7 @@ static int on_body_done(struct lws *wsi, http_pss *pss)
 	srv_conn *c = pss->c;
 	if (pipelined(c))
 		return -1; /* see pipelined(): lws 4.1 would loop on a body from its buffer */
-	if (c) /* the request is read: what follows waits for its answer */
+	if (c)             /* the request is read: what follows waits for its answer */
 		pause_rx(wsi, pss, true);
 	if (!c || c->hs != HS_BODY)
 		return 0;
@@ -428,8 +428,7 @@ void srv_http_kick(srv_conn *c)
 		lws_callback_on_writable(wsi);
 		return;
 	}
-	while (pss && pss->c == c && pss->paused && srv_out_peek(c) &&
-	       !lws_send_pipe_choked(wsi)) {
+	while (pss && pss->c == c && pss->paused && srv_out_peek(c) && !lws_send_pipe_choked(wsi)) {
 		if (on_http_writeable(c->s, wsi, pss) < 0) {
 			lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
 			return;

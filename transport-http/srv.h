@@ -125,9 +125,9 @@ struct srv {
 
 	/* service thread only */
 	srv_conn *live; /* connections lws still has */
-	bool stopping; /* no new work; drain then exit */
-	bool finished; /* leave the service loop */
-	bool forced;   /* left with requests still running */
+	bool stopping;  /* no new work; drain then exit */
+	bool finished;  /* leave the service loop */
+	bool forced;    /* left with requests still running */
 	int64_t drain_deadline_ms, goodbye_deadline_ms;
 	lws_sorted_usec_list_t tick;
 

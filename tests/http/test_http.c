@@ -496,8 +496,8 @@ static long cpu_ticks(pid_t pid)
 	line[n] = '\0';
 	char *p = strrchr(line, ')'); /* the name may hold spaces */
 	unsigned long ut = 0, st = 0;
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
-	                 &st) != 2)
+	if (!p ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
 		return -1;
 	return (long)(ut + st);
 }
@@ -985,8 +985,8 @@ static void test_ws_no_head_of_line(void)
 			slow_done += ws_next_id(&r, 30000) == 10;
 		CU_ASSERT(first == 11 && slow_done == SLOW);
 		if (first != 11) {
-			fprintf(stderr, "\n    round %d: first answer %ld (the hello is 11)\n", round,
-			        first);
+			fprintf(stderr, "\n    round %d: first answer %ld (the hello is 11)\n",
+			        round, first);
 			break;
 		}
 	}
@@ -1123,7 +1123,8 @@ static void test_http_pipelining(void)
 		bool got = http_read(&r, &h, 60000); /* false unless all Content-Length came */
 		CU_ASSERT(got && h.status == 200);
 		if (!got)
-			fprintf(stderr, "\n    8 MiB read, shutdown(SHUT_WR): %zu bytes in %lld ms\n",
+			fprintf(stderr,
+			        "\n    8 MiB read, shutdown(SHUT_WR): %zu bytes in %lld ms\n",
 			        r.len, (long long)(now_ms() - t0));
 		rd_free(&r);
 		asp_buf_free(&rq);
