@@ -346,7 +346,7 @@ static int on_http_writeable(srv *s, struct lws *wsi, http_pss *pss)
 	}
 	size_t body = o->len - o->off;
 	if (o->started && o->sent == body)
-		goto written; /* the last chunk went before; lws has flushed it now */
+		goto written; /* all of it is with lws already (hand_over_rest) */
 	if (!o->started) {
 		uint8_t *hend = start + SRV_HEADROOM;
 		if (lws_add_http_common_headers(wsi, (unsigned)o->status, o->ctype, body, &p,
@@ -375,14 +375,15 @@ static int on_http_writeable(srv *s, struct lws *wsi, http_pss *pss)
 	int n = (int)(p - start);
 	if (lws_write(wsi, start, (size_t)n, last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) != n)
 		return -1;
-	/*
-	 * Not over while lws still holds part of it (a partial write): reading resumes
-	 * after the transaction, and an EOF read then would close with the answer unsent.
-	 */
-	if (!last || lws_partial_buffered(wsi)) {
+	if (!last) {
 		lws_callback_on_writable(wsi);
 		return 0;
 	}
+	/*
+	 * Over even if lws still holds part of it: lws defers the end of the transaction
+	 * until that went (and sends it before any close), and the next request cannot come
+	 * before the client has the whole answer.
+	 */
 written:;
 	bool close_after = o->conn_close;
 	srv_out_pop(c);
@@ -410,7 +411,7 @@ static int hand_over_rest(struct lws *wsi, srv_conn *c)
 	free(buf);
 	if (n != (int)rest)
 		return -1;
-	o->sent += rest; /* WRITEABLE, once lws has sent it, ends the request */
+	o->sent += rest;
 	return 0;
 }
 
@@ -443,6 +444,12 @@ void srv_http_kick(srv_conn *c)
 		 */
 		if (hand_over_rest(wsi, c) < 0) {
 			lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+			return;
+		}
+		srv_out *o = srv_out_peek(c);
+		if (o && o->started && o->sent == o->len - o->off) { /* all with lws: ends it */
+			if (on_http_writeable(c->s, wsi, pss) < 0)
+				lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
 			return;
 		}
 		pause_rx(wsi, pss, false);
