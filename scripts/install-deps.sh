@@ -9,7 +9,7 @@ packages=(
   libssh-dev libcurl4-openssl-dev libwebsockets-dev
   musl-tools
   openssh-server openssh-client dropbear-bin openssl curl
-  python3 python3-msgpack python3-paramiko
+  python3 python3-msgpack python3-paramiko python3-websockets
 )
 
 missing=()

@@ -85,12 +85,13 @@ static asp_status unary(http_backend *b, asp_op_id op, const void *params, void 
 	asp_msg m;
 	st = asp_wire_decode(resp, rlen, &u, &m, err);
 	if (st || m.type != ASP_MSG_RESPONSE || m.id != id) {
+		char why[ASP_ERROR_MESSAGE_MAX];
 		if (st == ASP_OK)
-			asp_error_set(err, ASP_E_PROTOCOL_ERROR, NULL,
-			              "not the response to request %u", id);
+			snprintf(why, sizeof why, "not the response to request %u", id);
+		else /* a copy: err->message cannot be both the output and an argument */
+			snprintf(why, sizeof why, "%s", err->message);
 		st = asp_error_set(err, ASP_E_PROTOCOL_ERROR, NULL,
-		                   "the listener's answer to %s is undecodable (%s)", d->name,
-		                   err->message);
+		                   "the listener's answer to %s is undecodable (%s)", d->name, why);
 		msgpack_unpacked_destroy(&u);
 		free(resp);
 		return st;

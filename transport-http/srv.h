@@ -125,9 +125,9 @@ struct srv {
 
 	/* service thread only */
 	srv_conn *live; /* connections lws still has */
-	bool stopping; /* no new work; drain then exit */
-	bool finished; /* leave the service loop */
-	bool forced;   /* left with requests still running */
+	bool stopping;  /* no new work; drain then exit */
+	bool finished;  /* leave the service loop */
+	bool forced;    /* left with requests still running */
 	int64_t drain_deadline_ms, goodbye_deadline_ms;
 	lws_sorted_usec_list_t tick;
 
@@ -143,6 +143,12 @@ struct srv {
 	unsigned running; /* jobs being served */
 	unsigned queued;  /* jobs waiting */
 	unsigned idle, nworkers;
+	/*
+	 * Idle workers signalled but not yet awake: a worker counts as idle until it runs
+	 * again, so without this a second job submitted before the first signalled worker
+	 * woke would signal the same worker and wait behind the first job.
+	 */
+	unsigned wakeups;
 	bool workers_stop;
 	pthread_t workers[SRV_MAX_WORKERS];
 };
@@ -200,6 +206,8 @@ int srv_ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 /* ---- http_server.c ---------------------------------------------------------------- */
 
 void srv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Service thread: an HTTP request has output queued (or must close): write it. */
+void srv_http_kick(srv_conn *c);
 /* lws_cancel_service from any thread, unless the context is gone. */
 void srv_wake(srv *s);
 

@@ -87,7 +87,7 @@ void srv_conn_detach(srv_conn *c)
 	pthread_mutex_lock(&s->mu);
 	c->gone = true;
 	pthread_cond_broadcast(&c->out_cv); /* a sink waiting for room gives up */
-	if (s->queued > 0)
+	if (c->ws && c->inflight > c->running)
 		pthread_cond_broadcast(&s->work_cv); /* its parked requests are dropped */
 	pthread_mutex_unlock(&s->mu);
 	srv_conn_unref(c);
@@ -130,13 +130,19 @@ void srv_out_pop(srv_conn *c)
 	pthread_mutex_lock(&c->s->mu);
 	srv_out *o = c->out_head;
 	if (o) {
+		size_t before = c->out_bytes;
 		c->out_head = o->next;
 		if (!c->out_head)
 			c->out_tail = NULL;
 		c->out_bytes -= o->len - o->off; /* off was left where it was queued */
 		pthread_cond_broadcast(&c->out_cv);
-		if (c->s->queued > 0 && c->out_bytes <= SRV_OUT_HIGH)
-			pthread_cond_broadcast(&c->s->work_cv); /* its parked requests may run */
+		/*
+		 * Its parked requests may run now. Only then: waking every idle worker on each
+		 * answer written makes them fight for mu with the worker that has a job.
+		 */
+		if (c->ws && before > SRV_OUT_HIGH && c->out_bytes <= SRV_OUT_HIGH &&
+		    c->inflight > c->running)
+			pthread_cond_broadcast(&c->s->work_cv);
 	}
 	pthread_mutex_unlock(&c->s->mu);
 	if (o)
@@ -169,7 +175,10 @@ bool srv_respond(srv_conn *c, const srv_out *head, const void *body, size_t len)
 	pthread_mutex_lock(&c->s->mu);
 	push_out_locked(c, o);
 	pthread_mutex_unlock(&c->s->mu);
-	lws_callback_on_writable(c->wsi); /* we are the service thread */
+	if (c->ws)
+		lws_callback_on_writable(c->wsi); /* we are the service thread */
+	else
+		srv_wake(c->s); /* written from srv_drain_ready: see srv_http_kick */
 	return true;
 }
 
@@ -268,7 +277,8 @@ bool srv_submit(srv_conn *c, uint8_t *msg, size_t len)
 	s->jobs_tail = j;
 	s->queued++;
 	/* Someone must pick it up: an idle worker, or a new one while there is room. */
-	if (s->idle > 0) {
+	if (s->idle > s->wakeups) {
+		s->wakeups++;
 		pthread_cond_signal(&s->work_cv);
 	} else if (s->nworkers < SRV_MAX_WORKERS) {
 		pthread_attr_t attr;
@@ -420,6 +430,8 @@ static void *worker_main(void *arg)
 			s->idle++;
 			pthread_cond_wait(&s->work_cv, &s->mu);
 			s->idle--;
+			if (s->wakeups > 0) /* this wake-up, or one a broadcast made redundant */
+				s->wakeups--;
 		}
 		if (!j)
 			break; /* stopping and nothing left */
@@ -505,9 +517,11 @@ void srv_drain_ready(srv *s)
 		pthread_mutex_unlock(&s->mu);
 		if (!c)
 			return;
-		if (c->wsi) {
+		if (c->wsi && c->ws) {
 			srv_update_rx(c);
 			lws_callback_on_writable(c->wsi);
+		} else if (c->wsi) {
+			srv_http_kick(c);
 		}
 		srv_conn_unref(c);
 	}

@@ -15,6 +15,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -174,10 +175,12 @@ static void raw_req(const char *base, const char *path, const void *body, size_t
 /* [0, 1, "hello", {}] */
 static const uint8_t hello_req[] = {0x94, 0x00, 0x01, 0xa5, 'h', 'e', 'l', 'l', 'o', 0x80};
 
-/* A socket connected to 127.0.0.1:port, or -1. */
-static int tcp_connect(int port)
+/* A socket connected to 127.0.0.1:port with a receive buffer of `rcvbuf` (0: default). */
+static int tcp_connect_rcvbuf(int port, int rcvbuf)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd >= 0 && rcvbuf) /* before connect: the window it offers is set then */
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
@@ -185,6 +188,12 @@ static int tcp_connect(int port)
 		fd = -1;
 	}
 	return fd;
+}
+
+/* A socket connected to 127.0.0.1:port, or -1. */
+static int tcp_connect(int port)
+{
+	return tcp_connect_rcvbuf(port, 0);
 }
 
 /* ---- auth ------------------------------------------------------------------------- */
@@ -474,6 +483,44 @@ static void test_concurrent_clients(void)
 
 /* ---- stalled clients -------------------------------------------------------------- */
 
+/* utime + stime of `pid` in clock ticks, or -1. */
+static long cpu_ticks(pid_t pid)
+{
+	char path[64], line[1024];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	size_t n = fread(line, 1, sizeof line - 1, f);
+	fclose(f);
+	line[n] = '\0';
+	char *p = strrchr(line, ')'); /* the name may hold spaces */
+	unsigned long ut = 0, st = 0;
+	if (!p ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+		return -1;
+	return (long)(ut + st);
+}
+
+/* Waits until `pid` used no CPU over 300 ms (bounded by `ms`): whether it did. */
+static bool wait_cpu_quiet(pid_t pid, int ms)
+{
+	int64_t deadline = now_ms() + ms;
+	long last = cpu_ticks(pid);
+	int64_t since = now_ms();
+	while (now_ms() < deadline) {
+		sleep_ms(50); /* polling a condition, not a synchronisation */
+		long t = cpu_ticks(pid);
+		if (t != last) {
+			last = t;
+			since = now_ms();
+		} else if (now_ms() - since >= 300) {
+			return true;
+		}
+	}
+	return false;
+}
+
 /*
  * Clients that stop mid-request, or never read a large answer, or flood a WebSocket
  * without reading, do not slow anybody else down.
@@ -522,7 +569,12 @@ static void test_stalled_clients(void)
 		asp_channel_send(ws, req.data, req.len, &err);
 	}
 	asp_buf_free(&req);
-	sleep_ms(300);
+	/*
+	 * Once the agent has built what it will for them (its CPU time stops growing): on a
+	 * loaded machine that takes seconds, and hellos timed during it would measure the
+	 * machine's load rather than the stalled clients.
+	 */
+	CU_ASSERT(wait_cpu_quiet(l.pid, 60000));
 
 	/* Meanwhile: another client, quick as ever. */
 	cfg cf = {.url = l.url};
@@ -537,7 +589,7 @@ static void test_stalled_clients(void)
 	}
 	fprintf(stderr, "\n    50 hellos beside stalled clients: %lld ms (worst %lld ms)\n",
 	        (long long)(now_ms() - t0), (long long)worst);
-	CU_ASSERT(worst < 1000);
+	CU_ASSERT(worst < 3000); /* a few ms when it works; generous for a loaded machine */
 	asp_client_free(c);
 	/* The agent holds the WebSocket's answers back instead of queueing them all. */
 	char status[64];
@@ -637,6 +689,622 @@ static void test_limits(void)
 	asp_arena_free(a);
 	asp_client_free(c);
 	CU_ASSERT(listener_stop(&l, SIGTERM, 10000) == 0);
+}
+
+/* ---- raw clients: bytes on a socket, for what libcurl and our ws client never send -- */
+
+/* Bytes read from a socket and not consumed yet. */
+typedef struct rd {
+	int fd;
+	uint8_t *data;
+	size_t len, cap;
+	bool eof;
+} rd;
+
+static void rd_init(rd *r, int fd)
+{
+	memset(r, 0, sizeof *r);
+	r->fd = fd;
+}
+
+static void rd_free(rd *r)
+{
+	if (r->fd >= 0)
+		close(r->fd);
+	free(r->data);
+	memset(r, 0, sizeof *r);
+	r->fd = -1;
+}
+
+/* Reads until `want` bytes are buffered, EOF or the deadline: whether they are. */
+static bool rd_fill(rd *r, size_t want, int64_t deadline)
+{
+	while (r->len < want && !r->eof) {
+		int64_t left = deadline - now_ms();
+		if (left <= 0)
+			return false;
+		struct pollfd p = {.fd = r->fd, .events = POLLIN};
+		if (poll(&p, 1, (int)left) <= 0)
+			continue;
+		if (r->cap - r->len < 65536) {
+			size_t cap = r->cap ? r->cap * 2 : 131072;
+			uint8_t *d = realloc(r->data, cap);
+			if (!d)
+				return false;
+			r->data = d;
+			r->cap = cap;
+		}
+		ssize_t n = read(r->fd, r->data + r->len, r->cap - r->len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			r->eof = true; /* EOF, or a reset: both end what we can read */
+		else
+			r->len += (size_t)n;
+	}
+	return r->len >= want;
+}
+
+static void rd_consume(rd *r, size_t n)
+{
+	memmove(r->data, r->data + n, r->len - n);
+	r->len -= n;
+}
+
+static bool write_all(int fd, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	while (n > 0) {
+		ssize_t w = write(fd, b, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return false;
+		b += w;
+		n -= (size_t)w;
+	}
+	return true;
+}
+
+/* One HTTP/1.1 response: the status (0: none came), its head and its body. */
+typedef struct http_resp {
+	int status;
+	char head[2048]; /* status line and headers, NUL-terminated, lower-cased names kept */
+	uint8_t body[8192];
+	size_t blen;
+} http_resp;
+
+/* Reads one response with a Content-Length body; false when none came whole in time. */
+static bool http_read(rd *r, http_resp *h, int ms)
+{
+	int64_t deadline = now_ms() + ms;
+	memset(h, 0, sizeof *h);
+	size_t end = 0;
+	for (;;) {
+		uint8_t *e = r->len ? memmem(r->data, r->len, "\r\n\r\n", 4) : NULL;
+		if (e) {
+			end = (size_t)(e - r->data) + 4;
+			break;
+		}
+		if (!rd_fill(r, r->len + 1, deadline))
+			return false;
+	}
+	size_t hl = end < sizeof h->head ? end : sizeof h->head - 1;
+	memcpy(h->head, r->data, hl);
+	h->head[hl] = '\0';
+	if (strncmp(h->head, "HTTP/1.1 ", 9) == 0)
+		h->status = atoi(h->head + 9);
+	const char *cl = strcasestr(h->head, "\r\ncontent-length:");
+	size_t blen = cl ? (size_t)strtoul(cl + 17, NULL, 10) : 0;
+	if (!rd_fill(r, end + blen, deadline))
+		return false;
+	h->blen = blen < sizeof h->body ? blen : sizeof h->body;
+	memcpy(h->body, r->data + end, h->blen);
+	rd_consume(r, end + blen);
+	return true;
+}
+
+/* A POST /v1/rpc of `req` (a frame from asp_wire_request) appended to `out`. */
+static void http_post_bytes(asp_buf *out, const asp_buf *req)
+{
+	char head[160];
+	int n = snprintf(head, sizeof head,
+	                 "POST /v1/rpc HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n",
+	                 req->len - 4);
+	asp_buf_write(out, head, (size_t)n);
+	asp_buf_write(out, (const char *)req->data + 4, req->len - 4);
+}
+
+/* The id of a response message, or -1. */
+static long resp_id(const uint8_t *m, size_t len)
+{
+	msgpack_unpacked u;
+	msgpack_unpacked_init(&u);
+	asp_msg msg;
+	asp_error err;
+	long id = -1;
+	if (asp_wire_decode(m, len, &u, &msg, &err) == ASP_OK && msg.type == ASP_MSG_RESPONSE)
+		id = (long)msg.id;
+	msgpack_unpacked_destroy(&u);
+	return id;
+}
+
+/* A WebSocket opened by hand on /v1/ws with asp.v1: the reader, or fd -1. */
+static void ws_raw_open(rd *r, int port)
+{
+	rd_init(r, tcp_connect(port));
+	const char *up = "GET /v1/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+	                 "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+	                 "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: asp.v1\r\n\r\n";
+	http_resp h;
+	if (r->fd < 0 || !write_all(r->fd, up, strlen(up)) || !http_read(r, &h, 10000) ||
+	    h.status != 101) {
+		fprintf(stderr, "\n    raw WebSocket upgrade failed: %s\n", h.head);
+		rd_free(r);
+	}
+}
+
+/* A client frame (FIN set) appended to `out`, masked unless `unmasked`. */
+static void ws_frame(asp_buf *out, int opcode, const void *payload, size_t len, bool unmasked)
+{
+	uint8_t h[14];
+	size_t n = 0;
+	h[n++] = (uint8_t)(0x80 | opcode);
+	uint8_t mbit = unmasked ? 0 : 0x80;
+	if (len < 126) {
+		h[n++] = (uint8_t)(mbit | len);
+	} else if (len < 65536) {
+		h[n++] = (uint8_t)(mbit | 126);
+		h[n++] = (uint8_t)(len >> 8);
+		h[n++] = (uint8_t)len;
+	} else {
+		h[n++] = (uint8_t)(mbit | 127);
+		for (int i = 7; i >= 0; i--)
+			h[n++] = (uint8_t)((uint64_t)len >> (8 * i));
+	}
+	static const uint8_t key[4] = {0x37, 0xfa, 0x21, 0x3d};
+	if (!unmasked)
+		for (int i = 0; i < 4; i++)
+			h[n++] = key[i];
+	asp_buf_write(out, (const char *)h, n);
+	size_t at = out->len;
+	asp_buf_write(out, payload, len);
+	if (!unmasked)
+		for (size_t i = 0; i < len; i++)
+			out->data[at + i] ^= key[i & 3];
+}
+
+/* One server frame: its opcode and payload (malloc'd), or false on timeout or EOF. */
+static bool ws_read_frame(rd *r, int ms, int *opcode, uint8_t **payload, size_t *len)
+{
+	int64_t deadline = now_ms() + ms;
+	if (!rd_fill(r, 2, deadline))
+		return false;
+	size_t hl = 2, n = r->data[1] & 0x7f;
+	if (n == 126)
+		hl = 4;
+	else if (n == 127)
+		hl = 10;
+	if (!rd_fill(r, hl, deadline))
+		return false;
+	if (n == 126)
+		n = (size_t)r->data[2] << 8 | r->data[3];
+	else if (n == 127) {
+		n = 0;
+		for (int i = 0; i < 8; i++)
+			n = n << 8 | r->data[2 + i];
+	}
+	if (!rd_fill(r, hl + n, deadline))
+		return false;
+	*opcode = r->data[0] & 0x0f;
+	*payload = malloc(n ? n : 1);
+	memcpy(*payload, r->data + hl, n);
+	*len = n;
+	rd_consume(r, hl + n);
+	return true;
+}
+
+/* The next data message's response id, skipping notifications; -1 on timeout/close. */
+static long ws_next_id(rd *r, int ms)
+{
+	int64_t deadline = now_ms() + ms;
+	for (;;) {
+		int op;
+		uint8_t *p;
+		size_t n;
+		int64_t left = deadline - now_ms();
+		if (left <= 0 || !ws_read_frame(r, (int)left, &op, &p, &n))
+			return -1;
+		long id = op == 2 ? resp_id(p, n) : -1;
+		free(p);
+		if (op == 8)
+			return -1;
+		if (id >= 0)
+			return id;
+	}
+}
+
+/* A request frame for `op` as a WebSocket message appended to `out`. */
+static void ws_request(asp_buf *out, uint32_t id, asp_op_id op, const void *params)
+{
+	asp_buf req;
+	asp_buf_init(&req);
+	CU_ASSERT_FATAL(asp_wire_request(&req, id, op, params) == 0);
+	ws_frame(out, 2, req.data + 4, req.len - 4, false);
+	asp_buf_free(&req);
+}
+
+/*
+ * A quick request on a WebSocket is answered while slow ones sent just before it on
+ * the same WebSocket still run. The slow ones wait for a file the test makes only once
+ * the quick answer came, so the order of the answers says it, not a timing: the old
+ * listener counted a signalled worker as still idle, signalled it again for the next
+ * request instead of starting a worker, and ran the hello behind an exec.
+ */
+#define SLOW   4
+#define ROUNDS 5
+static void test_ws_no_head_of_line(void)
+{
+	listener l;
+	CU_ASSERT_FATAL(listener_start(&l, "127.0.0.1:0", NULL, NULL) == 0);
+	rd r;
+	ws_raw_open(&r, l.port);
+	CU_ASSERT_FATAL(r.fd >= 0);
+	asp_hello_params hp;
+	asp_hello_params_init(&hp);
+	for (int round = 0; round < ROUNDS; round++) {
+		/* Workers made (up to SLOW), idle again once their answers came. */
+		asp_buf out;
+		asp_buf_init(&out);
+		for (int i = 0; i < SLOW; i++)
+			ws_request(&out, 1, ASP_OP_HELLO, &hp);
+		CU_ASSERT_FATAL(write_all(r.fd, out.data, out.len));
+		for (int i = 0; i < SLOW; i++)
+			CU_ASSERT_FATAL(ws_next_id(&r, 20000) == 1);
+		out.len = 0;
+		char flag[256], cmd[512];
+		snprintf(flag, sizeof flag, "%s/hol-%d", test_tmpdir(), round);
+		snprintf(cmd, sizeof cmd,
+		         "i=0; while [ ! -e '%s' ]; do i=$((i+1)); [ $i -gt 200 ] && exit 1; "
+		         "sleep 0.05; done",
+		         flag);
+		asp_exec_params ep;
+		asp_exec_params_init(&ep);
+		ep.command = cmd;
+		for (int i = 0; i < SLOW; i++)
+			ws_request(&out, 10, ASP_OP_EXEC, &ep);
+		ws_request(&out, 11, ASP_OP_HELLO, &hp);
+		CU_ASSERT_FATAL(write_all(r.fd, out.data, out.len)); /* one write: one read */
+		asp_buf_free(&out);
+		long first = ws_next_id(&r, 30000);
+		FILE *f = fopen(flag, "w");
+		if (f)
+			fclose(f);
+		int slow_done = 0;
+		for (int i = 0; i < SLOW; i++)
+			slow_done += ws_next_id(&r, 30000) == 10;
+		CU_ASSERT(first == 11 && slow_done == SLOW);
+		if (first != 11) {
+			fprintf(stderr, "\n    round %d: first answer %ld (the hello is 11)\n",
+			        round, first);
+			break;
+		}
+	}
+	rd_free(&r);
+	CU_ASSERT(listener_stop(&l, SIGTERM, 10000) == 0);
+}
+
+/* The response id in a 200 answer's msgpack body, or -1. */
+static long http_resp_id(const http_resp *h)
+{
+	return h->status == 200 ? resp_id(h->body, h->blen) : -1;
+}
+
+/*
+ * HTTP/1.1 pipelining: requests sent back to back on one connection are all answered,
+ * in order (the old listener ran the first POST and closed without answering either),
+ * and a request followed by the client's shutdown(SHUT_WR) is still answered.
+ */
+static void test_http_pipelining(void)
+{
+	listener l;
+	CU_ASSERT_FATAL(listener_start(&l, "127.0.0.1:0", NULL, NULL) == 0);
+	asp_hello_params hp;
+	asp_hello_params_init(&hp);
+	asp_exec_params ep;
+	asp_exec_params_init(&ep);
+	ep.command = "sleep 0.2; echo two";
+	asp_buf r1, r2, r3, all;
+	asp_buf_init(&r1);
+	asp_buf_init(&r2);
+	asp_buf_init(&r3);
+	asp_buf_init(&all);
+	CU_ASSERT_FATAL(asp_wire_request(&r1, 1, ASP_OP_HELLO, &hp) == 0);
+	CU_ASSERT_FATAL(asp_wire_request(&r2, 2, ASP_OP_EXEC, &ep) == 0);
+	CU_ASSERT_FATAL(asp_wire_request(&r3, 3, ASP_OP_HELLO, &hp) == 0);
+	/* A POST and two GETs: in one write, then in pieces. */
+	http_post_bytes(&all, &r2);
+	static const char health[] = "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n";
+	asp_buf_write(&all, health, sizeof health - 1);
+	static const char nf[] = "GET /v1/elsewhere HTTP/1.1\r\nHost: x\r\n\r\n";
+	asp_buf_write(&all, nf, sizeof nf - 1);
+	for (int split = 0; split < 2; split++) {
+		rd r;
+		rd_init(&r, tcp_connect(l.port));
+		CU_ASSERT_FATAL(r.fd >= 0);
+		if (split) { /* each write cuts a request somewhere */
+			for (size_t at = 0; at < all.len; at += 37)
+				CU_ASSERT(write_all(r.fd, all.data + at,
+				                    all.len - at < 37 ? all.len - at : 37));
+		} else {
+			CU_ASSERT(write_all(r.fd, all.data, all.len));
+		}
+		http_resp h;
+		CU_ASSERT(http_read(&r, &h, 20000) && http_resp_id(&h) == 2);
+		CU_ASSERT(memmem(h.body, h.blen, "two\n", 4) != NULL);
+		CU_ASSERT(http_read(&r, &h, 20000) && h.status == 200 && h.blen == 3 &&
+		          memcmp(h.body, "ok\n", 3) == 0);
+		CU_ASSERT(http_read(&r, &h, 20000) && h.status == 404);
+		if (h.status != 404)
+			fprintf(stderr, "\n    split %d: last answer: %s\n", split, h.head);
+		rd_free(&r);
+	}
+	/*
+	 * Two POSTs back to back: the first is answered, the second refused with a status
+	 * that says why (lws 4.1 cannot parse a POST from what it read ahead), then EOF.
+	 */
+	{
+		asp_buf two;
+		asp_buf_init(&two);
+		http_post_bytes(&two, &r1);
+		http_post_bytes(&two, &r3);
+		rd r;
+		rd_init(&r, tcp_connect(l.port));
+		CU_ASSERT_FATAL(r.fd >= 0);
+		CU_ASSERT(write_all(r.fd, two.data, two.len));
+		asp_buf_free(&two);
+		http_resp h;
+		CU_ASSERT(http_read(&r, &h, 20000) && http_resp_id(&h) == 1);
+		bool got = http_read(&r, &h, 20000);
+		CU_ASSERT(got && (http_resp_id(&h) == 3 ||
+		                  (h.status == 400 && memmem(h.body, h.blen, "pipelined", 9))));
+		if (!got)
+			fprintf(stderr, "\n    two POSTs: no second answer\n");
+		rd_free(&r);
+	}
+	/* A request, then EOF from the client: answered, then the connection closes. */
+	for (int get = 0; get < 2; get++) {
+		rd r;
+		rd_init(&r, tcp_connect(l.port));
+		CU_ASSERT_FATAL(r.fd >= 0);
+		asp_buf one;
+		asp_buf_init(&one);
+		if (get)
+			asp_buf_write(&one, health, sizeof health - 1);
+		else
+			http_post_bytes(&one, &r2);
+		CU_ASSERT(write_all(r.fd, one.data, one.len));
+		asp_buf_free(&one);
+		CU_ASSERT(shutdown(r.fd, SHUT_WR) == 0);
+		http_resp h;
+		bool got = http_read(&r, &h, 20000);
+		CU_ASSERT(got && h.status == 200);
+		CU_ASSERT(get || http_resp_id(&h) == 2);
+		if (!got)
+			fprintf(stderr, "\n    %s then shutdown(SHUT_WR): no answer\n",
+			        get ? "GET" : "POST");
+		CU_ASSERT(!rd_fill(&r, 1, now_ms() + 20000) && r.eof);
+		rd_free(&r);
+	}
+	/*
+	 * The same with an answer larger than the socket takes at once (8 MiB, read through
+	 * a small receive buffer): all of it comes before the connection closes.
+	 */
+	{
+		char big[256], cmd[512];
+		snprintf(big, sizeof big, "%s/pipe-big", test_tmpdir());
+		snprintf(cmd, sizeof cmd, "head -c %d /dev/zero > '%s'", 8 * MIB, big);
+		CU_ASSERT_FATAL(test_sh(cmd) == 0);
+		asp_read_params rp;
+		asp_read_params_init(&rp);
+		rp.path = big;
+		asp_buf rq, one;
+		asp_buf_init(&rq);
+		asp_buf_init(&one);
+		CU_ASSERT_FATAL(asp_wire_request(&rq, 4, ASP_OP_READ, &rp) == 0);
+		http_post_bytes(&one, &rq);
+		rd r;
+		rd_init(&r, tcp_connect_rcvbuf(l.port, 4096));
+		CU_ASSERT_FATAL(r.fd >= 0);
+		CU_ASSERT(write_all(r.fd, one.data, one.len));
+		CU_ASSERT(shutdown(r.fd, SHUT_WR) == 0);
+		http_resp h;
+		int64_t t0 = now_ms();
+		bool got = http_read(&r, &h, 60000); /* false unless all Content-Length came */
+		CU_ASSERT(got && h.status == 200);
+		if (!got)
+			fprintf(stderr,
+			        "\n    8 MiB read, shutdown(SHUT_WR): %zu bytes in %lld ms\n",
+			        r.len, (long long)(now_ms() - t0));
+		rd_free(&r);
+		/*
+		 * Keep-alive, not pipelined: each request sent as soon as the last answer came
+		 * whole. The next request must find the last one over even while lws still
+		 * held its tail (the listener closed such connections at one point).
+		 */
+		rd_init(&r, tcp_connect_rcvbuf(l.port, 4096));
+		CU_ASSERT_FATAL(r.fd >= 0);
+		int ok = 0;
+		for (int i = 0; i < 5; i++)
+			ok += write_all(r.fd, one.data, one.len) && http_read(&r, &h, 60000) &&
+			      h.status == 200;
+		CU_ASSERT(ok == 5);
+		if (ok != 5)
+			fprintf(stderr, "\n    8 MiB reads on one connection: %d of 5 answered\n",
+			        ok);
+		rd_free(&r);
+		/* The same through the http transport (libcurl reuses its connection at once). */
+		cfg cf = {.url = l.url};
+		asp_error err;
+		asp_client *c = open_client(&cf, &err);
+		CU_ASSERT_FATAL(c != NULL);
+		asp_arena *a = asp_arena_new();
+		int reads = 0;
+		for (int i = 0; i < 16; i++) {
+			asp_read_result rr;
+			asp_status st = asp_read(c, &rp, &rr, a, &err);
+			reads += st == ASP_OK && rr.data.len == 8 * MIB;
+			if (st)
+				fprintf(stderr, "\n    8 MiB read %d over POST: %s\n", i,
+				        err.message);
+			asp_arena_reset(a);
+		}
+		CU_ASSERT(reads == 16);
+		asp_arena_free(a);
+		asp_client_free(c);
+		asp_buf_free(&rq);
+		asp_buf_free(&one);
+	}
+	asp_buf_free(&r1);
+	asp_buf_free(&r2);
+	asp_buf_free(&r3);
+	asp_buf_free(&all);
+	CU_ASSERT(listener_stop(&l, SIGTERM, 10000) == 0);
+}
+
+/* Sends `req` on a new connection and reads one answer; the status, 0 when none came. */
+static int raw_exchange(int port, const void *req, size_t len, http_resp *h)
+{
+	rd r;
+	rd_init(&r, tcp_connect(port));
+	if (r.fd < 0)
+		return 0;
+	/* Without blocking: a server that stops reading a huge request must not hang us. */
+	const uint8_t *p = req;
+	while (len > 0) {
+		ssize_t w = send(r.fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && errno == EAGAIN) {
+			struct pollfd pf = {.fd = r.fd, .events = POLLOUT | POLLIN};
+			if (poll(&pf, 1, 10000) <= 0 || (pf.revents & ~POLLOUT))
+				break; /* an answer (or the end) came before all was sent */
+			continue;
+		}
+		if (w <= 0)
+			break;
+		p += w;
+		len -= (size_t)w;
+	}
+	bool ok = http_read(&r, h, 20000);
+	rd_free(&r);
+	return ok ? h->status : 0;
+}
+
+/* A Content-Length that is not only digits is 400 (the old listener took "+10" as 10). */
+static void test_http_strict(void)
+{
+	listener l;
+	CU_ASSERT_FATAL(listener_start(&l, "127.0.0.1:0", NULL, NULL) == 0);
+	http_resp h;
+	static const char plus[] = "POST /v1/rpc HTTP/1.1\r\nHost: x\r\nContent-Length: +10\r\n\r\n"
+	                           "\224\000\001\245hello\200";
+	CU_ASSERT(raw_exchange(l.port, plus, sizeof plus - 1, &h) == 400);
+	CU_ASSERT(memmem(h.body, h.blen, "Content-Length", 14) != NULL);
+	static const char good[] = "POST /v1/rpc HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n"
+	                           "\224\000\001\245hello\200";
+	CU_ASSERT(raw_exchange(l.port, good, sizeof good - 1, &h) == 200);
+
+	/* The listener is fine after all that. */
+	static const char hget[] = "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n";
+	CU_ASSERT(raw_exchange(l.port, hget, sizeof hget - 1, &h) == 200);
+	CU_ASSERT(listener_stop(&l, SIGTERM, 10000) == 0);
+}
+
+/* ---- a fake listener: answers every POST with fixed bytes ------------------------- */
+
+typedef struct fake_srv {
+	int lfd, port;
+	const uint8_t *body;
+	size_t blen;
+	pthread_t th;
+} fake_srv;
+
+static void *fake_main(void *arg)
+{
+	fake_srv *f = arg;
+	for (;;) {
+		int fd = accept(f->lfd, NULL, NULL);
+		if (fd < 0)
+			return NULL; /* the listening socket was shut down */
+		rd r;
+		rd_init(&r, fd);
+		http_resp req; /* a request parses as a response would: head, Content-Length */
+		while (http_read(&r, &req, 10000)) {
+			char head[160];
+			int n = snprintf(head, sizeof head,
+			                 "HTTP/1.1 200 OK\r\nContent-Type: application/msgpack\r\n"
+			                 "Content-Length: %zu\r\n\r\n",
+			                 f->blen);
+			if (!write_all(fd, head, (size_t)n) || !write_all(fd, f->body, f->blen))
+				break;
+		}
+		rd_free(&r);
+	}
+}
+
+static void fake_start(fake_srv *f, const uint8_t *body, size_t blen)
+{
+	f->body = body;
+	f->blen = blen;
+	f->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t sl = sizeof sa;
+	CU_ASSERT_FATAL(bind(f->lfd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+	                listen(f->lfd, 8) == 0 &&
+	                getsockname(f->lfd, (struct sockaddr *)&sa, &sl) == 0);
+	f->port = ntohs(sa.sin_port);
+	CU_ASSERT_FATAL(pthread_create(&f->th, NULL, fake_main, f) == 0);
+}
+
+static void fake_stop(fake_srv *f)
+{
+	shutdown(f->lfd, SHUT_RDWR); /* accept returns */
+	pthread_join(f->th, NULL);
+	close(f->lfd);
+}
+
+/*
+ * An answer that is no response, or the response to another request: the error names
+ * the reason once. The old code formatted err->message into itself (overlapping
+ * vsnprintf), which printed the start of the new message where the reason belonged.
+ */
+static void test_client_bad_answer(void)
+{
+	static const uint8_t garbage[] = {0xc1, 0xc1};
+	/* [1, 99, nil, {}]: a response, to request 99 */
+	static const uint8_t other[] = {0x94, 0x01, 0x63, 0xc0, 0x80};
+	for (int i = 0; i < 2; i++) {
+		fake_srv f;
+		fake_start(&f, i ? other : garbage, i ? sizeof other : sizeof garbage);
+		char url[64];
+		snprintf(url, sizeof url, "http://127.0.0.1:%d", f.port);
+		cfg cf = {.url = url};
+		asp_error err;
+		asp_client *c = open_client(&cf, &err);
+		asp_status st = c ? hello(c, &err) : err.code;
+		CU_ASSERT(st == ASP_E_PROTOCOL_ERROR);
+		const char *m = strstr(err.message, "is undecodable (");
+		CU_ASSERT(m != NULL);
+		CU_ASSERT(m && strstr(m, "the listener's answer") == NULL);
+		CU_ASSERT(!i || strstr(err.message, "(not the response to request ") != NULL);
+		if (!m || strstr(m, "the listener's answer") ||
+		    (i && !strstr(err.message, "(not the response to request ")))
+			fprintf(stderr, "\n    %s\n", err.message);
+		asp_client_free(c);
+		fake_stop(&f);
+	}
 }
 
 /* ---- a listener that goes away ---------------------------------------------------- */
@@ -824,6 +1492,10 @@ int main(void)
 	    {"64 concurrent clients; one client, 64 threads", test_concurrent_clients},
 	    {"stalled clients do not slow others", test_stalled_clients},
 	    {"413, 400, WebSocket 1002, client-side too_large", test_limits},
+	    {"WebSocket: a quick request is not held behind a slow one", test_ws_no_head_of_line},
+	    {"HTTP/1.1 pipelining, and an answer after the client's EOF", test_http_pipelining},
+	    {"400 for a Content-Length of +N", test_http_strict},
+	    {"client: an answer that is no response names the reason", test_client_bad_answer},
 	    {"listener killed mid-call: transport_error, then reconnect", test_listener_killed},
 	    {"SIGTERM finishes the call in flight, refuses new ones", test_graceful_sigterm},
 	    {"--relay unix:PATH to a --listen daemon", test_relay},
