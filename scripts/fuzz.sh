@@ -10,7 +10,8 @@
 # leaves its input in build-fuzz/fuzz-artifacts/ and exits non-zero.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dir=build-fuzz
+root=$PWD # absolute paths: the responder targets chdir into a scratch directory
+dir=$root/build-fuzz
 if [ ! -f "$dir/build.ninja" ]; then
   CC=clang meson setup "$dir" --werror -Dfuzz=enabled -Db_sanitize=address,undefined \
     -Db_lundef=false >/dev/null
@@ -35,12 +36,12 @@ case "${1:-}" in
 --minimize)
   [ $# -eq 2 ] || usage
   exe=$(exe_of "$2")
-  found="$dir/fuzz-corpus/$2" keep="tests/fuzz/corpus/$2"
+  found="$dir/fuzz-corpus/$2" keep="$root/tests/fuzz/corpus/$2"
   mkdir -p "$found" "$keep"
   old=$(mktemp -d)
   trap 'rm -rf "$old"' EXIT
   mv "$keep"/* "$old"/ 2>/dev/null || true
-  nice "$exe" -merge=1 "$keep" "$old" "$found" tests/vectors 2>&1 | grep -E '^MERGE-OUTER: [0-9]+ new files' || true
+  nice "$exe" -merge=1 "$keep" "$old" "$found" "$root/tests/vectors" 2>&1 | grep -E '^MERGE-OUTER: [0-9]+ new files' || true
   echo "$keep: $(ls "$keep" | wc -l) files, $(du -sh "$keep" | cut -f1)"
   ;;
 ''|-*) usage ;;
@@ -50,6 +51,6 @@ case "${1:-}" in
   found="$dir/fuzz-corpus/$1" art="$dir/fuzz-artifacts"
   mkdir -p "$found" "$art"
   nice "$exe" -max_total_time="$2" -timeout=25 -rss_limit_mb=2048 -print_final_stats=1 \
-    -artifact_prefix="$art/$1-" "$found" "tests/fuzz/corpus/$1" tests/vectors
+    -artifact_prefix="$art/$1-" "$found" "$root/tests/fuzz/corpus/$1" "$root/tests/vectors"
   ;;
 esac

@@ -107,9 +107,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		bool go_on = !st || m.has_id;
 		if (st && m.has_id) {
-			/* A request with an id but bad params: its error, the connection stays. */
-			FUZZ_CHECK(st == ASP_E_INVALID_ARGUMENT,
-			           "a decodable id means a bad request");
+			/* A request with an id but bad params (or too big): its error, and the
+			 * connection stays. */
+			FUZZ_CHECK(m.type == ASP_MSG_REQUEST &&
+			               (st == ASP_E_INVALID_ARGUMENT || st == ASP_E_TOO_LARGE),
+			           "only a request keeps its id when it fails to decode");
 			FUZZ_CHECK(asp_wire_response_err(&out, m.id, &err) == 0, "error answer");
 			fuzz_check_response(out.data, out.len, m.id);
 		} else if (!st) {
