@@ -8,6 +8,7 @@ packages=(
   libmsgpack-dev libjansson-dev libcunit1-dev
   libssh-dev libcurl4-openssl-dev libwebsockets-dev
   musl-tools
+  clang libclang-rt-14-dev
   openssh-server openssh-client dropbear-bin openssl curl
   python3 python3-msgpack python3-paramiko python3-websockets
 )

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, then builds and runs every test twice: a normal build with
-# warnings as errors, and an ASan+UBSan build. The README's test command and .ci/run.
+# warnings as errors, and an ASan+UBSan build; then builds the fuzz targets with clang and
+# runs each briefly (suite 'fuzz'). The README's test command and .ci/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -21,8 +22,22 @@ run_suite build || status=1
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   run_suite build-san -Db_sanitize=address,undefined -Db_lundef=false || status=1
 
-# One closing line over both builds, for people and for CI's log reader.
-python3 - build/meson-logs/testlog.json build-san/meson-logs/testlog.json <<'PY'
+# The fuzz targets (tests/fuzz, docs/fuzzing.md): built with clang, each run a short, fixed
+# number of times from its corpus. Only those targets are built in this tree.
+fuzz_dir=build-fuzz
+if [ ! -f "$fuzz_dir/build.ninja" ]; then
+  CC=clang meson setup "$fuzz_dir" --werror -Dfuzz=enabled -Db_sanitize=address,undefined \
+    -Db_lundef=false >/dev/null || status=1
+fi
+if [ -f "$fuzz_dir/build.ninja" ]; then
+  rm -f "$fuzz_dir/meson-logs/testlog.json"
+  { ninja -C "$fuzz_dir" fuzz >/dev/null &&
+    meson test -C "$fuzz_dir" --no-rebuild --suite fuzz --print-errorlogs; } || status=1
+fi
+
+# One closing line over the three builds, for people and for CI's log reader.
+python3 - build/meson-logs/testlog.json build-san/meson-logs/testlog.json \
+  "$fuzz_dir/meson-logs/testlog.json" <<'PY'
 import json, sys
 passed = failed = skipped = 0
 for path in sys.argv[1:]:

@@ -147,6 +147,12 @@ asp_status sftp_await(sftpc *f, sreq *r, asp_error *err);
 /* Takes r out of the pending list if it is there (its reply will be dropped) and frees
  * its body. Safe on a request that was never sent. */
 void sftp_forget(sftpc *f, sreq *r);
+/*
+ * Hands each whole packet in rx[rx_off .. rx_len) to the request waiting for its id (or
+ * takes it as the VERSION reply) and moves rx_off past it. false on a length no server
+ * sends (0, or above 1 MiB): the stream is unusable. No I/O: the fuzz target's seam.
+ */
+bool sftp_take_packets(sftpc *f);
 /* The status code of a STATUS reply; -1 for any other reply. */
 int sftp_status(const sreq *r);
 

@@ -254,6 +254,21 @@ static void dispatch(sftpc *f, const uint8_t *p, size_t n)
 	r->len = blen;
 }
 
+bool sftp_take_packets(sftpc *f)
+{
+	while (f->rx_len - f->rx_off >= 4) {
+		const uint8_t *p = f->rx + f->rx_off;
+		uint32_t plen = get32(p);
+		if (plen == 0 || plen > REPLY_MAX)
+			return false;
+		if (f->rx_len - f->rx_off < 4 + (size_t)plen)
+			break;
+		dispatch(f, p + 4, plen);
+		f->rx_off += 4 + (size_t)plen;
+	}
+	return true;
+}
+
 /* Reads whatever arrived on the channel and dispatches the whole packets. */
 static bool sftp_pump(sftpc *f)
 {
@@ -289,17 +304,9 @@ static bool sftp_pump(sftpc *f)
 			return false;
 		}
 		f->rx_len += (size_t)n;
-		while (f->rx_len - f->rx_off >= 4) {
-			const uint8_t *p = f->rx + f->rx_off;
-			uint32_t plen = get32(p);
-			if (plen == 0 || plen > REPLY_MAX) {
-				sftp_reset(f);
-				return false;
-			}
-			if (f->rx_len - f->rx_off < 4 + (size_t)plen)
-				break;
-			dispatch(f, p + 4, plen);
-			f->rx_off += 4 + (size_t)plen;
+		if (!sftp_take_packets(f)) {
+			sftp_reset(f);
+			return false;
 		}
 	}
 	/* a discarded stderr would otherwise fill the window */

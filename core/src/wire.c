@@ -315,7 +315,7 @@ asp_status asp_wire_unpack(const uint8_t *data, size_t len, msgpack_unpacked *u,
 			return asp_error_set(err, ASP_E_PROTOCOL_ERROR, NULL,
 			                     "malformed response: expected [1, uint32 id, error, "
 			                     "result]");
-		msg->has_id = true;
+		/* has_id only once it is a response: a responder answers nothing malformed */
 		if (a[2].type == MSGPACK_OBJECT_MAP)
 			msg->error = &a[2];
 		else if (a[2].type != MSGPACK_OBJECT_NIL)
@@ -327,6 +327,7 @@ asp_status asp_wire_unpack(const uint8_t *data, size_t len, msgpack_unpacked *u,
 		else if (a[3].type != MSGPACK_OBJECT_NIL || !msg->error)
 			return asp_error_set(err, ASP_E_PROTOCOL_ERROR, NULL,
 			                     "malformed response %u: result must be a map", msg->id);
+		msg->has_id = true;
 		return ASP_OK;
 	case ASP_MSG_NOTIFY:
 		if (n != 3 || a[1].type != MSGPACK_OBJECT_STR || a[2].type != MSGPACK_OBJECT_MAP)
