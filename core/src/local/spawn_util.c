@@ -458,22 +458,53 @@ static void reap_stray_locked(pid_t pid)
 		waitpid(pid, NULL, WNOHANG);
 }
 
-/* Every zombie child of ours that is not our own: found by walking /proc. */
+/* Reaps `pid` if it is a zombie child that is not our own. */
+static void reap_if_stray(pid_t pid)
+{
+	char st = 0;
+	if (proc_ppid(pid, &st) != getpid() || st != 'Z')
+		return;
+	pthread_mutex_lock(&reaper.mu);
+	reap_stray_locked(pid);
+	pthread_mutex_unlock(&reaper.mu);
+}
+
+/*
+ * Every zombie child of ours that is not our own. The kernel lists each thread's
+ * children in /proc/self/task/TID/children (CONFIG_PROC_CHILDREN); without it, every
+ * process in /proc is looked at.
+ */
 static void reap_strays(void)
 {
-	DIR *d = opendir("/proc");
+	DIR *d = opendir("/proc/self/task");
+	bool listed = false;
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		char path[300];
+		snprintf(path, sizeof path, "/proc/self/task/%.64s/children", de->d_name);
+		FILE *f = fopen(path, "re");
+		if (!f)
+			continue;
+		listed = true;
+		long v;
+		while (fscanf(f, "%ld", &v) == 1)
+			reap_if_stray((pid_t)v);
+		fclose(f);
+	}
+	if (d)
+		closedir(d);
+	if (listed)
+		return;
+	d = opendir("/proc");
 	if (!d)
 		return;
 	pid_t self = getpid();
-	struct dirent *de;
 	while ((de = readdir(d))) {
 		pid_t pid = proc_entry_pid(de, self);
-		char st = 0;
-		if (pid && proc_ppid(pid, &st) == self && st == 'Z') {
-			pthread_mutex_lock(&reaper.mu);
-			reap_stray_locked(pid);
-			pthread_mutex_unlock(&reaper.mu);
-		}
+		if (pid)
+			reap_if_stray(pid);
 	}
 	closedir(d);
 }
@@ -490,6 +521,8 @@ static void *reaper_main(void *arg)
 	sigset_t all;
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals are for the serving threads */
+	pid_t blocked = 0;
+	int wait_ms = 25;
 	for (;;) {
 		siginfo_t si;
 		memset(&si, 0, sizeof si);
@@ -511,13 +544,21 @@ static void *reaper_main(void *arg)
 			continue;
 		}
 		pthread_mutex_unlock(&reaper.mu);
+		/* Looking again soon, then less often while the same owner keeps its zombie. */
+		if (si.si_pid == blocked) {
+			if (wait_ms < 1000)
+				wait_ms *= 2;
+		} else {
+			blocked = si.si_pid;
+			wait_ms = 25;
+		}
 		reap_strays();
 		pthread_mutex_lock(&reaper.mu);
 		if (is_own_locked(si.si_pid)) {
 			struct timespec dl;
 			clock_gettime(CLOCK_REALTIME, &dl);
-			dl.tv_nsec += 200 * 1000 * 1000;
-			if (dl.tv_nsec >= 1000000000)
+			dl.tv_nsec += (long)wait_ms * 1000 * 1000;
+			while (dl.tv_nsec >= 1000000000)
 				dl.tv_sec++, dl.tv_nsec -= 1000000000;
 			pthread_cond_timedwait(&reaper.cv, &reaper.mu, &dl);
 		}
