@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -353,6 +354,120 @@ static void test_reaping_keeps_statuses(void)
 	tproc_close(&p);
 }
 
+/* Bytes the process has read so far (rchar in /proc/PID/io), or -1. */
+static long long rchar_of(pid_t pid)
+{
+	char path[64], line[128];
+	snprintf(path, sizeof path, "/proc/%d/io", (int)pid);
+	FILE *f = fopen(path, "r");
+	long long v = -1;
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "rchar: %lld", &v) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return v;
+}
+
+/* Entries of `dir` other than "." and ".." and `keep`; their names joined in `names`. */
+static int others_in(const char *dir, const char *keep, char *names, size_t cap)
+{
+	DIR *d = opendir(dir);
+	int n = 0;
+	size_t used = 0;
+	names[0] = '\0';
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+		    !strcmp(de->d_name, keep))
+			continue;
+		n++;
+		int w = snprintf(names + used, cap - used, "%s ", de->d_name);
+		if (w > 0 && (size_t)w < cap - used)
+			used += (size_t)w;
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/*
+ * An agent killed (SIGKILL) while it writes a large file with `atomic`, many times: no
+ * temporary piles up beside the target, and one good write leaves only the target.
+ */
+static void test_killed_atomic_writes_leave_nothing(void)
+{
+	char dir[] = "/tmp/asp-esc-w-XXXXXX", target[128], names[1024];
+	CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+	snprintf(target, sizeof target, "%s/target", dir);
+	enum { SIZE = 12 << 20, KILLS = 24 }; /* under max_message (16 MiB) */
+	uint8_t *data = malloc(SIZE);
+	CU_ASSERT_FATAL(data != NULL);
+	memset(data, 'x', SIZE);
+	asp_write_params w;
+	asp_write_params_init(&w);
+	w.path = target;
+	w.data.data = data;
+	w.data.len = SIZE;
+	w.atomic = true;
+	asp_buf b;
+	asp_buf_init(&b);
+	t_add_request(&b, 1, ASP_OP_WRITE, &w);
+	int killed = 0, leftovers = 0;
+	for (int i = 0; i < KILLS; i++) {
+		tproc p;
+		start(&p);
+		long long base = rchar_of(p.pid);
+		CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+		/* Once the whole request is read, kills at 0, 2, 4, ... ms: spread over the
+		 * decoding, the write and the fsync (a fault's timing, not a synchronisation). */
+		int64_t until = t_now_ms() + 10000;
+		while (rchar_of(p.pid) - base < (long long)b.len && t_now_ms() < until)
+			;
+		usleep((useconds_t)(i % 12) * 2000);
+		if (kill(p.pid, SIGKILL) == 0)
+			killed++;
+		tproc_wait(&p, 10000, NULL);
+		tproc_close(&p);
+		/* a write that finished before the kill is fine; a half-written target is not */
+		struct stat st;
+		if (stat(target, &st) == 0)
+			CU_ASSERT_EQUAL(st.st_size, SIZE);
+		leftovers = others_in(dir, "target", names, sizeof names);
+	}
+	fprintf(stderr, "\n    %d agents killed mid-write: %d temporaries beside the target (%s)\n",
+	        killed, leftovers, names);
+	CU_ASSERT_EQUAL(leftovers, 0);
+	tproc p;
+	start(&p);
+	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+	uint8_t *body;
+	size_t len;
+	CU_ASSERT_EQUAL_FATAL(t_read_frame(p.out, 30000, &body, &len), 1);
+	t_resp r;
+	CU_ASSERT(t_parse_response(body, len, ASP_OP_WRITE, NULL, NULL, &r) && r.st == ASP_OK);
+	free(body);
+	tproc_close_in(&p);
+	tproc_wait(&p, 10000, NULL);
+	tproc_close(&p);
+	CU_ASSERT_EQUAL(others_in(dir, "target", names, sizeof names), 0);
+	size_t got = 0;
+	uint8_t *back = t_read_file(target, &got);
+	CU_ASSERT(back && got == SIZE && memcmp(back, data, SIZE) == 0);
+	free(back);
+	asp_buf_free(&b);
+	free(data);
+	others_in(dir, "", names, sizeof names); /* what a failed run leaves, removed below */
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	while (d && (de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			unlinkat(dirfd(d), de->d_name, 0);
+	if (d)
+		closedir(d);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	agent = t_env("ASP_AGENT");
@@ -373,6 +488,8 @@ int main(void)
 	            test_agent_sigkill_kills_setsid);
 	CU_add_test(s, "double fork: adopted, ended by the timeout or the exit", test_double_fork);
 	CU_add_test(s, "reaping orphans keeps every exit status", test_reaping_keeps_statuses);
+	CU_add_test(s, "killed atomic writes leave no temporary",
+	            test_killed_atomic_writes_leave_nothing);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	unsigned failed = CU_get_number_of_failures();
