@@ -149,7 +149,7 @@ static int open_temp(const char *dst, const char *part, bool *unnamed)
 	*unnamed = false;
 #ifdef O_TMPFILE
 	char *dir = path_dir(dst);
-	int fd = dir ? open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600) : -1;
+	int fd = dir ? open(dir[0] ? dir : ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600) : -1;
 	int e = dir ? errno : ENOMEM;
 	free(dir);
 	if (fd >= 0) {

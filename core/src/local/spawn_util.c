@@ -404,7 +404,7 @@ static bool is_own_locked(pid_t pid)
 	for (size_t i = 0; i < reaper.n; i++)
 		if (reaper.own[i] == pid)
 			return true;
-	return pid == reaper.keeper;
+	return false; /* the keeper too: if it dies, the reaper takes it */
 }
 
 /*
@@ -523,6 +523,7 @@ static void *reaper_main(void *arg)
 	pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals are for the serving threads */
 	pid_t blocked = 0;
 	int wait_ms = 25;
+	int64_t scan_at = 0;
 	for (;;) {
 		siginfo_t si;
 		memset(&si, 0, sizeof si);
@@ -543,17 +544,25 @@ static void *reaper_main(void *arg)
 			pthread_mutex_unlock(&reaper.mu);
 			continue;
 		}
-		pthread_mutex_unlock(&reaper.mu);
-		/* Looking again soon, then less often while the same owner keeps its zombie. */
-		if (si.si_pid == blocked) {
-			if (wait_ms < 1000)
-				wait_ms *= 2;
-		} else {
+		/*
+		 * An owner's zombie: usually reaped within moments, so wait for that first; if
+		 * the same one still blocks the view, look for the others, then wait longer.
+		 */
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+		if (si.si_pid != blocked) {
 			blocked = si.si_pid;
 			wait_ms = 25;
+			scan_at = now_ms + wait_ms;
+		} else if (now_ms >= scan_at) { /* not at every wake: spawns wake us too */
+			pthread_mutex_unlock(&reaper.mu);
+			reap_strays();
+			pthread_mutex_lock(&reaper.mu);
+			if (wait_ms < 1000)
+				wait_ms *= 2;
+			scan_at = now_ms + wait_ms;
 		}
-		reap_strays();
-		pthread_mutex_lock(&reaper.mu);
 		if (is_own_locked(si.si_pid)) {
 			struct timespec dl;
 			clock_gettime(CLOCK_REALTIME, &dl);
