@@ -186,7 +186,8 @@ static int put_in_place(int fd, bool unnamed, const char *part, const char *dst)
 		    (errno == EEXIST ||
 		     linkat(AT_FDCWD, proc, AT_FDCWD, lnk, AT_SYMLINK_FOLLOW) < 0)) {
 			if (errno == EEXIST) {
-				unlink(lnk); /* a killed copy's leftover, or a racer's (it links again) */
+				/* a killed copy's leftover, or a racer's (it links again) */
+				unlink(lnk);
 				continue;
 			}
 			break;

@@ -664,7 +664,8 @@ int asp_local_reaper_start(void)
 {
 #ifdef PR_SET_CHILD_SUBREAPER
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) {
-		fprintf(stderr, "asp-agent: cannot become a child subreaper: %s\n", strerror(errno));
+		fprintf(stderr, "asp-agent: cannot become a child subreaper: %s\n",
+		        strerror(errno));
 		return -1;
 	}
 	int p[2];
