@@ -397,7 +397,9 @@ static struct {
 	pid_t *own;
 	size_t n, cap;
 	pid_t keeper;
-} reaper = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	int keeper_fd;     /* the write end of the keeper's pipe, -1 without one */
+	atomic_bool armed; /* the keeper was told that a command started */
+} reaper = {.keeper_fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static bool is_own_locked(pid_t pid)
 {
@@ -651,12 +653,23 @@ static void keeper_main(int rfd, pid_t parent)
 		if (fd != rfd)
 			close(fd);
 	prctl(PR_SET_NAME, "asp-keeper");
-	char c;
-	while (read(rfd, &c, 1) != 0 && (errno == EINTR || errno == EAGAIN))
-		;
-	char entry[64];
-	job_entry(entry, sizeof entry, parent, 0);
-	sweep_kill(entry, true, false);
+	/* 'a': a command was started (armed); 'd': the agent cleaned up itself; EOF: gone */
+	bool armed = false, clean = false;
+	for (;;) {
+		char c;
+		ssize_t n = read(rfd, &c, 1);
+		if (n == 1 && c == 'a')
+			armed = true;
+		else if (n == 1 && c == 'd')
+			clean = true;
+		else if (n == 0 || (n < 0 && errno != EINTR))
+			break;
+	}
+	if (armed && !clean) { /* reading every process's environment costs: only if needed */
+		char entry[64];
+		job_entry(entry, sizeof entry, parent, 0);
+		sweep_kill(entry, true, false);
+	}
 	_exit(0);
 }
 
@@ -683,7 +696,7 @@ int asp_local_reaper_start(void)
 		fprintf(stderr, "asp-agent: cannot start the keeper: %s\n", strerror(errno));
 	} else {
 		reaper.keeper = k; /* p[1] stays open (close-on-exec) until we are gone */
-		p[1] = lift_fd(p[1]);
+		reaper.keeper_fd = lift_fd(p[1]);
 	}
 	atomic_store(&reaper.on, true);
 	pthread_t t;
@@ -703,11 +716,73 @@ int asp_local_reaper_start(void)
 #endif
 }
 
+/* Tells the keeper `c` ('a' armed, 'd' done); a lost byte only costs it a sweep. */
+static void keeper_say(char c)
+{
+	if (reaper.keeper_fd >= 0) {
+		ssize_t w = write(reaper.keeper_fd, &c, 1);
+		(void)w;
+	}
+}
+
+/*
+ * Every process a command started is in our subtree: we are a subreaper, so an orphan
+ * comes to us. SIGKILL to every live child of ours (but the keeper), again and again: a
+ * killed child's children come to us before it turns zombie, and get the next pass. Until
+ * only zombies remain, for at most 2 s.
+ */
+static void kill_subtree(void)
+{
+	int64_t until = 0;
+	for (int pass = 0;; pass++) {
+		unsigned live = 0;
+		DIR *d = opendir("/proc/self/task");
+		bool listed = false;
+		struct dirent *de;
+		while (d && (de = readdir(d))) {
+			if (de->d_name[0] == '.')
+				continue;
+			char path[300];
+			snprintf(path, sizeof path, "/proc/self/task/%.64s/children", de->d_name);
+			FILE *f = fopen(path, "re");
+			if (!f)
+				continue;
+			listed = true;
+			long v;
+			char st = 0;
+			while (fscanf(f, "%ld", &v) == 1)
+				if ((pid_t)v != reaper.keeper &&
+				    proc_ppid((pid_t)v, &st) == getpid() && st != 'Z' &&
+				    kill((pid_t)v, SIGKILL) == 0)
+					live++;
+			fclose(f);
+		}
+		if (d)
+			closedir(d);
+		if (!listed) { /* no children lists: by parent pid, through all of /proc */
+			char entry[64];
+			job_entry(entry, sizeof entry, getpid(), 0);
+			sweep_kill(entry, true, true);
+			return;
+		}
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+		if (pass == 0)
+			until = now_ms + 2000;
+		if (live == 0 || now_ms > until)
+			return;
+		struct timespec pause = {0, 1000 * 1000}; /* let the killed ones turn zombie */
+		nanosleep(&pause, NULL);
+	}
+}
+
 void asp_local_reaper_finish(void)
 {
-	char entry[64];
-	job_entry(entry, sizeof entry, getpid(), 0);
-	sweep_kill(entry, true, atomic_load(&reaper.on));
+	if (!atomic_load(&reaper.on))
+		return;
+	kill_subtree();
+	keeper_say('d');
 }
 
 asp_status local_child_start(const local_child_spec *s, local_child *c, asp_error *err)
@@ -800,6 +875,8 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 		rc = posix_spawn(&pid, prog, &fa, &attr, argv, envp);
 	if (reaping)
 		reaper_unlock_own(rc ? -1 : pid);
+	if (reaping && !rc && !atomic_exchange(&reaper.armed, true))
+		keeper_say('a');
 	posix_spawn_file_actions_destroy(&fa);
 	posix_spawnattr_destroy(&attr);
 	if (rc) {
