@@ -305,7 +305,9 @@ if [ "$(cut -d' ' -f2 "$OUT" | tr -d '\n')" == "123" ] &&
 	[ $(((last - first) / 1000000)) -ge 450 ]; then ok "exec streams output live"
 else not_ok "exec streams output live" "lines: $(tr '\n' '|' < "$OUT")"; fi
 # --stdin forwards as it comes: cat answers the first line before the second is typed.
-(echo first; sleep 0.6; echo second) | "$ASP" exec --stdin -- cat 2> "$ERR" |
+# The pause covers the start of asp and the agent (over 200 ms under ASan on a loaded
+# machine), so the 400 ms between the answers cannot be eaten by a slow start.
+(echo first; sleep 1; echo second) | "$ASP" exec --stdin -- cat 2> "$ERR" |
 	while IFS= read -r l; do echo "$(date +%s%N) $l"; done > "$OUT"
 t1=$(head -1 "$OUT" | cut -d' ' -f1)
 t2=$(tail -1 "$OUT" | cut -d' ' -f1)
