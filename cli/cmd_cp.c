@@ -124,13 +124,97 @@ static int run_xfer(cp *k, xfer *x, const loc *src, uint64_t size)
 	return 0;
 }
 
-/* A local destination is written under a temporary name beside it and renamed at the end. */
+/* "DIR/.NAME.asp-" + suffix beside `dst`; NULL when out of memory. */
+static char *beside(const char *dst, const char *suffix)
+{
+	char *dir = path_dir(dst), *base = path_base(dst), *out = NULL;
+	if (dir && base) {
+		char name[300];
+		snprintf(name, sizeof name, ".%.200s.asp-%s", base, suffix);
+		out = path_join(dir, name);
+	}
+	free(dir);
+	free(base);
+	return out;
+}
+
+/*
+ * The file a local destination is written to: an unnamed one (O_TMPFILE) in its
+ * directory, so a killed asp leaves nothing; *unnamed says so. Where the filesystem has
+ * none, "DIR/.NAME.asp-part", the same name every time, which the next copy to `dst`
+ * truncates and reuses. -1 with errno.
+ */
+static int open_temp(const char *dst, const char *part, bool *unnamed)
+{
+	*unnamed = false;
+#ifdef O_TMPFILE
+	char *dir = path_dir(dst);
+	int fd = dir ? open(dir[0] ? dir : ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600) : -1;
+	int e = dir ? errno : ENOMEM;
+	free(dir);
+	if (fd >= 0) {
+		*unnamed = true;
+		return fd;
+	}
+	if (e != EOPNOTSUPP && e != EISDIR && e != EINVAL && e != ENOSYS) {
+		errno = e;
+		return -1;
+	}
+#endif
+	return open(part, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+}
+
+/*
+ * Puts the finished file in place. An unnamed one is linked as "DIR/.NAME.asp-tmp"
+ * (link cannot replace a file), then renamed: a kill between the two leaves that one
+ * name, which the next copy removes and reuses. 0, or -1 with errno.
+ */
+static int put_in_place(int fd, bool unnamed, const char *part, const char *dst)
+{
+	if (!unnamed)
+		return rename(part, dst);
+	char *lnk = beside(dst, "tmp");
+	if (!lnk) {
+		errno = ENOMEM;
+		return -1;
+	}
+	char proc[64];
+	snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+	int rc = -1;
+	for (int tries = 0; tries < 100; tries++) {
+		if (linkat(fd, "", AT_FDCWD, lnk, AT_EMPTY_PATH) < 0 &&
+		    (errno == EEXIST ||
+		     linkat(AT_FDCWD, proc, AT_FDCWD, lnk, AT_SYMLINK_FOLLOW) < 0)) {
+			if (errno == EEXIST) {
+				/* a killed copy's leftover, or a racer's (it links again) */
+				unlink(lnk);
+				continue;
+			}
+			break;
+		}
+		if (rename(lnk, dst) == 0) {
+			rc = 0;
+			break;
+		}
+		if (errno != ENOENT) {
+			unlink(lnk);
+			break;
+		}
+	}
+	int e = errno;
+	free(lnk);
+	errno = e;
+	return rc;
+}
+
+/* A local destination is written to a temporary beside it and put in place at the end. */
 static int copy_to_local(cp *k, const loc *src, const char *dst, uint64_t size, uint64_t mode)
 {
-	char *tmp = path_temp_beside(dst);
+	char *tmp = beside(dst, "part");
 	if (!tmp)
 		return CP_ERR(cli_fail_errno(k->c, ENOMEM, "cp"));
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	bool unnamed;
+	int fd = open_temp(dst, tmp, &unnamed);
 	if (fd < 0) {
 		cli_fail_errno(k->c, errno, "cp: create %s", dst); /* the temp name is ours */
 		free(tmp);
@@ -148,15 +232,15 @@ static int copy_to_local(cp *k, const loc *src, const char *dst, uint64_t size, 
 		cli_fail_errno(k->c, errno, "cp: chmod %s", tmp);
 		rc = -1;
 	}
+	if (rc == 0 && put_in_place(fd, unnamed, tmp, dst) < 0) {
+		cli_fail_errno(k->c, errno, "cp: rename %s to %s", tmp, dst);
+		rc = -1;
+	}
 	if (close(fd) < 0 && rc == 0) {
 		cli_fail_errno(k->c, errno, "cp: write %s", dst);
 		rc = -1;
 	}
-	if (rc == 0 && rename(tmp, dst) < 0) {
-		cli_fail_errno(k->c, errno, "cp: rename %s to %s", tmp, dst);
-		rc = -1;
-	}
-	if (rc < 0)
+	if (rc < 0 && !unnamed)
 		unlink(tmp);
 	free(tmp);
 	return rc;

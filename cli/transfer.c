@@ -372,6 +372,25 @@ static void keep_mode(xfer *x, asp_arena *a, uint64_t *mode)
 		*mode = r.mode;
 }
 
+/*
+ * "DIR/.NAME.asp-part" in the sandbox: the chunks go there, then one rename. The name is
+ * the same for every transfer to the target, so a transfer cut short (asp killed, the
+ * connection lost) leaves one file that the next transfer to the target overwrites from
+ * its first chunk and renames away, instead of a new one each time.
+ */
+static char *part_name(const char *dst)
+{
+	char *dir = path_dir(dst), *base = path_base(dst), *out = NULL;
+	if (dir && base) {
+		char name[300];
+		snprintf(name, sizeof name, ".%.200s.asp-part", base);
+		out = path_join(dir, name);
+	}
+	free(dir);
+	free(base);
+	return out;
+}
+
 /* The first chunk, by the calling thread: sizes the rest and creates the destination. */
 static int first_chunk(engine *e, worker *w, bool *whole, char **tmp)
 {
@@ -439,13 +458,19 @@ static int first_chunk(engine *e, worker *w, bool *whole, char **tmp)
 		p.path = e->wpath = x->dst.path;
 		p.append = e->wappend = true;
 	} else {
-		*tmp = path_temp_beside(x->dst.path);
+		*tmp = part_name(x->dst.path);
 		if (!*tmp) {
 			asp_error_errno(&err, ENOMEM, x->dst.path, "out of memory");
 			FAIL(e, &err, "write %s", x->dst.path);
 			return -1;
 		}
 		p.path = e->wpath = *tmp;
+		/* A leftover would keep its own mode: `mode` applies to new files only. */
+		asp_remove_params rp;
+		asp_remove_result rr;
+		asp_remove_params_init(&rp);
+		rp.path = *tmp;
+		(void)asp_remove(x->client, &rp, &rr, w->arena, &err);
 		if (x->keep_target_mode)
 			keep_mode(x, w->arena, &p.mode);
 	}

@@ -77,3 +77,11 @@ bool asp_agent_listen_wanted(int argc, char **argv)
 			return true;
 	return false;
 }
+
+bool asp_agent_relay_wanted(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++)
+		if (strncmp(argv[i], "--relay", 7) == 0)
+			return true;
+	return false;
+}

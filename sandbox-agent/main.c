@@ -5,6 +5,7 @@
 #endif
 
 #include "asp/proto.h"
+#include "local/local.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -47,8 +48,16 @@ int main(int argc, char **argv)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGPIPE, &sa, NULL);
 #ifdef ASP_AGENT_HTTP
-	if (asp_agent_listen_wanted(argc, argv))
-		return asp_agent_listen_main(argc, argv);
+	if (asp_agent_listen_wanted(argc, argv)) {
+		/* --relay runs no command; --listen does (DESIGN §5: nothing outlives us). */
+		bool serving = !asp_agent_relay_wanted(argc, argv);
+		if (serving)
+			asp_local_reaper_start();
+		int code = asp_agent_listen_main(argc, argv);
+		if (serving)
+			asp_local_reaper_finish();
+		return code;
+	}
 #endif
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -69,5 +78,13 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	return asp_agent_serve_stdio(STDIN_FILENO, STDOUT_FILENO, ASP_MAX_MESSAGE_DEFAULT);
+	/*
+	 * Process-wide, so here and not in the backend (which tests and `asp` also run in
+	 * their own process): orphans of commands come to us, and a keeper process kills
+	 * what carries our marker once we are gone, even by SIGKILL (docs/decisions.md).
+	 */
+	asp_local_reaper_start();
+	int code = asp_agent_serve_stdio(STDIN_FILENO, STDOUT_FILENO, ASP_MAX_MESSAGE_DEFAULT);
+	asp_local_reaper_finish();
+	return code;
 }

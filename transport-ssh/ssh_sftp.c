@@ -1055,25 +1055,23 @@ static asp_status open_for_write(sftpc *f, const asp_write_params *p, const char
 	return do_open(f, path, flags, at, false, h, fx, srv, cap, err);
 }
 
-/* "DIR/.NAME.asp-RANDOM": hidden, beside the target, unique across clients. */
+/*
+ * "DIR/.NAME.asp-sftp": hidden, beside the target, and the same every time, so a write
+ * cut short (a crash, a dropped connection) leaves one file that the next atomic write
+ * to the target truncates, reuses and renames away (SFTP has no unnamed files).
+ */
 static char *temp_name(const char *target)
 {
-	static atomic_uint counter;
 	const char *slash = strrchr(target, '/');
 	size_t dlen = slash ? (size_t)(slash - target) + 1 : 0;
 	const char *base = target + dlen;
 	size_t blen = strlen(base);
 	if (blen > 200)
 		blen = 200; /* stay under NAME_MAX with the suffix */
-	uint32_t rnd = 0;
-	if (getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd)
-		rnd = (uint32_t)ssh_now_ns();
-	size_t cap = dlen + blen + 64;
+	size_t cap = dlen + blen + 16;
 	char *t = malloc(cap);
-	if (!t)
-		return NULL;
-	snprintf(t, cap, "%.*s.%.*s.asp-%08x-%x", (int)dlen, target, (int)blen, base, rnd,
-	         atomic_fetch_add(&counter, 1));
+	if (t)
+		snprintf(t, cap, "%.*s.%.*s.asp-sftp", (int)dlen, target, (int)blen, base);
 	return t;
 }
 
@@ -1135,20 +1133,16 @@ static asp_status write_atomic(sftpc *f, const asp_write_params *p, asp_write_re
 	uint32_t mode = exists ? (old.perm & 07777) : (uint32_t)p->mode;
 	sattr at = {.flags = FXA_PERMISSIONS, .perm = mode};
 	handle h;
-	fx = FX_FAILURE;
-	for (int tries = 0; tries < 100 && fx == FX_FAILURE; tries++) {
-		free(tmp);
-		tmp = temp_name(target);
-		if (!tmp) {
-			st = oom("write", err);
-			goto out;
-		}
-		/* EXCL: FAILURE means another writer drew the same name; draw again */
-		st = open_for_write(f, p, tmp, FXF_WRITE | FXF_CREAT | FXF_EXCL, &at, &h, &fx, &e,
-		                    srv, sizeof srv, err);
-		if (st != ASP_OK || e)
-			goto out;
+	tmp = temp_name(target);
+	if (!tmp) {
+		st = oom("write", err);
+		goto out;
 	}
+	/* TRUNC, not EXCL: a leftover of an earlier write is reused (docs/decisions.md) */
+	st = open_for_write(f, p, tmp, FXF_WRITE | FXF_CREAT | FXF_TRUNC, &at, &h, &fx, &e, srv,
+	                    sizeof srv, err);
+	if (st != ASP_OK || e)
+		goto out;
 	if (fx != FX_OK) {
 		free(tmp);
 		tmp = NULL;

@@ -132,4 +132,19 @@ bool asp_local_shutdown(asp_local *l);
  */
 bool asp_local_shutdown_grace(asp_local *l, unsigned kill_after_ms);
 
+/*
+ * The responder's side (asp-agent only; process-wide, so never in a host process):
+ * asp_local_reaper_start makes this process a child subreaper, so orphans of commands are
+ * re-parented to it rather than to init, starts a thread that reaps those orphans (never
+ * a child that local_child_start made: its owner reaps it), and forks a keeper process
+ * that outlives us and, once we are gone (exit or SIGKILL), kills every process still
+ * carrying one of our markers. Call it before starting any thread. 0, or -1 (Linux only;
+ * then nothing changed but what a partial start could not undo, reported on stderr).
+ */
+int asp_local_reaper_start(void);
+
+/* At the responder's exit: kills every process carrying one of our markers and every
+ * orphan we adopted (even one that cleared its environment). */
+void asp_local_reaper_finish(void);
+
 #endif

@@ -171,12 +171,12 @@ asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result 
 		}
 		if (!timed_out && now >= term_at) {
 			timed_out = true;
-			local_child_signal_group(&c, SIGTERM);
+			local_child_signal_tree(&c, SIGTERM);
 			kill_at = now + KILL_GRACE_NS;
 		}
 		if (timed_out && !killed && now >= kill_at) {
 			killed = true;
-			local_child_signal_group(&c, SIGKILL);
+			local_child_signal_tree(&c, SIGKILL);
 			give_up_at = now + GIVE_UP_NS;
 		}
 		if (exited && killed && now >= give_up_at) {
@@ -215,7 +215,7 @@ asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result 
 			exited = true;
 	}
 	if (timed_out)
-		local_child_signal_group(&c, SIGKILL); /* none of the group survives a timeout */
+		local_child_signal_tree(&c, SIGKILL); /* nothing it started survives a timeout */
 	close_fd(&in.fd);
 	close_fd(&out.fd);
 	close_fd(&errs.fd);

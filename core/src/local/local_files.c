@@ -2,12 +2,14 @@
 #include "op_check.h"
 #include "local_impl.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -221,27 +223,151 @@ static void fsync_dir_of(const char *path)
 	}
 }
 
-/*
- * Temp file beside the target, written, fsynced, renamed over it: a crash leaves the old
- * or the new file. A symlink is resolved first so the link keeps pointing at the file.
- */
-static asp_status write_atomic(const asp_write_params *p, asp_write_result *r, asp_error *err)
+/* The name's hex pid (".NAME.asp-PID-..."), or 0 when `name` is not such a temporary. */
+static pid_t temp_pid(const char *name, const char *prefix, size_t plen)
 {
-	char *real = NULL;
-	const char *target = p->path;
-	struct stat old;
-	bool exists = lstat(target, &old) == 0;
-	if (exists && S_ISLNK(old.st_mode)) {
-		real = realpath(target, NULL);
-		if (real)
-			target = real;
-		exists = stat(target, &old) == 0;
+	if (strncmp(name, prefix, plen) != 0)
+		return 0;
+	char *end;
+	unsigned long v = strtoul(name + plen, &end, 16);
+	return end != name + plen && *end == '-' && v > 0 && v <= INT_MAX ? (pid_t)v : 0;
+}
+
+/*
+ * Before a named temporary: removes the ones beside `target` left by writers that died
+ * (their pid is gone), so crashes on a filesystem without O_TMPFILE do not pile up.
+ */
+static void remove_dead_temps(const char *target)
+{
+	const char *slash = strrchr(target, '/');
+	size_t dlen = slash ? (size_t)(slash - target) + 1 : 0;
+	const char *base = target + dlen;
+	size_t blen = strlen(base);
+	if (blen > 200)
+		blen = 200;
+	char prefix[256];
+	int plen = snprintf(prefix, sizeof prefix, ".%.*s.asp-", (int)blen, base);
+	char *dir = parent_of(target);
+	DIR *d = opendir(dir ? dir : ".");
+	free(dir);
+	if (!d || plen < 0)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		pid_t pid = temp_pid(de->d_name, prefix, (size_t)plen);
+		if (pid && pid != getpid() && kill(pid, 0) < 0 && errno == ESRCH)
+			unlinkat(dirfd(d), de->d_name, 0);
 	}
-	if (exists && S_ISDIR(old.st_mode)) {
-		free(real);
-		return write_error(p, EISDIR, err);
+	closedir(d);
+}
+
+/* ".NAME.asp-tmp" beside the target: see write_unnamed. */
+static char *link_name(const char *target)
+{
+	const char *slash = strrchr(target, '/');
+	size_t dlen = slash ? (size_t)(slash - target) + 1 : 0;
+	size_t blen = strlen(target + dlen);
+	if (blen > 200)
+		blen = 200;
+	size_t cap = dlen + blen + 16;
+	char *t = malloc(cap);
+	if (t)
+		snprintf(t, cap, "%.*s.%.*s.asp-tmp", (int)dlen, target, (int)blen, target + dlen);
+	return t;
+}
+
+/* Gives the unnamed file `fd` the name `name`. 0 or an errno. */
+static int link_fd(int fd, const char *name)
+{
+	if (linkat(fd, "", AT_FDCWD, name, AT_EMPTY_PATH) == 0)
+		return 0;
+	if (errno == EEXIST)
+		return EEXIST;
+	/* AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc's link to the fd does not. */
+	char proc[64];
+	snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+	return linkat(AT_FDCWD, proc, AT_FDCWD, name, AT_SYMLINK_FOLLOW) == 0 ? 0 : errno;
+}
+
+/* The old file's mode and owner for the new one (chown works as root only). */
+static void copy_owner(int fd, bool exists, const struct stat *old, mode_t mode)
+{
+	if (!exists)
+		return;
+	fchmod(fd, mode); /* the old file's mode, not the umask's */
+	if (old->st_uid != geteuid() || old->st_gid != getegid())
+		(void)!fchown(fd, old->st_uid, old->st_gid); /* best effort */
+}
+
+/*
+ * The data goes into an unnamed file (O_TMPFILE) in the target's directory: a crash
+ * while writing leaves nothing. Finished and fsynced, it is linked as ".NAME.asp-tmp"
+ * and renamed over the target (link cannot replace a file). A crash between the two
+ * leaves that one name, which the next atomic write to the target removes and reuses;
+ * a concurrent writer whose link was removed so links again. Returns 0, an errno, or
+ * -1 when the filesystem offers no unnamed file (then the caller uses a named one).
+ */
+static int write_unnamed(const asp_write_params *p, const char *target, bool exists,
+                         const struct stat *old, mode_t mode)
+{
+#ifdef O_TMPFILE
+	char *dir = parent_of(target);
+	const char *d = dir ? dir : strchr(target, '/') ? NULL : ".";
+	if (!d)
+		return ENOMEM;
+	int fd = open(d, O_TMPFILE | O_WRONLY | O_CLOEXEC, mode);
+	if (fd < 0 && errno == ENOENT && p->mkdirs) {
+		int e = make_parents(target);
+		if (e) {
+			free(dir);
+			return e;
+		}
+		fd = open(d, O_TMPFILE | O_WRONLY | O_CLOEXEC, mode);
 	}
-	mode_t mode = exists ? (old.st_mode & 07777) : (mode_t)p->mode;
+	int e = fd < 0 ? errno : 0;
+	free(dir);
+	if (fd < 0)
+		return e == EOPNOTSUPP || e == EISDIR || e == EINVAL || e == ENOSYS ? -1 : e;
+	copy_owner(fd, exists, old, mode);
+	if (write_all(fd, p->data.data, p->data.len, false, 0) < 0 || fsync(fd) < 0)
+		e = errno;
+	char *name = e ? NULL : link_name(target);
+	if (!e && !name)
+		e = ENOMEM;
+	for (int tries = 0; !e; tries++) {
+		int le = link_fd(fd, name);
+		if (le == EEXIST && tries < 100) {
+			unlink(name); /* a crash's leftover, or a racer's (it links again) */
+			continue;
+		}
+		if (le) {
+			e = le == EEXIST ? EEXIST : -1; /* no link for unnamed files here */
+			break;
+		}
+		if (rename(name, target) == 0)
+			break;
+		e = errno;
+		if (e == ENOENT && tries < 100) {
+			e = 0; /* a racer removed our link: link again */
+			continue;
+		}
+		unlink(name);
+	}
+	free(name);
+	if (close(fd) < 0 && !e)
+		e = errno;
+	return e;
+#else
+	(void)p, (void)target, (void)exists, (void)old, (void)mode;
+	return -1;
+#endif
+}
+
+/* Without O_TMPFILE: a uniquely named temporary, written, fsynced, renamed. */
+static int write_named(const asp_write_params *p, const char *target, bool exists,
+                       const struct stat *old, mode_t mode)
+{
+	remove_dead_temps(target);
 	char *tmp = NULL;
 	int fd = -1, e = 0;
 	bool made_parents = false;
@@ -264,12 +390,7 @@ static asp_status write_atomic(const asp_write_params *p, asp_write_result *r, a
 		}
 	}
 	if (fd >= 0) {
-		if (exists) {
-			fchmod(fd, mode); /* the old file's mode, not the umask's */
-			if (old.st_uid != geteuid() || old.st_gid != getegid())
-				(void)!fchown(fd, old.st_uid,
-				              old.st_gid); /* best effort: as root */
-		}
+		copy_owner(fd, exists, old, mode);
 		if (write_all(fd, p->data.data, p->data.len, false, 0) < 0 || fsync(fd) < 0)
 			e = errno;
 		if (close(fd) < 0 && !e)
@@ -278,10 +399,38 @@ static asp_status write_atomic(const asp_write_params *p, asp_write_result *r, a
 			e = errno;
 		if (e)
 			unlink(tmp);
-		else
-			fsync_dir_of(target);
 	}
 	free(tmp);
+	return e;
+}
+
+/*
+ * Written in full and fsynced beside the target, then renamed over it: a crash leaves
+ * the old or the new file (docs/decisions.md says what else at each point). A symlink is
+ * resolved first so the link keeps pointing at the file.
+ */
+static asp_status write_atomic(const asp_write_params *p, asp_write_result *r, asp_error *err)
+{
+	char *real = NULL;
+	const char *target = p->path;
+	struct stat old;
+	bool exists = lstat(target, &old) == 0;
+	if (exists && S_ISLNK(old.st_mode)) {
+		real = realpath(target, NULL);
+		if (real)
+			target = real;
+		exists = stat(target, &old) == 0;
+	}
+	if (exists && S_ISDIR(old.st_mode)) {
+		free(real);
+		return write_error(p, EISDIR, err);
+	}
+	mode_t mode = exists ? (old.st_mode & 07777) : (mode_t)p->mode;
+	int e = write_unnamed(p, target, exists, &old, mode);
+	if (e < 0)
+		e = write_named(p, target, exists, &old, mode);
+	if (!e)
+		fsync_dir_of(target);
 	free(real);
 	if (e)
 		return write_error(p, e, err);

@@ -245,7 +245,7 @@ asp_status asp_local_spawn(void *self, const asp_spawn_params *p, asp_spawn_resu
 kill_it:
 	sub_drop(c, sub);
 	pthread_mutex_lock(&pr->mu);
-	local_child_signal_group(&pr->child, SIGKILL);
+	local_child_signal_tree(&pr->child, SIGKILL);
 	local_child_reap(&pr->child);
 	pr->reaped = pr->finished = true;
 	pr->exit_code = -1;
@@ -360,7 +360,11 @@ asp_status asp_local_proc_signal(void *self, const asp_proc_signal_params *p,
 	if (!pr)
 		return err->code;
 	pthread_mutex_lock(&pr->mu);
-	if (!pr->reaped) /* finished: a no-op (DESIGN §3) */
+	/* KILL reaches what left the group too (DESIGN §5); the others go to the group, as
+	 * sshd does. Finished: a no-op (DESIGN §3). */
+	if (!pr->reaped && sig == SIGKILL)
+		local_child_signal_tree(&pr->child, sig);
+	else if (!pr->reaped)
 		local_child_signal_group(&pr->child, sig);
 	pthread_mutex_unlock(&pr->mu);
 	local_proc_unref(pr);

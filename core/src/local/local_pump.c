@@ -191,7 +191,7 @@ static void signal_group(local_proc *p, int sig)
 {
 	pthread_mutex_lock(&p->mu);
 	if (!p->reaped)
-		local_child_signal_group(&p->child, sig);
+		local_child_signal_tree(&p->child, sig);
 	pthread_mutex_unlock(&p->mu);
 }
 
@@ -305,7 +305,7 @@ static void *pump_main(void *arg)
 		}
 	}
 	if (termed)
-		signal_group(p, SIGKILL); /* none of the group survives a timeout or shutdown */
+		signal_group(p, SIGKILL); /* nothing it started survives a timeout or shutdown */
 	for (int i = 0; i < PROC_STREAM_COUNT; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -159,39 +160,55 @@ static bool env_name_is(const char *entry, const char *name, size_t len)
 	return strncmp(entry, name, len) == 0 && entry[len] == '=';
 }
 
-/*
- * environ with the request's entries added or replacing same names; a later duplicate
- * key wins. One block holds the pointer array and the "K=V" strings. environ itself when
- * there is nothing to add. NULL when out of memory.
- */
-static char **build_env(const asp_strmap *env, char **block)
+/* Every child's environment starts with this entry; see local_child_signal_tree. */
+#define JOB_VAR     "ASP_JOB"
+#define JOB_VAR_LEN (sizeof JOB_VAR - 1)
+
+/* The next job number: process-wide, so two backends in one process never share one. */
+static atomic_uint_fast64_t next_job;
+
+/* "ASP_JOB=<pid>.<job>" (job 0: the "ASP_JOB=<pid>." prefix every job of ours has). */
+static void job_entry(char *buf, size_t cap, pid_t pid, uint64_t job)
 {
-	*block = NULL;
-	if (env->count == 0)
-		return environ;
-	size_t n = 0, bytes = 0;
+	if (job)
+		snprintf(buf, cap, JOB_VAR "=%ld.%llu", (long)pid, (unsigned long long)job);
+	else
+		snprintf(buf, cap, JOB_VAR "=%ld.", (long)pid);
+}
+
+/*
+ * environ with the request's entries added or replacing same names (a later duplicate
+ * key wins), after `marker` as the first entry; any other ASP_JOB is dropped, so a
+ * command cannot disown what it starts. One block holds the pointer array and the "K=V"
+ * strings. NULL when out of memory.
+ */
+static char **build_env(const asp_strmap *env, const char *marker, char **block)
+{
+	size_t n = 0, bytes = strlen(marker) + 1, count = env ? env->count : 0;
 	while (environ[n])
 		n++;
-	for (size_t i = 0; i < env->count; i++)
+	for (size_t i = 0; i < count; i++)
 		bytes += strlen(env->items[i].key) + strlen(env->items[i].value) + 2;
-	size_t slots = n + env->count + 1;
+	size_t slots = n + count + 2;
 	char *mem = malloc(slots * sizeof(char *) + bytes);
 	if (!mem)
 		return NULL;
 	char **envp = (char **)mem;
 	char *text = mem + slots * sizeof(char *);
 	size_t k = 0;
+	envp[k++] = text;
+	text += sprintf(text, "%s", marker) + 1;
 	for (size_t i = 0; i < n; i++) {
-		bool replaced = false;
-		for (size_t j = 0; j < env->count && !replaced; j++)
+		bool replaced = env_name_is(environ[i], JOB_VAR, JOB_VAR_LEN);
+		for (size_t j = 0; j < count && !replaced; j++)
 			replaced =
 			    env_name_is(environ[i], env->items[j].key, strlen(env->items[j].key));
 		if (!replaced)
 			envp[k++] = environ[i];
 	}
-	for (size_t j = 0; j < env->count; j++) {
-		bool later = false;
-		for (size_t m = j + 1; m < env->count && !later; m++)
+	for (size_t j = 0; j < count; j++) {
+		bool later = strcmp(env->items[j].key, JOB_VAR) == 0;
+		for (size_t m = j + 1; m < count && !later; m++)
 			later = strcmp(env->items[j].key, env->items[m].key) == 0;
 		if (later)
 			continue;
@@ -299,9 +316,479 @@ static asp_status spawn_failed(const local_child_spec *s, const char *prog, int 
 	return asp_error_errno(err, rc, prog, "%s %s: cannot run it", s->op, prog);
 }
 
+/* ---- descendants that left the group: markers, the subreaper, the keeper ------------ */
+
+/*
+ * Whether /proc/PID/environ holds `entry` as a whole entry (prefix: as the start of
+ * one). A process whose memory we may not read, a zombie (empty) or one that is gone
+ * is not a match. `buf` is scratch of `cap` bytes; a longer environment is read in
+ * pieces that overlap by the entry's length.
+ */
+static bool environ_has(pid_t pid, const char *entry, bool prefix, char *buf, size_t cap)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%ld/environ", (long)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	size_t elen = strlen(entry), have = 0;
+	bool found = false, at_start = true;
+	for (;;) {
+		ssize_t n = read(fd, buf + have, cap - 1 - have);
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+		buf[have] = '\0';
+		for (size_t i = 0; i + elen <= have && !found; i++) {
+			if ((i == 0 ? at_start : buf[i - 1] == '\0') &&
+			    memcmp(buf + i, entry, elen) == 0 &&
+			    (prefix || (i + elen < have ? buf[i + elen] == '\0' : false)))
+				found = true;
+		}
+		if (found || have <= elen)
+			break;
+		/* keep the tail (and the byte before it) for an entry split across reads */
+		memmove(buf, buf + have - elen - 1, elen + 1);
+		have = elen + 1;
+		at_start = false;
+	}
+	close(fd);
+	return found;
+}
+
+/* The parent pid from /proc/PID/stat, or -1. */
+static pid_t proc_ppid(pid_t pid, char *state)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	const char *s = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+	long ppid;
+	char st;
+	if (!s || sscanf(s + 1, " %c %ld", &st, &ppid) != 2)
+		return -1;
+	if (state)
+		*state = st;
+	return (pid_t)ppid;
+}
+
+/* One pid directory of /proc, or 0 for other entries and ourselves. */
+static pid_t proc_entry_pid(const struct dirent *de, pid_t self)
+{
+	char *end;
+	long v = strtol(de->d_name, &end, 10);
+	if (end == de->d_name || *end || v <= 0 || v > INT_MAX || v == self)
+		return 0;
+	return (pid_t)v;
+}
+
+/* The subreaper's state: the children local_child_start made (their owners reap them). */
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv; /* the own set changed */
+	atomic_bool on;
+	pid_t *own;
+	size_t n, cap;
+	pid_t keeper;
+	int keeper_fd;     /* the write end of the keeper's pipe, -1 without one */
+	atomic_bool armed; /* the keeper was told that a command started */
+} reaper = {.keeper_fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static bool is_own_locked(pid_t pid)
+{
+	for (size_t i = 0; i < reaper.n; i++)
+		if (reaper.own[i] == pid)
+			return true;
+	return false; /* the keeper too: if it dies, the reaper takes it */
+}
+
+/*
+ * Held across posix_spawn: a child that exits at once is in the own set before the
+ * reaper thread can look at it, so the reaper never takes its owner's exit status.
+ */
+static bool reaper_lock(void)
+{
+	if (!atomic_load(&reaper.on))
+		return false;
+	pthread_mutex_lock(&reaper.mu);
+	return true;
+}
+
+static void reaper_unlock_own(pid_t pid)
+{
+	if (pid > 0) {
+		if (reaper.n == reaper.cap) {
+			size_t ncap = reaper.cap ? reaper.cap * 2 : 16;
+			pid_t *np = realloc(reaper.own, ncap * sizeof *np);
+			if (np)
+				reaper.own = np, reaper.cap = ncap;
+		}
+		/* out of memory: unlisted, the reaper may take its status (exit -1) */
+		if (reaper.n < reaper.cap)
+			reaper.own[reaper.n++] = pid;
+		pthread_cond_broadcast(&reaper.cv);
+	}
+	pthread_mutex_unlock(&reaper.mu);
+}
+
+static void reaper_disown(pid_t pid)
+{
+	if (!atomic_load(&reaper.on) || pid <= 0)
+		return;
+	pthread_mutex_lock(&reaper.mu);
+	for (size_t i = 0; i < reaper.n; i++) {
+		if (reaper.own[i] == pid) {
+			reaper.own[i] = reaper.own[--reaper.n];
+			break;
+		}
+	}
+	pthread_cond_broadcast(&reaper.cv);
+	pthread_mutex_unlock(&reaper.mu);
+}
+
+/* Reaps `pid` if it is a zombie child nobody else reaps. Under reaper.mu. */
+static void reap_stray_locked(pid_t pid)
+{
+	if (!is_own_locked(pid))
+		waitpid(pid, NULL, WNOHANG);
+}
+
+/* Reaps `pid` if it is a zombie child that is not our own. */
+static void reap_if_stray(pid_t pid)
+{
+	char st = 0;
+	if (proc_ppid(pid, &st) != getpid() || st != 'Z')
+		return;
+	pthread_mutex_lock(&reaper.mu);
+	reap_stray_locked(pid);
+	pthread_mutex_unlock(&reaper.mu);
+}
+
+/*
+ * Every zombie child of ours that is not our own. The kernel lists each thread's
+ * children in /proc/self/task/TID/children (CONFIG_PROC_CHILDREN); without it, every
+ * process in /proc is looked at.
+ */
+static void reap_strays(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	bool listed = false;
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		char path[300];
+		snprintf(path, sizeof path, "/proc/self/task/%.64s/children", de->d_name);
+		FILE *f = fopen(path, "re");
+		if (!f)
+			continue;
+		listed = true;
+		long v;
+		while (fscanf(f, "%ld", &v) == 1)
+			reap_if_stray((pid_t)v);
+		fclose(f);
+	}
+	if (d)
+		closedir(d);
+	if (listed)
+		return;
+	d = opendir("/proc");
+	if (!d)
+		return;
+	pid_t self = getpid();
+	while ((de = readdir(d))) {
+		pid_t pid = proc_entry_pid(de, self);
+		if (pid)
+			reap_if_stray(pid);
+	}
+	closedir(d);
+}
+
+/*
+ * Waits for any child to exit without reaping it; an orphan that was re-parented to us
+ * is reaped here, one of ours is left to its owner. The kernel reports the oldest zombie
+ * first, so while an owner keeps its zombie (exec waits for the pipes' EOF), the others
+ * are found through /proc.
+ */
+static void *reaper_main(void *arg)
+{
+	(void)arg;
+	sigset_t all;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals are for the serving threads */
+	pid_t blocked = 0;
+	int wait_ms = 25;
+	int64_t scan_at = 0;
+	for (;;) {
+		siginfo_t si;
+		memset(&si, 0, sizeof si);
+		int r = waitid(P_ALL, 0, &si, WEXITED | WNOWAIT);
+		pthread_mutex_lock(&reaper.mu);
+		if (r < 0 || si.si_pid <= 0) {
+			if (r < 0 && errno == ECHILD) { /* no children: wait for a spawn */
+				struct timespec dl;
+				clock_gettime(CLOCK_REALTIME, &dl);
+				dl.tv_sec += 1;
+				pthread_cond_timedwait(&reaper.cv, &reaper.mu, &dl);
+			}
+			pthread_mutex_unlock(&reaper.mu);
+			continue;
+		}
+		if (!is_own_locked(si.si_pid)) {
+			waitpid(si.si_pid, NULL, WNOHANG);
+			pthread_mutex_unlock(&reaper.mu);
+			continue;
+		}
+		/*
+		 * An owner's zombie: usually reaped within moments, so wait for that first; if
+		 * the same one still blocks the view, look for the others, then wait longer.
+		 */
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+		if (si.si_pid != blocked) {
+			blocked = si.si_pid;
+			wait_ms = 25;
+			scan_at = now_ms + wait_ms;
+		} else if (now_ms >= scan_at) { /* not at every wake: spawns wake us too */
+			pthread_mutex_unlock(&reaper.mu);
+			reap_strays();
+			pthread_mutex_lock(&reaper.mu);
+			if (wait_ms < 1000)
+				wait_ms *= 2;
+			scan_at = now_ms + wait_ms;
+		}
+		if (is_own_locked(si.si_pid)) {
+			struct timespec dl;
+			clock_gettime(CLOCK_REALTIME, &dl);
+			dl.tv_nsec += (long)wait_ms * 1000 * 1000;
+			while (dl.tv_nsec >= 1000000000)
+				dl.tv_sec++, dl.tv_nsec -= 1000000000;
+			pthread_cond_timedwait(&reaper.cv, &reaper.mu, &dl);
+		}
+		pthread_mutex_unlock(&reaper.mu);
+	}
+	return NULL;
+}
+
+/*
+ * Signals every process (but us and the keeper) whose environment holds `entry`
+ * (`prefix`: an entry starting with it), and with `orphans` also every child of ours
+ * that is not our own (adopted). Returns how many it signalled.
+ */
+static unsigned sweep(const char *entry, bool prefix, bool orphans, int sig)
+{
+	DIR *d = opendir("/proc");
+	if (!d)
+		return 0;
+	size_t cap = 64 * 1024;
+	char *buf = malloc(cap);
+	if (!buf) {
+		closedir(d);
+		return 0;
+	}
+	pid_t self = getpid();
+	unsigned hit = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		pid_t pid = proc_entry_pid(de, self);
+		if (!pid || pid == reaper.keeper)
+			continue;
+		bool match = environ_has(pid, entry, prefix, buf, cap);
+		if (!match && orphans && proc_ppid(pid, NULL) == self) {
+			pthread_mutex_lock(&reaper.mu);
+			match = !is_own_locked(pid);
+			pthread_mutex_unlock(&reaper.mu);
+		}
+		if (match && kill(pid, sig) == 0)
+			hit++;
+	}
+	closedir(d);
+	free(buf);
+	return hit;
+}
+
+/* SIGKILL passes until one finds nobody (bounded: a fork bomb is stopped, not won). */
+static void sweep_kill(const char *entry, bool prefix, bool orphans)
+{
+	for (int pass = 0; pass < 50 && sweep(entry, prefix, orphans, SIGKILL) > 0; pass++)
+		;
+}
+
+void local_child_signal_tree(const local_child *c, int sig)
+{
+	local_child_signal_group(c, sig);
+	if (!c->job)
+		return;
+	char entry[64];
+	job_entry(entry, sizeof entry, getpid(), c->job);
+	if (sig == SIGKILL)
+		sweep_kill(entry, false, false);
+	else
+		sweep(entry, false, false, sig);
+}
+
+/*
+ * The keeper: a child forked before any thread, holding the read end of a pipe whose
+ * write end only we hold. Our death in any way (exit, SIGKILL) is its EOF; then it kills
+ * what carries our markers. Deaf to the signals a terminal or a group kill would send.
+ */
+static void keeper_main(int rfd, pid_t parent)
+{
+	static const int deaf[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2};
+	for (size_t i = 0; i < sizeof deaf / sizeof deaf[0]; i++)
+		signal(deaf[i], SIG_IGN);
+	int null = open("/dev/null", O_RDWR);
+	for (int fd = 0; fd < 3; fd++)
+		if (null >= 0 && fd != null)
+			dup2(null, fd); /* the client waits for EOF on our stdout and stderr */
+	for (int fd = 3; fd < 1024; fd++)
+		if (fd != rfd)
+			close(fd);
+	prctl(PR_SET_NAME, "asp-keeper");
+	/* 'a': a command was started (armed); 'd': the agent cleaned up itself; EOF: gone */
+	bool armed = false, clean = false;
+	for (;;) {
+		char c;
+		ssize_t n = read(rfd, &c, 1);
+		if (n == 1 && c == 'a')
+			armed = true;
+		else if (n == 1 && c == 'd')
+			clean = true;
+		else if (n == 0 || (n < 0 && errno != EINTR))
+			break;
+	}
+	if (armed && !clean) { /* reading every process's environment costs: only if needed */
+		char entry[64];
+		job_entry(entry, sizeof entry, parent, 0);
+		sweep_kill(entry, true, false);
+	}
+	_exit(0);
+}
+
+int asp_local_reaper_start(void)
+{
+#ifdef PR_SET_CHILD_SUBREAPER
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) {
+		fprintf(stderr, "asp-agent: cannot become a child subreaper: %s\n",
+		        strerror(errno));
+		return -1;
+	}
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -1;
+	pid_t parent = getpid();
+	pid_t k = fork();
+	if (k == 0) {
+		close(p[1]);
+		keeper_main(p[0], parent);
+	}
+	close(p[0]);
+	if (k < 0) {
+		close(p[1]);
+		fprintf(stderr, "asp-agent: cannot start the keeper: %s\n", strerror(errno));
+	} else {
+		reaper.keeper = k; /* p[1] stays open (close-on-exec) until we are gone */
+		reaper.keeper_fd = lift_fd(p[1]);
+	}
+	atomic_store(&reaper.on, true);
+	pthread_t t;
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&at, 256 * 1024);
+	int e = pthread_create(&t, &at, reaper_main, NULL);
+	pthread_attr_destroy(&at);
+	if (e) {
+		fprintf(stderr, "asp-agent: cannot start the reaper thread: %s\n", strerror(e));
+		return -1;
+	}
+	return 0;
+#else
+	return -1;
+#endif
+}
+
+/* Tells the keeper `c` ('a' armed, 'd' done); a lost byte only costs it a sweep. */
+static void keeper_say(char c)
+{
+	if (reaper.keeper_fd >= 0) {
+		ssize_t w = write(reaper.keeper_fd, &c, 1);
+		(void)w;
+	}
+}
+
+/*
+ * Every process a command started is in our subtree: we are a subreaper, so an orphan
+ * comes to us. SIGKILL to every live child of ours (but the keeper), again and again: a
+ * killed child's children come to us before it turns zombie, and get the next pass. Until
+ * only zombies remain, for at most 2 s.
+ */
+static void kill_subtree(void)
+{
+	int64_t until = 0;
+	for (int pass = 0;; pass++) {
+		unsigned live = 0;
+		DIR *d = opendir("/proc/self/task");
+		bool listed = false;
+		struct dirent *de;
+		while (d && (de = readdir(d))) {
+			if (de->d_name[0] == '.')
+				continue;
+			char path[300];
+			snprintf(path, sizeof path, "/proc/self/task/%.64s/children", de->d_name);
+			FILE *f = fopen(path, "re");
+			if (!f)
+				continue;
+			listed = true;
+			long v;
+			char st = 0;
+			while (fscanf(f, "%ld", &v) == 1)
+				if ((pid_t)v != reaper.keeper &&
+				    proc_ppid((pid_t)v, &st) == getpid() && st != 'Z' &&
+				    kill((pid_t)v, SIGKILL) == 0)
+					live++;
+			fclose(f);
+		}
+		if (d)
+			closedir(d);
+		if (!listed) { /* no children lists: by parent pid, through all of /proc */
+			char entry[64];
+			job_entry(entry, sizeof entry, getpid(), 0);
+			sweep_kill(entry, true, true);
+			return;
+		}
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+		if (pass == 0)
+			until = now_ms + 2000;
+		if (live == 0 || now_ms > until)
+			return;
+		struct timespec pause = {0, 1000 * 1000}; /* let the killed ones turn zombie */
+		nanosleep(&pause, NULL);
+	}
+}
+
+void asp_local_reaper_finish(void)
+{
+	if (!atomic_load(&reaper.on))
+		return;
+	kill_subtree();
+	keeper_say('d');
+}
+
 asp_status local_child_start(const local_child_spec *s, local_child *c, asp_error *err)
 {
 	c->pid = -1;
+	c->job = 0;
 	c->pidfd = c->in_fd = c->out_fd = c->err_fd = -1;
 	asp_status st = validate(s, err);
 	if (st != ASP_OK)
@@ -312,7 +799,10 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 	const char *prog = "/bin/sh";
 	bool search = false;
 	char *found = NULL, *env_block = NULL, **argv_block = NULL;
-	char **envp = environ;
+	char **envp = NULL;
+	char marker[64];
+	uint64_t job = atomic_fetch_add(&next_job, 1) + 1;
+	job_entry(marker, sizeof marker, getpid(), job);
 	int in[2] = {-1, -1}, out[2] = {-1, -1}, errp[2] = {-1, -1};
 	int rc = 0;
 
@@ -326,10 +816,10 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 		prog = argv[0];
 		search = strchr(prog, '/') == NULL;
 	}
+	envp = build_env(s->has_env ? &s->env : NULL, marker, &env_block);
+	if (!envp)
+		goto oom;
 	if (s->has_env) {
-		envp = build_env(&s->env, &env_block);
-		if (!envp)
-			goto oom;
 		const char *path_var = request_path(&s->env);
 		if (search && path_var) {
 			rc = search_path(path_var, prog, &found);
@@ -376,12 +866,17 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 	fa_rc |= add_close_inherited(&fa);
 #endif
 	pid_t pid = -1;
+	bool reaping = reaper_lock();
 	if (fa_rc)
 		rc = ENOMEM;
 	else if (search)
 		rc = posix_spawnp(&pid, prog, &fa, &attr, argv, envp);
 	else
 		rc = posix_spawn(&pid, prog, &fa, &attr, argv, envp);
+	if (reaping)
+		reaper_unlock_own(rc ? -1 : pid);
+	if (reaping && !rc && !atomic_exchange(&reaper.armed, true))
+		keeper_say('a');
 	posix_spawn_file_actions_destroy(&fa);
 	posix_spawnattr_destroy(&attr);
 	if (rc) {
@@ -392,6 +887,7 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 	}
 
 	c->pid = pid;
+	c->job = job;
 	c->in_fd = in[1];
 	c->out_fd = out[0];
 	c->err_fd = errp[0];
@@ -440,6 +936,7 @@ int local_child_reap(local_child *c)
 		close(c->pidfd);
 		c->pidfd = -1;
 	}
+	reaper_disown(c->pid);
 	c->pid = -1;
 	return r < 0 ? -1 : status;
 }

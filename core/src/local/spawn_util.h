@@ -11,6 +11,7 @@
 
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 typedef struct local_child_spec {
@@ -25,6 +26,7 @@ typedef struct local_child_spec {
 
 typedef struct local_child {
 	pid_t pid;  /* also its session and process group id */
+	uint64_t job; /* its environment's ASP_JOB=<our pid>.<job> marks all it starts */
 	int pidfd;  /* readable once the child exited; -1 where the kernel has no pidfd */
 	int in_fd;  /* write end of its stdin (close-on-exec, blocking) */
 	int out_fd; /* read end of its stdout (close-on-exec, blocking) */
@@ -51,6 +53,16 @@ int local_child_reap(local_child *c);
 
 /* Sends `sig` to the child's whole process group. Only before local_child_reap. */
 void local_child_signal_group(const local_child *c, int sig);
+
+/*
+ * Sends `sig` to the group and to every process whose environment still holds the
+ * child's ASP_JOB marker: descendants that left the group (setsid, double fork) too.
+ * With SIGKILL it repeats until none is found (a forking process cannot outrun it for
+ * long). Safe after local_child_reap: the marker, unlike a pid, is never reused.
+ */
+void local_child_signal_tree(const local_child *c, int sig);
+
+/* asp_local_reaper_start and asp_local_reaper_finish are in local.h. */
 
 /* Closes whichever of the child's fds are still open. Idempotent. */
 void local_child_close(local_child *c);

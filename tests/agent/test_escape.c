@@ -1,0 +1,498 @@
+/*
+ * Nothing a command starts outlives its timeout, proc_signal KILL or its responder
+ * (DESIGN §5), even when it left the process group (setsid, a double fork, a cleared
+ * environment): real asp-agent processes, pids checked in /proc with bounded waits.
+ */
+#include "testproc.h"
+
+#include <CUnit/Basic.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *agent;
+
+static void start(tproc *p)
+{
+	char *argv[] = {(char *)agent, "--stdio", NULL};
+	CU_ASSERT_FATAL(tproc_spawn(p, argv) == 0);
+}
+
+static void send_exec(tproc *p, uint32_t id, const char *command, uint64_t timeout_ms)
+{
+	asp_exec_params e;
+	asp_exec_params_init(&e);
+	e.command = command;
+	e.timeout_ms = timeout_ms;
+	asp_buf b;
+	asp_buf_init(&b);
+	t_add_request(&b, id, ASP_OP_EXEC, &e);
+	CU_ASSERT_FATAL(t_write_all(p->in, b.data, b.len) == 0);
+	asp_buf_free(&b);
+}
+
+/* Reads one exec response: its id; *code and *timed_out from the result. */
+static uint32_t read_exec(tproc *p, int ms, int64_t *code, bool *timed_out)
+{
+	uint8_t *body;
+	size_t len;
+	int got = t_read_frame(p->out, ms, &body, &len);
+	CU_ASSERT_EQUAL_FATAL(got, 1);
+	asp_arena *a = asp_arena_new();
+	asp_exec_result r;
+	t_resp resp;
+	bool ok = t_parse_response(body, len, ASP_OP_EXEC, &r, a, &resp);
+	CU_ASSERT_FATAL(ok);
+	CU_ASSERT_EQUAL(resp.st, ASP_OK);
+	if (code)
+		*code = r.exit_code;
+	if (timed_out)
+		*timed_out = r.timed_out;
+	asp_arena_free(a);
+	free(body);
+	return resp.id;
+}
+
+/* The pid a command wrote to `path`, waiting up to `ms` for it. */
+static pid_t read_pid_file(const char *path, int ms)
+{
+	int64_t until = t_now_ms() + ms;
+	do {
+		size_t len;
+		uint8_t *d = t_read_file(path, &len);
+		pid_t pid = d && len && d[len - 1] == '\n' ? (pid_t)atol((const char *)d) : 0;
+		free(d);
+		if (pid > 0)
+			return pid;
+		usleep(10 * 1000);
+	} while (t_now_ms() < until);
+	return 0;
+}
+
+/* Waits up to `ms` for `pid` to be gone (or a zombie). */
+static bool wait_dead(pid_t pid, int ms)
+{
+	int64_t until = t_now_ms() + ms;
+	while (t_pid_alive(pid)) {
+		if (t_now_ms() > until)
+			return false;
+		usleep(10 * 1000);
+	}
+	return true;
+}
+
+/* The parent of `pid`, or -1. */
+static pid_t ppid_of(pid_t pid, char *state)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	const char *s = strrchr(buf, ')');
+	long pp;
+	char st;
+	if (!s || sscanf(s + 1, " %c %ld", &st, &pp) != 2)
+		return -1;
+	if (state)
+		*state = st;
+	return (pid_t)pp;
+}
+
+/* A fresh folder and the path of a pid file in it. */
+static void pid_path(char *dir, char *file, size_t cap)
+{
+	CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+	snprintf(file, cap, "%s/pid", dir);
+	unlink(file);
+}
+
+static void cleanup(pid_t pid, const char *file, const char *dir)
+{
+	if (pid > 0 && t_pid_alive(pid))
+		kill(pid, SIGKILL); /* a failed test must not leave it behind either */
+	unlink(file);
+	rmdir(dir);
+}
+
+/* A command line that leaves the group: setsid, output away, its pid in `file`. */
+static void escapee(char *cmd, size_t cap, const char *file, const char *then)
+{
+	snprintf(cmd, cap,
+	         "setsid sh -c 'echo $$ > %s; exec sleep 1001' </dev/null >/dev/null 2>&1 & %s",
+	         file, then);
+}
+
+/* exec's timeout ends what left the group too. */
+static void test_timeout_kills_setsid(void)
+{
+	char dir[] = "/tmp/asp-esc-XXXXXX", file[128], cmd[512];
+	pid_path(dir, file, sizeof file);
+	escapee(cmd, sizeof cmd, file, "sleep 30");
+	tproc p;
+	start(&p);
+	send_exec(&p, 1, cmd, 1000);
+	pid_t esc = read_pid_file(file, 10000);
+	CU_ASSERT_FATAL(esc > 0);
+	bool timed_out = false;
+	CU_ASSERT_EQUAL(read_exec(&p, 20000, NULL, &timed_out), 1);
+	CU_ASSERT(timed_out);
+	CU_ASSERT(wait_dead(esc, 5000));
+	tproc_close_in(&p);
+	CU_ASSERT(WIFEXITED(tproc_wait(&p, 10000, NULL)));
+	tproc_close(&p);
+	cleanup(esc, file, dir);
+}
+
+/* The example of the issue: the escapee holds stdout, so exec ends at the timeout. */
+static void test_timeout_kills_setsid_holding_stdout(void)
+{
+	char dir[] = "/tmp/asp-esc-XXXXXX", file[128], cmd[512];
+	pid_path(dir, file, sizeof file);
+	snprintf(cmd, sizeof cmd, "setsid sh -c 'echo $$ > %s; exec sleep 1001' & echo started",
+	         file);
+	tproc p;
+	start(&p);
+	send_exec(&p, 1, cmd, 1000);
+	pid_t esc = read_pid_file(file, 10000);
+	CU_ASSERT_FATAL(esc > 0);
+	bool timed_out = false;
+	CU_ASSERT_EQUAL(read_exec(&p, 20000, NULL, &timed_out), 1);
+	CU_ASSERT(timed_out);
+	CU_ASSERT(wait_dead(esc, 5000));
+	tproc_close_in(&p);
+	CU_ASSERT(WIFEXITED(tproc_wait(&p, 10000, NULL)));
+	tproc_close(&p);
+	cleanup(esc, file, dir);
+}
+
+/* proc_signal KILL on a spawned process ends its setsid child as well. */
+static void test_proc_kill_kills_setsid(void)
+{
+	char dir[] = "/tmp/asp-esc-XXXXXX", file[128], cmd[512];
+	pid_path(dir, file, sizeof file);
+	escapee(cmd, sizeof cmd, file, "sleep 30");
+	tproc p;
+	start(&p);
+	asp_spawn_params sp;
+	asp_spawn_params_init(&sp);
+	sp.command = cmd;
+	asp_buf b;
+	asp_buf_init(&b);
+	t_add_request(&b, 1, ASP_OP_SPAWN, &sp);
+	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+	asp_buf_free(&b);
+	asp_buf_init(&b);
+	pid_t esc = read_pid_file(file, 10000);
+	CU_ASSERT_FATAL(esc > 0);
+	asp_proc_signal_params sg;
+	asp_proc_signal_params_init(&sg);
+	sg.proc = 1; /* the first handle of a fresh responder */
+	sg.signal = "KILL";
+	t_add_request(&b, 2, ASP_OP_PROC_SIGNAL, &sg);
+	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+	asp_buf_free(&b);
+	CU_ASSERT(wait_dead(esc, 5000));
+	tproc_close_in(&p);
+	CU_ASSERT(WIFEXITED(tproc_wait(&p, 10000, NULL)));
+	tproc_close(&p);
+	cleanup(esc, file, dir);
+}
+
+/* A command that finished left a daemon: the agent's exit on EOF ends it. */
+static void test_eof_kills_setsid(void)
+{
+	char dir[] = "/tmp/asp-esc-XXXXXX", file[128], cmd[512];
+	pid_path(dir, file, sizeof file);
+	escapee(cmd, sizeof cmd, file, "true");
+	tproc p;
+	start(&p);
+	send_exec(&p, 1, cmd, 0);
+	int64_t code = -2;
+	CU_ASSERT_EQUAL(read_exec(&p, 10000, &code, NULL), 1);
+	CU_ASSERT_EQUAL(code, 0);
+	pid_t esc = read_pid_file(file, 10000);
+	CU_ASSERT_FATAL(esc > 0);
+	CU_ASSERT(t_pid_alive(esc)); /* a finished command's daemon lives until we exit */
+	tproc_close_in(&p);
+	int st = tproc_wait(&p, 10000, NULL);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CU_ASSERT(wait_dead(esc, 5000));
+	tproc_close(&p);
+	cleanup(esc, file, dir);
+}
+
+/* kill -9 of the agent: its keeper ends what the commands left. */
+static void test_agent_sigkill_kills_setsid(void)
+{
+	char dir[] = "/tmp/asp-esc-XXXXXX", file[128], cmd[512], cmd2[512];
+	pid_path(dir, file, sizeof file);
+	escapee(cmd, sizeof cmd, file, "true");
+	char file2[160];
+	snprintf(file2, sizeof file2, "%s/pid2", dir);
+	snprintf(cmd2, sizeof cmd2, "echo $$ > %s; exec sleep 1002", file2);
+	tproc p;
+	start(&p);
+	send_exec(&p, 1, cmd, 0);
+	CU_ASSERT_EQUAL(read_exec(&p, 10000, NULL, NULL), 1);
+	send_exec(&p, 2, cmd2, 0); /* still running when the agent dies */
+	pid_t esc = read_pid_file(file, 10000), running = read_pid_file(file2, 10000);
+	CU_ASSERT_FATAL(esc > 0 && running > 0);
+	CU_ASSERT(t_pid_alive(esc) && t_pid_alive(running));
+	kill(p.pid, SIGKILL);
+	int st = tproc_wait(&p, 10000, NULL);
+	CU_ASSERT(WIFSIGNALED(st));
+	CU_ASSERT(wait_dead(esc, 5000));
+	CU_ASSERT(wait_dead(running, 5000));
+	tproc_close(&p);
+	cleanup(running, file2, dir);
+	cleanup(esc, file, dir);
+}
+
+/*
+ * A double-fork daemon is re-parented to the agent (a child subreaper), not to init;
+ * the timeout ends it. One that also cleared its environment carries no marker: the
+ * agent's exit still ends it, as an orphan it adopted.
+ */
+static void test_double_fork(void)
+{
+	char dir[] = "/tmp/asp-esc-XXXXXX", file[128], cmd[512], file2[160], cmd2[512];
+	pid_path(dir, file, sizeof file);
+	snprintf(file2, sizeof file2, "%s/pid2", dir);
+	snprintf(cmd, sizeof cmd,
+	         "(sh -c 'echo $$ > %s; exec sleep 1001' </dev/null >/dev/null 2>&1 &); "
+	         "sleep 30",
+	         file);
+	snprintf(cmd2, sizeof cmd2,
+	         "(env -i /bin/sh -c 'echo $$ > %s; exec sleep 1002' </dev/null >/dev/null "
+	         "2>&1 &)",
+	         file2);
+	tproc p;
+	start(&p);
+	send_exec(&p, 1, cmd, 1500);
+	send_exec(&p, 2, cmd2, 0);
+	pid_t d1 = read_pid_file(file, 10000), d2 = read_pid_file(file2, 10000);
+	CU_ASSERT_FATAL(d1 > 0 && d2 > 0);
+	/* Adopted by the agent once the middle process is gone (bounded wait). */
+	int64_t until = t_now_ms() + 5000;
+	while ((ppid_of(d1, NULL) != p.pid || ppid_of(d2, NULL) != p.pid) && t_now_ms() < until)
+		usleep(10 * 1000);
+	CU_ASSERT_EQUAL(ppid_of(d1, NULL), p.pid);
+	CU_ASSERT_EQUAL(ppid_of(d2, NULL), p.pid);
+	for (int i = 0; i < 2; i++) {
+		bool timed_out = false;
+		uint32_t id = read_exec(&p, 20000, NULL, &timed_out);
+		CU_ASSERT(id == 1 ? timed_out : !timed_out);
+	}
+	CU_ASSERT(wait_dead(d1, 5000));
+	CU_ASSERT(t_pid_alive(d2));
+	tproc_close_in(&p);
+	int st = tproc_wait(&p, 10000, NULL);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CU_ASSERT(wait_dead(d2, 5000));
+	tproc_close(&p);
+	cleanup(d2, file2, dir);
+	cleanup(d1, file, dir);
+}
+
+/* Zombie children of `pid` right now. */
+static int zombies_of(pid_t pid)
+{
+	DIR *d = opendir("/proc");
+	int n = 0;
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		pid_t q = (pid_t)atol(de->d_name);
+		char st = 0;
+		if (q > 0 && ppid_of(q, &st) == pid && st == 'Z')
+			n++;
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/*
+ * The reaper takes the adopted orphans, never an exit status that a request waits for:
+ * 60 execs at once, each leaving an orphan that dies at once, every status right, no
+ * zombie left.
+ */
+static void test_reaping_keeps_statuses(void)
+{
+	tproc p;
+	start(&p);
+	enum { N = 60 };
+	for (uint32_t id = 1; id <= N; id++) {
+		char cmd[128];
+		snprintf(cmd, sizeof cmd, "(true &); (sleep 0.0$((%u %% 10)) &); exit %u", id,
+		         id % 100);
+		send_exec(&p, id, cmd, 0);
+	}
+	bool seen[N + 1] = {false};
+	for (int i = 0; i < N; i++) {
+		int64_t code = -2;
+		uint32_t id = read_exec(&p, 30000, &code, NULL);
+		CU_ASSERT_FATAL(id >= 1 && id <= N && !seen[id]);
+		seen[id] = true;
+		CU_ASSERT_EQUAL(code, (int64_t)(id % 100));
+	}
+	int64_t until = t_now_ms() + 5000;
+	while (zombies_of(p.pid) > 0 && t_now_ms() < until)
+		usleep(10 * 1000);
+	CU_ASSERT_EQUAL(zombies_of(p.pid), 0);
+	tproc_close_in(&p);
+	int st = tproc_wait(&p, 10000, NULL);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	tproc_close(&p);
+}
+
+/* Bytes the process has read so far (rchar in /proc/PID/io), or -1. */
+static long long rchar_of(pid_t pid)
+{
+	char path[64], line[128];
+	snprintf(path, sizeof path, "/proc/%d/io", (int)pid);
+	FILE *f = fopen(path, "r");
+	long long v = -1;
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "rchar: %lld", &v) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return v;
+}
+
+/* Entries of `dir` other than "." and ".." and `keep`; their names joined in `names`. */
+static int others_in(const char *dir, const char *keep, char *names, size_t cap)
+{
+	DIR *d = opendir(dir);
+	int n = 0;
+	size_t used = 0;
+	names[0] = '\0';
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+		    !strcmp(de->d_name, keep))
+			continue;
+		n++;
+		int w = snprintf(names + used, cap - used, "%s ", de->d_name);
+		if (w > 0 && (size_t)w < cap - used)
+			used += (size_t)w;
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/*
+ * An agent killed (SIGKILL) while it writes a large file with `atomic`, many times: no
+ * temporary piles up beside the target, and one good write leaves only the target.
+ */
+static void test_killed_atomic_writes_leave_nothing(void)
+{
+	char dir[] = "/tmp/asp-esc-w-XXXXXX", target[128], names[1024];
+	CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+	snprintf(target, sizeof target, "%s/target", dir);
+	enum { SIZE = 12 << 20, KILLS = 24 }; /* under max_message (16 MiB) */
+	uint8_t *data = malloc(SIZE);
+	CU_ASSERT_FATAL(data != NULL);
+	memset(data, 'x', SIZE);
+	asp_write_params w;
+	asp_write_params_init(&w);
+	w.path = target;
+	w.data.data = data;
+	w.data.len = SIZE;
+	w.atomic = true;
+	asp_buf b;
+	asp_buf_init(&b);
+	t_add_request(&b, 1, ASP_OP_WRITE, &w);
+	int killed = 0, leftovers = 0;
+	for (int i = 0; i < KILLS; i++) {
+		tproc p;
+		start(&p);
+		long long base = rchar_of(p.pid);
+		CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+		/* Once the whole request is read, kills at 0, 2, 4, ... ms: spread over the
+		 * decoding, the write and the fsync (a fault's timing, not a synchronisation). */
+		int64_t until = t_now_ms() + 10000;
+		while (rchar_of(p.pid) - base < (long long)b.len && t_now_ms() < until)
+			;
+		usleep((useconds_t)(i % 12) * 2000);
+		if (kill(p.pid, SIGKILL) == 0)
+			killed++;
+		tproc_wait(&p, 10000, NULL);
+		tproc_close(&p);
+		/* a write that finished before the kill is fine; a half-written target is not */
+		struct stat st;
+		if (stat(target, &st) == 0)
+			CU_ASSERT_EQUAL(st.st_size, SIZE);
+		leftovers = others_in(dir, "target", names, sizeof names);
+	}
+	fprintf(stderr, "\n    %d agents killed mid-write: %d temporaries beside the target (%s)\n",
+	        killed, leftovers, names);
+	CU_ASSERT_EQUAL(leftovers, 0);
+	tproc p;
+	start(&p);
+	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+	uint8_t *body;
+	size_t len;
+	CU_ASSERT_EQUAL_FATAL(t_read_frame(p.out, 30000, &body, &len), 1);
+	t_resp r;
+	CU_ASSERT(t_parse_response(body, len, ASP_OP_WRITE, NULL, NULL, &r) && r.st == ASP_OK);
+	free(body);
+	tproc_close_in(&p);
+	tproc_wait(&p, 10000, NULL);
+	tproc_close(&p);
+	CU_ASSERT_EQUAL(others_in(dir, "target", names, sizeof names), 0);
+	size_t got = 0;
+	uint8_t *back = t_read_file(target, &got);
+	CU_ASSERT(back && got == SIZE && memcmp(back, data, SIZE) == 0);
+	free(back);
+	asp_buf_free(&b);
+	free(data);
+	others_in(dir, "", names, sizeof names); /* what a failed run leaves, removed below */
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	while (d && (de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			unlinkat(dirfd(d), de->d_name, 0);
+	if (d)
+		closedir(d);
+	rmdir(dir);
+}
+
+int main(void)
+{
+	agent = t_env("ASP_AGENT");
+	if (!agent) {
+		fprintf(stderr, "ASP_AGENT must be set (meson test does)\n");
+		return 77;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	CU_pSuite s = CU_add_suite("escapees", NULL, NULL);
+	CU_add_test(s, "exec timeout ends a setsid child", test_timeout_kills_setsid);
+	CU_add_test(s, "exec timeout ends a setsid child holding stdout",
+	            test_timeout_kills_setsid_holding_stdout);
+	CU_add_test(s, "proc_signal KILL ends a setsid child", test_proc_kill_kills_setsid);
+	CU_add_test(s, "the agent's exit on EOF ends a daemon", test_eof_kills_setsid);
+	CU_add_test(s, "kill -9 of the agent: its keeper ends the daemons",
+	            test_agent_sigkill_kills_setsid);
+	CU_add_test(s, "double fork: adopted, ended by the timeout or the exit", test_double_fork);
+	CU_add_test(s, "reaping orphans keeps every exit status", test_reaping_keeps_statuses);
+	CU_add_test(s, "killed atomic writes leave no temporary",
+	            test_killed_atomic_writes_leave_nothing);
+	CU_basic_set_mode(CU_BRM_VERBOSE);
+	CU_basic_run_tests();
+	unsigned failed = CU_get_number_of_failures();
+	CU_cleanup_registry();
+	return failed ? 1 : 0;
+}
