@@ -12,7 +12,11 @@ run_suite() { # builddir, meson options...
   shift
   if [ ! -f "$dir/build.ninja" ]; then
     meson setup "$dir" --werror "$@" >/dev/null
+  else
+    # a folder left by the quick start (or by hand) still builds with warnings as errors
+    meson configure "$dir" -Dwerror=true "$@" >/dev/null
   fi
+  rm -f "$dir/meson-logs/testlog.json" # a build that fails must not count old results
   ninja -C "$dir" >/dev/null
   meson test -C "$dir" --num-processes "$jobs" --print-errorlogs
 }
@@ -28,6 +32,8 @@ fuzz_dir=build-fuzz
 if [ ! -f "$fuzz_dir/build.ninja" ]; then
   CC=clang meson setup "$fuzz_dir" --werror -Dfuzz=enabled -Db_sanitize=address,undefined \
     -Db_lundef=false >/dev/null || status=1
+else
+  meson configure "$fuzz_dir" -Dwerror=true >/dev/null || status=1
 fi
 if [ -f "$fuzz_dir/build.ninja" ]; then
   rm -f "$fuzz_dir/meson-logs/testlog.json"
