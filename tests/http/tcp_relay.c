@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define BUF       (256 * 1024)
@@ -35,6 +36,7 @@ struct tcp_relay {
 	char url[64];
 	pthread_t accept_th;
 	pthread_mutex_t mu;
+	pthread_cond_t ended_cv; /* a connection ended */
 	conn *conns[MAX_CONNS];
 	unsigned n;
 };
@@ -124,6 +126,7 @@ static void *conn_main(void *arg)
 	close(c->ufd);
 	c->cfd = c->ufd = -1;
 	c->ended = true;
+	pthread_cond_broadcast(&r->ended_cv);
 	pthread_mutex_unlock(&r->mu);
 	return NULL;
 }
@@ -177,6 +180,11 @@ tcp_relay *tcp_relay_start(int upstream_port)
 		return NULL;
 	r->upstream_port = upstream_port;
 	pthread_mutex_init(&r->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&r->ended_cv, &ca);
+	pthread_condattr_destroy(&ca);
 	r->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_in a = {.sin_family = AF_INET};
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -229,6 +237,35 @@ relay_count tcp_relay_count(tcp_relay *r, const char *prefix)
 	return k;
 }
 
+static unsigned open_locked(tcp_relay *r, const char *prefix)
+{
+	unsigned n = 0;
+	for (unsigned i = 0; i < r->n; i++)
+		n += !r->conns[i]->ended && starts(r->conns[i], prefix);
+	return n;
+}
+
+bool tcp_relay_wait_open(tcp_relay *r, const char *prefix, unsigned n, int ms)
+{
+	struct timespec dl;
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_sec += ms / 1000;
+	dl.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (dl.tv_nsec >= 1000000000) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&r->mu);
+	bool ok;
+	while (!(ok = open_locked(r, prefix) <= n))
+		if (pthread_cond_timedwait(&r->ended_cv, &r->mu, &dl) != 0) {
+			ok = open_locked(r, prefix) <= n;
+			break;
+		}
+	pthread_mutex_unlock(&r->mu);
+	return ok;
+}
+
 static unsigned cut_locked(tcp_relay *r, const char *prefix)
 {
 	unsigned n = 0;
@@ -270,5 +307,6 @@ void tcp_relay_stop(tcp_relay *r)
 	close(r->stop_pipe[0]);
 	close(r->stop_pipe[1]);
 	pthread_mutex_destroy(&r->mu);
+	pthread_cond_destroy(&r->ended_cv);
 	free(r);
 }

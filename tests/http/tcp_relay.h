@@ -9,6 +9,7 @@
 #ifndef ASP_TEST_TCP_RELAY_H
 #define ASP_TEST_TCP_RELAY_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct tcp_relay tcp_relay;
@@ -29,6 +30,12 @@ const char *tcp_relay_url(const tcp_relay *r);
 
 /* The totals over the connections whose first bytes start with `prefix`. */
 relay_count tcp_relay_count(tcp_relay *r, const char *prefix);
+
+/*
+ * Waits up to `ms` until at most `n` connections starting with `prefix` are open (a cut
+ * one ends when its thread has seen both sides go). Whether that came.
+ */
+bool tcp_relay_wait_open(tcp_relay *r, const char *prefix, unsigned n, int ms);
 
 /* Cuts (shutdown both ways, both sides) every open connection starting with `prefix`. */
 unsigned tcp_relay_cut(tcp_relay *r, const char *prefix);

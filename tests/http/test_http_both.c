@@ -375,7 +375,7 @@ static void test_ws_cut_mid_stream(void)
 	CU_ASSERT_TRUE(c.lost);
 	CU_ASSERT_FALSE(c.exited);
 	CU_ASSERT_EQUAL(c.lost_code, ASP_E_TRANSPORT_ERROR);
-	CU_ASSERT_EQUAL(tcp_relay_count(s.relay, WS).open, 0);
+	CU_ASSERT_TRUE(tcp_relay_wait_open(s.relay, WS, 0, WAIT_MS)); /* the cut took */
 
 	/* POST calls are unaffected: the process outlived its WebSocket, and can be ended. */
 	char out[64];
