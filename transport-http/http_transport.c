@@ -567,6 +567,7 @@ static void http_abort(void *self)
 		b->aborted = true;
 		if (b->ws)
 			asp_rpc_close(b->ws->rpc); /* its followers: on_lost */
+		pthread_cond_broadcast(&b->ws_cv); /* callers waiting for an opening fail now */
 		pthread_mutex_unlock(&b->ws_mu);
 	}
 	http_client_abort(b->hc);
