@@ -1,8 +1,11 @@
 /*
  * The http transport against stdio, in one run (issue 5's benchmark), on loopback:
- *   - hello, exec `true` and 4 KiB read round trips over stdio, HTTP (one POST per call)
- *     and the WebSocket, interleaved so that load from elsewhere hits all three alike;
- *   - bulk: 256 MiB written and read back in 8 MiB calls, each way;
+ *   - hello, exec `true` and 4 KiB read round trips over stdio, HTTP (one POST per call,
+ *     "websocket": false), the WebSocket ("websocket": true) and both-mode (the default:
+ *     POST, and a WebSocket for streams), interleaved so that load from elsewhere hits
+ *     all four alike;
+ *   - bulk: 256 MiB written and read back in 8 MiB calls, each way (both-mode with its
+ *     WebSocket open: a spawn is followed first);
  *   - requests/s of 4 KiB reads from 64 concurrent clients, and from 64 threads sharing
  *     one client.
  * Prints medians and a Markdown table for docs/benchmarks.md.
@@ -31,7 +34,7 @@ extern char **environ;
 #define BULK_CHUNK (8 * MIB)
 #define NCONC      64
 
-enum { T_STDIO, T_HTTP, T_WS, NT };
+enum { T_STDIO, T_HTTP, T_WS, T_BOTH, NT };
 
 static void die(const char *what, const asp_error *err)
 {
@@ -82,7 +85,9 @@ static asp_client *open_client(int t, const char *agent)
 	} else {
 		v.transport = ASP_TRANSPORT_HTTP;
 		v.http.url = listener_url;
-		v.http.websocket = t == T_WS;
+		v.http.websocket = t == T_WS     ? ASP_HTTP_WS_ONLY
+		                   : t == T_HTTP ? ASP_HTTP_WS_NEVER
+		                                 : ASP_HTTP_WS_BOTH;
 	}
 	asp_client *c;
 	asp_error err;
@@ -203,6 +208,27 @@ static void bulk(asp_client *c, const char *path, double *up_mibs, double *down_
 	asp_arena_free(a);
 }
 
+/* Follows a spawn of `true` to its end: opens both-mode's WebSocket. */
+static void follow_one(asp_client *c)
+{
+	static const asp_proc_callbacks cb = {0};
+	asp_spawn_params p;
+	asp_spawn_params_init(&p);
+	p.command = "true";
+	uint64_t proc;
+	asp_error err;
+	if (asp_spawn_start(c, &p, &cb, NULL, &proc, &err))
+		die("spawn", &err);
+	asp_arena *a = asp_arena_new();
+	asp_proc_wait_params wp;
+	asp_proc_wait_params_init(&wp);
+	wp.proc = proc;
+	asp_proc_wait_result wr;
+	if (asp_proc_wait(c, &wp, &wr, a, &err))
+		die("proc_wait", &err);
+	asp_arena_free(a);
+}
+
 /* ---- concurrency ------------------------------------------------------------------ */
 
 typedef struct conc {
@@ -290,6 +316,7 @@ int main(int argc, char **argv)
 	round_trips(c, do_read_4k, iters, rd);
 
 	double up[NT], down[NT];
+	follow_one(c[T_BOTH]); /* both-mode's WebSocket is open: bulk must still take POST */
 	for (int t = 0; t < NT; t++)
 		bulk(c[t], big, &up[t], &down[t]);
 
@@ -301,29 +328,36 @@ int main(int argc, char **argv)
 			own[t] = concurrent(t, NULL, agent, per);
 	}
 
-	printf("| measure | stdio | HTTP (POST) | WebSocket | HTTP − stdio | WS − stdio |\n");
-	printf("|---|---|---|---|---|---|\n");
-	printf("| hello round trip, median | %.1f µs | %.1f µs | %.1f µs | %+.1f µs | %+.1f µs |\n",
-	       hello[0], hello[1], hello[2], hello[1] - hello[0], hello[2] - hello[0]);
-	printf("| exec `true` round trip, median | %.0f µs | %.0f µs | %.0f µs | %+.0f µs | "
-	       "%+.0f µs |\n",
-	       exec[0], exec[1], exec[2], exec[1] - exec[0], exec[2] - exec[0]);
-	printf("| 4 KiB read round trip, median | %.1f µs | %.1f µs | %.1f µs | %+.1f µs | "
-	       "%+.1f µs |\n",
-	       rd[0], rd[1], rd[2], rd[1] - rd[0], rd[2] - rd[0]);
+	printf("| measure | stdio | HTTP (POST) | WebSocket | both (default) | HTTP − stdio | "
+	       "WS − stdio | both − stdio |\n");
+	printf("|---|---|---|---|---|---|---|---|\n");
+	printf("| hello round trip, median | %.1f µs | %.1f µs | %.1f µs | %.1f µs | %+.1f µs | "
+	       "%+.1f µs | %+.1f µs |\n",
+	       hello[0], hello[1], hello[2], hello[3], hello[1] - hello[0], hello[2] - hello[0],
+	       hello[3] - hello[0]);
+	printf(
+	    "| exec `true` round trip, median | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %+.0f µs "
+	    "| %+.0f µs | %+.0f µs |\n",
+	    exec[0], exec[1], exec[2], exec[3], exec[1] - exec[0], exec[2] - exec[0],
+	    exec[3] - exec[0]);
+	printf("| 4 KiB read round trip, median | %.1f µs | %.1f µs | %.1f µs | %.1f µs | %+.1f µs "
+	       "| %+.1f µs | %+.1f µs |\n",
+	       rd[0], rd[1], rd[2], rd[3], rd[1] - rd[0], rd[2] - rd[0], rd[3] - rd[0]);
 	printf("| %d MiB upload, %d MiB writes (best of 3) | %.0f MiB/s | %.0f MiB/s | "
-	       "%.0f MiB/s | | |\n",
-	       BULK_MIB, BULK_CHUNK / MIB, up[0], up[1], up[2]);
+	       "%.0f MiB/s | %.0f MiB/s | | | |\n",
+	       BULK_MIB, BULK_CHUNK / MIB, up[0], up[1], up[2], up[3]);
 	printf("| %d MiB download, %d MiB reads (best of 3) | %.0f MiB/s | %.0f MiB/s | "
-	       "%.0f MiB/s | | |\n",
-	       BULK_MIB, BULK_CHUNK / MIB, down[0], down[1], down[2]);
-	printf("| 4 KiB reads/s, 64 clients of their own | | %.0f | %.0f | | |\n", own[1], own[2]);
-	printf("| 4 KiB reads/s, 64 threads on one client | %.0f | %.0f | %.0f | | |\n", shared[0],
-	       shared[1], shared[2]);
+	       "%.0f MiB/s | %.0f MiB/s | | | |\n",
+	       BULK_MIB, BULK_CHUNK / MIB, down[0], down[1], down[2], down[3]);
+	printf("| 4 KiB reads/s, 64 clients of their own | | %.0f | %.0f | %.0f | | | |\n", own[1],
+	       own[2], own[3]);
+	printf("| 4 KiB reads/s, 64 threads on one client | %.0f | %.0f | %.0f | %.0f | | | |\n",
+	       shared[0], shared[1], shared[2], shared[3]);
 	printf("\n%s: unary round trip (4 KiB read) within 100 µs of stdio's: HTTP %+.1f µs, "
-	       "WebSocket %+.1f µs\n",
-	       rd[1] - rd[0] <= 100 && rd[2] - rd[0] <= 100 ? "met" : "NOT met", rd[1] - rd[0],
-	       rd[2] - rd[0]);
+	       "WebSocket %+.1f µs, both %+.1f µs\n",
+	       rd[1] - rd[0] <= 100 && rd[2] - rd[0] <= 100 && rd[3] - rd[0] <= 100 ? "met"
+	                                                                            : "NOT met",
+	       rd[1] - rd[0], rd[2] - rd[0], rd[3] - rd[0]);
 
 	for (int t = 0; t < NT; t++)
 		asp_client_free(c[t]);

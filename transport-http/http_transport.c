@@ -1,8 +1,14 @@
 /*
- * The "http" transport (DESIGN §2, §4): every op is one POST /v1/rpc over libcurl, or,
- * with "websocket": true, a request on the /v1/ws WebSocket driven by the core's RPC
- * engine (pipelining; notifications). Opening says hello once, which checks the URL,
- * the token and TLS up front and learns the listener's max_message.
+ * The "http" transport (DESIGN §2, §4), three ways by http.websocket:
+ *   absent  both: unary calls and bulk data are POST /v1/rpc over libcurl (keep-alive,
+ *           ~4x the WebSocket's bulk rate); the first spawn or attach opens the /v1/ws
+ *           WebSocket and the streams go over it, so the responder routes their
+ *           notifications there (DESIGN §3: to the connection that spawned or attached).
+ *           A WebSocket that dies tells its followers lost; the next stream opens another.
+ *   true    every call on the WebSocket, driven by the core's RPC engine.
+ *   false   every call a POST; nothing streams.
+ * Opening says hello once (over POST unless true), which checks the URL, the token and
+ * TLS up front and learns the listener's max_message.
  */
 #include "asp/transport.h"
 
@@ -12,6 +18,7 @@
 #include "wire.h"
 #include "ws_client.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,11 +33,34 @@
 /* A listener may announce a larger max_message; beyond this we do not follow it. */
 #define MAX_MESSAGE_CAP (1u << 30)
 
+/*
+ * Both-mode's WebSocket: one engine and the calls inside it. A link that died is retired
+ * when the next stream replaces it and freed once no call is inside, by a caller that
+ * cannot be one of its reader thread's callbacks (those must not make calls).
+ */
+typedef struct ws_link {
+	struct ws_link *next; /* http_backend.retired */
+	asp_rpc *rpc;
+	atomic_uint users;
+} ws_link;
+
 typedef struct http_backend {
-	asp_rpc *rpc;    /* websocket mode */
-	http_client *hc; /* unary mode */
+	asp_http_websocket mode;
+	asp_rpc *rpc;    /* ASP_HTTP_WS_ONLY: every call */
+	http_client *hc; /* the other modes: unary calls */
 	atomic_size_t max_message;
 	atomic_uint next_id;
+
+	/* ASP_HTTP_WS_BOTH: where the WebSocket is (copies; the token wiped when freed) */
+	char *ws_url, *ws_host, *ws_host_port, *ws_path, *ws_token, *ws_ca_file, *ws_hint;
+	int ws_port;
+	bool ws_tls;
+	pthread_mutex_t ws_mu; /* ws, retired, opening, aborted; never held while blocking */
+	pthread_cond_t ws_cv;  /* an opening finished */
+	ws_link *ws;           /* the current WebSocket, or NULL until a stream needs one */
+	ws_link *retired;
+	bool opening; /* a caller is connecting one (outside the lock) */
+	bool aborted;
 } http_backend;
 
 /* ---- one unary call --------------------------------------------------------------- */
@@ -111,13 +141,192 @@ static asp_status unary(http_backend *b, asp_op_id op, const void *params, void 
 	return st;
 }
 
+/* ---- both-mode's WebSocket ------------------------------------------------------- */
+
+static void link_free(ws_link *l)
+{
+	if (l) {
+		asp_rpc_free(l->rpc);
+		free(l);
+	}
+}
+
+/* Under ws_mu: unlinks the retired links no call is inside, for the caller to free. */
+static ws_link *take_idle_locked(http_backend *b)
+{
+	ws_link *idle = NULL, **pp = &b->retired;
+	while (*pp) {
+		ws_link *l = *pp;
+		if (atomic_load(&l->users) == 0) {
+			*pp = l->next;
+			l->next = idle;
+			idle = l;
+		} else {
+			pp = &l->next;
+		}
+	}
+	return idle;
+}
+
+static void free_links(ws_link *l)
+{
+	while (l) {
+		ws_link *next = l->next;
+		link_free(l);
+		l = next;
+	}
+}
+
+static asp_status ws_dial(http_backend *b, ws_link **out, asp_error *err)
+{
+	ws_target t = {.address = b->ws_host,
+	               .port = b->ws_port,
+	               .tls = b->ws_tls,
+	               .ca_file = b->ws_ca_file,
+	               .host_header = b->ws_host_port,
+	               .path = b->ws_path,
+	               .token = b->ws_token,
+	               .url = b->ws_url,
+	               .hint = b->ws_hint};
+	ws_link *l = calloc(1, sizeof *l);
+	if (!l)
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	asp_channel *ch;
+	asp_status st = ws_channel_open(&t, OPEN_TIMEOUT_MS, &ch, err);
+	if (st == ASP_OK) /* POST's hello announced max_message: no hello of its own */
+		st = asp_rpc_new(ch, atomic_load(&b->max_message), &l->rpc, err);
+	if (st) {
+		free(l);
+		return st;
+	}
+	atomic_init(&l->users, 0);
+	*out = l;
+	return ASP_OK;
+}
+
+/*
+ * The WebSocket for a stream, opened by the first caller that needs it (the others wait
+ * for that one), or again when the last one died. Returned with a use taken: ws_put.
+ */
+static ws_link *ws_get(http_backend *b, asp_error *err)
+{
+	ws_link *l = NULL, *idle;
+	pthread_mutex_lock(&b->ws_mu);
+	for (;;) {
+		if (b->aborted) {
+			asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
+			              "the connection to %s was closed", b->ws_url);
+			break;
+		}
+		if (b->ws && asp_rpc_alive(b->ws->rpc)) {
+			l = b->ws;
+			atomic_fetch_add(&l->users, 1);
+			break;
+		}
+		if (b->ws) { /* died: its followers were told on_lost */
+			b->ws->next = b->retired;
+			b->retired = b->ws;
+			b->ws = NULL;
+		}
+		if (!b->opening) {
+			b->opening = true;
+			pthread_mutex_unlock(&b->ws_mu);
+			asp_status st = ws_dial(b, &l, err); /* bounded by OPEN_TIMEOUT_MS */
+			pthread_mutex_lock(&b->ws_mu);
+			b->opening = false;
+			pthread_cond_broadcast(&b->ws_cv);
+			if (st == ASP_OK && b->aborted) { /* abort came while connecting */
+				asp_rpc_close(l->rpc);
+				l->next = b->retired;
+				b->retired = l;
+				l = NULL;
+				continue;
+			}
+			if (st == ASP_OK) {
+				b->ws = l;
+				atomic_fetch_add(&l->users, 1);
+			}
+			break;
+		}
+		pthread_cond_wait(&b->ws_cv, &b->ws_mu); /* the opener is bounded */
+	}
+	idle = take_idle_locked(b);
+	pthread_mutex_unlock(&b->ws_mu);
+	free_links(idle);
+	return l;
+}
+
+static void ws_put(ws_link *l)
+{
+	atomic_fetch_sub(&l->users, 1); /* a retired link is freed later, off this thread */
+}
+
+/* The op table's slot for an op that needs a connection able to carry notifications. */
+static bool needs_ws(asp_op_id op)
+{
+	return op == ASP_OP_PROC_ATTACH;
+}
+
+static bool lists(const asp_hello_result *r, const char *op)
+{
+	for (size_t i = 0; i < r->ops.count; i++)
+		if (strcmp(r->ops.items[i], op) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * hello says what this client can do through the listener. Both-mode streams over the
+ * WebSocket: when POST's answer leaves out the streaming ops (a listener announcing per
+ * channel), the WebSocket's answer is the one. POST alone cannot attach.
+ */
+static asp_status hello_ops(http_backend *b, const asp_hello_params *p, asp_hello_result *r,
+                            asp_arena *a, asp_error *err)
+{
+	if (b->mode == ASP_HTTP_WS_BOTH && (!lists(r, "spawn") || !lists(r, "proc_attach"))) {
+		/* A WebSocket that cannot open streams nothing: POST's answer is then the truth. */
+		asp_error why;
+		ws_link *l = ws_get(b, &why);
+		asp_hello_result wr;
+		if (l &&
+		    asp_rpc_call(l->rpc, ASP_OP_HELLO, p, &wr, a, OPEN_TIMEOUT_MS, &why) == ASP_OK)
+			*r = wr;
+		if (l)
+			ws_put(l);
+		return ASP_OK;
+	}
+	if (b->mode == ASP_HTTP_WS_NEVER && lists(r, "proc_attach")) {
+		const char **ops = asp_arena_alloc(a, r->ops.count * sizeof *ops);
+		if (!ops)
+			return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+		size_t n = 0;
+		for (size_t i = 0; i < r->ops.count; i++)
+			if (strcmp(r->ops.items[i], "proc_attach") != 0)
+				ops[n++] = r->ops.items[i];
+		r->ops.items = ops;
+		r->ops.count = n;
+	}
+	return ASP_OK;
+}
+
 static asp_status invoke(void *self, asp_op_id op, const void *p, void *r, asp_arena *a,
                          asp_error *err)
 {
 	http_backend *b = self;
 	if (b->rpc)
 		return asp_rpc_call(b->rpc, op, p, r, a, 0, err);
-	return unary(b, op, p, r, a, err);
+	if (b->mode == ASP_HTTP_WS_BOTH && needs_ws(op)) {
+		ws_link *l = ws_get(b, err);
+		if (!l)
+			return err->code;
+		asp_status st = asp_rpc_call(l->rpc, op, p, r, a, 0, err);
+		ws_put(l);
+		return st;
+	}
+	asp_status st = unary(b, op, p, r, a, err);
+	if (st == ASP_OK && op == ASP_OP_HELLO)
+		st = hello_ops(b, p, r, a, err);
+	return st;
 }
 
 /*
@@ -203,11 +412,50 @@ static asp_status say_hello(http_backend *b, const asp_config_view *cfg, asp_err
 	return st;
 }
 
+static void wipe_free(char *secret)
+{
+	if (secret) {
+		memset(secret, 0, strlen(secret));
+		free(secret);
+	}
+}
+
 static void backend_free(http_backend *b)
 {
 	asp_rpc_free(b->rpc);
 	http_client_free(b->hc);
+	if (b->mode == ASP_HTTP_WS_BOTH) {
+		if (b->ws)
+			link_free(b->ws);
+		free_links(b->retired);
+		pthread_mutex_destroy(&b->ws_mu);
+		pthread_cond_destroy(&b->ws_cv);
+	}
+	free(b->ws_url);
+	free(b->ws_host);
+	free(b->ws_host_port);
+	free(b->ws_path);
+	wipe_free(b->ws_token);
+	free(b->ws_ca_file);
+	free(b->ws_hint);
 	free(b);
+}
+
+static bool dup_to(char **dst, const char *src)
+{
+	*dst = src ? strdup(src) : NULL;
+	return !src || *dst;
+}
+
+/* Both-mode keeps where the WebSocket is, to open it when a stream first needs it. */
+static bool keep_ws_target(http_backend *b, const ws_target *t)
+{
+	b->ws_port = t->port;
+	b->ws_tls = t->tls;
+	return dup_to(&b->ws_url, t->url) && dup_to(&b->ws_host, t->address) &&
+	       dup_to(&b->ws_host_port, t->host_header) && dup_to(&b->ws_path, t->path) &&
+	       dup_to(&b->ws_token, t->token) && dup_to(&b->ws_ca_file, t->ca_file) &&
+	       dup_to(&b->ws_hint, t->hint);
 }
 
 static asp_status http_open(const asp_config_view *cfg, const asp_ops **ops, void **self,
@@ -240,11 +488,18 @@ static asp_status http_open(const asp_config_view *cfg, const asp_ops **ops, voi
 	}
 	http_backend *b = calloc(1, sizeof *b);
 	if (!b) {
-		free(token);
+		wipe_free(token);
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
 	}
+	b->mode = cfg->http.websocket;
+	if (b->mode != ASP_HTTP_WS_ONLY && b->mode != ASP_HTTP_WS_NEVER)
+		b->mode = ASP_HTTP_WS_BOTH;
 	atomic_init(&b->max_message, ASP_MAX_MESSAGE_DEFAULT);
 	atomic_init(&b->next_id, 0);
+	if (b->mode == ASP_HTTP_WS_BOTH) {
+		pthread_mutex_init(&b->ws_mu, NULL);
+		pthread_cond_init(&b->ws_cv, NULL);
+	}
 	char hint[700], ca_hint[600], endpoint[sizeof a.prefix + 16];
 	char host_port[sizeof a.host + 16]; /* "host:port", an IPv6 literal in [] */
 	bool v6 = strchr(a.host, ':') != NULL;
@@ -255,18 +510,18 @@ static asp_status http_open(const asp_config_view *cfg, const asp_ops **ops, voi
 	         "; is the listener's certificate signed by %s and issued for %s? (http.ca_file "
 	         "in %s)",
 	         cfg->http.ca_file ? cfg->http.ca_file : "a CA this system trusts", a.host, where);
+	snprintf(endpoint, sizeof endpoint, "%s/v1/ws", a.prefix);
+	ws_target t = {.address = a.host,
+	               .port = a.port,
+	               .tls = a.tls,
+	               .ca_file = cfg->http.ca_file,
+	               .host_header = host_port,
+	               .path = endpoint,
+	               .token = token,
+	               .url = url,
+	               .hint = hint};
 	asp_status st;
-	if (cfg->http.websocket) {
-		snprintf(endpoint, sizeof endpoint, "%s/v1/ws", a.prefix);
-		ws_target t = {.address = a.host,
-		               .port = a.port,
-		               .tls = a.tls,
-		               .ca_file = cfg->http.ca_file,
-		               .host_header = host_port,
-		               .path = endpoint,
-		               .token = token,
-		               .url = url,
-		               .hint = hint};
+	if (b->mode == ASP_HTTP_WS_ONLY) {
 		asp_channel *ch;
 		st = ws_channel_open(&t, OPEN_TIMEOUT_MS, &ch, err);
 		if (st == ASP_E_TRANSPORT_ERROR && a.tls && strstr(err->message, "TLS"))
@@ -286,11 +541,10 @@ static asp_status http_open(const asp_config_view *cfg, const asp_ops **ops, voi
 		                      .hint = hint,
 		                      .ca_hint = ca_hint};
 		st = http_client_new(&hc, &b->hc, err);
+		if (st == ASP_OK && b->mode == ASP_HTTP_WS_BOTH && !keep_ws_target(b, &t))
+			st = asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
 	}
-	if (token) {
-		memset(token, 0, strlen(token));
-		free(token);
-	}
+	wipe_free(token);
 	if (st == ASP_OK)
 		st = say_hello(b, cfg, err);
 	if (st) {
@@ -305,10 +559,19 @@ static asp_status http_open(const asp_config_view *cfg, const asp_ops **ops, voi
 static void http_abort(void *self)
 {
 	http_backend *b = self;
-	if (b->rpc)
+	if (b->rpc) {
 		asp_rpc_close(b->rpc);
-	else
-		http_client_abort(b->hc);
+		return;
+	}
+	if (b->mode == ASP_HTTP_WS_BOTH) {
+		pthread_mutex_lock(&b->ws_mu);
+		b->aborted = true;
+		if (b->ws)
+			asp_rpc_close(b->ws->rpc); /* its followers: on_lost */
+		pthread_cond_broadcast(&b->ws_cv); /* callers waiting for an opening fail now */
+		pthread_mutex_unlock(&b->ws_mu);
+	}
+	http_client_abort(b->hc);
 }
 
 static void http_close(void *self)
@@ -316,30 +579,60 @@ static void http_close(void *self)
 	backend_free(self);
 }
 
+/* Both-mode lives by its POST side: a WebSocket that died is reopened by the next stream. */
 static bool http_alive(void *self)
 {
 	http_backend *b = self;
 	return b->rpc ? asp_rpc_alive(b->rpc) : !http_client_aborted(b->hc);
 }
 
-/* Following a process's output needs notifications: only the WebSocket carries them. */
+/*
+ * Following a process's output needs notifications: the WebSocket carries them. The spawn
+ * or attach itself goes over it, since the responder routes a process's notifications
+ * to the connection that spawned or attached it.
+ */
 static asp_status http_subscribe(void *self, asp_op_id op, const void *params, void *result,
                                  asp_arena *a, asp_proc_sub *sub, asp_error *err)
 {
 	http_backend *b = self;
 	if (b->rpc)
 		return asp_rpc_subscribe(b->rpc, op, params, result, a, sub, err);
-	asp_proc_sub_fail(sub);
-	return asp_error_set(err, ASP_E_UNSUPPORTED, NULL,
-	                     "following a process's output needs the WebSocket: set "
-	                     "\"websocket\": true in the http section of the config");
+	if (b->mode == ASP_HTTP_WS_NEVER) {
+		asp_proc_sub_fail(sub);
+		return asp_error_set(err, ASP_E_UNSUPPORTED, NULL,
+		                     "following a process's output needs the WebSocket, and the "
+		                     "config says \"websocket\": false; remove that key from the "
+		                     "http section (or set it to true)");
+	}
+	ws_link *l = ws_get(b, err);
+	if (!l) {
+		asp_proc_sub_fail(sub);
+		return err->code;
+	}
+	asp_status st = asp_rpc_subscribe(l->rpc, op, params, result, a, sub, err);
+	ws_put(l);
+	return st;
 }
 
 static void http_unsubscribe(void *self, uint64_t proc)
 {
 	http_backend *b = self;
-	if (b->rpc)
+	if (b->rpc) {
 		asp_rpc_unsubscribe(b->rpc, proc);
+		return;
+	}
+	if (b->mode != ASP_HTTP_WS_BOTH)
+		return;
+	/* May run in a callback on the WebSocket's reader thread: it never frees a link. */
+	pthread_mutex_lock(&b->ws_mu);
+	ws_link *l = b->ws;
+	if (l)
+		atomic_fetch_add(&l->users, 1);
+	pthread_mutex_unlock(&b->ws_mu);
+	if (l) {
+		asp_rpc_unsubscribe(l->rpc, proc);
+		ws_put(l);
+	}
 }
 
 const asp_transport asp_transport_http = {

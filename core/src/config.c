@@ -333,7 +333,7 @@ enum field_kind {
 	F_LOCAL_PATH, /* const char *, made absolute */
 	F_UINT,       /* unsigned */
 	F_U64,        /* uint64_t */
-	F_BOOL,       /* bool */
+	F_WEBSOCKET,  /* asp_http_websocket: true, false, or absent (left 0) */
 	F_HOSTKEY,    /* asp_hostkey_check */
 	F_ENV,        /* env, env_count */
 	F_ARGV,       /* stdio.argv, stdio.argc */
@@ -369,7 +369,7 @@ static const struct field {
     {"http.token_env", F_STRING, AT(http.token_env)},
     {"http.token_file", F_LOCAL_PATH, AT(http.token_file)},
     {"http.ca_file", F_LOCAL_PATH, AT(http.ca_file)},
-    {"http.websocket", F_BOOL, AT(http.websocket)},
+    {"http.websocket", F_WEBSOCKET, AT(http.websocket)},
 };
 
 static const struct {
@@ -978,10 +978,11 @@ static asp_status build_field(struct vctx *v, const struct field *f, json_t *sch
 			return view_bug(v->err, f->path);
 		*(uint64_t *)dst = (uint64_t)n;
 		return ASP_OK;
-	case F_BOOL:
+	case F_WEBSOCKET:
 		if (!json_is_boolean(val))
 			return view_bug(v->err, f->path);
-		*(bool *)dst = json_is_true(val);
+		*(asp_http_websocket *)dst =
+		    json_is_true(val) ? ASP_HTTP_WS_ONLY : ASP_HTTP_WS_NEVER;
 		return ASP_OK;
 	case F_HOSTKEY:
 		if (json_is_boolean(val))

@@ -68,7 +68,7 @@ static asp_client *open_client(const cfg *c, asp_error *err)
 	v.transport = ASP_TRANSPORT_HTTP;
 	v.path = "/test/.asp.json";
 	v.http.url = c->url;
-	v.http.websocket = c->websocket;
+	v.http.websocket = c->websocket ? ASP_HTTP_WS_ONLY : ASP_HTTP_WS_NEVER;
 	v.http.token_env = c->token_env;
 	v.http.token_file = c->token_file;
 	v.http.ca_file = c->ca_file;

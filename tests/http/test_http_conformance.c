@@ -1,7 +1,8 @@
 /*
  * The conformance table over the http transport against a real `asp-agent --listen
- * 127.0.0.1:0`: suite "http" (one POST /v1/rpc per call) and suite "websocket" (the RPC
- * engine over /v1/ws, with streaming, and a second connection for the reattach case).
+ * 127.0.0.1:0`: suite "http" (one POST /v1/rpc per call), suite "websocket" (the RPC
+ * engine over /v1/ws, with streaming, and a second connection for the reattach case) and
+ * suite "http-both" (the default: POST, and a WebSocket for the streams).
  */
 #include "asp/transport.h"
 #include "conformance.h"
@@ -21,7 +22,7 @@ typedef struct backend {
 	conf_streaming st;
 } backend;
 
-static int open_backend(backend *b, const char *url, bool websocket)
+static int open_backend(backend *b, const char *url, asp_http_websocket websocket)
 {
 	memset(b, 0, sizeof *b);
 	b->view.transport = ASP_TRANSPORT_HTTP;
@@ -98,8 +99,10 @@ int main(void)
 	listener l;
 	if (listener_start(&l, "127.0.0.1:0", NULL, NULL) < 0)
 		return 1;
-	backend http, ws;
-	if (open_backend(&http, l.url, false) < 0 || open_backend(&ws, l.url, true) < 0) {
+	backend http, ws, both;
+	if (open_backend(&http, l.url, ASP_HTTP_WS_NEVER) < 0 ||
+	    open_backend(&ws, l.url, ASP_HTTP_WS_ONLY) < 0 ||
+	    open_backend(&both, l.url, ASP_HTTP_WS_BOTH) < 0) {
 		listener_stop(&l, SIGKILL, 1000);
 		return 1;
 	}
@@ -109,19 +112,24 @@ int main(void)
 	                         .peer_open = st_peer_open,
 	                         .peer_close = st_peer_close,
 	                         .ctx = &ws};
+	both.st = ws.st;
+	both.st.ctx = &both;
 	/* ASP_TEST_ONLY=WORD: only the cases whose names contain WORD, as a table (debugging). */
 	const char *only = getenv("ASP_TEST_ONLY");
 	if (only) {
 		int f = conf_run_filtered(http.ops, http.self, "/tmp", only, stdout) +
-		        conf_run_filtered_st(ws.ops, ws.self, &ws.st, "/tmp", only, stdout);
+		        conf_run_filtered_st(ws.ops, ws.self, &ws.st, "/tmp", only, stdout) +
+		        conf_run_filtered_st(both.ops, both.self, &both.st, "/tmp", only, stdout);
 		http.t->close(http.self);
 		ws.t->close(ws.self);
+		both.t->close(both.self);
 		listener_stop(&l, SIGTERM, 10000);
 		return f ? 1 : 0;
 	}
 	if (CU_initialize_registry() != CUE_SUCCESS ||
 	    conf_register_cunit("http", http.ops, http.self, "/tmp") < 0 ||
-	    conf_register_cunit_st("websocket", ws.ops, ws.self, &ws.st, "/tmp") < 0)
+	    conf_register_cunit_st("websocket", ws.ops, ws.self, &ws.st, "/tmp") < 0 ||
+	    conf_register_cunit_st("http-both", both.ops, both.self, &both.st, "/tmp") < 0)
 		return 1;
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
@@ -129,6 +137,7 @@ int main(void)
 	CU_cleanup_registry();
 	http.t->close(http.self);
 	ws.t->close(ws.self);
+	both.t->close(both.self);
 	int st = listener_stop(&l, SIGTERM, 10000);
 	if (st != 0) {
 		char *log = listener_log_text(&l);

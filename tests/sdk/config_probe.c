@@ -69,7 +69,10 @@ int main(int argc, char **argv)
 		json_object_set_new(http, "token_env", str_or_null(v->http.token_env));
 		json_object_set_new(http, "token_file", str_or_null(v->http.token_file));
 		json_object_set_new(http, "ca_file", str_or_null(v->http.ca_file));
-		json_object_set_new(http, "websocket", json_boolean(v->http.websocket));
+		json_object_set_new(http, "websocket",
+		                    v->http.websocket == ASP_HTTP_WS_BOTH
+		                        ? json_null()
+		                        : json_boolean(v->http.websocket == ASP_HTTP_WS_ONLY));
 		json_object_set_new(view, "http", http);
 		json_object_set_new(out, "view", view);
 	}

@@ -32,6 +32,10 @@ CASES = [
     ("http-full", b'{"version":1,"transport":"http","http":{"url":"https://box:8722/base",'
      b'"token_env":"ASP_TOKEN","token_file":"secrets/token","ca_file":"/etc/ca.pem",'
      b'"websocket":true}}'),
+    # http.websocket is three-way: absent (POST and a WebSocket for streams), false, true
+    ("http-websocket-absent", b'{"version":1,"transport":"http","http":{"url":"http://a"}}'),
+    ("http-websocket-false", b'{"version":1,"transport":"http","http":{"url":"http://a",'
+     b'"websocket":false}}'),
     ("ssh-full", ('{"version":1,"transport":"ssh","ssh":{"host":"box","port":2222,'
                   '"user":"me","identity_file":"~/.ssh/id_ed25519","password_env":"PW",'
                   '"host_key_sha256":"%s","strict_host_key_checking":"accept-new",'

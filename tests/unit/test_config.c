@@ -577,7 +577,7 @@ static void test_defaults(void)
 	CU_ASSERT_PTR_NULL(v->stdio.argv);
 	CU_ASSERT_EQUAL(v->stdio.argc, 0);
 	CU_ASSERT_PTR_NULL(v->http.url);
-	CU_ASSERT_FALSE(v->http.websocket);
+	CU_ASSERT_EQUAL(v->http.websocket, ASP_HTTP_WS_BOTH); /* absent: both ways */
 	asp_config_free(cfg);
 
 	/* The numbers above are the schema's own defaults. */
@@ -596,12 +596,12 @@ static void test_defaults(void)
 
 	/* Sections other than the transport's may be partial; their values still load. */
 	cfg = parse_ok("{'version': 1, 'transport': 'stdio', 'stdio': {'command': ['a']}, "
-	               "'ssh': {'port': 2222}, 'http': {'websocket': true}}");
+	               "'ssh': {'port': 2222}, 'http': {'websocket': false}}");
 	v = asp_config_get(cfg);
 	CU_ASSERT_EQUAL(v->transport, ASP_TRANSPORT_STDIO);
 	CU_ASSERT_PTR_NULL(v->ssh.host);
 	CU_ASSERT_EQUAL(v->ssh.port, 2222);
-	CU_ASSERT_TRUE(v->http.websocket);
+	CU_ASSERT_EQUAL(v->http.websocket, ASP_HTTP_WS_NEVER);
 	CU_ASSERT_PTR_NULL(v->http.url);
 	asp_config_free(cfg);
 }
@@ -663,7 +663,7 @@ static void test_full_view(void)
 	CU_ASSERT_STRING_EQUAL(v->http.token_env, "TOK");
 	CU_ASSERT_STRING_EQUAL(v->http.token_file, "/abs/token");
 	CU_ASSERT_STRING_EQUAL(v->http.ca_file, at("conf/../ca.pem"));
-	CU_ASSERT_TRUE(v->http.websocket);
+	CU_ASSERT_EQUAL(v->http.websocket, ASP_HTTP_WS_ONLY);
 	asp_config_free(cfg);
 
 	cfg = parse_ok("{'version': 1, 'transport': 'ssh', 'ssh': {'host': 'h', "

@@ -94,12 +94,23 @@ typedef struct asp_config_stdio {
 	size_t argc;
 } asp_config_stdio;
 
+/*
+ * http.websocket (DESIGN §4). The values line up with the key's JSON: a view filled in
+ * memory with `websocket = true` still means the WebSocket, and a zeroed one means the
+ * key is absent.
+ */
+typedef enum asp_http_websocket {
+	ASP_HTTP_WS_BOTH = 0,  /* absent: POST for calls and bulk, a WebSocket for streams */
+	ASP_HTTP_WS_ONLY = 1,  /* true: every call over one WebSocket */
+	ASP_HTTP_WS_NEVER = 2, /* false: every call a POST; nothing streams */
+} asp_http_websocket;
+
 typedef struct asp_config_http {
 	const char *url;
 	const char *token_env;
 	const char *token_file;
 	const char *ca_file;
-	bool websocket;
+	asp_http_websocket websocket;
 } asp_config_http;
 
 typedef struct asp_config_env {

@@ -544,9 +544,8 @@ const CONFIG_SCHEMA =
   "          \"minLength\": 1\n" +
   "        },\n" +
   "        \"websocket\": {\n" +
-  "          \"description\": \"Use the WebSocket channel (pipelining and spawn notifications) instead of one POST per call.\",\n" +
-  "          \"type\": \"boolean\",\n" +
-  "          \"default\": false\n" +
+  "          \"description\": \"Absent: calls and bulk data go over POST and a process's output over a WebSocket opened when the first spawn or attach needs it. true: every call over one WebSocket (pipelined). false: every call a POST, and nothing streams (spawn and attach cannot follow output).\",\n" +
+  "          \"type\": \"boolean\"\n" +
   "        }\n" +
   "      }\n" +
   "    }\n" +

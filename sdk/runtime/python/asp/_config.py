@@ -747,7 +747,7 @@ class Config:
         self.http_token_env = None
         self.http_token_file = None
         self.http_ca_file = None
-        self.http_websocket = False
+        self.http_websocket = None  # absent: POST and a WebSocket for streams
 
     def as_dict(self):
         return {

@@ -720,7 +720,7 @@ export interface Config {
   call_timeout_ms: number;
   ssh: Record<string, string | number | boolean>;
   stdio: { command?: string[] };
-  http: { url?: string; token_env?: string; token_file?: string; ca_file?: string; websocket: boolean };
+  http: { url?: string; token_env?: string; token_file?: string; ca_file?: string; websocket?: boolean };
 }
 
 function viewBug(path: string): AspError {
@@ -829,7 +829,7 @@ export function parseConfig(data: Uint8Array, filename: string | undefined, sche
   }
   const v = new V(data, file, filePath);
   validate(v, schema, doc);
-  const cfg: Config = { transport: "stdio", env: [], timeout_ms: 0, call_timeout_ms: 60000, ssh: {}, stdio: {}, http: { websocket: false } };
+  const cfg: Config = { transport: "stdio", env: [], timeout_ms: 0, call_timeout_ms: 60000, ssh: {}, stdio: {}, http: {} };
   if (filename !== undefined) cfg.path = file;
   for (const [path, kind] of FIELDS) buildField(v, path, kind, schema, doc, cfg, base);
   return cfg;
