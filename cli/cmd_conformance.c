@@ -87,9 +87,11 @@ static const char *hint(void *ctx, const char *need)
 	bool reattach = strcmp(need, CONF_FEATURE_REATTACH) == 0;
 	switch (v->transport) {
 	case ASP_TRANSPORT_HTTP:
-		if (strcmp(need, CONF_FEATURE_FOLLOW) == 0 && !v->http.websocket)
-			return "every call is one POST, which cannot carry notifications: set "
-			       "\"websocket\": true in the http section to follow processes";
+		if ((strcmp(need, CONF_FEATURE_FOLLOW) == 0 || strcmp(need, "proc_attach") == 0) &&
+		    v->http.websocket == ASP_HTTP_WS_NEVER)
+			return "\"websocket\": false makes every call one POST, which cannot carry "
+			       "notifications: remove that key (POST and a WebSocket for streams) to "
+			       "follow processes";
 		break;
 	case ASP_TRANSPORT_SSH:
 		if (!v->ssh.agent && strcmp(need, "proc_attach") == 0)

@@ -283,7 +283,23 @@ static bool lists(const asp_hello_result *r, const char *op)
 static asp_status hello_ops(http_backend *b, const asp_hello_params *p, asp_hello_result *r,
                             asp_arena *a, asp_error *err)
 {
-	if (b->mode == ASP_HTTP_WS_BOTH && (!lists(r, "spawn") || !lists(r, "proc_attach"))) {
+	if (b->mode == ASP_HTTP_WS_BOTH && lists(r, "spawn") && lists(r, "proc_attach")) {
+		/* POST answered for its own channel; this client follows over the WebSocket. */
+		for (size_t i = 0; r->has_features && i < r->features.count; i++)
+			if (strcmp(r->features.items[i], "follow") == 0)
+				return ASP_OK;
+		const char **f = asp_arena_alloc(a, (r->features.count + 1) * sizeof *f);
+		if (!f)
+			return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+		for (size_t i = 0; r->has_features && i < r->features.count; i++)
+			f[i] = r->features.items[i];
+		size_t n = r->has_features ? r->features.count : 0;
+		f[n++] = "follow";
+		r->has_features = true;
+		r->features = (asp_strv){f, n};
+		return ASP_OK;
+	}
+	if (b->mode == ASP_HTTP_WS_BOTH) {
 		/* A WebSocket that cannot open streams nothing: POST's answer is then the truth. */
 		asp_error why;
 		ws_link *l = ws_get(b, &why);

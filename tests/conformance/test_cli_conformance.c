@@ -181,7 +181,11 @@ static void check_run(const char *label, const char *config, const expect_na *na
 	}
 #define NEEDS_FOLLOW_POST                                                                          \
 	{                                                                                          \
-		"the feature \"follow\"", "not announce", "\"websocket\": true"                    \
+		"the feature \"follow\"", "not announce", "remove that key"                        \
+	}
+#define NEEDS_ATTACH_POST                                                                          \
+	{                                                                                          \
+		"op \"proc_attach\"", "not announce", "remove that key"                            \
 	}
 
 static void test_ssh_native(void)
@@ -229,12 +233,24 @@ static void test_http_post(void)
 	    {"spawn_stdin_binary", NEEDS_FOLLOW_POST},
 	    {"spawn_timeout_kills_group", NEEDS_FOLLOW_POST},
 	    {"spawn_slow_reader_bounded", NEEDS_FOLLOW_POST},
-	    {"proc_attach_retained", NEEDS_FOLLOW_POST},
-	    {"proc_attach_replay", NEEDS_FOLLOW_POST},
-	    {"proc_attach_truncated", NEEDS_FOLLOW_POST},
-	    {"proc_attach_after_close", NEEDS_FOLLOW_POST},
+	    {"proc_attach_retained", NEEDS_ATTACH_POST},
+	    {"proc_attach_replay", NEEDS_ATTACH_POST},
+	    {"proc_attach_truncated", NEEDS_ATTACH_POST},
+	    {"proc_attach_after_close", NEEDS_ATTACH_POST},
 	};
 	check_run("http POST", path, na, sizeof na / sizeof na[0]);
+}
+
+/* The default, POST with a WebSocket for streams: everything applies. */
+static void test_http_default(void)
+{
+	CU_ASSERT_TRUE_FATAL(have_listener);
+	char json[1024], path[512];
+	snprintf(json, sizeof json,
+	         "{\"version\": 1, \"transport\": \"http\", \"http\": {\"url\": \"%s\"}}",
+	         http_l.url);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(write_config("both", json, path, sizeof path));
+	check_run("http POST and WebSocket", path, NULL, 0);
 }
 
 /* Over the WebSocket everything applies, reattaching included (a second client). */
@@ -283,7 +299,8 @@ int main(int argc, char **argv)
 	    !CU_add_test(s, "ssh_native", test_ssh_native) ||
 	    !CU_add_test(s, "ssh_agent", test_ssh_agent) ||
 	    !CU_add_test(s, "http_post", test_http_post) ||
-	    !CU_add_test(s, "http_websocket", test_http_websocket)) {
+	    !CU_add_test(s, "http_websocket", test_http_websocket) ||
+	    !CU_add_test(s, "http_default", test_http_default)) {
 		fprintf(stderr, "CUnit: %s\n", CU_get_error_msg());
 		return 2;
 	}
