@@ -8,7 +8,6 @@
 #include "testproc.h"
 
 #include <CUnit/Basic.h>
-#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <limits.h>
@@ -264,38 +263,11 @@ static void *exec_thread(void *v)
 	return NULL;
 }
 
-/* Children of `pid` (from /proc/N/stat), for waiting until its execs have started. */
-static int children_of(pid_t pid)
-{
-	DIR *d = opendir("/proc");
-	int n = 0;
-	struct dirent *e;
-	while (d && (e = readdir(d))) {
-		char path[300], buf[512];
-		if (e->d_name[0] < '1' || e->d_name[0] > '9')
-			continue;
-		snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-		FILE *f = fopen(path, "r");
-		if (!f)
-			continue;
-		size_t len = fread(buf, 1, sizeof buf - 1, f);
-		fclose(f);
-		buf[len] = '\0';
-		const char *close_paren = strrchr(buf, ')'); /* the name may hold spaces */
-		int ppid = 0;
-		if (close_paren && sscanf(close_paren + 1, " %*c %d", &ppid) == 1 && ppid == pid)
-			n++;
-	}
-	if (d)
-		closedir(d);
-	return n;
-}
-
 /* Waits (20 s at most: a loaded machine) until `pid` has `n` children. */
 static bool wait_children(pid_t pid, int n)
 {
 	for (int64_t until = t_now_ms() + 20000; t_now_ms() < until; usleep(10 * 1000))
-		if (children_of(pid) >= n)
+		if (t_children_of(pid) >= n)
 			return true;
 	return false;
 }
