@@ -19,7 +19,9 @@ case $n in '' | *[!0-9]*) echo "usage: $0 [N]" >&2; exit 2 ;; esac
 
 tmp=$(mktemp -d /tmp/asp-ci-load-XXXXXX)
 busy=()
+ci=
 cleanup() {
+	[ -n "$ci" ] && kill -- "-$ci" 2>/dev/null # the run in flight, its whole group
 	for pid in "${busy[@]}"; do
 		kill "$pid" 2>/dev/null || true
 	done
@@ -43,7 +45,11 @@ for i in $(seq "$n"); do
 	[ -d "$shared" ] && cp -r "$shared" "$dir/shared"
 	start=$(date +%s)
 	rc=0
-	(cd "$dir/repo" && CI=true bash .ci/run) >"$dir/log" 2>&1 || rc=$?
+	# In its own process group, so that an interrupted script stops it too.
+	(cd "$dir/repo" && CI=true exec setsid bash .ci/run) >"$dir/log" 2>&1 &
+	ci=$!
+	wait "$ci" || rc=$?
+	ci=
 	took=$(($(date +%s) - start))
 	summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$dir/log" | tail -1 || true)
 	echo "run $i: ${summary:-no summary line} (exit $rc, ${took} s)"
