@@ -5,6 +5,17 @@ failed=0
 OUT="$WORK/out"
 ERR="$WORK/err"
 
+# Polls `cmd` until it succeeds or SECS have passed: a wait on a condition, with a bound
+# a loaded machine meets. usage: wait_for SECS cmd...
+wait_for() {
+	local end=$((SECONDS + $1))
+	shift
+	until "$@" > /dev/null 2>&1; do
+		[ $SECONDS -lt $end ] || return 1
+		sleep 0.05
+	done
+}
+
 ok() {
 	n=$((n + 1))
 	echo "ok $n - $1"

@@ -1,6 +1,7 @@
 /* Test helpers: child processes, deadline reads, frames. */
 #include "testproc.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -298,4 +299,31 @@ uint8_t *t_read_file(const char *path, size_t *len)
 	fclose(f);
 	*len = n;
 	return buf;
+}
+
+/* Children of `pid` (from /proc/N/stat), for waiting until its execs have started. */
+int t_children_of(pid_t pid)
+{
+	DIR *d = opendir("/proc");
+	int n = 0;
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		char path[300], buf[512];
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		size_t len = fread(buf, 1, sizeof buf - 1, f);
+		fclose(f);
+		buf[len] = '\0';
+		const char *close_paren = strrchr(buf, ')'); /* the name may hold spaces */
+		int ppid = 0;
+		if (close_paren && sscanf(close_paren + 1, " %*c %d", &ppid) == 1 && ppid == pid)
+			n++;
+	}
+	if (d)
+		closedir(d);
+	return n;
 }

@@ -70,6 +70,9 @@ const char *t_env(const char *name);
 /* Whether `pid` is alive and not a zombie (from /proc/PID/stat). */
 bool t_pid_alive(pid_t pid);
 
+/* How many processes have `pid` as their parent (from /proc). */
+int t_children_of(pid_t pid);
+
 /* Whether the binary was built with AddressSanitizer (its RSS is larger). */
 bool t_asan(void);
 

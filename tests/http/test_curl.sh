@@ -21,12 +21,19 @@ trap cleanup EXIT
 cd "$dir"
 
 export ASP_TOKEN=curl-test-token
+# The log exists before the agent starts: the shell opens a background command's
+# redirection in the child, which may not have run yet when the loop first reads it.
+: >agent.log
 "$agent" --listen 127.0.0.1:0 2>agent.log &
 pid=$!
+# Wait for the "listening on" line, for as long as a loaded machine may need, and not
+# past the agent's death.
 url=
-for _ in $(seq 100); do
+deadline=$(($(date +%s) + 60))
+while [ "$(date +%s)" -lt "$deadline" ]; do
 	url=$(sed -n 's/^asp-agent: listening on \([^ ]*\).*/\1/p' agent.log)
 	[ -n "$url" ] && break
+	kill -0 "$pid" 2>/dev/null || break
 	sleep 0.05
 done
 [ -n "$url" ] || { echo "the agent did not start:"; cat agent.log; exit 1; }

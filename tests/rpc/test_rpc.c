@@ -178,16 +178,19 @@ static void test_out_of_order(void)
 	fixture f;
 	fx_open(&f, 0);
 	pthread_t th;
-	thread_arg slow = {.rpc = f.rpc, .calls = 1, .command = "sleep 0.5"};
+	/* 3 s: the stat is answered first even when a loaded machine is slow to serve it. */
+	thread_arg slow = {.rpc = f.rpc, .calls = 1, .command = "sleep 3"};
 	int64_t t0 = t_now_ms();
 	pthread_create(&th, NULL, caller, &slow);
-	usleep(50 * 1000);
+	for (int64_t until = t0 + 20000; t_children_of(f.p.pid) < 1 && t_now_ms() < until;)
+		usleep(10 * 1000); /* the exec is running: the stat goes after it */
 	asp_error err;
 	CU_ASSERT_EQUAL(do_stat(f.rpc, "/", &err), ASP_OK);
-	CU_ASSERT(t_now_ms() - t0 < 400);
+	int64_t stat_ms = t_now_ms();
 	pthread_join(th, NULL);
 	CU_ASSERT_EQUAL(slow.st, ASP_OK);
-	CU_ASSERT(slow.done_ms - t0 >= 450);
+	CU_ASSERT(stat_ms < slow.done_ms);
+	CU_ASSERT(slow.done_ms - t0 >= 2900);
 	fx_close(&f);
 }
 
@@ -201,12 +204,13 @@ static void test_dead_connection(void)
 	pthread_t th;
 	thread_arg slow = {.rpc = f.rpc, .calls = 1, .command = "sleep 10"};
 	pthread_create(&th, NULL, caller, &slow);
-	usleep(100 * 1000);
+	for (int64_t until = t_now_ms() + 20000; t_children_of(f.p.pid) < 1 && t_now_ms() < until;)
+		usleep(10 * 1000); /* the call is in flight */
 	int64_t t0 = t_now_ms();
 	kill(f.p.pid, SIGKILL);
 	pthread_join(th, NULL);
 	CU_ASSERT_EQUAL(slow.st, ASP_E_TRANSPORT_ERROR);
-	CU_ASSERT(slow.done_ms - t0 < 1000);
+	CU_ASSERT(slow.done_ms - t0 < 5000); /* not the 10 s of the sleep */
 	CU_ASSERT(!asp_rpc_alive(f.rpc));
 	t0 = t_now_ms();
 	CU_ASSERT_EQUAL(do_stat(f.rpc, "/", &err), ASP_E_TRANSPORT_ERROR);

@@ -28,8 +28,10 @@ struct asp_local {
 	uint64_t done_seq;       /* finished processes so far: orders eviction */
 	unsigned done;           /* finished processes in the table */
 	unsigned pumps;          /* pump threads running */
+	unsigned starting;       /* spawns starting their process, not yet in the table */
 	bool shutting_down;      /* no more spawns */
 	bool shared;             /* asp_local_set_shared: hello announces "reattach" */
+	uint64_t end_kill_ns;    /* shutting down: when its KILL is due (local_now_ns) */
 };
 
 /* The ops (local.c, local_exec.c, local_files.c, local_fs.c, local_remove.c). */

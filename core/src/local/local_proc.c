@@ -138,6 +138,15 @@ static void sub_drop(asp_local_conn *c, local_sub *s)
 	}
 }
 
+/* A spawn counted in l->starting did not get as far as the table. */
+static void starting_done(asp_local *l)
+{
+	pthread_mutex_lock(&l->mu);
+	l->starting--;
+	pthread_cond_broadcast(&l->cv);
+	pthread_mutex_unlock(&l->mu);
+}
+
 asp_status asp_local_spawn(void *self, const asp_spawn_params *p, asp_spawn_result *r, asp_arena *a,
                            asp_error *err)
 {
@@ -177,15 +186,20 @@ asp_status asp_local_spawn(void *self, const asp_spawn_params *p, asp_spawn_resu
 	else if (pr->wake_fd < 0)
 		st = asp_error_errno(err, errno, NULL, "spawn: cannot create an eventfd");
 	if (st == ASP_OK) {
+		/* Counted from here until it is in the table: a shutdown waits for it too. */
 		pthread_mutex_lock(&l->mu);
-		bool ending = l->shutting_down;
-		pthread_mutex_unlock(&l->mu);
-		if (ending)
+		if (l->shutting_down)
 			st = asp_error_set(err, ASP_E_IO_ERROR, NULL,
 			                   "spawn: the responder is shutting down");
+		else
+			l->starting++;
+		pthread_mutex_unlock(&l->mu);
+		if (st == ASP_OK) {
+			st = local_child_start(&spec, &pr->child, err);
+			if (st != ASP_OK)
+				starting_done(l);
+		}
 	}
-	if (st == ASP_OK)
-		st = local_child_start(&spec, &pr->child, err);
 	if (st != ASP_OK) {
 		sub_drop(c, sub);
 		proc_free(pr);
@@ -206,12 +220,23 @@ asp_status asp_local_spawn(void *self, const asp_spawn_params *p, asp_spawn_resu
 			l->cap = cap;
 		}
 	}
-	if (!np || l->shutting_down) {
+	l->starting--;
+	pthread_cond_broadcast(&l->cv);
+	if (!np) {
 		pthread_mutex_unlock(&l->mu);
-		st = np ? asp_error_set(err, ASP_E_IO_ERROR, NULL,
-		                        "spawn: the responder is shutting down")
-		        : local_oom("spawn", err);
+		st = local_oom("spawn", err);
 		goto kill_it;
+	}
+	if (l->shutting_down) {
+		/*
+		 * The shutdown began while the process was starting: it has run, so it is
+		 * answered as spawned, and ends with the others (TERM now, KILL when theirs is
+		 * due), which the shutdown waits for as it counts the pumps.
+		 */
+		uint64_t now = local_now_ns();
+		pr->ending = true;
+		pr->end_grace_ms =
+		    l->end_kill_ns > now ? (unsigned)((l->end_kill_ns - now) / NS_PER_MS) : 0;
 	}
 	pr->id = ++l->last_id;
 	l->procs[l->nprocs++] = pr;     /* the table's reference */
@@ -528,6 +553,9 @@ bool asp_local_shutdown(asp_local *l)
 bool asp_local_shutdown_grace(asp_local *l, unsigned kill_after_ms)
 {
 	pthread_mutex_lock(&l->mu);
+	uint64_t kill_ns = local_now_ns() + (uint64_t)kill_after_ms * NS_PER_MS;
+	if (!l->shutting_down || kill_ns < l->end_kill_ns)
+		l->end_kill_ns = kill_ns;
 	l->shutting_down = true;
 	for (size_t i = 0; i < l->nprocs; i++) {
 		local_proc *p = l->procs[i];
@@ -544,9 +572,10 @@ bool asp_local_shutdown_grace(asp_local *l, unsigned kill_after_ms)
 	uint64_t ms = (uint64_t)kill_after_ms + SHUTDOWN_MARGIN_MS;
 	struct timespec dl;
 	local_deadline(&dl, ms);
-	while (l->pumps > 0 && pthread_cond_timedwait(&l->cv, &l->mu, &dl) != ETIMEDOUT)
+	while ((l->pumps > 0 || l->starting > 0) &&
+	       pthread_cond_timedwait(&l->cv, &l->mu, &dl) != ETIMEDOUT)
 		;
-	bool ok = l->pumps == 0;
+	bool ok = l->pumps == 0 && l->starting == 0;
 	pthread_mutex_unlock(&l->mu);
 	return ok;
 }
