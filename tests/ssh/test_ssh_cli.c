@@ -153,15 +153,20 @@ static void test_v0_no_host_key_accepts_new(void)
 /* asp conformance with a v0 file, then asp init --from-v0 and the v1 file it wrote. */
 static void test_v0_cli_conformance_and_convert(void)
 {
-	char idj[600], hkj[300], path[400], v1[400], out[4096];
+	static char out[256 * 1024];
+	char idj[600], hkj[300], path[400], v1[400];
 	snprintf(idj, sizeof idj, "\"identity\": {\"file\": \"%s\"}", fx.client_key);
 	snprintf(hkj, sizeof hkj, "\"host_key\": \"%s\"", fx.fingerprint);
 	v0_file("e.json", idj, hkj, path, sizeof path);
 	const char *conf[] = {asp_cli, "--config", path, "conformance", NULL};
 	int rc = sshd_run(conf, out, sizeof out);
 	CU_ASSERT_EQUAL(rc, 0);
-	if (rc != 0)
-		fprintf(stderr, "asp conformance with a v0 file:\n%s\n", out);
+	if (rc != 0) { /* the failing rows and the summary, not the whole table */
+		fprintf(stderr, "asp conformance with a v0 file (exit %d):\n", rc);
+		for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n"))
+			if (!strstr(line, "PASS") && !strstr(line, "n/a"))
+				fprintf(stderr, "%s\n", line);
+	}
 	snprintf(v1, sizeof v1, "%s/v1.json", work);
 	const char *init[] = {asp_cli, "--config", v1, "init", "--from-v0", path, NULL};
 	CU_ASSERT_EQUAL(sshd_run(init, out, sizeof out), 0);
