@@ -90,6 +90,13 @@ static char *shell_script(const char *command)
 	return tb_take(&b);
 }
 
+/* The model sees no trailing newlines (a note, if any, follows on the next line). */
+static void trim_newlines(tbuf *out)
+{
+	while (out->len && out->p[out->len - 1] == '\n')
+		out->p[--out->len] = '\0';
+}
+
 static void add_exit_note(tbuf *out, int64_t code, const char *sig, bool timed_out,
                           uint64_t timeout)
 {
@@ -245,6 +252,7 @@ static bool bash_exec(asp_tools *t, const char *script, uint64_t timeout, tresul
 	keep k = {0};
 	keep_add(&k, res.stdout_data.data, res.stdout_data.len);
 	keep_render(&k, &r->text);
+	trim_newlines(&r->text);
 	keep_free(&k);
 	add_exit_note(&r->text, res.exit_code, res.signal, res.timed_out, timeout);
 	r->is_error = res.exit_code != 0 || res.timed_out;
@@ -299,6 +307,7 @@ static bool bash_foreground(asp_tools *t, const char *command, uint64_t timeout,
 	}
 	asp_proc_detach(t->c, proc);
 	keep_render(&f->out, &r->text);
+	trim_newlines(&r->text);
 	if (cancelled) {
 		tb_printf(&r->text, "%sThe command was cancelled; its processes were killed.",
 		          r->text.len ? "\n" : "");
@@ -566,6 +575,7 @@ bool tool_bash_output(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *
 	bool timed_out = b->timed_out;
 	pthread_mutex_unlock(&t->mu);
 	keep_render(&kp, &r->text);
+	trim_newlines(&r->text);
 	keep_free(&kp);
 	if (!r->text.len)
 		tb_puts(&r->text, "(no new output)");

@@ -413,7 +413,7 @@ static bool grep_backend(asp_tools *t, const char *abs, const grep_opts *o, uint
 	while (g && p < end) {
 		const char *z = memchr(p, '\0', (size_t)(end - p));
 		const char *nl = memchr(p, rec_end, (size_t)(end - p));
-		if (!o->multiline && nl && (!z || nl < z)) {
+		if (!o->multiline && o->mode != MODE_FILES && nl && (!z || nl < z)) {
 			/* no NUL before the newline: a "--" group separator */
 			pending_sep = true;
 			p = nl + 1;
@@ -423,11 +423,17 @@ static bool grep_backend(asp_tools *t, const char *abs, const grep_opts *o, uint
 			break;
 		const char *path = p;
 		size_t plen = (size_t)(z - p);
-		const char *rest = z + 1;
-		const char *rend = memchr(rest, rec_end, (size_t)(end - rest));
-		if (!rend)
-			rend = end;
-		p = rend < end ? rend + 1 : end;
+		const char *rest = z + 1, *rend;
+		if (o->mode == MODE_FILES) {
+			/* -l -Z: the name ends with its NUL */
+			rend = rest;
+			p = rest;
+		} else {
+			rend = memchr(rest, rec_end, (size_t)(end - rest));
+			if (!rend)
+				rend = end;
+			p = rend < end ? rend + 1 : end;
+		}
 		if (o->glob && strchr(o->glob, '/')) {
 			size_t al = strlen(abs);
 			const char *rel = plen > al && !memcmp(path, abs, al) ? path + al + 1 : path;
