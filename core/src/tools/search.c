@@ -397,7 +397,10 @@ static bool grep_backend(asp_tools *t, const char *abs, const grep_opts *o, uint
 		return tools_fail_asp(r, &err, "searching", abs);
 	}
 	if (res.exit_code == 2 && res.stdout_data.len == 0) {
-		tools_fail(r, "Error: the search failed: %.*s", (int)res.stderr_data.len,
+		size_t el = res.stderr_data.len;
+		while (el && res.stderr_data.data[el - 1] == '\n')
+			el--;
+		tools_fail(r, "Error: the search failed: %.*s", (int)el,
 		           (const char *)res.stderr_data.data);
 		asp_arena_free(a);
 		return false;
