@@ -564,8 +564,10 @@ static const tool_entry *find_entry(const char *name)
 
 const asp_tool_desc *asp_tools_find(const char *name)
 {
+	size_t n;
+	const asp_tool_desc *d = asp_tools_list(&n);
 	const tool_entry *e = find_entry(name);
-	return e ? &e->desc : NULL;
+	return e ? &d[e - tools_table] : NULL;
 }
 
 /* Length of the valid UTF-8 sequence at s (n bytes left), or 0 when it is not one. */
