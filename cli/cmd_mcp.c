@@ -19,11 +19,10 @@
 #endif
 
 #define MCP_WORKERS_DEFAULT 4
-#define MCP_WORKERS_MAX 64
+#define MCP_WORKERS_MAX     64
 
 /* Newest first: the answer to a version we do not know. */
-static const char *const mcp_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26",
-                                           "2024-11-05"};
+static const char *const mcp_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
 
 /* JSON-RPC error codes. */
 enum {
@@ -34,7 +33,7 @@ enum {
 };
 
 typedef struct job {
-	struct job *next;   /* queue, then in-flight list */
+	struct job *next; /* queue, then in-flight list */
 	json_t *id;
 	char *name;
 	char *args;
@@ -151,8 +150,9 @@ static void *worker(void *arg)
 		pthread_mutex_unlock(&m->mu);
 		if (!cancelled)
 			send_result(m, j->id,
-			            json_pack("{s:[{s:s, s:s}], s:b}", "content", "type", "text", "text",
-			                      text ? text : "Error: out of memory.", "isError", is_error));
+			            json_pack("{s:[{s:s, s:s}], s:b}", "content", "type", "text",
+			                      "text", text ? text : "Error: out of memory.",
+			                      "isError", is_error));
 		free(text);
 		json_decref(j->id);
 		free(j->name);
@@ -171,8 +171,8 @@ static json_t *tools_list_result(const mcp *m)
 		if (!m->enabled[i])
 			continue;
 		json_t *schema = json_loads(d[i].input_schema, 0, NULL);
-		json_array_append_new(arr, json_pack("{s:s, s:s, s:o}", "name", d[i].name, "description",
-		                                     d[i].description, "inputSchema",
+		json_array_append_new(arr, json_pack("{s:s, s:s, s:o}", "name", d[i].name,
+		                                     "description", d[i].description, "inputSchema",
 		                                     schema ? schema : json_object()));
 	}
 	return json_pack("{s:o}", "tools", arr);
@@ -217,14 +217,16 @@ static void on_call(mcp *m, json_t *id, json_t *params)
 		return;
 	}
 	if (args && !json_is_object(args) && !json_is_null(args)) {
-		send_error(m, id, RPC_INVALID_PARAMS, "tools/call params.arguments must be an object");
+		send_error(m, id, RPC_INVALID_PARAMS,
+		           "tools/call params.arguments must be an object");
 		return;
 	}
 	job *j = calloc(1, sizeof *j);
 	if (j) {
 		j->id = json_incref(id);
 		j->name = strdup(name);
-		j->args = args && json_is_object(args) ? json_dumps(args, JSON_COMPACT) : strdup("{}");
+		j->args =
+		    args && json_is_object(args) ? json_dumps(args, JSON_COMPACT) : strdup("{}");
 		j->cancel = asp_tools_cancel_new();
 	}
 	if (!j || !j->name || !j->args || !j->cancel) {
@@ -257,8 +259,9 @@ static void on_initialize(mcp *m, json_t *id, json_t *params)
 			ver = mcp_versions[i];
 	send_result(m, id,
 	            json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", ver,
-	                      "capabilities", "tools", "listChanged", 0, "serverInfo", "name", "asp",
-	                      "title", "ASP sandbox tools", "version", ASP_VERSION, "instructions",
+	                      "capabilities", "tools", "listChanged", 0, "serverInfo", "name",
+	                      "asp", "title", "ASP sandbox tools", "version", ASP_VERSION,
+	                      "instructions",
 	                      "These tools act inside a remote sandbox, not on the machine running "
 	                      "the harness: files, commands and searches all happen there."));
 }
@@ -323,7 +326,8 @@ static int parse_tools(cli *c, mcp *m, const char *list)
 		while (i < n && strcmp(d[i].name, tok))
 			i++;
 		if (i == n) {
-			int rc = cli_usage(c, "--tools: no tool is called '%s' (asp tool lists them)", tok);
+			int rc = cli_usage(
+			    c, "--tools: no tool is called '%s' (asp tool lists them)", tok);
 			free(copy);
 			return rc;
 		}

@@ -116,7 +116,8 @@ static void test_list(void)
 	CU_ASSERT_EQUAL(asp_tools_call(tools, "nope", "{}", &text, &e, NULL), ASP_E_NOT_FOUND);
 	CU_ASSERT(e);
 	free(text);
-	CU_ASSERT_EQUAL(asp_tools_call(tools, "read", "[1]", &text, &e, NULL), ASP_E_INVALID_ARGUMENT);
+	CU_ASSERT_EQUAL(asp_tools_call(tools, "read", "[1]", &text, &e, NULL),
+	                ASP_E_INVALID_ARGUMENT);
 	free(text);
 	text = call("read", "{\"file_path\": 3}", &e);
 	CU_ASSERT(e);
@@ -128,7 +129,8 @@ static void test_list(void)
 static void test_bash_cap(void)
 {
 	bool e;
-	char *t = call("bash", "{\"command\": \"head -c 100000 /dev/zero | tr '\\\\0' a; printf END\"}", &e);
+	char *t = call(
+	    "bash", "{\"command\": \"head -c 100000 /dev/zero | tr '\\\\0' a; printf END\"}", &e);
 	CU_ASSERT_FALSE(e);
 	const char *note = strstr(t, "\n\n... [");
 	CU_ASSERT_PTR_NOT_NULL_FATAL(note);
@@ -151,7 +153,8 @@ static void test_utf8(void)
 {
 	bool e;
 	char *t = call("bash", "{\"command\": \"printf 'a\\\\377b\\\\342\\\\202\\\\254'\"}", &e);
-	CU_ASSERT_STRING_EQUAL(t, "a\xEF\xBF\xBD" "b\xE2\x82\xAC");
+	CU_ASSERT_STRING_EQUAL(t, "a\xEF\xBF\xBD"
+	                          "b\xE2\x82\xAC");
 	free(t);
 }
 
@@ -180,22 +183,26 @@ static void test_edit(void)
 {
 	put("e.txt", "one two one two\n");
 	bool e;
-	char *t = call("edit", "{\"file_path\": \"e.txt\", \"old_string\": \"one\", \"new_string\": \"1\", "
-	                       "\"replace_all\": true}", &e);
+	char *t = call("edit",
+	               "{\"file_path\": \"e.txt\", \"old_string\": \"one\", \"new_string\": \"1\", "
+	               "\"replace_all\": true}",
+	               &e);
 	CU_ASSERT_FALSE(e);
 	CU_ASSERT_PTR_NOT_NULL(strstr(t, "2 replacements"));
 	free(t);
 	char *s = slurp("e.txt");
 	CU_ASSERT_STRING_EQUAL(s, "1 two 1 two\n");
 	free(s);
-	t = call("edit", "{\"file_path\": \"made/new.txt\", \"old_string\": \"\", \"new_string\": \"hi\"}",
+	t = call("edit",
+	         "{\"file_path\": \"made/new.txt\", \"old_string\": \"\", \"new_string\": \"hi\"}",
 	         &e);
 	CU_ASSERT_FALSE(e);
 	free(t);
 	s = slurp("made/new.txt");
 	CU_ASSERT_STRING_EQUAL(s, "hi");
 	free(s);
-	t = call("edit", "{\"file_path\": \"e.txt\", \"old_string\": \"\", \"new_string\": \"x\"}", &e);
+	t = call("edit", "{\"file_path\": \"e.txt\", \"old_string\": \"\", \"new_string\": \"x\"}",
+	         &e);
 	CU_ASSERT(e);
 	CU_ASSERT_PTR_NOT_NULL(strstr(t, "use write"));
 	free(t);
@@ -207,12 +214,14 @@ static void test_patch_forms(void)
 	put("m.txt", "move me\n");
 	bool e;
 	/* a hunk matched ignoring trailing blanks, one at end of file, a move */
-	char *t = call("apply_patch",
-	               "{\"input\": \"*** Begin Patch\\n*** Update File: p.c\\n@@ int a;\\n-int b;\\n+int B;\\n"
-	               " int c;\\n@@\\n int z;\\n+int end;\\n*** End of File\\n"
-	               "*** Update File: m.txt\\n*** Move to: moved/m2.txt\\n@@\\n-move me\\n+moved\\n"
-	               "*** End Patch\"}",
-	               &e);
+	char *t =
+	    call("apply_patch",
+	         "{\"input\": \"*** Begin Patch\\n*** Update File: p.c\\n@@ int a;\\n-int "
+	         "b;\\n+int B;\\n"
+	         " int c;\\n@@\\n int z;\\n+int end;\\n*** End of File\\n"
+	         "*** Update File: m.txt\\n*** Move to: moved/m2.txt\\n@@\\n-move me\\n+moved\\n"
+	         "*** End Patch\"}",
+	         &e);
 	CU_ASSERT_FALSE(e);
 	CU_ASSERT_PTR_NOT_NULL(strstr(t, "Success. Updated the following files:\nM "));
 	free(t);
@@ -225,7 +234,8 @@ static void test_patch_forms(void)
 	CU_ASSERT_PTR_NULL(slurp("m.txt"));
 	/* the second section fails: the first is not applied either */
 	t = call("apply_patch",
-	         "{\"input\": \"*** Begin Patch\\n*** Delete File: p.c\\n*** Update File: moved/m2.txt\\n"
+	         "{\"input\": \"*** Begin Patch\\n*** Delete File: p.c\\n*** Update File: "
+	         "moved/m2.txt\\n"
 	         "@@\\n-not there\\n+x\\n*** End Patch\"}",
 	         &e);
 	CU_ASSERT(e);
@@ -234,8 +244,8 @@ static void test_patch_forms(void)
 	s = slurp("p.c");
 	CU_ASSERT_PTR_NOT_NULL(s);
 	free(s);
-	t = call("apply_patch", "{\"input\": \"*** Begin Patch\\n*** Frobnicate File: x\\n*** End Patch\"}",
-	         &e);
+	t = call("apply_patch",
+	         "{\"input\": \"*** Begin Patch\\n*** Frobnicate File: x\\n*** End Patch\"}", &e);
 	CU_ASSERT(e);
 	CU_ASSERT_PTR_NOT_NULL(strstr(t, "line 2 of the patch"));
 	free(t);
@@ -276,7 +286,8 @@ static void test_cancel(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(text, "cancelled"));
 	free(text);
 	/* fired before the call: fails at once */
-	CU_ASSERT_EQUAL(asp_tools_call(tools, "bash", "{\"command\": \"true\"}", &text, &e, f.k), ASP_OK);
+	CU_ASSERT_EQUAL(asp_tools_call(tools, "bash", "{\"command\": \"true\"}", &text, &e, f.k),
+	                ASP_OK);
 	CU_ASSERT(e);
 	free(text);
 	asp_tools_cancel_free(f.k);
@@ -288,8 +299,10 @@ static void *reader(void *arg)
 	for (int i = 0; i < 20; i++) {
 		char *text;
 		bool e;
-		if (asp_tools_call(tools, "grep", "{\"pattern\": \"two\", \"output_mode\": \"count\"}", &text,
-		                   &e, NULL) != ASP_OK || e || !strstr(text, "e.txt:1")) {
+		if (asp_tools_call(tools, "grep",
+		                   "{\"pattern\": \"two\", \"output_mode\": \"count\"}", &text, &e,
+		                   NULL) != ASP_OK ||
+		    e || !strstr(text, "e.txt:1")) {
 			free(text);
 			return (void *)1;
 		}
@@ -340,7 +353,8 @@ int main(void)
 	CU_add_test(s, "invalid UTF-8 becomes U+FFFD", test_utf8);
 	CU_add_test(s, "read: long lines cut, CRLF, relative cwd", test_read_lines);
 	CU_add_test(s, "edit: replace_all, create, refuse", test_edit);
-	CU_add_test(s, "apply_patch: fuzzy context, end of file, move, all or nothing", test_patch_forms);
+	CU_add_test(s, "apply_patch: fuzzy context, end of file, move, all or nothing",
+	            test_patch_forms);
 	CU_add_test(s, "cancel a running bash from another thread", test_cancel);
 	CU_add_test(s, "concurrent calls", test_threads);
 	CU_add_test(s, "glob matcher", test_glob_match);

@@ -61,8 +61,8 @@ void asp_tools_cancel_free(asp_tools_cancel *k);
  * ASP_E_NOT_FOUND (with a text too) for an unknown tool; ASP_E_INVALID_ARGUMENT when
  * `args_json` is not a JSON object; ASP_E_INTERNAL (no text) when memory ran out.
  */
-asp_status asp_tools_call(asp_tools *t, const char *name, const char *args_json,
-                          char **result_text, bool *is_error, asp_tools_cancel *cancel);
+asp_status asp_tools_call(asp_tools *t, const char *name, const char *args_json, char **result_text,
+                          bool *is_error, asp_tools_cancel *cancel);
 
 #ifdef __cplusplus
 }

@@ -61,9 +61,10 @@ static void keep_render(const keep *k, tbuf *out)
 		return;
 	}
 	tb_add(out, k->head.p, half);
-	tb_printf(out, "\n\n... [%" PRIu64 " characters of output cut from the middle, of %" PRIu64
-	               " in all: redirect the output to a file and read parts of it to see more] "
-	               "...\n\n",
+	tb_printf(out,
+	          "\n\n... [%" PRIu64 " characters of output cut from the middle, of %" PRIu64
+	          " in all: redirect the output to a file and read parts of it to see more] "
+	          "...\n\n",
 	          k->total - 2 * half, k->total);
 	if (k->tail.len >= half) {
 		tb_add(out, k->tail.p + k->tail.len - half, half);
@@ -201,9 +202,9 @@ static void kill_group(asp_tools *t, uint64_t proc)
 	asp_arena_free(a);
 }
 
-static asp_status start_shell(asp_tools *t, const char *script, uint64_t timeout,
-                              const char *tag, const asp_proc_callbacks *cb, void *user,
-                              uint64_t *proc, asp_error *err)
+static asp_status start_shell(asp_tools *t, const char *script, uint64_t timeout, const char *tag,
+                              const asp_proc_callbacks *cb, void *user, uint64_t *proc,
+                              asp_error *err)
 {
 	static const char *const shells[] = {"bash", "/bin/sh"};
 	asp_status st = ASP_E_INTERNAL;
@@ -298,7 +299,8 @@ static bool bash_foreground(asp_tools *t, const char *command, uint64_t timeout,
 	pthread_mutex_unlock(&f->mu);
 	tools_cancel_arm(k, NULL, NULL);
 	if (!ended) {
-		/* cancelled, or the responder missed its own timeout: kill the group, wait a little */
+		/* cancelled, or the responder missed its own timeout: kill the group, wait a little
+		 */
 		kill_group(t, proc);
 		until = deadline_in(KILL_WAIT_MS);
 		pthread_mutex_lock(&f->mu);
@@ -313,8 +315,9 @@ static bool bash_foreground(asp_tools *t, const char *command, uint64_t timeout,
 		          r->text.len ? "\n" : "");
 		r->is_error = true;
 	} else if (f->lost && !f->done) {
-		tb_printf(&r->text, "%sError: the connection to the sandbox was lost (%s); the "
-		                    "command may still be running there.",
+		tb_printf(&r->text,
+		          "%sError: the connection to the sandbox was lost (%s); the "
+		          "command may still be running there.",
 		          r->text.len ? "\n" : "", f->lost_err.message);
 		r->is_error = true;
 	} else if (!f->done) {
@@ -344,9 +347,9 @@ typedef struct bg_shell {
 	asp_tools *t;
 	uint64_t proc;
 	tbuf unread;
-	uint64_t dropped;   /* unread bytes dropped for BG_UNREAD_MAX */
-	uint64_t offset;    /* bytes of stdout seen */
-	bool following;     /* a subscription is live */
+	uint64_t dropped; /* unread bytes dropped for BG_UNREAD_MAX */
+	uint64_t offset;  /* bytes of stdout seen */
+	bool following;   /* a subscription is live */
 	bool done;
 	int64_t exit_code;
 	char signal[16];
@@ -437,23 +440,29 @@ static bool bash_background(asp_tools *t, const char *command, tresult *r)
 	b->t = t;
 	b->following = true;
 	asp_error err;
+	asp_error_clear(&err);
 	uint64_t proc;
-	/* Linked before the first callback can run: the lock is held across the start. */
-	pthread_mutex_lock(&t->mu);
-	asp_status st = start_shell(t, script, 0, "asp-tools bash (background)", &bg_cb, b, &proc,
-	                            &err);
+	/*
+	 * Not under t->mu: the reader thread that must deliver the spawn's answer may be
+	 * waiting for that lock in another shell's callback. Callbacks reach `b` through their
+	 * user pointer, so linking it afterwards is safe.
+	 */
+	asp_status st =
+	    start_shell(t, script, 0, "asp-tools bash (background)", &bg_cb, b, &proc, &err);
 	if (st == ASP_OK) {
+		pthread_mutex_lock(&t->mu);
 		b->proc = proc;
 		b->next = t->bg;
 		t->bg = b;
+		pthread_mutex_unlock(&t->mu);
 	}
-	pthread_mutex_unlock(&t->mu);
 	free(script);
 	if (st != ASP_OK) {
 		free(b);
 		if (st == ASP_E_UNSUPPORTED)
-			return tools_fail(r, "Error: this sandbox's transport cannot run background "
-			                     "commands; run it in the foreground instead.");
+			return tools_fail(r,
+			                  "Error: this sandbox's transport cannot run background "
+			                  "commands; run it in the foreground instead.");
 		return tools_fail_asp(r, &err, "starting the command:", "");
 	}
 	tb_printf(&r->text,
@@ -468,15 +477,17 @@ bool tool_bash(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 	const char *command, *desc;
 	uint64_t timeout;
 	bool bg;
-	if (!arg_str(r, args, "command", true, &command) || !arg_str(r, args, "description", false, &desc) ||
+	if (!arg_str(r, args, "command", true, &command) ||
+	    !arg_str(r, args, "description", false, &desc) ||
 	    !arg_uint(r, args, "timeout", TOOLS_BASH_TIMEOUT_DEFAULT, &timeout) ||
 	    !arg_bool(r, args, "run_in_background", false, &bg))
 		return false;
 	if (timeout == 0)
 		timeout = TOOLS_BASH_TIMEOUT_DEFAULT;
 	if (timeout > TOOLS_BASH_TIMEOUT_MAX)
-		return tools_fail(r, "Error: timeout must be at most %u ms (10 minutes); run longer "
-		                     "commands with run_in_background.",
+		return tools_fail(r,
+		                  "Error: timeout must be at most %u ms (10 minutes); run longer "
+		                  "commands with run_in_background.",
 		                  TOOLS_BASH_TIMEOUT_MAX);
 	if (!*command)
 		return tools_fail(r, "Error: command is empty.");
@@ -511,8 +522,9 @@ static bool arg_bash_id(tresult *r, json_t *args, uint64_t *proc)
 	if (!id)
 		return tools_fail(r, "Error: the required parameter `bash_id` is missing.");
 	if (!parse_bash_id(id, proc))
-		return tools_fail(r, "Error: `%s` is not a bash_id; use the ID that bash returned "
-		                     "for a run_in_background command (bash_N).",
+		return tools_fail(r,
+		                  "Error: `%s` is not a bash_id; use the ID that bash returned "
+		                  "for a run_in_background command (bash_N).",
 		                  id);
 	return true;
 }
@@ -527,7 +539,8 @@ bool tool_bash_output(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *
 	bg_shell *b = bg_find(t, proc);
 	bool follow = !b || (!b->following && !b->done);
 	if (!b) {
-		/* started by another client (another `asp tool`, a reconnect): follow from the start */
+		/* started by another client (another `asp tool`, a reconnect): follow from the
+		 * start */
 		b = calloc(1, sizeof *b);
 		if (b) {
 			b->t = t;
@@ -554,8 +567,9 @@ bool tool_bash_output(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *
 				b->following = true;
 			pthread_mutex_unlock(&t->mu);
 		} else if (st == ASP_E_NOT_FOUND) {
-			return tools_fail(r, "Error: no background shell bash_%" PRIu64
-			                     " in the sandbox (finished long ago, or never started).",
+			return tools_fail(r,
+			                  "Error: no background shell bash_%" PRIu64
+			                  " in the sandbox (finished long ago, or never started).",
 			                  proc);
 		} else if (st != ASP_E_INVALID_ARGUMENT) {
 			return tools_fail_asp(r, &err, "following the background command", "");
@@ -564,7 +578,8 @@ bool tool_bash_output(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *
 	pthread_mutex_lock(&t->mu);
 	keep kp = {0};
 	if (b->dropped)
-		tb_printf(&r->text, "[%" PRIu64 " earlier bytes of output were dropped]\n", b->dropped);
+		tb_printf(&r->text, "[%" PRIu64 " earlier bytes of output were dropped]\n",
+		          b->dropped);
 	keep_add(&kp, (const uint8_t *)(b->unread.p ? b->unread.p : ""), b->unread.len);
 	b->unread.len = 0;
 	b->dropped = 0;

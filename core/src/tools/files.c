@@ -44,7 +44,8 @@ bool tool_read(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 	(void)k;
 	const char *path;
 	uint64_t offset, limit;
-	if (!arg_str(r, args, "file_path", true, &path) || !arg_uint(r, args, "offset", 1, &offset) ||
+	if (!arg_str(r, args, "file_path", true, &path) ||
+	    !arg_uint(r, args, "offset", 1, &offset) ||
 	    !arg_uint(r, args, "limit", TOOLS_READ_LIMIT_DEFAULT, &limit))
 		return false;
 	if (offset == 0)
@@ -62,9 +63,11 @@ bool tool_read(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 	bool ok = false;
 	if (stat_path(t, abs, type, sizeof type, &size, &err) != ASP_OK) {
 		if (err.code == ASP_E_NOT_FOUND)
-			tools_fail(r, "Error: file does not exist: %s. Check the path; glob or ls show "
-			              "what exists.",
-			           abs);
+			tools_fail(
+			    r,
+			    "Error: file does not exist: %s. Check the path; glob or ls show "
+			    "what exists.",
+			    abs);
 		else
 			tools_fail_asp(r, &err, "reading", abs);
 		goto out;
@@ -75,8 +78,10 @@ bool tool_read(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 	}
 	if (!tools_read_file(t, abs, &data, &len, &err)) {
 		if (err.code == ASP_E_TOO_LARGE)
-			tools_fail(r, "Error: %s has %" PRIu64 " bytes, too large to read here. Use bash "
-			              "(head, tail, sed -n 'A,Bp') or grep to see parts of it.",
+			tools_fail(r,
+			           "Error: %s has %" PRIu64
+			           " bytes, too large to read here. Use bash "
+			           "(head, tail, sed -n 'A,Bp') or grep to see parts of it.",
 			           abs, size);
 		else
 			tools_fail_asp(r, &err, "reading", abs);
@@ -88,8 +93,9 @@ bool tool_read(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 		goto out;
 	}
 	if (memchr(data, '\0', len < BINARY_PROBE ? len : BINARY_PROBE)) {
-		tb_printf(&r->text, "(%s is a binary file of %zu bytes; it is not shown. Use bash, e.g. "
-		                    "`file` or `xxd | head`, to inspect it.)",
+		tb_printf(&r->text,
+		          "(%s is a binary file of %zu bytes; it is not shown. Use bash, e.g. "
+		          "`file` or `xxd | head`, to inspect it.)",
 		          abs, len);
 		ok = true;
 		goto out;
@@ -103,7 +109,8 @@ bool tool_read(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 		pos += n + (nl ? 1 : 0);
 		total++;
 		if (line >= offset && shown < limit) {
-			size_t keep = n > TOOLS_READ_LINE_MAX ? utf8_cut(s, TOOLS_READ_LINE_MAX) : n;
+			size_t keep =
+			    n > TOOLS_READ_LINE_MAX ? utf8_cut(s, TOOLS_READ_LINE_MAX) : n;
 			if (keep && s[keep - 1] == '\r')
 				keep--;
 			tb_printf(&r->text, "%6" PRIu64 "\t", line);
@@ -116,12 +123,13 @@ bool tool_read(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 		line++;
 	}
 	if (offset > total) {
-		tb_printf(&r->text, "(%s has %" PRIu64 " lines; offset %" PRIu64 " is past its end.)",
-		          abs, total, offset);
+		tb_printf(&r->text,
+		          "(%s has %" PRIu64 " lines; offset %" PRIu64 " is past its end.)", abs,
+		          total, offset);
 	} else if (offset - 1 + shown < total) {
 		tb_printf(&r->text,
-		          "(Showed lines %" PRIu64 "-%" PRIu64 " of %" PRIu64 "; use offset=%" PRIu64
-		          " to read on.)",
+		          "(Showed lines %" PRIu64 "-%" PRIu64 " of %" PRIu64
+		          "; use offset=%" PRIu64 " to read on.)",
 		          offset, offset - 1 + shown, total, offset + shown);
 	} else if (r->text.len && r->text.p[r->text.len - 1] == '\n') {
 		r->text.p[--r->text.len] = '\0';
@@ -206,8 +214,7 @@ static size_t count_occurrences(const char *hay, size_t hlen, const char *needle
  * Returns true when edited; otherwise the error is in `r`.
  */
 static bool edit_backend(asp_tools *t, const char *abs, const char *old, size_t olen,
-                         const char *new, size_t nlen, bool replace_all, size_t *count,
-                         tresult *r)
+                         const char *new, size_t nlen, bool replace_all, size_t *count, tresult *r)
 {
 	asp_error err;
 	char *data = NULL;
@@ -221,9 +228,11 @@ static bool edit_backend(asp_tools *t, const char *abs, const char *old, size_t 
 			return true;
 		}
 		if (err.code == ASP_E_NOT_FOUND)
-			return tools_fail(r, "Error: file does not exist: %s. Check the path; to create a "
-			                     "file use write (or edit with an empty old_string).",
-			                  abs);
+			return tools_fail(
+			    r,
+			    "Error: file does not exist: %s. Check the path; to create a "
+			    "file use write (or edit with an empty old_string).",
+			    abs);
 		if (err.code == ASP_E_IS_A_DIRECTORY)
 			return tools_fail(r, "Error: %s is a directory, not a file.", abs);
 		return tools_fail_asp(r, &err, "reading", abs);
@@ -231,9 +240,11 @@ static bool edit_backend(asp_tools *t, const char *abs, const char *old, size_t 
 	bool ok = false;
 	if (olen == 0) {
 		if (len != 0) {
-			tools_fail(r, "Error: old_string is empty but %s is not: give the exact text to "
-			              "replace, or use write to replace the whole file.",
-			           abs);
+			tools_fail(
+			    r,
+			    "Error: old_string is empty but %s is not: give the exact text to "
+			    "replace, or use write to replace the whole file.",
+			    abs);
 			goto out;
 		}
 		if (write_whole(t, abs, new, nlen, &err) != ASP_OK) {
@@ -246,17 +257,20 @@ static bool edit_backend(asp_tools *t, const char *abs, const char *old, size_t 
 	}
 	size_t n = count_occurrences(data, len, old, olen);
 	if (n == 0) {
-		tools_fail(r, "Error: old_string was not found in %s. It must match the file exactly, "
-		              "whitespace and indentation included, without the line-number prefix of "
-		              "read's output. Read the file again to see its current text.",
+		tools_fail(r,
+		           "Error: old_string was not found in %s. It must match the file exactly, "
+		           "whitespace and indentation included, without the line-number prefix of "
+		           "read's output. Read the file again to see its current text.",
 		           abs);
 		goto out;
 	}
 	if (n > 1 && !replace_all) {
-		tools_fail(r, "Error: old_string occurs %zu times in %s, but replace_all is false. Add "
-		              "surrounding lines to old_string so that it matches exactly one place, or "
-		              "set replace_all to true to replace every occurrence.",
-		           n, abs);
+		tools_fail(
+		    r,
+		    "Error: old_string occurs %zu times in %s, but replace_all is false. Add "
+		    "surrounding lines to old_string so that it matches exactly one place, or "
+		    "set replace_all to true to replace every occurrence.",
+		    n, abs);
 		goto out;
 	}
 	tbuf out = {0};
@@ -291,32 +305,37 @@ bool tool_edit(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 	(void)k;
 	const char *path;
 	bool all;
-	if (!arg_str(r, args, "file_path", true, &path) || !arg_bool(r, args, "replace_all", false, &all))
+	if (!arg_str(r, args, "file_path", true, &path) ||
+	    !arg_bool(r, args, "replace_all", false, &all))
 		return false;
 	json_t *ov = json_object_get(args, "old_string"), *nv = json_object_get(args, "new_string");
 	if (!ov || !json_is_string(ov))
-		return tools_fail(r, "Error: the required parameter `old_string` is missing or not a "
-		                     "string.");
+		return tools_fail(r,
+		                  "Error: the required parameter `old_string` is missing or not a "
+		                  "string.");
 	if (!nv || !json_is_string(nv))
-		return tools_fail(r, "Error: the required parameter `new_string` is missing or not a "
-		                     "string.");
+		return tools_fail(r,
+		                  "Error: the required parameter `new_string` is missing or not a "
+		                  "string.");
 	size_t olen = json_string_length(ov), nlen = json_string_length(nv);
 	if (olen == nlen && !memcmp(json_string_value(ov), json_string_value(nv), olen))
-		return tools_fail(r, "Error: old_string and new_string are the same: there is nothing "
-		                     "to change.");
+		return tools_fail(r,
+		                  "Error: old_string and new_string are the same: there is nothing "
+		                  "to change.");
 	char *abs = tools_abs(t, path);
 	if (!abs)
 		return tools_fail(r, "Error: out of memory.");
 	size_t n = 0;
-	bool ok = edit_backend(t, abs, json_string_value(ov), olen, json_string_value(nv), nlen, all,
-	                       &n, r);
+	bool ok = edit_backend(t, abs, json_string_value(ov), olen, json_string_value(nv), nlen,
+	                       all, &n, r);
 	if (ok) {
 		if (olen == 0)
 			tb_printf(&r->text, "File created successfully at: %s", abs);
 		else if (n == 1)
 			tb_printf(&r->text, "The file %s has been updated (1 replacement).", abs);
 		else
-			tb_printf(&r->text, "The file %s has been updated (%zu replacements).", abs, n);
+			tb_printf(&r->text, "The file %s has been updated (%zu replacements).", abs,
+			          n);
 	}
 	free(abs);
 	return ok;

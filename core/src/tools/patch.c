@@ -51,19 +51,19 @@ static bool split_lines(const char *text, size_t len, lines *out)
 typedef enum op_kind { OP_ADD, OP_DELETE, OP_UPDATE } op_kind;
 
 typedef struct chunk {
-	line ctx;        /* the text after "@@ ", or n == 0 */
+	line ctx; /* the text after "@@ ", or n == 0 */
 	lines old_l, new_l;
-	bool at_eof;     /* "*** End of File" */
+	bool at_eof; /* "*** End of File" */
 } chunk;
 
 typedef struct fileop {
 	op_kind kind;
-	char *path;      /* absolute */
-	char *move_to;   /* absolute, or NULL */
-	lines add;       /* OP_ADD: the content lines */
+	char *path;    /* absolute */
+	char *move_to; /* absolute, or NULL */
+	lines add;     /* OP_ADD: the content lines */
 	chunk *chunks;
 	size_t n_chunks;
-	tbuf result;     /* the new content, computed before anything is written */
+	tbuf result; /* the new content, computed before anything is written */
 } fileop;
 
 typedef struct patch {
@@ -113,9 +113,9 @@ static char *header_path(asp_tools *t, const line *l, const char *prefix)
 }
 
 #define SYNTAX_HELP                                                                                \
-	" The patch must start with \"*** Begin Patch\", end with \"*** End Patch\", and hold "  \
-	"sections \"*** Add File: PATH\" (lines starting with +), \"*** Delete File: PATH\" or "    \
-	"\"*** Update File: PATH\" (optionally \"*** Move to: PATH\", then hunks: \"@@\" lines "    \
+	" The patch must start with \"*** Begin Patch\", end with \"*** End Patch\", and hold "    \
+	"sections \"*** Add File: PATH\" (lines starting with +), \"*** Delete File: PATH\" or "   \
+	"\"*** Update File: PATH\" (optionally \"*** Move to: PATH\", then hunks: \"@@\" lines "   \
 	"followed by lines starting with space, - or +)."
 
 static bool parse_patch(asp_tools *t, const char *input, lines *all, patch *p, tresult *r)
@@ -132,9 +132,12 @@ static bool parse_patch(asp_tools *t, const char *input, lines *all, patch *p, t
 		if (all->v[k].n && all->v[k].s[all->v[k].n - 1] == '\r')
 			all->v[k].n--;
 	if (i >= n || !starts(&all->v[i], "*** Begin Patch"))
-		return tools_fail(r, "Error: the first line of the patch must be \"*** Begin Patch\"." SYNTAX_HELP);
+		return tools_fail(
+		    r,
+		    "Error: the first line of the patch must be \"*** Begin Patch\"." SYNTAX_HELP);
 	if (!starts(&all->v[n - 1], "*** End Patch"))
-		return tools_fail(r, "Error: the last line of the patch must be \"*** End Patch\"." SYNTAX_HELP);
+		return tools_fail(
+		    r, "Error: the last line of the patch must be \"*** End Patch\"." SYNTAX_HELP);
 	i++;
 	n--;
 	size_t cap = 0;
@@ -157,19 +160,23 @@ static bool parse_patch(asp_tools *t, const char *input, lines *all, patch *p, t
 		else if (starts(l, "*** Update File:"))
 			o->kind = OP_UPDATE, pre = "*** Update File:";
 		else
-			return tools_fail(r, "Error: line %zu of the patch, \"%.*s\", is not a file header "
-			                     "(\"*** Add File:\", \"*** Update File:\" or \"*** Delete File:\")."
-			                  SYNTAX_HELP,
-			                  i + 1, (int)(l->n > 200 ? 200 : l->n), l->s);
+			return tools_fail(
+			    r,
+			    "Error: line %zu of the patch, \"%.*s\", is not a file header "
+			    "(\"*** Add File:\", \"*** Update File:\" or \"*** Delete "
+			    "File:\")." SYNTAX_HELP,
+			    i + 1, (int)(l->n > 200 ? 200 : l->n), l->s);
 		p->n++;
 		o->path = header_path(t, l, pre);
 		if (!o->path)
 			return tools_fail(r, "Error: line %zu of the patch names no file.", i + 1);
 		for (size_t k = 0; k + 1 < p->n; k++)
 			if (!strcmp(p->ops[k].path, o->path))
-				return tools_fail(r, "Error: %s appears in two sections of the patch; put all of "
-				                     "its changes in one.",
-				                  o->path);
+				return tools_fail(
+				    r,
+				    "Error: %s appears in two sections of the patch; put all of "
+				    "its changes in one.",
+				    o->path);
 		i++;
 		if (o->kind == OP_DELETE)
 			continue;
@@ -177,9 +184,11 @@ static bool parse_patch(asp_tools *t, const char *input, lines *all, patch *p, t
 			while (i < n && !starts(&all->v[i], "*** ")) {
 				line *a = &all->v[i];
 				if (a->n == 0 || a->s[0] != '+')
-					return tools_fail(r, "Error: line %zu of the patch: every line of an added "
-					                     "file (%s) must start with +.",
-					                  i + 1, o->path);
+					return tools_fail(
+					    r,
+					    "Error: line %zu of the patch: every line of an added "
+					    "file (%s) must start with +.",
+					    i + 1, o->path);
 				if (!lines_push(&o->add, a->s + 1, a->n - 1))
 					return tools_fail(r, "Error: out of memory.");
 				i++;
@@ -189,18 +198,22 @@ static bool parse_patch(asp_tools *t, const char *input, lines *all, patch *p, t
 		if (i < n && starts(&all->v[i], "*** Move to:")) {
 			o->move_to = header_path(t, &all->v[i], "*** Move to:");
 			if (!o->move_to)
-				return tools_fail(r, "Error: line %zu of the patch: \"*** Move to:\" names no "
-				                     "file.",
-				                  i + 1);
+				return tools_fail(
+				    r,
+				    "Error: line %zu of the patch: \"*** Move to:\" names no "
+				    "file.",
+				    i + 1);
 			i++;
 		}
 		size_t ccap = 0;
-		while (i < n && !(starts(&all->v[i], "*** ") && !starts(&all->v[i], "*** End of File"))) {
+		while (i < n &&
+		       !(starts(&all->v[i], "*** ") && !starts(&all->v[i], "*** End of File"))) {
 			line *h = &all->v[i];
 			bool header = starts(h, "@@");
 			if (!header && o->n_chunks > 0 && !starts(h, "*** End of File"))
-				return tools_fail(r, "Error: line %zu of the patch: \"%.*s\" is outside a hunk.",
-				                  i + 1, (int)(h->n > 200 ? 200 : h->n), h->s);
+				return tools_fail(
+				    r, "Error: line %zu of the patch: \"%.*s\" is outside a hunk.",
+				    i + 1, (int)(h->n > 200 ? 200 : h->n), h->s);
 			if (o->n_chunks == ccap) {
 				ccap = ccap ? ccap * 2 : 4;
 				chunk *v = realloc(o->chunks, ccap * sizeof *v);
@@ -226,15 +239,18 @@ static bool parse_patch(asp_tools *t, const char *input, lines *all, patch *p, t
 				size_t k = b->n ? b->n - 1 : 0;
 				bool ok = true;
 				if (tag == ' ')
-					ok = lines_push(&c->old_l, s, k) && lines_push(&c->new_l, s, k);
+					ok = lines_push(&c->old_l, s, k) &&
+					     lines_push(&c->new_l, s, k);
 				else if (tag == '-')
 					ok = lines_push(&c->old_l, s, k);
 				else if (tag == '+')
 					ok = lines_push(&c->new_l, s, k);
 				else
-					return tools_fail(r, "Error: line %zu of the patch: a hunk line must start "
-					                     "with space, - or +, not \"%c\".",
-					                  i + 1, tag);
+					return tools_fail(
+					    r,
+					    "Error: line %zu of the patch: a hunk line must start "
+					    "with space, - or +, not \"%c\".",
+					    i + 1, tag);
 				if (!ok)
 					return tools_fail(r, "Error: out of memory.");
 				i++;
@@ -244,8 +260,9 @@ static bool parse_patch(asp_tools *t, const char *input, lines *all, patch *p, t
 				i++;
 			}
 			if (!c->old_l.n && !c->new_l.n && !c->ctx.n)
-				return tools_fail(r, "Error: line %zu of the patch: an empty hunk in %s.", i,
-				                  o->path);
+				return tools_fail(
+				    r, "Error: line %zu of the patch: an empty hunk in %s.", i,
+				    o->path);
 		}
 		if (o->n_chunks == 0 && !o->move_to)
 			return tools_fail(r, "Error: the update of %s has no hunks.", o->path);
@@ -302,9 +319,11 @@ static bool compute_update(asp_tools *t, fileop *o, tresult *r)
 	size_t len = 0;
 	if (!tools_read_file(t, o->path, &data, &len, &err)) {
 		if (err.code == ASP_E_NOT_FOUND)
-			return tools_fail(r, "Error: cannot update %s: it does not exist (use \"*** Add "
-			                     "File:\" to create it). Nothing was changed.",
-			                  o->path);
+			return tools_fail(
+			    r,
+			    "Error: cannot update %s: it does not exist (use \"*** Add "
+			    "File:\" to create it). Nothing was changed.",
+			    o->path);
 		return tools_fail_asp(r, &err, "reading", o->path);
 	}
 	lines file = {0};
@@ -320,8 +339,10 @@ static bool compute_update(asp_tools *t, fileop *o, tresult *r)
 			lines one = {&c->ctx, 1, 1};
 			size_t at = seek(&file, pos, &one, false);
 			if (at == SIZE_MAX) {
-				tools_fail(r, "Error: in %s, the hunk context \"@@ %.*s\" was not found. Read the "
-				              "file and give a line it contains. Nothing was changed.",
+				tools_fail(r,
+				           "Error: in %s, the hunk context \"@@ %.*s\" was not "
+				           "found. Read the "
+				           "file and give a line it contains. Nothing was changed.",
 				           o->path, (int)c->ctx.n, c->ctx.s);
 				goto out;
 			}
@@ -338,11 +359,15 @@ static bool compute_update(asp_tools *t, fileop *o, tresult *r)
 					tb_add(&want, c->old_l.v[k].s, c->old_l.v[k].n);
 					tb_puts(&want, "\n");
 				}
-				tools_fail(r, "Error: in %s, hunk %zu does not match the file: these lines "
-				              "(context and -) were not found in order:\n%sRead the file again "
-				              "and make the context and removed lines match it exactly. Nothing "
-				              "was changed.",
-				           o->path, j + 1, want.p ? want.p : "");
+				tools_fail(
+				    r,
+				    "Error: in %s, hunk %zu does not match the file: these lines "
+				    "(context and -) were not found in order:\n%sRead the file "
+				    "again "
+				    "and make the context and removed lines match it exactly. "
+				    "Nothing "
+				    "was changed.",
+				    o->path, j + 1, want.p ? want.p : "");
 				tb_free(&want);
 				goto out;
 			}
@@ -441,8 +466,10 @@ bool tool_apply_patch(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *
 		fileop *o = &p.ops[i];
 		if (o->kind == OP_ADD) {
 			if (exists(t, o->path)) {
-				tools_fail(r, "Error: cannot add %s: it already exists (use \"*** Update File:\" "
-				              "to change it). Nothing was changed.",
+				tools_fail(r,
+				           "Error: cannot add %s: it already exists (use \"*** "
+				           "Update File:\" "
+				           "to change it). Nothing was changed.",
 				           o->path);
 				goto out;
 			}
@@ -454,7 +481,9 @@ bool tool_apply_patch(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *
 				tb_add(&o->result, "", 0);
 		} else if (o->kind == OP_DELETE) {
 			if (!exists(t, o->path)) {
-				tools_fail(r, "Error: cannot delete %s: it does not exist. Nothing was changed.",
+				tools_fail(r,
+				           "Error: cannot delete %s: it does not exist. Nothing "
+				           "was changed.",
 				           o->path);
 				goto out;
 			}
@@ -462,9 +491,11 @@ bool tool_apply_patch(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *
 			if (!compute_update(t, o, r))
 				goto out;
 			if (o->move_to && strcmp(o->move_to, o->path) && exists(t, o->move_to)) {
-				tools_fail(r, "Error: cannot move %s to %s: the target exists. Nothing was "
-				              "changed.",
-				           o->path, o->move_to);
+				tools_fail(
+				    r,
+				    "Error: cannot move %s to %s: the target exists. Nothing was "
+				    "changed.",
+				    o->path, o->move_to);
 				goto out;
 			}
 		}
@@ -493,8 +524,9 @@ bool tool_apply_patch(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *
 			shown = dst;
 		}
 		if (st != ASP_OK) {
-			tools_fail(r, "Error: %s %s failed (%s): %s. Changed before the failure:\n%s", what,
-			           o->path, asp_strerror(err.code), err.message,
+			tools_fail(r,
+			           "Error: %s %s failed (%s): %s. Changed before the failure:\n%s",
+			           what, o->path, asp_strerror(err.code), err.message,
 			           done.p ? done.p : "(nothing)\n");
 			tb_free(&done);
 			goto out;

@@ -23,7 +23,8 @@ static bool class_match(const char *p, char c, const char **next, bool *valid)
 	const char *start = q;
 	while (*q && (*q != ']' || q == start)) {
 		if (q[1] == '-' && q[2] && q[2] != ']') {
-			if ((unsigned char)c >= (unsigned char)q[0] && (unsigned char)c <= (unsigned char)q[2])
+			if ((unsigned char)c >= (unsigned char)q[0] &&
+			    (unsigned char)c <= (unsigned char)q[2])
 				hit = true;
 			q += 3;
 		} else {
@@ -52,8 +53,7 @@ static bool match_here(const char *p, const char *s)
 			return false;
 		}
 		switch (*p) {
-		case '\0':
-			return *s == '\0';
+		case '\0': return *s == '\0';
 		case '*':
 			for (const char *q = s;; q++) {
 				if (match_here(p + 1, q))
@@ -163,8 +163,9 @@ static bool glob_backend(asp_tools *t, const char *dir, const char *pattern, tre
 	if (!a)
 		return tools_fail(r, "Error: out of memory.");
 	/* -printf '%T@ %P\0': mtime, then the path relative to dir; NUL-terminated records */
-	const char *argv[] = {"find", dir, "-name", ".git", "-prune", "-o", "(", "-type", "f",
-	                      "-o", "-type", "l", ")", "-printf", "%T@ %P\\0"};
+	const char *argv[] = {"find",  dir, "-name", ".git",    "-prune",
+	                      "-o",    "(", "-type", "f",       "-o",
+	                      "-type", "l", ")",     "-printf", "%T@ %P\\0"};
 	asp_exec_result res;
 	asp_error err;
 	if (tools_exec_argv(t, argv, sizeof argv / sizeof argv[0], NULL, &res, a, &err) != ASP_OK) {
@@ -210,8 +211,9 @@ static bool glob_backend(asp_tools *t, const char *dir, const char *pattern, tre
 	if (n == 0)
 		tb_puts(&r->text, "No files found");
 	else if (n > shown)
-		tb_printf(&r->text, "\n(Results are truncated: %zu of %zu files shown. Use a more "
-		                    "specific path or pattern.)",
+		tb_printf(&r->text,
+		          "\n(Results are truncated: %zu of %zu files shown. Use a more "
+		          "specific path or pattern.)",
 		          shown, n);
 	free(f);
 	asp_arena_free(a);
@@ -342,14 +344,16 @@ static asp_status run_grep(asp_tools *t, const char *abs, const grep_opts *o, bo
 	}
 	/* a glob without '/' names files: --include per {a,b} alternative is grep's own filter */
 	if (o->glob && !strchr(o->glob, '/')) {
-		const char *g = o->glob, *open = strchr(g, '{'), *close = open ? strchr(open, '}') : NULL;
+		const char *g = o->glob, *open = strchr(g, '{'),
+		           *close = open ? strchr(open, '}') : NULL;
 		if (open && close) {
 			const char *alt = open + 1;
 			size_t k = 0;
 			for (const char *e = alt; e <= close && k < 16; e++) {
 				if (*e == ',' || e == close) {
-					snprintf(inc[k], sizeof inc[k], "--include=%.*s%.*s%s", (int)(open - g), g,
-					         (int)(e - alt), alt, close + 1);
+					snprintf(inc[k], sizeof inc[k], "--include=%.*s%.*s%s",
+					         (int)(open - g), g, (int)(e - alt), alt,
+					         close + 1);
 					argv[n++] = inc[k++];
 					alt = e + 1;
 				}
@@ -405,7 +409,8 @@ static bool grep_backend(asp_tools *t, const char *abs, const grep_opts *o, uint
 		asp_arena_free(a);
 		return false;
 	}
-	/* records: PATH \0 REST \n (with -z: PATH \0 REST \0); "--" alone separates context groups */
+	/* records: PATH \0 REST \n (with -z: PATH \0 REST \0); "--" alone separates context groups
+	 */
 	const char *p = (const char *)res.stdout_data.data, *end = p + res.stdout_data.len;
 	size_t n = 0, cap = 64, seq = 0;
 	gline *g = malloc(cap * sizeof *g);
@@ -439,7 +444,8 @@ static bool grep_backend(asp_tools *t, const char *abs, const grep_opts *o, uint
 		}
 		if (o->glob && strchr(o->glob, '/')) {
 			size_t al = strlen(abs);
-			const char *rel = plen > al && !memcmp(path, abs, al) ? path + al + 1 : path;
+			const char *rel =
+			    plen > al && !memcmp(path, abs, al) ? path + al + 1 : path;
 			char *relz = strndup(rel, (size_t)(path + plen - rel));
 			bool m = relz && tools_glob_match(o->glob, relz);
 			free(relz);
@@ -464,7 +470,8 @@ static bool grep_backend(asp_tools *t, const char *abs, const grep_opts *o, uint
 		last_plen = plen;
 		tb_add(&line, path, plen);
 		if (o->mode != MODE_FILES) {
-			/* content with -n: "N:text" or "N-text" (context); the separator after the path follows */
+			/* content with -n: "N:text" or "N-text" (context); the separator after the
+			 * path follows */
 			char sepc = ':';
 			if (o->mode == MODE_CONTENT && o->lineno && !o->multiline) {
 				const char *q = rest;
@@ -526,9 +533,10 @@ bool tool_grep(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 	grep_opts o = {0};
 	const char *path, *mode;
 	uint64_t c, head_limit;
-	if (!arg_str(r, args, "pattern", true, &o.pattern) || !arg_str(r, args, "path", false, &path) ||
-	    !arg_str(r, args, "glob", false, &o.glob) ||
-	    !arg_str(r, args, "output_mode", false, &mode) || !arg_bool(r, args, "-i", false, &o.icase) ||
+	if (!arg_str(r, args, "pattern", true, &o.pattern) ||
+	    !arg_str(r, args, "path", false, &path) || !arg_str(r, args, "glob", false, &o.glob) ||
+	    !arg_str(r, args, "output_mode", false, &mode) ||
+	    !arg_bool(r, args, "-i", false, &o.icase) ||
 	    !arg_bool(r, args, "-n", true, &o.lineno) || !arg_uint(r, args, "-A", 0, &o.after) ||
 	    !arg_uint(r, args, "-B", 0, &o.before) || !arg_uint(r, args, "-C", 0, &c) ||
 	    !arg_uint(r, args, "head_limit", 0, &head_limit) ||
@@ -541,9 +549,11 @@ bool tool_grep(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 	else if (!strcmp(mode, "count"))
 		o.mode = MODE_COUNT;
 	else
-		return tools_fail(r, "Error: output_mode must be \"files_with_matches\", \"content\" or "
-		                     "\"count\", not \"%s\".",
-		                  mode);
+		return tools_fail(
+		    r,
+		    "Error: output_mode must be \"files_with_matches\", \"content\" or "
+		    "\"count\", not \"%s\".",
+		    mode);
 	if (c) {
 		if (!o.after)
 			o.after = c;

@@ -97,23 +97,14 @@ bool tools_fail_asp(tresult *r, const asp_error *err, const char *what, const ch
 {
 	const char *hint = "";
 	switch (err->code) {
-	case ASP_E_NOT_FOUND:
-		hint = " Check the path (ls or glob can show what exists).";
-		break;
-	case ASP_E_IS_A_DIRECTORY:
-		hint = " It is a directory: use ls to list it.";
-		break;
-	case ASP_E_NOT_A_DIRECTORY:
-		hint = " A component of the path is not a directory.";
-		break;
-	case ASP_E_PERMISSION_DENIED:
-		hint = " The sandbox user may not access it.";
-		break;
+	case ASP_E_NOT_FOUND: hint = " Check the path (ls or glob can show what exists)."; break;
+	case ASP_E_IS_A_DIRECTORY: hint = " It is a directory: use ls to list it."; break;
+	case ASP_E_NOT_A_DIRECTORY: hint = " A component of the path is not a directory."; break;
+	case ASP_E_PERMISSION_DENIED: hint = " The sandbox user may not access it."; break;
 	case ASP_E_TRANSPORT_ERROR:
 		hint = " The connection to the sandbox failed; retrying may work.";
 		break;
-	default:
-		break;
+	default: break;
 	}
 	return tools_fail(r, "Error: %s %s failed (%s): %s.%s", what, path ? path : "",
 	                  asp_strerror(err->code), err->message, hint);
@@ -171,8 +162,8 @@ bool arg_bool(tresult *r, json_t *args, const char *key, bool dflt, bool *out)
 		*out = json_is_true(v);
 		return true;
 	}
-	if (json_is_string(v) && (!strcmp(json_string_value(v), "true") ||
-	                          !strcmp(json_string_value(v), "false"))) {
+	if (json_is_string(v) &&
+	    (!strcmp(json_string_value(v), "true") || !strcmp(json_string_value(v), "false"))) {
 		*out = !strcmp(json_string_value(v), "true");
 		return true;
 	}
@@ -249,9 +240,10 @@ bool tools_read_file(asp_tools *t, const char *abs, char **data, size_t *len, as
 		if (asp_read(t->c, &p, &res, a, err) != ASP_OK)
 			goto out;
 		if (res.size > TOOLS_FILE_MAX) {
-			asp_error_set(err, ASP_E_TOO_LARGE, abs,
-			              "the file has %llu bytes, more than the %u MiB the tools read whole",
-			              (unsigned long long)res.size, TOOLS_FILE_MAX >> 20);
+			asp_error_set(
+			    err, ASP_E_TOO_LARGE, abs,
+			    "the file has %llu bytes, more than the %u MiB the tools read whole",
+			    (unsigned long long)res.size, TOOLS_FILE_MAX >> 20);
 			goto out;
 		}
 		tb_add(&b, (const char *)res.data.data, res.data.len);
@@ -612,8 +604,8 @@ static void utf8_fix(tbuf *b)
 	*b = out;
 }
 
-asp_status asp_tools_call(asp_tools *t, const char *name, const char *args_json,
-                          char **result_text, bool *is_error, asp_tools_cancel *cancel)
+asp_status asp_tools_call(asp_tools *t, const char *name, const char *args_json, char **result_text,
+                          bool *is_error, asp_tools_cancel *cancel)
 {
 	tresult r = {0};
 	asp_status st = ASP_OK;

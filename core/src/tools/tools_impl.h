@@ -13,11 +13,11 @@
 #include <stdint.h>
 
 /* bash: the output kept for the model, head and tail around a note of what was cut. */
-#define TOOLS_OUTPUT_MAX 30000
+#define TOOLS_OUTPUT_MAX           30000
 #define TOOLS_BASH_TIMEOUT_DEFAULT 120000u
-#define TOOLS_BASH_TIMEOUT_MAX 600000u
-#define TOOLS_READ_LIMIT_DEFAULT 2000u
-#define TOOLS_READ_LINE_MAX 2000u
+#define TOOLS_BASH_TIMEOUT_MAX     600000u
+#define TOOLS_READ_LIMIT_DEFAULT   2000u
+#define TOOLS_READ_LINE_MAX        2000u
 /* Files larger than this are not read whole (edit, read without offset/limit). */
 #define TOOLS_FILE_MAX (64u << 20)
 #define TOOLS_GLOB_MAX 100u
@@ -40,8 +40,8 @@ struct bg_shell;
 
 struct asp_tools {
 	asp_client *c;
-	char *base;   /* absolute directory relative paths resolve against */
-	char **ops;   /* the responder's ops from hello */
+	char *base; /* absolute directory relative paths resolve against */
+	char **ops; /* the responder's ops from hello */
 	size_t n_ops;
 	pthread_mutex_t mu; /* guards the background shells */
 	struct bg_shell *bg;
@@ -103,7 +103,8 @@ bool tool_apply_patch(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *
 /* Frees the background shells' bookkeeping (bash.c). */
 void tools_bg_free(asp_tools *t);
 
-/* Shell-style glob match of `pattern` against a relative path: *, ?, [..], ** across dirs, {a,b}. */
+/* Shell-style glob match of `pattern` against a relative path: *, ?, [..], ** across dirs, {a,b}.
+ */
 bool tools_glob_match(const char *pattern, const char *path);
 
 #endif
