@@ -20,6 +20,8 @@ static const char *agent;
 static char root[256];
 static asp_client *client;
 static asp_tools *tools;
+/* A deadlock was detected: freeing the handle would hang too. */
+static bool deadlocked;
 
 static char *slurp(const char *rel)
 {
@@ -91,6 +93,8 @@ static int suite_init(void)
 
 static int suite_clean(void)
 {
+	if (deadlocked)
+		return -1;
 	asp_tools_free(tools);
 	asp_client_free(client);
 	char cmd[400];
@@ -323,6 +327,71 @@ static void test_threads(void)
 	}
 }
 
+typedef struct starter {
+	char *text;
+	bool is_error;
+	int done;
+} starter;
+
+static void *start_second(void *arg)
+{
+	starter *st = arg;
+	/* several starts: each is a chance for the race */
+	for (int i = 0; i < 8; i++) {
+		free(st->text);
+		st->text = NULL;
+		asp_tools_call(tools, "bash",
+		               "{\"command\": \"echo second\", \"run_in_background\": true}",
+		               &st->text, &st->is_error, NULL);
+	}
+	__atomic_store_n(&st->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/*
+ * Regression: starting a background shell while another one floods output. The start
+ * used to hold the tools lock while waiting for the spawn's answer, and the reader
+ * thread, blocked on that lock in the flooding shell's callback, never delivered it.
+ */
+static void test_background_while_flooding(void)
+{
+	bool e;
+	char *t = call(
+	    "bash", "{\"command\": \"while :; do echo flood; done\", \"run_in_background\": true}",
+	    &e);
+	CU_ASSERT_FALSE_FATAL(e);
+	char id[64];
+	CU_ASSERT_EQUAL_FATAL(sscanf(strstr(t, "bash_"), "%63[a-z_0-9]", id), 1);
+	free(t);
+	char args[128];
+	snprintf(args, sizeof args, "{\"bash_id\": \"%s\"}", id);
+	t = call("bash_output", args, &e);
+	free(t);
+	starter st = {0};
+	pthread_t th;
+	pthread_create(&th, NULL, start_second, &st);
+	for (int i = 0; i < 600 && !__atomic_load_n(&st.done, __ATOMIC_ACQUIRE); i++) {
+		struct timespec ts = {0, 50 * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	int done = __atomic_load_n(&st.done, __ATOMIC_ACQUIRE);
+	CU_ASSERT(done);
+	if (done) {
+		t = call("kill_bash", args, &e);
+		CU_ASSERT_FALSE(e);
+		free(t);
+	} else {
+		/* deadlocked: leave the thread and the handle; the test has failed */
+		deadlocked = true;
+		pthread_detach(th);
+		return;
+	}
+	pthread_join(th, NULL);
+	CU_ASSERT_FALSE(st.is_error);
+	CU_ASSERT_PTR_NOT_NULL(st.text && strstr(st.text, "bash_"));
+	free(st.text);
+}
+
 static void test_glob_match(void)
 {
 	CU_ASSERT(tools_glob_match("*.c", "a.c"));
@@ -357,6 +426,8 @@ int main(void)
 	            test_patch_forms);
 	CU_add_test(s, "cancel a running bash from another thread", test_cancel);
 	CU_add_test(s, "concurrent calls", test_threads);
+	CU_add_test(s, "a background start while another shell floods output",
+	            test_background_while_flooding);
 	CU_add_test(s, "glob matcher", test_glob_match);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
