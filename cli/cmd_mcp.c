@@ -403,13 +403,13 @@ int cmd_mcp(cli *c, int argc, char **argv)
 	}
 	free(line);
 
-	/* stdin closed: the client is gone. Stop what runs, let the workers drain. */
+	/*
+	 * stdin closed: no more requests. The calls already received still run and answer (a
+	 * script may pipe its requests and close); a client that wants them stopped cancels
+	 * them or ends the process, which ends the sandbox side with its connection.
+	 */
 	pthread_mutex_lock(&m.mu);
 	m.stopping = true;
-	for (job *j = m.inflight; j; j = j->next)
-		asp_tools_cancel_fire(j->cancel);
-	for (job *j = m.queue_head; j; j = j->next)
-		asp_tools_cancel_fire(j->cancel);
 	pthread_cond_broadcast(&m.cv);
 	pthread_mutex_unlock(&m.mu);
 	for (unsigned i = 0; i < started; i++)

@@ -110,7 +110,8 @@ static const cli_command commands[] = {
      "\nAn MCP server (newline-delimited JSON-RPC 2.0 on stdin/stdout) whose tools act in\n"
      "the sandbox: bash, bash_output, kill_bash, read, write, edit, glob, grep, ls,\n"
      "apply_patch (docs/tools.md). For Claude Code, Codex, OpenCode and the Claude Agent\n"
-     "SDK see docs/harnesses.md. Logs go to stderr; it exits when stdin closes.\n"
+     "SDK see docs/harnesses.md. Logs go to stderr. When stdin closes it answers the calls\n"
+     "already received, then exits.\n"
      "\n  --tools LIST   only these tools (comma-separated names)\n"
      "  --workers N    tool calls run at once (default 4)\n"},
     {"tool", cmd_tool, "call one tool of the tools layer",
