@@ -390,10 +390,16 @@ static bool grep_backend(asp_tools *t, const char *abs, const grep_opts *o, uint
 	asp_exec_result res;
 	asp_error err;
 	asp_status st = run_grep(t, abs, o, true, &res, a, &err);
-	/* a grep built without PCRE: POSIX extended expressions instead */
-	if (st == ASP_OK && res.exit_code == 2 && res.stdout_data.len == 0 &&
-	    memmem(res.stderr_data.data, res.stderr_data.len, "-P", 2))
-		st = run_grep(t, abs, o, false, &res, a, &err);
+	/*
+	 * A grep without PCRE (built without it, busybox) says so in words of its own: after
+	 * any failure try POSIX extended expressions, and keep the first message if that
+	 * fails too (a bad pattern, a missing path).
+	 */
+	if (st == ASP_OK && res.exit_code == 2 && res.stdout_data.len == 0) {
+		asp_exec_result ere;
+		if (run_grep(t, abs, o, false, &ere, a, &err) == ASP_OK && ere.exit_code != 2)
+			res = ere;
+	}
 	if (st != ASP_OK) {
 		asp_arena_free(a);
 		if (err.code == ASP_E_NOT_FOUND)
