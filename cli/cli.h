@@ -55,6 +55,8 @@ int cmd_init(cli *c, int argc, char **argv);
 int cmd_ps(cli *c, int argc, char **argv);
 int cmd_attach(cli *c, int argc, char **argv);
 int cmd_kill(cli *c, int argc, char **argv);
+int cmd_mcp(cli *c, int argc, char **argv);
+int cmd_tool(cli *c, int argc, char **argv);
 
 /* --- main.c ------------------------------------------------------------------------------ */
 

@@ -106,6 +106,22 @@ static const cli_command commands[] = {
      "feature the sandbox's hello does not announce is n/a, with the reason, not a failure.\n"
      "\n  --root DIR  where to create the scratch directory in the sandbox\n"
      "  --keep      leave the scratch directory for inspection\n"},
+    {"mcp", cmd_mcp, "serve the sandbox's tools to an MCP client on stdin/stdout",
+     "usage: asp mcp [--tools LIST] [--workers N]\n"
+     "\nAn MCP server (newline-delimited JSON-RPC 2.0 on stdin/stdout) whose tools act in\n"
+     "the sandbox: bash, bash_output, kill_bash, read, write, edit, glob, grep, ls,\n"
+     "apply_patch (docs/tools.md). For Claude Code, Codex, OpenCode and the Claude Agent\n"
+     "SDK see docs/harnesses.md. Logs go to stderr. When stdin closes it answers the calls\n"
+     "already received, then exits.\n"
+     "\n  --tools LIST   only these tools (comma-separated names)\n"
+     "  --workers N    tool calls run at once (default 4)\n"},
+    {"tool", cmd_tool, "call one tool of the tools layer",
+     "usage: asp tool NAME [ARGS-JSON | -]\n"
+     "       asp tool\n"
+     "\nRuns tool NAME (as asp mcp serves it) with the JSON object ARGS-JSON (\"-\": read it\n"
+     "from stdin; none: {}) and prints the tool's text. Exits 1 when the tool reports an\n"
+     "error. Without NAME, lists the tools.\n"
+     "\nExample: asp tool read '{\"file_path\": \"/w/main.c\", \"limit\": 20}'\n"},
     {"init", cmd_init, "write a .asp.json",
      "usage: asp init --stdio [options] -- COMMAND...\n"
      "       asp init --ssh [USER@]HOST[:PORT] [--identity FILE] [host key options] [options]\n"

@@ -8,6 +8,7 @@
 #include "asp/proc.h"
 #include "asp/proto.h"
 #include "asp/status.h"
+#include "asp/tools.h"
 #include "asp/types.h"
 
 #endif

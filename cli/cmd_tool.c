@@ -1,0 +1,77 @@
+/* asp tool: one call of the tools layer (asp/tools.h) for scripts. */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int cmd_tool(cli *c, int argc, char **argv)
+{
+	static const struct option longopts[] = {CLI_COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+	int opt;
+	while ((opt = cli_getopt(c, argc, argv, "+h", longopts)) != -1) {
+		if (opt == 'h')
+			return cli_finish(c, CLI_EXIT_OK);
+		return c->fail_code;
+	}
+	if (optind >= argc) {
+		size_t n;
+		const asp_tool_desc *d = asp_tools_list(&n);
+		for (size_t i = 0; i < n; i++)
+			printf("%s\n", d[i].name);
+		return cli_finish(c, CLI_EXIT_OK);
+	}
+	const char *name = argv[optind];
+	if (!asp_tools_find(name))
+		return cli_usage(c, "no tool is called '%s' (asp tool lists them)", name);
+	if (optind + 2 < argc)
+		return cli_usage(c, "unexpected argument '%s'", argv[optind + 2]);
+	char *args = NULL;
+	if (optind + 1 < argc && strcmp(argv[optind + 1], "-") != 0) {
+		args = strdup(argv[optind + 1]);
+	} else if (optind + 1 < argc) {
+		uint8_t *data;
+		size_t len;
+		if (cli_read_all(STDIN_FILENO, &data, &len) != 0)
+			return cli_fail_errno(c, errno, "read stdin");
+		args = realloc(data, len + 1);
+		if (args)
+			args[len] = '\0';
+		else
+			free(data);
+	} else {
+		args = strdup("{}");
+	}
+	if (!args)
+		return cli_fail_errno(c, ENOMEM, "tool");
+	asp_client *client = cli_client(c);
+	if (!client) {
+		free(args);
+		return c->fail_code;
+	}
+	asp_tools *t;
+	asp_error err;
+	if (asp_tools_new(client, &t, &err) != ASP_OK) {
+		free(args);
+		return cli_fail(c, &err, "tool %s", name);
+	}
+	char *text = NULL;
+	bool is_error = true;
+	asp_status st = asp_tools_call(t, name, args, &text, &is_error, NULL);
+	free(args);
+	int rc = CLI_EXIT_OK;
+	if (st == ASP_E_INVALID_ARGUMENT) {
+		rc = cli_usage(c, "ARGS must be a JSON object, e.g. '{\"file_path\": \"/w/a.c\"}'");
+	} else if (!text) {
+		rc = cli_fail_errno(c, ENOMEM, "tool %s", name);
+	} else {
+		fputs(text, stdout);
+		if (!*text || text[strlen(text) - 1] != '\n')
+			fputc('\n', stdout);
+		rc = cli_finish(c, is_error ? CLI_EXIT_FAIL : CLI_EXIT_OK);
+	}
+	free(text);
+	asp_tools_free(t);
+	return rc;
+}

@@ -1,0 +1,71 @@
+/*
+ * The tools layer (DESIGN §8): the tools a coding agent calls — bash, read, write, edit,
+ * glob, grep, ls, apply_patch — with the arguments, output formats and error texts models
+ * are trained on, built on the client API so they work over every transport. Bindings
+ * (`asp mcp`, `asp tool`) only expose them. docs/tools.md describes each tool.
+ *
+ * Threads: one asp_tools may be called from many threads at once.
+ */
+#ifndef ASP_TOOLS_H
+#define ASP_TOOLS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "asp/client.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct asp_tools asp_tools;
+
+/* One tool as a binding shows it. Static strings, valid for the life of the program. */
+typedef struct asp_tool_desc {
+	const char *name;
+	const char *description;  /* model-facing: what it does and how to call it */
+	const char *input_schema; /* JSON Schema (draft 2020-12 subset) of the arguments, as text */
+} asp_tool_desc;
+
+/*
+ * Tools over `c` (borrowed: it must outlive the handle). Asks the responder's hello once,
+ * for its start directory (the base of relative paths with the config's cwd) and its ops.
+ * Free with asp_tools_free.
+ */
+asp_status asp_tools_new(asp_client *c, asp_tools **out, asp_error *err);
+
+/* Kills nothing: background commands keep running in the sandbox. NULL is a no-op. */
+void asp_tools_free(asp_tools *t);
+
+/* Every tool, in a fixed order; *count gets their number. */
+const asp_tool_desc *asp_tools_list(size_t *count);
+
+/* The tool called `name`, or NULL. */
+const asp_tool_desc *asp_tools_find(const char *name);
+
+/*
+ * A cancellation token: asp_tools_cancel_fire makes the call using it stop soon (a running
+ * command's process group is killed) and return a tool error saying so. Firing before the
+ * call starts makes it fail at once. Any thread may fire; fire is idempotent.
+ */
+typedef struct asp_tools_cancel asp_tools_cancel;
+asp_tools_cancel *asp_tools_cancel_new(void);
+void asp_tools_cancel_fire(asp_tools_cancel *k);
+void asp_tools_cancel_free(asp_tools_cancel *k);
+
+/*
+ * Runs tool `name` with the JSON object `args_json`. *result_text gets the text for the
+ * model (malloc'd, NUL-terminated; the caller frees it) and *is_error whether it reports a
+ * tool failure (a bad argument, a missing file, a failed edit: a message telling the model
+ * what to do). `cancel` may be NULL. Returns ASP_OK whenever there is a text to show;
+ * ASP_E_NOT_FOUND (with a text too) for an unknown tool; ASP_E_INVALID_ARGUMENT when
+ * `args_json` is not a JSON object; ASP_E_INTERNAL (no text) when memory ran out.
+ */
+asp_status asp_tools_call(asp_tools *t, const char *name, const char *args_json, char **result_text,
+                          bool *is_error, asp_tools_cancel *cancel);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,401 @@
+/* read, write, edit, ls: the file tools, on the read/write/stat/list ops. */
+#include "tools_impl.h"
+
+#include <fnmatch.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* How much of the start of a file decides whether it is binary (a NUL byte in it). */
+#define BINARY_PROBE 8192
+
+static asp_status stat_path(asp_tools *t, const char *abs, char *type, size_t cap, uint64_t *size,
+                            asp_error *err)
+{
+	asp_arena *a = asp_arena_new();
+	if (!a)
+		return asp_error_set(err, ASP_E_INTERNAL, abs, "out of memory");
+	asp_stat_params p;
+	asp_stat_params_init(&p);
+	p.path = abs;
+	p.follow = true;
+	asp_stat_result r;
+	asp_status st = asp_stat(t->c, &p, &r, a, err);
+	if (st == ASP_OK) {
+		snprintf(type, cap, "%s", r.type ? r.type : "");
+		if (size)
+			*size = r.size;
+	}
+	asp_arena_free(a);
+	return st;
+}
+
+/* Backs `n` off so that data[0..n) does not end inside a UTF-8 sequence. */
+static size_t utf8_cut(const char *data, size_t n)
+{
+	size_t k = n;
+	while (k > 0 && n - k < 4 && ((unsigned char)data[k] & 0xC0) == 0x80)
+		k--;
+	return k;
+}
+
+bool tool_read(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
+{
+	(void)k;
+	const char *path;
+	uint64_t offset, limit;
+	if (!arg_str(r, args, "file_path", true, &path) ||
+	    !arg_uint(r, args, "offset", 1, &offset) ||
+	    !arg_uint(r, args, "limit", TOOLS_READ_LIMIT_DEFAULT, &limit))
+		return false;
+	if (offset == 0)
+		offset = 1;
+	if (limit == 0)
+		limit = TOOLS_READ_LIMIT_DEFAULT;
+	char *abs = tools_abs(t, path);
+	if (!abs)
+		return tools_fail(r, "Error: out of memory.");
+	asp_error err;
+	char type[16];
+	uint64_t size = 0;
+	char *data = NULL;
+	size_t len = 0;
+	bool ok = false;
+	if (stat_path(t, abs, type, sizeof type, &size, &err) != ASP_OK) {
+		if (err.code == ASP_E_NOT_FOUND)
+			tools_fail(
+			    r,
+			    "Error: file does not exist: %s. Check the path; glob or ls show "
+			    "what exists.",
+			    abs);
+		else
+			tools_fail_asp(r, &err, "reading", abs);
+		goto out;
+	}
+	if (!strcmp(type, "dir")) {
+		tools_fail(r, "Error: %s is a directory, not a file. Use ls to list it.", abs);
+		goto out;
+	}
+	if (!tools_read_file(t, abs, &data, &len, &err)) {
+		if (err.code == ASP_E_TOO_LARGE)
+			tools_fail(r,
+			           "Error: %s has %" PRIu64
+			           " bytes, too large to read here. Use bash "
+			           "(head, tail, sed -n 'A,Bp') or grep to see parts of it.",
+			           abs, size);
+		else
+			tools_fail_asp(r, &err, "reading", abs);
+		goto out;
+	}
+	if (len == 0) {
+		tb_printf(&r->text, "(The file %s exists but is empty.)", abs);
+		ok = true;
+		goto out;
+	}
+	if (memchr(data, '\0', len < BINARY_PROBE ? len : BINARY_PROBE)) {
+		tb_printf(&r->text,
+		          "(%s is a binary file of %zu bytes; it is not shown. Use bash, e.g. "
+		          "`file` or `xxd | head`, to inspect it.)",
+		          abs, len);
+		ok = true;
+		goto out;
+	}
+	uint64_t line = 1, shown = 0, total = 0;
+	size_t pos = 0;
+	while (pos < len) {
+		const char *s = data + pos;
+		const char *nl = memchr(s, '\n', len - pos);
+		size_t n = nl ? (size_t)(nl - s) : len - pos;
+		pos += n + (nl ? 1 : 0);
+		total++;
+		if (line >= offset && shown < limit) {
+			size_t keep =
+			    n > TOOLS_READ_LINE_MAX ? utf8_cut(s, TOOLS_READ_LINE_MAX) : n;
+			if (keep && s[keep - 1] == '\r')
+				keep--;
+			tb_printf(&r->text, "%6" PRIu64 "\t", line);
+			tb_add(&r->text, s, keep);
+			if (n > TOOLS_READ_LINE_MAX)
+				tb_printf(&r->text, "... [line cut: %zu characters in all]", n);
+			tb_puts(&r->text, "\n");
+			shown++;
+		}
+		line++;
+	}
+	if (offset > total) {
+		tb_printf(&r->text,
+		          "(%s has %" PRIu64 " lines; offset %" PRIu64 " is past its end.)", abs,
+		          total, offset);
+	} else if (offset - 1 + shown < total) {
+		tb_printf(&r->text,
+		          "(Showed lines %" PRIu64 "-%" PRIu64 " of %" PRIu64
+		          "; use offset=%" PRIu64 " to read on.)",
+		          offset, offset - 1 + shown, total, offset + shown);
+	} else if (r->text.len && r->text.p[r->text.len - 1] == '\n') {
+		r->text.p[--r->text.len] = '\0';
+	}
+	ok = true;
+out:
+	free(data);
+	free(abs);
+	return ok;
+}
+
+static asp_status write_whole(asp_tools *t, const char *abs, const char *data, size_t len,
+                              asp_error *err)
+{
+	asp_arena *a = asp_arena_new();
+	if (!a)
+		return asp_error_set(err, ASP_E_INTERNAL, abs, "out of memory");
+	asp_write_params p;
+	asp_write_params_init(&p);
+	p.path = abs;
+	p.data.data = (const uint8_t *)data;
+	p.data.len = len;
+	p.mkdirs = true;
+	p.atomic = true;
+	asp_write_result res;
+	asp_status st = asp_write(t->c, &p, &res, a, err);
+	asp_arena_free(a);
+	return st;
+}
+
+bool tool_write(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
+{
+	(void)k;
+	const char *path;
+	if (!arg_str(r, args, "file_path", true, &path))
+		return false;
+	json_t *cv = json_object_get(args, "content");
+	if (!cv || !json_is_string(cv))
+		return tools_fail(r, "Error: the required parameter `content` is missing or not a "
+		                     "string.");
+	char *abs = tools_abs(t, path);
+	if (!abs)
+		return tools_fail(r, "Error: out of memory.");
+	asp_error err;
+	char type[16];
+	bool existed = stat_path(t, abs, type, sizeof type, NULL, &err) == ASP_OK;
+	bool ok = false;
+	if (existed && !strcmp(type, "dir")) {
+		tools_fail(r, "Error: %s is a directory; give the path of a file.", abs);
+	} else if (write_whole(t, abs, json_string_value(cv), json_string_length(cv), &err) !=
+	           ASP_OK) {
+		tools_fail_asp(r, &err, "writing", abs);
+	} else {
+		if (existed)
+			tb_printf(&r->text, "The file %s has been updated.", abs);
+		else
+			tb_printf(&r->text, "File created successfully at: %s", abs);
+		ok = true;
+	}
+	free(abs);
+	return ok;
+}
+
+/* --- edit -------------------------------------------------------------------------------- */
+
+static size_t count_occurrences(const char *hay, size_t hlen, const char *needle, size_t nlen)
+{
+	size_t n = 0;
+	for (const char *p = hay; (size_t)(p - hay) + nlen <= hlen;) {
+		const char *m = memmem(p, hlen - (size_t)(p - hay), needle, nlen);
+		if (!m)
+			break;
+		n++;
+		p = m + nlen;
+	}
+	return n;
+}
+
+/*
+ * The edit itself. The only place to change when the protocol's `edit` op lands: call it
+ * when tools_has_op(t, "edit"). Until then: read, check the count, write atomically.
+ * Returns true when edited; otherwise the error is in `r`.
+ */
+static bool edit_backend(asp_tools *t, const char *abs, const char *old, size_t olen,
+                         const char *new, size_t nlen, bool replace_all, size_t *count, tresult *r)
+{
+	asp_error err;
+	char *data = NULL;
+	size_t len = 0;
+	if (!tools_read_file(t, abs, &data, &len, &err)) {
+		if (err.code == ASP_E_NOT_FOUND && olen == 0) {
+			/* an empty old_string creates the file */
+			if (write_whole(t, abs, new, nlen, &err) != ASP_OK)
+				return tools_fail_asp(r, &err, "creating", abs);
+			*count = 1;
+			return true;
+		}
+		if (err.code == ASP_E_NOT_FOUND)
+			return tools_fail(
+			    r,
+			    "Error: file does not exist: %s. Check the path; to create a "
+			    "file use write (or edit with an empty old_string).",
+			    abs);
+		if (err.code == ASP_E_IS_A_DIRECTORY)
+			return tools_fail(r, "Error: %s is a directory, not a file.", abs);
+		return tools_fail_asp(r, &err, "reading", abs);
+	}
+	bool ok = false;
+	if (olen == 0) {
+		if (len != 0) {
+			tools_fail(
+			    r,
+			    "Error: old_string is empty but %s is not: give the exact text to "
+			    "replace, or use write to replace the whole file.",
+			    abs);
+			goto out;
+		}
+		if (write_whole(t, abs, new, nlen, &err) != ASP_OK) {
+			tools_fail_asp(r, &err, "writing", abs);
+			goto out;
+		}
+		*count = 1;
+		ok = true;
+		goto out;
+	}
+	size_t n = count_occurrences(data, len, old, olen);
+	if (n == 0) {
+		tools_fail(r,
+		           "Error: old_string was not found in %s. It must match the file exactly, "
+		           "whitespace and indentation included, without the line-number prefix of "
+		           "read's output. Read the file again to see its current text.",
+		           abs);
+		goto out;
+	}
+	if (n > 1 && !replace_all) {
+		tools_fail(
+		    r,
+		    "Error: old_string occurs %zu times in %s, but replace_all is false. Add "
+		    "surrounding lines to old_string so that it matches exactly one place, or "
+		    "set replace_all to true to replace every occurrence.",
+		    n, abs);
+		goto out;
+	}
+	tbuf out = {0};
+	const char *p = data;
+	for (size_t i = 0; i < n; i++) {
+		const char *m = memmem(p, len - (size_t)(p - data), old, olen);
+		tb_add(&out, p, (size_t)(m - p));
+		tb_add(&out, new, nlen);
+		p = m + olen;
+	}
+	tb_add(&out, p, len - (size_t)(p - data));
+	if (out.oom) {
+		tb_free(&out);
+		tools_fail(r, "Error: out of memory.");
+		goto out;
+	}
+	if (write_whole(t, abs, out.p, out.len, &err) != ASP_OK) {
+		tb_free(&out);
+		tools_fail_asp(r, &err, "writing", abs);
+		goto out;
+	}
+	tb_free(&out);
+	*count = n;
+	ok = true;
+out:
+	free(data);
+	return ok;
+}
+
+bool tool_edit(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
+{
+	(void)k;
+	const char *path;
+	bool all;
+	if (!arg_str(r, args, "file_path", true, &path) ||
+	    !arg_bool(r, args, "replace_all", false, &all))
+		return false;
+	json_t *ov = json_object_get(args, "old_string"), *nv = json_object_get(args, "new_string");
+	if (!ov || !json_is_string(ov))
+		return tools_fail(r,
+		                  "Error: the required parameter `old_string` is missing or not a "
+		                  "string.");
+	if (!nv || !json_is_string(nv))
+		return tools_fail(r,
+		                  "Error: the required parameter `new_string` is missing or not a "
+		                  "string.");
+	size_t olen = json_string_length(ov), nlen = json_string_length(nv);
+	if (olen == nlen && !memcmp(json_string_value(ov), json_string_value(nv), olen))
+		return tools_fail(r,
+		                  "Error: old_string and new_string are the same: there is nothing "
+		                  "to change.");
+	char *abs = tools_abs(t, path);
+	if (!abs)
+		return tools_fail(r, "Error: out of memory.");
+	size_t n = 0;
+	bool ok = edit_backend(t, abs, json_string_value(ov), olen, json_string_value(nv), nlen,
+	                       all, &n, r);
+	if (ok) {
+		if (olen == 0)
+			tb_printf(&r->text, "File created successfully at: %s", abs);
+		else if (n == 1)
+			tb_printf(&r->text, "The file %s has been updated (1 replacement).", abs);
+		else
+			tb_printf(&r->text, "The file %s has been updated (%zu replacements).", abs,
+			          n);
+	}
+	free(abs);
+	return ok;
+}
+
+/* --- ls ---------------------------------------------------------------------------------- */
+
+bool tool_ls(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
+{
+	(void)k;
+	const char *path;
+	if (!arg_str(r, args, "path", false, &path))
+		return false;
+	json_t *ign = json_object_get(args, "ignore");
+	if (ign && !json_is_null(ign) && !json_is_array(ign))
+		return tools_fail(r, "Error: `ignore` must be a list of glob patterns.");
+	char *abs = tools_abs(t, path ? path : ".");
+	asp_arena *a = asp_arena_new();
+	if (!abs || !a) {
+		free(abs);
+		asp_arena_free(a);
+		return tools_fail(r, "Error: out of memory.");
+	}
+	asp_list_params p;
+	asp_list_params_init(&p);
+	p.path = abs;
+	asp_list_result res;
+	asp_error err;
+	bool ok = false;
+	if (asp_list(t->c, &p, &res, a, &err) != ASP_OK) {
+		if (err.code == ASP_E_NOT_A_DIRECTORY)
+			tools_fail(r, "Error: %s is not a directory. Use read for a file.", abs);
+		else if (err.code == ASP_E_NOT_FOUND)
+			tools_fail(r, "Error: directory does not exist: %s.", abs);
+		else
+			tools_fail_asp(r, &err, "listing", abs);
+		goto out;
+	}
+	tb_printf(&r->text, "- %s%s\n", abs, strcmp(abs, "/") ? "/" : "");
+	size_t shown = 0;
+	for (size_t i = 0; i < res.entries.count; i++) {
+		const asp_list_entry *e = &res.entries.items[i];
+		bool skip = false;
+		for (size_t j = 0; ign && j < json_array_size(ign); j++) {
+			const char *pat = json_string_value(json_array_get(ign, j));
+			if (pat && fnmatch(pat, e->name, 0) == 0)
+				skip = true;
+		}
+		if (skip)
+			continue;
+		bool dir = e->type && !strcmp(e->type, "dir");
+		tb_printf(&r->text, "  - %s%s\n", e->name, dir ? "/" : "");
+		shown++;
+	}
+	if (!shown)
+		tb_puts(&r->text, "  (empty directory)\n");
+	r->text.p[--r->text.len] = '\0';
+	ok = true;
+out:
+	asp_arena_free(a);
+	free(abs);
+	return ok;
+}

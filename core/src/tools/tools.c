@@ -1,0 +1,641 @@
+/* The tools layer's handle, its table of tools and what every tool shares. */
+#include "tools_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* --- text buffers ------------------------------------------------------------------------ */
+
+void tb_add(tbuf *b, const char *s, size_t n)
+{
+	if (b->oom)
+		return;
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		char *p = realloc(b->p, cap);
+		if (!p) {
+			b->oom = true;
+			return;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+	if (n)
+		memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+}
+
+void tb_puts(tbuf *b, const char *s)
+{
+	tb_add(b, s, strlen(s));
+}
+
+void tb_printf(tbuf *b, const char *fmt, ...)
+{
+	char small[512];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(small, sizeof small, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t)n < sizeof small) {
+		tb_add(b, small, (size_t)n);
+		return;
+	}
+	char *big = malloc((size_t)n + 1);
+	if (!big) {
+		b->oom = true;
+		return;
+	}
+	va_start(ap, fmt);
+	vsnprintf(big, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	tb_add(b, big, (size_t)n);
+	free(big);
+}
+
+void tb_free(tbuf *b)
+{
+	free(b->p);
+	*b = (tbuf){0};
+}
+
+char *tb_take(tbuf *b)
+{
+	if (b->oom) {
+		tb_free(b);
+		return NULL;
+	}
+	if (!b->p)
+		tb_add(b, "", 0);
+	char *p = b->p;
+	*b = (tbuf){0};
+	return p;
+}
+
+/* --- results and arguments --------------------------------------------------------------- */
+
+bool tools_fail(tresult *r, const char *fmt, ...)
+{
+	char msg[2048];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	r->text.len = 0;
+	tb_puts(&r->text, msg);
+	r->is_error = true;
+	return false;
+}
+
+bool tools_fail_asp(tresult *r, const asp_error *err, const char *what, const char *path)
+{
+	const char *hint = "";
+	switch (err->code) {
+	case ASP_E_NOT_FOUND: hint = " Check the path (ls or glob can show what exists)."; break;
+	case ASP_E_IS_A_DIRECTORY: hint = " It is a directory: use ls to list it."; break;
+	case ASP_E_NOT_A_DIRECTORY: hint = " A component of the path is not a directory."; break;
+	case ASP_E_PERMISSION_DENIED: hint = " The sandbox user may not access it."; break;
+	case ASP_E_TRANSPORT_ERROR:
+		hint = " The connection to the sandbox failed; retrying may work.";
+		break;
+	default: break;
+	}
+	return tools_fail(r, "Error: %s %s failed (%s): %s.%s", what, path ? path : "",
+	                  asp_strerror(err->code), err->message, hint);
+}
+
+bool arg_str(tresult *r, json_t *args, const char *key, bool required, const char **out)
+{
+	json_t *v = json_object_get(args, key);
+	if (!v || json_is_null(v)) {
+		*out = NULL;
+		if (required)
+			return tools_fail(r, "Error: the required parameter `%s` is missing.", key);
+		return true;
+	}
+	if (!json_is_string(v))
+		return tools_fail(r, "Error: the parameter `%s` must be a string.", key);
+	*out = json_string_value(v);
+	return true;
+}
+
+bool arg_uint(tresult *r, json_t *args, const char *key, uint64_t dflt, uint64_t *out)
+{
+	json_t *v = json_object_get(args, key);
+	*out = dflt;
+	if (!v || json_is_null(v))
+		return true;
+	if (json_is_integer(v) && json_integer_value(v) >= 0) {
+		*out = (uint64_t)json_integer_value(v);
+		return true;
+	}
+	if (json_is_real(v) && json_real_value(v) >= 0 && json_real_value(v) < 1e18) {
+		*out = (uint64_t)json_real_value(v);
+		return true;
+	}
+	/* Some clients send numbers as strings. */
+	if (json_is_string(v)) {
+		char *end;
+		const char *s = json_string_value(v);
+		unsigned long long n = strtoull(s, &end, 10);
+		if (*s && !*end && *s != '-') {
+			*out = n;
+			return true;
+		}
+	}
+	return tools_fail(r, "Error: the parameter `%s` must be a non-negative integer.", key);
+}
+
+bool arg_bool(tresult *r, json_t *args, const char *key, bool dflt, bool *out)
+{
+	json_t *v = json_object_get(args, key);
+	*out = dflt;
+	if (!v || json_is_null(v))
+		return true;
+	if (json_is_boolean(v)) {
+		*out = json_is_true(v);
+		return true;
+	}
+	if (json_is_string(v) &&
+	    (!strcmp(json_string_value(v), "true") || !strcmp(json_string_value(v), "false"))) {
+		*out = !strcmp(json_string_value(v), "true");
+		return true;
+	}
+	return tools_fail(r, "Error: the parameter `%s` must be true or false.", key);
+}
+
+/* --- paths ------------------------------------------------------------------------------- */
+
+char *tools_abs(const asp_tools *t, const char *path)
+{
+	tbuf joined = {0};
+	if (path[0] != '/') {
+		tb_puts(&joined, t->base);
+		tb_puts(&joined, "/");
+	}
+	tb_puts(&joined, path);
+	if (joined.oom)
+		return NULL;
+	/* Lexical normalisation: "." and empty components go, ".." pops one. */
+	char *out = malloc(joined.len + 2);
+	if (!out) {
+		tb_free(&joined);
+		return NULL;
+	}
+	size_t n = 0;
+	const char *s = joined.p;
+	while (*s) {
+		while (*s == '/')
+			s++;
+		const char *e = s;
+		while (*e && *e != '/')
+			e++;
+		size_t len = (size_t)(e - s);
+		if (len == 0)
+			break;
+		if (len == 1 && s[0] == '.') {
+		} else if (len == 2 && s[0] == '.' && s[1] == '.') {
+			while (n > 0 && out[n - 1] != '/')
+				n--;
+			if (n > 0)
+				n--;
+		} else {
+			out[n++] = '/';
+			memcpy(out + n, s, len);
+			n += len;
+		}
+		s = e;
+	}
+	if (n == 0)
+		out[n++] = '/';
+	out[n] = '\0';
+	tb_free(&joined);
+	return out;
+}
+
+/* --- sandbox helpers --------------------------------------------------------------------- */
+
+bool tools_read_file(asp_tools *t, const char *abs, char **data, size_t *len, asp_error *err)
+{
+	asp_arena *a = asp_arena_new();
+	tbuf b = {0};
+	uint64_t off = 0;
+	bool ok = false;
+	if (!a) {
+		asp_error_set(err, ASP_E_INTERNAL, abs, "out of memory");
+		return false;
+	}
+	for (;;) {
+		asp_read_params p;
+		asp_read_params_init(&p);
+		p.path = abs;
+		p.offset = off;
+		asp_read_result res;
+		if (asp_read(t->c, &p, &res, a, err) != ASP_OK)
+			goto out;
+		if (res.size > TOOLS_FILE_MAX) {
+			asp_error_set(
+			    err, ASP_E_TOO_LARGE, abs,
+			    "the file has %llu bytes, more than the %u MiB the tools read whole",
+			    (unsigned long long)res.size, TOOLS_FILE_MAX >> 20);
+			goto out;
+		}
+		tb_add(&b, (const char *)res.data.data, res.data.len);
+		off += res.data.len;
+		asp_arena_reset(a);
+		if (res.eof || res.data.len == 0)
+			break;
+	}
+	if (b.oom) {
+		asp_error_set(err, ASP_E_INTERNAL, abs, "out of memory");
+		goto out;
+	}
+	*len = b.len;
+	*data = tb_take(&b);
+	ok = *data != NULL;
+out:
+	tb_free(&b);
+	asp_arena_free(a);
+	return ok;
+}
+
+asp_status tools_exec_argv(asp_tools *t, const char *const *argv, size_t argc, const char *cwd,
+                           asp_exec_result *res, asp_arena *a, asp_error *err)
+{
+	asp_exec_params p;
+	asp_exec_params_init(&p);
+	p.has_argv = true;
+	p.argv.items = argv;
+	p.argv.count = argc;
+	p.cwd = cwd;
+	return asp_exec(t->c, &p, res, a, err);
+}
+
+/* --- the handle ------------------------------------------------------------------------- */
+
+bool tools_has_op(const asp_tools *t, const char *op)
+{
+	for (size_t i = 0; i < t->n_ops; i++)
+		if (!strcmp(t->ops[i], op))
+			return true;
+	return false;
+}
+
+asp_status asp_tools_new(asp_client *c, asp_tools **out, asp_error *err)
+{
+	*out = NULL;
+	asp_tools *t = calloc(1, sizeof *t);
+	asp_arena *a = asp_arena_new();
+	if (!t || !a) {
+		free(t);
+		asp_arena_free(a);
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	}
+	t->c = c;
+	pthread_mutex_init(&t->mu, NULL);
+	asp_hello_params hp;
+	asp_hello_params_init(&hp);
+	hp.client = "asp-tools";
+	asp_hello_result hr;
+	asp_status st = asp_hello(c, &hp, &hr, a, err);
+	if (st != ASP_OK) {
+		asp_arena_free(a);
+		asp_tools_free(t);
+		return st;
+	}
+	/* Relative paths: the config's cwd, itself relative to the responder's start directory. */
+	const char *ccwd = asp_client_config(c)->cwd;
+	tbuf base = {0};
+	if (!ccwd || ccwd[0] != '/')
+		tb_puts(&base, hr.cwd && hr.cwd[0] == '/' ? hr.cwd : "/");
+	if (ccwd) {
+		tb_puts(&base, "/");
+		tb_puts(&base, ccwd);
+	}
+	t->base = tb_take(&base);
+	char *norm = t->base ? tools_abs(t, t->base) : NULL;
+	free(t->base);
+	t->base = norm;
+	t->ops = calloc(hr.ops.count + 1, sizeof *t->ops);
+	for (size_t i = 0; t->ops && i < hr.ops.count; i++)
+		if ((t->ops[t->n_ops] = strdup(hr.ops.items[i])))
+			t->n_ops++;
+	asp_arena_free(a);
+	if (!t->base || !t->ops) {
+		asp_tools_free(t);
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	}
+	*out = t;
+	return ASP_OK;
+}
+
+void asp_tools_free(asp_tools *t)
+{
+	if (!t)
+		return;
+	tools_bg_free(t);
+	for (size_t i = 0; i < t->n_ops; i++)
+		free(t->ops[i]);
+	free(t->ops);
+	free(t->base);
+	pthread_mutex_destroy(&t->mu);
+	free(t);
+}
+
+/* --- cancellation ------------------------------------------------------------------------ */
+
+asp_tools_cancel *asp_tools_cancel_new(void)
+{
+	asp_tools_cancel *k = calloc(1, sizeof *k);
+	if (k)
+		pthread_mutex_init(&k->mu, NULL);
+	return k;
+}
+
+void asp_tools_cancel_fire(asp_tools_cancel *k)
+{
+	if (!k)
+		return;
+	pthread_mutex_lock(&k->mu);
+	k->fired = true;
+	if (k->wake)
+		k->wake(k->wake_user);
+	pthread_mutex_unlock(&k->mu);
+}
+
+void asp_tools_cancel_free(asp_tools_cancel *k)
+{
+	if (!k)
+		return;
+	pthread_mutex_destroy(&k->mu);
+	free(k);
+}
+
+bool tools_cancel_arm(asp_tools_cancel *k, void (*wake)(void *), void *user)
+{
+	if (!k)
+		return true;
+	pthread_mutex_lock(&k->mu);
+	k->wake = wake;
+	k->wake_user = user;
+	bool ok = !k->fired;
+	pthread_mutex_unlock(&k->mu);
+	return ok;
+}
+
+bool tools_cancelled(asp_tools_cancel *k)
+{
+	if (!k)
+		return false;
+	pthread_mutex_lock(&k->mu);
+	bool f = k->fired;
+	pthread_mutex_unlock(&k->mu);
+	return f;
+}
+
+/* --- the table --------------------------------------------------------------------------- */
+
+typedef struct tool_entry {
+	asp_tool_desc desc;
+	tool_fn fn;
+} tool_entry;
+
+/* clang-format off */
+static const tool_entry tools_table[] = {
+    {{"bash",
+      "Executes a bash command in the sandbox and returns its combined stdout and stderr, "
+      "with the exit code when it is not zero. Each call is a fresh shell: use absolute "
+      "paths or `cd DIR && ...`. Default timeout 120000 ms (2 minutes), at most 600000. "
+      "Output over 30000 characters keeps its head and tail with a note of what was cut. "
+      "Set run_in_background to start a long-running command: the result is its bash_id, "
+      "for bash_output (new output since the last read) and kill_bash. Prefer the read, "
+      "grep, glob and ls tools over cat, grep, find and ls in bash.",
+      "{\"type\":\"object\",\"properties\":{"
+      "\"command\":{\"type\":\"string\",\"description\":\"The command to execute\"},"
+      "\"timeout\":{\"type\":\"number\",\"description\":\"Optional timeout in milliseconds (max 600000)\"},"
+      "\"description\":{\"type\":\"string\",\"description\":\"Clear, concise description of what this command does in 5-10 words\"},"
+      "\"run_in_background\":{\"type\":\"boolean\",\"description\":\"Set to true to run this command in the background; read its output later with bash_output\"}},"
+      "\"required\":[\"command\"],\"additionalProperties\":false}"},
+     tool_bash},
+    {{"bash_output",
+      "Returns the output a background bash command (started with run_in_background) "
+      "produced since the last bash_output call for it, and whether it is still running "
+      "or its exit code.",
+      "{\"type\":\"object\",\"properties\":{"
+      "\"bash_id\":{\"type\":\"string\",\"description\":\"The id of the background shell, from bash\"}},"
+      "\"required\":[\"bash_id\"],\"additionalProperties\":false}"},
+     tool_bash_output},
+    {{"kill_bash",
+      "Kills a background bash command (its whole process group) by its bash_id.",
+      "{\"type\":\"object\",\"properties\":{"
+      "\"bash_id\":{\"type\":\"string\",\"description\":\"The id of the background shell to kill\"}},"
+      "\"required\":[\"bash_id\"],\"additionalProperties\":false}"},
+     tool_kill_bash},
+    {{"read",
+      "Reads a file in the sandbox. Returns up to 2000 lines from the start (or from "
+      "`offset`, a 1-based line number, `limit` lines), in cat -n format: the line number "
+      "right-aligned, a tab, the line. Lines longer than 2000 characters are cut. Relative "
+      "paths resolve against the sandbox's working directory; prefer absolute paths. "
+      "Directories are refused (use ls); binary files are described, not dumped.",
+      "{\"type\":\"object\",\"properties\":{"
+      "\"file_path\":{\"type\":\"string\",\"description\":\"The path of the file to read\"},"
+      "\"offset\":{\"type\":\"number\",\"description\":\"The line number to start reading from (1-based)\"},"
+      "\"limit\":{\"type\":\"number\",\"description\":\"The number of lines to read\"}},"
+      "\"required\":[\"file_path\"],\"additionalProperties\":false}"},
+     tool_read},
+    {{"write",
+      "Writes a file in the sandbox, replacing it if it exists, creating missing parent "
+      "directories. The write is atomic: readers see the old or the new file. Prefer edit "
+      "for changing part of an existing file.",
+      "{\"type\":\"object\",\"properties\":{"
+      "\"file_path\":{\"type\":\"string\",\"description\":\"The path of the file to write\"},"
+      "\"content\":{\"type\":\"string\",\"description\":\"The content to write to the file\"}},"
+      "\"required\":[\"file_path\",\"content\"],\"additionalProperties\":false}"},
+     tool_write},
+    {{"edit",
+      "Replaces exact text in a file in the sandbox. old_string must appear exactly once "
+      "(give more surrounding context to make it unique) unless replace_all is true, which "
+      "replaces every occurrence. Match the file's text exactly, indentation included, "
+      "without the line-number prefix of read's output. An empty old_string creates a new "
+      "file with new_string as its content.",
+      "{\"type\":\"object\",\"properties\":{"
+      "\"file_path\":{\"type\":\"string\",\"description\":\"The path of the file to modify\"},"
+      "\"old_string\":{\"type\":\"string\",\"description\":\"The text to replace\"},"
+      "\"new_string\":{\"type\":\"string\",\"description\":\"The text to replace it with (must be different from old_string)\"},"
+      "\"replace_all\":{\"type\":\"boolean\",\"default\":false,\"description\":\"Replace all occurrences of old_string\"}},"
+      "\"required\":[\"file_path\",\"old_string\",\"new_string\"],\"additionalProperties\":false}"},
+     tool_edit},
+    {{"glob",
+      "Finds files in the sandbox by glob pattern (\"**/*.c\", \"src/**/*.{h,c}\"), "
+      "newest first, at most 100 paths, one per line. `path` is the directory to search "
+      "(default: the working directory). .git is skipped.",
+      "{\"type\":\"object\",\"properties\":{"
+      "\"pattern\":{\"type\":\"string\",\"description\":\"The glob pattern to match files against\"},"
+      "\"path\":{\"type\":\"string\",\"description\":\"The directory to search in (default: the working directory)\"}},"
+      "\"required\":[\"pattern\"],\"additionalProperties\":false}"},
+     tool_glob},
+    {{"grep",
+      "Searches file contents in the sandbox with a Perl-compatible regular expression. "
+      "output_mode: \"files_with_matches\" (default: the paths, one per line), \"content\" "
+      "(path:line:text; -A/-B/-C context lines, -n line numbers, on by default) or "
+      "\"count\" (path:count). `glob` filters file names (\"*.js\", \"*.{ts,tsx}\"); `-i` "
+      "ignores case; head_limit keeps the first N lines or entries; multiline lets . and "
+      "patterns span lines. Binary files and .git are skipped.",
+      "{\"type\":\"object\",\"properties\":{"
+      "\"pattern\":{\"type\":\"string\",\"description\":\"The regular expression to search for\"},"
+      "\"path\":{\"type\":\"string\",\"description\":\"File or directory to search in (default: the working directory)\"},"
+      "\"glob\":{\"type\":\"string\",\"description\":\"Glob to filter files (e.g. \\\"*.js\\\", \\\"*.{ts,tsx}\\\")\"},"
+      "\"output_mode\":{\"type\":\"string\",\"enum\":[\"content\",\"files_with_matches\",\"count\"],\"description\":\"What to show (default files_with_matches)\"},"
+      "\"-i\":{\"type\":\"boolean\",\"description\":\"Case insensitive search\"},"
+      "\"-n\":{\"type\":\"boolean\",\"description\":\"Show line numbers (content mode)\"},"
+      "\"-A\":{\"type\":\"number\",\"description\":\"Lines to show after each match (content mode)\"},"
+      "\"-B\":{\"type\":\"number\",\"description\":\"Lines to show before each match (content mode)\"},"
+      "\"-C\":{\"type\":\"number\",\"description\":\"Lines to show before and after each match (content mode)\"},"
+      "\"head_limit\":{\"type\":\"number\",\"description\":\"Keep only the first N lines or entries\"},"
+      "\"multiline\":{\"type\":\"boolean\",\"description\":\"Let patterns span lines (. matches newlines)\"}},"
+      "\"required\":[\"pattern\"],\"additionalProperties\":false}"},
+     tool_grep},
+    {{"ls",
+      "Lists a directory in the sandbox: one entry per line, directories with a trailing "
+      "slash. `path` should be absolute; `ignore` is a list of glob patterns of names to "
+      "leave out.",
+      "{\"type\":\"object\",\"properties\":{"
+      "\"path\":{\"type\":\"string\",\"description\":\"The directory to list\"},"
+      "\"ignore\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"description\":\"Glob patterns of names to ignore\"}},"
+      "\"required\":[\"path\"],\"additionalProperties\":false}"},
+     tool_ls},
+    {{"apply_patch",
+      "Applies a patch to files in the sandbox, all or nothing: every hunk is checked "
+      "before any file changes. The format:\n"
+      "*** Begin Patch\n"
+      "*** Add File: path/new.txt\n+line of the new file\n"
+      "*** Update File: path/old.c\n*** Move to: path/renamed.c   (optional)\n"
+      "@@ context line (optional, e.g. a function header)\n line kept\n-line removed\n+line added\n"
+      "*** Delete File: path/gone.txt\n"
+      "*** End Patch\n"
+      "Give about three lines of context before and after each change; paths are relative "
+      "to the working directory or absolute.",
+      "{\"type\":\"object\",\"properties\":{"
+      "\"input\":{\"type\":\"string\",\"description\":\"The entire contents of the apply_patch command\"}},"
+      "\"required\":[\"input\"],\"additionalProperties\":false}"},
+     tool_apply_patch},
+};
+/* clang-format on */
+
+#define N_TOOLS (sizeof tools_table / sizeof tools_table[0])
+
+static asp_tool_desc descs[N_TOOLS];
+static pthread_once_t descs_once = PTHREAD_ONCE_INIT;
+
+static void descs_fill(void)
+{
+	for (size_t i = 0; i < N_TOOLS; i++)
+		descs[i] = tools_table[i].desc;
+}
+
+const asp_tool_desc *asp_tools_list(size_t *count)
+{
+	pthread_once(&descs_once, descs_fill);
+	*count = N_TOOLS;
+	return descs;
+}
+
+static const tool_entry *find_entry(const char *name)
+{
+	for (size_t i = 0; i < N_TOOLS; i++)
+		if (!strcmp(tools_table[i].desc.name, name))
+			return &tools_table[i];
+	return NULL;
+}
+
+const asp_tool_desc *asp_tools_find(const char *name)
+{
+	size_t n;
+	const asp_tool_desc *d = asp_tools_list(&n);
+	const tool_entry *e = find_entry(name);
+	return e ? &d[e - tools_table] : NULL;
+}
+
+/* Length of the valid UTF-8 sequence at s (n bytes left), or 0 when it is not one. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+	if (s[0] < 0x80)
+		return 1;
+	size_t len = s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC2 ? 2 : 0;
+	if (s[0] >= 0xF5 || len == 0 || len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++)
+		if ((s[i] & 0xC0) != 0x80)
+			return 0;
+	if (len == 3 && ((s[0] == 0xE0 && s[1] < 0xA0) || (s[0] == 0xED && s[1] >= 0xA0)))
+		return 0;
+	if (len == 4 && ((s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] >= 0x90)))
+		return 0;
+	return len;
+}
+
+/* Texts go into JSON strings: invalid UTF-8 (binary output, a cut sequence) becomes U+FFFD. */
+static void utf8_fix(tbuf *b)
+{
+	size_t i = 0;
+	while (i < b->len && utf8_seq((const unsigned char *)b->p + i, b->len - i))
+		i += utf8_seq((const unsigned char *)b->p + i, b->len - i);
+	if (i == b->len)
+		return;
+	tbuf out = {0};
+	tb_add(&out, b->p, i);
+	while (i < b->len) {
+		size_t n = utf8_seq((const unsigned char *)b->p + i, b->len - i);
+		if (n) {
+			tb_add(&out, b->p + i, n);
+			i += n;
+		} else {
+			tb_add(&out, "\xEF\xBF\xBD", 3);
+			i++;
+		}
+	}
+	tb_free(b);
+	*b = out;
+}
+
+asp_status asp_tools_call(asp_tools *t, const char *name, const char *args_json, char **result_text,
+                          bool *is_error, asp_tools_cancel *cancel)
+{
+	tresult r = {0};
+	asp_status st = ASP_OK;
+	*result_text = NULL;
+	*is_error = true;
+	const tool_entry *e = find_entry(name);
+	json_t *args = NULL;
+	if (!e) {
+		tools_fail(&r, "Error: no tool is called `%s`.", name);
+		st = ASP_E_NOT_FOUND;
+		goto out;
+	}
+	json_error_t jerr;
+	args = json_loads(args_json && *args_json ? args_json : "{}", 0, &jerr);
+	if (!args || !json_is_object(args)) {
+		tools_fail(&r, "Error: the arguments of %s must be a JSON object.", name);
+		st = ASP_E_INVALID_ARGUMENT;
+		goto out;
+	}
+	if (tools_cancelled(cancel)) {
+		tools_fail(&r, "The %s call was cancelled before it started.", name);
+		goto out;
+	}
+	e->fn(t, args, &r, cancel);
+out:
+	json_decref(args);
+	*is_error = r.is_error;
+	utf8_fix(&r.text);
+	*result_text = tb_take(&r.text);
+	if (!*result_text)
+		return ASP_E_INTERNAL;
+	return st;
+}
