@@ -312,7 +312,7 @@ static int make_dir(cp *k, const loc *dst, uint64_t mode)
 
 static int copy_tree(cp *k, const loc *src, const loc *dst, const node *sn);
 
-/* A symlink inside a tree: recreated here; into the sandbox (no symlink op) its file is copied. */
+/* A symlink inside a tree is recreated, in either direction (as cp -a and rsync -l do). */
 static int copy_link(cp *k, const loc *src, const loc *dst)
 {
 	if (src->remote && !dst->remote) {
@@ -340,16 +340,48 @@ static int copy_link(cp *k, const loc *src, const loc *dst)
 		asp_arena_free(a);
 		return rc;
 	}
-	node n;
-	if (node_stat(k, src, true, &n) < 0)
+	/*
+	 * Into the sandbox: the protocol has no op that makes a symlink, so `ln -s` runs there
+	 * (argv, no shell), after the destination is removed as above.
+	 */
+	char target[4096];
+	ssize_t tl = readlink(src->path, target, sizeof target - 1);
+	if (tl < 0)
+		return CP_ERR(cli_fail_errno(k->c, errno, "cp: readlink %s", src->path));
+	target[tl] = '\0';
+	asp_arena *a = cli_arena(k->c);
+	if (!a)
 		return -1;
-	if (n.type != N_FILE) {
-		cli_warn("cp: skipping symlink %s%s: protocol 1 has no op to create one in the "
-		         "sandbox, and it does not point to a file",
-		         side(src), src->path);
-		return 0;
+	asp_error err;
+	asp_remove_params rp;
+	asp_remove_result rr;
+	asp_remove_params_init(&rp);
+	rp.path = dst->path;
+	if (asp_remove(k->client, &rp, &rr, a, &err) != ASP_OK && err.code != ASP_E_NOT_FOUND) {
+		int rc = CP_ERR(cli_fail(k->c, &err, "cp: replace :%s", dst->path));
+		asp_arena_free(a);
+		return rc;
 	}
-	return copy_file(k, src, dst, n.size, n.mode);
+	const char *argv[] = {"ln", "-s", "--", target, dst->path};
+	asp_exec_params p;
+	asp_exec_params_init(&p);
+	p.has_argv = true;
+	p.argv = (asp_strv){argv, 5};
+	asp_exec_result r;
+	int rc = 0;
+	if (asp_exec(k->client, &p, &r, a, &err) != ASP_OK) {
+		if (err.code == ASP_E_NOT_FOUND)
+			cli_warn("cp: skipping symlink %s: the sandbox has no ln to recreate it",
+			         src->path);
+		else
+			rc = CP_ERR(cli_fail(k->c, &err, "cp: symlink :%s", dst->path));
+	} else if (r.exit_code != 0) {
+		asp_error_set(&err, ASP_E_IO_ERROR, dst->path, "ln -s in the sandbox failed: %.*s",
+		              (int)r.stderr_data.len, (const char *)r.stderr_data.data);
+		rc = CP_ERR(cli_fail(k->c, &err, "cp: symlink :%s", dst->path));
+	}
+	asp_arena_free(a);
+	return rc;
 }
 
 static int copy_child(cp *k, const loc *src, const loc *dst, node_type t, uint64_t size,

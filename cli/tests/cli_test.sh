@@ -237,6 +237,23 @@ else not_ok "cp -r down content"; fi
 run 0 "cp -r into an existing directory" -- "$ASP" cp -r "$WORK/tree" ":$BOX/m1"
 if diff -r "$WORK/tree" "$BOX/m1/tree" > /dev/null; then ok "cp -r into it content"
 else not_ok "cp -r into it content"; fi
+# symlinks are recreated both ways (as cp -a does), never followed
+mkdir -p "$WORK/ltree/d"
+printf 'f' > "$WORK/ltree/d/f.txt"
+ln -s d/f.txt "$WORK/ltree/to-file"
+ln -s d "$WORK/ltree/to-dir"
+ln -s /nowhere "$WORK/ltree/dangling"
+run 0 "cp -r up with symlinks" -- "$ASP" cp -r "$WORK/ltree" ":$BOX/ltree"
+for l in to-file to-dir dangling; do
+	if [ -L "$BOX/ltree/$l" ] && [ "$(readlink "$BOX/ltree/$l")" = "$(readlink "$WORK/ltree/$l")" ]
+	then ok "cp -r up recreates symlink $l"; else not_ok "cp -r up recreates symlink $l"; fi
+done
+run 0 "cp -r down with symlinks" -- "$ASP" cp -r ":$BOX/ltree" "$WORK/ltree2"
+for l in to-file to-dir dangling; do
+	if [ -L "$WORK/ltree2/$l" ] && [ "$(readlink "$WORK/ltree2/$l")" = "$(readlink "$WORK/ltree/$l")" ]
+	then ok "cp -r down recreates symlink $l"; else not_ok "cp -r down recreates symlink $l"; fi
+done
+rm -rf "$WORK/ltree" "$WORK/ltree2" "$BOX/ltree"
 run 0 "cp remote to remote" -- "$ASP" cp ":$BOX/up.bin" ":$BOX/up2.bin"
 same_file "cp remote to remote content" "$WORK/big.bin" "$BOX/up2.bin"
 
