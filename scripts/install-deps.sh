@@ -10,6 +10,7 @@ packages=(
   musl-tools
   openssh-server openssh-client dropbear-bin openssl curl
   python3 python3-msgpack python3-paramiko
+  python3-pip python3-setuptools python3-wheel python3-venv
 )
 
 missing=()

@@ -92,20 +92,41 @@ int sdk_copy_runtime(const sdk_options *o, const char *prefix, const char *dest)
 	return 0;
 }
 
-char *sdk_schema_text(const sdk_options *o, size_t *len)
+static char *builtin_spec_text(const char *name, size_t *len)
 {
-	if (o->schema_path)
-		return sdk_read_file(o->schema_path, len);
-	const sdk_file *f = sdk_spec_file("asp.schema.json");
+	const sdk_file *f = sdk_spec_file(name);
 	char *buf = f ? malloc(f->len + 1) : NULL;
 	if (!buf) {
-		fprintf(stderr, "asp-sdkgen: no built-in asp.schema.json\n");
+		fprintf(stderr, "asp-sdkgen: no built-in %s\n", name);
 		return NULL;
 	}
 	memcpy(buf, f->data, f->len);
 	buf[f->len] = '\0';
 	*len = f->len;
 	return buf;
+}
+
+char *sdk_schema_text(const sdk_options *o, size_t *len)
+{
+	if (o->schema_path)
+		return sdk_read_file(o->schema_path, len);
+	return builtin_spec_text("asp.schema.json", len);
+}
+
+char *sdk_v0_schema_text(const sdk_options *o, size_t *len)
+{
+	if (!o->schema_path)
+		return builtin_spec_text("asp.v0.schema.json", len);
+	/* The v0 schema lives beside the version 1 one (spec/), as the C core embeds both. */
+	const char *slash = strrchr(o->schema_path, '/');
+	int dir = slash ? (int)(slash - o->schema_path) : 1;
+	char path[4096];
+	if (snprintf(path, sizeof path, "%.*s/asp.v0.schema.json", dir,
+	             slash ? o->schema_path : ".") >= (int)sizeof path) {
+		fprintf(stderr, "asp-sdkgen: path too long: %s\n", o->schema_path);
+		return NULL;
+	}
+	return sdk_read_file(path, len);
 }
 
 char *sdk_read_file(const char *path, size_t *len)
@@ -475,7 +496,7 @@ static void py_fields(FILE *o, const char *indent, const field *fs, size_t n)
 }
 
 static int emit_spec_tables(const spec *s, const sdk_options *opt, const char *schema,
-                            size_t schema_len)
+                            size_t schema_len, const char *v0, size_t v0_len)
 {
 	const char *rel = "asp/_spec.py";
 	FILE *o = sdk_open(opt, rel);
@@ -531,6 +552,10 @@ static int emit_spec_tables(const spec *s, const sdk_options *opt, const char *s
 	      "CONFIG_SCHEMA = (\n",
 	      o);
 	string_lines(o, "    ", schema, schema_len);
+	fputs(")\n\n# spec/asp.v0.schema.json: files of the v0 draft, read as the C core reads "
+	      "them.\nCONFIG_V0_SCHEMA = (\n",
+	      o);
+	string_lines(o, "    ", v0, v0_len);
 	fputs(")\n", o);
 	return sdk_close(opt, o, rel);
 }
@@ -785,15 +810,20 @@ int emit_python(const spec *s, const sdk_options *opt)
 			return -1;
 		}
 	}
-	size_t schema_len;
+	size_t schema_len, v0_len;
 	char *schema = sdk_schema_text(opt, &schema_len);
-	if (!schema)
+	char *v0 = schema ? sdk_v0_schema_text(opt, &v0_len) : NULL;
+	if (!v0) {
+		free(schema);
 		return -1;
+	}
 	int rc = 0;
-	if (emit_types(s, opt) < 0 || emit_spec_tables(s, opt, schema, schema_len) < 0 ||
+	if (emit_types(s, opt) < 0 ||
+	    emit_spec_tables(s, opt, schema, schema_len, v0, v0_len) < 0 ||
 	    emit_client(s, opt) < 0 || emit_init(s, opt) < 0 || emit_pyproject(s, opt) < 0 ||
 	    emit_readme(s, opt) < 0 || sdk_copy_runtime(opt, "python/", "") < 0)
 		rc = -1;
+	free(v0);
 	free(schema);
 	return rc;
 }
