@@ -137,10 +137,12 @@ class AioClientBase(ClientBase):
         return self
 
     @classmethod
-    def http(cls, url, token=None, *, ca_file=None, cwd=None, env=None, timeout_ms=0):
+    def http(cls, url, token=None, *, ca_file=None, cwd=None, env=None, timeout_ms=0,
+             call_timeout_ms=60000):
         """A client calling ``POST URL/v1/rpc`` of ``asp-agent --listen``, as
         ``asp.Client.http``. HTTP carries no notifications: spawn needs stdio."""
-        t = AioHttpTransport(url, token, cls._spec.MAX_MESSAGE, ca_file=ca_file)
+        t = AioHttpTransport(url, token, cls._spec.MAX_MESSAGE, ca_file=ca_file,
+                             call_timeout_ms=call_timeout_ms)
         return cls(t, cwd, env, timeout_ms)
 
     @classmethod
@@ -154,7 +156,8 @@ class AioClientBase(ClientBase):
         elif cfg.transport == "http":
             token = _config.secret(cfg.http_token_env, cfg.http_token_file)
             c = cls.http(cfg.http_url, token, ca_file=cfg.http_ca_file, cwd=cfg.cwd,
-                         env=cfg.env, timeout_ms=cfg.timeout_ms)
+                         env=cfg.env, timeout_ms=cfg.timeout_ms,
+                         call_timeout_ms=cfg.call_timeout_ms)
         else:
             raise AspError("unsupported", "%s: the %s SDK cannot serve transport %s; use the "
                            "asp CLI or the C library" % (cfg.path, cls.SDK_NAME, cfg.transport),

@@ -390,7 +390,8 @@ class AioHttpTransport:
     carries_notifications = False
 
     def __init__(self, url, token, max_message, ca_file=None, call_timeout_ms=60000):
-        self._t = HttpTransport(url, token, max_message, ca_file=ca_file)
+        self._t = HttpTransport(url, token, max_message, ca_file=ca_file,
+                                call_timeout_ms=call_timeout_ms)
         self.describe = self._t.describe
 
     @property
