@@ -601,13 +601,14 @@ static int emit_client(const spec *s, const sdk_options *opt, bool aio)
 	if (!o)
 		return -1;
 	if (aio)
-		fprintf(o,
-		        "%s\"\"\"asp.aio.Client: asp.Client for asyncio, one coroutine per operation "
-		        "of ASP\nprotocol %d.\"\"\"\n\n"
-		        "from __future__ import annotations\n\n"
-		        "from . import _spec\nfrom ._aio_base import AioClientBase as ClientBase\n"
-		        "from ._aio_base import AioProcess as Process\nfrom .types import (\n",
-		        header_py, s->protocol);
+		fprintf(
+		    o,
+		    "%s\"\"\"asp.aio.Client: asp.Client for asyncio, one coroutine per operation "
+		    "of ASP\nprotocol %d.\"\"\"\n\n"
+		    "from __future__ import annotations\n\n"
+		    "from . import _spec\nfrom ._aio_base import AioClientBase as ClientBase\n"
+		    "from ._aio_base import AioProcess as Process\nfrom .types import (\n",
+		    header_py, s->protocol);
 	else
 		fprintf(o,
 		        "%s\"\"\"asp.Client: one method per operation of ASP protocol %d.\"\"\"\n\n"
@@ -628,16 +629,17 @@ static int emit_client(const spec *s, const sdk_options *opt, bool aio)
 	          : ")\n\n\nclass Client(ClientBase):\n",
 	      o);
 	if (aio)
-		py_docstring(o, "    ",
-		             "A connection to one sandbox, for asyncio. Open it with await "
-		             "Client.from_config(), await Client.stdio(argv) or Client.http(url, "
-		             "token); close it with await close() or an async with block. Every "
-		             "method is a coroutine; calls from many tasks are pipelined over one "
-		             "connection, with asp.Client's deadlines (call_timeout_ms). spawn "
-		             "returns a Process to iterate with async for. Relative paths join the "
-		             "config's cwd, the config's env is added to exec and spawn, and its "
-		             "timeout_ms applies when a call gives none. Errors raise AspError with "
-		             ".code.");
+		py_docstring(
+		    o, "    ",
+		    "A connection to one sandbox, for asyncio. Open it with await "
+		    "Client.from_config(), await Client.stdio(argv) or Client.http(url, "
+		    "token); close it with await close() or an async with block. Every "
+		    "method is a coroutine; calls from many tasks are pipelined over one "
+		    "connection, with asp.Client's deadlines (call_timeout_ms). spawn "
+		    "returns a Process to iterate with async for. Relative paths join the "
+		    "config's cwd, the config's env is added to exec and spawn, and its "
+		    "timeout_ms applies when a call gives none. Errors raise AspError with "
+		    ".code.");
 	else
 		py_docstring(o, "    ",
 		             "A connection to one sandbox. Open it with Client.from_config() (the "
@@ -662,17 +664,18 @@ static int emit_client(const spec *s, const sdk_options *opt, bool aio)
 			        op->one_of[0], op->one_of[1]);
 		if (from) {
 			fputc('\n', o);
-			py_doc(o, "        ", "",
-			       !strcmp(from, "result")
-			           ? (aio ? "Returns a Process: async for over it yields OutputEvent "
-			                    "chunks and the final ExitEvent; .proc is the handle and "
-			                    ".result the SpawnResult. Needs stdio (notifications)."
-			                  : "Returns a Process: iterate it for OutputEvent chunks and "
-			                    "the final ExitEvent; .proc is the handle and .result the "
-			                    "SpawnResult. Needs stdio (notifications).")
-			           : "Returns a Process that yields the replayed and live output "
-			             "and the exit of that process; .result is the op's result. "
-			             "Needs stdio (notifications).");
+			py_doc(
+			    o, "        ", "",
+			    !strcmp(from, "result")
+			        ? (aio ? "Returns a Process: async for over it yields OutputEvent "
+			                 "chunks and the final ExitEvent; .proc is the handle and "
+			                 ".result the SpawnResult. Needs stdio (notifications)."
+			               : "Returns a Process: iterate it for OutputEvent chunks and "
+			                 "the final ExitEvent; .proc is the handle and .result the "
+			                 "SpawnResult. Needs stdio (notifications).")
+			        : "Returns a Process that yields the replayed and live output "
+			          "and the exit of that process; .result is the op's result. "
+			          "Needs stdio (notifications).");
 		}
 		if (op->nfields)
 			fputs("\n        Args:\n", o);
@@ -696,8 +699,8 @@ static int emit_client(const spec *s, const sdk_options *opt, bool aio)
 			fprintf(o, "        return %sself._stream(\"%s\", params, \"%s\")\n",
 			        aio ? "await " : "", op->name, from);
 		else
-			fprintf(o, "        return %sself._call(\"%s\", params)\n", aio ? "await " : "",
-			        op->name);
+			fprintf(o, "        return %sself._call(\"%s\", params)\n",
+			        aio ? "await " : "", op->name);
 	}
 	return sdk_close(opt, o, rel);
 }
@@ -853,8 +856,9 @@ int emit_python(const spec *s, const sdk_options *opt)
 	int rc = 0;
 	if (emit_types(s, opt) < 0 ||
 	    emit_spec_tables(s, opt, schema, schema_len, v0, v0_len) < 0 ||
-	    emit_client(s, opt, false) < 0 || emit_client(s, opt, true) < 0 || emit_init(s, opt) < 0 || emit_pyproject(s, opt) < 0 ||
-	    emit_readme(s, opt) < 0 || sdk_copy_runtime(opt, "python/", "") < 0)
+	    emit_client(s, opt, false) < 0 || emit_client(s, opt, true) < 0 ||
+	    emit_init(s, opt) < 0 || emit_pyproject(s, opt) < 0 || emit_readme(s, opt) < 0 ||
+	    sdk_copy_runtime(opt, "python/", "") < 0)
 		rc = -1;
 	free(v0);
 	free(schema);
