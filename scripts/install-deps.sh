@@ -11,6 +11,7 @@ packages=(
   clang libclang-rt-14-dev
   openssh-server openssh-client dropbear-bin openssl curl
   python3 python3-msgpack python3-paramiko python3-websockets
+  python3-pip python3-setuptools python3-wheel python3-venv
 )
 
 missing=()

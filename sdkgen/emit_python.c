@@ -92,20 +92,41 @@ int sdk_copy_runtime(const sdk_options *o, const char *prefix, const char *dest)
 	return 0;
 }
 
-char *sdk_schema_text(const sdk_options *o, size_t *len)
+static char *builtin_spec_text(const char *name, size_t *len)
 {
-	if (o->schema_path)
-		return sdk_read_file(o->schema_path, len);
-	const sdk_file *f = sdk_spec_file("asp.schema.json");
+	const sdk_file *f = sdk_spec_file(name);
 	char *buf = f ? malloc(f->len + 1) : NULL;
 	if (!buf) {
-		fprintf(stderr, "asp-sdkgen: no built-in asp.schema.json\n");
+		fprintf(stderr, "asp-sdkgen: no built-in %s\n", name);
 		return NULL;
 	}
 	memcpy(buf, f->data, f->len);
 	buf[f->len] = '\0';
 	*len = f->len;
 	return buf;
+}
+
+char *sdk_schema_text(const sdk_options *o, size_t *len)
+{
+	if (o->schema_path)
+		return sdk_read_file(o->schema_path, len);
+	return builtin_spec_text("asp.schema.json", len);
+}
+
+char *sdk_v0_schema_text(const sdk_options *o, size_t *len)
+{
+	if (!o->schema_path)
+		return builtin_spec_text("asp.v0.schema.json", len);
+	/* The v0 schema lives beside the version 1 one (spec/), as the C core embeds both. */
+	const char *slash = strrchr(o->schema_path, '/');
+	int dir = slash ? (int)(slash - o->schema_path) : 1;
+	char path[4096];
+	if (snprintf(path, sizeof path, "%.*s/asp.v0.schema.json", dir,
+	             slash ? o->schema_path : ".") >= (int)sizeof path) {
+		fprintf(stderr, "asp-sdkgen: path too long: %s\n", o->schema_path);
+		return NULL;
+	}
+	return sdk_read_file(path, len);
 }
 
 char *sdk_read_file(const char *path, size_t *len)
@@ -475,7 +496,7 @@ static void py_fields(FILE *o, const char *indent, const field *fs, size_t n)
 }
 
 static int emit_spec_tables(const spec *s, const sdk_options *opt, const char *schema,
-                            size_t schema_len)
+                            size_t schema_len, const char *v0, size_t v0_len)
 {
 	const char *rel = "asp/_spec.py";
 	FILE *o = sdk_open(opt, rel);
@@ -531,12 +552,16 @@ static int emit_spec_tables(const spec *s, const sdk_options *opt, const char *s
 	      "CONFIG_SCHEMA = (\n",
 	      o);
 	string_lines(o, "    ", schema, schema_len);
+	fputs(")\n\n# spec/asp.v0.schema.json: files of the v0 draft, read as the C core reads "
+	      "them.\nCONFIG_V0_SCHEMA = (\n",
+	      o);
+	string_lines(o, "    ", v0, v0_len);
 	fputs(")\n", o);
 	return sdk_close(opt, o, rel);
 }
 
 /* def NAME(self, required..., *, optional...) -> Result: */
-static void py_signature(FILE *o, const record *op, const char *ret)
+static void py_signature(FILE *o, const record *op, const char *ret, bool aio)
 {
 	char items[80][512], head[96], tail[128], ab[64], ann[128], def[64];
 	size_t n = 0;
@@ -561,24 +586,36 @@ static void py_signature(FILE *o, const record *op, const char *ret)
 		default_str(def, sizeof def, f);
 		snprintf(items[n++], 512, "%s: %s = %s", py_attr(f->name, ab, sizeof ab), ann, def);
 	}
-	snprintf(head, sizeof head, "def %s", op->name);
+	snprintf(head, sizeof head, "%sdef %s", aio ? "async " : "", op->name);
 	snprintf(tail, sizeof tail, " -> %s:", ret);
 	fputc('\n', o);
 	py_call(o, "    ", head, items, n, tail);
 }
 
-static int emit_client(const spec *s, const sdk_options *opt)
+/* asp.Client (client.py), or with aio its asyncio twin asp.aio.Client (aio.py): the same
+ * methods as coroutines over the runtime's asyncio transports. */
+static int emit_client(const spec *s, const sdk_options *opt, bool aio)
 {
-	const char *rel = "asp/client.py";
+	const char *rel = aio ? "asp/aio.py" : "asp/client.py";
 	FILE *o = sdk_open(opt, rel);
 	if (!o)
 		return -1;
-	fprintf(
-	    o,
-	    "%s\"\"\"asp.Client: one method per operation of ASP protocol %d.\"\"\"\n\n"
-	    "from __future__ import annotations\n\n"
-	    "from . import _spec\nfrom ._base import ClientBase, Process\nfrom .types import (\n",
-	    header_py, s->protocol);
+	if (aio)
+		fprintf(
+		    o,
+		    "%s\"\"\"asp.aio.Client: asp.Client for asyncio, one coroutine per operation "
+		    "of ASP\nprotocol %d.\"\"\"\n\n"
+		    "from __future__ import annotations\n\n"
+		    "from . import _spec\nfrom ._aio_base import AioClientBase as ClientBase\n"
+		    "from ._aio_base import AioProcess as Process\nfrom .types import (\n",
+		    header_py, s->protocol);
+	else
+		fprintf(o,
+		        "%s\"\"\"asp.Client: one method per operation of ASP protocol %d.\"\"\"\n\n"
+		        "from __future__ import annotations\n\n"
+		        "from . import _spec\nfrom ._base import ClientBase, Process\n"
+		        "from .types import (\n",
+		        header_py, s->protocol);
 	char cls[96];
 	for (size_t i = 0; i < s->nops; i++) {
 		py_class(cls, sizeof cls, "params", s->ops[i].name);
@@ -588,15 +625,30 @@ static int emit_client(const spec *s, const sdk_options *opt)
 			fprintf(o, "    %s,\n", cls);
 		}
 	}
-	fputs(")\n\n\nclass Client(ClientBase):\n", o);
-	py_docstring(o, "    ",
-	             "A connection to one sandbox. Open it with Client.from_config() (the sandbox "
-	             ".asp.json names), Client.stdio(argv) or Client.http(url, token); close it "
-	             "with close() or a with block. Every method is synchronous and thread-safe: "
-	             "calls from many threads are pipelined over one connection. Relative paths "
-	             "join the config's cwd, the config's env is added to exec and spawn, and its "
-	             "timeout_ms applies when a call gives none. Errors raise AspError with "
-	             ".code.");
+	fputs(aio ? ")\n\n__all__ = [\"Client\", \"Process\"]\n\n\nclass Client(ClientBase):\n"
+	          : ")\n\n\nclass Client(ClientBase):\n",
+	      o);
+	if (aio)
+		py_docstring(
+		    o, "    ",
+		    "A connection to one sandbox, for asyncio. Open it with await "
+		    "Client.from_config(), await Client.stdio(argv) or Client.http(url, "
+		    "token); close it with await close() or an async with block. Every "
+		    "method is a coroutine; calls from many tasks are pipelined over one "
+		    "connection, with asp.Client's deadlines (call_timeout_ms). spawn "
+		    "returns a Process to iterate with async for. Relative paths join the "
+		    "config's cwd, the config's env is added to exec and spawn, and its "
+		    "timeout_ms applies when a call gives none. Errors raise AspError with "
+		    ".code.");
+	else
+		py_docstring(o, "    ",
+		             "A connection to one sandbox. Open it with Client.from_config() (the "
+		             "sandbox .asp.json names), Client.stdio(argv) or Client.http(url, "
+		             "token); close it with close() or a with block. Every method is "
+		             "synchronous and thread-safe: calls from many threads are pipelined "
+		             "over one connection. Relative paths join the config's cwd, the "
+		             "config's env is added to exec and spawn, and its timeout_ms applies "
+		             "when a call gives none. Errors raise AspError with .code.");
 	fputs("\n    _spec = _spec\n", o);
 	for (size_t i = 0; i < s->nops; i++) {
 		const record *op = &s->ops[i];
@@ -604,7 +656,7 @@ static int emit_client(const spec *s, const sdk_options *opt)
 		char ret[96], pcls[96], ab[64], items[80][512];
 		py_class(pcls, sizeof pcls, "params", op->name);
 		py_class(ret, sizeof ret, "result", op->name);
-		py_signature(o, op, from ? "Process" : ret);
+		py_signature(o, op, from ? "Process" : ret, aio);
 		fputs("        \"\"\"\n", o);
 		py_doc(o, "        ", "", op->doc);
 		if (op->one_of[0])
@@ -612,14 +664,18 @@ static int emit_client(const spec *s, const sdk_options *opt)
 			        op->one_of[0], op->one_of[1]);
 		if (from) {
 			fputc('\n', o);
-			py_doc(o, "        ", "",
-			       !strcmp(from, "result")
-			           ? "Returns a Process: iterate it for OutputEvent chunks and "
-			             "the final ExitEvent; .proc is the handle and .result the "
-			             "SpawnResult. Needs stdio (notifications)."
-			           : "Returns a Process that yields the replayed and live output "
-			             "and the exit of that process; .result is the op's result. "
-			             "Needs stdio (notifications).");
+			py_doc(
+			    o, "        ", "",
+			    !strcmp(from, "result")
+			        ? (aio ? "Returns a Process: async for over it yields OutputEvent "
+			                 "chunks and the final ExitEvent; .proc is the handle and "
+			                 ".result the SpawnResult. Needs stdio (notifications)."
+			               : "Returns a Process: iterate it for OutputEvent chunks and "
+			                 "the final ExitEvent; .proc is the handle and .result the "
+			                 "SpawnResult. Needs stdio (notifications).")
+			        : "Returns a Process that yields the replayed and live output "
+			          "and the exit of that process; .result is the op's result. "
+			          "Needs stdio (notifications).");
 		}
 		if (op->nfields)
 			fputs("\n        Args:\n", o);
@@ -640,10 +696,11 @@ static int emit_client(const spec *s, const sdk_options *opt)
 		snprintf(head, sizeof head, "params = %s", pcls);
 		py_call(o, "        ", head, items, n, "");
 		if (from)
-			fprintf(o, "        return self._stream(\"%s\", params, \"%s\")\n",
-			        op->name, from);
+			fprintf(o, "        return %sself._stream(\"%s\", params, \"%s\")\n",
+			        aio ? "await " : "", op->name, from);
 		else
-			fprintf(o, "        return self._call(\"%s\", params)\n", op->name);
+			fprintf(o, "        return %sself._call(\"%s\", params)\n",
+			        aio ? "await " : "", op->name);
 	}
 	return sdk_close(opt, o, rel);
 }
@@ -670,7 +727,7 @@ static int emit_init(const spec *s, const sdk_options *opt)
 	        "Generated by asp-sdkgen from spec/protocol.json (protocol %d).\n\"\"\"\n\n"
 	        "from ._base import Process\nfrom ._errors import AspError\n"
 	        "from ._spec import ERROR_CODES, MAX_MESSAGE, PROTOCOL\n"
-	        "from .client import Client\nfrom .types import (\n",
+	        "from . import aio\nfrom .client import Client\nfrom .types import (\n",
 	        header_py, s->protocol);
 	/* every exported class, sorted, for __all__ as well */
 	size_t n = s->nrecords + 2 * s->nops + s->nnotes, k = 0;
@@ -757,6 +814,10 @@ static int emit_readme(const spec *s, const sdk_options *opt)
 	        "- Errors raise `asp.AspError` with `.code` (one of `asp.ERROR_CODES`) and "
 	        "`.message`.\n"
 	        "- Thread-safe and pipelined: many threads may share one client.\n"
+	        "- `asp.aio.Client` is the same for asyncio: `c = await "
+	        "asp.aio.Client.stdio(argv)` (or `await ...from_config()`, `...http(url, "
+	        "token)`), every method a coroutine, `async for ev in await c.spawn(...)`, "
+	        "`await c.close()` or `async with`; the same deadlines (`call_timeout_ms`).\n"
 	        "- `.asp.json` is found and validated as the C core does it, with the same "
 	        "messages; the SDK serves the `stdio` and `http` transports and says so for "
 	        "`ssh` (use the `asp` CLI or the C library there).\n"
@@ -785,15 +846,21 @@ int emit_python(const spec *s, const sdk_options *opt)
 			return -1;
 		}
 	}
-	size_t schema_len;
+	size_t schema_len, v0_len;
 	char *schema = sdk_schema_text(opt, &schema_len);
-	if (!schema)
+	char *v0 = schema ? sdk_v0_schema_text(opt, &v0_len) : NULL;
+	if (!v0) {
+		free(schema);
 		return -1;
+	}
 	int rc = 0;
-	if (emit_types(s, opt) < 0 || emit_spec_tables(s, opt, schema, schema_len) < 0 ||
-	    emit_client(s, opt) < 0 || emit_init(s, opt) < 0 || emit_pyproject(s, opt) < 0 ||
-	    emit_readme(s, opt) < 0 || sdk_copy_runtime(opt, "python/", "") < 0)
+	if (emit_types(s, opt) < 0 ||
+	    emit_spec_tables(s, opt, schema, schema_len, v0, v0_len) < 0 ||
+	    emit_client(s, opt, false) < 0 || emit_client(s, opt, true) < 0 ||
+	    emit_init(s, opt) < 0 || emit_pyproject(s, opt) < 0 || emit_readme(s, opt) < 0 ||
+	    sdk_copy_runtime(opt, "python/", "") < 0)
 		rc = -1;
+	free(v0);
 	free(schema);
 	return rc;
 }

@@ -203,8 +203,28 @@ static void ts_fields(FILE *o, const char *indent, const field *fs, size_t n)
 		fputs("]", o);
 }
 
+/* A long text (a config schema) as string literals joined by +, one per line of it. */
+static void ts_text_lines(FILE *o, const char *text, size_t len)
+{
+	size_t start = 0;
+	bool first = true;
+	for (size_t i = 0; i <= len; i++) {
+		if (i < len && text[i] != '\n')
+			continue;
+		size_t end = i < len ? i + 1 : i;
+		if (end > start) {
+			fprintf(o, "%s  ", first ? "" : " +\n");
+			sdk_string_literal(o, text + start, end - start);
+			first = false;
+		}
+		start = end;
+	}
+	if (first)
+		fputs("  \"\"", o);
+}
+
 static int emit_spec_tables(const spec *s, const sdk_options *opt, const char *schema,
-                            size_t schema_len)
+                            size_t schema_len, const char *v0, size_t v0_len)
 {
 	const char *rel = "src/spec.ts";
 	FILE *o = sdk_open(opt, rel);
@@ -254,23 +274,14 @@ static int emit_spec_tables(const spec *s, const sdk_options *opt, const char *s
 	fputs("};\n\n/** spec/asp.schema.json, which config.ts interprets as the C core does. */\n"
 	      "const CONFIG_SCHEMA =\n",
 	      o);
-	size_t start = 0;
-	bool first = true;
-	for (size_t i = 0; i <= schema_len; i++) {
-		if (i < schema_len && schema[i] != '\n')
-			continue;
-		size_t end = i < schema_len ? i + 1 : i;
-		if (end > start) {
-			fprintf(o, "%s  ", first ? "" : " +\n");
-			sdk_string_literal(o, schema + start, end - start);
-			first = false;
-		}
-		start = end;
-	}
-	if (first)
-		fputs("  \"\"", o);
+	ts_text_lines(o, schema, schema_len);
+	fputs(";\n\n/** spec/asp.v0.schema.json: files of the v0 draft, read as the C core reads "
+	      "them. */\nconst CONFIG_V0_SCHEMA =\n",
+	      o);
+	ts_text_lines(o, v0, v0_len);
 	fputs(";\n\nexport const SPEC: SpecTables = {\n  PROTOCOL,\n  MAX_MESSAGE,\n"
-	      "  ERROR_CODES,\n  OPS,\n  NOTES,\n  STREAM_END: \"exit\",\n  CONFIG_SCHEMA,\n};\n",
+	      "  ERROR_CODES,\n  OPS,\n  NOTES,\n  STREAM_END: \"exit\",\n  CONFIG_SCHEMA,\n"
+	      "  CONFIG_V0_SCHEMA,\n};\n",
 	      o);
 	return sdk_close(opt, o, rel);
 }
@@ -522,15 +533,20 @@ int emit_typescript(const spec *s, const sdk_options *opt)
 			return -1;
 		}
 	}
-	size_t schema_len;
+	size_t schema_len, v0_len;
 	char *schema = sdk_schema_text(opt, &schema_len);
-	if (!schema)
+	char *v0 = schema ? sdk_v0_schema_text(opt, &v0_len) : NULL;
+	if (!v0) {
+		free(schema);
 		return -1;
+	}
 	int rc = 0;
-	if (emit_types(s, opt) < 0 || emit_spec_tables(s, opt, schema, schema_len) < 0 ||
+	if (emit_types(s, opt) < 0 ||
+	    emit_spec_tables(s, opt, schema, schema_len, v0, v0_len) < 0 ||
 	    emit_client(s, opt) < 0 || emit_index(s, opt) < 0 || emit_package(s, opt) < 0 ||
 	    emit_readme(s, opt) < 0 || sdk_copy_runtime(opt, "typescript/", "") < 0)
 		rc = -1;
+	free(v0);
 	free(schema);
 	return rc;
 }

@@ -91,6 +91,8 @@ int sdk_copy_runtime(const sdk_options *o, const char *prefix, const char *dest)
 char *sdk_read_file(const char *path, size_t *len);
 /* The config schema (o->schema_path, or the built-in one) as sdk_read_file returns it. */
 char *sdk_schema_text(const sdk_options *o, size_t *len);
+/* spec/asp.v0.schema.json: beside o->schema_path, or the built-in one without it. */
+char *sdk_v0_schema_text(const sdk_options *o, size_t *len);
 /* "proc_info" + "Result" -> "ProcInfoResult". */
 void sdk_camel(char *dst, size_t cap, const char *name, const char *suffix);
 /* Words of `text` filled to `width` columns, each line starting with `indent`, lines after

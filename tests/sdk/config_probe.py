@@ -18,7 +18,7 @@ SSH_KEYS = ("host", "port", "user", "identity_file", "identity_env", "password_e
 
 def probe(args):
     try:
-        v = _config.load(args[0] if args else None, _spec.CONFIG_SCHEMA)
+        v = _config.load(args[0] if args else None, _spec.CONFIG_SCHEMA, _spec.CONFIG_V0_SCHEMA)
         d = v.as_dict()
         d["ssh"] = {k: v.ssh.get(k) for k in SSH_KEYS}
         d["ssh"]["port"] = d["ssh"]["port"] or 0

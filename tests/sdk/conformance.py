@@ -3,10 +3,13 @@
 SDK against a real responder: the same names, inputs, expected results and error codes,
 case for case, so a difference between the C core and the SDK shows up as a failure here.
 
-usage: conformance.py --sdk DIR (--stdio ARGV... | --http URL [--token T] | --config F)
-                      [--only SUBSTRING] [--list]
+usage: conformance.py --sdk DIR [--aio] (--stdio ARGV... | --http URL [--token T] |
+                      --config F) [--only SUBSTRING] [--list]
+
+With --aio the same case bodies drive asp.aio.Client (asyncio) through AioFacade.
 """
 import argparse
+import asyncio
 import os
 import sys
 import threading
@@ -996,6 +999,32 @@ def run_case(client, root, name, fn):
     return status, msg, mono_ms() - t0
 
 
+class AioFacade:
+    """asp.aio.Client behind the synchronous surface the case bodies call: each method
+    runs as a coroutine on one event loop in its own thread, so calls from a case's
+    threads run as concurrent tasks on the one connection."""
+
+    def __init__(self, make):
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._client = self._run(make())
+
+    def _run(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def __getattr__(self, name):
+        attr = getattr(self._client, name)
+        if asyncio.iscoroutinefunction(attr):
+            return lambda *a, **kw: self._run(attr(*a, **kw))
+        return attr
+
+    def close(self):
+        self._run(self._client.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(30)
+
+
 def main():
     global asp
     ap = argparse.ArgumentParser()
@@ -1005,12 +1034,21 @@ def main():
     ap.add_argument("--config")
     ap.add_argument("--only")
     ap.add_argument("--label", default="")
+    ap.add_argument("--aio", action="store_true", help="through asp.aio.Client (asyncio)")
     ap.add_argument("--stdio", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     sys.path.insert(0, a.sdk)
     import asp as asp_module
     asp = asp_module
-    if a.stdio:
+    if a.aio:
+        async def make():
+            if a.stdio:
+                return await asp.aio.Client.stdio(a.stdio)
+            if a.http:
+                return asp.aio.Client.http(a.http, a.token)
+            return await asp.aio.Client.from_config(a.config)
+        client = AioFacade(make)
+    elif a.stdio:
         client = asp.Client.stdio(a.stdio)
     elif a.http:
         client = asp.Client.http(a.http, a.token)
@@ -1033,7 +1071,7 @@ def main():
     except asp.AspError:
         pass
     client.close()
-    print("python SDK over %s: %d cases in %.1f s" % (label, sum(counts.values()),
+    print("python SDK%s over %s: %d cases in %.1f s" % (" (asyncio)" if a.aio else "", label, sum(counts.values()),
                                                        (mono_ms() - t0) / 1000))
     print("%d passed, %d failed, %d skipped" % (counts["PASS"], counts["FAIL"],
                                                  counts["SKIP"]))

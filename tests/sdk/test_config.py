@@ -141,6 +141,52 @@ CASES = [
      b'"extra":{"deeper":[1,2,{"x":1}]}}}'),
     ("array-top", b'[1, 2]'),
     ("object-value-for-string", b'{"version":1,"transport":{"a":1}}'),
+    # files of the v0 draft (spec/asp.v0.schema.json), mapped onto ssh as config.c maps them
+    ("v0-minimal", b'{"version": "0", "transport": "ssh", "connection": {"host": "box"}}'),
+    ("v0-full-file-fingerprint", ('{\n  "version": "0",\n  "transport": "ssh",\n'
+                                  '  "connection": {"host": "box", "port": 2222, "user": "me",\n'
+                                  '    "identity": {"file": "keys/id_ed25519"},\n'
+                                  '    "host_key": "%s"},\n  "workspace": "/work"\n}\n'
+                                  % KEY).encode()),
+    ("v0-env-and-key-line", b'{"version":"0","transport":"ssh","connection":{"host":"h",'
+     b'"identity":{"env":"SANDBOX_KEY"},"host_key":"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5 me@box"}}'),
+    ("v0-identity-home", b'{"version":"0","transport":"ssh","connection":{"host":"h",'
+     b'"identity":{"file":"~/.ssh/id"}}}'),
+    ("v0-identity-empty", b'{"version":"0","transport":"ssh","connection":{"host":"h",'
+     b'"identity":{}}}'),
+    ("v0-identity-both", b'{"version":"0","transport":"ssh","connection":{"host":"h",'
+     b'"identity":{"env":"K",\n "file":"id"}}}'),
+    ("v0-identity-user", b'{"version":"0","transport":"ssh","connection":{"host":"h",'
+     b'"identity":{"file":"~bob/id"}}}'),
+    ("v0-identity-unknown", b'{"version":"0","transport":"ssh","connection":{"host":"h",'
+     b'"identity":{"path":"id"}}}'),
+    ("v0-identity-string", b'{"version":"0","transport":"ssh","connection":{"host":"h",'
+     b'"identity":"id"}}'),
+    ("v0-identity-env-empty", b'{"version":"0","transport":"ssh","connection":{"host":"h",'
+     b'"identity":{"env":""}}}'),
+    ("v0-version-int-0", b'{"version": 0, "transport": "ssh", "connection": {"host": "h"}}'),
+    ("v0-transport-stdio", b'{"version": "0", "transport": "stdio", "connection": {"host": "h"}}'),
+    ("v0-transport-missing", b'{"version": "0", "connection": {"host": "h"}}'),
+    ("v0-connection-missing", b'{"version": "0", "transport": "ssh"}'),
+    ("v0-connection-array", b'{"version": "0", "transport": "ssh", "connection": []}'),
+    ("v0-host-missing", b'{"version": "0", "transport": "ssh", "connection": {"port": 22}}'),
+    ("v0-host-empty", b'{"version": "0", "transport": "ssh", "connection": {"host": ""}}'),
+    ("v0-port-0", b'{"version":"0","transport":"ssh","connection":{"host":"h","port":0}}'),
+    ("v0-port-string", b'{"version":"0","transport":"ssh","connection":{"host":"h","port":"22"}}'),
+    ("v0-user-empty", b'{"version":"0","transport":"ssh","connection":{"host":"h","user":""}}'),
+    ("v0-host-key-empty", b'{"version":"0","transport":"ssh","connection":{"host":"h",'
+     b'"host_key":""}}'),
+    # valid v0, refused by version 1's stricter pattern once mapped: the path is v1's
+    ("v0-host-key-short-fingerprint", b'{"version":"0","transport":"ssh","connection":{'
+     b'"host":"h","host_key":"SHA256:abc"}}'),
+    ("v0-workspace-relative", b'{"version":"0","transport":"ssh","connection":{"host":"h"},'
+     b'"workspace":"work"}'),
+    ("v0-workspace-int", b'{"version":"0","transport":"ssh","connection":{"host":"h"},'
+     b'"workspace":1}'),
+    ("v0-env-beyond-v0", b'{"version":"0","transport":"ssh","connection":{"host":"h"},'
+     b'"env":{"A":"1"}}'),
+    ("v0-connection-unknown", b'{"version":"0","transport":"ssh","connection":{"host":"h",'
+     b'"password_env":"PW"}}'),
 ]
 
 

@@ -17,7 +17,8 @@ flock 9
 sum=$(cd "$src" && find . -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-64)
 if [ "$(cat "$work/.prepared" 2>/dev/null)" != "$sum" ]; then
   rm -rf "$work/src" "$work/dist"
-  cp -r "$src/src" "$src/package.json" "$src/package-lock.json" "$src/tsconfig.json" "$work/"
+  rm -f "$work/README.md"
+  cp -r "$src/src" "$src/package.json" "$src/package-lock.json" "$src/tsconfig.json" "$src/README.md" "$work/"
   if ! cmp -s "$src/package-lock.json" "$work/.installed-lock" || [ ! -d "$work/node_modules" ]; then
     (cd "$work" && npm ci --no-audit --no-fund --loglevel=error >&2)
     cp "$src/package-lock.json" "$work/.installed-lock"

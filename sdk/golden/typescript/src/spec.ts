@@ -584,6 +584,81 @@ const CONFIG_SCHEMA =
   "  ]\n" +
   "}\n";
 
+/** spec/asp.v0.schema.json: files of the v0 draft, read as the C core reads them. */
+const CONFIG_V0_SCHEMA =
+  "{\n" +
+  "  \"$schema\": \"https://json-schema.org/draft/2020-12/schema\",\n" +
+  "  \"title\": \".asp.json, version 0\",\n" +
+  "  \"description\": \"The public ASP v0 draft's format: SSH only. Read strictly (unknown keys are errors) and mapped onto the version 1 SSH transport: workspace becomes cwd, identity.file the key file, identity.env a variable holding the private key (or a path to it), host_key pins the server key; without host_key an unknown key is recorded in known_hosts on first use (accept-new). Features beyond v0 (stdio, HTTP, env, timeouts, agent mode) need a version 1 file: asp init --from-v0 writes one.\",\n" +
+  "  \"type\": \"object\",\n" +
+  "  \"additionalProperties\": false,\n" +
+  "  \"required\": [\"version\", \"transport\", \"connection\"],\n" +
+  "  \"properties\": {\n" +
+  "    \"version\": {\n" +
+  "      \"description\": \"Version of this file's format: the string \\\"0\\\".\",\n" +
+  "      \"const\": \"0\"\n" +
+  "    },\n" +
+  "    \"transport\": {\n" +
+  "      \"description\": \"v0 has one transport.\",\n" +
+  "      \"const\": \"ssh\"\n" +
+  "    },\n" +
+  "    \"connection\": {\n" +
+  "      \"description\": \"How to reach the sandbox's sshd.\",\n" +
+  "      \"type\": \"object\",\n" +
+  "      \"additionalProperties\": false,\n" +
+  "      \"required\": [\"host\"],\n" +
+  "      \"properties\": {\n" +
+  "        \"host\": {\n" +
+  "          \"description\": \"Host name or address of the sandbox's sshd.\",\n" +
+  "          \"type\": \"string\",\n" +
+  "          \"minLength\": 1\n" +
+  "        },\n" +
+  "        \"port\": {\n" +
+  "          \"description\": \"TCP port of the sshd.\",\n" +
+  "          \"type\": \"integer\",\n" +
+  "          \"minimum\": 1,\n" +
+  "          \"maximum\": 65535,\n" +
+  "          \"default\": 22\n" +
+  "        },\n" +
+  "        \"user\": {\n" +
+  "          \"description\": \"Login name; the local user name when absent.\",\n" +
+  "          \"type\": \"string\",\n" +
+  "          \"minLength\": 1\n" +
+  "        },\n" +
+  "        \"identity\": {\n" +
+  "          \"description\": \"The private key: env names a local variable holding it (the key text, or a path to a key file), file is a local key file; never both.\",\n" +
+  "          \"type\": \"object\",\n" +
+  "          \"additionalProperties\": false,\n" +
+  "          \"properties\": {\n" +
+  "            \"env\": {\n" +
+  "              \"description\": \"Name of a local environment variable holding the private key (or a path to it).\",\n" +
+  "              \"type\": \"string\",\n" +
+  "              \"minLength\": 1\n" +
+  "            },\n" +
+  "            \"file\": {\n" +
+  "              \"description\": \"Local private key file.\",\n" +
+  "              \"type\": \"string\",\n" +
+  "              \"minLength\": 1\n" +
+  "            }\n" +
+  "          },\n" +
+  "          \"if\": {\"required\": [\"env\"]},\n" +
+  "          \"then\": {\"properties\": {\"file\": false}}\n" +
+  "        },\n" +
+  "        \"host_key\": {\n" +
+  "          \"description\": \"Pins the server's key: its public key line (TYPE BASE64 [comment]) or its SHA256: fingerprint. Absent: trust on first use (accept-new with ~/.ssh/known_hosts).\",\n" +
+  "          \"type\": \"string\",\n" +
+  "          \"minLength\": 1\n" +
+  "        }\n" +
+  "      }\n" +
+  "    },\n" +
+  "    \"workspace\": {\n" +
+  "      \"description\": \"Working directory in the sandbox; absolute.\",\n" +
+  "      \"type\": \"string\",\n" +
+  "      \"pattern\": \"^/\"\n" +
+  "    }\n" +
+  "  }\n" +
+  "}\n";
+
 export const SPEC: SpecTables = {
   PROTOCOL,
   MAX_MESSAGE,
@@ -592,4 +667,5 @@ export const SPEC: SpecTables = {
   NOTES,
   STREAM_END: "exit",
   CONFIG_SCHEMA,
+  CONFIG_V0_SCHEMA,
 };

@@ -154,25 +154,29 @@ class ClientBase:
         return self
 
     @classmethod
-    def http(cls, url, token=None, *, ca_file=None, cwd=None, env=None, timeout_ms=0):
+    def http(cls, url, token=None, *, ca_file=None, cwd=None, env=None, timeout_ms=0,
+             call_timeout_ms=60000):
         """A client calling ``POST URL/v1/rpc`` of ``asp-agent --listen``, with
         ``Authorization: Bearer token`` when a token is given. HTTP carries no
-        notifications, so ``spawn`` and ``proc_attach`` need stdio."""
-        t = _transport.HttpTransport(url, token, cls._spec.MAX_MESSAGE, ca_file=ca_file)
+        notifications, so ``spawn`` and ``proc_attach`` need stdio. ``call_timeout_ms``
+        is the deadline of calls without a time limit of their own, as for stdio."""
+        t = _transport.HttpTransport(url, token, cls._spec.MAX_MESSAGE, ca_file=ca_file,
+                                     call_timeout_ms=call_timeout_ms)
         return cls(t, cwd, env, timeout_ms)
 
     @classmethod
     def from_config(cls, path=None):
         """A client for the sandbox ``.asp.json`` names: the file at ``path``, else
         ``$ASP_CONFIG``, else ``.asp.json`` in the working directory or a parent."""
-        cfg = _config.load(path, cls._spec.CONFIG_SCHEMA)
+        cfg = _config.load(path, cls._spec.CONFIG_SCHEMA, cls._spec.CONFIG_V0_SCHEMA)
         if cfg.transport == "stdio":
             c = cls.stdio(cfg.stdio_command, cwd=cfg.cwd, env=cfg.env,
                           timeout_ms=cfg.timeout_ms, call_timeout_ms=cfg.call_timeout_ms)
         elif cfg.transport == "http":
             token = _config.secret(cfg.http_token_env, cfg.http_token_file)
             c = cls.http(cfg.http_url, token, ca_file=cfg.http_ca_file, cwd=cfg.cwd,
-                         env=cfg.env, timeout_ms=cfg.timeout_ms)
+                         env=cfg.env, timeout_ms=cfg.timeout_ms,
+                         call_timeout_ms=cfg.call_timeout_ms)
         else:
             raise AspError("unsupported", "%s: the %s SDK cannot serve transport %s; use the "
                            "asp CLI or the C library" % (cfg.path, cls.SDK_NAME, cfg.transport),
@@ -183,7 +187,7 @@ class ClientBase:
     @classmethod
     def load_config(cls, path=None):
         """Finds and validates a config without connecting; returns its view."""
-        return _config.load(path, cls._spec.CONFIG_SCHEMA)
+        return _config.load(path, cls._spec.CONFIG_SCHEMA, cls._spec.CONFIG_V0_SCHEMA)
 
     def close(self):
         """Closes the connection: a stdio responder gets EOF, answers what is in flight

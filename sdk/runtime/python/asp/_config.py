@@ -304,18 +304,49 @@ def _check_fields(schema):
 _SCHEMA = {}
 
 
-def _load_schema(text):
+def _load_schema(text, v1=True):
     s = _SCHEMA.get(text)
     if s is None:
+        name = "spec/asp.schema.json" if v1 else "spec/asp.v0.schema.json"
         try:
             s = _json.parse(text.encode("utf-8"))
         except _json.JsonError as e:
-            raise _error("internal", "spec/asp.schema.json:%d:%d: %s" % (e.line, e.column,
-                                                                         e.text))
+            raise _error("internal", "%s:%d:%d: %s" % (name, e.line, e.column, e.text))
         _check_schema(s, "")
-        _check_fields(s)
+        if v1:
+            _check_fields(s)  # a v0 file reaches the view only as its version 1 form
         _SCHEMA[text] = s
     return s
+
+
+# ---- version 0 (core/src/config.c map_v0, docs/decisions.md "Files of the ASP v0 draft") -
+
+def _is_v0(doc):
+    return isinstance(doc, dict) and doc.get("version") == "0"
+
+
+def _v0_to_v1(v0):
+    """The version 1 document a valid v0 document means, keys in the C core's order."""
+    conn = v0.get("connection") or {}
+    ident = conn.get("identity") or {}
+    v1 = {"version": 1, "transport": "ssh"}
+    ssh = {}
+    if "workspace" in v0:
+        v1["cwd"] = v0["workspace"]
+    for src, dst in ((conn, "host"), (conn, "port"), (conn, "user")):
+        if dst in src:
+            ssh[dst] = src[dst]
+    if "file" in ident:
+        ssh["identity_file"] = ident["file"]
+    if "env" in ident:
+        ssh["identity_env"] = ident["env"]
+    hk = conn.get("host_key")
+    if hk is None:
+        ssh["strict_host_key_checking"] = "accept-new"
+    else:
+        ssh["host_key_sha256" if hk.startswith("SHA256:") else "host_key"] = hk
+    v1["ssh"] = ssh
+    return v1
 
 
 # ---- where a key or value sits in the text (config_locate.c) ----------------------------
@@ -584,7 +615,7 @@ def _validate(v, s, inst):
     if s is True:
         return
     if s is False:
-        raise v.fail("value", "not allowed here")
+        raise v.fail("value", "not allowed when %s" % v.cond if v.cond else "not allowed here")
     if not _value_ok(s, inst):
         want, got = _SBuf(512), _SBuf(128)
         _describe(want, s)
@@ -671,6 +702,11 @@ def _describe_condition(cond):
             continue
         b.add(("%s is " if not len(b) else " and %s is ") % name)
         _show_value(b, p["const"])
+    # a required key the "if" does not also pin to a value: its presence is the condition
+    props = cond.get("properties") or {}
+    for k in cond.get("required") or ():
+        if isinstance(k, str) and not (isinstance(props.get(k), dict) and "const" in props[k]):
+            b.add("%s%s is given" % (" and " if len(b) else "", k))
     return b.text()
 
 
@@ -838,9 +874,11 @@ def _syntax_error(file, file_path, e):
         file_path)
 
 
-def parse(data, filename, schema_text):
+def parse(data, filename, schema_text, v0_schema_text=None):
     """Validates config bytes. ``filename`` names the file in messages and its directory
-    is the base of relative paths; None means "<memory>" and the working directory."""
+    is the base of relative paths; None means "<memory>" and the working directory. A
+    file of the v0 draft ("version": "0") is checked against ``v0_schema_text`` and read
+    as the version 1 file it means."""
     if filename is not None:
         file = _absolute(filename)
         base = file[:file.rindex("/")] or "/"
@@ -860,6 +898,9 @@ def parse(data, filename, schema_text):
     except _json.JsonError as e:
         raise _syntax_error(file, file_path, e)
     v = _V(bytes(data), file, file_path)
+    if _is_v0(doc) and v0_schema_text is not None:
+        _validate(v, _load_schema(v0_schema_text, v1=False), doc)
+        doc = _v0_to_v1(doc)
     _validate(v, schema, doc)
     cfg = Config()
     cfg.path = file if filename is not None else None
@@ -934,13 +975,13 @@ def find(start_dir=None):
                  "`asp init`, or set ASP_CONFIG to its path" % start, start)
 
 
-def load(path, schema_text):
+def load(path, schema_text, v0_schema_text=None):
     """Reads and validates the config at path, or the one find() finds when None."""
     if path is None:
         path = find()
     path = os.fsdecode(path)
     data = _read_file(path, CONFIG_MAX_BYTES, "config")
-    return parse(data, path, schema_text)
+    return parse(data, path, schema_text, v0_schema_text)
 
 
 def secret(env_name, file_path):

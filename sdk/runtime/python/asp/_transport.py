@@ -6,6 +6,7 @@ one connection."""
 import collections
 import http.client
 import os
+import select
 import signal as _signal
 import socket
 import ssl
@@ -436,11 +437,15 @@ class _HTTPSConnection(http.client.HTTPSConnection):
 
 
 class HttpTransport:
-    """POST /v1/rpc, one request per call, one kept-alive connection per thread."""
+    """POST /v1/rpc, one request per call, one kept-alive connection per thread. The
+    stdio client's deadlines apply (docs/faults.md): connecting and each send or read
+    make progress within call_timeout_ms, and the answer starts within call_timeout_ms
+    plus the op's own timeout_ms; an exec or proc_wait without one is probed with hello
+    on a connection of its own every call_timeout_ms instead."""
 
     carries_notifications = False
 
-    def __init__(self, url, token, max_message, ca_file=None):
+    def __init__(self, url, token, max_message, ca_file=None, call_timeout_ms=60000):
         u = urllib.parse.urlsplit(url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise AspError("invalid_argument", "http needs a URL like http://127.0.0.1:8722, "
@@ -460,21 +465,68 @@ class HttpTransport:
         self._next_id = 0
         self._conns = []
         self._closed = False
+        self.call_timeout_ms = call_timeout_ms or 60000
         self.describe = url
 
-    def _new_conn(self):
+    def _new_conn(self, keep=True):
+        t = self.call_timeout_ms / 1000.0
         if self.scheme == "https":
-            c = _HTTPSConnection(self.host, self.port, context=self.ctx)
+            c = _HTTPSConnection(self.host, self.port, context=self.ctx, timeout=t)
         else:
-            c = _HTTPConnection(self.host, self.port)
-        with self._lock:
-            self._conns.append(c)
+            c = _HTTPConnection(self.host, self.port, timeout=t)
+        if keep:
+            with self._lock:
+                self._conns.append(c)
         return c
 
-    def _post(self, body):
+    def _headers(self):
         headers = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
         if self.token:
             headers["Authorization"] = "Bearer " + self.token
+        return headers
+
+    def _probe(self):
+        """Whether the server answers hello within call_timeout_ms, on a fresh connection
+        (the waiting call's one is busy)."""
+        c = self._new_conn(keep=False)
+        try:
+            c.request("POST", self.path, body=_wire.request(0, "hello", {}),
+                      headers=self._headers())
+            resp = c.getresponse()
+            resp.read(self.max_message + 1)
+            return resp.status == 200
+        except (OSError, http.client.HTTPException):
+            return False
+        finally:
+            c.close()
+
+    def _await_answer(self, conn, method, params):
+        """Waits until the answer starts, within the call's deadline (docs/faults.md)."""
+        ms = self.call_timeout_ms
+        own = _own_limit(method, params)
+        limit = ms if own is None else own + ms
+        sock = conn.sock
+        while True:
+            if sock is None or (hasattr(sock, "pending") and sock.pending()):
+                return
+            ready, _, _ = select.select([sock], [], [], limit / 1000.0)
+            if ready:
+                return
+            if own is None:
+                if self._probe():
+                    limit = ms
+                    continue
+                raise AspError("transport_error", "%s: %s did not answer a liveness probe "
+                               "(hello) within call_timeout_ms (%d ms)" % (method, self.url,
+                                                                           ms))
+            if own:
+                raise AspError("timeout", "%s: no answer within %d ms (its timeout_ms %d + "
+                               "call_timeout_ms %d)" % (method, limit, own, ms))
+            raise AspError("timeout", "%s: no answer within call_timeout_ms (%d ms)" % (
+                method, ms))
+
+    def _post(self, body, method="", params=None):
+        headers = self._headers()
         conn = getattr(self._local, "conn", None)
         for attempt in (0, 1):
             reused = conn is not None
@@ -482,6 +534,12 @@ class HttpTransport:
                 conn = self._local.conn = self._new_conn()
             try:
                 conn.request("POST", self.path, body=body, headers=headers)
+                try:
+                    self._await_answer(conn, method, params or {})
+                except AspError:
+                    conn.close()  # the answer may still come: this connection is spent
+                    self._local.conn = None
+                    raise
                 resp = conn.getresponse()
             except (http.client.RemoteDisconnected, BrokenPipeError,
                     ConnectionResetError) as e:
@@ -530,7 +588,7 @@ class HttpTransport:
         body = _wire.request(id_, method, params)
         if len(body) > self.max_message:
             raise _too_large(len(body), self.max_message)
-        status, data = self._post(body)
+        status, data = self._post(body, method, params)
         if status == 401:
             raise AspError("unauthorized", "%s refused the request (HTTP 401): the token is "
                            "missing or wrong; set the one asp-agent --listen was given "

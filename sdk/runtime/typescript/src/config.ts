@@ -292,22 +292,51 @@ function checkFields(schema: JsonObject): void {
 }
 
 const schemaCache = new Map<string, JsonObject>();
-function loadSchema(text: string): JsonObject {
+function loadSchema(text: string, v1 = true): JsonObject {
   let s = schemaCache.get(text);
   if (!s) {
+    const name = v1 ? "spec/asp.schema.json" : "spec/asp.v0.schema.json";
     let v: JsonValue;
     try {
       v = parseJson(enc.encode(text));
     } catch (e) {
       const j = e as JsonError;
-      throw error("internal", `spec/asp.schema.json:${j.line}:${j.column}: ${j.text}`);
+      throw error("internal", `${name}:${j.line}:${j.column}: ${j.text}`);
     }
     checkSchema(v, "");
     s = v as JsonObject;
-    checkFields(s);
+    if (v1) checkFields(s); // a v0 file reaches the view only as its version 1 form
     schemaCache.set(text, s);
   }
   return s;
+}
+
+// ---- version 0 (core/src/config.c map_v0, docs/decisions.md "Files of the ASP v0 draft") --
+
+function isV0(doc: JsonValue): boolean {
+  return isObj(doc) && doc.get("version") === "0";
+}
+
+/** The version 1 document a valid v0 document means, keys in the C core's order. */
+function v0ToV1(v0: JsonObject): JsonObject {
+  const connV = v0.get("connection");
+  const conn: JsonObject = isObj(connV) ? connV : new Map();
+  const idV = conn.get("identity");
+  const id: JsonObject = isObj(idV) ? idV : new Map();
+  const v1: JsonObject = new Map<string, JsonValue>([
+    ["version", 1n],
+    ["transport", "ssh"],
+  ]);
+  const ssh: JsonObject = new Map();
+  if (v0.has("workspace")) v1.set("cwd", v0.get("workspace") as JsonValue);
+  for (const k of ["host", "port", "user"]) if (conn.has(k)) ssh.set(k, conn.get(k) as JsonValue);
+  if (id.has("file")) ssh.set("identity_file", id.get("file") as JsonValue);
+  if (id.has("env")) ssh.set("identity_env", id.get("env") as JsonValue);
+  const hk = conn.get("host_key");
+  if (typeof hk !== "string") ssh.set("strict_host_key_checking", "accept-new");
+  else ssh.set(hk.startsWith("SHA256:") ? "host_key_sha256" : "host_key", hk);
+  v1.set("ssh", ssh);
+  return v1;
 }
 
 // ---- where a key or value sits in the text (config_locate.c) -----------------------------
@@ -553,7 +582,7 @@ function valueOk(s: JsonObject, v: JsonValue): boolean {
 
 function validate(v: V, s: JsonValue, inst: JsonValue): void {
   if (s === true) return;
-  if (s === false) throw v.fail("value", "not allowed here");
+  if (s === false) throw v.fail("value", v.cond ? `not allowed when ${v.cond}` : "not allowed here");
   const so = s as JsonObject;
   if (!valueOk(so, inst)) {
     const want = new SBuf(512),
@@ -653,6 +682,14 @@ function describeCondition(cond: JsonObject): string {
       if (!isObj(p) || !p.has("const")) continue;
       b.add(b.length ? ` and ${name} is ` : `${name} is `);
       showValue(b, p.get("const") as JsonValue);
+    }
+  // A required key the "if" does not also pin to a value: its presence is the condition.
+  const req = cond.get("required");
+  if (Array.isArray(req))
+    for (const k of req) {
+      if (typeof k !== "string") continue;
+      const p = isObj(props) ? props.get(k) : undefined;
+      if (!(isObj(p) && p.has("const"))) b.add(`${b.length ? " and " : ""}${k} is given`);
     }
   return b.text();
 }
@@ -803,7 +840,7 @@ function syntaxError(file: string, filePath: string | undefined, e: JsonError): 
 
 /** Validates config bytes. `filename` names the file in messages and its folder is the
  * base of relative paths; undefined means "<memory>" and the working directory. */
-export function parseConfig(data: Uint8Array, filename: string | undefined, schemaText: string): Config {
+export function parseConfig(data: Uint8Array, filename: string | undefined, schemaText: string, v0SchemaText?: string): Config {
   let file = "<memory>",
     base: string;
   if (filename !== undefined) {
@@ -828,6 +865,11 @@ export function parseConfig(data: Uint8Array, filename: string | undefined, sche
     throw e;
   }
   const v = new V(data, file, filePath);
+  // A file of the v0 draft is checked against its own schema, then read as what it means.
+  if (isV0(doc) && v0SchemaText !== undefined) {
+    validate(v, loadSchema(v0SchemaText, false), doc);
+    doc = v0ToV1(doc as JsonObject);
+  }
   validate(v, schema, doc);
   const cfg: Config = { transport: "stdio", env: [], timeout_ms: 0, call_timeout_ms: 60000, ssh: {}, stdio: {}, http: {} };
   if (filename !== undefined) cfg.path = file;
@@ -906,9 +948,9 @@ export function findConfig(startDir?: string): string {
 }
 
 /** Reads and validates the config at path, or the one findConfig() finds. */
-export function loadConfig(path: string | undefined, schemaText: string): Config {
+export function loadConfig(path: string | undefined, schemaText: string, v0SchemaText?: string): Config {
   const p = path ?? findConfig();
-  return parseConfig(readFile(p, CONFIG_MAX_BYTES, "config"), p, schemaText);
+  return parseConfig(readFile(p, CONFIG_MAX_BYTES, "config"), p, schemaText, v0SchemaText);
 }
 
 /** A secret named by an *_env key or an *_file key, as asp_config_secret reads it;
