@@ -23,8 +23,8 @@
  * (temporaries). Exit status 0 only when nothing failed without cause and nothing hung.
  *
  *   soak ASP_AGENT [-n calls] [-t threads] [-i mean_kill_interval_ms] [-s seed] [-k]
- *   (-k: keep the scratch directory; -u: kill without recording the kills, the check that
- *   the classification catches failures: it must then report them without cause)
+ *   (-k: keep the scratch directory; -u: the control, kills not recorded: passes only
+ *   when the classification reports failures without cause)
  */
 #include "asp/asp.h"
 
@@ -952,6 +952,11 @@ int main(int argc, char **argv)
 	}
 	bool fail = tot[NO_CAUSE] || tot[HUNG] || final_st || children_left || marked_left ||
 	            fds_freed > fds_open;
+	if (unrecorded) { /* the control: the hidden kills must show as failures */
+		fail = !(tot[NO_CAUSE] > 0 && n_hidden > 0);
+		printf("soak: control (-u): %d failures without cause from %d unrecorded kills\n",
+		       tot[NO_CAUSE], n_hidden);
+	}
 	printf("soak: %s\n", fail ? "FAIL" : "pass");
 	free(ws);
 	free(ts);
