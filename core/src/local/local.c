@@ -36,10 +36,10 @@ static const asp_op_id implemented[] = {
 #define UNARY_COUNT 9 /* the first ones: what asp_local_ops (no connection) has */
 
 /*
- * Process handles start at a random point in [2^32, 2^52], so that a handle from a
- * responder that died names nothing on the next one: numbered from 1, a client that
+ * Process handles start at a random point in [2^16, 2^30 + 2^16), so that a handle from
+ * a responder that died names nothing on the next one: numbered from 1, a client that
  * reconnected waited on, or detached the follower of, another caller's process (the
- * soak, bench/soak). Below 2^53: the JavaScript SDK holds them as numbers.
+ * soak, bench/soak). Below 2^32: the TypeScript SDK sends larger numbers as floats.
  */
 static uint64_t first_proc_id(void)
 {
@@ -49,7 +49,7 @@ static uint64_t first_proc_id(void)
 		clock_gettime(CLOCK_REALTIME, &ts);
 		r = (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)getpid() << 12;
 	}
-	return (r & ((1ull << 20) - 1)) << 32;
+	return (1u << 16) + (r & ((1u << 30) - 1));
 }
 
 asp_local *asp_local_new(size_t max_message)
@@ -58,7 +58,7 @@ asp_local *asp_local_new(size_t max_message)
 	if (!l)
 		return NULL;
 	l->max_message = max_message ? max_message : ASP_MAX_MESSAGE_DEFAULT;
-	l->last_id = first_proc_id() + (1ull << 32) - 1; /* the first is ++last_id */
+	l->last_id = first_proc_id() - 1; /* the first is ++last_id */
 	/* A tiny max_message (tests) still leaves half of it for data. */
 	l->payload_budget = l->max_message > 2 * LOCAL_ENVELOPE_HEADROOM
 	                        ? l->max_message - LOCAL_ENVELOPE_HEADROOM
