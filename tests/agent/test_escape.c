@@ -191,11 +191,27 @@ static void test_proc_kill_kills_setsid(void)
 	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
 	asp_buf_free(&b);
 	asp_buf_init(&b);
+	/* the spawn's answer, past any notification: its handle (a random start, not 1) */
+	uint64_t proc = 0;
+	asp_arena *a = asp_arena_new();
+	for (int64_t end = t_now_ms() + 10000; !proc && t_now_ms() < end;) {
+		uint8_t *body;
+		size_t len;
+		if (t_read_frame(p.out, 10000, &body, &len) != 1)
+			break;
+		asp_spawn_result sr;
+		t_resp r;
+		if (t_parse_response(body, len, ASP_OP_SPAWN, &sr, a, &r) && r.id == 1 && !r.st)
+			proc = sr.proc;
+		free(body);
+	}
+	asp_arena_free(a);
+	CU_ASSERT_FATAL(proc != 0);
 	pid_t esc = read_pid_file(file, 10000);
 	CU_ASSERT_FATAL(esc > 0);
 	asp_proc_signal_params sg;
 	asp_proc_signal_params_init(&sg);
-	sg.proc = 1; /* the first handle of a fresh responder */
+	sg.proc = proc;
 	sg.signal = "KILL";
 	t_add_request(&b, 2, ASP_OP_PROC_SIGNAL, &sg);
 	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);

@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,12 +35,30 @@ static const asp_op_id implemented[] = {
 };
 #define UNARY_COUNT 9 /* the first ones: what asp_local_ops (no connection) has */
 
+/*
+ * Process handles start at a random point in [2^16, 2^30 + 2^16), so that a handle from
+ * a responder that died names nothing on the next one: numbered from 1, a client that
+ * reconnected waited on, or detached the follower of, another caller's process (the
+ * soak, bench/soak). Below 2^32: the TypeScript SDK sends larger numbers as floats.
+ */
+static uint64_t first_proc_id(void)
+{
+	uint64_t r = 0;
+	if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		r = (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)getpid() << 12;
+	}
+	return (1u << 16) + (r & ((1u << 30) - 1));
+}
+
 asp_local *asp_local_new(size_t max_message)
 {
 	asp_local *l = calloc(1, sizeof *l);
 	if (!l)
 		return NULL;
 	l->max_message = max_message ? max_message : ASP_MAX_MESSAGE_DEFAULT;
+	l->last_id = first_proc_id() - 1; /* the first is ++last_id */
 	/* A tiny max_message (tests) still leaves half of it for data. */
 	l->payload_budget = l->max_message > 2 * LOCAL_ENVELOPE_HEADROOM
 	                        ? l->max_message - LOCAL_ENVELOPE_HEADROOM
