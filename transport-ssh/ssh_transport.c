@@ -30,12 +30,9 @@ typedef struct asp_ssh {
 	char upload_path[96]; /* agent "upload": where the responder was copied */
 } asp_ssh;
 
-/* What native mode implements; proc_attach needs agent mode. */
-static const asp_op_id native_ops_list[] = {
-    ASP_OP_HELLO,      ASP_OP_EXEC,        ASP_OP_READ,      ASP_OP_WRITE,     ASP_OP_STAT,
-    ASP_OP_LIST,       ASP_OP_MKDIR,       ASP_OP_REMOVE,    ASP_OP_RENAME,    ASP_OP_SPAWN,
-    ASP_OP_PROC_WRITE, ASP_OP_PROC_SIGNAL, ASP_OP_PROC_WAIT, ASP_OP_PROC_LIST,
-};
+/* What native mode announces: its table's slots before asp_ops_complete (ops_init). */
+static const char *native_names[ASP_OP_COUNT];
+static size_t native_count;
 
 /* uname and the login directory, once per connection: one exec. */
 static asp_status learn_host(asp_ssh *t, asp_error *err)
@@ -105,12 +102,11 @@ static asp_status n_hello(void *self, const asp_hello_params *p, asp_hello_resul
 	asp_status st = learn_host(t, err);
 	if (st != ASP_OK)
 		return st;
-	size_t n = sizeof native_ops_list / sizeof native_ops_list[0];
+	size_t n = native_count;
 	const char **ops = asp_arena_alloc(a, n * sizeof *ops);
 	if (!ops)
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "hello: out of memory");
-	for (size_t i = 0; i < n; i++)
-		ops[i] = asp_op_name(native_ops_list[i]);
+	memcpy(ops, native_names, n * sizeof *ops);
 	r->protocol = ASP_PROTOCOL;
 	r->agent = "asp-ssh/" ASP_VERSION " (native: exec channels and sftp)";
 	r->ops.items = ops;
@@ -270,7 +266,6 @@ static asp_ops native_ops = {
     .proc_signal = n_proc_signal,
     .proc_wait = n_proc_wait,
     .proc_list = n_proc_list,
-    .proc_attach = n_proc_attach,
 };
 
 /*
@@ -293,6 +288,10 @@ static const asp_ops agent_ops = {ASP_FOR_EACH_OP(SLOT)};
 
 static void ops_init(void)
 {
+	const asp_ops *tables[] = {&native_ops};
+	native_count = asp_ops_filled(tables, 1, native_names);
+	/* Not announced, but refused with the reason rather than a bare unsupported. */
+	native_ops.proc_attach = n_proc_attach;
 	asp_ops_complete(&native_ops);
 }
 
