@@ -573,9 +573,10 @@ static int grep_buf(grep_ctx *g, const char *rel, const char *buf, size_t len)
 		ls[nlines++] = (size_t)(nl + 1 - buf);
 		q = nl + 1;
 	}
-	if (nlines > 1 && ls[nlines - 1] == len)
+	bool final_nl = nlines > 1 && ls[nlines - 1] == len;
+	if (final_nl)
 		nlines--; /* a final newline ends the last line, not a new empty one */
-	ls[nlines] = len + 1;
+	ls[nlines] = final_nl ? len : len + 1; /* ls[i + 1] - 1: where line i ends */
 	const char *path = NULL;
 	uint64_t count = 0;
 	int go = 1;
