@@ -79,6 +79,50 @@ static size_t count_of(const uint8_t *hay, size_t n, const char *needle, size_t 
 	return c;
 }
 
+asp_status asp_edit_apply(const asp_edit_params *p, const uint8_t *buf, size_t n, uint8_t **out,
+                          size_t *out_len, uint64_t *count, asp_error *err)
+{
+	*out = NULL;
+	*out_len = 0;
+	*count = 0;
+	if (!p->old || !p->old[0])
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                     "edit: 'old' must not be empty (to write a whole file use write)");
+	const char *repl = p->new_text ? p->new_text : "";
+	size_t m = strlen(p->old), k = strlen(repl);
+	size_t c = count_of(buf, n, p->old, m);
+	if (c == 0)
+		return asp_error_set(err, ASP_E_NOT_FOUND, p->path,
+		                     "edit: old string found 0 times in %s", p->path);
+	if (c > 1 && !p->replace_all)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,
+		                     "edit: old string found %zu times in %s; give more context or "
+		                     "replace_all",
+		                     c, p->path);
+	size_t len = n - c * m + c * k;
+	uint8_t *o = malloc(len ? len : 1);
+	if (!o)
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "edit: out of memory");
+	size_t at = 0;
+	for (const uint8_t *q = buf, *end = buf + n;;) {
+		const uint8_t *hit = (size_t)(end - q) >= m ? memmem(q, (size_t)(end - q), p->old, m)
+		                                            : NULL;
+		size_t upto = (size_t)((hit ? hit : end) - q);
+		if (upto)
+			memcpy(o + at, q, upto);
+		at += upto;
+		if (!hit)
+			break;
+		memcpy(o + at, repl, k);
+		at += k;
+		q = hit + m;
+	}
+	*out = o;
+	*out_len = len;
+	*count = c;
+	return ASP_OK;
+}
+
 asp_status asp_local_edit(void *self, const asp_edit_params *p, asp_edit_result *r, asp_arena *a,
                           asp_error *err)
 {
@@ -86,11 +130,9 @@ asp_status asp_local_edit(void *self, const asp_edit_params *p, asp_edit_result 
 	asp_status st = local_need_path("edit", "path", p->path, err);
 	if (st)
 		return st;
-	if (!p->old || !p->old[0])
+	if (!p->old || !p->old[0]) /* before reading the file */
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
 		                     "edit: 'old' must not be empty (to write a whole file use write)");
-	const char *repl = p->new_text ? p->new_text : "";
-	size_t m = strlen(p->old), k = strlen(repl);
 	uint8_t *buf = NULL;
 	size_t n = 0;
 	int e = slurp(p->path, &buf, &n);
@@ -101,39 +143,13 @@ asp_status asp_local_edit(void *self, const asp_edit_params *p, asp_edit_result 
 		return local_oom("edit", err);
 	if (e)
 		return asp_error_errno(err, e, p->path, "edit %s", p->path);
-	size_t c = count_of(buf, n, p->old, m);
-	if (c == 0) {
-		free(buf);
-		return asp_error_set(err, ASP_E_NOT_FOUND, p->path,
-		                     "edit: old string found 0 times in %s", p->path);
-	}
-	if (c > 1 && !p->replace_all) {
-		free(buf);
-		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,
-		                     "edit: old string found %zu times in %s; give more context or "
-		                     "replace_all",
-		                     c, p->path);
-	}
-	size_t out_len = n - c * m + c * k;
-	uint8_t *out = malloc(out_len ? out_len : 1);
-	if (!out) {
-		free(buf);
-		return local_oom("edit", err);
-	}
-	size_t o = 0;
-	for (const uint8_t *q = buf, *end = buf + n;;) {
-		const uint8_t *hit = (size_t)(end - q) >= m ? memmem(q, (size_t)(end - q), p->old, m)
-		                                            : NULL;
-		size_t upto = (size_t)((hit ? hit : end) - q);
-		memcpy(out + o, q, upto);
-		o += upto;
-		if (!hit)
-			break;
-		memcpy(out + o, repl, k);
-		o += k;
-		q = hit + m;
-	}
+	uint8_t *out;
+	size_t out_len;
+	uint64_t c;
+	st = asp_edit_apply(p, buf, n, &out, &out_len, &c, err);
 	free(buf);
+	if (st)
+		return st;
 	asp_write_params wp;
 	asp_write_params_init(&wp);
 	wp.path = p->path;

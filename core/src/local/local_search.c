@@ -23,7 +23,7 @@
 #define MAX_PATTERNS   256             /* after {a,b} expansion */
 #define BINARY_PROBE   8192            /* a NUL in this many first bytes: binary, skipped */
 #define GREP_MAX_FILE  (64u << 20)     /* larger files are skipped */
-#define GREP_DEFAULT_MS (60u * 1000u)  /* the responder's own bound on a grep */
+#define GREP_DEFAULT_MS (30u * 1000u)  /* own bound, under the clients' 60 s call timeout */
 
 /* ---- glob patterns ----------------------------------------------------------------- */
 
