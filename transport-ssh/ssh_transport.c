@@ -165,10 +165,12 @@ static asp_status n_edit(void *self, const asp_edit_params *p, asp_edit_result *
 	asp_ssh *t = self;
 	memset(r, 0, sizeof *r);
 	if (!p->path)
-		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL, "edit: field 'path' is required");
-	if (!p->old || !p->old[0])
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
-		                     "edit: 'old' must not be empty (to write a whole file use write)");
+		                     "edit: field 'path' is required");
+	if (!p->old || !p->old[0])
+		return asp_error_set(
+		    err, ASP_E_INVALID_ARGUMENT, NULL,
+		    "edit: 'old' must not be empty (to write a whole file use write)");
 	uint8_t *buf = NULL;
 	size_t n = 0;
 	asp_status st = ASP_OK;
@@ -183,7 +185,8 @@ static asp_status n_edit(void *self, const asp_edit_params *p, asp_edit_result *
 		if (rr.data.len) {
 			uint8_t *g = realloc(buf, n + rr.data.len);
 			if (!g) {
-				st = asp_error_set(err, ASP_E_INTERNAL, NULL, "edit: out of memory");
+				st =
+				    asp_error_set(err, ASP_E_INTERNAL, NULL, "edit: out of memory");
 				break;
 			}
 			buf = g;
@@ -316,8 +319,9 @@ static asp_status n_proc_attach(void *self, const asp_proc_attach_params *p,
 	{                                                                                          \
 		(void)self, (void)p, (void)r, (void)a;                                             \
 		return asp_error_set(err, ASP_E_UNSUPPORTED, NULL,                                 \
-		                     #name " needs SSH agent mode (ssh.agent: \"upload\" or a "   \
-		                     "path to asp-agent); native SSH mode does not have it");       \
+		                     #name                                                         \
+		                     " needs SSH agent mode (ssh.agent: \"upload\" or a "          \
+		                     "path to asp-agent); native SSH mode does not have it");      \
 	}
 AGENT_ONLY(glob)
 AGENT_ONLY(grep)

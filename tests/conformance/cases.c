@@ -1811,8 +1811,9 @@ static void grep_modes(conf_ctx *ctx)
 	p.ignore_case = true;
 	p.mode = "count";
 	CONF_OK(ctx, do_grep(ctx, &p, &r, &err), &err);
-	CONF_CHECKF(ctx, r.has_counts && r.counts.count == 3 && r.counts.items[0].count == 2 &&
-	                     r.counts.items[1].count == 1,
+	CONF_CHECKF(ctx,
+	            r.has_counts && r.counts.count == 3 && r.counts.items[0].count == 2 &&
+	                r.counts.items[1].count == 1,
 	            "counts: %zu", r.counts.count);
 	asp_grep_params_init(&p);
 	p.regex = "foo";
@@ -1892,8 +1893,8 @@ static void edit_cases(conf_ctx *ctx)
 	asp_bytes got;
 	READ_ALL(P("f"), &got);
 	CONF_CHECKF(ctx, bytes_is(got, "alpha BETA alpha gamma"), "'%s'", show(ctx, got));
-	CONF_ERR(ctx, do_edit(ctx, P("f"), "alpha", "x", false, &r, &err),
-	         ASP_E_INVALID_ARGUMENT, &err);
+	CONF_ERR(ctx, do_edit(ctx, P("f"), "alpha", "x", false, &r, &err), ASP_E_INVALID_ARGUMENT,
+	         &err);
 	CONF_CHECKF(ctx, strstr(err.message, "2 times") != NULL, "message '%s'", err.message);
 	CONF_ERR(ctx, do_edit(ctx, P("f"), "delta", "x", false, &r, &err), ASP_E_NOT_FOUND, &err);
 	CONF_ERR(ctx, do_edit(ctx, P("f"), "", "x", false, &r, &err), ASP_E_INVALID_ARGUMENT, &err);

@@ -207,7 +207,7 @@ int asp_local_conn_serve(asp_local_conn *c, const struct asp_msg *req, struct as
 /* ---- the op table of a bound connection ------------------------------------------- */
 
 static asp_status stream_hello(void *self, const asp_hello_params *p, asp_hello_result *r,
-                             asp_arena *a, asp_error *err)
+                               asp_arena *a, asp_error *err)
 {
 	(void)p;
 	const asp_local_conn *c = self;

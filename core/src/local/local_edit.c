@@ -86,8 +86,9 @@ asp_status asp_edit_apply(const asp_edit_params *p, const uint8_t *buf, size_t n
 	*out_len = 0;
 	*count = 0;
 	if (!p->old || !p->old[0])
-		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
-		                     "edit: 'old' must not be empty (to write a whole file use write)");
+		return asp_error_set(
+		    err, ASP_E_INVALID_ARGUMENT, NULL,
+		    "edit: 'old' must not be empty (to write a whole file use write)");
 	const char *repl = p->new_text ? p->new_text : "";
 	size_t m = strlen(p->old), k = strlen(repl);
 	size_t c = count_of(buf, n, p->old, m);
@@ -105,8 +106,8 @@ asp_status asp_edit_apply(const asp_edit_params *p, const uint8_t *buf, size_t n
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "edit: out of memory");
 	size_t at = 0;
 	for (const uint8_t *q = buf, *end = buf + n;;) {
-		const uint8_t *hit = (size_t)(end - q) >= m ? memmem(q, (size_t)(end - q), p->old, m)
-		                                            : NULL;
+		const uint8_t *hit =
+		    (size_t)(end - q) >= m ? memmem(q, (size_t)(end - q), p->old, m) : NULL;
 		size_t upto = (size_t)((hit ? hit : end) - q);
 		if (upto)
 			memcpy(o + at, q, upto);
@@ -131,8 +132,9 @@ asp_status asp_local_edit(void *self, const asp_edit_params *p, asp_edit_result 
 	if (st)
 		return st;
 	if (!p->old || !p->old[0]) /* before reading the file */
-		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
-		                     "edit: 'old' must not be empty (to write a whole file use write)");
+		return asp_error_set(
+		    err, ASP_E_INVALID_ARGUMENT, NULL,
+		    "edit: 'old' must not be empty (to write a whole file use write)");
 	uint8_t *buf = NULL;
 	size_t n = 0;
 	int e = slurp(p->path, &buf, &n);

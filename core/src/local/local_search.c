@@ -20,10 +20,10 @@
 #include <regex.h>
 #endif
 
-#define MAX_PATTERNS   256             /* after {a,b} expansion */
-#define BINARY_PROBE   8192            /* a NUL in this many first bytes: binary, skipped */
-#define GREP_MAX_FILE  (64u << 20)     /* larger files are skipped */
-#define GREP_DEFAULT_MS (30u * 1000u)  /* own bound, under the clients' 60 s call timeout */
+#define MAX_PATTERNS    256           /* after {a,b} expansion */
+#define BINARY_PROBE    8192          /* a NUL in this many first bytes: binary, skipped */
+#define GREP_MAX_FILE   (64u << 20)   /* larger files are skipped */
+#define GREP_DEFAULT_MS (30u * 1000u) /* own bound, under the clients' 60 s call timeout */
 
 /* ---- glob patterns ----------------------------------------------------------------- */
 
@@ -99,7 +99,8 @@ static bool match_class(const char **pp, char c)
 	const char *first = p;
 	while (*p && (*p != ']' || p == first)) {
 		if (p[1] == '-' && p[2] && p[2] != ']') {
-			if ((unsigned char)c >= (unsigned char)p[0] && (unsigned char)c <= (unsigned char)p[2])
+			if ((unsigned char)c >= (unsigned char)p[0] &&
+			    (unsigned char)c <= (unsigned char)p[2])
 				hit = true;
 			p += 3;
 		} else {
@@ -133,8 +134,7 @@ static bool gmatch(const char *base, const char *p, const char *s)
 			}
 		}
 		switch (*p) {
-		case '\0':
-			return *s == '\0';
+		case '\0': return *s == '\0';
 		case '*':
 			while (*p == '*')
 				p++;
@@ -257,14 +257,16 @@ static void walk(walker *w, int fd0, char *rel, size_t rlen)
 			struct stat st;
 			if (fstatat(dirfd(d), nm, &st, AT_SYMLINK_NOFOLLOW) < 0)
 				goto next;
-			type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISLNK(st.st_mode) ? DT_LNK
-			       : S_ISREG(st.st_mode)                           ? DT_REG
-			                                                       : DT_FIFO;
+			type = S_ISDIR(st.st_mode)   ? DT_DIR
+			       : S_ISLNK(st.st_mode) ? DT_LNK
+			       : S_ISREG(st.st_mode) ? DT_REG
+			                             : DT_FIFO;
 		}
 		if (type == DT_DIR) {
 			if (strcmp(nm, ".git") == 0)
 				goto next;
-			int fd = openat(dirfd(d), nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			int fd =
+			    openat(dirfd(d), nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			if (fd >= 0)
 				walk(w, fd, rel, nr);
 		} else if (w->visit(w, dirfd(d), nm, rel, type) == 0) {
@@ -295,8 +297,7 @@ static char *join(asp_arena *a, const char *root, const char *rel)
 	return s;
 }
 
-static asp_status open_root(const char *op, const char *path, int *fd, bool *is_dir,
-                            asp_error *err)
+static asp_status open_root(const char *op, const char *path, int *fd, bool *is_dir, asp_error *err)
 {
 	struct stat st;
 	if (stat(path, &st) < 0)
@@ -373,8 +374,8 @@ asp_status asp_local_glob(void *self, const asp_glob_params *p, asp_glob_result 
 		return st;
 	if (!is_dir) {
 		close(fd);
-		return asp_error_set(err, ASP_E_NOT_A_DIRECTORY, p->path, "glob: %s is not a directory",
-		                     p->path);
+		return asp_error_set(err, ASP_E_NOT_A_DIRECTORY, p->path,
+		                     "glob: %s is not a directory", p->path);
 	}
 	glob_ctx g = {0};
 	if ((st = patset_init(&g.ps, "glob", p->pattern, err))) {
@@ -594,7 +595,8 @@ static int grep_buf(grep_ctx *g, const char *rel, const char *buf, size_t len)
 			if (g->mode == MODE_FILES)
 				break;
 			if (g->mode == MODE_CONTENT && l0 != last_line) {
-				if (!path && !(path = g->root_is_file ? g->root : join(g->a, g->root, rel)))
+				if (!path &&
+				    !(path = g->root_is_file ? g->root : join(g->a, g->root, rel)))
 					return free(ls), g->oom = true, 0;
 				go = add_match(g, path, buf, ls, nlines, l0, l1);
 				last_line = l0;
@@ -610,7 +612,8 @@ static int grep_buf(grep_ctx *g, const char *rel, const char *buf, size_t len)
 			if (g->mode == MODE_FILES)
 				break;
 			if (g->mode == MODE_CONTENT) {
-				if (!path && !(path = g->root_is_file ? g->root : join(g->a, g->root, rel)))
+				if (!path &&
+				    !(path = g->root_is_file ? g->root : join(g->a, g->root, rel)))
 					return free(ls), g->oom = true, 0;
 				go = add_match(g, path, buf, ls, nlines, i, i);
 			}
@@ -707,7 +710,8 @@ static asp_status grep_compile(grep_ctx *g, asp_error *err)
 		return local_oom("grep", err);
 	}
 #else
-	int flags = REG_EXTENDED | (p->ignore_case ? REG_ICASE : 0) | (p->multiline ? 0 : REG_NEWLINE);
+	int flags =
+	    REG_EXTENDED | (p->ignore_case ? REG_ICASE : 0) | (p->multiline ? 0 : REG_NEWLINE);
 	int rc = regcomp(&g->re, p->regex, flags);
 	if (rc != 0) {
 		char msg[160];
@@ -772,9 +776,8 @@ asp_status asp_local_grep(void *self, const asp_grep_params *p, asp_grep_result 
 	st = open_root("grep", p->path, &fd, &is_dir, err);
 	if (!st) {
 		uint64_t ms = p->timeout_ms ? p->timeout_ms : GREP_DEFAULT_MS;
-		walker w = {.deadline_ns = local_now_ns() + ms * NS_PER_MS,
-		            .visit = grep_visit,
-		            .ctx = &g};
+		walker w = {
+		    .deadline_ns = local_now_ns() + ms * NS_PER_MS, .visit = grep_visit, .ctx = &g};
 		if (is_dir) {
 			char rel[PATH_MAX] = "";
 			walk(&w, fd, rel, 0);
@@ -787,7 +790,7 @@ asp_status asp_local_grep(void *self, const asp_grep_params *p, asp_grep_result 
 	}
 	grep_free_re(&g);
 	patset_free(&g.ps);
-	void *v = g.mode == MODE_FILES ? (void *)g.files
+	void *v = g.mode == MODE_FILES     ? (void *)g.files
 	          : g.mode == MODE_CONTENT ? (void *)g.matches
 	                                   : (void *)g.counts;
 	if (v && asp_arena_adopt(a, v) < 0) {
