@@ -237,7 +237,8 @@ static void walk(walker *w, int fd0, char *rel, size_t rlen)
 		names[n][strlen(nm) + 1] = (char)de->d_type;
 		n++;
 	}
-	qsort(names, n, sizeof *names, cmp_str);
+	if (n > 1)
+		qsort(names, n, sizeof *names, cmp_str);
 	for (size_t i = 0; i < n; i++) {
 		const char *nm = names[i];
 		size_t nl = strlen(nm);
@@ -386,7 +387,7 @@ asp_status asp_local_glob(void *self, const asp_glob_params *p, asp_glob_result 
 	char rel[PATH_MAX] = "";
 	walk(&w, fd, rel, 0);
 	patset_free(&g.ps);
-	if (!g.oom)
+	if (!g.oom && g.n > 1)
 		qsort(g.v, g.n, sizeof *g.v, cmp_gent);
 	size_t keep = g.n < p->max_results ? g.n : (size_t)p->max_results;
 	const char **out = keep ? asp_arena_alloc(a, keep * sizeof *out) : NULL;
