@@ -97,6 +97,9 @@ static const char *hint(void *ctx, const char *need)
 		if (!v->ssh.agent && strcmp(need, "proc_attach") == 0)
 			return "native SSH mode has no proc_attach (a process's output has one way "
 			       "out, its exec channel); set ssh.agent for agent mode";
+		if (!v->ssh.agent && (strcmp(need, "glob") == 0 || strcmp(need, "grep") == 0))
+			return "native SSH mode has no glob or grep (a search in one round trip "
+			       "needs a responder in the sandbox); set ssh.agent for agent mode";
 		if (!v->ssh.agent && strcmp(need, "concurrent") == 0)
 			return "this server (Dropbear before 2024.86) runs native execs one at a "
 			       "time (transport-ssh/README.md); set ssh.agent for agent mode";

@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential meson ninja-build pkg-config
-  libmsgpack-dev libjansson-dev libcunit1-dev
+  libmsgpack-dev libjansson-dev libcunit1-dev libpcre2-dev
   libssh-dev libcurl4-openssl-dev libwebsockets-dev
   musl-tools
   clang libclang-rt-14-dev

@@ -237,14 +237,16 @@ static void emit_source(const spec *s, FILE *c)
 		snprintf(var, sizeof var, "desc_%s_result", op->name);
 		snprintf(label, sizeof label, "%s result", op->name);
 		emit_desc(c, tname, var, label, op->results, op->nresults, NULL, true);
-		fprintf(c, "static asp_status call_%s(const asp_ops *ops, void *self, const void *p,\n"
-		           "                         void *r, asp_arena *a, asp_error *err)\n{\n"
-		           "\treturn ops->%s(self, p, r, a, err);\n}\n\n", op->name, op->name);
 		fprintf(c, "static asp_status unsupported_%s(void *self, const asp_%s_params *p,\n"
 		           "                                asp_%s_result *r, asp_arena *a, asp_error *err)\n"
 		           "{\n\t(void)self, (void)p, (void)r, (void)a;\n"
 		           "\treturn asp_error_set(err, ASP_E_UNSUPPORTED, NULL,\n"
 		           "\t                     \"%s is not supported by this backend\");\n}\n\n",
+		        op->name, op->name, op->name, op->name);
+		/* A slot a backend left NULL answers unsupported: tables fill only what they do. */
+		fprintf(c, "static asp_status call_%s(const asp_ops *ops, void *self, const void *p,\n"
+		           "                         void *r, asp_arena *a, asp_error *err)\n{\n"
+		           "\treturn (ops->%s ? ops->%s : unsupported_%s)(self, p, r, a, err);\n}\n\n",
 		        op->name, op->name, op->name, op->name);
 		fprintf(c, "void asp_%s_params_init(asp_%s_params *p)\n{\n"
 		           "\tasp_record_init(&desc_%s_params, p);\n}\n\n", op->name, op->name, op->name);

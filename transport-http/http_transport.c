@@ -364,7 +364,10 @@ static asp_status invoke(void *self, asp_op_id op, const void *p, void *r, asp_a
 	X(proc_signal, PROC_SIGNAL)                                                                \
 	X(proc_wait, PROC_WAIT)                                                                    \
 	X(proc_list, PROC_LIST)                                                                    \
-	X(proc_attach, PROC_ATTACH)
+	X(proc_attach, PROC_ATTACH)                                                                \
+	X(glob, GLOB)                                                                              \
+	X(grep, GREP)                                                                              \
+	X(edit, EDIT)
 
 #define HTTP_THUNK(name, NAME)                                                                     \
 	static asp_status http_##name(void *self, const asp_##name##_params *p,                    \

@@ -6,6 +6,7 @@
 #include "ssh_internal.h"
 
 #include "proto_desc.h"
+#include "local/local.h"
 #include "rpc/rpc.h"
 
 #include <ctype.h>
@@ -30,12 +31,9 @@ typedef struct asp_ssh {
 	char upload_path[96]; /* agent "upload": where the responder was copied */
 } asp_ssh;
 
-/* What native mode implements; proc_attach needs agent mode. */
-static const asp_op_id native_ops_list[] = {
-    ASP_OP_HELLO,      ASP_OP_EXEC,        ASP_OP_READ,      ASP_OP_WRITE,     ASP_OP_STAT,
-    ASP_OP_LIST,       ASP_OP_MKDIR,       ASP_OP_REMOVE,    ASP_OP_RENAME,    ASP_OP_SPAWN,
-    ASP_OP_PROC_WRITE, ASP_OP_PROC_SIGNAL, ASP_OP_PROC_WAIT, ASP_OP_PROC_LIST,
-};
+/* What native mode announces: its table's slots before asp_ops_complete (ops_init). */
+static const char *native_names[ASP_OP_COUNT];
+static size_t native_count;
 
 /* uname and the login directory, once per connection: one exec. */
 static asp_status learn_host(asp_ssh *t, asp_error *err)
@@ -105,12 +103,11 @@ static asp_status n_hello(void *self, const asp_hello_params *p, asp_hello_resul
 	asp_status st = learn_host(t, err);
 	if (st != ASP_OK)
 		return st;
-	size_t n = sizeof native_ops_list / sizeof native_ops_list[0];
+	size_t n = native_count;
 	const char **ops = asp_arena_alloc(a, n * sizeof *ops);
 	if (!ops)
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "hello: out of memory");
-	for (size_t i = 0; i < n; i++)
-		ops[i] = asp_op_name(native_ops_list[i]);
+	memcpy(ops, native_names, n * sizeof *ops);
 	r->protocol = ASP_PROTOCOL;
 	r->agent = "asp-ssh/" ASP_VERSION " (native: exec channels and sftp)";
 	r->ops.items = ops;
@@ -159,6 +156,66 @@ static asp_status n_write(void *self, const asp_write_params *p, asp_write_resul
 	(void)a;
 	asp_ssh *t = self;
 	return ssh_sftp_write(t->sftp, p, r, err);
+}
+
+/* SFTP read of the whole file, the replacement here, then write's atomic path. */
+static asp_status n_edit(void *self, const asp_edit_params *p, asp_edit_result *r, asp_arena *a,
+                         asp_error *err)
+{
+	asp_ssh *t = self;
+	memset(r, 0, sizeof *r);
+	if (!p->path)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                     "edit: field 'path' is required");
+	if (!p->old || !p->old[0])
+		return asp_error_set(
+		    err, ASP_E_INVALID_ARGUMENT, NULL,
+		    "edit: 'old' must not be empty (to write a whole file use write)");
+	uint8_t *buf = NULL;
+	size_t n = 0;
+	asp_status st = ASP_OK;
+	for (;;) {
+		asp_read_params rp;
+		asp_read_params_init(&rp);
+		rp.path = p->path;
+		rp.offset = n;
+		asp_read_result rr;
+		if ((st = ssh_sftp_read(t->sftp, &rp, t->budget, &rr, a, err)))
+			break;
+		if (rr.data.len) {
+			uint8_t *g = realloc(buf, n + rr.data.len);
+			if (!g) {
+				st =
+				    asp_error_set(err, ASP_E_INTERNAL, NULL, "edit: out of memory");
+				break;
+			}
+			buf = g;
+			memcpy(buf + n, rr.data.data, rr.data.len);
+			n += rr.data.len;
+		}
+		if (rr.eof || rr.data.len == 0)
+			break;
+	}
+	uint8_t *out = NULL;
+	size_t out_len = 0;
+	uint64_t c = 0;
+	if (!st)
+		st = asp_edit_apply(p, buf, n, &out, &out_len, &c, err);
+	free(buf);
+	if (st)
+		return st;
+	asp_write_params wp;
+	asp_write_params_init(&wp);
+	wp.path = p->path;
+	wp.data.data = out;
+	wp.data.len = out_len;
+	wp.atomic = true;
+	asp_write_result wr;
+	st = ssh_sftp_write(t->sftp, &wp, &wr, err);
+	free(out);
+	if (!st)
+		r->replacements = c;
+	return st;
 }
 
 static asp_status n_stat(void *self, const asp_stat_params *p, asp_stat_result *r, asp_arena *a,
@@ -255,6 +312,21 @@ static asp_status n_proc_attach(void *self, const asp_proc_attach_params *p,
 	return ssh_proc_attach_unsupported(err);
 }
 
+/* Not in native hello: a search in one round trip needs a responder in the sandbox. */
+#define AGENT_ONLY(name)                                                                           \
+	static asp_status n_##name(void *self, const asp_##name##_params *p,                       \
+	                           asp_##name##_result *r, asp_arena *a, asp_error *err)           \
+	{                                                                                          \
+		(void)self, (void)p, (void)r, (void)a;                                             \
+		return asp_error_set(err, ASP_E_UNSUPPORTED, NULL,                                 \
+		                     #name                                                         \
+		                     " needs SSH agent mode (ssh.agent: \"upload\" or a "          \
+		                     "path to asp-agent); native SSH mode does not have it");      \
+	}
+AGENT_ONLY(glob)
+AGENT_ONLY(grep)
+#undef AGENT_ONLY
+
 static asp_ops native_ops = {
     .hello = n_hello,
     .exec = n_exec,
@@ -270,7 +342,7 @@ static asp_ops native_ops = {
     .proc_signal = n_proc_signal,
     .proc_wait = n_proc_wait,
     .proc_list = n_proc_list,
-    .proc_attach = n_proc_attach,
+    .edit = n_edit,
 };
 
 /*
@@ -293,6 +365,12 @@ static const asp_ops agent_ops = {ASP_FOR_EACH_OP(SLOT)};
 
 static void ops_init(void)
 {
+	const asp_ops *tables[] = {&native_ops};
+	native_count = asp_ops_filled(tables, 1, native_names);
+	/* Not announced, but refused with the reason rather than a bare unsupported. */
+	native_ops.proc_attach = n_proc_attach;
+	native_ops.glob = n_glob;
+	native_ops.grep = n_grep;
 	asp_ops_complete(&native_ops);
 }
 

@@ -1,7 +1,23 @@
 /* The server side of one request: decode params, call the op, encode the answer. */
 #include "wire.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
+
+size_t asp_ops_filled(const asp_ops *const *tables, size_t n, const char **out)
+{
+	size_t count = 0;
+#define FILLED(name)                                                                               \
+	for (size_t i = 0; i < n; i++) {                                                           \
+		if (tables[i] && tables[i]->name) {                                                \
+			out[count++] = #name;                                                      \
+			break;                                                                     \
+		}                                                                                  \
+	}
+	ASP_FOR_EACH_OP(FILLED)
+#undef FILLED
+	return count;
+}
 
 static void answer_error(asp_buf *out, uint32_t id, const asp_error *err)
 {

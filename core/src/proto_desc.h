@@ -32,6 +32,13 @@ extern const asp_notice_desc asp_notice_descs[ASP_NOTICE_COUNT];
 /* Points every NULL slot at a function that answers `unsupported`. */
 void asp_ops_complete(asp_ops *ops);
 
+/*
+ * What hello announces: the names, in spec order, of the ops whose slot is filled in any
+ * of the `n` tables (NULL entries skipped). `out` has room for ASP_OP_COUNT; returns how
+ * many. Call it before asp_ops_complete fills the rest.
+ */
+size_t asp_ops_filled(const asp_ops *const *tables, size_t n, const char **out);
+
 /* The op table of the RPC client: every op is asp_rpc_invoke(self = asp_rpc *, ...). */
 extern const asp_ops asp_rpc_ops;
 

@@ -1708,6 +1708,211 @@ static void hostile_exec_args(conf_ctx *ctx)
 	EXPECT_EXISTS(path_in(ctx, dir, "pwned"), false);
 }
 
+/* ---- glob, grep, edit (protocol 2) ---- */
+
+static bool strv_is(asp_strv v, const char *const *want, size_t n)
+{
+	if (v.count != n)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(v.items[i], want[i]) != 0)
+			return false;
+	return true;
+}
+
+static const char *strv_show(conf_ctx *ctx, asp_strv v)
+{
+	size_t len = 1;
+	for (size_t i = 0; i < v.count; i++)
+		len += strlen(v.items[i]) + 1;
+	char *s = asp_arena_alloc(ctx->a, len);
+	if (!s)
+		return "?";
+	s[0] = '\0';
+	for (size_t i = 0; i < v.count; i++)
+		strcat(strcat(s, v.items[i]), i + 1 < v.count ? "," : "");
+	return s;
+}
+
+/* A small tree: a.c (oldest) b.c sub/c.c sub/deep/d.h (newest), .hid/e.c, .git/f.c */
+static void search_tree(conf_ctx *ctx)
+{
+	asp_exec_result r;
+	SH("mkdir -p sub/deep .hid .git && printf 'int main;\\nfoo bar\\nFOO\\n' > a.c && "
+	   "printf 'one\\nfoo\\ntwo\\nthree\\n' > b.c && printf 'nothing\\n' > sub/c.c && "
+	   "printf 'foo\\n' > sub/deep/d.h && printf 'foo\\n' > .hid/e.c && "
+	   "printf 'foo\\n' > .git/f.c && printf 'foo\\0bin' > sub/bin.c && "
+	   "touch -d '2020-01-01 00:00:00' a.c && touch -d '2020-01-02 00:00:00' b.c sub/bin.c && "
+	   "touch -d '2020-01-03 00:00:00' sub/c.c && touch -d '2020-01-04 00:00:00' sub/deep/d.h",
+	   &r);
+	CONF_REQ(ctx, r.exit_code == 0);
+}
+
+static asp_status do_glob(conf_ctx *ctx, const char *pattern, bool hidden, uint64_t max,
+                          asp_glob_result *r, asp_error *err)
+{
+	asp_glob_params p;
+	asp_glob_params_init(&p);
+	p.path = ctx->dir;
+	p.pattern = pattern;
+	p.hidden = hidden;
+	if (max)
+		p.max_results = max;
+	return ctx->ops->glob(ctx->self, &p, r, ctx->a, err);
+}
+
+static void glob_order_and_patterns(conf_ctx *ctx)
+{
+	search_tree(ctx);
+	asp_glob_result r;
+	asp_error err;
+	CONF_OK(ctx, do_glob(ctx, "*.c", false, 0, &r, &err), &err);
+	/* newest first, ties by path; .hid and .git not entered */
+	const char *all_c[] = {P("sub/c.c"), P("b.c"), P("sub/bin.c"), P("a.c")};
+	CONF_CHECKF(ctx, strv_is(r.paths, all_c, 4) && !r.truncated, "got %s",
+	            strv_show(ctx, r.paths));
+	CONF_OK(ctx, do_glob(ctx, "sub/**/*.{c,h}", false, 0, &r, &err), &err);
+	const char *sub[] = {P("sub/deep/d.h"), P("sub/c.c"), P("sub/bin.c")};
+	CONF_CHECKF(ctx, strv_is(r.paths, sub, 3), "got %s", strv_show(ctx, r.paths));
+	CONF_OK(ctx, do_glob(ctx, "[ab].?", false, 0, &r, &err), &err);
+	const char *ab[] = {P("b.c"), P("a.c")};
+	CONF_CHECKF(ctx, strv_is(r.paths, ab, 2), "got %s", strv_show(ctx, r.paths));
+	CONF_OK(ctx, do_glob(ctx, "*.c", false, 2, &r, &err), &err);
+	CONF_CHECKF(ctx, r.paths.count == 2 && r.truncated, "%zu, truncated %d", r.paths.count,
+	            r.truncated);
+	CONF_OK(ctx, do_glob(ctx, "**/e.c", true, 0, &r, &err), &err);
+	const char *hid[] = {P(".hid/e.c")};
+	CONF_CHECKF(ctx, strv_is(r.paths, hid, 1), "hidden: got %s", strv_show(ctx, r.paths));
+	CONF_OK(ctx, do_glob(ctx, "**/f.c", true, 0, &r, &err), &err);
+	CONF_CHECKF(ctx, r.paths.count == 0, ".git entered: %s", strv_show(ctx, r.paths));
+	CONF_ERR(ctx, do_glob(ctx, "", false, 0, &r, &err), ASP_E_INVALID_ARGUMENT, &err);
+}
+
+static asp_status do_grep(conf_ctx *ctx, asp_grep_params *p, asp_grep_result *r, asp_error *err)
+{
+	if (!p->path)
+		p->path = ctx->dir;
+	return ctx->ops->grep(ctx->self, p, r, ctx->a, err);
+}
+
+static void grep_modes(conf_ctx *ctx)
+{
+	search_tree(ctx);
+	asp_grep_params p;
+	asp_grep_result r;
+	asp_error err;
+	asp_grep_params_init(&p);
+	p.regex = "fo+";
+	CONF_OK(ctx, do_grep(ctx, &p, &r, &err), &err);
+	/* bytewise path order; binary, hidden and .git skipped */
+	const char *files[] = {P("a.c"), P("b.c"), P("sub/deep/d.h")};
+	CONF_CHECKF(ctx, r.has_files && strv_is(r.files, files, 3), "files: %s",
+	            strv_show(ctx, r.files));
+	p.ignore_case = true;
+	p.mode = "count";
+	CONF_OK(ctx, do_grep(ctx, &p, &r, &err), &err);
+	CONF_CHECKF(ctx,
+	            r.has_counts && r.counts.count == 3 && r.counts.items[0].count == 2 &&
+	                r.counts.items[1].count == 1,
+	            "counts: %zu", r.counts.count);
+	asp_grep_params_init(&p);
+	p.regex = "foo";
+	p.mode = "content";
+	p.glob = "b.c";
+	p.before = 1;
+	p.after = 5;
+	CONF_OK(ctx, do_grep(ctx, &p, &r, &err), &err);
+	CONF_REQ(ctx, r.has_matches && r.matches.count == 1);
+	const asp_grep_match *m = &r.matches.items[0];
+	const char *before[] = {"one"}, *after[] = {"two", "three"};
+	CONF_CHECKF(ctx,
+	            strcmp(m->path, P("b.c")) == 0 && m->line == 2 && strcmp(m->text, "foo") == 0 &&
+	                strv_is(m->before, before, 1) && strv_is(m->after, after, 2),
+	            "match %s:%llu '%s' before %s after %s", m->path, (unsigned long long)m->line,
+	            m->text, strv_show(ctx, m->before), strv_show(ctx, m->after));
+	asp_grep_params_init(&p);
+	p.regex = "foo";
+	p.max_matches = 2;
+	CONF_OK(ctx, do_grep(ctx, &p, &r, &err), &err);
+	CONF_CHECK(ctx, r.files.count == 2 && r.truncated);
+	asp_grep_params_init(&p);
+	p.regex = "foo";
+	p.path = P("a.c");
+	p.mode = "content";
+	CONF_OK(ctx, do_grep(ctx, &p, &r, &err), &err);
+	CONF_CHECKF(ctx, r.matches.count == 1 && strcmp(r.matches.items[0].path, P("a.c")) == 0,
+	            "one file: %zu", r.matches.count);
+	asp_grep_params_init(&p);
+	p.regex = "(";
+	CONF_ERR(ctx, do_grep(ctx, &p, &r, &err), ASP_E_INVALID_ARGUMENT, &err);
+	p.regex = "x";
+	p.mode = "lines";
+	CONF_ERR(ctx, do_grep(ctx, &p, &r, &err), ASP_E_INVALID_ARGUMENT, &err);
+}
+
+static void grep_pcre2(conf_ctx *ctx)
+{
+	search_tree(ctx);
+	asp_grep_params p;
+	asp_grep_result r;
+	asp_error err;
+	asp_grep_params_init(&p);
+	p.regex = "\\bfoo(?= bar)"; /* \b and a lookahead: Perl, not ERE */
+	p.mode = "content";
+	CONF_OK(ctx, do_grep(ctx, &p, &r, &err), &err);
+	CONF_CHECKF(ctx, r.matches.count == 1 && r.matches.items[0].line == 2, "%zu matches",
+	            r.matches.count);
+	p.regex = "bar\\nFOO";
+	p.multiline = true;
+	CONF_OK(ctx, do_grep(ctx, &p, &r, &err), &err);
+	CONF_CHECKF(ctx,
+	            r.matches.count == 1 && r.matches.items[0].line == 2 &&
+	                strcmp(r.matches.items[0].text, "foo bar\nFOO") == 0,
+	            "%zu multiline matches", r.matches.count);
+}
+
+static asp_status do_edit(conf_ctx *ctx, const char *path, const char *old, const char *new_text,
+                          bool all, asp_edit_result *r, asp_error *err)
+{
+	asp_edit_params p;
+	asp_edit_params_init(&p);
+	p.path = path;
+	p.old = old;
+	p.new_text = new_text;
+	p.replace_all = all;
+	return ctx->ops->edit(ctx->self, &p, r, ctx->a, err);
+}
+
+static void edit_cases(conf_ctx *ctx)
+{
+	PUT_MODE(P("f"), "alpha beta alpha gamma", 0640);
+	asp_edit_result r;
+	asp_error err;
+	CONF_OK(ctx, do_edit(ctx, P("f"), "beta", "BETA", false, &r, &err), &err);
+	CONF_CHECK(ctx, r.replacements == 1);
+	asp_bytes got;
+	READ_ALL(P("f"), &got);
+	CONF_CHECKF(ctx, bytes_is(got, "alpha BETA alpha gamma"), "'%s'", show(ctx, got));
+	CONF_ERR(ctx, do_edit(ctx, P("f"), "alpha", "x", false, &r, &err), ASP_E_INVALID_ARGUMENT,
+	         &err);
+	CONF_CHECKF(ctx, strstr(err.message, "2 times") != NULL, "message '%s'", err.message);
+	CONF_ERR(ctx, do_edit(ctx, P("f"), "delta", "x", false, &r, &err), ASP_E_NOT_FOUND, &err);
+	CONF_ERR(ctx, do_edit(ctx, P("f"), "", "x", false, &r, &err), ASP_E_INVALID_ARGUMENT, &err);
+	CONF_ERR(ctx, do_edit(ctx, P("missing"), "a", "x", false, &r, &err), ASP_E_NOT_FOUND, &err);
+	CONF_OK(ctx, do_edit(ctx, P("f"), "alpha", "", true, &r, &err), &err);
+	CONF_CHECK(ctx, r.replacements == 2);
+	READ_ALL(P("f"), &got);
+	CONF_CHECKF(ctx, bytes_is(got, " BETA  gamma"), "'%s'", show(ctx, got));
+	/* atomic like write atomic: the mode kept, no temporary left */
+	asp_stat_result s;
+	STAT(P("f"), true, &s);
+	CONF_CHECKF(ctx, s.mode == 0640, "mode %llo", (unsigned long long)s.mode);
+	asp_list_result l;
+	LIST(ctx->dir, &l);
+	CONF_CHECKF(ctx, l.entries.count == 1, "%zu entries (a temp file left behind?)",
+	            l.entries.count);
+}
+
 #define CASE(name, what)                                                                           \
 	{                                                                                          \
 #name, name, what, NULL, NULL                                                      \
@@ -1777,6 +1982,13 @@ const conf_case conf_cases[] = {
     CASE(rename_errors_and_dirs, "rename missing is not_found; directories move"),
     CASE(hostile_names, "names with shell metacharacters, newlines, raw bytes"),
     CASE(hostile_exec_args, "argv, cwd and env values with shell metacharacters"),
+    CASE_NEEDS(glob_order_and_patterns, "glob", NULL,
+               "glob: newest first, **, {a,b}, [..], hidden, .git skipped, truncation"),
+    CASE_NEEDS(grep_modes, "grep", NULL,
+               "grep files/count/content, context, glob filter, binary/.git/hidden skipped"),
+    CASE_NEEDS(grep_pcre2, "grep", "grep-pcre2", "grep with PCRE2: \\b, lookahead, multiline"),
+    CASE_NEEDS(edit_cases, "edit", NULL,
+               "edit: unique, missing, ambiguous (count in message), replace_all, atomic"),
     CASE_NEEDS(spawn_output_live, "spawn", "follow",
                "spawn: output arrives as it is produced, not at the exit"),
     CASE_NEEDS(spawn_output_order, "spawn proc_wait", "follow",

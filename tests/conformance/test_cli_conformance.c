@@ -199,6 +199,9 @@ static void test_ssh_native(void)
 	    {"proc_attach_replay", NEEDS_ATTACH_NATIVE},
 	    {"proc_attach_truncated", NEEDS_ATTACH_NATIVE},
 	    {"proc_attach_after_close", NEEDS_ATTACH_NATIVE},
+	    {"glob_order_and_patterns", {"op \"glob\"", "not announce", "set ssh.agent"}},
+	    {"grep_modes", {"op \"grep\"", "not announce", "set ssh.agent"}},
+	    {"grep_pcre2", {"op \"grep\"", "not announce", "set ssh.agent"}},
 	};
 	check_run("ssh native", path, na, sizeof na / sizeof na[0]);
 }

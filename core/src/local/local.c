@@ -25,15 +25,10 @@ const asp_ops asp_local_ops = {
     .mkdir = asp_local_mkdir,
     .remove = asp_local_remove,
     .rename = asp_local_rename,
+    .glob = asp_local_glob,
+    .grep = asp_local_grep,
+    .edit = asp_local_edit,
 };
-
-/* What hello announces: keep in step with the tables (this one, local_conn.c's). */
-static const asp_op_id implemented[] = {
-    ASP_OP_HELLO,      ASP_OP_EXEC,        ASP_OP_READ,      ASP_OP_WRITE,     ASP_OP_STAT,
-    ASP_OP_LIST,       ASP_OP_MKDIR,       ASP_OP_REMOVE,    ASP_OP_RENAME,    ASP_OP_SPAWN,
-    ASP_OP_PROC_WRITE, ASP_OP_PROC_SIGNAL, ASP_OP_PROC_WAIT, ASP_OP_PROC_LIST, ASP_OP_PROC_ATTACH,
-};
-#define UNARY_COUNT 9 /* the first ones: what asp_local_ops (no connection) has */
 
 /*
  * Process handles start at a random point in [2^16, 2^30 + 2^16), so that a handle from
@@ -115,12 +110,12 @@ asp_status local_hello(asp_local *l, bool streaming, bool follow, asp_hello_resu
                        asp_error *err)
 {
 	memset(r, 0, sizeof *r);
-	size_t n = streaming ? sizeof implemented / sizeof implemented[0] : UNARY_COUNT;
-	const char **ops = asp_arena_alloc(a, n * sizeof *ops);
+	/* What the tables fill, so a new op in the spec is never announced before it is done. */
+	const asp_ops *tables[] = {&asp_local_ops, streaming ? &local_stream_ops : NULL};
+	const char **ops = asp_arena_alloc(a, ASP_OP_COUNT * sizeof *ops);
 	if (!ops)
 		return local_oom("hello", err);
-	for (size_t i = 0; i < n; i++)
-		ops[i] = asp_op_name(implemented[i]);
+	size_t n = asp_ops_filled(tables, 2, ops);
 	char buf[PATH_MAX];
 	const char *cwd = getcwd(buf, sizeof buf);
 	if (!cwd)
@@ -134,7 +129,7 @@ asp_status local_hello(asp_local *l, bool streaming, bool follow, asp_hello_resu
 	r->arch = arena_str(a, l->arch);
 	r->cwd = arena_str(a, cwd);
 	r->max_message = l->max_message;
-	const char **features = asp_arena_alloc(a, 3 * sizeof *features);
+	const char **features = asp_arena_alloc(a, 4 * sizeof *features);
 	if (!features)
 		return local_oom("hello", err);
 	size_t nf = 0;
@@ -143,6 +138,8 @@ asp_status local_hello(asp_local *l, bool streaming, bool follow, asp_hello_resu
 		features[nf++] = "follow";
 	if (streaming && l->shared)
 		features[nf++] = "reattach";
+	if (asp_local_ops.grep)
+		features[nf++] = local_grep_dialect();
 	r->has_features = true;
 	r->features = (asp_strv){features, nf};
 	if (!r->os || !r->arch || !r->cwd)

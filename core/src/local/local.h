@@ -147,4 +147,12 @@ int asp_local_reaper_start(void);
  * orphan we adopted (even one that cleared its environment). */
 void asp_local_reaper_finish(void);
 
+/*
+ * edit's replacement on a file's bytes, for any backend that reads and writes the file
+ * itself (native SSH): the new bytes (malloc'd, *out_len of them) and how many
+ * occurrences; not_found / invalid_argument (with the count) as the spec says.
+ */
+asp_status asp_edit_apply(const asp_edit_params *p, const uint8_t *buf, size_t n, uint8_t **out,
+                          size_t *out_len, uint64_t *count, asp_error *err);
+
 #endif

@@ -206,41 +206,17 @@ int asp_local_conn_serve(asp_local_conn *c, const struct asp_msg *req, struct as
 
 /* ---- the op table of a bound connection ------------------------------------------- */
 
-static asp_status conn_hello(void *self, const asp_hello_params *p, asp_hello_result *r,
-                             asp_arena *a, asp_error *err)
+static asp_status stream_hello(void *self, const asp_hello_params *p, asp_hello_result *r,
+                               asp_arena *a, asp_error *err)
 {
 	(void)p;
 	const asp_local_conn *c = self;
 	return local_hello(c->l, true, c->has_sink, r, a, err);
 }
 
-/* The unary ops run on the backend; the connection only matters to streaming. */
-#define FORWARD(name, type)                                                                        \
-	static asp_status conn_##name(void *self, const asp_##type##_params *p,                    \
-	                              asp_##type##_result *r, asp_arena *a, asp_error *err)        \
-	{                                                                                          \
-		return asp_local_##name(((asp_local_conn *)self)->l, p, r, a, err);                \
-	}
-FORWARD(exec, exec)
-FORWARD(read, read)
-FORWARD(write, write)
-FORWARD(stat, stat)
-FORWARD(list, list)
-FORWARD(mkdir, mkdir)
-FORWARD(remove, remove)
-FORWARD(rename, rename)
-#undef FORWARD
-
-const asp_ops asp_local_conn_ops = {
-    .hello = conn_hello,
-    .exec = conn_exec,
-    .read = conn_read,
-    .write = conn_write,
-    .stat = conn_stat,
-    .list = conn_list,
-    .mkdir = conn_mkdir,
-    .remove = conn_remove,
-    .rename = conn_rename,
+/* The ops that need the connection: `self` is the asp_local_conn. */
+const asp_ops local_stream_ops = {
+    .hello = stream_hello,
     .spawn = asp_local_spawn,
     .proc_write = asp_local_proc_write,
     .proc_signal = asp_local_proc_signal,
@@ -248,3 +224,25 @@ const asp_ops asp_local_conn_ops = {
     .proc_list = asp_local_proc_list,
     .proc_attach = asp_local_proc_attach,
 };
+
+/*
+ * Every op of the spec: the connection's own, else the backend's (unary ops do not care
+ * about the connection), else unsupported. So a new op needs only its backend slot filled.
+ */
+#define FORWARD(name)                                                                              \
+	static asp_status conn_##name(void *self, const asp_##name##_params *p,                    \
+	                              asp_##name##_result *r, asp_arena *a, asp_error *err)        \
+	{                                                                                          \
+		if (local_stream_ops.name)                                                         \
+			return local_stream_ops.name(self, p, r, a, err);                          \
+		if (asp_local_ops.name)                                                            \
+			return asp_local_ops.name(((asp_local_conn *)self)->l, p, r, a, err);      \
+		return asp_error_set(err, ASP_E_UNSUPPORTED, NULL,                                 \
+		                     #name " is not supported by this backend");                   \
+	}
+ASP_FOR_EACH_OP(FORWARD)
+#undef FORWARD
+
+#define SLOT(name) .name = conn_##name,
+const asp_ops asp_local_conn_ops = {ASP_FOR_EACH_OP(SLOT)};
+#undef SLOT

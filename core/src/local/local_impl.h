@@ -3,6 +3,7 @@
 #define ASP_LOCAL_IMPL_H
 
 #include "local.h"
+#include "proto_desc.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -34,9 +35,15 @@ struct asp_local {
 	uint64_t end_kill_ns;    /* shutting down: when its KILL is due (local_now_ns) */
 };
 
+/*
+ * The ops a bound connection adds to asp_local_ops (local_conn.c): `self` is the
+ * asp_local_conn. hello lists what this and asp_local_ops fill.
+ */
+extern const asp_ops local_stream_ops;
+
 /* The ops (local.c, local_exec.c, local_files.c, local_fs.c, local_remove.c). */
 /*
- * hello's result; `streaming` adds spawn and proc_* to the ops it lists, `follow` (a
+ * hello's result; `streaming` adds local_stream_ops's to the ops it lists, `follow` (a
  * connection with a sink) the feature "follow", and a shared backend "reattach".
  */
 asp_status local_hello(asp_local *l, bool streaming, bool follow, asp_hello_result *r, asp_arena *a,
@@ -59,6 +66,15 @@ asp_status asp_local_remove(void *self, const asp_remove_params *p, asp_remove_r
                             asp_arena *a, asp_error *err);
 asp_status asp_local_rename(void *self, const asp_rename_params *p, asp_rename_result *r,
                             asp_arena *a, asp_error *err);
+
+asp_status asp_local_glob(void *self, const asp_glob_params *p, asp_glob_result *r, asp_arena *a,
+                          asp_error *err);
+asp_status asp_local_grep(void *self, const asp_grep_params *p, asp_grep_result *r, asp_arena *a,
+                          asp_error *err);
+asp_status asp_local_edit(void *self, const asp_edit_params *p, asp_edit_result *r, asp_arena *a,
+                          asp_error *err);
+/* hello's feature naming grep's regex dialect: grep-pcre2 or grep-ere (local_search.c). */
+const char *local_grep_dialect(void);
 
 /* invalid_argument when a required path field is missing (direct callers may pass NULL). */
 asp_status local_need_path(const char *op, const char *field, const char *path, asp_error *err);

@@ -45,6 +45,19 @@ _proc_info = Record("proc_info", (
     Field("signal", "signal", "str", optional=True),
 ), _t.ProcInfo)
 
+_grep_match = Record("grep_match", (
+    Field("path", "path", "str"),
+    Field("line", "line", "uint"),
+    Field("text", "text", "str"),
+    Field("before", "before", "strv"),
+    Field("after", "after", "strv"),
+), _t.GrepMatch)
+
+_grep_count = Record("grep_count", (
+    Field("path", "path", "str"),
+    Field("count", "count", "uint"),
+), _t.GrepCount)
+
 OPS = {
     "hello": Op("hello", 1, False,
         Record("hello params", (
@@ -194,6 +207,46 @@ OPS = {
             Field("stderr_offset", "stderr_offset", "uint", default=0),
         ), _t.ProcAttachParams),
         Record("proc_attach result", (), _t.ProcAttachResult)),
+    "glob": Op("glob", 2, False,
+        Record("glob params", (
+            Field("path", "path", "str", role="path"),
+            Field("pattern", "pattern", "str"),
+            Field("max_results", "max_results", "uint", default=1000),
+            Field("hidden", "hidden", "bool", default=False),
+        ), _t.GlobParams),
+        Record("glob result", (
+            Field("paths", "paths", "strv"),
+            Field("truncated", "truncated", "bool"),
+        ), _t.GlobResult)),
+    "grep": Op("grep", 2, False,
+        Record("grep params", (
+            Field("path", "path", "str", role="path"),
+            Field("regex", "regex", "str"),
+            Field("glob", "glob", "str", optional=True),
+            Field("ignore_case", "ignore_case", "bool", default=False),
+            Field("multiline", "multiline", "bool", default=False),
+            Field("before", "before", "uint", default=0),
+            Field("after", "after", "uint", default=0),
+            Field("max_matches", "max_matches", "uint", default=1000),
+            Field("mode", "mode", "str", optional=True),
+            Field("timeout_ms", "timeout_ms", "uint", default=0),
+        ), _t.GrepParams),
+        Record("grep result", (
+            Field("files", "files", "strv", optional=True),
+            Field("matches", "matches", "records", optional=True, record=_grep_match),
+            Field("counts", "counts", "records", optional=True, record=_grep_count),
+            Field("truncated", "truncated", "bool"),
+        ), _t.GrepResult)),
+    "edit": Op("edit", 2, False,
+        Record("edit params", (
+            Field("path", "path", "str", role="path"),
+            Field("old", "old", "str"),
+            Field("new", "new", "str"),
+            Field("replace_all", "replace_all", "bool", default=False),
+        ), _t.EditParams),
+        Record("edit result", (
+            Field("replacements", "replacements", "uint"),
+        ), _t.EditResult)),
 }
 
 NOTES = {

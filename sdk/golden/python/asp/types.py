@@ -59,6 +59,42 @@ class ProcInfo:
     """
 
 
+@dataclass
+class GrepMatch:
+    """One matching line of a grep in content mode."""
+
+    path: str
+    """The file: path joined with the name below it, as glob returns it. (since 2)"""
+
+    line: int
+    """
+    Line number of the match, from 1 (in multiline mode: of its first line). (since 2)
+    """
+
+    text: str
+    """
+    The matching line without its newline (multiline: every line the match spans, joined
+    by newlines). (since 2)
+    """
+
+    before: list[str]
+    """Up to `before` lines above it, oldest first. (since 2)"""
+
+    after: list[str]
+    """Up to `after` lines below it. (since 2)"""
+
+
+@dataclass
+class GrepCount:
+    """Matching lines in one file, for grep in count mode."""
+
+    path: str
+    """The file. (since 2)"""
+
+    count: int
+    """Matching lines (multiline: matches). (since 2)"""
+
+
 @dataclass(kw_only=True)
 class HelloParams:
     """Params of hello: Handshake: which protocol, ops and limits the responder has."""
@@ -521,6 +557,150 @@ class ProcAttachResult:
     """Result of proc_attach."""
 
     pass
+
+
+@dataclass(kw_only=True)
+class GlobParams:
+    """
+    Params of glob: Files under a directory whose path below it matches a pattern, in
+    one round trip, newest first. Directories named .git are not entered. Symlinks are
+    reported, not followed. Pattern syntax of glob and grep's glob filter: `*` any run
+    of characters but `/`, `?` one character but `/`, `[...]` a class (`[!...]` or
+    `[^...]` negated), `{a,b}` alternatives, `**` as a whole component any number of
+    directories (zero included). A pattern without `/` matches the file name at any
+    depth.
+    """
+
+    path: str
+    """
+    Directory to search; each result is this joined with the file's path below it
+    (absolute when this is). (since 2)
+    """
+
+    pattern: str
+    """The pattern, matched against the path below `path`. (since 2)"""
+
+    max_results: int = 1000
+    """Most paths returned; the rest is dropped and truncated set. (since 2)"""
+
+    hidden: bool = False
+    """Also enter and match names starting with a dot. (since 2)"""
+
+
+@dataclass
+class GlobResult:
+    """Result of glob."""
+
+    paths: list[str]
+    """
+    Matching non-directories, by modification time, newest first; ties by path,
+    bytewise. (since 2)
+    """
+
+    truncated: bool
+    """More files matched than max_results. (since 2)"""
+
+
+@dataclass(kw_only=True)
+class GrepParams:
+    """
+    Params of grep: Search the contents of files under a path (or one file) with a
+    regular expression. hello's features say the dialect: grep-pcre2 (Perl-compatible,
+    PCRE2) or grep-ere (POSIX extended). Binary files (a NUL byte in the first 8 KiB),
+    directories named .git and, unless the glob names them, hidden names are skipped;
+    symlinks are not followed. Files are searched in bytewise path order. Running out of
+    time or max_matches stops the search with truncated set, not an error.
+    """
+
+    path: str
+    """File or directory to search. (since 2)"""
+
+    regex: str
+    """The regular expression. (since 2)"""
+
+    glob: str | None = None
+    """
+    Only files whose path below `path` matches this glob pattern (syntax of glob).
+    Optional. (since 2)
+    """
+
+    ignore_case: bool = False
+    """Case-insensitive matching. (since 2)"""
+
+    multiline: bool = False
+    """
+    The regex sees the whole file: it may span lines, `.` matches a newline. (since 2)
+    """
+
+    before: int = 0
+    """Context lines before each match (content mode). (since 2)"""
+
+    after: int = 0
+    """Context lines after each match (content mode). (since 2)"""
+
+    max_matches: int = 1000
+    """
+    Most files (files mode), matches (content) or files (count) returned. (since 2)
+    """
+
+    mode: str | None = None
+    """
+    Absent is files. files: the paths of matching files; content: the matching lines;
+    count: matches per file. Optional. (since 2)
+    """
+
+    timeout_ms: int = 0
+    """
+    0 = the responder's own limit (30 s, under the clients' default call timeout); on
+    expiry what was found so far, truncated set. (since 2)
+    """
+
+
+@dataclass
+class GrepResult:
+    """Result of grep."""
+
+    files: list[str] | None
+    """files mode: matching files, bytewise by path. Optional. (since 2)"""
+
+    matches: list[GrepMatch] | None
+    """content mode: the matches, by path then line. Optional. (since 2)"""
+
+    counts: list[GrepCount] | None
+    """count mode: files with at least one match, by path. Optional. (since 2)"""
+
+    truncated: bool
+    """Stopped early: max_matches, max_message or the time limit. (since 2)"""
+
+
+@dataclass(kw_only=True)
+class EditParams:
+    """
+    Params of edit: Replace a string in a file, atomically (a temporary file beside it,
+    fsync, rename: old or new file, never half; mode kept). old absent is not_found; old
+    found more than once without replace_all is invalid_argument, the message giving the
+    count.
+    """
+
+    path: str
+    """File to edit. (since 2)"""
+
+    old: str
+    """Bytes to find; empty is invalid_argument. (since 2)"""
+
+    new: str
+    """Bytes to put in their place. (since 2)"""
+
+    replace_all: bool = False
+    """Replace every occurrence, not only a unique one. (since 2)"""
+
+
+@dataclass
+class EditResult:
+    """Result of edit."""
+
+    replacements: int
+    """How many occurrences were replaced. (since 2)"""
 
 
 @dataclass

@@ -31,6 +31,12 @@ import type {
   ProcListParams,
   ProcListResult,
   ProcAttachParams,
+  GlobParams,
+  GlobResult,
+  GrepParams,
+  GrepResult,
+  EditParams,
+  EditResult,
   ProcessEvent,
 } from "./types.js";
 
@@ -135,5 +141,37 @@ export class Client extends ClientBase {
    */
   async proc_attach(params: ProcAttachParams): Promise<Process<ProcessEvent>> {
     return this._stream<ProcessEvent>("proc_attach", params, "params");
+  }
+
+  /**
+   * Files under a directory whose path below it matches a pattern, in one round trip, newest first.
+   * Directories named .git are not entered. Symlinks are reported, not followed. Pattern syntax of
+   * glob and grep's glob filter: `*` any run of characters but `/`, `?` one character but `/`,
+   * `[...]` a class (`[!...]` or `[^...]` negated), `{a,b}` alternatives, `**` as a whole component
+   * any number of directories (zero included). A pattern without `/` matches the file name at any
+   * depth.
+   */
+  async glob(params: GlobParams): Promise<GlobResult> {
+    return (await this._call("glob", params)) as GlobResult;
+  }
+
+  /**
+   * Search the contents of files under a path (or one file) with a regular expression. hello's
+   * features say the dialect: grep-pcre2 (Perl-compatible, PCRE2) or grep-ere (POSIX extended).
+   * Binary files (a NUL byte in the first 8 KiB), directories named .git and, unless the glob names
+   * them, hidden names are skipped; symlinks are not followed. Files are searched in bytewise path
+   * order. Running out of time or max_matches stops the search with truncated set, not an error.
+   */
+  async grep(params: GrepParams): Promise<GrepResult> {
+    return (await this._call("grep", params)) as GrepResult;
+  }
+
+  /**
+   * Replace a string in a file, atomically (a temporary file beside it, fsync, rename: old or new
+   * file, never half; mode kept). old absent is not_found; old found more than once without
+   * replace_all is invalid_argument, the message giving the count.
+   */
+  async edit(params: EditParams): Promise<EditResult> {
+    return (await this._call("edit", params)) as EditResult;
   }
 }

@@ -49,6 +49,25 @@ const proc_info: RecordDesc = {
   ],
 };
 
+const grep_match: RecordDesc = {
+  label: "grep_match",
+  fields: [
+    { name: "path", type: "str" },
+    { name: "line", type: "uint" },
+    { name: "text", type: "str" },
+    { name: "before", type: "strv" },
+    { name: "after", type: "strv" },
+  ],
+};
+
+const grep_count: RecordDesc = {
+  label: "grep_count",
+  fields: [
+    { name: "path", type: "str" },
+    { name: "count", type: "uint" },
+  ],
+};
+
 const OPS: Record<string, OpDesc> = {
   hello: {
     name: "hello",
@@ -348,6 +367,76 @@ const OPS: Record<string, OpDesc> = {
     result: {
       label: "proc_attach result",
       fields: [],
+    },
+  },
+  glob: {
+    name: "glob",
+    since: 2,
+    streaming: false,
+    params: {
+      label: "glob params",
+      fields: [
+        { name: "path", type: "str", role: "path" },
+        { name: "pattern", type: "str" },
+        { name: "max_results", type: "uint", default: 1000 },
+        { name: "hidden", type: "bool", default: false },
+      ],
+    },
+    result: {
+      label: "glob result",
+      fields: [
+        { name: "paths", type: "strv" },
+        { name: "truncated", type: "bool" },
+      ],
+    },
+  },
+  grep: {
+    name: "grep",
+    since: 2,
+    streaming: false,
+    params: {
+      label: "grep params",
+      fields: [
+        { name: "path", type: "str", role: "path" },
+        { name: "regex", type: "str" },
+        { name: "glob", type: "str", optional: true },
+        { name: "ignore_case", type: "bool", default: false },
+        { name: "multiline", type: "bool", default: false },
+        { name: "before", type: "uint", default: 0 },
+        { name: "after", type: "uint", default: 0 },
+        { name: "max_matches", type: "uint", default: 1000 },
+        { name: "mode", type: "str", optional: true },
+        { name: "timeout_ms", type: "uint", default: 0 },
+      ],
+    },
+    result: {
+      label: "grep result",
+      fields: [
+        { name: "files", type: "strv", optional: true },
+        { name: "matches", type: "records", optional: true, record: grep_match },
+        { name: "counts", type: "records", optional: true, record: grep_count },
+        { name: "truncated", type: "bool" },
+      ],
+    },
+  },
+  edit: {
+    name: "edit",
+    since: 2,
+    streaming: false,
+    params: {
+      label: "edit params",
+      fields: [
+        { name: "path", type: "str", role: "path" },
+        { name: "old", type: "str" },
+        { name: "new", type: "str" },
+        { name: "replace_all", type: "bool", default: false },
+      ],
+    },
+    result: {
+      label: "edit result",
+      fields: [
+        { name: "replacements", type: "uint" },
+      ],
     },
   },
 };

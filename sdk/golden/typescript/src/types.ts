@@ -34,6 +34,31 @@ export interface ProcInfo {
   signal?: string;
 }
 
+/** One matching line of a grep in content mode. */
+export interface GrepMatch {
+  /** The file: path joined with the name below it, as glob returns it. (since 2) */
+  path: string;
+  /** Line number of the match, from 1 (in multiline mode: of its first line). (since 2) */
+  line: number;
+  /**
+   * The matching line without its newline (multiline: every line the match spans, joined by
+   * newlines). (since 2)
+   */
+  text: string;
+  /** Up to `before` lines above it, oldest first. (since 2) */
+  before: string[];
+  /** Up to `after` lines below it. (since 2) */
+  after: string[];
+}
+
+/** Matching lines in one file, for grep in count mode. */
+export interface GrepCount {
+  /** The file. (since 2) */
+  path: string;
+  /** Matching lines (multiline: matches). (since 2) */
+  count: number;
+}
+
 /** Params of hello: Handshake: which protocol, ops and limits the responder has. */
 export interface HelloParams {
   /** Client name and version, for the responder's logs. Optional. (since 1) */
@@ -344,6 +369,112 @@ export interface ProcAttachParams {
 
 /** Result of proc_attach. */
 export interface ProcAttachResult {
+}
+
+/**
+ * Params of glob: Files under a directory whose path below it matches a pattern, in one round trip,
+ * newest first. Directories named .git are not entered. Symlinks are reported, not followed.
+ * Pattern syntax of glob and grep's glob filter: `*` any run of characters but `/`, `?` one
+ * character but `/`, `[...]` a class (`[!...]` or `[^...]` negated), `{a,b}` alternatives, `**` as
+ * a whole component any number of directories (zero included). A pattern without `/` matches the
+ * file name at any depth.
+ */
+export interface GlobParams {
+  /**
+   * Directory to search; each result is this joined with the file's path below it (absolute when
+   * this is). (since 2)
+   */
+  path: string;
+  /** The pattern, matched against the path below `path`. (since 2) */
+  pattern: string;
+  /** Most paths returned; the rest is dropped and truncated set. (since 2) */
+  max_results?: number | bigint;
+  /** Also enter and match names starting with a dot. (since 2) */
+  hidden?: boolean;
+}
+
+/** Result of glob. */
+export interface GlobResult {
+  /**
+   * Matching non-directories, by modification time, newest first; ties by path, bytewise. (since 2)
+   */
+  paths: string[];
+  /** More files matched than max_results. (since 2) */
+  truncated: boolean;
+}
+
+/**
+ * Params of grep: Search the contents of files under a path (or one file) with a regular
+ * expression. hello's features say the dialect: grep-pcre2 (Perl-compatible, PCRE2) or grep-ere
+ * (POSIX extended). Binary files (a NUL byte in the first 8 KiB), directories named .git and,
+ * unless the glob names them, hidden names are skipped; symlinks are not followed. Files are
+ * searched in bytewise path order. Running out of time or max_matches stops the search with
+ * truncated set, not an error.
+ */
+export interface GrepParams {
+  /** File or directory to search. (since 2) */
+  path: string;
+  /** The regular expression. (since 2) */
+  regex: string;
+  /**
+   * Only files whose path below `path` matches this glob pattern (syntax of glob). Optional. (since
+   * 2)
+   */
+  glob?: string;
+  /** Case-insensitive matching. (since 2) */
+  ignore_case?: boolean;
+  /** The regex sees the whole file: it may span lines, `.` matches a newline. (since 2) */
+  multiline?: boolean;
+  /** Context lines before each match (content mode). (since 2) */
+  before?: number | bigint;
+  /** Context lines after each match (content mode). (since 2) */
+  after?: number | bigint;
+  /** Most files (files mode), matches (content) or files (count) returned. (since 2) */
+  max_matches?: number | bigint;
+  /**
+   * Absent is files. files: the paths of matching files; content: the matching lines; count:
+   * matches per file. Optional. (since 2)
+   */
+  mode?: string;
+  /**
+   * 0 = the responder's own limit (30 s, under the clients' default call timeout); on expiry what
+   * was found so far, truncated set. (since 2)
+   */
+  timeout_ms?: number | bigint;
+}
+
+/** Result of grep. */
+export interface GrepResult {
+  /** files mode: matching files, bytewise by path. Optional. (since 2) */
+  files?: string[];
+  /** content mode: the matches, by path then line. Optional. (since 2) */
+  matches?: GrepMatch[];
+  /** count mode: files with at least one match, by path. Optional. (since 2) */
+  counts?: GrepCount[];
+  /** Stopped early: max_matches, max_message or the time limit. (since 2) */
+  truncated: boolean;
+}
+
+/**
+ * Params of edit: Replace a string in a file, atomically (a temporary file beside it, fsync,
+ * rename: old or new file, never half; mode kept). old absent is not_found; old found more than
+ * once without replace_all is invalid_argument, the message giving the count.
+ */
+export interface EditParams {
+  /** File to edit. (since 2) */
+  path: string;
+  /** Bytes to find; empty is invalid_argument. (since 2) */
+  old: string;
+  /** Bytes to put in their place. (since 2) */
+  new: string;
+  /** Replace every occurrence, not only a unique one. (since 2) */
+  replace_all?: boolean;
+}
+
+/** Result of edit. */
+export interface EditResult {
+  /** How many occurrences were replaced. (since 2) */
+  replacements: number;
 }
 
 /** Notification output: A chunk of a spawned process's output, in order per stream. */

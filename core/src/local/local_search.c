@@ -1,0 +1,817 @@
+/*
+ * glob and grep: one walk of a tree in the sandbox per request, so a harness's search is
+ * one round trip instead of a list and a read per file.
+ */
+#include "local_impl.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifdef ASP_HAVE_PCRE2
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#else
+#include <regex.h>
+#endif
+
+#define MAX_PATTERNS    256           /* after {a,b} expansion */
+#define BINARY_PROBE    8192          /* a NUL in this many first bytes: binary, skipped */
+#define GREP_MAX_FILE   (64u << 20)   /* larger files are skipped */
+#define GREP_DEFAULT_MS (30u * 1000u) /* own bound, under the clients' 60 s call timeout */
+
+/* ---- glob patterns ----------------------------------------------------------------- */
+
+typedef struct patset {
+	char *pat[MAX_PATTERNS];
+	size_t n;
+} patset;
+
+static void patset_free(patset *ps)
+{
+	for (size_t i = 0; i < ps->n; i++)
+		free(ps->pat[i]);
+	ps->n = 0;
+}
+
+/* Expands the first {a,b,...} of `p` (recursively); -1 too many or out of memory. */
+static int expand(patset *ps, const char *p)
+{
+	const char *open = NULL;
+	int depth = 0;
+	for (const char *q = p; *q; q++) {
+		if (*q == '{' && depth++ == 0)
+			open = q;
+		else if (*q == '}' && depth > 0 && --depth == 0) {
+			size_t pre = (size_t)(open - p);
+			const char *alt = open + 1;
+			int d = 0;
+			for (const char *r = alt;; r++) {
+				if (*r == '{')
+					d++;
+				else if (*r == '}' && d > 0)
+					d--;
+				else if ((*r == ',' && d == 0) || r == q) {
+					size_t alen = (size_t)(r - alt), post = strlen(q + 1);
+					char *s = malloc(pre + alen + post + 1);
+					if (!s)
+						return -1;
+					memcpy(s, p, pre);
+					memcpy(s + pre, alt, alen);
+					memcpy(s + pre + alen, q + 1, post + 1);
+					int rc = expand(ps, s);
+					free(s);
+					if (rc < 0)
+						return -1;
+					alt = r + 1;
+					if (r == q)
+						break;
+				}
+			}
+			return 0;
+		}
+	}
+	if (ps->n == MAX_PATTERNS)
+		return -1;
+	/* no '/' in it: the name at any depth */
+	size_t len = strlen(p);
+	bool any = !strchr(p, '/');
+	char *s = malloc(len + 4);
+	if (!s)
+		return -1;
+	snprintf(s, len + 4, "%s%s", any ? "**/" : "", p);
+	ps->pat[ps->n++] = s;
+	return 0;
+}
+
+/* [...] at *pp against c; advances *pp past the class. */
+static bool match_class(const char **pp, char c)
+{
+	const char *p = *pp + 1;
+	bool neg = *p == '!' || *p == '^', hit = false;
+	if (neg)
+		p++;
+	const char *first = p;
+	while (*p && (*p != ']' || p == first)) {
+		if (p[1] == '-' && p[2] && p[2] != ']') {
+			if ((unsigned char)c >= (unsigned char)p[0] &&
+			    (unsigned char)c <= (unsigned char)p[2])
+				hit = true;
+			p += 3;
+		} else {
+			if (*p == c)
+				hit = true;
+			p++;
+		}
+	}
+	if (!*p) { /* no closing bracket: a literal '[' */
+		*pp += 1;
+		return c == '[';
+	}
+	*pp = p + 1;
+	return hit != neg && c != '/';
+}
+
+static bool gmatch(const char *base, const char *p, const char *s)
+{
+	for (;;) {
+		if (p[0] == '*' && p[1] == '*' && (p == base || p[-1] == '/') &&
+		    (p[2] == '/' || p[2] == '\0')) {
+			if (p[2] == '\0')
+				return true;
+			for (const char *t = s;;) {
+				if (gmatch(base, p + 3, t))
+					return true;
+				t = strchr(t, '/');
+				if (!t)
+					return false;
+				t++;
+			}
+		}
+		switch (*p) {
+		case '\0': return *s == '\0';
+		case '*':
+			while (*p == '*')
+				p++;
+			for (;;) {
+				if (gmatch(base, p, s))
+					return true;
+				if (!*s || *s == '/')
+					return false;
+				s++;
+			}
+		case '?':
+			if (!*s || *s == '/')
+				return false;
+			p++, s++;
+			break;
+		case '[':
+			if (!*s || !match_class(&p, *s))
+				return false;
+			s++;
+			break;
+		default:
+			if (*p != *s)
+				return false;
+			p++, s++;
+		}
+	}
+}
+
+static bool patset_match(const patset *ps, const char *rel)
+{
+	for (size_t i = 0; i < ps->n; i++)
+		if (gmatch(ps->pat[i], ps->pat[i], rel))
+			return true;
+	return false;
+}
+
+static asp_status patset_init(patset *ps, const char *op, const char *pattern, asp_error *err)
+{
+	ps->n = 0;
+	if (expand(ps, pattern) < 0) {
+		patset_free(ps);
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                     "%s: the pattern expands to more than %d alternatives", op,
+		                     MAX_PATTERNS);
+	}
+	return ASP_OK;
+}
+
+/* ---- walking ----------------------------------------------------------------------- */
+
+typedef struct walker walker;
+/* One non-directory: rel is its path below the root; 1 goes on, 0 stops the walk. */
+typedef int (*visit_fn)(walker *w, int dirfd, const char *name, const char *rel,
+                        unsigned char type);
+
+struct walker {
+	bool hidden;
+	bool stop;
+	uint64_t deadline_ns; /* UINT64_MAX: none */
+	bool timed_out;
+	visit_fn visit;
+	void *ctx;
+};
+
+static int cmp_str(const void *x, const void *y)
+{
+	return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+/* Entries of dirfd in bytewise order, files visited and directories entered. */
+static void walk(walker *w, int fd0, char *rel, size_t rlen)
+{
+	DIR *d = fdopendir(fd0);
+	if (!d) {
+		close(fd0);
+		return;
+	}
+	char **names = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		const char *nm = de->d_name;
+		if (nm[0] == '.' && (!nm[1] || (nm[1] == '.' && !nm[2])))
+			continue;
+		if (!w->hidden && nm[0] == '.')
+			continue;
+		if (n == cap) {
+			size_t nc = cap ? 2 * cap : 64;
+			char **g = realloc(names, nc * sizeof *g);
+			if (!g)
+				break;
+			names = g;
+			cap = nc;
+		}
+		names[n] = malloc(strlen(nm) + 2);
+		if (!names[n])
+			break;
+		/* the type rides after the name's NUL so sorting keeps them together */
+		strcpy(names[n], nm);
+		names[n][strlen(nm) + 1] = (char)de->d_type;
+		n++;
+	}
+	if (n > 1)
+		qsort(names, n, sizeof *names, cmp_str);
+	for (size_t i = 0; i < n; i++) {
+		const char *nm = names[i];
+		size_t nl = strlen(nm);
+		unsigned char type = (unsigned char)nm[nl + 1];
+		if (w->stop || rlen + nl + 2 >= PATH_MAX)
+			continue;
+		if (w->deadline_ns != UINT64_MAX && local_now_ns() >= w->deadline_ns) {
+			w->timed_out = w->stop = true;
+			continue;
+		}
+		size_t nr = rlen;
+		if (rlen)
+			rel[nr++] = '/';
+		memcpy(rel + nr, nm, nl + 1);
+		nr += nl;
+		if (type == DT_UNKNOWN) {
+			struct stat st;
+			if (fstatat(dirfd(d), nm, &st, AT_SYMLINK_NOFOLLOW) < 0)
+				goto next;
+			type = S_ISDIR(st.st_mode)   ? DT_DIR
+			       : S_ISLNK(st.st_mode) ? DT_LNK
+			       : S_ISREG(st.st_mode) ? DT_REG
+			                             : DT_FIFO;
+		}
+		if (type == DT_DIR) {
+			if (strcmp(nm, ".git") == 0)
+				goto next;
+			int fd =
+			    openat(dirfd(d), nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (fd >= 0)
+				walk(w, fd, rel, nr);
+		} else if (w->visit(w, dirfd(d), nm, rel, type) == 0) {
+			w->stop = true;
+		}
+	next:
+		rel[rlen] = '\0';
+	}
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	closedir(d);
+}
+
+static char *join(asp_arena *a, const char *root, const char *rel)
+{
+	size_t rl = strlen(root), ll = strlen(rel);
+	while (rl > 1 && root[rl - 1] == '/')
+		rl--;
+	char *s = asp_arena_alloc(a, rl + ll + 2);
+	if (!s)
+		return NULL;
+	memcpy(s, root, rl);
+	size_t o = rl;
+	if (rl && root[rl - 1] != '/')
+		s[o++] = '/';
+	memcpy(s + o, rel, ll + 1);
+	return s;
+}
+
+static asp_status open_root(const char *op, const char *path, int *fd, bool *is_dir, asp_error *err)
+{
+	struct stat st;
+	if (stat(path, &st) < 0)
+		return asp_error_errno(err, errno, path, "%s %s", op, path);
+	*is_dir = S_ISDIR(st.st_mode);
+	*fd = open(path, O_RDONLY | O_CLOEXEC | (*is_dir ? O_DIRECTORY : 0));
+	if (*fd < 0)
+		return asp_error_errno(err, errno, path, "%s %s", op, path);
+	return ASP_OK;
+}
+
+/* ---- glob -------------------------------------------------------------------------- */
+
+typedef struct gent {
+	char *rel;
+	int64_t mtime_ns;
+} gent;
+
+typedef struct glob_ctx {
+	patset ps;
+	gent *v;
+	size_t n, cap;
+	bool oom;
+} glob_ctx;
+
+static int glob_visit(walker *w, int dirfd, const char *name, const char *rel, unsigned char type)
+{
+	(void)type;
+	glob_ctx *g = w->ctx;
+	if (!patset_match(&g->ps, rel))
+		return 1;
+	struct stat st;
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return 1;
+	if (g->n == g->cap) {
+		size_t nc = g->cap ? 2 * g->cap : 256;
+		gent *v = realloc(g->v, nc * sizeof *v);
+		if (!v)
+			return g->oom = true, 0;
+		g->v = v;
+		g->cap = nc;
+	}
+	char *copy = strdup(rel);
+	if (!copy)
+		return g->oom = true, 0;
+	g->v[g->n].rel = copy;
+	g->v[g->n].mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+	g->n++;
+	return 1;
+}
+
+static int cmp_gent(const void *x, const void *y)
+{
+	const gent *a = x, *b = y;
+	if (a->mtime_ns != b->mtime_ns)
+		return a->mtime_ns > b->mtime_ns ? -1 : 1;
+	return strcmp(a->rel, b->rel);
+}
+
+asp_status asp_local_glob(void *self, const asp_glob_params *p, asp_glob_result *r, asp_arena *a,
+                          asp_error *err)
+{
+	asp_local *l = self;
+	memset(r, 0, sizeof *r);
+	asp_status st = local_need_path("glob", "path", p->path, err);
+	if (st)
+		return st;
+	if (!p->pattern || !p->pattern[0])
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                     "glob: field 'pattern' is required");
+	int fd;
+	bool is_dir;
+	if ((st = open_root("glob", p->path, &fd, &is_dir, err)))
+		return st;
+	if (!is_dir) {
+		close(fd);
+		return asp_error_set(err, ASP_E_NOT_A_DIRECTORY, p->path,
+		                     "glob: %s is not a directory", p->path);
+	}
+	glob_ctx g = {0};
+	if ((st = patset_init(&g.ps, "glob", p->pattern, err))) {
+		close(fd);
+		return st;
+	}
+	walker w = {.hidden = p->hidden, .deadline_ns = UINT64_MAX, .visit = glob_visit, .ctx = &g};
+	char rel[PATH_MAX] = "";
+	walk(&w, fd, rel, 0);
+	patset_free(&g.ps);
+	if (!g.oom && g.n > 1)
+		qsort(g.v, g.n, sizeof *g.v, cmp_gent);
+	size_t keep = g.n < p->max_results ? g.n : (size_t)p->max_results;
+	const char **out = keep ? asp_arena_alloc(a, keep * sizeof *out) : NULL;
+	if (keep && !out)
+		g.oom = true;
+	size_t bytes = 0, k = 0;
+	for (; !g.oom && k < keep; k++) {
+		bytes += strlen(p->path) + strlen(g.v[k].rel) + 8;
+		if (bytes > l->payload_budget)
+			break;
+		out[k] = join(a, p->path, g.v[k].rel);
+		if (!out[k])
+			g.oom = true;
+	}
+	for (size_t i = 0; i < g.n; i++)
+		free(g.v[i].rel);
+	free(g.v);
+	if (g.oom)
+		return local_oom("glob", err);
+	r->paths.items = out;
+	r->paths.count = k;
+	r->truncated = k < g.n;
+	return ASP_OK;
+}
+
+/* ---- grep -------------------------------------------------------------------------- */
+
+typedef enum { MODE_FILES, MODE_CONTENT, MODE_COUNT } grep_mode;
+
+typedef struct grep_ctx {
+	const asp_grep_params *p;
+	asp_arena *a;
+	grep_mode mode;
+	bool has_glob;
+	patset ps;
+	const char *root; /* joined with rel for the reported path */
+	bool root_is_file;
+#ifdef ASP_HAVE_PCRE2
+	pcre2_code *re;
+	pcre2_match_data *md;
+#else
+	regex_t re;
+	char *line; /* NUL-terminated copy for regexec */
+	size_t line_cap;
+#endif
+	/* results, grown with realloc and adopted by the arena at the end */
+	const char **files;
+	asp_grep_match *matches;
+	asp_grep_count *counts;
+	size_t n, cap;
+	size_t bytes, budget;
+	bool truncated, oom;
+} grep_ctx;
+
+static int grow(grep_ctx *g, void **v, size_t elem)
+{
+	if (g->n < g->cap)
+		return 0;
+	size_t nc = g->cap ? 2 * g->cap : 64;
+	void *nv = realloc(*v, nc * elem);
+	if (!nv)
+		return g->oom = true, -1;
+	*v = nv;
+	g->cap = nc;
+	return 0;
+}
+
+/* Whether [s, s+len) holds a match; *mstart, *mend the first (offsets into s). */
+static bool re_find(grep_ctx *g, const char *s, size_t len, size_t *mstart, size_t *mend)
+{
+#ifdef ASP_HAVE_PCRE2
+	int rc = pcre2_match(g->re, (PCRE2_SPTR)s, len, 0, 0, g->md, NULL);
+	if (rc < 0)
+		return false;
+	PCRE2_SIZE *ov = pcre2_get_ovector_pointer(g->md);
+	*mstart = ov[0];
+	*mend = ov[1] > ov[0] ? ov[1] : ov[0];
+	return true;
+#else
+	if (len + 1 > g->line_cap) {
+		char *nl = realloc(g->line, len + 1);
+		if (!nl)
+			return g->oom = true, false;
+		g->line = nl;
+		g->line_cap = len + 1;
+	}
+	memcpy(g->line, s, len);
+	g->line[len] = '\0';
+	regmatch_t m;
+	if (regexec(&g->re, g->line, 1, &m, 0) != 0)
+		return false;
+	*mstart = (size_t)m.rm_so;
+	*mend = (size_t)m.rm_eo;
+	return true;
+#endif
+}
+
+static char *astr(grep_ctx *g, const char *s, size_t n)
+{
+	char *c = asp_arena_strndup(g->a, s, n);
+	if (!c)
+		g->oom = true;
+	g->bytes += n + 8;
+	return c;
+}
+
+/* Lines [from, to) of the file as strings. */
+static asp_strv lines_of(grep_ctx *g, const char *buf, const size_t *ls, size_t from, size_t to)
+{
+	asp_strv v = {0};
+	if (to <= from)
+		return v;
+	const char **items = asp_arena_alloc(g->a, (to - from) * sizeof *items);
+	if (!items)
+		return g->oom = true, v;
+	for (size_t i = from; i < to; i++) {
+		size_t e = ls[i + 1] - 1; /* the newline, or the end */
+		items[i - from] = astr(g, buf + ls[i], e - ls[i]);
+	}
+	v.items = items;
+	v.count = to - from;
+	return v;
+}
+
+/* One match in content mode: lines [l0, l1] matched. 0 when the search must stop. */
+static int add_match(grep_ctx *g, const char *path, const char *buf, const size_t *ls,
+                     size_t nlines, size_t l0, size_t l1)
+{
+	if (g->n >= g->p->max_matches || g->bytes > g->budget) {
+		g->truncated = true;
+		return 0;
+	}
+	if (grow(g, (void **)&g->matches, sizeof *g->matches) < 0)
+		return 0;
+	asp_grep_match *m = &g->matches[g->n++];
+	memset(m, 0, sizeof *m);
+	m->path = path;
+	m->line = l0 + 1;
+	m->text = astr(g, buf + ls[l0], ls[l1 + 1] - 1 - ls[l0]);
+	size_t b = g->p->before < l0 ? (size_t)g->p->before : l0;
+	m->before = lines_of(g, buf, ls, l0 - b, l0);
+	size_t after_end = l1 + 1 + (g->p->after < nlines ? (size_t)g->p->after : nlines);
+	if (after_end > nlines)
+		after_end = nlines;
+	m->after = lines_of(g, buf, ls, l1 + 1, after_end);
+	return g->oom ? 0 : 1;
+}
+
+/* Which line holds offset `off` (ls sorted; ls[nlines] = len + 1). */
+static size_t line_at(const size_t *ls, size_t nlines, size_t off)
+{
+	size_t lo = 0, hi = nlines;
+	while (hi - lo > 1) {
+		size_t mid = (lo + hi) / 2;
+		if (ls[mid] <= off)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Searches one file's bytes; 0 stops the walk. */
+static int grep_buf(grep_ctx *g, const char *rel, const char *buf, size_t len)
+{
+	/* line starts; ls[nlines] is one past the end, as if a newline followed */
+	size_t nlines = 0, cap = 64;
+	size_t *ls = malloc(cap * sizeof *ls);
+	if (!ls)
+		return g->oom = true, 0;
+	ls[nlines++] = 0;
+	for (const char *q = buf, *end = buf + len; q < end;) {
+		const char *nl = memchr(q, '\n', (size_t)(end - q));
+		if (!nl)
+			break;
+		if (nlines + 1 >= cap) {
+			size_t *g2 = realloc(ls, 2 * cap * sizeof *ls);
+			if (!g2) {
+				free(ls);
+				return g->oom = true, 0;
+			}
+			ls = g2;
+			cap *= 2;
+		}
+		ls[nlines++] = (size_t)(nl + 1 - buf);
+		q = nl + 1;
+	}
+	bool final_nl = nlines > 1 && ls[nlines - 1] == len;
+	if (final_nl)
+		nlines--; /* a final newline ends the last line, not a new empty one */
+	ls[nlines] = final_nl ? len : len + 1; /* ls[i + 1] - 1: where line i ends */
+	const char *path = NULL;
+	uint64_t count = 0;
+	int go = 1;
+	size_t last_line = SIZE_MAX; /* a line matched already (count and content once) */
+	if (g->p->multiline) {
+		size_t off = 0;
+		while (go && off <= len) {
+			size_t ms, me;
+			if (!re_find(g, buf + off, len - off, &ms, &me))
+				break;
+			ms += off, me += off;
+			size_t l0 = line_at(ls, nlines, ms);
+			size_t l1 = line_at(ls, nlines, me > ms ? me - 1 : ms);
+			count++;
+			if (g->mode == MODE_FILES)
+				break;
+			if (g->mode == MODE_CONTENT && l0 != last_line) {
+				if (!path &&
+				    !(path = g->root_is_file ? g->root : join(g->a, g->root, rel)))
+					return free(ls), g->oom = true, 0;
+				go = add_match(g, path, buf, ls, nlines, l0, l1);
+				last_line = l0;
+			}
+			off = me > ms ? me : ms + 1;
+		}
+	} else {
+		for (size_t i = 0; go && i < nlines; i++) {
+			size_t e = ls[i + 1] - 1, ms, me;
+			if (!re_find(g, buf + ls[i], e - ls[i], &ms, &me))
+				continue;
+			count++;
+			if (g->mode == MODE_FILES)
+				break;
+			if (g->mode == MODE_CONTENT) {
+				if (!path &&
+				    !(path = g->root_is_file ? g->root : join(g->a, g->root, rel)))
+					return free(ls), g->oom = true, 0;
+				go = add_match(g, path, buf, ls, nlines, i, i);
+			}
+		}
+	}
+	free(ls);
+	if (!count || g->mode == MODE_CONTENT)
+		return go;
+	if (g->n >= g->p->max_matches || g->bytes > g->budget) {
+		g->truncated = true;
+		return 0;
+	}
+	path = g->root_is_file ? g->root : join(g->a, g->root, rel);
+	if (!path)
+		return g->oom = true, 0;
+	g->bytes += strlen(path) + 16;
+	if (g->mode == MODE_FILES) {
+		if (grow(g, (void **)&g->files, sizeof *g->files) < 0)
+			return 0;
+		g->files[g->n++] = path;
+	} else {
+		if (grow(g, (void **)&g->counts, sizeof *g->counts) < 0)
+			return 0;
+		g->counts[g->n].path = path;
+		g->counts[g->n++].count = count;
+	}
+	return 1;
+}
+
+/* Reads a file (skipping binary and huge ones) and searches it. */
+static int grep_fd(grep_ctx *g, int fd, const char *rel)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > GREP_MAX_FILE)
+		return close(fd), 1;
+	size_t cap = (size_t)st.st_size + 1, n = 0;
+	char *buf = malloc(cap);
+	if (!buf)
+		return close(fd), g->oom = true, 0;
+	for (;;) {
+		if (n == cap)
+			break; /* it grew while we read: search what we have */
+		ssize_t got = read(fd, buf + n, cap - n);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			break;
+		n += (size_t)got;
+	}
+	close(fd);
+	int go = 1;
+	if (!memchr(buf, '\0', n < BINARY_PROBE ? n : BINARY_PROBE))
+		go = grep_buf(g, rel, buf, n);
+	free(buf);
+	return go;
+}
+
+static int grep_visit(walker *w, int dirfd, const char *name, const char *rel, unsigned char type)
+{
+	grep_ctx *g = w->ctx;
+	if (type != DT_REG)
+		return 1; /* symlinks are not followed, devices and fifos not read */
+	if (g->has_glob && !patset_match(&g->ps, rel))
+		return 1;
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return 1;
+	return grep_fd(g, fd, rel);
+}
+
+static asp_status grep_compile(grep_ctx *g, asp_error *err)
+{
+	const asp_grep_params *p = g->p;
+#ifdef ASP_HAVE_PCRE2
+	uint32_t opt = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF;
+	if (p->ignore_case)
+		opt |= PCRE2_CASELESS;
+	if (p->multiline)
+		opt |= PCRE2_MULTILINE | PCRE2_DOTALL;
+	int ec;
+	PCRE2_SIZE eo;
+	g->re = pcre2_compile((PCRE2_SPTR)p->regex, PCRE2_ZERO_TERMINATED, opt, &ec, &eo, NULL);
+	if (!g->re) {
+		PCRE2_UCHAR msg[160];
+		pcre2_get_error_message(ec, msg, sizeof msg);
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                     "grep: regex at offset %zu: %s (PCRE2 syntax)", (size_t)eo,
+		                     (const char *)msg);
+	}
+	pcre2_jit_compile(g->re, PCRE2_JIT_COMPLETE); /* optional: without JIT it interprets */
+	g->md = pcre2_match_data_create_from_pattern(g->re, NULL);
+	if (!g->md) {
+		pcre2_code_free(g->re);
+		return local_oom("grep", err);
+	}
+#else
+	int flags =
+	    REG_EXTENDED | (p->ignore_case ? REG_ICASE : 0) | (p->multiline ? 0 : REG_NEWLINE);
+	int rc = regcomp(&g->re, p->regex, flags);
+	if (rc != 0) {
+		char msg[160];
+		regerror(rc, &g->re, msg, sizeof msg);
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                     "grep: regex: %s (POSIX extended syntax)", msg);
+	}
+#endif
+	return ASP_OK;
+}
+
+static void grep_free_re(grep_ctx *g)
+{
+#ifdef ASP_HAVE_PCRE2
+	pcre2_match_data_free(g->md);
+	pcre2_code_free(g->re);
+#else
+	regfree(&g->re);
+	free(g->line);
+#endif
+}
+
+const char *local_grep_dialect(void)
+{
+#ifdef ASP_HAVE_PCRE2
+	return "grep-pcre2";
+#else
+	return "grep-ere";
+#endif
+}
+
+asp_status asp_local_grep(void *self, const asp_grep_params *p, asp_grep_result *r, asp_arena *a,
+                          asp_error *err)
+{
+	asp_local *l = self;
+	memset(r, 0, sizeof *r);
+	asp_status st = local_need_path("grep", "path", p->path, err);
+	if (st)
+		return st;
+	if (!p->regex)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                     "grep: field 'regex' is required");
+	grep_ctx g = {.p = p, .a = a, .root = p->path, .budget = l->payload_budget};
+	if (!p->mode || strcmp(p->mode, "files") == 0)
+		g.mode = MODE_FILES;
+	else if (strcmp(p->mode, "content") == 0)
+		g.mode = MODE_CONTENT;
+	else if (strcmp(p->mode, "count") == 0)
+		g.mode = MODE_COUNT;
+	else
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                     "grep: mode '%s' is not files, content or count", p->mode);
+	if ((st = grep_compile(&g, err)))
+		return st;
+	if (p->glob && (st = patset_init(&g.ps, "grep", p->glob, err))) {
+		grep_free_re(&g);
+		return st;
+	}
+	g.has_glob = p->glob != NULL;
+	int fd;
+	bool is_dir;
+	st = open_root("grep", p->path, &fd, &is_dir, err);
+	if (!st) {
+		uint64_t ms = p->timeout_ms ? p->timeout_ms : GREP_DEFAULT_MS;
+		walker w = {
+		    .deadline_ns = local_now_ns() + ms * NS_PER_MS, .visit = grep_visit, .ctx = &g};
+		if (is_dir) {
+			char rel[PATH_MAX] = "";
+			walk(&w, fd, rel, 0);
+		} else {
+			g.root_is_file = true;
+			grep_fd(&g, fd, "");
+		}
+		if (w.timed_out)
+			g.truncated = true;
+	}
+	grep_free_re(&g);
+	patset_free(&g.ps);
+	void *v = g.mode == MODE_FILES     ? (void *)g.files
+	          : g.mode == MODE_CONTENT ? (void *)g.matches
+	                                   : (void *)g.counts;
+	if (v && asp_arena_adopt(a, v) < 0) {
+		free(v);
+		g.oom = true;
+	}
+	if (st)
+		return st;
+	if (g.oom)
+		return local_oom("grep", err);
+	r->truncated = g.truncated;
+	if (g.mode == MODE_FILES) {
+		r->has_files = true;
+		r->files = (asp_strv){g.files, g.n};
+	} else if (g.mode == MODE_CONTENT) {
+		r->has_matches = true;
+		r->matches = (asp_grep_match_array){g.matches, g.n};
+	} else {
+		r->has_counts = true;
+		r->counts = (asp_grep_count_array){g.counts, g.n};
+	}
+	return ASP_OK;
+}
