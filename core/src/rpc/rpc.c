@@ -68,6 +68,14 @@ struct asp_rpc {
 	asp_proc_routes *routes; /* followers of spawned processes on this connection */
 	pthread_cond_t gate_cv;  /* under mu: gates went to 0, or the connection died */
 	unsigned gates;          /* answered spawn/attach calls still setting up */
+
+	/*
+	 * The connection's first hello answer, as received (under mu): later hellos are
+	 * answered from it without a round trip, since a responder's hello does not change
+	 * while a connection lasts. A reconnect is a new engine, which asks anew.
+	 */
+	uint8_t *hello_frame;
+	size_t hello_len;
 };
 
 /* ---- slots ------------------------------------------------------------------------ */
@@ -406,6 +414,7 @@ void asp_rpc_free(asp_rpc *rpc)
 	free(rpc->slots);
 	free(rpc->gens);
 	free(rpc->free_idx);
+	free(rpc->hello_frame);
 	free(rpc);
 }
 
@@ -586,10 +595,46 @@ static asp_status probe(asp_rpc *rpc)
 	return st;
 }
 
+/* A copy of the cached hello answer (malloc'd), or NULL when there is none yet. */
+static uint8_t *hello_cached(asp_rpc *rpc, size_t *len)
+{
+	uint8_t *m = NULL;
+	pthread_mutex_lock(&rpc->mu);
+	if (rpc->hello_frame && atomic_load(&rpc->state) == ALIVE) {
+		m = malloc(rpc->hello_len);
+		if (m) {
+			memcpy(m, rpc->hello_frame, rpc->hello_len);
+			*len = rpc->hello_len;
+		}
+	}
+	pthread_mutex_unlock(&rpc->mu);
+	return m;
+}
+
+/* Keeps `frame` (malloc'd, taken) as the hello answer unless one is kept already. */
+static void hello_keep(asp_rpc *rpc, uint8_t *frame, size_t len)
+{
+	pthread_mutex_lock(&rpc->mu);
+	if (frame && !rpc->hello_frame) {
+		rpc->hello_frame = frame;
+		rpc->hello_len = len;
+		frame = NULL;
+	}
+	pthread_mutex_unlock(&rpc->mu);
+	free(frame);
+}
+
 asp_status asp_rpc_invoke(void *self, asp_op_id op, const void *params, void *result,
                           asp_arena *a, asp_error *err)
 {
-	return rpc_call(self, op, params, result, a, 0, NULL, err);
+	asp_rpc *rpc = self;
+	if (op == ASP_OP_HELLO) { /* not the liveness probe: that one must ask */
+		size_t len = 0;
+		uint8_t *m = hello_cached(rpc, &len);
+		if (m)
+			return finish(rpc, op, m, len, result, a, err);
+	}
+	return rpc_call(rpc, op, params, result, a, 0, NULL, err);
 }
 
 asp_status asp_rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void *result,
@@ -742,7 +787,14 @@ static asp_status rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void 
 		pthread_cond_destroy(&w.cv);
 		if (st)
 			return st;
-		return finish(rpc, op, w.frame, w.len, result, a, err);
+		if (op != ASP_OP_HELLO)
+			return finish(rpc, op, w.frame, w.len, result, a, err);
+		uint8_t *copy = malloc(w.len); /* kept only when it decodes as a success */
+		if (copy)
+			memcpy(copy, w.frame, w.len);
+		st = finish(rpc, op, w.frame, w.len, result, a, err);
+		hello_keep(rpc, st == ASP_OK ? copy : NULL, w.len);
+		return st;
 	}
 	/* Not sent: nobody can answer this id. */
 	asp_buf_free(&b);
