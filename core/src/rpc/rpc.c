@@ -259,11 +259,10 @@ void asp_rpc_close(asp_rpc *rpc)
  * is dropped; false when no call of this connection has that id (DESIGN §5: the
  * responder is confused, or not ours), with the frame freed and `err` set.
  */
-static bool deliver(asp_rpc *rpc, uint32_t id, uint8_t *m, size_t len, asp_error *err)
+static bool deliver_locked(asp_rpc *rpc, uint32_t id, uint8_t *m, size_t len, asp_error *err)
 {
 	uint32_t idx = id & (SLOT_MAX - 1);
 	bool ok = true;
-	pthread_mutex_lock(&rpc->mu);
 	waiter *w = idx < rpc->cap ? rpc->slots[idx] : NULL;
 	if (!w || rpc->gens[idx] != (uint16_t)(id >> SLOT_BITS) || (w != ABANDONED && w->done)) {
 		ok = false;
@@ -282,13 +281,20 @@ static bool deliver(asp_rpc *rpc, uint32_t id, uint8_t *m, size_t len, asp_error
 		m = NULL;
 		pthread_cond_signal(&w->cv);
 	}
-	pthread_mutex_unlock(&rpc->mu);
 	free(m);
 	if (!ok)
 		asp_error_set(err, ASP_E_PROTOCOL_ERROR, NULL,
 		              "the responder answered request id %u, which no call is waiting for; "
 		              "closing the connection",
 		              id);
+	return ok;
+}
+
+static bool deliver(asp_rpc *rpc, uint32_t id, uint8_t *m, size_t len, asp_error *err)
+{
+	pthread_mutex_lock(&rpc->mu);
+	bool ok = deliver_locked(rpc, id, m, len, err);
+	pthread_mutex_unlock(&rpc->mu);
 	return ok;
 }
 
@@ -369,6 +375,12 @@ static int read_one(asp_rpc *rpc, int ms)
 	uint32_t id = 0;
 	bool response = r > 0 && st == ASP_OK && asp_wire_peek_id(m, len, ASP_MSG_RESPONSE, &id);
 	pthread_mutex_lock(&rpc->mu);
+	/*
+	 * Dispatched before the role goes: a spawn's answer must close its gate before a
+	 * notification read after it can be routed (see notify).
+	 */
+	if (response && !deliver_locked(rpc, id, m, len, &err))
+		st = err.code;
 	rpc->reading = false;
 	if (r > 0 && st == ASP_OK && !response) { /* queued while we hold the role: in order */
 		note *n = malloc(sizeof *n);
@@ -383,17 +395,12 @@ static int read_one(asp_rpc *rpc, int ms)
 	}
 	if (rpc->bg == BG_BLOCKED || rpc->q_head || (rpc->bg == BG_GRACE && rpc->awaiting > 1))
 		pthread_cond_signal(&rpc->bg_cv);
-	if (st == ASP_OK && !response)
+	if (st == ASP_OK)
 		return r > 0;
 	pthread_mutex_unlock(&rpc->mu);
-	if (st != ASP_OK) {
-		rpc_die(rpc, &err);
-	} else if (!deliver(rpc, id, m, len, &err)) {
-		rpc_die(rpc, &err);
-		st = err.code;
-	}
+	rpc_die(rpc, &err);
 	pthread_mutex_lock(&rpc->mu);
-	return st == ASP_OK ? 1 : -1;
+	return -1;
 }
 
 /* The reader thread when callers may lead (see the top). */
@@ -983,7 +990,11 @@ static asp_status rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void 
 		if (copy)
 			memcpy(copy, w.frame, w.len);
 		st = finish(rpc, op, w.frame, w.len, result, a, err);
-		hello_keep(rpc, st == ASP_OK ? copy : NULL, w.len);
+		if (st != ASP_OK) {
+			free(copy);
+			copy = NULL;
+		}
+		hello_keep(rpc, copy, w.len);
 		return st;
 	}
 	/* Not sent: nobody can answer this id. */
