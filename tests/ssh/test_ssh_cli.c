@@ -151,9 +151,10 @@ static void test_v0_no_host_key_accepts_new(void)
 }
 
 /* asp conformance with a v0 file, then asp init --from-v0 and the v1 file it wrote. */
+/* out: the whole conformance report (sshd_run stops reading at the cap, killing the run). */
 static void test_v0_cli_conformance_and_convert(void)
 {
-	char idj[600], hkj[300], path[400], v1[400], out[4096];
+	char idj[600], hkj[300], path[400], v1[400], out[65536];
 	snprintf(idj, sizeof idj, "\"identity\": {\"file\": \"%s\"}", fx.client_key);
 	snprintf(hkj, sizeof hkj, "\"host_key\": \"%s\"", fx.fingerprint);
 	v0_file("e.json", idj, hkj, path, sizeof path);
