@@ -305,8 +305,9 @@ int main(int argc, char **argv)
 
 	printf("| measure | stdio | HTTP (POST) | WebSocket | HTTP − stdio | WS − stdio |\n");
 	printf("|---|---|---|---|---|---|\n");
-	printf("| stat / round trip, median | %.1f µs | %.1f µs | %.1f µs | %+.1f µs | %+.1f µs |\n",
-	       hello[0], hello[1], hello[2], hello[1] - hello[0], hello[2] - hello[0]);
+	printf(
+	    "| stat / round trip, median | %.1f µs | %.1f µs | %.1f µs | %+.1f µs | %+.1f µs |\n",
+	    hello[0], hello[1], hello[2], hello[1] - hello[0], hello[2] - hello[0]);
 	printf("| exec `true` round trip, median | %.0f µs | %.0f µs | %.0f µs | %+.0f µs | "
 	       "%+.0f µs |\n",
 	       exec[0], exec[1], exec[2], exec[1] - exec[0], exec[2] - exec[0]);

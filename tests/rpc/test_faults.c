@@ -250,8 +250,8 @@ static int count_frames(const char *log, const char *method, int *named)
 	*named = 0;
 	size_t ml = strlen(method);
 	for (size_t off = 0; b && off + 4 <= len; n++) {
-		size_t fl = (size_t)b[off] << 24 | (size_t)b[off + 1] << 16 | (size_t)b[off + 2] << 8 |
-		            b[off + 3];
+		size_t fl = (size_t)b[off] << 24 | (size_t)b[off + 1] << 16 |
+		            (size_t)b[off + 2] << 8 | b[off + 3];
 		off += 4;
 		if (fl > len - off)
 			break;

@@ -69,7 +69,8 @@ static int wait_readable(fd_channel *c, int ms, asp_error *err)
 		if (ms > 0) {
 			struct timespec t;
 			clock_gettime(CLOCK_MONOTONIC, &t);
-			long gone = (long)(t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+			long gone = (long)(t.tv_sec - t0.tv_sec) * 1000 +
+			            (t.tv_nsec - t0.tv_nsec) / 1000000;
 			left = gone >= ms ? 0 : ms - (int)gone;
 		}
 		int pr = poll(p, n, left);
@@ -105,7 +106,8 @@ static ssize_t read_some(fd_channel *c, uint8_t *dst, size_t cap, bool mid, asp_
 			return -1;
 		if (w > 0) {
 			asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
-			              "the responder sent nothing for %d ms inside a frame", c->stall_ms);
+			              "the responder sent nothing for %d ms inside a frame",
+			              c->stall_ms);
 			return -1;
 		}
 		if (atomic_load_explicit(&c->closed, memory_order_acquire)) {
@@ -132,7 +134,8 @@ static ssize_t read_some(fd_channel *c, uint8_t *dst, size_t cap, bool mid, asp_
 	}
 }
 
-/* Makes at least `need` bytes available in buf (`body`: of a frame's body). 1 ok, 0 EOF, -1 error. */
+/* Makes at least `need` bytes available in buf (`body`: in a frame's body). 1 ok, 0 EOF,
+ * -1 error. */
 static int fill(fd_channel *c, size_t need, bool body, asp_error *err)
 {
 	while (c->end - c->start < need) {
@@ -141,8 +144,8 @@ static int fill(fd_channel *c, size_t need, bool body, asp_error *err)
 			c->end -= c->start;
 			c->start = 0;
 		}
-		ssize_t n = read_some(c, c->buf + c->end, RBUF - c->end, body || c->end > c->start,
-		                      err);
+		ssize_t n =
+		    read_some(c, c->buf + c->end, RBUF - c->end, body || c->end > c->start, err);
 		if (n < 0)
 			return -1;
 		if (n == 0)

@@ -705,8 +705,8 @@ static int ms_until(const struct timespec *deadline)
 {
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
-	int64_t ns = (int64_t)(deadline->tv_sec - t.tv_sec) * 1000000000 +
-	             (deadline->tv_nsec - t.tv_nsec);
+	int64_t ns =
+	    (int64_t)(deadline->tv_sec - t.tv_sec) * 1000000000 + (deadline->tv_nsec - t.tv_nsec);
 	if (ns <= 0)
 		return 0;
 	int64_t ms = (ns + 999999) / 1000000;
