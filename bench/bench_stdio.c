@@ -6,7 +6,10 @@
  *   - 256 MiB upload and download with `asp cp`.
  * Prints medians, ratios and a Markdown table for docs/benchmarks.md.
  *
- *   bench_stdio ASP_AGENT ASP_CLI [iterations]
+ *   bench_stdio ASP_AGENT ASP_CLI [iterations [quick]]
+ *
+ * `quick` skips the transfers and prints one line of the round trips (for interleaved
+ * runs of two builds).
  */
 #include "asp/asp.h"
 #include "asp/transport.h"
@@ -54,6 +57,24 @@ static void exec_true(asp_client *c, asp_arena *a)
 	if (asp_exec(c, &p, &r, a, &err) || r.exit_code != 0)
 		die("exec true", &err);
 	asp_arena_reset(a);
+}
+
+/* Median µs of a stat of `path`. */
+static double stat_rt(asp_client *c, asp_arena *a, const char *path, double *v, int iters)
+{
+	asp_error err;
+	for (int i = 0; i < iters; i++) {
+		double t0 = now_us();
+		asp_stat_params p;
+		asp_stat_params_init(&p);
+		p.path = path;
+		asp_stat_result r;
+		if (asp_stat(c, &p, &r, a, &err))
+			die("stat", &err);
+		v[i] = now_us() - t0;
+		asp_arena_reset(a);
+	}
+	return median(v, iters);
 }
 
 /* Median µs of a 4 KiB write (or read) of `path`. */
@@ -133,11 +154,12 @@ static double run_cli(const char *const *argv)
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: bench_stdio ASP_AGENT ASP_CLI [iterations]\n");
+		fprintf(stderr, "usage: bench_stdio ASP_AGENT ASP_CLI [iterations [quick]]\n");
 		return 2;
 	}
 	const char *agent = argv[1], *cli = argv[2];
 	int iters = argc > 3 ? atoi(argv[3]) : 2000;
+	bool quick = argc > 4 && strcmp(argv[4], "quick") == 0;
 	/* tmpfs when there is one: the transport is measured, not the disk */
 	char dir[64];
 	snprintf(dir, sizeof dir, "%s/asp-bench-XXXXXX",
@@ -186,11 +208,25 @@ int main(int argc, char **argv)
 	double read_us = small_io(c, a, path, v, iters, false);
 	double lwrite_us = small_io(local, a, path, v, iters, true);
 	double lread_us = small_io(local, a, path, v, iters, false);
+	double stat_us = stat_rt(c, a, path, v, iters);
 	asp_client_free(local);
 
 	double c1 = concurrent_execs(c, 1, 400);
 	double c8 = concurrent_execs(c, 8, 100);
 	double c64 = concurrent_execs(c, 64, 20);
+	if (quick) {
+		printf("exec %.0f floor %.0f ratio %.3f stat %.1f write %.1f read %.1f c1 %.0f c8 "
+		       "%.0f "
+		       "c64 %.0f\n",
+		       exec_us, floor_us, exec_us / floor_us, stat_us, write_us, read_us, c1, c8,
+		       c64);
+		asp_arena_free(a);
+		free(v);
+		asp_client_free(c);
+		char rm[4300];
+		snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+		return system(rm) == 0 ? 0 : 1;
+	}
 
 	/* 256 MiB through asp cp, both ways (local files in the same tmpfs-or-disk dir) */
 	snprintf(big, sizeof big, "%s/big.bin", dir);
@@ -231,6 +267,7 @@ int main(int argc, char **argv)
 	       "+%.1f µs |\n", write_us, 1e6 / write_us, lwrite_us, write_us - lwrite_us);
 	printf("| 4 KiB read round trip, median | %.1f µs (%.0f ops/s) | %.1f µs (in-process) | "
 	       "+%.1f µs |\n", read_us, 1e6 / read_us, lread_us, read_us - lread_us);
+	printf("| stat round trip, median | %.1f µs | | |\n", stat_us);
 	printf("| exec `true`, 1 caller | %.0f execs/s | %.0f execs/s (1 / floor) | %.2f× |\n", c1,
 	       1e6 / floor_us, c1 / (1e6 / floor_us));
 	printf("| exec `true`, 8 concurrent callers | %.0f execs/s | | %.2f× of 1 caller |\n", c8,

@@ -52,11 +52,15 @@ int cmd_hello(cli *c, int argc, char **argv)
 		goto out;
 	}
 	double connect_ms = now_ms() - t0, rtt_ms = 0;
+	/* A later hello is answered from the connection's cache: time a stat of / instead. */
+	asp_stat_params sp;
+	asp_stat_params_init(&sp);
+	sp.path = "/";
 	for (int i = 0; i < RTT_SAMPLES; i++) {
-		asp_hello_result r2;
+		asp_stat_result r2;
 		double t = now_ms();
-		if (asp_hello(client, &p, &r2, scratch, &err) != ASP_OK) {
-			rc = cli_fail(c, &err, "hello");
+		if (asp_stat(client, &sp, &r2, scratch, &err) != ASP_OK) {
+			rc = cli_fail(c, &err, "stat /");
 			goto out;
 		}
 		double d = now_ms() - t;
@@ -114,7 +118,7 @@ int cmd_hello(cli *c, int argc, char **argv)
 				printf(" %s", r.features.items[i]);
 		}
 		printf("\nconnect:     %.3f ms (open and first hello)\n", connect_ms);
-		printf("rtt:         %.3f ms (fastest of %d)\n", rtt_ms, RTT_SAMPLES);
+		printf("rtt:         %.3f ms (stat /, fastest of %d)\n", rtt_ms, RTT_SAMPLES);
 	}
 	rc = cli_finish(c, CLI_EXIT_OK);
 out:

@@ -327,8 +327,11 @@ out:
 
 /* ---- exec: spawn and follow ------------------------------------------------------- */
 
-/* Whether the responder's hello lists spawn. */
-static bool has_spawn(asp_client *client)
+/*
+ * Whether the responder's hello lists spawn; *eof_param: it speaks protocol 2, whose
+ * spawn takes stdin_eof (the hello is the client's cached one: no round trip).
+ */
+static bool has_spawn(asp_client *client, bool *eof_param)
 {
 	asp_arena *a = asp_arena_new();
 	asp_hello_params p;
@@ -336,9 +339,12 @@ static bool has_spawn(asp_client *client)
 	asp_hello_result r;
 	asp_error err;
 	bool found = false;
-	if (a && asp_hello(client, &p, &r, a, &err) == ASP_OK)
+	*eof_param = false;
+	if (a && asp_hello(client, &p, &r, a, &err) == ASP_OK) {
 		for (size_t i = 0; i < r.ops.count && !found; i++)
 			found = strcmp(r.ops.items[i], "spawn") == 0;
+		*eof_param = r.protocol >= 2;
+	}
 	asp_arena_free(a);
 	return found;
 }
@@ -346,15 +352,18 @@ static bool has_spawn(asp_client *client)
 typedef struct spawn_start {
 	const asp_spawn_params *p;
 	bool close_stdin; /* without --stdin: an empty stdin, as exec gives */
+	bool eof_param;   /* the responder's spawn closes it itself (stdin_eof, protocol 2) */
 } spawn_start;
 
 static asp_status start_spawn(void *ctx, asp_client *client, const asp_proc_callbacks *cb,
                               void *user, uint64_t *proc, asp_error *err)
 {
 	spawn_start *s = ctx;
-	asp_status st = asp_spawn_start(client, s->p, cb, user, proc, err);
-	if (st != ASP_OK || !s->close_stdin)
-		return st;
+	asp_spawn_params p = *s->p;
+	p.stdin_eof = s->close_stdin && s->eof_param;
+	asp_status st = asp_spawn_start(client, &p, cb, user, proc, err);
+	if (st != ASP_OK || !s->close_stdin || p.stdin_eof)
+		return st; /* an older responder ignores stdin_eof: then proc_write(eof) */
 	follow *f = user;
 	if (write_stdin(f, NULL, 0, true) != ASP_OK && f->stdin_err.code != ASP_E_IO_ERROR)
 		cli_warn("%s: could not close the process's stdin: %s", f->c->cmd,
@@ -366,13 +375,14 @@ int cli_exec_follow(cli *c, asp_client *client, const asp_spawn_params *p, bool 
                     bool *fallback)
 {
 	*fallback = false;
-	if (!has_spawn(client)) {
+	bool eof_param;
+	if (!has_spawn(client, &eof_param)) {
 		*fallback = true;
 		return 0;
 	}
 	char label[256];
 	snprintf(label, sizeof label, "exec %s", p->command ? p->command : p->argv.items[0]);
-	spawn_start s = {p, !forward_stdin};
+	spawn_start s = {p, !forward_stdin, eof_param};
 	/* A transport that cannot follow (spawn answers unsupported) falls back to exec. */
 	return follow_run(c, client, start_spawn, &s, NULL, forward_stdin, false, label, fallback);
 }

@@ -46,7 +46,8 @@ size_t cli_chunk_size(cli *c)
 		p.client = "asp/" ASP_VERSION;
 		p.has_protocol = true;
 		p.protocol = ASP_PROTOCOL;
-		/* A failure here resurfaces, reported, on the transfer's first call. */
+		/* The connection's cached hello (no round trip). A failure here resurfaces,
+		 * reported, on the transfer's first call. */
 		if (a && c->client && asp_hello(c->client, &p, &r, a, &err) == ASP_OK &&
 		    r.max_message > 0)
 			c->max_message = r.max_message;

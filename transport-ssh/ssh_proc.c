@@ -722,6 +722,10 @@ asp_status ssh_proc_spawn(ssh_procs *ps, const asp_spawn_params *sp, asp_spawn_r
 		st = await_wrapper(ps, p, &ep, setup, buf, err);
 	if (st != ASP_OK)
 		goto fail;
+	if (sp->stdin_eof) { /* the command runs: nothing will be written, say so now */
+		p->stdin_eof = true;
+		ssh_channel_send_eof(p->ch);
+	}
 	p->id = ++ps->last_id;
 	p->listed = true;
 	*ps->tail = p;

@@ -217,6 +217,12 @@ static asp_status stdio_recv(asp_channel *ch, size_t max, uint8_t **msg, size_t 
 	return asp_channel_recv(((stdio_conn *)ch)->fd, max, msg, len, err);
 }
 
+/* The fd channel is wakeable, so it has ready: callers may read their own answers. */
+static int stdio_ready(asp_channel *ch, int ms, asp_error *err)
+{
+	return asp_channel_ready(((stdio_conn *)ch)->fd, ms, err);
+}
+
 static void stdio_close(asp_channel *ch)
 {
 	asp_channel_close(((stdio_conn *)ch)->fd);
@@ -250,6 +256,7 @@ static const asp_channel_ops stdio_channel_ops = {
 	.send = stdio_send,
 	.sendv = stdio_sendv,
 	.recv = stdio_recv,
+	.ready = stdio_ready,
 	.explain = stdio_explain,
 	.close = stdio_close,
 	.free = stdio_free,

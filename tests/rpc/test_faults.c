@@ -238,6 +238,80 @@ static void test_cli(void)
 	}
 }
 
+/*
+ * Counts the frames in `log` (what a tee in front of the agent saw) and how many of them
+ * name `method`: a request is [0, id, method, params], so the name is a msgpack fixstr.
+ */
+static int count_frames(const char *log, const char *method, int *named)
+{
+	size_t len = 0;
+	uint8_t *b = t_read_file(log, &len);
+	int n = 0;
+	*named = 0;
+	size_t ml = strlen(method);
+	for (size_t off = 0; b && off + 4 <= len; n++) {
+		size_t fl = (size_t)b[off] << 24 | (size_t)b[off + 1] << 16 |
+		            (size_t)b[off + 2] << 8 | b[off + 3];
+		off += 4;
+		if (fl > len - off)
+			break;
+		for (size_t i = off; i + 1 + ml <= off + fl; i++)
+			if (b[i] == (0xa0 | ml) && memcmp(b + i + 1, method, ml) == 0) {
+				(*named)++;
+				break;
+			}
+		off += fl;
+	}
+	free(b);
+	return n;
+}
+
+/*
+ * `asp exec -- true` on a fresh connection sends the agent two requests: the transport's
+ * hello (every later hello comes from the connection's cache) and a spawn that closes
+ * stdin itself (stdin_eof), no proc_write. A tee in front of the agent records them.
+ */
+static void test_exec_requests(void)
+{
+	char cfg[128], log[128], text[1024];
+	snprintf(cfg, sizeof cfg, "%s/asp-tee.json", tmp);
+	snprintf(log, sizeof log, "%s/requests.bin", tmp);
+	unlink(log);
+	FILE *f = fopen(cfg, "w");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	fprintf(f,
+	        "{\"version\": 1, \"transport\": \"stdio\",\n"
+	        " \"stdio\": {\"command\": [\"/bin/sh\", \"-c\", \"tee %s | exec %s --stdio\"]}}\n",
+	        log, agent);
+	fclose(f);
+	const char *args[] = {"exec", "--", "true", NULL};
+	int64_t ms;
+	int code = run_cli(cfg, args, text, sizeof text, &ms);
+	if (code != 0)
+		fprintf(stderr, "\nexec: exit %d: %s\n", code, text);
+	CU_ASSERT_EQUAL(code, 0);
+	int hellos, spawns, writes, waste;
+	int n = count_frames(log, "hello", &hellos);
+	count_frames(log, "spawn", &spawns);
+	count_frames(log, "proc_write", &writes);
+	count_frames(log, "exec", &waste);
+	if (n != 2)
+		fprintf(stderr, "\n%d requests: %d hello, %d spawn, %d proc_write\n", n, hellos,
+		        spawns, writes);
+	CU_ASSERT_EQUAL(n, 2);
+	CU_ASSERT_EQUAL(hellos, 1);
+	CU_ASSERT_EQUAL(spawns, 1);
+	CU_ASSERT_EQUAL(writes, 0);
+	/* and the spawn closed stdin: cat ends at once */
+	const char *cat[] = {"exec", "--", "cat", NULL};
+	code = run_cli(cfg, cat, text, sizeof text, &ms);
+	if (code != 0)
+		fprintf(stderr, "\nexec cat: exit %d: %s\n", code, text);
+	CU_ASSERT_EQUAL(code, 0);
+	unlink(cfg);
+	unlink(log);
+}
+
 int main(void)
 {
 	agent = t_env("ASP_AGENT");
@@ -260,6 +334,7 @@ int main(void)
 	CU_add_test(s, "a responder answering the wrong id: protocol_error", test_wrong_id);
 	CU_add_test(s, "a responder answering garbage: protocol_error", test_garbage);
 	CU_add_test(s, "asp stat against wedged and confused responders", test_cli);
+	CU_add_test(s, "asp exec -- true: two requests on a fresh connection", test_exec_requests);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	unsigned failures = CU_get_number_of_failures();

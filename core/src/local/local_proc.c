@@ -209,6 +209,11 @@ asp_status asp_local_spawn(void *self, const asp_spawn_params *p, asp_spawn_resu
 	pr->in_fd = pr->child.in_fd;
 	pr->child.in_fd = -1;
 	fcntl(pr->in_fd, F_SETFL, fcntl(pr->in_fd, F_GETFL) | O_NONBLOCK);
+	if (p->stdin_eof) { /* nothing to send: saves the caller a proc_write(eof) */
+		close(pr->in_fd);
+		pr->in_fd = -1;
+		pr->stdin_eof = true;
+	}
 
 	pthread_mutex_lock(&l->mu);
 	local_proc **np = l->procs;

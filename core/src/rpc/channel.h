@@ -41,6 +41,12 @@ typedef struct asp_channel_ops {
 	 */
 	asp_status (*recv)(asp_channel *ch, size_t max, uint8_t **msg, size_t *len, asp_error *err);
 	/*
+	 * Optional: waits at most `ms` (-1: for ever) until a recv would find bytes (buffered
+	 * or arriving). 1 yes, 0 timed out, -1 closed or failed (`err` set). Same thread rule
+	 * as recv. With it, a calling thread can read its own answer (rpc.c's leader).
+	 */
+	int (*ready)(asp_channel *ch, int ms, asp_error *err);
+	/*
 	 * What the connection's end was, for a person: called once, by whoever saw the
 	 * connection die, with `err` already holding the low-level reason, which it may
 	 * replace (the stdio transport adds the agent's exit status and last stderr lines).
@@ -74,6 +80,11 @@ static inline asp_status asp_channel_recv(asp_channel *ch, size_t max, uint8_t *
                                           size_t *len, asp_error *err)
 {
 	return ch->ops->recv(ch, max, msg, len, err);
+}
+
+static inline int asp_channel_ready(asp_channel *ch, int ms, asp_error *err)
+{
+	return ch->ops->ready(ch, ms, err);
 }
 
 static inline void asp_channel_explain(asp_channel *ch, asp_error *err)

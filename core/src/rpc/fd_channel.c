@@ -45,11 +45,15 @@ static asp_status closed_error(asp_error *err)
 }
 
 /*
- * Waits until rfd is readable. -1 when the channel was closed (or poll failed), with
- * `err` filled. Runs the watch callback on the way.
+ * Waits until rfd is readable, at most `ms` (-1: for ever). 0 readable, 1 timed out, -1
+ * when the channel was closed (or poll failed), with `err` filled. Runs the watch
+ * callback on the way.
  */
-static int wait_readable(fd_channel *c, asp_error *err)
+static int wait_readable(fd_channel *c, int ms, asp_error *err)
 {
+	struct timespec t0;
+	if (ms > 0)
+		clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		if (atomic_load_explicit(&c->closed, memory_order_acquire)) {
 			closed_error(err);
@@ -61,7 +65,18 @@ static int wait_readable(fd_channel *c, asp_error *err)
 			{.fd = c->watch_fd, .events = POLLIN},
 		};
 		nfds_t n = c->watch_fd >= 0 ? 3 : 2;
-		if (poll(p, n, -1) < 0) {
+		int left = ms;
+		if (ms > 0) {
+			struct timespec t;
+			clock_gettime(CLOCK_MONOTONIC, &t);
+			long gone = (long)(t.tv_sec - t0.tv_sec) * 1000 +
+			            (t.tv_nsec - t0.tv_nsec) / 1000000;
+			left = gone >= ms ? 0 : ms - (int)gone;
+		}
+		int pr = poll(p, n, left);
+		if (pr == 0)
+			return 1;
+		if (pr < 0) {
 			if (errno == EINTR)
 				continue;
 			asp_error_errno(err, errno, NULL, "poll on the connection");
@@ -79,12 +94,22 @@ static int wait_readable(fd_channel *c, asp_error *err)
 	}
 }
 
-/* Reads what is available (at least one byte) into dst. >0 bytes, 0 at EOF, -1 error. */
-static ssize_t read_some(fd_channel *c, uint8_t *dst, size_t cap, asp_error *err)
+/*
+ * Reads what is available (at least one byte) into dst. >0 bytes, 0 at EOF, -1 error.
+ * `mid`: inside a frame, where a peer that sends nothing for stall_ms has stopped.
+ */
+static ssize_t read_some(fd_channel *c, uint8_t *dst, size_t cap, bool mid, asp_error *err)
 {
 	for (;;) {
-		if (c->wakefd >= 0 && wait_readable(c, err) < 0)
+		int w = c->wakefd >= 0 ? wait_readable(c, mid ? c->stall_ms : -1, err) : 0;
+		if (w < 0)
 			return -1;
+		if (w > 0) {
+			asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
+			              "the responder sent nothing for %d ms inside a frame",
+			              c->stall_ms);
+			return -1;
+		}
 		if (atomic_load_explicit(&c->closed, memory_order_acquire)) {
 			closed_error(err);
 			return -1;
@@ -109,8 +134,9 @@ static ssize_t read_some(fd_channel *c, uint8_t *dst, size_t cap, asp_error *err
 	}
 }
 
-/* Makes at least `need` bytes available in buf. 1 ok, 0 EOF, -1 error. */
-static int fill(fd_channel *c, size_t need, asp_error *err)
+/* Makes at least `need` bytes available in buf (`body`: in a frame's body). 1 ok, 0 EOF,
+ * -1 error. */
+static int fill(fd_channel *c, size_t need, bool body, asp_error *err)
 {
 	while (c->end - c->start < need) {
 		if (c->start > 0) { /* keep the partial frame at the front */
@@ -118,7 +144,8 @@ static int fill(fd_channel *c, size_t need, asp_error *err)
 			c->end -= c->start;
 			c->start = 0;
 		}
-		ssize_t n = read_some(c, c->buf + c->end, RBUF - c->end, err);
+		ssize_t n =
+		    read_some(c, c->buf + c->end, RBUF - c->end, body || c->end > c->start, err);
 		if (n < 0)
 			return -1;
 		if (n == 0)
@@ -140,7 +167,7 @@ static asp_status fd_recv(asp_channel *ch, size_t max, uint8_t **msg, size_t *le
 	fd_channel *c = (fd_channel *)ch;
 	*msg = NULL;
 	*len = 0;
-	int r = fill(c, 4, err);
+	int r = fill(c, 4, false, err);
 	if (r < 0)
 		return err->code;
 	if (r == 0) {
@@ -166,9 +193,9 @@ static asp_status fd_recv(asp_channel *ch, size_t max, uint8_t **msg, size_t *le
 		size_t rest = n - have;
 		ssize_t got;
 		if (rest >= RBUF / 2) { /* large body: straight into the message, no copy */
-			got = read_some(c, m + have, rest, err);
+			got = read_some(c, m + have, rest, true, err);
 		} else {
-			int fr = fill(c, rest, err);
+			int fr = fill(c, rest, true, err);
 			got = fr < 0 ? -1 : (ssize_t)(c->end - c->start);
 			if (got > (ssize_t)rest)
 				got = (ssize_t)rest;
@@ -328,10 +355,30 @@ static void fd_free(asp_channel *ch)
 	free(c);
 }
 
+static int fd_ready(asp_channel *ch, int ms, asp_error *err)
+{
+	fd_channel *c = (fd_channel *)ch;
+	if (c->end > c->start)
+		return 1;
+	int w = wait_readable(c, ms, err);
+	return w < 0 ? -1 : w == 0;
+}
+
 static const asp_channel_ops fd_channel_ops = {
 	.send = fd_send,
 	.sendv = fd_sendv,
 	.recv = fd_recv,
+	.explain = NULL,
+	.close = fd_close,
+	.free = fd_free,
+};
+
+/* A wakeable one can also wait for readability with a time limit (ready). */
+static const asp_channel_ops fd_channel_wake_ops = {
+	.send = fd_send,
+	.sendv = fd_sendv,
+	.recv = fd_recv,
+	.ready = fd_ready,
 	.explain = NULL,
 	.close = fd_close,
 	.free = fd_free,
@@ -363,7 +410,7 @@ asp_status asp_fd_channel_new(int rfd, int wfd, unsigned flags, asp_channel **ou
 		free(buf);
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
 	}
-	c->base.ops = &fd_channel_ops;
+	c->base.ops = flags & ASP_FDCH_WAKEABLE ? &fd_channel_wake_ops : &fd_channel_ops;
 	c->rfd = rfd;
 	c->wfd = wfd;
 	c->flags = flags;

@@ -1,4 +1,14 @@
-/* The RPC engine: request ids, pipelined calls, one reader thread, a dead connection. */
+/*
+ * The RPC engine: request ids, pipelined calls, one reader thread, a dead connection.
+ *
+ * The read role. One thread at a time reads the channel. When the channel can wait with
+ * a time limit (its `ready` op: the stdio pipes), a calling thread that finds nobody
+ * reading takes the role and reads until its own answer comes (a leader), delivering
+ * other callers' answers on the way, so the usual call wakes one thread, not two. The
+ * reader thread takes the role when callers wait and none leads, and after READ_GRACE
+ * with no calls at all (so an idle connection still sees EOF and stderr); a leader hands
+ * notifications to it in order, so callbacks keep running on the reader thread only.
+ */
 #include "rpc.h"
 
 #include "proc_route.h"
@@ -21,6 +31,8 @@
 #define SLOT_FIRST 64
 /* A peer may announce a larger max_message; beyond this we do not follow it. */
 #define MAX_MESSAGE_CAP (1u << 30)
+/* How long the reader thread leaves the role to callers after the last call ended. */
+#define READ_GRACE_MS 5
 /* What a call that timed out leaves in its slot until its late answer comes (see deliver). */
 static char abandoned_mark;
 #define ABANDONED ((waiter *)(void *)&abandoned_mark)
@@ -37,6 +49,15 @@ typedef struct waiter {
 } waiter;
 
 enum { ALIVE, DYING, DEAD };
+
+/* A message a leader read that is not a plain response: the reader thread handles it. */
+typedef struct note {
+	struct note *next;
+	uint8_t *m;
+	size_t len;
+} note;
+
+enum { BG_RUN, BG_GRACE, BG_BLOCKED }; /* the reader thread: reading, in grace, waiting */
 
 struct asp_rpc {
 	asp_channel *ch;
@@ -68,6 +89,23 @@ struct asp_rpc {
 	asp_proc_routes *routes; /* followers of spawned processes on this connection */
 	pthread_cond_t gate_cv;  /* under mu: gates went to 0, or the connection died */
 	unsigned gates;          /* answered spawn/attach calls still setting up */
+
+	/*
+	 * The connection's first hello answer, as received (under mu): later hellos are
+	 * answered from it without a round trip, since a responder's hello does not change
+	 * while a connection lasts. A reconnect is a new engine, which asks anew.
+	 */
+	uint8_t *hello_frame;
+	size_t hello_len;
+
+	/* The read role (see the top), under mu. */
+	bool lf;         /* the channel has ready: callers may lead */
+	bool reading;    /* a thread holds the role */
+	bool streamed;   /* a process was followed: the reader thread reads without grace */
+	int bg;          /* BG_* */
+	size_t awaiting; /* callers inside await */
+	pthread_cond_t bg_cv;
+	note *q_head, **q_tail;
 };
 
 /* ---- slots ------------------------------------------------------------------------ */
@@ -173,6 +211,7 @@ static void rpc_die(asp_rpc *rpc, const asp_error *why)
 	}
 	pthread_cond_broadcast(&rpc->state_cv);
 	pthread_cond_broadcast(&rpc->gate_cv);
+	pthread_cond_broadcast(&rpc->bg_cv);
 	pthread_mutex_unlock(&rpc->mu);
 	asp_proc_routes_lost(rpc->routes, &e); /* their on_lost, on this thread */
 }
@@ -187,8 +226,19 @@ static asp_status dead_error(asp_rpc *rpc, asp_error *err)
 	return rpc->death.code;
 }
 
+static int read_one(asp_rpc *rpc, int ms);
+
 bool asp_rpc_alive(asp_rpc *rpc)
 {
+	if (rpc->lf) { /* nobody may be reading: look at what came (EOF, say) without waiting */
+		pthread_mutex_lock(&rpc->mu);
+		if (!rpc->reading && atomic_load(&rpc->state) == ALIVE) {
+			rpc->reading = true;
+			pthread_mutex_unlock(&rpc->mu);
+			read_one(rpc, 0); /* relocks */
+		}
+		pthread_mutex_unlock(&rpc->mu);
+	}
 	return atomic_load_explicit(&rpc->state, memory_order_relaxed) == ALIVE;
 }
 
@@ -209,11 +259,10 @@ void asp_rpc_close(asp_rpc *rpc)
  * is dropped; false when no call of this connection has that id (DESIGN §5: the
  * responder is confused, or not ours), with the frame freed and `err` set.
  */
-static bool deliver(asp_rpc *rpc, uint32_t id, uint8_t *m, size_t len, asp_error *err)
+static bool deliver_locked(asp_rpc *rpc, uint32_t id, uint8_t *m, size_t len, asp_error *err)
 {
 	uint32_t idx = id & (SLOT_MAX - 1);
 	bool ok = true;
-	pthread_mutex_lock(&rpc->mu);
 	waiter *w = idx < rpc->cap ? rpc->slots[idx] : NULL;
 	if (!w || rpc->gens[idx] != (uint16_t)(id >> SLOT_BITS) || (w != ABANDONED && w->done)) {
 		ok = false;
@@ -232,13 +281,20 @@ static bool deliver(asp_rpc *rpc, uint32_t id, uint8_t *m, size_t len, asp_error
 		m = NULL;
 		pthread_cond_signal(&w->cv);
 	}
-	pthread_mutex_unlock(&rpc->mu);
 	free(m);
 	if (!ok)
 		asp_error_set(err, ASP_E_PROTOCOL_ERROR, NULL,
 		              "the responder answered request id %u, which no call is waiting for; "
 		              "closing the connection",
 		              id);
+	return ok;
+}
+
+static bool deliver(asp_rpc *rpc, uint32_t id, uint8_t *m, size_t len, asp_error *err)
+{
+	pthread_mutex_lock(&rpc->mu);
+	bool ok = deliver_locked(rpc, id, m, len, err);
+	pthread_mutex_unlock(&rpc->mu);
 	return ok;
 }
 
@@ -294,9 +350,120 @@ static bool handle_other(asp_rpc *rpc, uint8_t *m, size_t len, asp_error *err)
 	return ok;
 }
 
+/*
+ * Holding the read role, mu not held: reads one message if one comes within `ms` (-1:
+ * for ever; 0: only what is there) and dispatches it, giving the role back first.
+ * Returns with mu held: 1 a message was read, 0 none came, -1 the connection died.
+ */
+static int read_one(asp_rpc *rpc, int ms)
+{
+	asp_error err;
+	asp_error_clear(&err);
+	uint8_t *m = NULL;
+	size_t len = 0;
+	asp_status st = ASP_OK;
+	int r = asp_channel_ready(rpc->ch, ms, &err);
+	if (r > 0) {
+		size_t max = atomic_load_explicit(&rpc->max_recv, memory_order_relaxed);
+		st = asp_channel_recv(rpc->ch, max, &m, &len, &err);
+		if (st == ASP_OK && !m)
+			st = asp_error_set(&err, ASP_E_TRANSPORT_ERROR, NULL,
+			                   "the responder closed the connection");
+	} else if (r < 0) {
+		st = err.code ? err.code : ASP_E_TRANSPORT_ERROR;
+	}
+	uint32_t id = 0;
+	bool response = r > 0 && st == ASP_OK && asp_wire_peek_id(m, len, ASP_MSG_RESPONSE, &id);
+	pthread_mutex_lock(&rpc->mu);
+	/*
+	 * Dispatched before the role goes: a spawn's answer must close its gate before a
+	 * notification read after it can be routed (see notify).
+	 */
+	if (response && !deliver_locked(rpc, id, m, len, &err))
+		st = err.code;
+	rpc->reading = false;
+	if (r > 0 && st == ASP_OK && !response) { /* queued while we hold the role: in order */
+		note *n = malloc(sizeof *n);
+		if (n) {
+			*n = (note){NULL, m, len};
+			*rpc->q_tail = n;
+			rpc->q_tail = &n->next;
+		} else {
+			free(m); /* a notification lost to memory; a response would time out */
+		}
+		m = NULL;
+	}
+	if (rpc->bg == BG_BLOCKED || rpc->q_head || (rpc->bg == BG_GRACE && rpc->awaiting > 1))
+		pthread_cond_signal(&rpc->bg_cv);
+	if (st == ASP_OK)
+		return r > 0;
+	pthread_mutex_unlock(&rpc->mu);
+	rpc_die(rpc, &err);
+	pthread_mutex_lock(&rpc->mu);
+	return -1;
+}
+
+/* The reader thread when callers may lead (see the top). */
+static void reader_lf(asp_rpc *rpc)
+{
+	bool grace_over = false;
+	pthread_mutex_lock(&rpc->mu);
+	for (;;) {
+		while (rpc->q_head) {
+			note *n = rpc->q_head;
+			rpc->q_head = n->next;
+			if (!rpc->q_head)
+				rpc->q_tail = &rpc->q_head;
+			bool alive = atomic_load(&rpc->state) == ALIVE;
+			pthread_mutex_unlock(&rpc->mu);
+			asp_error err;
+			asp_error_clear(&err);
+			if (!alive)
+				free(n->m); /* after on_lost nothing more is routed */
+			else if (!handle_other(rpc, n->m, n->len, &err))
+				rpc_die(rpc, &err);
+			free(n);
+			pthread_mutex_lock(&rpc->mu);
+		}
+		if (atomic_load(&rpc->state) != ALIVE)
+			break;
+		if (rpc->reading) {
+			rpc->bg = BG_BLOCKED;
+			pthread_cond_wait(&rpc->bg_cv, &rpc->mu);
+			rpc->bg = BG_RUN;
+			continue;
+		}
+		bool idle = rpc->awaiting == 0 && !rpc->streamed && !rpc->notify;
+		if (idle && !grace_over) {
+			struct timespec t;
+			clock_gettime(CLOCK_MONOTONIC, &t);
+			t.tv_nsec += READ_GRACE_MS * 1000000L;
+			if (t.tv_nsec >= 1000000000) {
+				t.tv_sec++;
+				t.tv_nsec -= 1000000000;
+			}
+			rpc->bg = BG_GRACE;
+			if (pthread_cond_timedwait(&rpc->bg_cv, &rpc->mu, &t) == ETIMEDOUT)
+				grace_over = true;
+			rpc->bg = BG_RUN;
+			continue;
+		}
+		grace_over = false;
+		rpc->reading = true;
+		pthread_mutex_unlock(&rpc->mu);
+		if (read_one(rpc, -1) < 0)
+			break;
+	}
+	pthread_mutex_unlock(&rpc->mu);
+}
+
 static void *reader_main(void *arg)
 {
 	asp_rpc *rpc = arg;
+	if (rpc->lf) {
+		reader_lf(rpc);
+		return NULL;
+	}
 	asp_error err;
 	asp_error_clear(&err);
 	for (;;) {
@@ -341,6 +508,8 @@ asp_status asp_rpc_new(asp_channel *ch, size_t max_message, asp_rpc **out, asp_e
 	rpc->routes = routes;
 	pthread_cond_init(&rpc->gate_cv, NULL);
 	pthread_cond_init(&rpc->decode_cv, NULL);
+	rpc->lf = ch->ops->ready != NULL;
+	rpc->q_tail = &rpc->q_head;
 	if (!max_message)
 		max_message = ASP_MAX_MESSAGE_DEFAULT;
 	atomic_init(&rpc->max_send, max_message);
@@ -352,6 +521,7 @@ asp_status asp_rpc_new(asp_channel *ch, size_t max_message, asp_rpc **out, asp_e
 	pthread_mutex_init(&rpc->mu, NULL);
 	pthread_mutex_init(&rpc->send_mu, NULL);
 	pthread_cond_init(&rpc->state_cv, NULL);
+	pthread_cond_init(&rpc->bg_cv, &rpc->mono);
 
 	/* The reader takes no signals: they belong to the application's threads. */
 	sigset_t all, old;
@@ -365,6 +535,7 @@ asp_status asp_rpc_new(asp_channel *ch, size_t max_message, asp_rpc **out, asp_e
 		pthread_cond_destroy(&rpc->state_cv);
 		pthread_cond_destroy(&rpc->gate_cv);
 		pthread_cond_destroy(&rpc->decode_cv);
+		pthread_cond_destroy(&rpc->bg_cv);
 		pthread_condattr_destroy(&rpc->mono);
 		asp_arena_free(na);
 		asp_proc_routes_free(routes);
@@ -400,12 +571,19 @@ void asp_rpc_free(asp_rpc *rpc)
 	pthread_cond_destroy(&rpc->state_cv);
 	pthread_cond_destroy(&rpc->gate_cv);
 	pthread_cond_destroy(&rpc->decode_cv);
+	pthread_cond_destroy(&rpc->bg_cv);
 	pthread_condattr_destroy(&rpc->mono);
+	for (note *n = rpc->q_head, *next; n; n = next) {
+		next = n->next;
+		free(n->m);
+		free(n);
+	}
 	asp_arena_free(rpc->notify_arena);
 	asp_proc_routes_free(rpc->routes);
 	free(rpc->slots);
 	free(rpc->gens);
 	free(rpc->free_idx);
+	free(rpc->hello_frame);
 	free(rpc);
 }
 
@@ -522,12 +700,38 @@ static asp_status send_buf(asp_channel *ch, const asp_buf *b, asp_error *err)
 	return st;
 }
 
-/* Under mu. Waits for w until `deadline` (CLOCK_MONOTONIC); false when it passed first. */
+/* Milliseconds until `deadline`, rounded up; 0 once it passed. */
+static int ms_until(const struct timespec *deadline)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	int64_t ns =
+	    (int64_t)(deadline->tv_sec - t.tv_sec) * 1000000000 + (deadline->tv_nsec - t.tv_nsec);
+	if (ns <= 0)
+		return 0;
+	int64_t ms = (ns + 999999) / 1000000;
+	return ms > INT32_MAX ? INT32_MAX : (int)ms;
+}
+
+/*
+ * Under mu. Waits for w until `deadline` (CLOCK_MONOTONIC); false when it passed first.
+ * Reads the channel itself while nobody else does (the leader, see the top).
+ */
 static bool waiter_wait(asp_rpc *rpc, waiter *w, const struct timespec *deadline)
 {
-	while (!w->done)
+	while (!w->done) {
+		if (rpc->lf && !rpc->reading && atomic_load(&rpc->state) == ALIVE) {
+			int ms = ms_until(deadline);
+			if (ms == 0)
+				return false;
+			rpc->reading = true;
+			pthread_mutex_unlock(&rpc->mu);
+			read_one(rpc, ms); /* relocks */
+			continue;
+		}
 		if (pthread_cond_timedwait(&w->cv, &rpc->mu, deadline) == ETIMEDOUT)
 			return w->done;
+	}
 	return true;
 }
 
@@ -586,10 +790,46 @@ static asp_status probe(asp_rpc *rpc)
 	return st;
 }
 
+/* A copy of the cached hello answer (malloc'd), or NULL when there is none yet. */
+static uint8_t *hello_cached(asp_rpc *rpc, size_t *len)
+{
+	uint8_t *m = NULL;
+	pthread_mutex_lock(&rpc->mu);
+	if (rpc->hello_frame && atomic_load(&rpc->state) == ALIVE) {
+		m = malloc(rpc->hello_len);
+		if (m) {
+			memcpy(m, rpc->hello_frame, rpc->hello_len);
+			*len = rpc->hello_len;
+		}
+	}
+	pthread_mutex_unlock(&rpc->mu);
+	return m;
+}
+
+/* Keeps `frame` (malloc'd, taken) as the hello answer unless one is kept already. */
+static void hello_keep(asp_rpc *rpc, uint8_t *frame, size_t len)
+{
+	pthread_mutex_lock(&rpc->mu);
+	if (frame && !rpc->hello_frame) {
+		rpc->hello_frame = frame;
+		rpc->hello_len = len;
+		frame = NULL;
+	}
+	pthread_mutex_unlock(&rpc->mu);
+	free(frame);
+}
+
 asp_status asp_rpc_invoke(void *self, asp_op_id op, const void *params, void *result,
                           asp_arena *a, asp_error *err)
 {
-	return rpc_call(self, op, params, result, a, 0, NULL, err);
+	asp_rpc *rpc = self;
+	if (op == ASP_OP_HELLO) { /* not the liveness probe: that one must ask */
+		size_t len = 0;
+		uint8_t *m = hello_cached(rpc, &len);
+		if (m)
+			return finish(rpc, op, m, len, result, a, err);
+	}
+	return rpc_call(rpc, op, params, result, a, 0, NULL, err);
 }
 
 asp_status asp_rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void *result,
@@ -618,6 +858,7 @@ static asp_status await(asp_rpc *rpc, const asp_op_desc *d, const void *params, 
 	asp_error why;
 	bool timed_out = false, second = false, probe_failed = false;
 	pthread_mutex_lock(&rpc->mu);
+	rpc->awaiting++;
 	for (;;) {
 		if (waiter_wait(rpc, w, &deadline))
 			break;
@@ -640,6 +881,7 @@ static asp_status await(asp_rpc *rpc, const asp_op_desc *d, const void *params, 
 		probe_failed = false;
 		deadline = deadline_in(call_ms);
 	}
+	rpc->awaiting--;
 	asp_status st = ASP_OK;
 	if (!timed_out && !probe_failed) {
 		slot_release(rpc, id);
@@ -742,7 +984,18 @@ static asp_status rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void 
 		pthread_cond_destroy(&w.cv);
 		if (st)
 			return st;
-		return finish(rpc, op, w.frame, w.len, result, a, err);
+		if (op != ASP_OP_HELLO)
+			return finish(rpc, op, w.frame, w.len, result, a, err);
+		uint8_t *copy = malloc(w.len); /* kept only when it decodes as a success */
+		if (copy)
+			memcpy(copy, w.frame, w.len);
+		st = finish(rpc, op, w.frame, w.len, result, a, err);
+		if (st != ASP_OK) {
+			free(copy);
+			copy = NULL;
+		}
+		hello_keep(rpc, copy, w.len);
+		return st;
 	}
 	/* Not sent: nobody can answer this id. */
 	asp_buf_free(&b);
@@ -779,6 +1032,10 @@ asp_status asp_rpc_subscribe(void *self, asp_op_id op, const void *params, void 
                              asp_arena *a, asp_proc_sub *sub, asp_error *err)
 {
 	asp_rpc *rpc = self;
+	pthread_mutex_lock(&rpc->mu);
+	rpc->streamed = true; /* notifications may come at any time now: read them at once */
+	pthread_cond_signal(&rpc->bg_cv);
+	pthread_mutex_unlock(&rpc->mu);
 	gated_call g = {rpc, false};
 	asp_status st = asp_proc_routes_call(rpc->routes, call_gated, &g, op, params, result, a,
 	                                     sub, err);

@@ -168,6 +168,7 @@ OPS = {
             Field("env", "env", "strmap", optional=True, role="env"),
             Field("timeout_ms", "timeout_ms", "uint", default=0, role="timeout"),
             Field("tag", "tag", "str", optional=True),
+            Field("stdin_eof", "stdin_eof", "bool", default=False),
         ), _t.SpawnParams, one_of=("command", "argv")),
         Record("spawn result", (
             Field("proc", "proc", "uint"),

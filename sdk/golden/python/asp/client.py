@@ -237,6 +237,7 @@ class Client(ClientBase):
         env: dict[str, str] | None = None,
         timeout_ms: int = 0,
         tag: str | None = None,
+        stdin_eof: bool = False,
     ) -> Process:
         """
         Start a process and stream its output as output notifications, then exit. It
@@ -255,6 +256,9 @@ class Client(ClientBase):
             env: Added to the responder's environment.
             timeout_ms: 0 = none; as for exec.
             tag: Free text shown by proc_list.
+            stdin_eof: Close the process's stdin as soon as it starts, as a proc_write
+                with eof would, saving that round trip when there is nothing to send. A
+                protocol 1 responder ignores it: send proc_write eof instead.
         """
         params = SpawnParams(
             command=command,
@@ -263,6 +267,7 @@ class Client(ClientBase):
             env=env,
             timeout_ms=timeout_ms,
             tag=tag,
+            stdin_eof=stdin_eof,
         )
         return self._stream("spawn", params, "result")
 

@@ -432,6 +432,13 @@ class SpawnParams:
     tag: str | None = None
     """Free text shown by proc_list. Optional. (since 1)"""
 
+    stdin_eof: bool = False
+    """
+    Close the process's stdin as soon as it starts, as a proc_write with eof would,
+    saving that round trip when there is nothing to send. A protocol 1 responder ignores
+    it: send proc_write eof instead. (since 2)
+    """
+
 
 @dataclass
 class SpawnResult:

@@ -274,6 +274,7 @@ const OPS: Record<string, OpDesc> = {
         { name: "env", type: "strmap", optional: true, role: "env" },
         { name: "timeout_ms", type: "uint", default: 0, role: "timeout" },
         { name: "tag", type: "str", optional: true },
+        { name: "stdin_eof", type: "bool", default: false },
       ],
       oneOf: ["command", "argv"],
     },

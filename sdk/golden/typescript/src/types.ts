@@ -289,6 +289,12 @@ export interface SpawnParams {
   timeout_ms?: number | bigint;
   /** Free text shown by proc_list. Optional. (since 1) */
   tag?: string;
+  /**
+   * Close the process's stdin as soon as it starts, as a proc_write with eof would, saving that
+   * round trip when there is nothing to send. A protocol 1 responder ignores it: send proc_write
+   * eof instead. (since 2)
+   */
+  stdin_eof?: boolean;
 }
 
 /** Result of spawn. */
