@@ -152,6 +152,13 @@ static void emit_header(const spec *s, FILE *h)
 	           "#define ASP_FOR_EACH_OP(X)");
 	for (size_t i = 0; i < s->nops; i++)
 		fprintf(h, " \\\n\tX(%s)", s->ops[i].name);
+	fprintf(h, "\n\n/* X(name, ASP_OP_NAME): the same list with each op's id. */\n"
+	           "#define ASP_FOR_EACH_OP_ID(X)");
+	for (size_t i = 0; i < s->nops; i++) {
+		char up[64];
+		upper(up, s->ops[i].name, sizeof up);
+		fprintf(h, " \\\n\tX(%s, ASP_OP_%s)", s->ops[i].name, up);
+	}
 	fprintf(h, "\n\n");
 	fprintf(h, "typedef enum asp_notice_id {\n");
 	for (size_t i = 0; i < s->nnotes; i++) {

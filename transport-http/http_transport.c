@@ -345,44 +345,17 @@ static asp_status invoke(void *self, asp_op_id op, const void *p, void *r, asp_a
 	return st;
 }
 
-/*
- * The op table: one thunk per op. The list must name every op of the spec; the
- * assertion below fails the build when an op is added without it.
- */
-#define HTTP_OPS(X)                                                                                \
-	X(hello, HELLO)                                                                            \
-	X(exec, EXEC)                                                                              \
-	X(read, READ)                                                                              \
-	X(write, WRITE)                                                                            \
-	X(stat, STAT)                                                                              \
-	X(list, LIST)                                                                              \
-	X(mkdir, MKDIR)                                                                            \
-	X(remove, REMOVE)                                                                          \
-	X(rename, RENAME)                                                                          \
-	X(spawn, SPAWN)                                                                            \
-	X(proc_write, PROC_WRITE)                                                                  \
-	X(proc_signal, PROC_SIGNAL)                                                                \
-	X(proc_wait, PROC_WAIT)                                                                    \
-	X(proc_list, PROC_LIST)                                                                    \
-	X(proc_attach, PROC_ATTACH)                                                                \
-	X(glob, GLOB)                                                                              \
-	X(grep, GREP)                                                                              \
-	X(edit, EDIT)
-
-#define HTTP_THUNK(name, NAME)                                                                     \
+/* The op table: one thunk per op of the spec, every one forwarded to the listener. */
+#define HTTP_THUNK(name, ID)                                                                       \
 	static asp_status http_##name(void *self, const asp_##name##_params *p,                    \
 	                              asp_##name##_result *r, asp_arena *a, asp_error *err)        \
 	{                                                                                          \
-		return invoke(self, ASP_OP_##NAME, p, r, a, err);                                  \
+		return invoke(self, ID, p, r, a, err);                                             \
 	}
-HTTP_OPS(HTTP_THUNK)
+ASP_FOR_EACH_OP_ID(HTTP_THUNK)
 
-#define HTTP_SLOT(name, NAME) .name = http_##name,
-static const asp_ops http_ops = {HTTP_OPS(HTTP_SLOT)};
-
-#define HTTP_COUNT(name, NAME) +1
-_Static_assert(0 HTTP_OPS(HTTP_COUNT) == ASP_OP_COUNT,
-               "transport-http/http_transport.c: add the new op to HTTP_OPS");
+#define HTTP_SLOT(name, ID) .name = http_##name,
+static const asp_ops http_ops = {ASP_FOR_EACH_OP_ID(HTTP_SLOT)};
 
 /* ---- opening ---------------------------------------------------------------------- */
 
