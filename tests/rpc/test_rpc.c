@@ -215,7 +215,8 @@ static void test_dead_connection(void)
 	t0 = t_now_ms();
 	CU_ASSERT_EQUAL(do_stat(f.rpc, "/", &err), ASP_E_TRANSPORT_ERROR);
 	CU_ASSERT(t_now_ms() - t0 < 50);
-	CU_ASSERT(strstr(err.message, "closed") != NULL);
+	/* what the first to notice saw: EOF ("closed"), a reset read or a broken pipe */
+	CU_ASSERT(strstr(err.message, "connection") != NULL);
 	fx_close(&f);
 }
 
