@@ -36,6 +36,12 @@ from .types import (
     ProcListParams,
     ProcListResult,
     ProcAttachParams,
+    GlobParams,
+    GlobResult,
+    GrepParams,
+    GrepResult,
+    EditParams,
+    EditResult,
 )
 
 __all__ = ["Client", "Process"]
@@ -242,6 +248,7 @@ class Client(ClientBase):
         env: dict[str, str] | None = None,
         timeout_ms: int = 0,
         tag: str | None = None,
+        stdin_eof: bool = False,
     ) -> Process:
         """
         Start a process and stream its output as output notifications, then exit. It
@@ -261,6 +268,9 @@ class Client(ClientBase):
             env: Added to the responder's environment.
             timeout_ms: 0 = none; as for exec.
             tag: Free text shown by proc_list.
+            stdin_eof: Close the process's stdin as soon as it starts, as a proc_write
+                with eof would, saving that round trip when there is nothing to send. A
+                protocol 1 responder ignores it: send proc_write eof instead.
         """
         params = SpawnParams(
             command=command,
@@ -269,6 +279,7 @@ class Client(ClientBase):
             env=env,
             timeout_ms=timeout_ms,
             tag=tag,
+            stdin_eof=stdin_eof,
         )
         return await self._stream("spawn", params, "result")
 
@@ -346,3 +357,112 @@ class Client(ClientBase):
             stderr_offset=stderr_offset,
         )
         return await self._stream("proc_attach", params, "params")
+
+    async def glob(
+        self,
+        path: str,
+        pattern: str,
+        *,
+        max_results: int = 1000,
+        hidden: bool = False,
+    ) -> GlobResult:
+        """
+        Files under a directory whose path below it matches a pattern, in one round
+        trip, newest first. Directories named .git are not entered. Symlinks are
+        reported, not followed. Pattern syntax of glob and grep's glob filter: `*` any
+        run of characters but `/`, `?` one character but `/`, `[...]` a class (`[!...]`
+        or `[^...]` negated), `{a,b}` alternatives, `**` as a whole component any number
+        of directories (zero included). A pattern without `/` matches the file name at
+        any depth.
+
+        Args:
+            path: Directory to search; each result is this joined with the file's path
+                below it (absolute when this is).
+            pattern: The pattern, matched against the path below `path`.
+            max_results: Most paths returned; the rest is dropped and truncated set.
+            hidden: Also enter and match names starting with a dot.
+        """
+        params = GlobParams(
+            path=path,
+            pattern=pattern,
+            max_results=max_results,
+            hidden=hidden,
+        )
+        return await self._call("glob", params)
+
+    async def grep(
+        self,
+        path: str,
+        regex: str,
+        *,
+        glob: str | None = None,
+        ignore_case: bool = False,
+        multiline: bool = False,
+        before: int = 0,
+        after: int = 0,
+        max_matches: int = 1000,
+        mode: str | None = None,
+        timeout_ms: int = 0,
+    ) -> GrepResult:
+        """
+        Search the contents of files under a path (or one file) with a regular
+        expression. hello's features say the dialect: grep-pcre2 (Perl-compatible,
+        PCRE2) or grep-ere (POSIX extended). Binary files (a NUL byte in the first 8
+        KiB), directories named .git and, unless the glob names them, hidden names are
+        skipped; symlinks are not followed. Files are searched in bytewise path order.
+        Running out of time or max_matches stops the search with truncated set, not an
+        error.
+
+        Args:
+            path: File or directory to search.
+            regex: The regular expression.
+            glob: Only files whose path below `path` matches this glob pattern (syntax
+                of glob).
+            ignore_case: Case-insensitive matching.
+            multiline: The regex sees the whole file: it may span lines, `.` matches a
+                newline.
+            before: Context lines before each match (content mode).
+            after: Context lines after each match (content mode).
+            max_matches: Most files (files mode), matches (content) or files (count)
+                returned.
+            mode: Absent is files. files: the paths of matching files; content: the
+                matching lines; count: matches per file.
+            timeout_ms: 0 = the responder's own limit (30 s, under the clients' default
+                call timeout); on expiry what was found so far, truncated set.
+        """
+        params = GrepParams(
+            path=path,
+            regex=regex,
+            glob=glob,
+            ignore_case=ignore_case,
+            multiline=multiline,
+            before=before,
+            after=after,
+            max_matches=max_matches,
+            mode=mode,
+            timeout_ms=timeout_ms,
+        )
+        return await self._call("grep", params)
+
+    async def edit(
+        self,
+        path: str,
+        old: str,
+        new: str,
+        *,
+        replace_all: bool = False,
+    ) -> EditResult:
+        """
+        Replace a string in a file, atomically (a temporary file beside it, fsync,
+        rename: old or new file, never half; mode kept). old absent is not_found; old
+        found more than once without replace_all is invalid_argument, the message giving
+        the count.
+
+        Args:
+            path: File to edit.
+            old: Bytes to find; empty is invalid_argument.
+            new: Bytes to put in their place.
+            replace_all: Replace every occurrence, not only a unique one.
+        """
+        params = EditParams(path=path, old=old, new=new, replace_all=replace_all)
+        return await self._call("edit", params)
