@@ -8,6 +8,8 @@
  * reader thread takes the role when callers wait and none leads, and after READ_GRACE
  * with no calls at all (so an idle connection still sees EOF and stderr); a leader hands
  * notifications to it in order, so callbacks keep running on the reader thread only.
+ * Leading is switched off for now (see asp_rpc creation): a leader could return an
+ * attach's answer before the reader thread had routed the notifications read with it.
  */
 #include "rpc.h"
 
@@ -508,7 +510,12 @@ asp_status asp_rpc_new(asp_channel *ch, size_t max_message, asp_rpc **out, asp_e
 	rpc->routes = routes;
 	pthread_cond_init(&rpc->gate_cv, NULL);
 	pthread_cond_init(&rpc->decode_cv, NULL);
-	rpc->lf = ch->ops->ready != NULL;
+	/*
+	 * Callers leading (reading their own answers) is off: it let an attach to a finished
+	 * process return before its replay and exit were delivered (conformance
+	 * proc_attach_replay under ASan). The reader thread reads everything, as before.
+	 */
+	rpc->lf = false;
 	rpc->q_tail = &rpc->q_head;
 	if (!max_message)
 		max_message = ASP_MAX_MESSAGE_DEFAULT;
