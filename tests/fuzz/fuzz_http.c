@@ -88,6 +88,11 @@ void srv_wake(srv *s)
 	(void)s;
 }
 
+void srv_http_kick(srv_conn *c)
+{
+	(void)c;
+}
+
 /* ---- the target ------------------------------------------------------------------- */
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
