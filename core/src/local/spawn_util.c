@@ -476,7 +476,11 @@ static void reap_if_stray(pid_t pid)
  * children in /proc/self/task/TID/children (CONFIG_PROC_CHILDREN); without it, every
  * process in /proc is looked at.
  */
-static void reap_strays(void)
+/*
+ * Calls fn for each child pid the kernel lists in /proc/self/task/TID/children (every
+ * thread's). False when no such list could be read (no CONFIG_PROC_CHILDREN).
+ */
+static bool each_listed_child(void (*fn)(pid_t, void *), void *arg)
 {
 	DIR *d = opendir("/proc/self/task");
 	bool listed = false;
@@ -492,16 +496,28 @@ static void reap_strays(void)
 		listed = true;
 		long v;
 		while (fscanf(f, "%ld", &v) == 1)
-			reap_if_stray((pid_t)v);
+			fn((pid_t)v, arg);
 		fclose(f);
 	}
 	if (d)
 		closedir(d);
-	if (listed)
+	return listed;
+}
+
+static void reap_one(pid_t pid, void *arg)
+{
+	(void)arg;
+	reap_if_stray(pid);
+}
+
+static void reap_strays(void)
+{
+	if (each_listed_child(reap_one, NULL))
 		return;
-	d = opendir("/proc");
+	DIR *d = opendir("/proc");
 	if (!d)
 		return;
+	struct dirent *de;
 	pid_t self = getpid();
 	while ((de = readdir(d))) {
 		pid_t pid = proc_entry_pid(de, self);
@@ -731,35 +747,23 @@ static void keeper_say(char c)
  * killed child's children come to us before it turns zombie, and get the next pass. Until
  * only zombies remain, for at most 2 s.
  */
+/* A live child of ours but the keeper: KILLed and counted in *(unsigned *)arg. */
+static void kill_one(pid_t pid, void *arg)
+{
+	char st = 0;
+	if (pid != reaper.keeper && proc_ppid(pid, &st) == getpid() && st != 'Z' &&
+	    kill(pid, SIGKILL) == 0)
+		(*(unsigned *)arg)++;
+}
+
 static void kill_subtree(void)
 {
 	int64_t until = 0;
 	for (int pass = 0;; pass++) {
 		unsigned live = 0;
-		DIR *d = opendir("/proc/self/task");
-		bool listed = false;
-		struct dirent *de;
-		while (d && (de = readdir(d))) {
-			if (de->d_name[0] == '.')
-				continue;
-			char path[300];
-			snprintf(path, sizeof path, "/proc/self/task/%.64s/children", de->d_name);
-			FILE *f = fopen(path, "re");
-			if (!f)
-				continue;
-			listed = true;
-			long v;
-			char st = 0;
-			while (fscanf(f, "%ld", &v) == 1)
-				if ((pid_t)v != reaper.keeper &&
-				    proc_ppid((pid_t)v, &st) == getpid() && st != 'Z' &&
-				    kill((pid_t)v, SIGKILL) == 0)
-					live++;
-			fclose(f);
-		}
-		if (d)
-			closedir(d);
-		if (!listed) { /* no children lists: by parent pid, through all of /proc */
+		if (!each_listed_child(
+		        kill_one,
+		        &live)) { /* no children lists: by parent pid, through all of /proc */
 			char entry[64];
 			job_entry(entry, sizeof entry, getpid(), 0);
 			sweep_kill(entry, true, true);
