@@ -183,6 +183,10 @@ void sshc_close(sshc *c)
 		pthread_join(c->pump, NULL);
 		c->pump_on = false;
 	}
+	if (c->kill_line) {
+		ssh_channel_free(c->kill_line);
+		c->kill_line = NULL;
+	}
 	if (c->idle) {
 		ssh_channel_free(c->idle);
 		c->idle = NULL;

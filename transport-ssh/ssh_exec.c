@@ -16,7 +16,7 @@
 /* After the KILL, stop waiting for pipes held by processes that left the group. */
 #define GIVE_UP_NS (2000ull * SSH_NS_PER_MS)
 /* How long a command's end is awaited before its channel goes (ssh_exit_settle). */
-#define SETTLE_NS (2000ull * SSH_NS_PER_MS)
+#define SETTLE_NS (5000ull * SSH_NS_PER_MS) /* past the KILL 2 s after a TERM */
 /* A kill that found no free channel is tried again this much later. */
 #define KILL_RETRY_NS (200ull * SSH_NS_PER_MS)
 /* Login-shell noise tolerated before the wrapper's first line. */
@@ -193,11 +193,61 @@ ssh_channel ssh_killer_start(sshc *c, long pid, long pgid, const char *sig, bool
 	return ssh_killer_exec(c, cmd);
 }
 
+void ssh_kill_line_open(sshc *c)
+{
+	/* only builtins, so the line's shell has no child whose exit the server would see */
+	static const char line[] = "while IFS= read -r l; do eval \"$l\"; printf '\\006'; done";
+	ssh_channel ch = NULL;
+	asp_error e;
+	uint64_t dl = ssh_now_ns() + 5000ull * SSH_NS_PER_MS;
+	if (!c->fragile_open || c->kill_line ||
+	    sshc_channel_open(c, SSHC_URGENT, dl, dl, &ch, &e) != ASP_OK)
+		return;
+	if (sshc_channel_exec(c, ch, line, false, dl, &e) != ASP_OK) {
+		sshc_channel_free(c, ch, SSHC_URGENT);
+		return;
+	}
+	c->kill_line = ch;
+	c->kill_line_gone = false;
+	c->kill_sent = c->kill_acked = 0;
+}
+
+/* Counts the line's ACKs; false once it is gone (the channel stays till sshc_close, as
+ * callers may still hold it). */
+static bool kill_line_poll(sshc *c)
+{
+	if (c->kill_line_gone)
+		return false;
+	char buf[256];
+	int n;
+	while ((n = ssh_channel_read_nonblocking(c->kill_line, buf, sizeof buf, 0)) > 0) {
+		for (int i = 0; i < n; i++)
+			c->kill_acked += buf[i] == '\006';
+	}
+	while (ssh_channel_read_nonblocking(c->kill_line, buf, sizeof buf, 1) > 0)
+		;
+	if (n == SSH_ERROR || ssh_channel_is_eof(c->kill_line) ||
+	    !ssh_channel_is_open(c->kill_line) || ssh_channel_is_closed(c->kill_line)) {
+		c->kill_line_gone = true;
+		return false;
+	}
+	return true;
+}
+
 ssh_channel ssh_killer_exec(sshc *c, const char *cmd)
 {
 	ssh_channel ch = NULL;
 	asp_error e;
 	uint64_t dl = ssh_now_ns() + 5000ull * SSH_NS_PER_MS;
+	if (c->kill_line && kill_line_poll(c)) {
+		size_t n = strlen(cmd);
+		if (sshc_channel_write(c, c->kill_line, cmd, n, dl) == n &&
+		    sshc_channel_write(c, c->kill_line, "\n", 1, dl) == 1) {
+			c->kill_sent++;
+			return c->kill_line; /* ssh_killer_reap knows it is not the caller's */
+		}
+		c->kill_line_gone = true;
+	}
 	if (sshc_channel_open(c, SSHC_URGENT, dl, dl, &ch, &e) != ASP_OK)
 		return NULL;
 	if (sshc_channel_exec(c, ch, cmd, false, dl, &e) != ASP_OK) {
@@ -211,6 +261,12 @@ void ssh_killer_reap(sshc *c, ssh_channel *k, bool force)
 {
 	if (!*k)
 		return;
+	if (*k == c->kill_line) {
+		/* done when every kill written has been answered (ours among them) */
+		if (force || !kill_line_poll(c) || c->kill_acked >= c->kill_sent)
+			*k = NULL;
+		return;
+	}
 	char sink[256];
 	while (ssh_channel_read_nonblocking(*k, sink, sizeof sink, 0) > 0)
 		;

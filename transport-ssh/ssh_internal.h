@@ -84,6 +84,15 @@ typedef struct sshc {
 	bool gate_busy;   /* a channel is being opened, or open with its command not started */
 	ssh_channel gate; /* that channel once open (NULL while its open is in flight) */
 	unsigned execs;   /* exec channels (ssh_exec.c) open now */
+	/*
+	 * There, too, a kill's own channel (ssh_killer_exec) would be opened just as the
+	 * command it is meant for may exit: the same abort. So kills go down one channel
+	 * opened while nothing runs (ssh_kill_line_open), a shell reading one command per
+	 * line and answering each with an ACK byte.
+	 */
+	ssh_channel kill_line;
+	bool kill_line_gone; /* its shell ended: kills open their own channels again */
+	unsigned kill_sent, kill_acked;
 } sshc;
 
 /* Whether the server's banner names a Dropbear with the fragile channel open (above). */
@@ -253,7 +262,7 @@ void ssh_exit_watch(ssh_channel ch, struct ssh_channel_callbacks_struct *cb, ssh
 
 /*
  * Under the lock, before freeing a command's channel: on a `fragile_open` connection,
- * waits (at most 2 s, discarding output) until the server reported the command's end or
+ * waits (at most 5 s, discarding output) until the server reported the command's end or
  * closed the channel, so that its process does not exit later, while another channel is
  * being opened. Elsewhere it returns at once.
  */
@@ -266,6 +275,12 @@ void ssh_exit_settle(sshc *c, ssh_channel ch, const ssh_exit_info *x);
  * within 5 s. The caller reaps the channel.
  */
 ssh_channel ssh_killer_start(sshc *c, long pid, long pgid, const char *sig, bool kill_later);
+/*
+ * Under the lock, on a fragile_open connection before any command runs: opens the kill
+ * line (sshc.kill_line). Without it (refused, or a login shell that is not POSIX) kills
+ * open channels of their own, as elsewhere.
+ */
+void ssh_kill_line_open(sshc *c);
 /* Under the lock: as ssh_killer_start, any shell command (for several groups at once). */
 ssh_channel ssh_killer_exec(sshc *c, const char *cmd);
 /* Under the lock: frees a killer channel once its command ended (or at once: force). */

@@ -4,6 +4,7 @@
  */
 #include "asp_ssh.h"
 #include "ssh_internal.h"
+#include "ssh_sftp.h"
 
 #include "proto_desc.h"
 #include "local/local.h"
@@ -411,6 +412,15 @@ static asp_status ssh_open(const asp_config_view *cfg, const asp_ops **ops, void
 		t->procs = ssh_procs_new(&t->c);
 		if (!t->sftp || !t->procs)
 			st = asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+		if (st == ASP_OK && t->c.fragile_open) {
+			/* the channels that live long are opened now, while no command can exit
+			 * (ssh_internal.h, fragile_open); a failure here shows again on use */
+			asp_error e2;
+			sshc_lock(&t->c);
+			(void)sftp_ready(t->sftp, &e2);
+			ssh_kill_line_open(&t->c);
+			sshc_unlock(&t->c);
+		}
 		*ops = &native_ops;
 	}
 	if (st != ASP_OK) {
