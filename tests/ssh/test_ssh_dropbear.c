@@ -266,9 +266,15 @@ static void signal_reaches_group(backend *b)
 		sp.proc = r.proc;
 		sp.signal = sigs[i];
 		asp_proc_signal_result sr;
-		CU_ASSERT_EQUAL(b->ops->proc_signal(b->self, &sp, &sr, a, &err), ASP_OK);
+		asp_status st = b->ops->proc_signal(b->self, &sp, &sr, a, &err);
+		CU_ASSERT_EQUAL(st, ASP_OK);
+		if (st != ASP_OK)
+			fprintf(stderr, "proc_signal %s: %s\n", sigs[i], err.message);
 		asp_proc_wait_result w;
-		CU_ASSERT_EQUAL_FATAL(wait_proc(b, r.proc, 10000, &w, a, &err), ASP_OK);
+		st = wait_proc(b, r.proc, 10000, &w, a, &err);
+		if (st != ASP_OK)
+			fprintf(stderr, "proc_wait after %s: %s\n", sigs[i], err.message);
+		CU_ASSERT_EQUAL_FATAL(st, ASP_OK);
 		CU_ASSERT_TRUE(w.exit_code == -1 && w.signal && strcmp(w.signal, sigs[i]) == 0);
 		CU_ASSERT_TRUE(all_gone(pids, 2, 10000));
 		asp_arena_reset(a);
