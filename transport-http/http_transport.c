@@ -74,8 +74,8 @@ static asp_status unary(http_backend *b, asp_op_id op, const void *params, void 
 	asp_status st = asp_rpc_encode(op, id, params, max, &req, &req_len, err);
 	if (st)
 		return st;
-	st = http_client_post(b->hc, req + ASP_FRAME_HEADER, req_len - ASP_FRAME_HEADER, max,
-	                      &resp, &rlen, err);
+	st = http_client_post(b->hc, req + ASP_FRAME_HEADER, req_len - ASP_FRAME_HEADER, max, &resp,
+	                      &rlen, err);
 	free(req);
 	if (st)
 		return st;

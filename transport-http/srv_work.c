@@ -349,8 +349,8 @@ static srv_out *serve(srv *s, srv_job *j, asp_reply *out)
 		return NULL;
 	}
 	/* A request with an id but wrong params gets its error answer; the connection stays. */
-	asp_serve_result rc = out ? asp_local_serve(c->ws ? c->bound : s->http_bound, r, out)
-	                          : ASP_SERVE_FAILED;
+	asp_serve_result rc =
+	    out ? asp_local_serve(c->ws ? c->bound : s->http_bound, r, out) : ASP_SERVE_FAILED;
 	asp_request_free(r);
 	if (c->ws) {
 		if (rc == ASP_SERVE_FAILED)

@@ -2,8 +2,8 @@
  * A server edge's requests and answers (asp/server.h): the wire checks of DESIGN §2 in
  * front of asp_local_conn_serve, so an edge needs no msgpack and no core header.
  */
+#include "edge.h"
 #include "local/local_proc.h"
-#include "wire.h"
 
 #include <stdlib.h>
 
@@ -94,6 +94,16 @@ void asp_request_free(asp_request *r)
 	free(r);
 }
 
+const asp_msg *asp_request_msg(const asp_request *r)
+{
+	return r->decoded && r->st == ASP_OK ? &r->m : NULL;
+}
+
+asp_buf *asp_reply_buf(asp_reply *b)
+{
+	return &b->b;
+}
+
 asp_reply *asp_reply_new(void)
 {
 	asp_reply *b = malloc(sizeof *b);
@@ -140,8 +150,7 @@ asp_serve_result asp_local_serve(asp_local_conn *c, asp_request *r, asp_reply *b
 			return ASP_SERVE_FAILED;
 		if (!sink)
 			return ASP_SERVE_REPLY;
-		return local_conn_send(c, out->data, out->len) ? ASP_SERVE_SENT
-		                                                         : ASP_SERVE_GONE;
+		return local_conn_send(c, out->data, out->len) ? ASP_SERVE_SENT : ASP_SERVE_GONE;
 	}
 	if (!sink) {
 		asp_dispatch(&asp_local_conn_ops, c, &r->m, out, c->l->max_message);

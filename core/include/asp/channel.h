@@ -79,7 +79,8 @@ typedef struct asp_channel_ops {
 	 * May block briefly (bounded).
 	 */
 	void (*explain)(void *ctx, asp_error *err);
-	/* Makes a blocked or later send/recv fail with transport_error. Never blocks; any thread. */
+	/* Makes a blocked or later send/recv fail with transport_error. Never blocks; any thread.
+	 */
 	void (*close)(void *ctx);
 	/* Releases `ctx`. Called once, by asp_channel_free, when no thread is inside any more. */
 	void (*free)(void *ctx);
@@ -101,8 +102,7 @@ asp_status asp_channel_new(const asp_channel_ops *ops, void *ctx, asp_channel **
  * asp_channel_ready on a channel without ready answers 1 (a recv may block).
  */
 asp_status asp_channel_send(asp_channel *ch, const uint8_t *frame, size_t len, asp_error *err);
-asp_status asp_channel_sendv(asp_channel *ch, const struct iovec *iov, int iovcnt,
-                             asp_error *err);
+asp_status asp_channel_sendv(asp_channel *ch, const struct iovec *iov, int iovcnt, asp_error *err);
 asp_status asp_channel_recv(asp_channel *ch, size_t max, uint8_t **msg, size_t *len,
                             asp_error *err);
 int asp_channel_ready(asp_channel *ch, int ms, asp_error *err);
@@ -140,8 +140,7 @@ enum asp_fd_channel_flags {
  * process ignores or handles it already. On failure (out of memory, eventfd) the fds stay
  * the caller's. Has sendv, and ready when ASP_FDCH_WAKEABLE.
  */
-asp_status asp_fd_channel_new(int rfd, int wfd, unsigned flags, asp_channel **out,
-                              asp_error *err);
+asp_status asp_fd_channel_new(int rfd, int wfd, unsigned flags, asp_channel **out, asp_error *err);
 
 /*
  * Only for a channel from asp_fd_channel_new. A send through a non-blocking write fd
@@ -223,16 +222,16 @@ extern const asp_ops asp_rpc_ops;
  * asp_rpc *. Any thread, many at once. A transport_error makes the connection dead
  * (asp_rpc_alive false); a timeout does not.
  */
-asp_status asp_rpc_invoke(void *rpc, asp_op_id op, const void *params, void *result,
-                          asp_arena *a, asp_error *err);
+asp_status asp_rpc_invoke(void *rpc, asp_op_id op, const void *params, void *result, asp_arena *a,
+                          asp_error *err);
 
 /*
  * asp_rpc_invoke with a deadline of its own: `timeout_ms` (0: the usual one) after
  * sending, the call gives up with ASP_E_TIMEOUT and a late answer is dropped; the
  * connection stays usable. For handshakes, where a wrong command might never answer.
  */
-asp_status asp_rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void *result,
-                        asp_arena *a, unsigned timeout_ms, asp_error *err);
+asp_status asp_rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void *result, asp_arena *a,
+                        unsigned timeout_ms, asp_error *err);
 
 /*
  * asp_transport.subscribe and .unsubscribe for a transport whose backend is this engine

@@ -4,8 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-asp_status asp_channel_new(const asp_channel_ops *ops, void *ctx, asp_channel **out,
-                           asp_error *err)
+asp_status asp_channel_new(const asp_channel_ops *ops, void *ctx, asp_channel **out, asp_error *err)
 {
 	*out = NULL;
 	if (!ops || !ops->send || !ops->recv || !ops->close || !ops->free)
@@ -26,8 +25,7 @@ asp_status asp_channel_send(asp_channel *ch, const uint8_t *frame, size_t len, a
 	return ch->ops->send(ch->ctx, frame, len, err);
 }
 
-asp_status asp_channel_sendv(asp_channel *ch, const struct iovec *iov, int iovcnt,
-                             asp_error *err)
+asp_status asp_channel_sendv(asp_channel *ch, const struct iovec *iov, int iovcnt, asp_error *err)
 {
 	if (ch->ops->sendv)
 		return ch->ops->sendv(ch->ctx, iov, iovcnt, err);
@@ -47,8 +45,7 @@ asp_status asp_channel_sendv(asp_channel *ch, const struct iovec *iov, int iovcn
 	return st;
 }
 
-asp_status asp_channel_recv(asp_channel *ch, size_t max, uint8_t **msg, size_t *len,
-                            asp_error *err)
+asp_status asp_channel_recv(asp_channel *ch, size_t max, uint8_t **msg, size_t *len, asp_error *err)
 {
 	return ch->ops->recv(ch->ctx, max, msg, len, err);
 }

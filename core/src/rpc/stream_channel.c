@@ -94,10 +94,11 @@ static asp_status st_recv(void *ctx, size_t max, uint8_t **msg, size_t *len, asp
 		if (got <= 0) {
 			free(m);
 			if (got == 0)
-				return asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
-				                     "the connection ended inside a frame (%zu of %zu "
-				                     "bytes)",
-				                     have, n);
+				return asp_error_set(
+				    err, ASP_E_TRANSPORT_ERROR, NULL,
+				    "the connection ended inside a frame (%zu of %zu "
+				    "bytes)",
+				    have, n);
 			return err->code;
 		}
 		have += (size_t)got;
@@ -148,10 +149,10 @@ static void st_free(void *ctx)
 }
 
 static const asp_channel_ops stream_channel_ops = {
-	.send = st_send,
-	.recv = st_recv,
-	.close = st_close,
-	.free = st_free,
+    .send = st_send,
+    .recv = st_recv,
+    .close = st_close,
+    .free = st_free,
 };
 
 asp_status asp_stream_channel_new(const asp_stream_ops *io, void *ctx, asp_channel **out,
