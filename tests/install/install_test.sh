@@ -4,9 +4,11 @@
 # `cc ... $(pkg-config --cflags --libs asp)` (the installed headers and asp.pc), and runs
 # them against the installed asp-agent: over stdio, and behind a Unix socket through the
 # example's own transport.
-#   usage: install_test.sh MESON BUILD_DIR SOURCE_DIR HAVE_STATIC_AGENT(0|1)
+#   usage: install_test.sh MESON BUILD_DIR SOURCE_DIR HAVE_STATIC_AGENT(0|1) [SANITIZE]
+# SANITIZE is the build's b_sanitize: a sanitized libasp.so needs the programs that load
+# it built with the same -fsanitize.
 set -euo pipefail
-meson=$1 build=$2 src=$3 have_static=$4
+meson=$1 build=$2 src=$3 have_static=$4 sanitize=${5:-none}
 
 tmp=$(mktemp -d)
 listener=
@@ -56,7 +58,6 @@ libdir=$(dirname "$(dirname "$pc")")
 # The user's side: pkg-config alone, pointed at the destdir.
 export PKG_CONFIG_PATH=$(dirname "$pc")
 export PKG_CONFIG_SYSROOT_DIR=$dest
-export PKG_CONFIG_LIBDIR=$PKG_CONFIG_PATH # nothing from the system's own .pc files
 flags=$(pkg-config --cflags --libs asp) || fail "pkg-config --cflags --libs asp"
 echo "pkg-config --cflags --libs asp: $flags"
 case " $flags " in
@@ -64,17 +65,21 @@ case " $flags " in
 *) fail "pkg-config's -I does not point into the destdir: $flags" ;;
 esac
 cc=${CC:-cc}
+san=()
+if [ "$sanitize" != none ] && [ -n "$sanitize" ]; then
+	san=("-fsanitize=$sanitize")
+fi
 work=$tmp/outside
 mkdir -p "$work"
 cp "$src/tests/install/prog.c" "$src/examples/unix-socket/asp_unix.c" \
 	"$src/examples/unix-socket/serve_unix.c" "$work/"
 cd "$work"
 # shellcheck disable=SC2086 # $flags is a list of words
-"$cc" -std=c11 -Wall -Wextra -Werror -o prog prog.c $flags || fail "building prog.c"
+"$cc" -std=c11 -Wall -Wextra -Werror "${san[@]}" -o prog prog.c $flags || fail "building prog.c"
 # shellcheck disable=SC2086
-"$cc" -std=c11 -Wall -Wextra -Werror -o asp_unix asp_unix.c $flags ||
+"$cc" -std=c11 -Wall -Wextra -Werror "${san[@]}" -o asp_unix asp_unix.c $flags ||
 	fail "building examples/unix-socket/asp_unix.c"
-"$cc" -std=c11 -Wall -Wextra -Werror -o serve_unix serve_unix.c ||
+"$cc" -std=c11 -Wall -Wextra -Werror "${san[@]}" -o serve_unix serve_unix.c ||
 	fail "building examples/unix-socket/serve_unix.c"
 export LD_LIBRARY_PATH=$libdir
 
