@@ -104,9 +104,9 @@ typedef struct asp_conn_sink {
 typedef struct asp_local_conn asp_local_conn;
 
 /*
- * Binds a connection. `sink` (copied) NULL: a connection that cannot carry notifications
- * (plain HTTP POST); its spawns still run and can be attached from elsewhere, and
- * proc_attach on it answers `unsupported`. NULL when out of memory.
+ * Binds a connection (any thread). `sink` (copied) NULL: a connection that cannot carry
+ * notifications (plain HTTP POST); its spawns still run and can be attached from
+ * elsewhere, and proc_attach on it answers `unsupported`. NULL when out of memory.
  */
 asp_local_conn *asp_local_connect(asp_local *l, const asp_conn_sink *sink);
 
@@ -121,7 +121,11 @@ void *asp_local_conn_ctx(const asp_local_conn *c);
 
 /* ---- requests --------------------------------------------------------------------- */
 
-/* One request message read from a connection, on its way to being served. */
+/*
+ * One request message read from a connection, on its way to being served. One thread
+ * at a time per request (the reader makes it, a worker serves and frees it); requests
+ * of one connection may be served on many threads at once.
+ */
 typedef struct asp_request asp_request;
 
 /*
@@ -154,8 +158,8 @@ uint32_t asp_request_id(const asp_request *r);
 void asp_request_free(asp_request *r);
 
 /*
- * A reusable buffer a thread builds answers in: one per serving thread saves an
- * allocation per request.
+ * A reusable buffer a thread builds answers in: one per serving thread (never shared)
+ * saves an allocation per request.
  */
 typedef struct asp_reply asp_reply;
 
