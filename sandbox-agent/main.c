@@ -5,7 +5,7 @@
 #endif
 
 #include "asp/proto.h"
-#include "local/local.h"
+#include "asp/server.h"
 
 #include <signal.h>
 #include <stdio.h>

@@ -11,9 +11,8 @@
  */
 #include "serve.h"
 
-#include "local/local.h"
-#include "rpc/channel.h"
-#include "wire.h"
+#include "asp/channel.h"
+#include "asp/server.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -83,6 +82,18 @@ static void logf_(const char *fmt, ...)
 	(void)w;
 }
 
+/* After a short writev of `done` bytes from iov[at..n): the new `at`, iov[at] trimmed. */
+static int iov_advance(struct iovec *iov, int n, int at, size_t done)
+{
+	while (at < n && done >= iov[at].iov_len)
+		done -= iov[at++].iov_len;
+	if (at < n) {
+		iov[at].iov_base = (char *)iov[at].iov_base + done;
+		iov[at].iov_len -= done;
+	}
+	return at;
+}
+
 /* Writes one frame given in pieces (advanced in place); false once the output is dead. */
 static bool write_frame_v(server *s, struct iovec *iov, int n)
 {
@@ -98,7 +109,7 @@ static bool write_frame_v(server *s, struct iovec *iov, int n)
 			}
 			continue;
 		}
-		at = asp_iov_advance(iov, n, at, (size_t)w);
+		at = iov_advance(iov, n, at, (size_t)w);
 	}
 	bool ok = !s->out_dead;
 	pthread_mutex_unlock(&s->out_mu);
@@ -179,20 +190,15 @@ static void end_processes(server *s)
 
 /* A message read by the leader, decoded and ready to serve. */
 typedef struct job {
-	uint8_t *frame;
-	msgpack_unpacked u;
-	asp_msg msg;
-	asp_status st; /* ASP_OK, or the error to answer msg.id with */
-	asp_error err;
-	size_t cost; /* taken from the budget; 0 when not counted */
+	asp_request *req; /* decoded, or refused with an id (serving answers the refusal) */
+	size_t cost;      /* taken from the budget; 0 when not counted */
 } job;
 
 /* Frees what `j` holds and gives its cost back to the budget. */
 static void job_release(server *s, job *j)
 {
-	msgpack_unpacked_destroy(&j->u);
-	free(j->frame);
-	j->frame = NULL;
+	asp_request_free(j->req);
+	j->req = NULL;
 	if (j->cost) {
 		pthread_mutex_lock(&s->mu);
 		s->in_use -= j->cost;
@@ -218,18 +224,14 @@ static void budget_take(server *s, job *j, size_t cost)
 	pthread_mutex_unlock(&s->mu);
 }
 
-static void serve(server *s, job *j, asp_buf *out)
+static void serve(server *s, job *j, asp_reply *out)
 {
-	int rc = -1;
-	if (j->st) {
-		if (asp_wire_response_err(out, j->msg.id, &j->err) == 0)
-			rc = write_frame(s, out->data, out->len) ? 1 : 0;
-	} else {
-		/* Runs the op and writes its answer before the notifications it allows. */
-		rc = asp_local_conn_serve(s->conn, &j->msg, out);
-	}
-	if (rc < 0) {
-		logf_("asp-agent: out of memory answering request %u; closing", j->msg.id);
+	/* Runs the op (or takes the refusal) and writes its answer before the notifications
+	 * it allows. */
+	asp_serve_result rc = out ? asp_local_serve(s->conn, j->req, out) : ASP_SERVE_FAILED;
+	if (rc == ASP_SERVE_FAILED) {
+		logf_("asp-agent: out of memory answering request %u; closing",
+		      asp_request_id(j->req));
 		pthread_mutex_lock(&s->mu);
 		bool first = stop_locked(s, 1);
 		pthread_mutex_unlock(&s->mu);
@@ -237,8 +239,8 @@ static void serve(server *s, job *j, asp_buf *out)
 		if (first)
 			end_processes(s);
 	}
-	if (out->cap > KEEP_BUF)
-		asp_buf_free(out);
+	if (out)
+		asp_reply_trim(out, KEEP_BUF);
 	job_release(s, j);
 }
 
@@ -249,31 +251,27 @@ static void serve(server *s, job *j, asp_buf *out)
 static int lead(server *s, job *j)
 {
 	size_t len;
+	uint8_t *frame = NULL;
 	asp_error err;
 	asp_error_clear(&err);
-	msgpack_unpacked_init(&j->u);
-	j->frame = NULL;
+	j->req = NULL;
 	j->cost = 0;
-	asp_status st = asp_channel_recv(s->in, s->max_message, &j->frame, &len, &err);
-	if (st == ASP_OK && !j->frame)
+	asp_status st = asp_channel_recv(s->in, s->max_message, &frame, &len, &err);
+	if (st == ASP_OK && !frame)
 		return 0;
 	if (st) {
 		logf_("asp-agent: %s: %s; closing", asp_strerror(st), err.message);
 		return -1;
 	}
-	asp_error_clear(&j->err);
-	size_t objects = 0;
-	j->st = asp_wire_check(j->frame, len, &objects, &j->msg, &j->err);
-	budget_take(s, j, ASP_WIRE_DECODE_COST(len, j->st ? 0 : objects));
-	if (j->st == ASP_OK)
-		j->st = asp_wire_unpack(j->frame, len, &j->u, &j->msg, &j->err);
-	if (j->st == ASP_OK && j->msg.type != ASP_MSG_REQUEST) {
-		j->msg.has_id = false;
-		j->st = asp_error_set(&j->err, ASP_E_PROTOCOL_ERROR, NULL,
-		                      "expected a request, got a message of type %d", j->msg.type);
+	size_t cost = 0;
+	asp_request_new(frame, len, &j->req, &cost, &err); /* takes the frame */
+	if (!j->req) {
+		logf_("asp-agent: protocol_error: %s; closing", err.message);
+		return -1;
 	}
-	if (j->st && !j->msg.has_id) {
-		logf_("asp-agent: protocol_error: %s; closing", j->err.message);
+	budget_take(s, j, cost);
+	if (asp_request_decode(j->req, &err) && !asp_request_has_id(j->req)) {
+		logf_("asp-agent: protocol_error: %s; closing", err.message);
 		job_release(s, j);
 		return -1;
 	}
@@ -304,8 +302,7 @@ static void promote(server *s)
 static void *worker(void *arg)
 {
 	server *s = arg;
-	asp_buf out;
-	asp_buf_init(&out);
+	asp_reply *out = asp_reply_new();
 	bool first = false;
 	pthread_mutex_lock(&s->mu);
 	while (!s->stop) {
@@ -334,13 +331,13 @@ static void *worker(void *arg)
 		}
 		promote(s);
 		pthread_mutex_unlock(&s->mu);
-		serve(s, &j, &out);
+		serve(s, &j, out); /* out NULL (no memory): closes like a failed answer */
 		pthread_mutex_lock(&s->mu);
 	}
 	pthread_mutex_unlock(&s->mu);
 	if (first)
 		end_processes(s);
-	asp_buf_free(&out);
+	asp_reply_free(out);
 	return NULL;
 }
 

@@ -10,12 +10,11 @@
  * Opening says hello once (over POST unless true), which checks the URL, the token and
  * TLS up front and learns the listener's max_message.
  */
+#include "asp/channel.h"
 #include "asp/transport.h"
 
 #include "http_addr.h"
 #include "http_client.h"
-#include "rpc/rpc.h"
-#include "wire.h"
 #include "ws_client.h"
 
 #include <pthread.h>
@@ -65,73 +64,22 @@ typedef struct http_backend {
 
 /* ---- one unary call --------------------------------------------------------------- */
 
-/* Bytes the bins of `params` add to the request: reserved up front, so no regrowth. */
-static size_t bin_bytes(const asp_record_desc *d, const void *params)
-{
-	size_t n = 0;
-	for (size_t i = 0; i < d->nfields; i++)
-		if (d->fields[i].type == ASP_FT_BIN)
-			n += ((const asp_bytes *)((const char *)params + d->fields[i].offset))->len;
-	return n;
-}
-
 static asp_status unary(http_backend *b, asp_op_id op, const void *params, void *result,
                         asp_arena *a, asp_error *err)
 {
-	const asp_op_desc *d = &asp_op_descs[op];
 	size_t max = atomic_load_explicit(&b->max_message, memory_order_relaxed);
 	uint32_t id = atomic_fetch_add_explicit(&b->next_id, 1, memory_order_relaxed) + 1;
-	size_t bins = bin_bytes(d->params, params);
-	if (bins > max)
-		return asp_error_set(err, ASP_E_TOO_LARGE, NULL,
-		                     "%s: the request carries %zu bytes, more than max_message "
-		                     "(%zu); send the data in smaller parts",
-		                     d->name, bins, max);
-	asp_buf req;
-	asp_buf_init(&req);
-	if (asp_buf_reserve(&req, 256 + bins) < 0 || asp_wire_request(&req, id, op, params) < 0) {
-		asp_buf_free(&req);
-		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory encoding %s",
-		                     d->name);
-	}
-	size_t len = req.len - ASP_FRAME_HEADER;
-	if (len > max) {
-		asp_buf_free(&req);
-		return asp_error_set(
-		    err, ASP_E_TOO_LARGE, NULL,
-		    "%s: the request is %zu bytes, more than max_message (%zu); send "
-		    "the data in smaller parts",
-		    d->name, len, max);
-	}
-	uint8_t *resp;
-	size_t rlen;
-	asp_status st =
-	    http_client_post(b->hc, req.data + ASP_FRAME_HEADER, len, max, &resp, &rlen, err);
-	asp_buf_free(&req);
+	uint8_t *req, *resp;
+	size_t req_len, rlen;
+	asp_status st = asp_rpc_encode(op, id, params, max, &req, &req_len, err);
 	if (st)
 		return st;
-	msgpack_unpacked u;
-	msgpack_unpacked_init(&u);
-	asp_msg m;
-	st = asp_wire_decode(resp, rlen, &u, &m, err);
-	if (st || m.type != ASP_MSG_RESPONSE || m.id != id) {
-		char why[ASP_ERROR_MESSAGE_MAX];
-		if (st == ASP_OK)
-			snprintf(why, sizeof why, "not the response to request %u", id);
-		else /* a copy: err->message cannot be both the output and an argument */
-			snprintf(why, sizeof why, "%s", err->message);
-		st = asp_error_set(err, ASP_E_PROTOCOL_ERROR, NULL,
-		                   "the listener's answer to %s is undecodable (%s)", d->name, why);
-		msgpack_unpacked_destroy(&u);
-		free(resp);
-		return st;
-	}
-	st = asp_wire_result_decode(op, &m, result, a, err);
-	msgpack_unpacked_destroy(&u);
-	if (st == ASP_OK && asp_arena_adopt(a, resp) < 0) /* results point into it; frees it */
-		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	st = http_client_post(b->hc, req + ASP_FRAME_HEADER, req_len - ASP_FRAME_HEADER, max, &resp,
+	                      &rlen, err);
+	free(req);
 	if (st)
-		free(resp);
+		return st;
+	st = asp_rpc_decode(op, id, resp, rlen, result, a, "listener", err);
 	if (st == ASP_OK && op == ASP_OP_HELLO) {
 		uint64_t mm = ((const asp_hello_result *)result)->max_message;
 		if (mm >= 4096)

@@ -11,7 +11,7 @@
 #ifndef ASP_HTTP_SRV_H
 #define ASP_HTTP_SRV_H
 
-#include "local/local.h"
+#include "asp/server.h"
 
 #include <libwebsockets.h>
 #include <pthread.h>
@@ -114,7 +114,6 @@ typedef struct srv_job {
 struct srv {
 	struct lws_context *ctx;
 	asp_local *backend;
-	asp_ops ops;                /* asp_local_conn_ops completed */
 	asp_local_conn *http_bound; /* the one NULL-sink binding every POST shares */
 	size_t max_message;
 	uint8_t *stage;    /* the service thread's: LWS_PRE, headers, one chunk to write */

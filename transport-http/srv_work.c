@@ -5,7 +5,7 @@
  */
 #include "srv.h"
 
-#include "wire.h"
+#include "asp/channel.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -225,8 +225,6 @@ static bool sink_send(void *ctx, const uint8_t *frame, size_t len)
 
 int srv_backend_init(srv *s)
 {
-	s->ops = asp_local_conn_ops;
-	asp_ops_complete(&s->ops);
 	asp_local_set_shared(s->backend, true); /* every connection reaches every process */
 	s->http_bound = asp_local_connect(s->backend, NULL);
 	if (!s->http_bound) {
@@ -331,26 +329,18 @@ static void ws_fail(srv_conn *c, int code)
  * Serves one request. An HTTP request's answer is returned; a WebSocket's goes through
  * its sink (in order with the notifications it allows) and NULL is returned.
  */
-static srv_out *serve(srv *s, srv_job *j, asp_buf *out)
+static srv_out *serve(srv *s, srv_job *j, asp_reply *out)
 {
 	srv_conn *c = j->c;
-	msgpack_unpacked u;
-	msgpack_unpacked_init(&u);
-	asp_msg m;
 	asp_error err;
 	asp_error_clear(&err);
-	asp_status st = asp_wire_decode(j->msg, j->len, &u, &m, &err);
-	if (st == ASP_OK && m.type != ASP_MSG_REQUEST) {
-		m.has_id = false;
-		st = asp_error_set(&err, ASP_E_PROTOCOL_ERROR, NULL,
-		                   "expected a request [0, id, method, params], got a message of "
-		                   "type %d",
-		                   m.type);
-	}
+	asp_request *r = NULL;
+	asp_request_new(j->msg, j->len, &r, NULL, &err); /* takes the message */
+	j->msg = NULL;
 	srv_out *o = NULL;
-	if (st && !m.has_id) {
+	if (!r || (asp_request_decode(r, &err) && !asp_request_has_id(r))) {
 		/* Undecodable: 400 over HTTP; a WebSocket closes (1002) without writing. */
-		msgpack_unpacked_destroy(&u);
+		asp_request_free(r);
 		if (!c->ws)
 			return text_out(400, "protocol_error: %s\n", err.message);
 		srv_log("asp-agent: %s: protocol_error: %s; closing the WebSocket", c->peer,
@@ -358,37 +348,31 @@ static srv_out *serve(srv *s, srv_job *j, asp_buf *out)
 		ws_fail(c, LWS_CLOSE_STATUS_PROTOCOL_ERR);
 		return NULL;
 	}
-	int rc = 1;
-	if (st) {
-		/* A request with an id but wrong params: its error answer, the connection stays. */
-		rc = asp_wire_response_err(out, m.id, &err) < 0 ? -1 : 0;
-		if (rc == 0 && c->ws)
-			rc = sink_send(c, out->data, out->len) ? 1 : 0;
-	} else if (c->ws) {
-		rc = asp_local_conn_serve(c->bound, &m, out);
-	} else {
-		asp_dispatch(&s->ops, s->http_bound, &m, out, s->max_message);
-		rc = out->len > 4 ? 0 : -1;
-	}
-	msgpack_unpacked_destroy(&u);
+	/* A request with an id but wrong params gets its error answer; the connection stays. */
+	asp_serve_result rc =
+	    out ? asp_local_serve(c->ws ? c->bound : s->http_bound, r, out) : ASP_SERVE_FAILED;
+	asp_request_free(r);
 	if (c->ws) {
-		if (rc < 0)
+		if (rc == ASP_SERVE_FAILED)
 			ws_fail(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION);
-		if (out->cap > SRV_CHUNK)
-			asp_buf_free(out); /* a large answer's buffer is not kept */
+		if (out)
+			asp_reply_trim(out, SRV_CHUNK); /* a large answer's buffer is not kept */
 		return NULL;
 	}
-	if (rc < 0 || !(o = calloc(1, sizeof *o))) {
-		asp_buf_free(out);
+	size_t len = 0;
+	uint8_t *frame = rc == ASP_SERVE_REPLY ? asp_reply_take(out, &len) : NULL;
+	if (!frame || !(o = calloc(1, sizeof *o))) {
+		free(frame);
+		if (out)
+			asp_reply_trim(out, 0);
 		return text_out(500, "internal: %s\n", "out of memory");
 	}
 	/* The frame's buffer becomes the answer; its 4-byte length is skipped. */
-	o->data = out->data;
-	o->off = 4;
-	o->len = out->len;
+	o->data = frame;
+	o->off = ASP_FRAME_HEADER;
+	o->len = len;
 	o->status = 200;
 	o->ctype = "application/msgpack";
-	asp_buf_init(out);
 	return o;
 }
 
@@ -421,8 +405,7 @@ static void *worker_main(void *arg)
 {
 	srv *s = arg;
 	is_worker = true;
-	asp_buf out;
-	asp_buf_init(&out);
+	asp_reply *out = asp_reply_new(); /* NULL: every answer is an out-of-memory one */
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
 		srv_job *j;
@@ -441,7 +424,7 @@ static void *worker_main(void *arg)
 		bool skip = c->gone || c->close_code;
 		pthread_mutex_unlock(&s->mu);
 
-		srv_out *o = skip ? NULL : serve(s, j, &out);
+		srv_out *o = skip ? NULL : serve(s, j, out);
 		if (!o && !skip && !c->ws)
 			ws_fail(
 			    c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION); /* no memory for an answer */
@@ -464,7 +447,7 @@ static void *worker_main(void *arg)
 		pthread_mutex_lock(&s->mu);
 	}
 	pthread_mutex_unlock(&s->mu);
-	asp_buf_free(&out);
+	asp_reply_free(out);
 	return NULL;
 }
 

@@ -51,8 +51,6 @@ typedef struct ws_msg {
 } ws_msg;
 
 typedef struct ws_chan {
-	asp_channel base;
-
 	pthread_mutex_t mu;      /* everything up to "service thread only" */
 	pthread_cond_t cv;       /* state, rx queue, tx room */
 	struct lws_context *ctx; /* NULL once the service thread destroyed it */
@@ -408,7 +406,7 @@ static asp_status dead_error(ws_chan *ch, asp_error *err)
 	return err->code;
 }
 
-static asp_status ch_send(asp_channel *base, const uint8_t *frame, size_t len, asp_error *err)
+static asp_status ch_send(void *base, const uint8_t *frame, size_t len, asp_error *err)
 {
 	ws_chan *ch = (ws_chan *)base;
 	if (len < 4)
@@ -446,7 +444,7 @@ static asp_status ch_send(asp_channel *base, const uint8_t *frame, size_t len, a
 	return ASP_OK;
 }
 
-static asp_status ch_recv(asp_channel *base, size_t max, uint8_t **msg, size_t *len, asp_error *err)
+static asp_status ch_recv(void *base, size_t max, uint8_t **msg, size_t *len, asp_error *err)
 {
 	ws_chan *ch = (ws_chan *)base;
 	*msg = NULL;
@@ -483,7 +481,7 @@ static asp_status ch_recv(asp_channel *base, size_t max, uint8_t **msg, size_t *
 	return st;
 }
 
-static void ch_close(asp_channel *base)
+static void ch_close(void *base)
 {
 	ws_chan *ch = (ws_chan *)base;
 	asp_error e;
@@ -496,7 +494,7 @@ static void ch_close(asp_channel *base)
 	pthread_mutex_unlock(&ch->mu);
 }
 
-static void ch_free(asp_channel *base)
+static void ch_free(void *base)
 {
 	ws_chan *ch = (ws_chan *)base;
 	ch_close(base);
@@ -571,7 +569,6 @@ asp_status ws_channel_open(const ws_target *t, unsigned timeout_ms, asp_channel 
 	ws_chan *ch = calloc(1, sizeof *ch);
 	if (!ch)
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
-	ch->base.ops = &ws_channel_ops;
 	pthread_mutex_init(&ch->mu, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
@@ -594,12 +591,12 @@ asp_status ws_channel_open(const ws_target *t, unsigned timeout_ms, asp_channel 
 			snprintf(ch->auth, n, "Bearer %s", t->token);
 	}
 	if (!ok) {
-		ch_free(&ch->base);
+		ch_free(ch);
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
 	}
 	ch->ctx = make_context(ch);
 	if (!ch->ctx) {
-		ch_free(&ch->base);
+		ch_free(ch);
 		return asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
 		                     "cannot set up a WebSocket client for %s (TLS set-up failed? "
 		                     "is %s a readable PEM file?)",
@@ -631,7 +628,7 @@ asp_status ws_channel_open(const ws_target *t, unsigned timeout_ms, asp_channel 
 		asp_status st = dead_error(ch, err);
 		pthread_mutex_unlock(&ch->mu);
 		ch->wsi = NULL;
-		ch_free(&ch->base);
+		ch_free(ch);
 		return st;
 	}
 	/* The service thread takes no signals: they belong to the application's threads. */
@@ -641,7 +638,7 @@ asp_status ws_channel_open(const ws_target *t, unsigned timeout_ms, asp_channel 
 	int e = pthread_create(&ch->thread, NULL, service_main, ch);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (e) {
-		ch_free(&ch->base);
+		ch_free(ch);
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "cannot start a thread: %s",
 		                     strerror(e));
 	}
@@ -664,9 +661,11 @@ asp_status ws_channel_open(const ws_target *t, unsigned timeout_ms, asp_channel 
 		st = dead_error(ch, err);
 	pthread_mutex_unlock(&ch->mu);
 	if (st) {
-		ch_free(&ch->base);
+		ch_free(ch);
 		return st;
 	}
-	*out = &ch->base;
-	return ASP_OK;
+	st = asp_channel_new(&ws_channel_ops, ch, out, err);
+	if (st)
+		ch_free(ch);
+	return st;
 }

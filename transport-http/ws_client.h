@@ -7,7 +7,7 @@
 #ifndef ASP_WS_CLIENT_H
 #define ASP_WS_CLIENT_H
 
-#include "rpc/channel.h"
+#include "asp/channel.h"
 
 #include <stdbool.h>
 

@@ -6,8 +6,7 @@
  */
 #include "ssh_internal.h"
 
-#include "rpc/channel.h"
-#include "rpc/rpc.h"
+#include "asp/channel.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +25,6 @@
 #define MAX_NOISE    (64 * 1024)
 
 struct ssh_agent_link {
-	asp_channel base;
 	sshc *c;
 	ssh_channel ch;
 	struct ssh_channel_callbacks_struct cb;
@@ -83,7 +81,7 @@ static bool missing(const ssh_agent_link *l)
 	return strstr(tail, MISSING_MARK) != NULL;
 }
 
-static asp_status ch_send(asp_channel *base, const uint8_t *frame, size_t len, asp_error *err)
+static asp_status ch_send(void *base, const uint8_t *frame, size_t len, asp_error *err)
 {
 	ssh_agent_link *l = (ssh_agent_link *)base;
 	if (atomic_load(&l->closed))
@@ -198,7 +196,7 @@ static int sync_marker(ssh_agent_link *l, asp_error *err)
 	return 1;
 }
 
-static asp_status ch_recv(asp_channel *base, size_t max, uint8_t **msg, size_t *len, asp_error *err)
+static asp_status ch_recv(void *base, size_t max, uint8_t **msg, size_t *len, asp_error *err)
 {
 	ssh_agent_link *l = (ssh_agent_link *)base;
 	*msg = NULL;
@@ -242,7 +240,7 @@ out:
 	return st;
 }
 
-static void ch_explain(asp_channel *base, asp_error *err)
+static void ch_explain(void *base, asp_error *err)
 {
 	ssh_agent_link *l = (ssh_agent_link *)base;
 	sshc *c = l->c;
@@ -278,7 +276,7 @@ static void ch_explain(asp_channel *base, asp_error *err)
 	sshc_unlock(c);
 }
 
-static void ch_close(asp_channel *base)
+static void ch_close(void *base)
 {
 	ssh_agent_link *l = (ssh_agent_link *)base;
 	atomic_store(&l->closed, true);
@@ -289,7 +287,7 @@ static void ch_close(asp_channel *base)
 	}
 }
 
-static void ch_free(asp_channel *base)
+static void ch_free(void *base)
 {
 	ssh_agent_link *l = (ssh_agent_link *)base;
 	sshc_lock(l->c);
@@ -318,7 +316,6 @@ asp_status ssh_agent_start(sshc *c, const char *agent_path, ssh_agent_link **out
 	ssh_agent_link *l = calloc(1, sizeof *l);
 	if (!l)
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
-	l->base.ops = &link_ops;
 	l->c = c;
 	l->path = agent_path;
 	/*
@@ -352,10 +349,16 @@ asp_status ssh_agent_start(sshc *c, const char *agent_path, ssh_agent_link **out
 	sshc_unlock(c);
 	sstr_free(&cmd);
 	if (st != ASP_OK) {
-		ch_free(&l->base);
+		ch_free(l);
 		return st;
 	}
-	st = asp_rpc_new(&l->base, 0, &l->rpc, err); /* takes the channel, even on failure */
+	asp_channel *chan;
+	st = asp_channel_new(&link_ops, l, &chan, err);
+	if (st != ASP_OK) {
+		ch_free(l);
+		return st;
+	}
+	st = asp_rpc_new(chan, 0, &l->rpc, err); /* takes the channel, even on failure */
 	if (st != ASP_OK)
 		return st;
 	asp_rpc_set_call_timeout(l->rpc, c->cfg->call_timeout_ms);

@@ -21,8 +21,6 @@
  */
 #include "ssh_internal.h"
 
-#include "rpc/proc_route.h"
-
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>

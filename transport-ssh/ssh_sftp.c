@@ -4,8 +4,9 @@
  * and EEXIST, ENOTEMPTY, EISDIR into FAILURE), so on an error an extra stat or two finds
  * the precise errno. Bulk data keeps many READ or WRITE requests in flight.
  */
-#include "op_check.h"
 #include "ssh_sftp.h"
+
+#include "asp/transport.h"
 
 #include <errno.h>
 #include <stdatomic.h>

@@ -6,9 +6,7 @@
 #include "ssh_internal.h"
 #include "ssh_sftp.h"
 
-#include "proto_desc.h"
-#include "local/local.h"
-#include "rpc/rpc.h"
+#include "asp/channel.h"
 
 #include <ctype.h>
 #include <stdio.h>

@@ -3,10 +3,8 @@
  * its stdin/stdout. The child's stderr is drained by the connection's reader thread into
  * a ring whose tail explains the child's death; the child is always reaped.
  */
+#include "asp/channel.h"
 #include "asp/transport.h"
-
-#include "rpc/channel.h"
-#include "rpc/rpc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -43,7 +41,6 @@ extern char **environ;
 #define PIPE_BYTES (1024 * 1024)
 
 typedef struct stdio_conn {
-	asp_channel base;
 	asp_channel *fd; /* frames over the pipes; the fds stay ours */
 	int in_w, out_r, err_r, pidfd;
 	pid_t pid;
@@ -166,7 +163,7 @@ static void stderr_tail_locked(stdio_conn *s, char *out, size_t cap)
 	out[o] = '\0';
 }
 
-static void stdio_explain(asp_channel *ch, asp_error *err)
+static void stdio_explain(void *ch, asp_error *err)
 {
 	stdio_conn *s = (stdio_conn *)ch;
 	char tail[ERR_QUOTE + 64], what[ASP_ERROR_MESSAGE_MAX];
@@ -200,36 +197,36 @@ static void stdio_explain(asp_channel *ch, asp_error *err)
 	              s->config_path ? s->config_path : "the config");
 }
 
-static asp_status stdio_send(asp_channel *ch, const uint8_t *frame, size_t len, asp_error *err)
+static asp_status stdio_send(void *ch, const uint8_t *frame, size_t len, asp_error *err)
 {
 	return asp_channel_send(((stdio_conn *)ch)->fd, frame, len, err);
 }
 
-static asp_status stdio_sendv(asp_channel *ch, const struct iovec *iov, int iovcnt,
+static asp_status stdio_sendv(void *ch, const struct iovec *iov, int iovcnt,
                               asp_error *err)
 {
 	return asp_channel_sendv(((stdio_conn *)ch)->fd, iov, iovcnt, err);
 }
 
-static asp_status stdio_recv(asp_channel *ch, size_t max, uint8_t **msg, size_t *len,
+static asp_status stdio_recv(void *ch, size_t max, uint8_t **msg, size_t *len,
                              asp_error *err)
 {
 	return asp_channel_recv(((stdio_conn *)ch)->fd, max, msg, len, err);
 }
 
 /* The fd channel is wakeable, so it has ready: callers may read their own answers. */
-static int stdio_ready(asp_channel *ch, int ms, asp_error *err)
+static int stdio_ready(void *ch, int ms, asp_error *err)
 {
 	return asp_channel_ready(((stdio_conn *)ch)->fd, ms, err);
 }
 
-static void stdio_close(asp_channel *ch)
+static void stdio_close(void *ch)
 {
 	asp_channel_close(((stdio_conn *)ch)->fd);
 }
 
 /* EOF on the child's stdin asks it to exit; a child that does not is terminated. */
-static void stdio_free(asp_channel *ch)
+static void stdio_free(void *ch)
 {
 	stdio_conn *s = (stdio_conn *)ch;
 	asp_channel_free(s->fd);
@@ -347,7 +344,6 @@ static asp_status open_conn(const asp_config_view *cfg, stdio_conn **out, asp_er
 		                     "cannot run %s: %s; check stdio.command in %s",
 		                     cfg->stdio.argv[0], strerror(e), where);
 	}
-	s->base.ops = &stdio_channel_ops;
 	s->in_w = fds[1];
 	s->out_r = fds[2];
 	s->err_r = fds[4];
@@ -365,7 +361,7 @@ static asp_status open_conn(const asp_config_view *cfg, stdio_conn **out, asp_er
 	                                   ASP_FDCH_WAKEABLE | ASP_FDCH_PRIVATE_WFD, &s->fd, err);
 	if (st) {
 		s->fd = NULL;
-		stdio_free(&s->base); /* closes the fds, reaps the child */
+		stdio_free(s); /* closes the fds, reaps the child */
 		return st;
 	}
 	asp_fd_channel_watch(s->fd, s->err_r, on_stderr, s);
@@ -385,8 +381,14 @@ static asp_status stdio_open(const asp_config_view *cfg, const asp_ops **ops, vo
 	asp_status st = open_conn(cfg, &s, err);
 	if (st)
 		return st;
+	asp_channel *ch;
+	st = asp_channel_new(&stdio_channel_ops, s, &ch, err);
+	if (st) {
+		stdio_free(s);
+		return st;
+	}
 	asp_rpc *rpc;
-	st = asp_rpc_new(&s->base, 0, &rpc, err);
+	st = asp_rpc_new(ch, 0, &rpc, err);
 	if (st)
 		return st;
 	unsigned call_ms = cfg->call_timeout_ms ? cfg->call_timeout_ms : ASP_CALL_TIMEOUT_DEFAULT;

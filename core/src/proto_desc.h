@@ -5,7 +5,9 @@
 #ifndef ASP_PROTO_DESC_H
 #define ASP_PROTO_DESC_H
 
+#include "asp/channel.h"
 #include "asp/proto.h"
+#include "asp/transport.h"
 #include "codec.h"
 
 typedef asp_status (*asp_op_thunk)(const asp_ops *ops, void *self, const void *p, void *r,
@@ -29,22 +31,10 @@ typedef struct asp_notice_desc {
 extern const asp_op_desc asp_op_descs[ASP_OP_COUNT];
 extern const asp_notice_desc asp_notice_descs[ASP_NOTICE_COUNT];
 
-/* Points every NULL slot at a function that answers `unsupported`. */
-void asp_ops_complete(asp_ops *ops);
-
 /*
- * What hello announces: the names, in spec order, of the ops whose slot is filled in any
- * of the `n` tables (NULL entries skipped). `out` has room for ASP_OP_COUNT; returns how
- * many. Call it before asp_ops_complete fills the rest.
+ * asp_ops_complete, asp_ops_filled (asp/transport.h) and asp_rpc_ops, asp_rpc_invoke
+ * (asp/channel.h) are public: transports use them.
  */
-size_t asp_ops_filled(const asp_ops *const *tables, size_t n, const char **out);
-
-/* The op table of the RPC client: every op is asp_rpc_invoke(self = asp_rpc *, ...). */
-extern const asp_ops asp_rpc_ops;
-
-/* Defined in rpc.c: encode, send, await the response, decode it into `result`. */
-asp_status asp_rpc_invoke(void *rpc, asp_op_id op, const void *params, void *result,
-                          asp_arena *a, asp_error *err);
 
 /* Defined in client.c: applies the config (cwd, env, timeout) and calls the backend. */
 asp_status asp_client_call(asp_client *c, asp_op_id op, const void *params, void *result,

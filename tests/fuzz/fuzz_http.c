@@ -16,6 +16,9 @@
  */
 #include "srv.h"
 
+#include "edge.h"
+#include "local/local.h"
+
 #include "fuzz_common.h"
 #include "http_addr.h"
 #include "http_auth.h"
@@ -61,20 +64,35 @@ static asp_ops guarded;
 static srv server;
 /* Small, so that on_receive's size checks are in reach of small inputs. */
 #define FUZZ_MAX_MESSAGE 4096
-static int fz_conn_serve(asp_local_conn *c, const struct asp_msg *req, struct asp_buf *out);
-#define asp_local_conn_serve fz_conn_serve
+static asp_serve_result fz_local_serve(asp_local_conn *c, asp_request *r, asp_reply *b);
+#define asp_local_serve fz_local_serve
 #include "srv_work.c"
-#undef asp_local_conn_serve
+#undef asp_local_serve
 
-/* asp_local_conn_serve with the guarded table: the answer goes through the WS sink. */
-static int fz_conn_serve(asp_local_conn *c, const struct asp_msg *req, struct asp_buf *out)
+/*
+ * asp_local_serve with the guarded table: a WebSocket's answer goes through its sink
+ * (with notifications held meanwhile), a POST's (the sink-less binding) stays in `b`.
+ */
+static asp_serve_result fz_local_serve(asp_local_conn *c, asp_request *r, asp_reply *b)
 {
-	asp_local_conn_hold(c);
-	asp_dispatch(&guarded, c, req, out, server.max_message);
-	asp_local_conn_release(c);
-	if (out->len == 0)
-		return -1;
-	return sink_send(asp_local_conn_ctx(c), out->data, out->len) ? 1 : 0;
+	asp_buf *out = asp_reply_buf(b);
+	void *ws = asp_local_conn_ctx(c);
+	asp_error e;
+	if (asp_request_decode(r, &e)) {
+		if (asp_wire_response_err(out, asp_request_id(r), &e) < 0)
+			return ASP_SERVE_FAILED;
+	} else {
+		if (ws)
+			asp_local_conn_hold(c);
+		asp_dispatch(&guarded, c, asp_request_msg(r), out, server.max_message);
+		if (ws)
+			asp_local_conn_release(c);
+		if (out->len == 0)
+			return ASP_SERVE_FAILED;
+	}
+	if (!ws)
+		return ASP_SERVE_REPLY;
+	return sink_send(ws, out->data, out->len) ? ASP_SERVE_SENT : ASP_SERVE_GONE;
 }
 
 /* What http_server.c would provide. */
@@ -107,9 +125,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	server.backend = asp_local_new(0);
 	if (!server.backend || srv_work_init(&server) || srv_backend_init(&server))
 		abort();
-	fuzz_guarded_ops(&asp_local_conn_ops, &guarded);
+	fuzz_guarded_ops(&asp_local_conn_ops, &guarded); /* WebSockets and POSTs alike */
 	asp_ops_complete(&guarded);
-	server.ops = guarded; /* what POSTs are dispatched with */
 	return 0;
 }
 
@@ -130,11 +147,10 @@ static srv_conn *conn_new(bool ws)
 static srv_out *serve_one(srv_conn *c, uint8_t *msg, size_t len)
 {
 	srv_job j = {.c = c, .msg = msg, .len = len};
-	asp_buf out;
-	asp_buf_init(&out);
-	srv_out *o = serve(&server, &j, &out);
-	asp_buf_free(&out);
-	free(msg);
+	asp_reply *out = asp_reply_new();
+	FUZZ_CHECK(out, "asp_reply_new");
+	srv_out *o = serve(&server, &j, out); /* takes the message */
+	asp_reply_free(out);
 	return o;
 }
 

@@ -1,4 +1,7 @@
-/* ASP: one include for the whole public API. */
+/*
+ * ASP: one include for the client API. Transport authors add asp/transport.h and
+ * asp/channel.h, server edges asp/server.h (docs/transports.md).
+ */
 #ifndef ASP_ASP_H
 #define ASP_ASP_H
 

@@ -132,6 +132,11 @@ typedef struct asp_config_view {
 	asp_config_ssh ssh;       /* defaults applied even when the section is absent */
 	asp_config_stdio stdio;
 	asp_config_http http;
+	/*
+	 * For an application's own transport (kind >= ASP_TRANSPORT_USER_MIN, asp/transport.h):
+	 * what to connect to, in its own syntax (a socket path). Never set from a file.
+	 */
+	const char *target;
 } asp_config_view;
 
 /* The config's view; valid until asp_config_free(cfg). */

@@ -25,6 +25,13 @@ extern "C" {
 #define ASP_TRANSPORT_LOCAL ((asp_transport_kind)100)
 
 /*
+ * Kinds from here up are an application's own transports (examples/unix-socket): it
+ * registers one with asp_transport_register and opens clients with
+ * asp_client_open_view, putting what to connect to in the view's `target`.
+ */
+#define ASP_TRANSPORT_USER_MIN ((asp_transport_kind)1000)
+
+/*
  * One follower of one spawned process (asp/proc.h): the user's callbacks, the order and
  * offset checks, the buffer of what arrives before its call's answer. A transport that
  * streams delivers the process's notifications into it. Reference counted.
@@ -91,6 +98,78 @@ typedef struct asp_transport {
 	/* Optional: stops routing `proc` (asp_proc_detach); closes its sub. */
 	void (*unsubscribe)(void *self, uint64_t proc);
 } asp_transport;
+
+/* ---- helpers for a backend that implements the op table itself ------------------- */
+
+/* Points every NULL slot of `ops` at a function that answers `unsupported`. */
+void asp_ops_complete(asp_ops *ops);
+
+/*
+ * What hello announces: the names, in spec order, of the ops whose slot is filled in any
+ * of the `n` tables (NULL entries skipped). `out` has room for ASP_OP_COUNT; returns how
+ * many. Call it before asp_ops_complete fills the rest.
+ */
+size_t asp_ops_filled(const asp_ops *const *tables, size_t n, const char **out);
+
+/*
+ * The checks of write's params every backend makes alike, so the same input gets the
+ * same answer: offset with append or atomic, mode beyond 07777, offset out of range
+ * (invalid_argument).
+ */
+asp_status asp_check_write_params(const asp_write_params *p, asp_error *err);
+
+/*
+ * edit's replacement on a file's bytes, for a backend that reads and writes the file
+ * itself (native SSH): the new bytes (malloc'd, *out_len of them; the caller frees) and
+ * how many occurrences; not_found / invalid_argument (with the count) as the spec says.
+ */
+asp_status asp_edit_apply(const asp_edit_params *p, const uint8_t *buf, size_t n, uint8_t **out,
+                          size_t *out_len, uint64_t *count, asp_error *err);
+
+/*
+ * A transport that streams with a protocol of its own (SSH native mode) routes each
+ * process's output and exit to its followers with one of these per connection. The
+ * call protocol every streaming transport shares: an attach's follower is listed before
+ * its request (the replay comes first), a spawn's once the answer names the process; the
+ * transport keeps later events back meanwhile. Thread-safe; its own lock.
+ */
+typedef struct asp_proc_routes asp_proc_routes;
+
+/* NULL when out of memory. */
+asp_proc_routes *asp_proc_routes_new(void);
+
+/* Closes and releases the followers left (no callback). NULL is a no-op. */
+void asp_proc_routes_free(asp_proc_routes *t);
+
+/*
+ * An event (ASP_NOTICE_OUTPUT with an asp_output_event, ASP_NOTICE_EXIT with an
+ * asp_exit_event) to the process's follower, on this thread; one for nobody is dropped.
+ */
+void asp_proc_routes_route(asp_proc_routes *t, asp_notice_id n, const void *params);
+
+/*
+ * The connection died: every follower gets on_lost (on this thread) and later calls
+ * fail with `why`. Idempotent.
+ */
+void asp_proc_routes_lost(asp_proc_routes *t, const asp_error *why);
+
+/* Unlists `proc`'s follower and closes it (asp_proc_detach). */
+void asp_proc_routes_remove(asp_proc_routes *t, uint64_t proc);
+
+/* The transport's plain call of `op`. */
+typedef asp_status (*asp_proc_call_fn)(void *ctx, asp_op_id op, const void *params, void *result,
+                                       asp_arena *a, asp_error *err);
+
+/*
+ * Runs `call` for spawn or proc_attach with `sub` following the process on this
+ * connection, as asp_transport.subscribe promises. The transport must hold the process's
+ * events back from the moment `call` has the answer until this returns.
+ */
+asp_status asp_proc_routes_call(asp_proc_routes *t, asp_proc_call_fn call, void *ctx, asp_op_id op,
+                                const void *params, void *result, asp_arena *a, asp_proc_sub *sub,
+                                asp_error *err);
+
+/* ---- registration ----------------------------------------------------------------- */
 
 /*
  * Makes `t` (static storage, kept by pointer) the transport for t->kind, replacing any

@@ -1,38 +1,17 @@
 /*
- * The local backend: every unary op done with POSIX calls in this process. asp-agent
- * serves it to remote clients; tests and the CLI may call it directly. Relative paths
- * resolve against the process's working directory (the responder's start directory).
+ * Private to the core: the parts of the local backend that are not public (asp/server.h
+ * has the rest): its op tables, serving a decoded message, holding notifications back.
  */
 #ifndef ASP_LOCAL_H
 #define ASP_LOCAL_H
 
 #include "asp/proto.h"
+#include "asp/server.h"
+#include "asp/transport.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-typedef struct asp_local asp_local;
-
-/*
- * A backend whose responses fit `max_message` bytes (exec output trimmed, read length
- * capped); 0 means ASP_MAX_MESSAGE_DEFAULT. NULL when out of memory.
- */
-asp_local *asp_local_new(size_t max_message);
-
-/*
- * The owner serves many connections with this backend and outlives each (asp-agent
- * --listen), so a process can be reattached from another connection after the one that
- * spawned it closed: hello on its connections announces the feature "reattach". Set it
- * before the first connection.
- */
-void asp_local_set_shared(asp_local *l, bool shared);
-
-/*
- * Ends the spawned processes still running (as asp_local_shutdown) and frees. NULL is a
- * no-op. No call may be in flight and every connection must be disconnected.
- */
-void asp_local_free(asp_local *l);
 
 /*
  * self is an asp_local *. Every op may block (exec until the process ends) and may be
@@ -49,41 +28,6 @@ extern const asp_ops asp_local_ops;
  * connections in a sink and passes the bound connection as `self` with
  * asp_local_conn_ops for the requests it reads from that connection.
  */
-struct iovec;
-
-typedef struct asp_conn_sink {
-	/*
-	 * Sends one whole frame (header included) to the connection. May be called from any
-	 * thread and may block while the peer is slow: that is the backpressure that keeps
-	 * a process's pipe unread while its client does not read. Returns false once the
-	 * connection is gone; the backend then never calls it again. It must return (false)
-	 * once the server has closed the connection, or asp_local_disconnect waits for it.
-	 */
-	bool (*send)(void *ctx, const uint8_t *frame, size_t len);
-	void *ctx;
-	/*
-	 * Optional: as send, for one frame in pieces. With it, a response's large bins
-	 * (a read's data) go out from where the op put them instead of being copied into
-	 * the frame buffer first.
-	 */
-	bool (*sendv)(void *ctx, const struct iovec *iov, int iovcnt);
-} asp_conn_sink;
-
-typedef struct asp_local_conn asp_local_conn;
-
-/*
- * Binds a connection to the backend. `sink` NULL: a connection that cannot carry
- * notifications (plain HTTP POST); its spawns still run and can be attached from
- * elsewhere, and proc_attach on it answers `unsupported`. NULL when out of memory. The
- * sink is copied.
- */
-asp_local_conn *asp_local_connect(asp_local *l, const asp_conn_sink *sink);
-
-/*
- * Unbinds: when it returns, the sink is never called again (processes the connection
- * spawned keep running, DESIGN §3). No call on `c` may be in flight. NULL is a no-op.
- */
-void asp_local_disconnect(asp_local_conn *c);
 
 /*
  * Every op, streaming ones included; self is an asp_local_conn *. hello lists them.
@@ -114,45 +58,5 @@ int asp_local_conn_serve(asp_local_conn *c, const struct asp_msg *req, struct as
  */
 void asp_local_conn_hold(asp_local_conn *c);
 void asp_local_conn_release(asp_local_conn *c);
-
-/* The sink's ctx (NULL without a sink): lets an owner find its state from `c`. */
-void *asp_local_conn_ctx(const asp_local_conn *c);
-
-/*
- * Ends every spawned process (TERM to its group, KILL 2 s later) and waits for them: the
- * responder calls it on EOF or SIGTERM before it exits (DESIGN §5). Later spawns fail.
- * false when some process's output could not be delivered in time (a connection's sink
- * stays blocked): the backend must then not be freed (exit the process instead).
- */
-bool asp_local_shutdown(asp_local *l);
-
-/*
- * As asp_local_shutdown with the KILL `kill_after_ms` after the TERM: for a responder
- * that is being terminated itself and may be killed before 2 s are up.
- */
-bool asp_local_shutdown_grace(asp_local *l, unsigned kill_after_ms);
-
-/*
- * The responder's side (asp-agent only; process-wide, so never in a host process):
- * asp_local_reaper_start makes this process a child subreaper, so orphans of commands are
- * re-parented to it rather than to init, starts a thread that reaps those orphans (never
- * a child that local_child_start made: its owner reaps it), and forks a keeper process
- * that outlives us and, once we are gone (exit or SIGKILL), kills every process still
- * carrying one of our markers. Call it before starting any thread. 0, or -1 (Linux only;
- * then nothing changed but what a partial start could not undo, reported on stderr).
- */
-int asp_local_reaper_start(void);
-
-/* At the responder's exit: kills every process carrying one of our markers and every
- * orphan we adopted (even one that cleared its environment). */
-void asp_local_reaper_finish(void);
-
-/*
- * edit's replacement on a file's bytes, for any backend that reads and writes the file
- * itself (native SSH): the new bytes (malloc'd, *out_len of them) and how many
- * occurrences; not_found / invalid_argument (with the count) as the spec says.
- */
-asp_status asp_edit_apply(const asp_edit_params *p, const uint8_t *buf, size_t n, uint8_t **out,
-                          size_t *out_len, uint64_t *count, asp_error *err);
 
 #endif

@@ -58,7 +58,9 @@ static bool view_copy(asp_arena *a, const asp_config_view *src, asp_config_view 
 	          dup_str(a, &v->ssh.password_env) && dup_str(a, &v->ssh.known_hosts) &&
 	          dup_str(a, &v->ssh.host_key_sha256) && dup_str(a, &v->ssh.agent) &&
 	          dup_str(a, &v->http.url) && dup_str(a, &v->http.token_env) &&
-	          dup_str(a, &v->http.token_file) && dup_str(a, &v->http.ca_file);
+	          dup_str(a, &v->http.token_file) && dup_str(a, &v->http.ca_file) &&
+	          dup_str(a, &v->ssh.identity_env) && dup_str(a, &v->ssh.host_key) &&
+	          dup_str(a, &v->target);
 	if (!ok)
 		return false;
 	if (src->env_count) {

@@ -161,7 +161,7 @@ static asp_status eof_inside(asp_error *err, size_t got, size_t want)
 	                     "the connection ended inside a frame (%zu of %zu bytes)", got, want);
 }
 
-static asp_status fd_recv(asp_channel *ch, size_t max, uint8_t **msg, size_t *len,
+static asp_status fd_recv(void *ch, size_t max, uint8_t **msg, size_t *len,
                           asp_error *err)
 {
 	fd_channel *c = (fd_channel *)ch;
@@ -250,7 +250,7 @@ static ssize_t write_iov(fd_channel *c, struct iovec *iov, int n)
 	return sendmsg(c->wfd, &m, MSG_NOSIGNAL);
 }
 
-static asp_status fd_sendv(asp_channel *ch, const struct iovec *in, int iovcnt, asp_error *err)
+static asp_status fd_sendv(void *ch, const struct iovec *in, int iovcnt, asp_error *err)
 {
 	fd_channel *c = (fd_channel *)ch;
 	if (atomic_load_explicit(&c->closed, memory_order_acquire))
@@ -321,13 +321,13 @@ static asp_status fd_sendv(asp_channel *ch, const struct iovec *in, int iovcnt, 
 	return st;
 }
 
-static asp_status fd_send(asp_channel *ch, const uint8_t *frame, size_t len, asp_error *err)
+static asp_status fd_send(void *ch, const uint8_t *frame, size_t len, asp_error *err)
 {
 	struct iovec one = {(void *)frame, len};
 	return fd_sendv(ch, &one, 1, err);
 }
 
-static void fd_close(asp_channel *ch)
+static void fd_close(void *ch)
 {
 	fd_channel *c = (fd_channel *)ch;
 	if (atomic_exchange(&c->closed, true))
@@ -341,7 +341,7 @@ static void fd_close(asp_channel *ch)
 	}
 }
 
-static void fd_free(asp_channel *ch)
+static void fd_free(void *ch)
 {
 	fd_channel *c = (fd_channel *)ch;
 	if (c->flags & ASP_FDCH_OWN_FDS) {
@@ -355,7 +355,7 @@ static void fd_free(asp_channel *ch)
 	free(c);
 }
 
-static int fd_ready(asp_channel *ch, int ms, asp_error *err)
+static int fd_ready(void *ch, int ms, asp_error *err)
 {
 	fd_channel *c = (fd_channel *)ch;
 	if (c->end > c->start)
@@ -411,6 +411,8 @@ asp_status asp_fd_channel_new(int rfd, int wfd, unsigned flags, asp_channel **ou
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
 	}
 	c->base.ops = flags & ASP_FDCH_WAKEABLE ? &fd_channel_wake_ops : &fd_channel_ops;
+	c->base.ctx = c;
+	c->base.boxed = false;
 	c->rfd = rfd;
 	c->wfd = wfd;
 	c->flags = flags;

@@ -966,7 +966,7 @@ static asp_status rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void 
 	asp_buf b;
 	asp_buf_init(&b);
 	/* Large bins go out from the caller's memory, which outlives the send. */
-	b.ref_min = rpc->ch->ops->sendv ? ASP_BUF_REF_MIN : 0;
+	b.ref_min = asp_channel_has_sendv(rpc->ch) ? ASP_BUF_REF_MIN : 0;
 	size_t max = atomic_load_explicit(&rpc->max_send, memory_order_relaxed);
 	size_t bins = bin_bytes(d->params, params);
 	if (bins <= max && (asp_buf_reserve(&b, b.ref_min && bins >= b.ref_min ? 256 : 256 + bins) < 0 ||

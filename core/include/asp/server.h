@@ -1,0 +1,197 @@
+/*
+ * For a server edge: serving this machine's files and processes (the local backend) to
+ * connections that speak DESIGN §2. asp-agent's stdio server and its HTTP/WebSocket
+ * listener are built on it. An edge reads a request message from its connection,
+ * makes it an asp_request, and serves it on the connection's binding; answers and the
+ * notifications of spawned processes go out through the binding's sink.
+ *
+ * Ownership: handles are opaque; each *_new has one matching *_free, and free(NULL) is a
+ * no-op. Arguments are borrowed unless a comment says the call takes them.
+ */
+#ifndef ASP_SERVER_H
+#define ASP_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "asp/proto.h"
+#include "asp/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct iovec;
+
+/* ---- the local backend ------------------------------------------------------------ */
+
+/*
+ * Every op done with POSIX calls in this process. Relative paths resolve against the
+ * process's working directory. Ops may block (exec until the process ends) and run from
+ * many threads at once.
+ */
+typedef struct asp_local asp_local;
+
+/*
+ * A backend whose responses fit `max_message` bytes (exec output trimmed, read length
+ * capped); 0 means ASP_MAX_MESSAGE_DEFAULT. NULL when out of memory.
+ */
+asp_local *asp_local_new(size_t max_message);
+
+/*
+ * The owner serves many connections with this backend and outlives each (asp-agent
+ * --listen), so a process can be reattached from another connection after the one that
+ * spawned it closed: hello announces the feature "reattach". Before the first connection.
+ */
+void asp_local_set_shared(asp_local *l, bool shared);
+
+/*
+ * Ends every spawned process (TERM to its group, KILL 2 s later) and waits for them: a
+ * responder calls it at the end of its input or on SIGTERM before it exits (DESIGN §5).
+ * Later spawns fail. false when some process's output could not be delivered in time (a
+ * connection's sink stays blocked): the backend must then not be freed (exit instead).
+ * Any thread; may run while calls are in flight (a proc_wait among them is answered).
+ */
+bool asp_local_shutdown(asp_local *l);
+
+/* As asp_local_shutdown with the KILL `kill_after_ms` after the TERM (being killed soon). */
+bool asp_local_shutdown_grace(asp_local *l, unsigned kill_after_ms);
+
+/*
+ * Ends the spawned processes still running (as asp_local_shutdown) and frees. NULL is a
+ * no-op. No call may be in flight and every connection must be disconnected.
+ */
+void asp_local_free(asp_local *l);
+
+/*
+ * The responder's side (process-wide, so never in a host process): makes this process a
+ * child subreaper, so orphans of commands are re-parented to it, starts a thread that
+ * reaps them, and forks a keeper process that, once we are gone (exit or SIGKILL), kills
+ * every process still carrying one of our markers. Call it before starting any thread.
+ * 0, or -1 (Linux only; what could not be undone is reported on stderr).
+ */
+int asp_local_reaper_start(void);
+
+/* At the responder's exit: kills every process carrying our marker and every orphan adopted. */
+void asp_local_reaper_finish(void);
+
+/* ---- connections ------------------------------------------------------------------ */
+
+/*
+ * How the backend writes to one connection: answers, and the notifications of the
+ * processes the connection spawned or attached to.
+ */
+typedef struct asp_conn_sink {
+	/*
+	 * Sends one whole frame (header included). Called from any thread, one frame at a
+	 * time per call (the sink serializes its writes); may block while the peer is slow:
+	 * that is the backpressure that leaves a process's pipe unread while its client does
+	 * not read. Returns false once the connection is gone; it is then never called
+	 * again. It must return (false) once the server has closed the connection, or
+	 * asp_local_disconnect waits for it.
+	 */
+	bool (*send)(void *ctx, const uint8_t *frame, size_t len);
+	void *ctx;
+	/*
+	 * Optional: as send, for one frame in pieces; a read's data then goes out from where
+	 * the op put it instead of being copied into the frame first.
+	 */
+	bool (*sendv)(void *ctx, const struct iovec *iov, int iovcnt);
+} asp_conn_sink;
+
+/* One connection bound to the backend. */
+typedef struct asp_local_conn asp_local_conn;
+
+/*
+ * Binds a connection (any thread). `sink` (copied) NULL: a connection that cannot carry
+ * notifications (plain HTTP POST); its spawns still run and can be attached from
+ * elsewhere, and proc_attach on it answers `unsupported`. NULL when out of memory.
+ */
+asp_local_conn *asp_local_connect(asp_local *l, const asp_conn_sink *sink);
+
+/*
+ * Unbinds: when it returns, the sink is never called again (processes the connection
+ * spawned keep running, DESIGN §3). No call on `c` may be in flight. NULL is a no-op.
+ */
+void asp_local_disconnect(asp_local_conn *c);
+
+/* The sink's ctx (NULL without a sink). */
+void *asp_local_conn_ctx(const asp_local_conn *c);
+
+/* ---- requests --------------------------------------------------------------------- */
+
+/*
+ * One request message read from a connection, on its way to being served. One thread
+ * at a time per request (the reader makes it, a worker serves and frees it); requests
+ * of one connection may be served on many threads at once.
+ */
+typedef struct asp_request asp_request;
+
+/*
+ * Checks one message (the bytes after a frame's length) without decoding it yet, and
+ * takes `msg` (malloc'd). *cost (may be NULL) is what decoding will hold, the bytes and
+ * msgpack-c's objects: a server bounds the sum over the requests it serves at once
+ * (docs/faults.md) and calls asp_request_decode when the cost fits.
+ *   ASP_OK: *out is the request.
+ *   Another status with *out set: the message names a request id but is refused
+ *     (too_large); serving it answers that id with the error in `err`.
+ *   Another status with *out NULL: protocol_error (the connection must close; DESIGN
+ *     §5), or internal when out of memory. `msg` has been freed.
+ */
+asp_status asp_request_new(uint8_t *msg, size_t len, asp_request **out, size_t *cost,
+                           asp_error *err);
+
+/*
+ * Decodes it. ASP_OK, or the refusal asp_request_new reported, or a new one: a request
+ * with an id but bad params (invalid_argument; serving answers it), or protocol_error
+ * when the message is not a request with an id (then asp_request_has_id is false and
+ * the connection must close). `err` says why.
+ */
+asp_status asp_request_decode(asp_request *r, asp_error *err);
+
+/* Whether the request has an id to answer; its id (0 without). */
+bool asp_request_has_id(const asp_request *r);
+uint32_t asp_request_id(const asp_request *r);
+
+/* Releases the request and its message. NULL is a no-op. */
+void asp_request_free(asp_request *r);
+
+/*
+ * A reusable buffer a thread builds answers in: one per serving thread (never shared)
+ * saves an allocation per request.
+ */
+typedef struct asp_reply asp_reply;
+
+/* NULL when out of memory. */
+asp_reply *asp_reply_new(void);
+void asp_reply_free(asp_reply *b); /* NULL is a no-op */
+/* Releases the buffer's memory when it has grown past `keep` bytes (after a large answer). */
+void asp_reply_trim(asp_reply *b, size_t keep);
+/*
+ * The answer ASP_SERVE_REPLY left in `b`: the whole frame (header included), malloc'd and
+ * now the caller's, *len bytes. `b` is empty afterwards. NULL when there is none.
+ */
+uint8_t *asp_reply_take(asp_reply *b, size_t *len);
+
+typedef enum asp_serve_result {
+	ASP_SERVE_FAILED = -1, /* out of memory: nothing was sent; close the connection */
+	ASP_SERVE_GONE = 0,    /* the sink failed: the connection is gone */
+	ASP_SERVE_SENT = 1,    /* the answer went out through the sink */
+	ASP_SERVE_REPLY = 2,   /* no sink: the answer is in `b` (asp_reply_take) */
+} asp_serve_result;
+
+/*
+ * Serves one decoded (or refused, with an id) request on `c` from any thread, many at
+ * once: runs the op, or takes the refusal, and answers it through the sink; only then
+ * do the processes it spawned or attached send notifications (DESIGN §3: the spawn
+ * answer comes before the process's first notification; proc_attach replays before its
+ * answer). Without a sink the answer is left in `b`. `r` stays the caller's.
+ */
+asp_serve_result asp_local_serve(asp_local_conn *c, asp_request *r, asp_reply *b);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

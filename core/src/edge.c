@@ -1,0 +1,160 @@
+/*
+ * A server edge's requests and answers (asp/server.h): the wire checks of DESIGN §2 in
+ * front of asp_local_conn_serve, so an edge needs no msgpack and no core header.
+ */
+#include "edge.h"
+#include "local/local_proc.h"
+
+#include <stdlib.h>
+
+struct asp_request {
+	uint8_t *msg;
+	size_t len;
+	bool unpacked; /* `u` holds objects */
+	bool decoded;
+	asp_status st; /* ASP_OK, or the refusal to answer msg.id with */
+	asp_error err;
+	msgpack_unpacked u;
+	asp_msg m;
+};
+
+struct asp_reply {
+	asp_buf b;
+};
+
+asp_status asp_request_new(uint8_t *msg, size_t len, asp_request **out, size_t *cost,
+                           asp_error *err)
+{
+	*out = NULL;
+	if (cost)
+		*cost = 0;
+	asp_request *r = calloc(1, sizeof *r);
+	if (!r) {
+		free(msg);
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	}
+	size_t objects = 0;
+	asp_error_clear(&r->err);
+	r->st = asp_wire_check(msg, len, &objects, &r->m, &r->err);
+	if (r->st && !r->m.has_id) {
+		asp_status st = r->st;
+		if (err)
+			*err = r->err;
+		free(r);
+		free(msg);
+		return st;
+	}
+	r->msg = msg;
+	r->len = len;
+	if (cost)
+		*cost = ASP_WIRE_DECODE_COST(len, r->st ? 0 : objects);
+	if (r->st && err)
+		*err = r->err;
+	*out = r;
+	return r->st;
+}
+
+asp_status asp_request_decode(asp_request *r, asp_error *err)
+{
+	if (!r->decoded && r->st == ASP_OK) {
+		r->decoded = true;
+		msgpack_unpacked_init(&r->u);
+		r->unpacked = true;
+		r->st = asp_wire_unpack(r->msg, r->len, &r->u, &r->m, &r->err);
+		if (r->st == ASP_OK && r->m.type != ASP_MSG_REQUEST) {
+			r->m.has_id = false;
+			r->st = asp_error_set(&r->err, ASP_E_PROTOCOL_ERROR, NULL,
+			                      "expected a request [0, id, method, params], got a "
+			                      "message of type %d",
+			                      r->m.type);
+		}
+	}
+	if (r->st && err)
+		*err = r->err;
+	return r->st;
+}
+
+bool asp_request_has_id(const asp_request *r)
+{
+	return r->m.has_id;
+}
+
+uint32_t asp_request_id(const asp_request *r)
+{
+	return r->m.has_id ? r->m.id : 0;
+}
+
+void asp_request_free(asp_request *r)
+{
+	if (!r)
+		return;
+	if (r->unpacked)
+		msgpack_unpacked_destroy(&r->u);
+	free(r->msg);
+	free(r);
+}
+
+const asp_msg *asp_request_msg(const asp_request *r)
+{
+	return r->decoded && r->st == ASP_OK ? &r->m : NULL;
+}
+
+asp_buf *asp_reply_buf(asp_reply *b)
+{
+	return &b->b;
+}
+
+asp_reply *asp_reply_new(void)
+{
+	asp_reply *b = malloc(sizeof *b);
+	if (b)
+		asp_buf_init(&b->b);
+	return b;
+}
+
+void asp_reply_free(asp_reply *b)
+{
+	if (!b)
+		return;
+	asp_buf_free(&b->b);
+	free(b);
+}
+
+void asp_reply_trim(asp_reply *b, size_t keep)
+{
+	if (b->b.cap > keep)
+		asp_buf_free(&b->b);
+}
+
+uint8_t *asp_reply_take(asp_reply *b, size_t *len)
+{
+	*len = 0;
+	if (b->b.len <= ASP_FRAME_HEADER)
+		return NULL;
+	uint8_t *data = b->b.data;
+	*len = b->b.len;
+	b->b.data = NULL; /* the refs, if any, stay with the buffer */
+	b->b.len = b->b.cap = 0;
+	asp_buf_free(&b->b);
+	return data;
+}
+
+asp_serve_result asp_local_serve(asp_local_conn *c, asp_request *r, asp_reply *b)
+{
+	asp_buf *out = &b->b;
+	bool sink = c->has_sink;
+	if (!r->decoded && r->st == ASP_OK)
+		asp_request_decode(r, NULL);
+	if (r->st) {
+		if (!r->m.has_id || asp_wire_response_err(out, r->m.id, &r->err) < 0)
+			return ASP_SERVE_FAILED;
+		if (!sink)
+			return ASP_SERVE_REPLY;
+		return local_conn_send(c, out->data, out->len) ? ASP_SERVE_SENT : ASP_SERVE_GONE;
+	}
+	if (!sink) {
+		asp_dispatch(&asp_local_conn_ops, c, &r->m, out, c->l->max_message);
+		return out->len > ASP_FRAME_HEADER ? ASP_SERVE_REPLY : ASP_SERVE_FAILED;
+	}
+	return (asp_serve_result)asp_local_conn_serve(c, &r->m, out);
+}
