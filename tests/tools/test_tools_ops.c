@@ -477,6 +477,130 @@ static void test_op_differences(void)
 	free(a);
 }
 
+/* ---- the grep op: whole-buffer search gives what line-by-line matching gives ------- */
+
+/* grep's answer as text (mode "count" or "content"), for comparing. */
+static char *grep_text(asp_client *c, const char *regex, const char *mode, bool icase)
+{
+	asp_arena *a = asp_arena_new();
+	asp_grep_params p;
+	asp_grep_params_init(&p);
+	char dir[400];
+	snprintf(dir, sizeof dir, "%s/g", work);
+	p.path = dir;
+	p.regex = regex;
+	p.mode = mode;
+	p.ignore_case = icase;
+	p.before = 1;
+	p.after = 1;
+	p.max_matches = 100000;
+	asp_grep_result r;
+	asp_error err;
+	tbuf b = {0};
+	if (asp_grep(c, &p, &r, a, &err) != ASP_OK) {
+		tb_printf(&b, "error %d", (int)err.code);
+	} else {
+		for (size_t i = 0; i < r.counts.count; i++)
+			tb_printf(&b, "%s:%llu\n", r.counts.items[i].path + strlen(dir),
+			          (unsigned long long)r.counts.items[i].count);
+		for (size_t i = 0; i < r.matches.count; i++) {
+			const asp_grep_match *m = &r.matches.items[i];
+			tb_printf(&b, "%s:%llu:%s|", m->path + strlen(dir),
+			          (unsigned long long)m->line, m->text);
+			for (size_t k = 0; k < m->before.count; k++)
+				tb_printf(&b, "b=%s|", m->before.items[k]);
+			for (size_t k = 0; k < m->after.count; k++)
+				tb_printf(&b, "a=%s|", m->after.items[k]);
+			tb_puts(&b, "\n");
+		}
+		tb_printf(&b, "truncated %d", r.truncated);
+	}
+	asp_arena_free(a);
+	return tb_take(&b);
+}
+
+/* Files where a line-by-line match and a whole-buffer one could part ways. */
+static void make_grep_tree(void)
+{
+	long t0 = 1600000000;
+	put_at("g/multi.txt", "foo\nbar\nfoo bar\n\n\nbaz  \nfoo\tbar\nend", t0);
+	put_at("g/crlf.txt", "a\r\nfoo\r\n\r\nbar\r\n", t0);
+	put_at("g/empty.txt", "", t0);
+	put_at("g/nl.txt", "\n", t0);
+	put_at("g/utf8.txt", "h\xc3\xa9llo w\xc3\xb6rld\nna\xc3\xafve foo\n\xff\xfe bad foo\n", t0);
+	tbuf b = {0};
+	for (int i = 1; i <= 5000; i++)
+		tb_printf(&b, i % 997 ? "line %d\n" : "line %d foo bar\n", i);
+	put_at("g/long.txt", b.p, t0);
+	tb_free(&b);
+	/* a NUL after the binary probe: still text; regexec cannot see past it */
+	for (int i = 0; i < 1300; i++)
+		tb_puts(&b, "filler\n");
+	tb_add(&b, "foo\0foo\nfoo\nbar", 15);
+	put_bytes("g/nul_late.txt", b.p, b.len, t0);
+	tb_free(&b);
+}
+
+/*
+ * PCRE2: each pattern against itself behind "(?=)", an empty lookahead that changes no
+ * match but makes the agent go line by line (a lookaround is not safe for the buffer).
+ */
+static void test_grep_buffer_pcre2(void)
+{
+	make_grep_tree();
+	static const char *const pats[] = {
+	    "foo",    "foo\\sbar",    "\\s",           "^",           "$",
+	    "^$",     "x*",           "bar$",          "^foo",        "\\bbar\\b",
+	    "o\\s*$", "[^a-z]",       "\\n",           "(foo|bar)+",  ".",
+	    "\\r$",   "\\d{4}",       "line 4985 foo", "\xc3\xb6",    "r\\s+b",
+	    "\\s*$",  "filler\\nfoo", "foo$",          "(?:o|\\n)+b",
+	};
+	for (size_t i = 0; i < sizeof pats / sizeof *pats; i++) {
+		char slow[128];
+		snprintf(slow, sizeof slow, "(?=)%s", pats[i]);
+		for (int m = 0; m < 2; m++) {
+			const char *mode = m ? "content" : "count";
+			for (int ic = 0; ic < 2; ic++) {
+				char *fast = grep_text(op_side.c, pats[i], mode, ic);
+				char *ref = grep_text(op_side.c, slow, mode, ic);
+				if (strcmp(fast, ref))
+					fprintf(stderr,
+					        "\n%s %s -i %d\n--- buffer:\n%s\n--- lines:\n%s\n",
+					        pats[i], mode, ic, fast, ref);
+				CU_ASSERT_STRING_EQUAL(fast, ref);
+				free(fast);
+				free(ref);
+			}
+		}
+	}
+}
+
+/* ERE (asp-agent-static): the same answers as PCRE2 for patterns that mean the same. */
+static void test_grep_buffer_ere(void)
+{
+	if (!have_static) {
+		fprintf(stderr, "(asp-agent-static not built)\n");
+		return;
+	}
+	make_grep_tree();
+	static const char *const pats[] = {"foo",      "^",        "$",    "^$",
+	                                   "x*",       "bar$",     "^foo", "(foo|bar)+",
+	                                   "[0-9]{4}", "o[ \t]*$", "ba.",  "line 4985 foo",
+	                                   "foo$"};
+	for (size_t i = 0; i < sizeof pats / sizeof *pats; i++)
+		for (int m = 0; m < 2; m++) {
+			const char *mode = m ? "content" : "count";
+			char *ere = grep_text(static_op.c, pats[i], mode, m);
+			char *pcre = grep_text(op_side.c, pats[i], mode, m);
+			if (strcmp(ere, pcre))
+				fprintf(stderr, "\n%s %s\n--- ere:\n%s\n--- pcre2:\n%s\n", pats[i],
+				        mode, ere, pcre);
+			CU_ASSERT_STRING_EQUAL(ere, pcre);
+			free(ere);
+			free(pcre);
+		}
+}
+
 int main(void)
 {
 	if (!getenv("ASP_AGENT")) {
@@ -492,6 +616,9 @@ int main(void)
 	CU_add_test(s, "op and fallback give the same text (asp-agent-static, ERE)",
 	            test_same_as_fallback_static);
 	CU_add_test(s, "hidden files and multiline content: the op's own", test_op_differences);
+	CU_add_test(s, "grep op: the whole-buffer search finds what line-by-line does (PCRE2)",
+	            test_grep_buffer_pcre2);
+	CU_add_test(s, "grep op: ERE on the whole buffer agrees with PCRE2", test_grep_buffer_ere);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	unsigned fails = CU_get_number_of_failures() + CU_get_number_of_suites_failed();

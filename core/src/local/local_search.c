@@ -427,10 +427,12 @@ typedef struct grep_ctx {
 	bool root_is_file;
 #ifdef ASP_HAVE_PCRE2
 	pcre2_code *re;
+	pcre2_code *re_buf; /* for whole buffers (^ $ at newlines); NULL: line by line */
 	pcre2_match_data *md;
 #else
 	regex_t re;
-	char *line; /* NUL-terminated copy for regexec */
+	bool re_buf; /* regexec may run on the whole buffer (REG_NEWLINE, no newline in it) */
+	char *line;  /* NUL-terminated copy for regexec */
 	size_t line_cap;
 #endif
 	/* results, grown with realloc and adopted by the arena at the end */
@@ -482,6 +484,45 @@ static bool re_find(grep_ctx *g, const char *s, size_t len, size_t *mstart, size
 	*mstart = (size_t)m.rm_so;
 	*mend = (size_t)m.rm_eo;
 	return true;
+#endif
+}
+
+/*
+ * The first place at or after `start` (a line start) where the whole-buffer pattern
+ * matches: 1 and *at; 0 none; -1 cannot tell (a match limit, a NUL for regexec): then the
+ * caller goes line by line. A match found this way only says which line to try: the line
+ * is then matched alone, as without this, so results do not change. It is sound for
+ * patterns whose match inside a line stays a match inside the whole buffer: no
+ * lookaround, no \A \z \Z \G, no inline options (grep_compile decides).
+ */
+static int buf_find(grep_ctx *g, const char *buf, size_t len, size_t start, size_t *at)
+{
+#ifdef ASP_HAVE_PCRE2
+	int rc = pcre2_match(g->re_buf, (PCRE2_SPTR)buf, len, start, 0, g->md, NULL);
+	if (rc == PCRE2_ERROR_NOMATCH)
+		return 0;
+	if (rc < 0)
+		return -1;
+	*at = pcre2_get_ovector_pointer(g->md)[0];
+	return 1;
+#else
+	/* buf[len] is a NUL (grep_fd); one inside would end the string early */
+	if (memchr(buf + start, '\0', len - start))
+		return -1;
+	regmatch_t m;
+	if (regexec(&g->re, buf + start, 1, &m, 0) != 0)
+		return 0;
+	*at = start + (size_t)m.rm_so;
+	return 1;
+#endif
+}
+
+static bool have_buf_re(const grep_ctx *g)
+{
+#ifdef ASP_HAVE_PCRE2
+	return g->re_buf != NULL;
+#else
+	return g->re_buf;
 #endif
 }
 
@@ -550,14 +591,16 @@ static size_t line_at(const size_t *ls, size_t nlines, size_t off)
 	return lo;
 }
 
-/* Searches one file's bytes; 0 stops the walk. */
-static int grep_buf(grep_ctx *g, const char *rel, const char *buf, size_t len)
+/*
+ * Line starts of buf: ls[i] where line i begins, ls[nlines] one past the end as if a
+ * newline followed (ls[i + 1] - 1 is where line i ends). NULL when out of memory.
+ */
+static size_t *line_starts(const char *buf, size_t len, size_t *nlines_out)
 {
-	/* line starts; ls[nlines] is one past the end, as if a newline followed */
 	size_t nlines = 0, cap = 64;
 	size_t *ls = malloc(cap * sizeof *ls);
 	if (!ls)
-		return g->oom = true, 0;
+		return NULL;
 	ls[nlines++] = 0;
 	for (const char *q = buf, *end = buf + len; q < end;) {
 		const char *nl = memchr(q, '\n', (size_t)(end - q));
@@ -567,7 +610,7 @@ static int grep_buf(grep_ctx *g, const char *rel, const char *buf, size_t len)
 			size_t *g2 = realloc(ls, 2 * cap * sizeof *ls);
 			if (!g2) {
 				free(ls);
-				return g->oom = true, 0;
+				return NULL;
 			}
 			ls = g2;
 			cap *= 2;
@@ -578,68 +621,142 @@ static int grep_buf(grep_ctx *g, const char *rel, const char *buf, size_t len)
 	bool final_nl = nlines > 1 && ls[nlines - 1] == len;
 	if (final_nl)
 		nlines--; /* a final newline ends the last line, not a new empty one */
-	ls[nlines] = final_nl ? len : len + 1; /* ls[i + 1] - 1: where line i ends */
-	const char *path = NULL;
-	uint64_t count = 0;
+	ls[nlines] = final_nl ? len : len + 1;
+	*nlines_out = nlines;
+	return ls;
+}
+
+/* One file being searched: its lines (found on the first match) and what was found. */
+typedef struct file_scan {
+	const char *rel, *buf;
+	size_t len;
+	size_t *ls, nlines;
+	const char *path; /* reported path, made on the first match */
+	uint64_t count;
+} file_scan;
+
+static bool scan_lines(grep_ctx *g, file_scan *f)
+{
+	if (!f->ls && !(f->ls = line_starts(f->buf, f->len, &f->nlines)))
+		g->oom = true;
+	return f->ls != NULL;
+}
+
+static bool scan_path(grep_ctx *g, file_scan *f)
+{
+	if (!f->path && !(f->path = g->root_is_file ? g->root : join(g->a, g->root, f->rel)))
+		g->oom = true;
+	return f->path != NULL;
+}
+
+/* Line i alone; on a match counts and reports it. 0 stops (file or walk: see caller). */
+static int scan_line(grep_ctx *g, file_scan *f, size_t i, bool *hit)
+{
+	size_t e = f->ls[i + 1] - 1, ms, me;
+	*hit = re_find(g, f->buf + f->ls[i], e - f->ls[i], &ms, &me);
+	if (!*hit)
+		return 1;
+	f->count++;
+	if (g->mode == MODE_FILES)
+		return 0;
+	if (g->mode == MODE_CONTENT) {
+		if (!scan_path(g, f))
+			return 0;
+		return add_match(g, f->path, f->buf, f->ls, f->nlines, i, i);
+	}
+	return 1;
+}
+
+/* Searches one file's bytes; 0 stops the walk. */
+static int grep_buf(grep_ctx *g, const char *rel, const char *buf, size_t len)
+{
+	file_scan f = {.rel = rel, .buf = buf, .len = len};
 	int go = 1;
-	size_t last_line = SIZE_MAX; /* a line matched already (count and content once) */
 	if (g->p->multiline) {
-		size_t off = 0;
+		if (!scan_lines(g, &f))
+			return 0;
+		size_t off = 0, last_line = SIZE_MAX; /* a line matched already: once */
 		while (go && off <= len) {
 			size_t ms, me;
 			if (!re_find(g, buf + off, len - off, &ms, &me))
 				break;
 			ms += off, me += off;
-			size_t l0 = line_at(ls, nlines, ms);
-			size_t l1 = line_at(ls, nlines, me > ms ? me - 1 : ms);
-			count++;
+			size_t l0 = line_at(f.ls, f.nlines, ms);
+			size_t l1 = line_at(f.ls, f.nlines, me > ms ? me - 1 : ms);
+			f.count++;
 			if (g->mode == MODE_FILES)
 				break;
 			if (g->mode == MODE_CONTENT && l0 != last_line) {
-				if (!path &&
-				    !(path = g->root_is_file ? g->root : join(g->a, g->root, rel)))
-					return free(ls), g->oom = true, 0;
-				go = add_match(g, path, buf, ls, nlines, l0, l1);
+				if (!scan_path(g, &f))
+					return free(f.ls), 0;
+				go = add_match(g, f.path, buf, f.ls, f.nlines, l0, l1);
 				last_line = l0;
 			}
 			off = me > ms ? me : ms + 1;
 		}
 	} else {
-		for (size_t i = 0; go && i < nlines; i++) {
-			size_t e = ls[i + 1] - 1, ms, me;
-			if (!re_find(g, buf + ls[i], e - ls[i], &ms, &me))
-				continue;
-			count++;
-			if (g->mode == MODE_FILES)
+		/*
+		 * The pattern runs over the whole buffer to find the next line worth trying
+		 * (no call per line, no line table for files without a match); that line is
+		 * then matched alone. Lines it jumps over cannot match alone.
+		 */
+		size_t from = 0; /* the first line not decided yet */
+		bool by_line = !have_buf_re(g);
+		while (go && !by_line) {
+			if (f.ls && from >= f.nlines)
 				break;
-			if (g->mode == MODE_CONTENT) {
-				if (!path &&
-				    !(path = g->root_is_file ? g->root : join(g->a, g->root, rel)))
-					return free(ls), g->oom = true, 0;
-				go = add_match(g, path, buf, ls, nlines, i, i);
+			size_t at, start = f.ls ? f.ls[from] : 0;
+			int rc = buf_find(g, buf, len, start, &at);
+			if (rc == 0)
+				break;
+			if (!scan_lines(g, &f))
+				return 0;
+			if (rc < 0) {
+				by_line = true;
+				break;
+			}
+			if (at > f.ls[f.nlines] - 1)
+				break; /* after the final newline: no line there */
+			size_t i = line_at(f.ls, f.nlines, at);
+			if (i < from) /* cannot be; be safe */
+				i = from;
+			bool hit;
+			go = scan_line(g, &f, i, &hit);
+			from = i + 1;
+		}
+		if (by_line) {
+			if (!scan_lines(g, &f))
+				return 0;
+			for (size_t i = from; go && i < f.nlines; i++) {
+				bool hit;
+				go = scan_line(g, &f, i, &hit);
 			}
 		}
+		/* files mode stops at the first hit, not the walk */
+		if (!go && g->mode == MODE_FILES && f.count && !g->oom)
+			go = 1;
 	}
-	free(ls);
-	if (!count || g->mode == MODE_CONTENT)
-		return go;
+	free(f.ls);
+	if (!go)
+		return 0;
+	if (!f.count || g->mode == MODE_CONTENT)
+		return 1;
 	if (g->n >= g->p->max_matches || g->bytes > g->budget) {
 		g->truncated = true;
 		return 0;
 	}
-	path = g->root_is_file ? g->root : join(g->a, g->root, rel);
-	if (!path)
-		return g->oom = true, 0;
-	g->bytes += strlen(path) + 16;
+	if (!scan_path(g, &f))
+		return 0;
+	g->bytes += strlen(f.path) + 16;
 	if (g->mode == MODE_FILES) {
 		if (grow(g, (void **)&g->files, sizeof *g->files) < 0)
 			return 0;
-		g->files[g->n++] = path;
+		g->files[g->n++] = f.path;
 	} else {
 		if (grow(g, (void **)&g->counts, sizeof *g->counts) < 0)
 			return 0;
-		g->counts[g->n].path = path;
-		g->counts[g->n++].count = count;
+		g->counts[g->n].path = f.path;
+		g->counts[g->n++].count = f.count;
 	}
 	return 1;
 }
@@ -650,8 +767,11 @@ static int grep_fd(grep_ctx *g, int fd, const char *rel)
 	struct stat st;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > GREP_MAX_FILE)
 		return close(fd), 1;
+	/* one byte more than its size to see it grow, one for the NUL regexec needs */
 	size_t cap = (size_t)st.st_size + 1, n = 0;
-	char *buf = malloc(cap);
+	size_t probe = (size_t)st.st_size < BINARY_PROBE ? (size_t)st.st_size : BINARY_PROBE;
+	bool probed = false;
+	char *buf = malloc(cap + 1);
 	if (!buf)
 		return close(fd), g->oom = true, 0;
 	for (;;) {
@@ -663,10 +783,17 @@ static int grep_fd(grep_ctx *g, int fd, const char *rel)
 		if (got <= 0)
 			break;
 		n += (size_t)got;
+		/* binary: known from the first block, so the rest is not read */
+		if (!probed && n >= probe) {
+			probed = true;
+			if (memchr(buf, '\0', n < BINARY_PROBE ? n : BINARY_PROBE))
+				return close(fd), free(buf), 1;
+		}
 	}
 	close(fd);
 	int go = 1;
-	if (!memchr(buf, '\0', n < BINARY_PROBE ? n : BINARY_PROBE))
+	buf[n] = '\0';
+	if (probed || !memchr(buf, '\0', n < BINARY_PROBE ? n : BINARY_PROBE))
 		go = grep_buf(g, rel, buf, n);
 	free(buf);
 	return go;
@@ -684,6 +811,29 @@ static int grep_visit(walker *w, int dirfd, const char *name, const char *rel, u
 		return 1;
 	return grep_fd(g, fd, rel);
 }
+
+#ifdef ASP_HAVE_PCRE2
+/*
+ * Whether a match of `re` inside one line is still a match at the same place inside the
+ * whole file, so that the whole buffer may be searched (with ^ $ at newlines): not when
+ * it looks around (a lookbehind at a line start sees the newline before it), anchors to
+ * the subject (\A \z \Z \G), changes options inline (?-m) or uses verbs (*...). Text
+ * that merely looks like these only costs the fast path.
+ */
+static bool buf_safe(const char *re)
+{
+	for (const char *q = re; *q; q++) {
+		if (q[0] == '\\' && q[1]) {
+			if (strchr("AzZG", q[1]))
+				return false;
+			q++;
+		} else if (q[0] == '(' && (q[1] == '*' || (q[1] == '?' && q[2] != ':'))) {
+			return false;
+		}
+	}
+	return true;
+}
+#endif
 
 static asp_status grep_compile(grep_ctx *g, asp_error *err)
 {
@@ -705,8 +855,15 @@ static asp_status grep_compile(grep_ctx *g, asp_error *err)
 		                     (const char *)msg);
 	}
 	pcre2_jit_compile(g->re, PCRE2_JIT_COMPLETE); /* optional: without JIT it interprets */
+	if (!p->multiline && buf_safe(p->regex)) {
+		g->re_buf = pcre2_compile((PCRE2_SPTR)p->regex, PCRE2_ZERO_TERMINATED,
+		                          opt | PCRE2_MULTILINE, &ec, &eo, NULL);
+		if (g->re_buf)
+			pcre2_jit_compile(g->re_buf, PCRE2_JIT_COMPLETE);
+	}
 	g->md = pcre2_match_data_create_from_pattern(g->re, NULL);
 	if (!g->md) {
+		pcre2_code_free(g->re_buf);
 		pcre2_code_free(g->re);
 		return local_oom("grep", err);
 	}
@@ -720,6 +877,8 @@ static asp_status grep_compile(grep_ctx *g, asp_error *err)
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
 		                     "grep: regex: %s (POSIX extended syntax)", msg);
 	}
+	/* with REG_NEWLINE only a newline in the pattern could match one */
+	g->re_buf = !p->multiline && !strchr(p->regex, '\n');
 #endif
 	return ASP_OK;
 }
@@ -728,6 +887,7 @@ static void grep_free_re(grep_ctx *g)
 {
 #ifdef ASP_HAVE_PCRE2
 	pcre2_match_data_free(g->md);
+	pcre2_code_free(g->re_buf);
 	pcre2_code_free(g->re);
 #else
 	regfree(&g->re);
