@@ -192,6 +192,7 @@ typedef int (*visit_fn)(walker *w, int dirfd, const char *name, const char *rel,
 
 struct walker {
 	bool hidden;
+	bool sorted; /* entries in bytewise order (grep's answer is in path order) */
 	bool stop;
 	uint64_t deadline_ns; /* UINT64_MAX: none */
 	bool timed_out;
@@ -204,7 +205,50 @@ static int cmp_str(const void *x, const void *y)
 	return strcmp(*(char *const *)x, *(char *const *)y);
 }
 
-/* Entries of dirfd in bytewise order, files visited and directories entered. */
+static void walk(walker *w, int fd0, char *rel, size_t rlen);
+
+/* One entry of directory d (rel holds its directory's path, rlen long). */
+static void walk_entry(walker *w, DIR *d, const char *nm, unsigned char type, char *rel,
+                       size_t rlen)
+{
+	size_t nl = strlen(nm);
+	if (w->stop || rlen + nl + 2 >= PATH_MAX)
+		return;
+	if (w->deadline_ns != UINT64_MAX && local_now_ns() >= w->deadline_ns) {
+		w->timed_out = w->stop = true;
+		return;
+	}
+	size_t nr = rlen;
+	if (rlen)
+		rel[nr++] = '/';
+	memcpy(rel + nr, nm, nl + 1);
+	nr += nl;
+	if (type == DT_UNKNOWN) {
+		struct stat st;
+		if (fstatat(dirfd(d), nm, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			goto next;
+		type = S_ISDIR(st.st_mode)   ? DT_DIR
+		       : S_ISLNK(st.st_mode) ? DT_LNK
+		       : S_ISREG(st.st_mode) ? DT_REG
+		                             : DT_FIFO;
+	}
+	if (type == DT_DIR) {
+		if (strcmp(nm, ".git") == 0)
+			goto next;
+		int fd = openat(dirfd(d), nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0)
+			walk(w, fd, rel, nr);
+	} else if (w->visit(w, dirfd(d), nm, rel, type) == 0) {
+		w->stop = true;
+	}
+next:
+	rel[rlen] = '\0';
+}
+
+/*
+ * Entries of dirfd, files visited and directories entered: in bytewise order when
+ * w->sorted, else as readdir gives them (glob sorts its results itself).
+ */
 static void walk(walker *w, int fd0, char *rel, size_t rlen)
 {
 	DIR *d = fdopendir(fd0);
@@ -221,6 +265,10 @@ static void walk(walker *w, int fd0, char *rel, size_t rlen)
 			continue;
 		if (!w->hidden && nm[0] == '.')
 			continue;
+		if (!w->sorted) {
+			walk_entry(w, d, nm, de->d_type, rel, rlen);
+			continue;
+		}
 		if (n == cap) {
 			size_t nc = cap ? 2 * cap : 64;
 			char **g = realloc(names, nc * sizeof *g);
@@ -240,44 +288,10 @@ static void walk(walker *w, int fd0, char *rel, size_t rlen)
 	if (n > 1)
 		qsort(names, n, sizeof *names, cmp_str);
 	for (size_t i = 0; i < n; i++) {
-		const char *nm = names[i];
-		size_t nl = strlen(nm);
-		unsigned char type = (unsigned char)nm[nl + 1];
-		if (w->stop || rlen + nl + 2 >= PATH_MAX)
-			continue;
-		if (w->deadline_ns != UINT64_MAX && local_now_ns() >= w->deadline_ns) {
-			w->timed_out = w->stop = true;
-			continue;
-		}
-		size_t nr = rlen;
-		if (rlen)
-			rel[nr++] = '/';
-		memcpy(rel + nr, nm, nl + 1);
-		nr += nl;
-		if (type == DT_UNKNOWN) {
-			struct stat st;
-			if (fstatat(dirfd(d), nm, &st, AT_SYMLINK_NOFOLLOW) < 0)
-				goto next;
-			type = S_ISDIR(st.st_mode)   ? DT_DIR
-			       : S_ISLNK(st.st_mode) ? DT_LNK
-			       : S_ISREG(st.st_mode) ? DT_REG
-			                             : DT_FIFO;
-		}
-		if (type == DT_DIR) {
-			if (strcmp(nm, ".git") == 0)
-				goto next;
-			int fd =
-			    openat(dirfd(d), nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (fd >= 0)
-				walk(w, fd, rel, nr);
-		} else if (w->visit(w, dirfd(d), nm, rel, type) == 0) {
-			w->stop = true;
-		}
-	next:
-		rel[rlen] = '\0';
-	}
-	for (size_t i = 0; i < n; i++)
+		walk_entry(w, d, names[i], (unsigned char)names[i][strlen(names[i]) + 1], rel,
+		           rlen);
 		free(names[i]);
+	}
 	free(names);
 	closedir(d);
 }
@@ -937,8 +951,10 @@ asp_status asp_local_grep(void *self, const asp_grep_params *p, asp_grep_result 
 	st = open_root("grep", p->path, &fd, &is_dir, err);
 	if (!st) {
 		uint64_t ms = p->timeout_ms ? p->timeout_ms : GREP_DEFAULT_MS;
-		walker w = {
-		    .deadline_ns = local_now_ns() + ms * NS_PER_MS, .visit = grep_visit, .ctx = &g};
+		walker w = {.sorted = true,
+		            .deadline_ns = local_now_ns() + ms * NS_PER_MS,
+		            .visit = grep_visit,
+		            .ctx = &g};
 		if (is_dir) {
 			char rel[PATH_MAX] = "";
 			walk(&w, fd, rel, 0);
