@@ -601,6 +601,45 @@ static void test_grep_buffer_ere(void)
 		}
 }
 
+/*
+ * An answer that would pass max_message (16 MiB) is cut, not refused: the path goes out
+ * with every match, so 40,000 one-byte matches under a 450-byte path are ~20 MB.
+ */
+static void test_grep_answer_fits(void)
+{
+	char dir[256] = "big/", rel[600];
+	memset(dir + 4, 'd', 200);
+	dir[204] = '\0';
+	snprintf(rel, sizeof rel, "%s/%.200s/x.txt", dir, dir + 4);
+	tbuf b = {0};
+	for (int i = 0; i < 40000; i++)
+		tb_puts(&b, "x\n");
+	put_at(rel, b.p, 1600000000);
+	tb_free(&b);
+	asp_arena *a = asp_arena_new();
+	asp_grep_params p;
+	asp_grep_params_init(&p);
+	char abs[700];
+	snprintf(abs, sizeof abs, "%s/big", work);
+	p.path = abs;
+	p.regex = "x";
+	p.mode = "content";
+	p.max_matches = 1000000;
+	asp_grep_result r;
+	asp_error err;
+	CU_ASSERT_EQUAL(asp_grep(op_side.c, &p, &r, a, &err), ASP_OK);
+	CU_ASSERT(r.truncated);
+	CU_ASSERT(r.matches.count > 1000 && r.matches.count < 40000);
+	asp_arena_free(a);
+	bool e;
+	char *t = call(op_side.t, "grep",
+	               "{\"pattern\": \"x\", \"path\": \"big\", \"output_mode\": \"content\"}", &e);
+	CU_ASSERT_FALSE(e);
+	CU_ASSERT_PTR_NOT_NULL(
+	    strstr(t, "(The output was cut: narrow the pattern, path or glob.)"));
+	free(t);
+}
+
 int main(void)
 {
 	if (!getenv("ASP_AGENT")) {
@@ -619,6 +658,8 @@ int main(void)
 	CU_add_test(s, "grep op: the whole-buffer search finds what line-by-line does (PCRE2)",
 	            test_grep_buffer_pcre2);
 	CU_add_test(s, "grep op: ERE on the whole buffer agrees with PCRE2", test_grep_buffer_ere);
+	CU_add_test(s, "grep op: an answer past max_message is cut, not refused",
+	            test_grep_answer_fits);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	unsigned fails = CU_get_number_of_failures() + CU_get_number_of_suites_failed();

@@ -571,7 +571,17 @@ static asp_strv lines_of(grep_ctx *g, const char *buf, const size_t *ls, size_t 
 static int add_match(grep_ctx *g, const char *path, const char *buf, const size_t *ls,
                      size_t nlines, size_t l0, size_t l1)
 {
-	if (g->n >= g->p->max_matches || g->bytes > g->budget) {
+	size_t b = g->p->before < l0 ? (size_t)g->p->before : l0;
+	size_t after_end = l1 + 1 + (g->p->after < nlines ? (size_t)g->p->after : nlines);
+	if (after_end > nlines)
+		after_end = nlines;
+	/*
+	 * What it adds to the answer, checked before it is added: the path goes out with
+	 * every match (48: the map's keys and headers), each line with a string header.
+	 */
+	size_t plen = strlen(path) + 48;
+	size_t need = plen + (ls[after_end] - ls[l0 - b]) + 8 * (after_end - (l0 - b));
+	if (g->n >= g->p->max_matches || g->bytes + need > g->budget) {
 		g->truncated = true;
 		return 0;
 	}
@@ -579,14 +589,11 @@ static int add_match(grep_ctx *g, const char *path, const char *buf, const size_
 		return 0;
 	asp_grep_match *m = &g->matches[g->n++];
 	memset(m, 0, sizeof *m);
+	g->bytes += plen;
 	m->path = path;
 	m->line = l0 + 1;
 	m->text = astr(g, buf + ls[l0], ls[l1 + 1] - 1 - ls[l0]);
-	size_t b = g->p->before < l0 ? (size_t)g->p->before : l0;
 	m->before = lines_of(g, buf, ls, l0 - b, l0);
-	size_t after_end = l1 + 1 + (g->p->after < nlines ? (size_t)g->p->after : nlines);
-	if (after_end > nlines)
-		after_end = nlines;
 	m->after = lines_of(g, buf, ls, l1 + 1, after_end);
 	return g->oom ? 0 : 1;
 }
