@@ -7,7 +7,10 @@
  *   - the same calls through the fallback (a tools handle that does not see the ops in
  *     hello: exec of find and grep, read + write) give the same text, byte for byte,
  *     with asp-agent (PCRE2) and, when built, asp-agent-static (POSIX ERE);
- *   - what differs on purpose: grep's op skips hidden files; the op's multiline content.
+ *   - what differs on purpose: grep's op skips hidden files (unless its glob names one);
+ *     the op's multiline content;
+ *   - the grep op itself: the whole-buffer search against line-by-line matching, ERE
+ *     against PCRE2, an answer past max_message cut rather than refused.
  */
 #include "asp/asp.h"
 #include "asp/transport.h"
@@ -366,6 +369,8 @@ static const char *const grep_cases[] = {
     "{\"pattern\": \"foo\", \"output_mode\": \"content\", \"head_limit\": 7, \"-C\": 1}",
     "{\"pattern\": \"foo$\", \"output_mode\": \"content\"}",
     "{\"pattern\": \"^l[0-9]+$\", \"output_mode\": \"count\", \"path\": \"ctx.txt\"}",
+    "{\"pattern\": \"zzz_hidden\", \"glob\": \".cfg/*.c\"}",
+    "{\"pattern\": \"zzz_hidden\", \"glob\": \".*\", \"output_mode\": \"content\"}",
     "{\"pattern\": \"no such text\"}",
     "{\"pattern\": \"no such text\", \"output_mode\": \"content\"}",
     "{\"pattern\": \"foo\", \"path\": \"nope\"}",
@@ -467,6 +472,15 @@ static void test_op_differences(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(b, "/.cfg/hidden.c"));
 	free(a);
 	free(b);
+	/* ... unless the glob names a hidden name; its other alternatives do not let them in */
+	put_at(".cfg/h.txt", "zzz_hidden\n", 1600000000);
+	put_at("h.txt", "zzz_hidden\n", 1600000000);
+	a = call(op_side.t, "grep", "{\"pattern\": \"zzz_hidden\", \"glob\": \"{.cfg/*.c,*.txt}\"}",
+	         &e);
+	char want2[700];
+	snprintf(want2, sizeof want2, "%s/.cfg/hidden.c\n%s/h.txt", work, work);
+	CU_ASSERT_STRING_EQUAL(a, want2);
+	free(a);
 	a = call(op_side.t, "grep",
 	         "{\"pattern\": \"foo 5\\\\nfoo\", \"output_mode\": \"content\", \"multiline\": "
 	         "true}",

@@ -29,8 +29,28 @@
 
 typedef struct patset {
 	char *pat[MAX_PATTERNS];
+	bool hid[MAX_PATTERNS]; /* the pattern names a hidden name (names_hidden) */
+	bool any_hid;
 	size_t n;
 } patset;
+
+/* Whether some component of p starts with a literal '.' (but "." and ".."). */
+static bool names_hidden(const char *p)
+{
+	for (const char *c = p; c; c = strchr(c, '/'), c = c ? c + 1 : NULL)
+		if (c[0] == '.' && c[1] && c[1] != '/' && !(c[1] == '.' && (!c[2] || c[2] == '/')))
+			return true;
+	return false;
+}
+
+/* Whether some component of a relative path starts with a dot. */
+static bool rel_hidden(const char *rel)
+{
+	for (const char *c = rel; c; c = strchr(c, '/'), c = c ? c + 1 : NULL)
+		if (c[0] == '.')
+			return true;
+	return false;
+}
 
 static void patset_free(patset *ps)
 {
@@ -85,6 +105,8 @@ static int expand(patset *ps, const char *p)
 	if (!s)
 		return -1;
 	snprintf(s, len + 4, "%s%s", any ? "**/" : "", p);
+	ps->hid[ps->n] = names_hidden(p);
+	ps->any_hid |= ps->hid[ps->n];
 	ps->pat[ps->n++] = s;
 	return 0;
 }
@@ -171,9 +193,20 @@ static bool patset_match(const patset *ps, const char *rel)
 	return false;
 }
 
+/* grep's filter: a path with a hidden name passes only a pattern that names one. */
+static bool patset_match_grep(const patset *ps, const char *rel)
+{
+	bool hidden = ps->any_hid && rel_hidden(rel);
+	for (size_t i = 0; i < ps->n; i++)
+		if ((!hidden || ps->hid[i]) && gmatch(ps->pat[i], ps->pat[i], rel))
+			return true;
+	return false;
+}
+
 static asp_status patset_init(patset *ps, const char *op, const char *pattern, asp_error *err)
 {
 	ps->n = 0;
+	ps->any_hid = false;
 	if (expand(ps, pattern) < 0) {
 		patset_free(ps);
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
@@ -825,7 +858,7 @@ static int grep_visit(walker *w, int dirfd, const char *name, const char *rel, u
 	grep_ctx *g = w->ctx;
 	if (type != DT_REG)
 		return 1; /* symlinks are not followed, devices and fifos not read */
-	if (g->has_glob && !patset_match(&g->ps, rel))
+	if (g->has_glob && !patset_match_grep(&g->ps, rel))
 		return 1;
 	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
@@ -958,7 +991,9 @@ asp_status asp_local_grep(void *self, const asp_grep_params *p, asp_grep_result 
 	st = open_root("grep", p->path, &fd, &is_dir, err);
 	if (!st) {
 		uint64_t ms = p->timeout_ms ? p->timeout_ms : GREP_DEFAULT_MS;
-		walker w = {.sorted = true,
+		/* hidden names are entered only when the glob names one */
+		walker w = {.hidden = g.has_glob && g.ps.any_hid,
+		            .sorted = true,
 		            .deadline_ns = local_now_ns() + ms * NS_PER_MS,
 		            .visit = grep_visit,
 		            .ctx = &g};
