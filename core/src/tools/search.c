@@ -565,10 +565,10 @@ static void grep_file_lines(glines *gs, const asp_grep_match *m, size_t n, const
 	bool ctx = o->before || o->after;
 	for (size_t i = 0; i < n && !gs->oom; i++) {
 		/* before lines past the first line (a responder's slip) are dropped */
-		size_t skip =
-		    m[i].before.count >= m[i].line ? m[i].before.count - (m[i].line - 1) : 0;
+		uint64_t line = m[i].line ? m[i].line : 1;
+		size_t skip = m[i].before.count >= line ? m[i].before.count - (line - 1) : 0;
 		size_t nb = m[i].before.count - skip, nt = count_lines(m[i].text);
-		uint64_t first = m[i].line - nb;
+		uint64_t first = line - nb;
 		size_t total = nb + nt + m[i].after.count;
 		const char *t = m[i].text;
 		for (size_t k = 0; k < total && !gs->oom; k++) {
