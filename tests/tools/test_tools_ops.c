@@ -563,11 +563,37 @@ static void test_grep_buffer_pcre2(void)
 {
 	make_grep_tree();
 	static const char *const pats[] = {
-	    "foo",    "foo\\sbar",    "\\s",           "^",           "$",
-	    "^$",     "x*",           "bar$",          "^foo",        "\\bbar\\b",
-	    "o\\s*$", "[^a-z]",       "\\n",           "(foo|bar)+",  ".",
-	    "\\r$",   "\\d{4}",       "line 4985 foo", "\xc3\xb6",    "r\\s+b",
-	    "\\s*$",  "filler\\nfoo", "foo$",          "(?:o|\\n)+b",
+	    "foo",
+	    "foo\\sbar",
+	    "\\s",
+	    "^",
+	    "$",
+	    "^$",
+	    "x*",
+	    "bar$",
+	    "^foo",
+	    "\\bbar\\b",
+	    "o\\s*$",
+	    "[^a-z]",
+	    "\\n",
+	    "(foo|bar)+",
+	    ".",
+	    "\\r$",
+	    "\\d{4}",
+	    "line 4985 foo",
+	    "\xc3\xb6",
+	    "r\\s+b",
+	    "\\s*$",
+	    "filler\\nfoo",
+	    "foo$",
+	    "(?:o|\\n)+b",
+	    /* \\K: reported in the next line, begun in this one */
+	    "o\\s\\Kb|o$",
+	    /* what cannot give back what it took past the newline: possessive, \\R, \\X */
+	    "z\\s++$",
+	    "z\\s*+$",
+	    "a\\R$",
+	    "a\\X$",
 	};
 	for (size_t i = 0; i < sizeof pats / sizeof *pats; i++) {
 		char slow[128];

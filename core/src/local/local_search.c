@@ -540,7 +540,7 @@ static bool re_find(grep_ctx *g, const char *s, size_t len, size_t *mstart, size
  * caller goes line by line. A match found this way only says which line to try: the line
  * is then matched alone, as without this, so results do not change. It is sound for
  * patterns whose match inside a line stays a match inside the whole buffer: no
- * lookaround, no \A \z \Z \G, no inline options (grep_compile decides).
+ * lookaround, no \A \z \Z \G \K, nothing atomic, no inline options (buf_safe decides).
  */
 static int buf_find(grep_ctx *g, const char *buf, size_t len, size_t start, size_t *at)
 {
@@ -871,18 +871,23 @@ static int grep_visit(walker *w, int dirfd, const char *name, const char *rel, u
  * Whether a match of `re` inside one line is still a match at the same place inside the
  * whole file, so that the whole buffer may be searched (with ^ $ at newlines): not when
  * it looks around (a lookbehind at a line start sees the newline before it), anchors to
- * the subject (\A \z \Z \G), changes options inline (?-m) or uses verbs (*...). Text
+ * the subject (\A \z \Z \G), resets the match start (\K: a match begun in one line could
+ * be reported in the next), cannot give back what it took past the newline (atomic
+ * groups, possessive quantifiers, \R and \X, which take "\r\n" whole), changes options
+ * inline (?-m) or uses verbs (*...). Text
  * that merely looks like these only costs the fast path.
  */
 static bool buf_safe(const char *re)
 {
 	for (const char *q = re; *q; q++) {
 		if (q[0] == '\\' && q[1]) {
-			if (strchr("AzZG", q[1]))
+			if (strchr("AzZGKRX", q[1]))
 				return false;
 			q++;
 		} else if (q[0] == '(' && (q[1] == '*' || (q[1] == '?' && q[2] != ':'))) {
 			return false;
+		} else if (strchr("*+?}", q[0]) && q[1] == '+') {
+			return false; /* possessive */
 		}
 	}
 	return true;
@@ -909,11 +914,16 @@ static asp_status grep_compile(grep_ctx *g, asp_error *err)
 		                     (const char *)msg);
 	}
 	pcre2_jit_compile(g->re, PCRE2_JIT_COMPLETE); /* optional: without JIT it interprets */
-	if (!p->multiline && buf_safe(p->regex)) {
+	pcre2_compile_context *cc = NULL;
+	if (!p->multiline && buf_safe(p->regex) && (cc = pcre2_compile_context_create(NULL))) {
+		/* ^ and $ at exactly the '\n' that split the lines, whatever the library's default
+		 */
+		pcre2_set_newline(cc, PCRE2_NEWLINE_LF);
 		g->re_buf = pcre2_compile((PCRE2_SPTR)p->regex, PCRE2_ZERO_TERMINATED,
-		                          opt | PCRE2_MULTILINE, &ec, &eo, NULL);
+		                          opt | PCRE2_MULTILINE, &ec, &eo, cc);
 		if (g->re_buf)
 			pcre2_jit_compile(g->re_buf, PCRE2_JIT_COMPLETE);
+		pcre2_compile_context_free(cc);
 	}
 	g->md = pcre2_match_data_create_from_pattern(g->re, NULL);
 	if (!g->md) {
