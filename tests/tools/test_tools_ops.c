@@ -593,6 +593,8 @@ static void test_grep_buffer_pcre2(void)
 	    "z\\s++$",
 	    "z\\s*+$",
 	    "a\\R$",
+	    "(?i)FOO",
+	    "x(?i:FOO)?$",
 	    "a\\X$",
 	};
 	for (size_t i = 0; i < sizeof pats / sizeof *pats; i++) {

@@ -885,6 +885,10 @@ static bool buf_safe(const char *re)
 				return false;
 			q++;
 		} else if (q[0] == '(' && (q[1] == '*' || (q[1] == '?' && q[2] != ':'))) {
+			/* (?i) and (?i:...), common in patterns models write, change no line edge
+			 */
+			if (q[1] == '?' && q[2] == 'i' && (q[3] == ')' || q[3] == ':'))
+				continue;
 			return false;
 		} else if (strchr("*+?}", q[0]) && q[1] == '+') {
 			return false; /* possessive */
