@@ -29,8 +29,28 @@
 
 typedef struct patset {
 	char *pat[MAX_PATTERNS];
+	bool hid[MAX_PATTERNS]; /* the pattern names a hidden name (names_hidden) */
+	bool any_hid;
 	size_t n;
 } patset;
+
+/* Whether some component of p starts with a literal '.' (but "." and ".."). */
+static bool names_hidden(const char *p)
+{
+	for (const char *c = p; c; c = strchr(c, '/'), c = c ? c + 1 : NULL)
+		if (c[0] == '.' && c[1] && c[1] != '/' && !(c[1] == '.' && (!c[2] || c[2] == '/')))
+			return true;
+	return false;
+}
+
+/* Whether some component of a relative path starts with a dot. */
+static bool rel_hidden(const char *rel)
+{
+	for (const char *c = rel; c; c = strchr(c, '/'), c = c ? c + 1 : NULL)
+		if (c[0] == '.')
+			return true;
+	return false;
+}
 
 static void patset_free(patset *ps)
 {
@@ -85,6 +105,8 @@ static int expand(patset *ps, const char *p)
 	if (!s)
 		return -1;
 	snprintf(s, len + 4, "%s%s", any ? "**/" : "", p);
+	ps->hid[ps->n] = names_hidden(p);
+	ps->any_hid |= ps->hid[ps->n];
 	ps->pat[ps->n++] = s;
 	return 0;
 }
@@ -171,9 +193,20 @@ static bool patset_match(const patset *ps, const char *rel)
 	return false;
 }
 
+/* grep's filter: a path with a hidden name passes only a pattern that names one. */
+static bool patset_match_grep(const patset *ps, const char *rel)
+{
+	bool hidden = ps->any_hid && rel_hidden(rel);
+	for (size_t i = 0; i < ps->n; i++)
+		if ((!hidden || ps->hid[i]) && gmatch(ps->pat[i], ps->pat[i], rel))
+			return true;
+	return false;
+}
+
 static asp_status patset_init(patset *ps, const char *op, const char *pattern, asp_error *err)
 {
 	ps->n = 0;
+	ps->any_hid = false;
 	if (expand(ps, pattern) < 0) {
 		patset_free(ps);
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
@@ -192,6 +225,7 @@ typedef int (*visit_fn)(walker *w, int dirfd, const char *name, const char *rel,
 
 struct walker {
 	bool hidden;
+	bool sorted; /* entries in bytewise order (grep's answer is in path order) */
 	bool stop;
 	uint64_t deadline_ns; /* UINT64_MAX: none */
 	bool timed_out;
@@ -204,7 +238,50 @@ static int cmp_str(const void *x, const void *y)
 	return strcmp(*(char *const *)x, *(char *const *)y);
 }
 
-/* Entries of dirfd in bytewise order, files visited and directories entered. */
+static void walk(walker *w, int fd0, char *rel, size_t rlen);
+
+/* One entry of directory d (rel holds its directory's path, rlen long). */
+static void walk_entry(walker *w, DIR *d, const char *nm, unsigned char type, char *rel,
+                       size_t rlen)
+{
+	size_t nl = strlen(nm);
+	if (w->stop || rlen + nl + 2 >= PATH_MAX)
+		return;
+	if (w->deadline_ns != UINT64_MAX && local_now_ns() >= w->deadline_ns) {
+		w->timed_out = w->stop = true;
+		return;
+	}
+	size_t nr = rlen;
+	if (rlen)
+		rel[nr++] = '/';
+	memcpy(rel + nr, nm, nl + 1);
+	nr += nl;
+	if (type == DT_UNKNOWN) {
+		struct stat st;
+		if (fstatat(dirfd(d), nm, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			goto next;
+		type = S_ISDIR(st.st_mode)   ? DT_DIR
+		       : S_ISLNK(st.st_mode) ? DT_LNK
+		       : S_ISREG(st.st_mode) ? DT_REG
+		                             : DT_FIFO;
+	}
+	if (type == DT_DIR) {
+		if (strcmp(nm, ".git") == 0)
+			goto next;
+		int fd = openat(dirfd(d), nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0)
+			walk(w, fd, rel, nr);
+	} else if (w->visit(w, dirfd(d), nm, rel, type) == 0) {
+		w->stop = true;
+	}
+next:
+	rel[rlen] = '\0';
+}
+
+/*
+ * Entries of dirfd, files visited and directories entered: in bytewise order when
+ * w->sorted, else as readdir gives them (glob sorts its results itself).
+ */
 static void walk(walker *w, int fd0, char *rel, size_t rlen)
 {
 	DIR *d = fdopendir(fd0);
@@ -221,6 +298,10 @@ static void walk(walker *w, int fd0, char *rel, size_t rlen)
 			continue;
 		if (!w->hidden && nm[0] == '.')
 			continue;
+		if (!w->sorted) {
+			walk_entry(w, d, nm, de->d_type, rel, rlen);
+			continue;
+		}
 		if (n == cap) {
 			size_t nc = cap ? 2 * cap : 64;
 			char **g = realloc(names, nc * sizeof *g);
@@ -240,44 +321,10 @@ static void walk(walker *w, int fd0, char *rel, size_t rlen)
 	if (n > 1)
 		qsort(names, n, sizeof *names, cmp_str);
 	for (size_t i = 0; i < n; i++) {
-		const char *nm = names[i];
-		size_t nl = strlen(nm);
-		unsigned char type = (unsigned char)nm[nl + 1];
-		if (w->stop || rlen + nl + 2 >= PATH_MAX)
-			continue;
-		if (w->deadline_ns != UINT64_MAX && local_now_ns() >= w->deadline_ns) {
-			w->timed_out = w->stop = true;
-			continue;
-		}
-		size_t nr = rlen;
-		if (rlen)
-			rel[nr++] = '/';
-		memcpy(rel + nr, nm, nl + 1);
-		nr += nl;
-		if (type == DT_UNKNOWN) {
-			struct stat st;
-			if (fstatat(dirfd(d), nm, &st, AT_SYMLINK_NOFOLLOW) < 0)
-				goto next;
-			type = S_ISDIR(st.st_mode)   ? DT_DIR
-			       : S_ISLNK(st.st_mode) ? DT_LNK
-			       : S_ISREG(st.st_mode) ? DT_REG
-			                             : DT_FIFO;
-		}
-		if (type == DT_DIR) {
-			if (strcmp(nm, ".git") == 0)
-				goto next;
-			int fd =
-			    openat(dirfd(d), nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (fd >= 0)
-				walk(w, fd, rel, nr);
-		} else if (w->visit(w, dirfd(d), nm, rel, type) == 0) {
-			w->stop = true;
-		}
-	next:
-		rel[rlen] = '\0';
-	}
-	for (size_t i = 0; i < n; i++)
+		walk_entry(w, d, names[i], (unsigned char)names[i][strlen(names[i]) + 1], rel,
+		           rlen);
 		free(names[i]);
+	}
 	free(names);
 	closedir(d);
 }
@@ -427,10 +474,12 @@ typedef struct grep_ctx {
 	bool root_is_file;
 #ifdef ASP_HAVE_PCRE2
 	pcre2_code *re;
+	pcre2_code *re_buf; /* for whole buffers (^ $ at newlines); NULL: line by line */
 	pcre2_match_data *md;
 #else
 	regex_t re;
-	char *line; /* NUL-terminated copy for regexec */
+	bool re_buf; /* regexec may run on the whole buffer (REG_NEWLINE, no newline in it) */
+	char *line;  /* NUL-terminated copy for regexec */
 	size_t line_cap;
 #endif
 	/* results, grown with realloc and adopted by the arena at the end */
@@ -485,6 +534,45 @@ static bool re_find(grep_ctx *g, const char *s, size_t len, size_t *mstart, size
 #endif
 }
 
+/*
+ * The first place at or after `start` (a line start) where the whole-buffer pattern
+ * matches: 1 and *at; 0 none; -1 cannot tell (a match limit, a NUL for regexec): then the
+ * caller goes line by line. A match found this way only says which line to try: the line
+ * is then matched alone, as without this, so results do not change. It is sound for
+ * patterns whose match inside a line stays a match inside the whole buffer: no
+ * lookaround, no \A \z \Z \G \K, nothing atomic, no inline options (buf_safe decides).
+ */
+static int buf_find(grep_ctx *g, const char *buf, size_t len, size_t start, size_t *at)
+{
+#ifdef ASP_HAVE_PCRE2
+	int rc = pcre2_match(g->re_buf, (PCRE2_SPTR)buf, len, start, 0, g->md, NULL);
+	if (rc == PCRE2_ERROR_NOMATCH)
+		return 0;
+	if (rc < 0)
+		return -1;
+	*at = pcre2_get_ovector_pointer(g->md)[0];
+	return 1;
+#else
+	/* buf[len] is a NUL (grep_fd); one inside would end the string early */
+	if (memchr(buf + start, '\0', len - start))
+		return -1;
+	regmatch_t m;
+	if (regexec(&g->re, buf + start, 1, &m, 0) != 0)
+		return 0;
+	*at = start + (size_t)m.rm_so;
+	return 1;
+#endif
+}
+
+static bool have_buf_re(const grep_ctx *g)
+{
+#ifdef ASP_HAVE_PCRE2
+	return g->re_buf != NULL;
+#else
+	return g->re_buf;
+#endif
+}
+
 static char *astr(grep_ctx *g, const char *s, size_t n)
 {
 	char *c = asp_arena_strndup(g->a, s, n);
@@ -516,7 +604,17 @@ static asp_strv lines_of(grep_ctx *g, const char *buf, const size_t *ls, size_t 
 static int add_match(grep_ctx *g, const char *path, const char *buf, const size_t *ls,
                      size_t nlines, size_t l0, size_t l1)
 {
-	if (g->n >= g->p->max_matches || g->bytes > g->budget) {
+	size_t b = g->p->before < l0 ? (size_t)g->p->before : l0;
+	size_t after_end = l1 + 1 + (g->p->after < nlines ? (size_t)g->p->after : nlines);
+	if (after_end > nlines)
+		after_end = nlines;
+	/*
+	 * What it adds to the answer, checked before it is added: the path goes out with
+	 * every match (48: the map's keys and headers), each line with a string header.
+	 */
+	size_t plen = strlen(path) + 48;
+	size_t need = plen + (ls[after_end] - ls[l0 - b]) + 8 * (after_end - (l0 - b));
+	if (g->n >= g->p->max_matches || g->bytes + need > g->budget) {
 		g->truncated = true;
 		return 0;
 	}
@@ -524,14 +622,11 @@ static int add_match(grep_ctx *g, const char *path, const char *buf, const size_
 		return 0;
 	asp_grep_match *m = &g->matches[g->n++];
 	memset(m, 0, sizeof *m);
+	g->bytes += plen;
 	m->path = path;
 	m->line = l0 + 1;
 	m->text = astr(g, buf + ls[l0], ls[l1 + 1] - 1 - ls[l0]);
-	size_t b = g->p->before < l0 ? (size_t)g->p->before : l0;
 	m->before = lines_of(g, buf, ls, l0 - b, l0);
-	size_t after_end = l1 + 1 + (g->p->after < nlines ? (size_t)g->p->after : nlines);
-	if (after_end > nlines)
-		after_end = nlines;
 	m->after = lines_of(g, buf, ls, l1 + 1, after_end);
 	return g->oom ? 0 : 1;
 }
@@ -550,14 +645,16 @@ static size_t line_at(const size_t *ls, size_t nlines, size_t off)
 	return lo;
 }
 
-/* Searches one file's bytes; 0 stops the walk. */
-static int grep_buf(grep_ctx *g, const char *rel, const char *buf, size_t len)
+/*
+ * Line starts of buf: ls[i] where line i begins, ls[nlines] one past the end as if a
+ * newline followed (ls[i + 1] - 1 is where line i ends). NULL when out of memory.
+ */
+static size_t *line_starts(const char *buf, size_t len, size_t *nlines_out)
 {
-	/* line starts; ls[nlines] is one past the end, as if a newline followed */
 	size_t nlines = 0, cap = 64;
 	size_t *ls = malloc(cap * sizeof *ls);
 	if (!ls)
-		return g->oom = true, 0;
+		return NULL;
 	ls[nlines++] = 0;
 	for (const char *q = buf, *end = buf + len; q < end;) {
 		const char *nl = memchr(q, '\n', (size_t)(end - q));
@@ -567,7 +664,7 @@ static int grep_buf(grep_ctx *g, const char *rel, const char *buf, size_t len)
 			size_t *g2 = realloc(ls, 2 * cap * sizeof *ls);
 			if (!g2) {
 				free(ls);
-				return g->oom = true, 0;
+				return NULL;
 			}
 			ls = g2;
 			cap *= 2;
@@ -578,68 +675,142 @@ static int grep_buf(grep_ctx *g, const char *rel, const char *buf, size_t len)
 	bool final_nl = nlines > 1 && ls[nlines - 1] == len;
 	if (final_nl)
 		nlines--; /* a final newline ends the last line, not a new empty one */
-	ls[nlines] = final_nl ? len : len + 1; /* ls[i + 1] - 1: where line i ends */
-	const char *path = NULL;
-	uint64_t count = 0;
+	ls[nlines] = final_nl ? len : len + 1;
+	*nlines_out = nlines;
+	return ls;
+}
+
+/* One file being searched: its lines (found on the first match) and what was found. */
+typedef struct file_scan {
+	const char *rel, *buf;
+	size_t len;
+	size_t *ls, nlines;
+	const char *path; /* reported path, made on the first match */
+	uint64_t count;
+} file_scan;
+
+static bool scan_lines(grep_ctx *g, file_scan *f)
+{
+	if (!f->ls && !(f->ls = line_starts(f->buf, f->len, &f->nlines)))
+		g->oom = true;
+	return f->ls != NULL;
+}
+
+static bool scan_path(grep_ctx *g, file_scan *f)
+{
+	if (!f->path && !(f->path = g->root_is_file ? g->root : join(g->a, g->root, f->rel)))
+		g->oom = true;
+	return f->path != NULL;
+}
+
+/* Line i alone; on a match counts and reports it. 0 stops (file or walk: see caller). */
+static int scan_line(grep_ctx *g, file_scan *f, size_t i, bool *hit)
+{
+	size_t e = f->ls[i + 1] - 1, ms, me;
+	*hit = re_find(g, f->buf + f->ls[i], e - f->ls[i], &ms, &me);
+	if (!*hit)
+		return 1;
+	f->count++;
+	if (g->mode == MODE_FILES)
+		return 0;
+	if (g->mode == MODE_CONTENT) {
+		if (!scan_path(g, f))
+			return 0;
+		return add_match(g, f->path, f->buf, f->ls, f->nlines, i, i);
+	}
+	return 1;
+}
+
+/* Searches one file's bytes; 0 stops the walk. */
+static int grep_buf(grep_ctx *g, const char *rel, const char *buf, size_t len)
+{
+	file_scan f = {.rel = rel, .buf = buf, .len = len};
 	int go = 1;
-	size_t last_line = SIZE_MAX; /* a line matched already (count and content once) */
 	if (g->p->multiline) {
-		size_t off = 0;
+		if (!scan_lines(g, &f))
+			return 0;
+		size_t off = 0, last_line = SIZE_MAX; /* a line matched already: once */
 		while (go && off <= len) {
 			size_t ms, me;
 			if (!re_find(g, buf + off, len - off, &ms, &me))
 				break;
 			ms += off, me += off;
-			size_t l0 = line_at(ls, nlines, ms);
-			size_t l1 = line_at(ls, nlines, me > ms ? me - 1 : ms);
-			count++;
+			size_t l0 = line_at(f.ls, f.nlines, ms);
+			size_t l1 = line_at(f.ls, f.nlines, me > ms ? me - 1 : ms);
+			f.count++;
 			if (g->mode == MODE_FILES)
 				break;
 			if (g->mode == MODE_CONTENT && l0 != last_line) {
-				if (!path &&
-				    !(path = g->root_is_file ? g->root : join(g->a, g->root, rel)))
-					return free(ls), g->oom = true, 0;
-				go = add_match(g, path, buf, ls, nlines, l0, l1);
+				if (!scan_path(g, &f))
+					return free(f.ls), 0;
+				go = add_match(g, f.path, buf, f.ls, f.nlines, l0, l1);
 				last_line = l0;
 			}
 			off = me > ms ? me : ms + 1;
 		}
 	} else {
-		for (size_t i = 0; go && i < nlines; i++) {
-			size_t e = ls[i + 1] - 1, ms, me;
-			if (!re_find(g, buf + ls[i], e - ls[i], &ms, &me))
-				continue;
-			count++;
-			if (g->mode == MODE_FILES)
+		/*
+		 * The pattern runs over the whole buffer to find the next line worth trying
+		 * (no call per line, no line table for files without a match); that line is
+		 * then matched alone. Lines it jumps over cannot match alone.
+		 */
+		size_t from = 0; /* the first line not decided yet */
+		bool by_line = !have_buf_re(g);
+		while (go && !by_line) {
+			if (f.ls && from >= f.nlines)
 				break;
-			if (g->mode == MODE_CONTENT) {
-				if (!path &&
-				    !(path = g->root_is_file ? g->root : join(g->a, g->root, rel)))
-					return free(ls), g->oom = true, 0;
-				go = add_match(g, path, buf, ls, nlines, i, i);
+			size_t at, start = f.ls ? f.ls[from] : 0;
+			int rc = buf_find(g, buf, len, start, &at);
+			if (rc == 0)
+				break;
+			if (!scan_lines(g, &f))
+				return 0;
+			if (rc < 0) {
+				by_line = true;
+				break;
+			}
+			if (at > f.ls[f.nlines] - 1)
+				break; /* after the final newline: no line there */
+			size_t i = line_at(f.ls, f.nlines, at);
+			if (i < from) /* cannot be; be safe */
+				i = from;
+			bool hit;
+			go = scan_line(g, &f, i, &hit);
+			from = i + 1;
+		}
+		if (by_line) {
+			if (!scan_lines(g, &f))
+				return 0;
+			for (size_t i = from; go && i < f.nlines; i++) {
+				bool hit;
+				go = scan_line(g, &f, i, &hit);
 			}
 		}
+		/* files mode stops at the first hit, not the walk */
+		if (!go && g->mode == MODE_FILES && f.count && !g->oom)
+			go = 1;
 	}
-	free(ls);
-	if (!count || g->mode == MODE_CONTENT)
-		return go;
+	free(f.ls);
+	if (!go)
+		return 0;
+	if (!f.count || g->mode == MODE_CONTENT)
+		return 1;
 	if (g->n >= g->p->max_matches || g->bytes > g->budget) {
 		g->truncated = true;
 		return 0;
 	}
-	path = g->root_is_file ? g->root : join(g->a, g->root, rel);
-	if (!path)
-		return g->oom = true, 0;
-	g->bytes += strlen(path) + 16;
+	if (!scan_path(g, &f))
+		return 0;
+	g->bytes += strlen(f.path) + 16;
 	if (g->mode == MODE_FILES) {
 		if (grow(g, (void **)&g->files, sizeof *g->files) < 0)
 			return 0;
-		g->files[g->n++] = path;
+		g->files[g->n++] = f.path;
 	} else {
 		if (grow(g, (void **)&g->counts, sizeof *g->counts) < 0)
 			return 0;
-		g->counts[g->n].path = path;
-		g->counts[g->n++].count = count;
+		g->counts[g->n].path = f.path;
+		g->counts[g->n++].count = f.count;
 	}
 	return 1;
 }
@@ -650,8 +821,11 @@ static int grep_fd(grep_ctx *g, int fd, const char *rel)
 	struct stat st;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > GREP_MAX_FILE)
 		return close(fd), 1;
+	/* one byte more than its size to see it grow, one for the NUL regexec needs */
 	size_t cap = (size_t)st.st_size + 1, n = 0;
-	char *buf = malloc(cap);
+	size_t probe = (size_t)st.st_size < BINARY_PROBE ? (size_t)st.st_size : BINARY_PROBE;
+	bool probed = false;
+	char *buf = malloc(cap + 1);
 	if (!buf)
 		return close(fd), g->oom = true, 0;
 	for (;;) {
@@ -663,10 +837,17 @@ static int grep_fd(grep_ctx *g, int fd, const char *rel)
 		if (got <= 0)
 			break;
 		n += (size_t)got;
+		/* binary: known from the first block, so the rest is not read */
+		if (!probed && n >= probe) {
+			probed = true;
+			if (memchr(buf, '\0', n < BINARY_PROBE ? n : BINARY_PROBE))
+				return close(fd), free(buf), 1;
+		}
 	}
 	close(fd);
 	int go = 1;
-	if (!memchr(buf, '\0', n < BINARY_PROBE ? n : BINARY_PROBE))
+	buf[n] = '\0';
+	if (probed || !memchr(buf, '\0', n < BINARY_PROBE ? n : BINARY_PROBE))
 		go = grep_buf(g, rel, buf, n);
 	free(buf);
 	return go;
@@ -677,13 +858,45 @@ static int grep_visit(walker *w, int dirfd, const char *name, const char *rel, u
 	grep_ctx *g = w->ctx;
 	if (type != DT_REG)
 		return 1; /* symlinks are not followed, devices and fifos not read */
-	if (g->has_glob && !patset_match(&g->ps, rel))
+	if (g->has_glob && !patset_match_grep(&g->ps, rel))
 		return 1;
 	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
 		return 1;
 	return grep_fd(g, fd, rel);
 }
+
+#ifdef ASP_HAVE_PCRE2
+/*
+ * Whether a match of `re` inside one line is still a match at the same place inside the
+ * whole file, so that the whole buffer may be searched (with ^ $ at newlines): not when
+ * it looks around (a lookbehind at a line start sees the newline before it), anchors to
+ * the subject (\A \z \Z \G), resets the match start (\K: a match begun in one line could
+ * be reported in the next), cannot give back what it took past the newline (atomic
+ * groups, possessive quantifiers, \R and \X, which take "\r\n" whole), changes options
+ * inline (?-m) or uses verbs (*...). Text
+ * that merely looks like these only costs the fast path.
+ */
+static bool buf_safe(const char *re)
+{
+	for (const char *q = re; *q; q++) {
+		if (q[0] == '\\' && q[1]) {
+			if (strchr("AzZGKRX", q[1]))
+				return false;
+			q++;
+		} else if (q[0] == '(' && (q[1] == '*' || (q[1] == '?' && q[2] != ':'))) {
+			/* (?i) and (?i:...), common in patterns models write, change no line edge
+			 */
+			if (q[1] == '?' && q[2] == 'i' && (q[3] == ')' || q[3] == ':'))
+				continue;
+			return false;
+		} else if (strchr("*+?}", q[0]) && q[1] == '+') {
+			return false; /* possessive */
+		}
+	}
+	return true;
+}
+#endif
 
 static asp_status grep_compile(grep_ctx *g, asp_error *err)
 {
@@ -705,8 +918,20 @@ static asp_status grep_compile(grep_ctx *g, asp_error *err)
 		                     (const char *)msg);
 	}
 	pcre2_jit_compile(g->re, PCRE2_JIT_COMPLETE); /* optional: without JIT it interprets */
+	pcre2_compile_context *cc = NULL;
+	if (!p->multiline && buf_safe(p->regex) && (cc = pcre2_compile_context_create(NULL))) {
+		/* ^ and $ at exactly the '\n' that split the lines, whatever the library's default
+		 */
+		pcre2_set_newline(cc, PCRE2_NEWLINE_LF);
+		g->re_buf = pcre2_compile((PCRE2_SPTR)p->regex, PCRE2_ZERO_TERMINATED,
+		                          opt | PCRE2_MULTILINE, &ec, &eo, cc);
+		if (g->re_buf)
+			pcre2_jit_compile(g->re_buf, PCRE2_JIT_COMPLETE);
+		pcre2_compile_context_free(cc);
+	}
 	g->md = pcre2_match_data_create_from_pattern(g->re, NULL);
 	if (!g->md) {
+		pcre2_code_free(g->re_buf);
 		pcre2_code_free(g->re);
 		return local_oom("grep", err);
 	}
@@ -720,6 +945,8 @@ static asp_status grep_compile(grep_ctx *g, asp_error *err)
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
 		                     "grep: regex: %s (POSIX extended syntax)", msg);
 	}
+	/* with REG_NEWLINE only a newline in the pattern could match one */
+	g->re_buf = !p->multiline && !strchr(p->regex, '\n');
 #endif
 	return ASP_OK;
 }
@@ -728,6 +955,7 @@ static void grep_free_re(grep_ctx *g)
 {
 #ifdef ASP_HAVE_PCRE2
 	pcre2_match_data_free(g->md);
+	pcre2_code_free(g->re_buf);
 	pcre2_code_free(g->re);
 #else
 	regfree(&g->re);
@@ -777,8 +1005,12 @@ asp_status asp_local_grep(void *self, const asp_grep_params *p, asp_grep_result 
 	st = open_root("grep", p->path, &fd, &is_dir, err);
 	if (!st) {
 		uint64_t ms = p->timeout_ms ? p->timeout_ms : GREP_DEFAULT_MS;
-		walker w = {
-		    .deadline_ns = local_now_ns() + ms * NS_PER_MS, .visit = grep_visit, .ctx = &g};
+		/* hidden names are entered only when the glob names one */
+		walker w = {.hidden = g.has_glob && g.ps.any_hid,
+		            .sorted = true,
+		            .deadline_ns = local_now_ns() + ms * NS_PER_MS,
+		            .visit = grep_visit,
+		            .ctx = &g};
 		if (is_dir) {
 			char rel[PATH_MAX] = "";
 			walk(&w, fd, rel, 0);

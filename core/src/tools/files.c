@@ -208,14 +208,99 @@ static size_t count_occurrences(const char *hay, size_t hlen, const char *needle
 	return n;
 }
 
+static bool fail_missing(tresult *r, const char *abs)
+{
+	return tools_fail(r,
+	                  "Error: file does not exist: %s. Check the path; to create a "
+	                  "file use write (or edit with an empty old_string).",
+	                  abs);
+}
+
+static bool fail_not_found_in(tresult *r, const char *abs)
+{
+	return tools_fail(r,
+	                  "Error: old_string was not found in %s. It must match the file exactly, "
+	                  "whitespace and indentation included, without the line-number prefix of "
+	                  "read's output. Read the file again to see its current text.",
+	                  abs);
+}
+
+static bool fail_not_unique(tresult *r, const char *abs, size_t n)
+{
+	return tools_fail(
+	    r,
+	    "Error: old_string occurs %zu times in %s, but replace_all is false. Add "
+	    "surrounding lines to old_string so that it matches exactly one place, or "
+	    "set replace_all to true to replace every occurrence.",
+	    n, abs);
+}
+
 /*
- * The edit itself. The only place to change when the protocol's `edit` op lands: call it
- * when tools_has_op(t, "edit"). Until then: read, check the count, write atomically.
+ * The `edit` op: the responder finds, counts and replaces, and writes atomically, in one
+ * round trip. *done is false when the op is not there after all (unsupported): then the
+ * caller falls back.
+ */
+static bool edit_op(asp_tools *t, const char *abs, const char *old, const char *new,
+                    bool replace_all, size_t *count, tresult *r, bool *done)
+{
+	asp_arena *a = asp_arena_new();
+	if (!a)
+		return tools_fail(r, "Error: out of memory.");
+	asp_edit_params p;
+	asp_edit_params_init(&p);
+	p.path = abs;
+	p.old = old;
+	p.new_text = new;
+	p.replace_all = replace_all;
+	asp_edit_result res;
+	asp_error err;
+	asp_status st = asp_edit(t->c, &p, &res, a, &err);
+	asp_arena_free(a);
+	*done = true;
+	if (st == ASP_OK) {
+		*count = (size_t)res.replacements;
+		return true;
+	}
+	switch (err.code) {
+	case ASP_E_UNSUPPORTED: *done = false; return false;
+	case ASP_E_NOT_FOUND: {
+		/* the file or the text: the same code, so ask which */
+		char type[16];
+		asp_error e2;
+		if (stat_path(t, abs, type, sizeof type, NULL, &e2) != ASP_OK &&
+		    e2.code == ASP_E_NOT_FOUND)
+			return fail_missing(r, abs);
+		return fail_not_found_in(r, abs);
+	}
+	case ASP_E_INVALID_ARGUMENT: {
+		/* "... found N times ...": the count for the model */
+		const char *f = strstr(err.message, "found ");
+		unsigned long long n = 0;
+		if (f && sscanf(f, "found %llu times", &n) == 1 && n > 1)
+			return fail_not_unique(r, abs, (size_t)n);
+		return tools_fail_asp(r, &err, "editing", abs);
+	}
+	case ASP_E_IS_A_DIRECTORY:
+		return tools_fail(r, "Error: %s is a directory, not a file.", abs);
+	default: return tools_fail_asp(r, &err, "editing", abs);
+	}
+}
+
+/*
+ * The edit itself: the `edit` op when the responder has it; otherwise (and for an empty
+ * old_string, which creates a file) read, check the count, write atomically.
  * Returns true when edited; otherwise the error is in `r`.
  */
 static bool edit_backend(asp_tools *t, const char *abs, const char *old, size_t olen,
                          const char *new, size_t nlen, bool replace_all, size_t *count, tresult *r)
 {
+	/* the op takes C strings: text with a NUL byte goes the long way */
+	if (olen && tools_has_op(t, "edit") && strlen(old) == olen && strlen(new) == nlen) {
+		bool done = false;
+		bool ok = edit_op(t, abs, old, new, replace_all, count, r, &done);
+		if (done)
+			return ok;
+	}
 	asp_error err;
 	char *data = NULL;
 	size_t len = 0;
@@ -228,11 +313,7 @@ static bool edit_backend(asp_tools *t, const char *abs, const char *old, size_t 
 			return true;
 		}
 		if (err.code == ASP_E_NOT_FOUND)
-			return tools_fail(
-			    r,
-			    "Error: file does not exist: %s. Check the path; to create a "
-			    "file use write (or edit with an empty old_string).",
-			    abs);
+			return fail_missing(r, abs);
 		if (err.code == ASP_E_IS_A_DIRECTORY)
 			return tools_fail(r, "Error: %s is a directory, not a file.", abs);
 		return tools_fail_asp(r, &err, "reading", abs);
@@ -257,20 +338,11 @@ static bool edit_backend(asp_tools *t, const char *abs, const char *old, size_t 
 	}
 	size_t n = count_occurrences(data, len, old, olen);
 	if (n == 0) {
-		tools_fail(r,
-		           "Error: old_string was not found in %s. It must match the file exactly, "
-		           "whitespace and indentation included, without the line-number prefix of "
-		           "read's output. Read the file again to see its current text.",
-		           abs);
+		fail_not_found_in(r, abs);
 		goto out;
 	}
 	if (n > 1 && !replace_all) {
-		tools_fail(
-		    r,
-		    "Error: old_string occurs %zu times in %s, but replace_all is false. Add "
-		    "surrounding lines to old_string so that it matches exactly one place, or "
-		    "set replace_all to true to replace every occurrence.",
-		    n, abs);
+		fail_not_unique(r, abs, n);
 		goto out;
 	}
 	tbuf out = {0};

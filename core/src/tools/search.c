@@ -1,7 +1,7 @@
 /*
- * glob and grep. Each has one backend function, the only place to change when the
- * protocol's `glob` and `grep` ops land (call them when tools_has_op says so); until
- * then they exec find and grep in the sandbox, in argv form, `--` before user text.
+ * glob and grep. When the responder's hello lists the `glob` / `grep` op, one call does
+ * the search in the sandbox; otherwise (native SSH: a plain POSIX server) they exec find
+ * and grep there, in argv form, `--` before user text. Both paths give the same text.
  */
 #include "tools_impl.h"
 
@@ -153,11 +153,96 @@ static int found_cmp(const void *a, const void *b)
 	return strcmp(x->rel, y->rel);
 }
 
+/* The list for the model: the newest TOOLS_GLOB_MAX of n (f sorted), `more` when n is a floor. */
+static void glob_emit(tresult *r, const char *dir, const found *f, size_t n, bool more)
+{
+	size_t shown = n < TOOLS_GLOB_MAX ? n : TOOLS_GLOB_MAX;
+	for (size_t i = 0; i < shown; i++)
+		tb_printf(&r->text, "%s%s%s%s", i ? "\n" : "", dir, strcmp(dir, "/") ? "/" : "",
+		          f[i].rel);
+	if (n == 0 && !more)
+		tb_puts(&r->text, "No files found");
+	else if (n > shown || more)
+		tb_printf(&r->text,
+		          "%s(Results are truncated: %zu of %s%zu files shown. Use a more "
+		          "specific path or pattern.)",
+		          shown ? "\n" : "", shown, more ? "more than " : "", n);
+}
+
 /*
- * Files under `dir` matching `pattern`, newest first, as absolute paths one per line.
- * The place for the `glob` op.
+ * The `glob` op: one round trip. Its matching is the same syntax but a pattern without
+ * '/' there matches names at any depth, and hidden names need `hidden`: so it is asked
+ * for a superset (hidden on, escapes loosened to `?`) that tools_glob_match then narrows
+ * to exactly what the find fallback gives. false with *done false: no op after all.
  */
-static bool glob_backend(asp_tools *t, const char *dir, const char *pattern, tresult *r)
+static bool glob_op(asp_tools *t, const char *dir, const char *pattern, tresult *r, bool *done)
+{
+	*done = true;
+	asp_arena *a = asp_arena_new();
+	size_t plen = strlen(pattern);
+	char *loose = a ? asp_arena_alloc(a, plen + 1) : NULL;
+	if (!loose) {
+		asp_arena_free(a);
+		return tools_fail(r, "Error: out of memory.");
+	}
+	size_t k = 0;
+	for (size_t i = 0; i < plen; i++) {
+		if (pattern[i] == '\\' && pattern[i + 1]) {
+			i++;
+			loose[k++] = pattern[i] == '/' ? '/' : '?';
+		} else {
+			loose[k++] = pattern[i];
+		}
+	}
+	loose[k] = '\0';
+	asp_glob_params p;
+	asp_glob_params_init(&p);
+	p.path = dir;
+	p.pattern = loose;
+	p.hidden = true; /* find lists dot files too */
+	p.max_results =
+	    UINT32_MAX; /* all of them (the message size bounds it): the count is shown */
+	asp_glob_result res;
+	asp_error err;
+	if (asp_glob(t->c, &p, &res, a, &err) != ASP_OK) {
+		asp_arena_free(a);
+		if (err.code == ASP_E_UNSUPPORTED) {
+			*done = false;
+			return false;
+		}
+		if (err.code == ASP_E_NOT_FOUND)
+			return tools_fail(r, "Error: directory does not exist: %s.", dir);
+		if (err.code == ASP_E_NOT_A_DIRECTORY)
+			return tools_fail(
+			    r, "Error: %s is not a directory; give the directory to search in.",
+			    dir);
+		return tools_fail_asp(r, &err, "searching", dir);
+	}
+	/* paths come newest first; keep that order, narrowed to the tools' own matcher */
+	size_t dlen = strlen(dir), n = 0;
+	found *f = malloc((res.paths.count ? res.paths.count : 1) * sizeof *f);
+	if (!f) {
+		asp_arena_free(a);
+		return tools_fail(r, "Error: out of memory.");
+	}
+	for (size_t i = 0; i < res.paths.count; i++) {
+		const char *q = res.paths.items[i];
+		if (strncmp(q, dir, dlen))
+			continue;
+		q += dlen;
+		if (*q == '/')
+			q++;
+		if (*q && tools_glob_match(pattern, q))
+			f[n++] = (found){0, q};
+	}
+	glob_emit(r, dir, f, n, res.truncated);
+	free(f);
+	asp_arena_free(a);
+	return true;
+}
+
+/* Files under `dir` matching `pattern` from `find` in the sandbox, matched here. */
+static bool glob_exec(asp_tools *t, const char *dir, const char *pattern, tresult *r)
 {
 	asp_arena *a = asp_arena_new();
 	if (!a)
@@ -204,17 +289,7 @@ static bool glob_backend(asp_tools *t, const char *dir, const char *pattern, tre
 		return tools_fail(r, "Error: out of memory.");
 	}
 	qsort(f, n, sizeof *f, found_cmp);
-	size_t shown = n < TOOLS_GLOB_MAX ? n : TOOLS_GLOB_MAX;
-	for (size_t i = 0; i < shown; i++)
-		tb_printf(&r->text, "%s%s%s%s", i ? "\n" : "", dir, strcmp(dir, "/") ? "/" : "",
-		          f[i].rel);
-	if (n == 0)
-		tb_puts(&r->text, "No files found");
-	else if (n > shown)
-		tb_printf(&r->text,
-		          "\n(Results are truncated: %zu of %zu files shown. Use a more "
-		          "specific path or pattern.)",
-		          shown, n);
+	glob_emit(r, dir, f, n, false);
 	free(f);
 	asp_arena_free(a);
 	return true;
@@ -269,7 +344,11 @@ bool tool_glob(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 	}
 	if (!dir)
 		return tools_fail(r, "Error: out of memory.");
-	bool ok = is_dir(t, dir, r) && glob_backend(t, dir, pattern, r);
+	bool ok = false, done = false;
+	if (tools_has_op(t, "glob"))
+		ok = glob_op(t, dir, pattern, r, &done);
+	if (!done)
+		ok = is_dir(t, dir, r) && glob_exec(t, dir, pattern, r);
 	free(dir);
 	return ok;
 }
@@ -378,11 +457,269 @@ static asp_status run_grep(asp_tools *t, const char *abs, const grep_opts *o, bo
 	return tools_exec_argv(t, argv, n, NULL, res, a, err);
 }
 
+/* The lines of a grep's answer, before sorting by file: from the op or from grep(1). */
+typedef struct glines {
+	gline *v;
+	size_t n, cap;
+	bool oom;
+} glines;
+
+/* Adds a line (text malloc'd, taken over; NULL is out of memory). */
+static void gl_push(glines *gs, const char *path, size_t plen, char *text)
+{
+	if (!text)
+		gs->oom = true;
+	if (gs->oom) {
+		free(text);
+		return;
+	}
+	if (gs->n == gs->cap) {
+		size_t nc = gs->cap ? 2 * gs->cap : 64;
+		gline *v = realloc(gs->v, nc * sizeof *v);
+		if (!v) {
+			free(text);
+			gs->oom = true;
+			return;
+		}
+		gs->v = v;
+		gs->cap = nc;
+	}
+	gs->v[gs->n] = (gline){path, plen, text, gs->n};
+	gs->n++;
+}
+
+/* "PATH" SEP "REST" as one malloc'd line (sep 0: the path alone). */
+static char *gl_line(const char *path, size_t plen, char sep, const char *rest, size_t rlen)
+{
+	tbuf b = {0};
+	tb_add(&b, path, plen);
+	if (sep) {
+		tb_add(&b, &sep, 1);
+		tb_add(&b, rest, rlen);
+	}
+	return tb_take(&b);
+}
+
+static void gl_free(glines *gs)
+{
+	for (size_t i = 0; i < gs->n; i++)
+		free(gs->v[i].text);
+	free(gs->v);
+	*gs = (glines){0};
+}
+
+/* Sorted by file, cut at head_limit, with the notes: what the model sees. */
+static bool grep_emit(tresult *r, glines *gs, const grep_opts *o, uint64_t head_limit, bool cut)
+{
+	if (gs->oom)
+		return tools_fail(r, "Error: out of memory.");
+	gline *g = gs->v;
+	size_t n = gs->n;
+	/* grep walks in directory order: sort by file (stable within one) for a steady answer */
+	if (n > 1)
+		qsort(g, n, sizeof *g, gline_cmp);
+	size_t shown = 0;
+	const char *prev = NULL;
+	size_t prevlen = 0;
+	bool ctx = o->mode == MODE_CONTENT && (o->before || o->after);
+	for (size_t i = 0; i < n; i++) {
+		if (head_limit && shown >= head_limit)
+			break;
+		if (ctx && prev && (prevlen != g[i].plen || memcmp(prev, g[i].path, prevlen)))
+			tb_puts(&r->text, "\n--");
+		tb_printf(&r->text, "%s%s", r->text.len ? "\n" : "", g[i].text ? g[i].text : "");
+		prev = g[i].path;
+		prevlen = g[i].plen;
+		shown++;
+	}
+	if (n == 0)
+		tb_puts(&r->text, o->mode == MODE_FILES ? "No files found" : "No matches found");
+	else if (head_limit && n > shown)
+		tb_printf(&r->text, "\n(%zu more not shown: head_limit is %" PRIu64 ")", n - shown,
+		          head_limit);
+	if (cut)
+		tb_puts(&r->text, "\n(The output was cut: narrow the pattern, path or glob.)");
+	return true;
+}
+
+/* Lines in a text: 1 + its newlines. */
+static size_t count_lines(const char *s)
+{
+	size_t n = 1;
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
 /*
- * Matches of `o` under `abs` in Claude Code's formats. The place for the `grep` op.
+ * One file's matches (m[0..n), by line) as grep(1) prints them with context: each line
+ * once, a line some match spans with ':' and a context line with '-' after its number,
+ * and a "--" line between runs that do not touch.
  */
-static bool grep_backend(asp_tools *t, const char *abs, const grep_opts *o, uint64_t head_limit,
-                         tresult *r)
+static void grep_file_lines(glines *gs, const asp_grep_match *m, size_t n, const grep_opts *o)
+{
+	const char *path = m[0].path;
+	size_t plen = strlen(path);
+	uint64_t last = 0; /* the last line shown; 0: none yet */
+	size_t j = 0;      /* the first match whose span may still hold a line to come */
+	bool ctx = o->before || o->after;
+	for (size_t i = 0; i < n && !gs->oom; i++) {
+		/* before lines past the first line (a responder's slip) are dropped */
+		uint64_t line = m[i].line ? m[i].line : 1;
+		size_t skip = m[i].before.count >= line ? m[i].before.count - (line - 1) : 0;
+		size_t nb = m[i].before.count - skip, nt = count_lines(m[i].text);
+		uint64_t first = line - nb;
+		size_t total = nb + nt + m[i].after.count;
+		const char *t = m[i].text;
+		for (size_t k = 0; k < total && !gs->oom; k++) {
+			uint64_t ln = first + k;
+			const char *s;
+			size_t len;
+			if (k < nb) {
+				s = m[i].before.items[skip + k];
+				len = strlen(s);
+			} else if (k < nb + nt) {
+				const char *e = strchr(t, '\n');
+				s = t;
+				len = e ? (size_t)(e - t) : strlen(t);
+				t = e ? e + 1 : t + len;
+			} else {
+				s = m[i].after.items[k - nb - nt];
+				len = strlen(s);
+			}
+			if (ln <= last)
+				continue;
+			/* ':' when some match's span holds this line */
+			while (j < n && m[j].line + count_lines(m[j].text) - 1 < ln)
+				j++;
+			bool hit = j < n && m[j].line <= ln;
+			if (ctx && last && ln > last + 1)
+				gl_push(gs, path, plen, strdup("--"));
+			char num[32];
+			tbuf b = {0};
+			tb_add(&b, path, plen);
+			tb_add(&b, hit ? ":" : "-", 1);
+			if (o->lineno) {
+				snprintf(num, sizeof num, "%" PRIu64 "%c", ln, hit ? ':' : '-');
+				tb_puts(&b, num);
+			}
+			tb_add(&b, s, len);
+			gl_push(gs, path, plen, tb_take(&b));
+			last = ln;
+		}
+	}
+}
+
+/*
+ * The regex error of the op as grep(1) words it ("grep: missing closing parenthesis"): the
+ * responder's "grep: regex at offset N: ... (PCRE2 syntax)" less what grep does not say.
+ */
+static bool grep_fail_regex(tresult *r, const char *msg)
+{
+	const char *s = msg;
+	if (!strncmp(s, "grep: ", 6))
+		s += 6;
+	if (!strncmp(s, "regex", 5)) {
+		const char *c = strstr(s, ": ");
+		if (c)
+			s = c + 2;
+	}
+	size_t len = strlen(s);
+	const char *paren = strrchr(s, '(');
+	if (paren && paren > s && paren[-1] == ' ' && strstr(paren, " syntax)") &&
+	    paren[strlen(paren) - 1] == ')')
+		len = (size_t)(paren - 1 - s);
+	return tools_fail(r, "Error: the search failed: grep: %.*s", (int)len, s);
+}
+
+/*
+ * The `grep` op: the search runs in the sandbox in one round trip, and its answer is laid
+ * out as grep(1)'s would be. false with *done false: no op after all.
+ */
+static bool grep_op(asp_tools *t, const char *abs, const grep_opts *o, uint64_t head_limit,
+                    tresult *r, bool *done)
+{
+	*done = true;
+	asp_arena *a = asp_arena_new();
+	if (!a)
+		return tools_fail(r, "Error: out of memory.");
+	asp_grep_params p;
+	asp_grep_params_init(&p);
+	p.path = abs;
+	p.regex = o->pattern;
+	p.glob = o->glob;
+	p.ignore_case = o->icase;
+	p.multiline = o->multiline;
+	p.mode = o->mode == MODE_FILES ? "files" : o->mode == MODE_CONTENT ? "content" : "count";
+	if (o->mode == MODE_CONTENT) {
+		p.before = o->before;
+		p.after = o->after;
+	}
+	p.max_matches = UINT32_MAX; /* all (the message size bounds it): head_limit counts them */
+	asp_grep_result res;
+	asp_error err;
+	if (asp_grep(t->c, &p, &res, a, &err) != ASP_OK) {
+		asp_arena_free(a);
+		switch (err.code) {
+		case ASP_E_UNSUPPORTED: *done = false; return false;
+		case ASP_E_INVALID_ARGUMENT: return grep_fail_regex(r, err.message);
+		case ASP_E_NOT_FOUND:
+			return tools_fail(r,
+			                  "Error: the search failed: grep: %s: No such file or "
+			                  "directory",
+			                  abs);
+		default: return tools_fail_asp(r, &err, "searching", abs);
+		}
+	}
+	glines gs = {0};
+	bool slash_glob = o->glob && strchr(o->glob, '/');
+	size_t alen = strlen(abs);
+	if (o->mode == MODE_FILES) {
+		for (size_t i = 0; i < res.files.count; i++)
+			gl_push(&gs, res.files.items[i], strlen(res.files.items[i]),
+			        strdup(res.files.items[i]));
+	} else if (o->mode == MODE_COUNT) {
+		for (size_t i = 0; i < res.counts.count; i++) {
+			const asp_grep_count *c = &res.counts.items[i];
+			char num[32];
+			int k = snprintf(num, sizeof num, "%" PRIu64, c->count);
+			gl_push(&gs, c->path, strlen(c->path),
+			        gl_line(c->path, strlen(c->path), ':', num, (size_t)k));
+		}
+	} else {
+		for (size_t i = 0; i < res.matches.count;) {
+			size_t j = i + 1;
+			while (j < res.matches.count &&
+			       !strcmp(res.matches.items[j].path, res.matches.items[i].path))
+				j++;
+			grep_file_lines(&gs, res.matches.items + i, j - i, o);
+			i = j;
+		}
+	}
+	/* a glob with '/' is matched here too, as for grep(1), so both give the same files */
+	if (slash_glob) {
+		size_t k = 0;
+		for (size_t i = 0; i < gs.n; i++) {
+			const char *path = gs.v[i].path;
+			const char *rel = strlen(path) > alen && !strncmp(path, abs, alen)
+			                      ? path + alen + (path[alen] == '/')
+			                      : path;
+			if (tools_glob_match(o->glob, rel))
+				gs.v[k++] = gs.v[i];
+			else
+				free(gs.v[i].text);
+		}
+		gs.n = k;
+	}
+	bool ok = grep_emit(r, &gs, o, head_limit, res.truncated);
+	gl_free(&gs);
+	asp_arena_free(a);
+	return ok;
+}
+
+/* Matches of `o` under `abs` from grep(1) in the sandbox, in Claude Code's formats. */
+static bool grep_exec(asp_tools *t, const char *abs, const grep_opts *o, uint64_t head_limit,
+                      tresult *r)
 {
 	asp_arena *a = asp_arena_new();
 	if (!a)
@@ -418,13 +755,12 @@ static bool grep_backend(asp_tools *t, const char *abs, const grep_opts *o, uint
 	/* records: PATH \0 REST \n (with -z: PATH \0 REST \0); "--" alone separates context groups
 	 */
 	const char *p = (const char *)res.stdout_data.data, *end = p + res.stdout_data.len;
-	size_t n = 0, cap = 64, seq = 0;
-	gline *g = malloc(cap * sizeof *g);
+	glines gs = {0};
 	const char *last_path = NULL;
 	size_t last_plen = 0;
 	bool pending_sep = false;
 	char rec_end = o->multiline ? '\0' : '\n';
-	while (g && p < end) {
+	while (!gs.oom && p < end) {
 		const char *z = memchr(p, '\0', (size_t)(end - p));
 		const char *nl = memchr(p, rec_end, (size_t)(end - p));
 		if (!o->multiline && o->mode != MODE_FILES && nl && (!z || nl < z)) {
@@ -458,27 +794,19 @@ static bool grep_backend(asp_tools *t, const char *abs, const grep_opts *o, uint
 			if (!m)
 				continue;
 		}
-		tbuf line = {0};
 		if (o->mode == MODE_COUNT && rend - rest == 1 && rest[0] == '0')
 			continue;
 		bool same = last_path && last_plen == plen && !memcmp(last_path, path, plen);
-		if (pending_sep && same) {
-			if (n == cap) {
-				gline *h = realloc(g, (cap *= 2) * sizeof *g);
-				if (!h)
-					break;
-				g = h;
-			}
-			g[n++] = (gline){path, plen, strdup("--"), seq++};
-		}
+		if (pending_sep && same)
+			gl_push(&gs, path, plen, strdup("--"));
 		pending_sep = false;
 		last_path = path;
 		last_plen = plen;
-		tb_add(&line, path, plen);
+		char sepc = 0;
 		if (o->mode != MODE_FILES) {
 			/* content with -n: "N:text" or "N-text" (context); the separator after the
 			 * path follows */
-			char sepc = ':';
+			sepc = ':';
 			if (o->mode == MODE_CONTENT && o->lineno && !o->multiline) {
 				const char *q = rest;
 				while (q < rend && *q >= '0' && *q <= '9')
@@ -486,51 +814,13 @@ static bool grep_backend(asp_tools *t, const char *abs, const grep_opts *o, uint
 				if (q < rend && *q == '-')
 					sepc = '-';
 			}
-			tb_add(&line, &sepc, 1);
-			tb_add(&line, rest, (size_t)(rend - rest));
 		}
-		if (n == cap) {
-			gline *h = realloc(g, (cap *= 2) * sizeof *g);
-			if (!h) {
-				tb_free(&line);
-				break;
-			}
-			g = h;
-		}
-		g[n++] = (gline){path, plen, tb_take(&line), seq++};
+		gl_push(&gs, path, plen, gl_line(path, plen, sepc, rest, (size_t)(rend - rest)));
 	}
-	if (!g) {
-		asp_arena_free(a);
-		return tools_fail(r, "Error: out of memory.");
-	}
-	/* grep walks in directory order: sort by file (stable within one) for a steady answer */
-	qsort(g, n, sizeof *g, gline_cmp);
-	size_t shown = 0;
-	const char *prev = NULL;
-	size_t prevlen = 0;
-	bool ctx = o->mode == MODE_CONTENT && (o->before || o->after);
-	for (size_t i = 0; i < n; i++) {
-		if (head_limit && shown >= head_limit)
-			break;
-		if (ctx && prev && (prevlen != g[i].plen || memcmp(prev, g[i].path, prevlen)))
-			tb_puts(&r->text, "\n--");
-		tb_printf(&r->text, "%s%s", r->text.len ? "\n" : "", g[i].text ? g[i].text : "");
-		prev = g[i].path;
-		prevlen = g[i].plen;
-		shown++;
-	}
-	if (n == 0)
-		tb_puts(&r->text, o->mode == MODE_FILES ? "No files found" : "No matches found");
-	else if (head_limit && n > shown)
-		tb_printf(&r->text, "\n(%zu more not shown: head_limit is %" PRIu64 ")", n - shown,
-		          head_limit);
-	if (res.stdout_bytes > res.stdout_data.len)
-		tb_puts(&r->text, "\n(The output was cut: narrow the pattern, path or glob.)");
-	for (size_t i = 0; i < n; i++)
-		free(g[i].text);
-	free(g);
+	bool ok = grep_emit(r, &gs, o, head_limit, res.stdout_bytes > res.stdout_data.len);
+	gl_free(&gs);
 	asp_arena_free(a);
-	return true;
+	return ok;
 }
 
 bool tool_grep(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
@@ -571,7 +861,11 @@ bool tool_grep(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 	char *abs = tools_abs(t, path && *path ? path : ".");
 	if (!abs)
 		return tools_fail(r, "Error: out of memory.");
-	bool ok = grep_backend(t, abs, &o, head_limit, r);
+	bool ok = false, done = false;
+	if (tools_has_op(t, "grep"))
+		ok = grep_op(t, abs, &o, head_limit, r, &done);
+	if (!done)
+		ok = grep_exec(t, abs, &o, head_limit, r);
 	free(abs);
 	return ok;
 }
