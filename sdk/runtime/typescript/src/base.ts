@@ -47,7 +47,7 @@ export function joinPath(base: string, name: string): string {
  * (`for await`) for its output chunks in order, then its exit event; a transport that
  * dies meanwhile throws AspError (transport_error) from the iterator.
  */
-export class Process<E extends { proc?: number } = Record<string, unknown>>
+export class Process<E extends { proc?: number | bigint } = Record<string, unknown>>
   implements AsyncIterableIterator<E>, Subscriber
 {
   /** The process handle. */
@@ -283,7 +283,7 @@ export class ClientBase {
 
   /** @internal An op whose process is followed by notifications: spawn (the handle
    * comes in the result) or proc_attach (the handle is in the params). */
-  async _stream<E extends { proc?: number }>(name: string, params: unknown, procFrom: "result" | "params"): Promise<Process<E>> {
+  async _stream<E extends { proc?: number | bigint }>(name: string, params: unknown, procFrom: "result" | "params"): Promise<Process<E>> {
     const op = this.spec.OPS[name];
     if (!this.transport.carriesNotifications)
       throw new AspError(
