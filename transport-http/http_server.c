@@ -23,6 +23,10 @@
 /* How long closed WebSockets get to say goodbye before the context goes. */
 #define GOODBYE_MS 1000
 #define TICK_US    (20 * 1000)
+/* lws's header table per connection (its default): the request line and the headers,
+ * less the names lws knows. More is answered 431 (see awaiting). */
+#define MAX_HEADERS     4096
+#define MAX_HEADERS_STR "4096"
 
 static const char ctype_text[] = "text/plain; charset=utf-8";
 
@@ -51,9 +55,68 @@ void srv_log(const char *fmt, ...)
 	(void)w;
 }
 
+/*
+ * Headers larger than lws's header table (MAX_HEADERS, or more fragments than it holds):
+ * lws 4.1 closes the connection at once, shutting the socket before any callback, and
+ * offers no hook of its own. Its log line, written on the service thread from inside the
+ * parse, is the only sign, and it does not say which connection. So the connections that
+ * may be parsing headers (accepted, or kept alive after an answer, with no request line
+ * and headers complete since) are tracked: when the line comes and only one of them
+ * exists, it is the one, and it gets 431 there and then. With several, a connection that
+ * has carried a request still gets it from HTTP_DROP_PROTOCOL (lws calls it before
+ * shutting the socket once a transaction has bound the protocol); a connection's first
+ * request, among others, closes bare (docs/faults.md). Service thread only.
+ */
+static struct lws **awaiting;
+static size_t n_awaiting, cap_awaiting;
+static bool headers_overflowed; /* the line came, no 431 went yet; cleared every turn */
+
+static void awaiting_add(struct lws *wsi)
+{
+	for (size_t i = 0; i < n_awaiting; i++)
+		if (awaiting[i] == wsi)
+			return;
+	if (n_awaiting == cap_awaiting) {
+		size_t cap = cap_awaiting ? 2 * cap_awaiting : 16;
+		struct lws **a = realloc(awaiting, cap * sizeof *a);
+		if (!a)
+			return; /* untracked: at worst a bare close instead of a 431 */
+		awaiting = a;
+		cap_awaiting = cap;
+	}
+	awaiting[n_awaiting++] = wsi;
+}
+
+static void awaiting_remove(struct lws *wsi)
+{
+	for (size_t i = 0; i < n_awaiting; i++)
+		if (awaiting[i] == wsi) {
+			awaiting[i] = awaiting[--n_awaiting];
+			return;
+		}
+}
+
+static bool is_awaiting(const struct lws *wsi)
+{
+	for (size_t i = 0; i < n_awaiting; i++)
+		if (awaiting[i] == wsi)
+			return true;
+	return false;
+}
+
+static void headers_too_large(struct lws *wsi);
+
 static void lws_emit(int level, const char *line)
 {
 	(void)level;
+	if (!strncmp(line, "Ran out of header data space", 28) ||
+	    !strncmp(line, "More hdr frags than we can deal with", 36)) {
+		if (n_awaiting == 1)
+			headers_too_large(awaiting[0]);
+		else
+			headers_overflowed = true;
+		return; /* logged with the peer by headers_too_large */
+	}
 	srv_log("asp-agent: lws: %.*s", (int)strcspn(line, "\n"), line);
 }
 
@@ -93,6 +156,7 @@ static const char *reason_phrase(int status)
 	case 400: return "Bad Request";
 	case 401: return "Unauthorized";
 	case 404: return "Not Found";
+	case 431: return "Request Header Fields Too Large";
 	case 503: return "Service Unavailable";
 	default: return "Error";
 	}
@@ -154,6 +218,30 @@ static int confirm_upgrade(srv *s, struct lws *wsi, const char *upgrade)
 		                  "the WebSocket needs the subprotocol asp.v1 "
 		                  "(Sec-WebSocket-Protocol: asp.v1)\n");
 	return 0;
+}
+
+/*
+ * 431 for a connection whose headers overflowed (see awaiting), as lws is about to close
+ * it: with our own status line, since lws has no request to answer. The rest of the
+ * client's headers is not read.
+ */
+static void headers_too_large(struct lws *wsi)
+{
+	static const char msg[] =
+	    "request headers too large: at most " MAX_HEADERS_STR " bytes of them\n";
+	uint8_t buf[LWS_PRE + 256];
+	headers_overflowed = false;
+	awaiting_remove(wsi);
+	int n = snprintf((char *)buf + LWS_PRE, sizeof buf - LWS_PRE,
+	                 "HTTP/1.1 431 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+	                 "Connection: close\r\n\r\n%s",
+	                 reason_phrase(431), ctype_text, sizeof msg - 1, msg);
+	char peer[64] = "";
+	lws_get_peer_simple(wsi, peer, sizeof peer);
+	srv_log("asp-agent: %s: request headers larger than %d bytes; answered 431",
+	        peer[0] ? peer : "a client", MAX_HEADERS);
+	if (n > 0 && (size_t)n < sizeof buf - LWS_PRE)
+		(void)lws_write(wsi, buf + LWS_PRE, (size_t)n, LWS_WRITE_HTTP);
 }
 
 /* ---- HTTP requests ---------------------------------------------------------------- */
@@ -393,7 +481,12 @@ written:;
 		return -1;
 	/* Before the transaction ends: that rebinds the protocol, freeing pss. */
 	pause_rx(wsi, pss, false); /* the next request, pipelined or not */
-	return lws_http_transaction_completed(wsi) ? -1 : 0;
+	awaiting_add(wsi);         /* first: lws may parse a pipelined request in there */
+	if (lws_http_transaction_completed(wsi)) {
+		awaiting_remove(wsi);
+		return -1;
+	}
+	return 0;
 }
 
 /* The unsent rest of `c`'s answer given to lws in one write (it keeps what cannot go). */
@@ -540,13 +633,26 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
 	http_pss *pss = user;
 	switch (reason) {
 	case LWS_CALLBACK_EVENT_WAIT_CANCELLED: on_wake(s); return 0;
-	case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: return confirm_upgrade(s, wsi, in);
-	case LWS_CALLBACK_HTTP: return on_request(s, wsi, pss, in);
+	case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED: awaiting_add(wsi); break;
+	case LWS_CALLBACK_WSI_DESTROY: awaiting_remove(wsi); break;
+	case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+		awaiting_remove(wsi);
+		return confirm_upgrade(s, wsi, in);
+	case LWS_CALLBACK_HTTP: awaiting_remove(wsi); return on_request(s, wsi, pss, in);
 	case LWS_CALLBACK_HTTP_BODY: return on_body(wsi, pss->c, in, len);
 	case LWS_CALLBACK_HTTP_BODY_COMPLETION: return on_body_done(wsi, pss);
 	case LWS_CALLBACK_HTTP_WRITEABLE: return on_http_writeable(s, wsi, pss);
 	case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
 	case LWS_CALLBACK_CLOSED_HTTP:
+		/*
+		 * DROP_PROTOCOL comes before lws shuts the socket of a close, CLOSED_HTTP after;
+		 * it comes too as a transaction ends (then the connection stays awaiting).
+		 */
+		if (headers_overflowed && reason == LWS_CALLBACK_HTTP_DROP_PROTOCOL &&
+		    is_awaiting(wsi))
+			headers_too_large(wsi);
+		if (reason == LWS_CALLBACK_CLOSED_HTTP)
+			awaiting_remove(wsi);
 		if (pss && pss->c) {
 			srv_conn_detach(pss->c);
 			pss->c = NULL;
@@ -616,6 +722,7 @@ static int setup(srv *s, const asp_http_listen_opts *o, const http_addr *a)
 		ci.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
 	ci.user = s;
 	ci.pt_serv_buf_size = SRV_CHUNK;
+	ci.max_http_header_data = MAX_HEADERS;
 	ci.timeout_secs = 30;
 	lws_set_log_level(LLL_ERR | LLL_WARN, lws_emit);
 	s->ctx = lws_create_context(&ci);
@@ -726,7 +833,7 @@ int asp_http_listen(const asp_http_listen_opts *o)
 		srv_log("asp-agent: listening on %s%s", s->url,
 		        s->token ? " (token required)" : "");
 		while (!s->finished && lws_service(s->ctx, 0) >= 0)
-			;
+			headers_overflowed = false; /* its connection has closed by now */
 		lws_sul_cancel(&s->tick);
 	}
 	if (s->ctx) {
