@@ -844,6 +844,9 @@ int asp_http_listen(const asp_http_listen_opts *o)
 		lws_context_destroy(ctx); /* closes every connection: their bindings go */
 		while (s->live)           /* any lws closed without telling us */
 			srv_conn_detach(s->live);
+		free(awaiting);
+		awaiting = NULL;
+		n_awaiting = cap_awaiting = 0;
 	}
 	if (a.unix_sock && !rc)
 		unlink(a.path);
