@@ -62,10 +62,11 @@ void srv_log(const char *fmt, ...)
  * parse, is the only sign, and it does not say which connection. So the connections that
  * may be parsing headers (accepted, or kept alive after an answer, with no request line
  * and headers complete since) are tracked: when the line comes and only one of them
- * exists, it is the one, and it gets 431 there and then. With several, a connection that
- * has carried a request still gets it from HTTP_DROP_PROTOCOL (lws calls it before
- * shutting the socket once a transaction has bound the protocol); a connection's first
- * request, among others, closes bare (docs/faults.md). Service thread only.
+ * exists, or only one holds part of a request line, it is the one, and it gets 431 there
+ * and then. Else a connection that has carried a request still gets it from
+ * HTTP_DROP_PROTOCOL (lws calls it before shutting the socket once a transaction has
+ * bound the protocol); a connection's first request, while another connection is part
+ * way through its headers, closes bare (docs/faults.md). Service thread only.
  */
 static struct lws **awaiting;
 static size_t n_awaiting, cap_awaiting;
@@ -104,6 +105,45 @@ static bool is_awaiting(const struct lws *wsi)
 	return false;
 }
 
+/*
+ * Whether `wsi` holds part of a request line: the connection whose headers overflowed
+ * does (its method's URI is stored before any header), an idle or fresh one does not.
+ */
+static bool has_request_line(struct lws *wsi)
+{
+	static const enum lws_token_indexes uri[] = {
+		WSI_TOKEN_GET_URI,
+		WSI_TOKEN_POST_URI,
+		WSI_TOKEN_HEAD_URI,
+		WSI_TOKEN_CONNECT,
+#if defined(LWS_WITH_HTTP_UNCOMMON_HEADERS) || defined(LWS_HTTP_HEADERS_ALL)
+		WSI_TOKEN_OPTIONS_URI,
+		WSI_TOKEN_PUT_URI,
+		WSI_TOKEN_PATCH_URI,
+		WSI_TOKEN_DELETE_URI,
+#endif
+	};
+	for (size_t i = 0; i < sizeof uri / sizeof uri[0]; i++)
+		if (lws_hdr_total_length(wsi, uri[i]) > 0)
+			return true;
+	return false;
+}
+
+/* The one connection the overflow can be, or NULL when several could. */
+static struct lws *overflowed_one(void)
+{
+	if (n_awaiting == 1)
+		return awaiting[0];
+	struct lws *one = NULL;
+	for (size_t i = 0; i < n_awaiting; i++)
+		if (has_request_line(awaiting[i])) {
+			if (one)
+				return NULL;
+			one = awaiting[i];
+		}
+	return one;
+}
+
 static void headers_too_large(struct lws *wsi);
 
 static void lws_emit(int level, const char *line)
@@ -111,8 +151,9 @@ static void lws_emit(int level, const char *line)
 	(void)level;
 	if (!strncmp(line, "Ran out of header data space", 28) ||
 	    !strncmp(line, "More hdr frags than we can deal with", 36)) {
-		if (n_awaiting == 1)
-			headers_too_large(awaiting[0]);
+		struct lws *one = overflowed_one();
+		if (one)
+			headers_too_large(one);
 		else
 			headers_overflowed = true;
 		return; /* logged with the peer by headers_too_large */

@@ -128,6 +128,29 @@ def header_cases(addr):
         check(out.startswith(b"HTTP/1.1 200") and out.count(b"HTTP/1.1") == 1,
               "the fresh one too, and nothing else came to it: %r" % out[:60])
 
+    # Fresh, while a fresh and a kept-alive connection wait idle.
+    with socket.create_connection(addr) as a, socket.create_connection(addr) as b, \
+            socket.create_connection(addr) as s:
+        check(health(a).startswith(b"HTTP/1.1 200"), "an idle kept-alive connection")
+        send_behind(s, b"GET /v1/health HTTP/1.1\r\nHost: asp\r\n" + big + b"\r\n")
+        out = read_all(s)
+        check(out.startswith(STATUS_431),
+              "1 MiB header on a fresh connection, among idle ones: %r" % out[:60])
+        check(health(a).startswith(b"HTTP/1.1 200"), "the idle ones are still served")
+
+    # The case left (docs/faults.md): a first request while another connection is part
+    # way through its headers closes, with or without the 431; the other one is served.
+    with socket.create_connection(addr) as a, socket.create_connection(addr) as s:
+        a.sendall(b"GET /v1/health HTTP/1.1\r\nHost: asp\r\n")  # read by now, or not
+        send_behind(s, b"GET /v1/health HTTP/1.1\r\nHost: asp\r\n" + big + b"\r\n")
+        out = read_all(s)
+        check(out == b"" or out.startswith(STATUS_431),
+              "beside a half-sent request: 431 or a bare close, %r" % out[:60])
+        a.sendall(b"Connection: close\r\n\r\n")
+        out = read_all(a)
+        check(out.startswith(b"HTTP/1.1 200") and out.count(b"HTTP/1.1") == 1,
+              "the half-sent request, finished, is answered alone: %r" % out[:60])
+
     with socket.create_connection(addr) as s:
         check(health(s).startswith(b"HTTP/1.1 200"), "the server goes on serving")
 
@@ -223,7 +246,8 @@ def main(agent, lws_version):
                 p.kill()
         with open(log.name) as f:
             text = f.read()
-        check(text.count("answered 431") == 4, "the agent logs each 431 with the peer")
+        n = text.count("answered 431")
+        check(n in (5, 6), "the agent logs each 431 with the peer (%d)" % n)
     return 1 if failures else 0
 
 
