@@ -223,8 +223,11 @@ def ws_cases(addr, lws_major):
         s.sendall(ws_frame(HELLO, False))
         op, payload = ws_next(s, rest)
         if lws_major >= 5:
-            code = struct.unpack(">H", payload[:2])[0] if op == 8 and len(payload) >= 2 else None
-            check(code == 1002, "an unmasked frame: closed with 1002 (got %r %r)" % (op, payload[:20]))
+            code = None
+            if op == 8 and len(payload) >= 2:
+                code = struct.unpack(">H", payload[:2])[0]
+            check(code == 1002,
+                  "an unmasked frame: closed with 1002 (got %r %r)" % (op, payload[:20]))
         else:
             check(op == 2 and payload[:3] == b"\x94\x01\x07",
                   "known (docs/faults.md): lws %d.x serves an unmasked frame as if masked"
