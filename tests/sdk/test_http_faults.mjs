@@ -95,6 +95,8 @@ try {
   report(code === "ok", "a call answered in time", JSON.stringify([code, msg]));
   [code, msg] = await attempt(() => bounded(c.exec({ command: "sleep 0.8" })));
   report(code === "ok", "an exec without timeout outlives call_timeout_ms (probes answered)", JSON.stringify([code, msg]));
+  [code, msg] = await attempt(() => bounded(c.exec({ command: "sleep 0.5", timeout_ms: 2 ** 33 })));
+  report(code === "ok", "an exec whose deadline is past 2^31 ms waits for its answer", JSON.stringify([code, msg]));
   [code, msg, took] = await stopped(() => attempt(() => bounded(c.stat({ path: "/" }))));
   report(code === "timeout" && took >= 250 && took < 5000 && msg.includes("stat") && msg.includes("300 ms"),
     "a stopped agent: timeout naming the op and the limit", JSON.stringify([code, msg, took]));

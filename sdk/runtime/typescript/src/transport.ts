@@ -12,6 +12,23 @@ import { AspError, copyError } from "./errors.js";
 import { type Message, NOTIFY, RESPONSE, type WireMap, decodeMessage, frame, request } from "./wire.js";
 
 const UINT32_MAX = 0xffffffff;
+/* Node runs a timer of more than 2^31 - 1 ms at once (with a warning). */
+const MAX_DELAY = 0x7fffffff;
+
+interface Timer {
+  clear(): void;
+}
+
+/** setTimeout for any delay (an exec's timeout_ms may be days), chained past MAX_DELAY. */
+function later(fn: () => void, ms: number, unref: boolean): Timer {
+  let t: NodeJS.Timeout;
+  const arm = (left: number) => {
+    t = left > MAX_DELAY ? setTimeout(() => arm(left - MAX_DELAY), MAX_DELAY) : setTimeout(fn, left);
+    if (unref) t.unref();
+  };
+  arm(ms);
+  return { clear: () => clearTimeout(t) };
+}
 
 /** Receives a connection's process notifications (Process in base.ts). */
 export interface Subscriber {
@@ -340,16 +357,16 @@ export class StdioTransport implements Transport {
     const own = explicitMs ? 0 : ownLimit(method, params);
     const limit = explicitMs || (own === null ? ms : own + ms);
     return new Promise<Message>((outerResolve, outerReject) => {
-      let timer: NodeJS.Timeout | undefined;
+      let timer: Timer | undefined;
       let settled = false;
       const resolve = (m: Message) => {
         settled = true;
-        clearTimeout(timer);
+        timer?.clear();
         outerResolve(m);
       };
       const reject = (e: unknown) => {
         settled = true;
-        clearTimeout(timer);
+        timer?.clear();
         outerReject(e);
       };
       let id: number;
@@ -397,8 +414,7 @@ export class StdioTransport implements Transport {
       };
       const arm = (after: number) => {
         if (settled) return;
-        timer = setTimeout(expired, after);
-        timer.unref();
+        timer = later(expired, after, true);
       };
       const body = request(id, method, params);
       if (body.length > this.maxMessage) {
@@ -485,11 +501,11 @@ export class HttpTransport implements Transport {
     const mod = this.rpcUrl.protocol === "https:" ? https : http;
     return new Promise((resolve, reject) => {
       let done = false;
-      let timer: NodeJS.Timeout | undefined;
+      let timer: Timer | undefined;
       const finish = (e: AspError | null, v?: [number, Uint8Array]) => {
         if (done) return;
         done = true;
-        clearTimeout(timer);
+        timer?.clear();
         if (e) {
           req.destroy(); // the answer may still come: this connection is spent
           reject(e);
@@ -498,7 +514,7 @@ export class HttpTransport implements Transport {
       const opts: https.RequestOptions = { method: "POST", headers: this.headers(), agent: fresh ? false : this.agent };
       if (fresh && this.ca) opts.ca = this.ca;
       const req = mod.request(this.rpcUrl, opts, (res) => {
-        clearTimeout(timer);
+        timer?.clear();
         req.setTimeout(ms); // the body: each read within call_timeout_ms
         const len = res.headers["content-length"];
         if (len !== undefined && Number(len) > this.maxMessage) {
@@ -527,7 +543,7 @@ export class HttpTransport implements Transport {
         if (retry && !done) {
           // A kept-alive connection the server had closed: once more, on a new one.
           done = true;
-          clearTimeout(timer);
+          timer?.clear();
           this.post(body, limit, onLate, true).then(resolve, reject);
           return;
         }
@@ -538,7 +554,7 @@ export class HttpTransport implements Transport {
         onLate().then(
           (more) => {
             if (done || answering) return;
-            timer = setTimeout(late, more);
+            timer = later(late, more, false);
           },
           (e: AspError) => finish(e),
         );
@@ -547,7 +563,7 @@ export class HttpTransport implements Transport {
         // Sent: the answer's deadline counts from here, with no progress bound meanwhile.
         if (done || answering) return;
         req.setTimeout(0);
-        timer = setTimeout(late, limit);
+        timer = later(late, limit, false);
       });
     });
   }
