@@ -686,14 +686,18 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
 	case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
 	case LWS_CALLBACK_CLOSED_HTTP:
 		/*
-		 * DROP_PROTOCOL comes before lws shuts the socket of a close, CLOSED_HTTP after;
-		 * it comes too as a transaction ends (then the connection stays awaiting).
+		 * The overflowing connection closes right after lws's line, before lws serves
+		 * any other: its DROP_PROTOCOL (if a transaction bound it) comes before lws
+		 * shuts the socket, its CLOSED_HTTP after, and ends the chance. (DROP_PROTOCOL
+		 * comes too as a transaction ends; the connection stays awaiting then.)
 		 */
 		if (headers_overflowed && reason == LWS_CALLBACK_HTTP_DROP_PROTOCOL &&
 		    is_awaiting(wsi))
 			headers_too_large(wsi);
-		if (reason == LWS_CALLBACK_CLOSED_HTTP)
+		if (reason == LWS_CALLBACK_CLOSED_HTTP) {
+			headers_overflowed = false;
 			awaiting_remove(wsi);
+		}
 		if (pss && pss->c) {
 			srv_conn_detach(pss->c);
 			pss->c = NULL;
