@@ -57,7 +57,7 @@ static void ts_type(FILE *o, const field *f, bool param)
 	} else if (!strcmp(f->type, "bin")) {
 		fputs(param ? "Uint8Array | string" : "Uint8Array", o);
 	} else if (!strcmp(f->type, "uint") || !strcmp(f->type, "int")) {
-		fputs(param ? "number | bigint" : "number", o);
+		fputs("number | bigint", o); /* results: bigint above 2^53 - 1 */
 	} else if (!strcmp(f->type, "bool")) {
 		fputs("boolean", o);
 	} else if (!strcmp(f->type, "array<str>")) {
@@ -507,6 +507,13 @@ static int emit_readme(const spec *s, const sdk_options *opt)
 	    "- One async method per op taking one object whose keys are the spec's field "
 	    "names; the result's keys are the spec's result fields.\n"
 	    "- Errors reject with `AspError`, with `.code` (one of `ERROR_CODES`).\n"
+	    "- Every call has a deadline, `call_timeout_ms` (an option of `stdio()` and "
+	    "`http()`, or the `.asp.json` key; default 60000): past it the call rejects with "
+	    "`timeout` (the repository's `docs/faults.md`).\n"
+	    "- Integers: a param takes a `number` (a safe integer) or a `bigint` and goes as a "
+	    "msgpack integer (uint64/int64 beyond 32 bits); a result's is a `number` while it "
+	    "is exact (up to 2^53 - 1) and a `bigint` above, with no digit lost (`mtime_ns` "
+	    "of any date after April 1970 is one).\n"
 	    "- `.asp.json` is found and validated as the C core does it, with the same "
 	    "messages; the SDK serves the `stdio` and `http` transports and says so for "
 	    "`ssh` (use the `asp` CLI or the C library there).\n"

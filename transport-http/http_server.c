@@ -23,6 +23,10 @@
 /* How long closed WebSockets get to say goodbye before the context goes. */
 #define GOODBYE_MS 1000
 #define TICK_US    (20 * 1000)
+/* lws's header table per connection (its default): the request line and the headers,
+ * less the names lws knows. More is answered 431 (see awaiting). */
+#define MAX_HEADERS     4096
+#define MAX_HEADERS_STR "4096"
 
 static const char ctype_text[] = "text/plain; charset=utf-8";
 
@@ -51,9 +55,109 @@ void srv_log(const char *fmt, ...)
 	(void)w;
 }
 
+/*
+ * Headers larger than lws's header table (MAX_HEADERS, or more fragments than it holds):
+ * lws 4.1 closes the connection at once, shutting the socket before any callback, and
+ * offers no hook of its own. Its log line, written on the service thread from inside the
+ * parse, is the only sign, and it does not say which connection. So the connections that
+ * may be parsing headers (accepted, or kept alive after an answer, with no request line
+ * and headers complete since) are tracked: when the line comes and only one of them
+ * exists, or only one holds part of a request line, it is the one, and it gets 431 there
+ * and then. Else a connection that has carried a request still gets it from
+ * HTTP_DROP_PROTOCOL (lws calls it before shutting the socket once a transaction has
+ * bound the protocol); a connection's first request, while another connection is part
+ * way through its headers, closes bare (docs/faults.md). Service thread only.
+ */
+static struct lws **awaiting;
+static size_t n_awaiting, cap_awaiting;
+static bool headers_overflowed; /* the line came, no 431 went yet; cleared every turn */
+
+static void awaiting_add(struct lws *wsi)
+{
+	for (size_t i = 0; i < n_awaiting; i++)
+		if (awaiting[i] == wsi)
+			return;
+	if (n_awaiting == cap_awaiting) {
+		size_t cap = cap_awaiting ? 2 * cap_awaiting : 16;
+		struct lws **a = realloc(awaiting, cap * sizeof *a);
+		if (!a)
+			return; /* untracked: at worst a bare close instead of a 431 */
+		awaiting = a;
+		cap_awaiting = cap;
+	}
+	awaiting[n_awaiting++] = wsi;
+}
+
+static void awaiting_remove(struct lws *wsi)
+{
+	for (size_t i = 0; i < n_awaiting; i++)
+		if (awaiting[i] == wsi) {
+			awaiting[i] = awaiting[--n_awaiting];
+			return;
+		}
+}
+
+static bool is_awaiting(const struct lws *wsi)
+{
+	for (size_t i = 0; i < n_awaiting; i++)
+		if (awaiting[i] == wsi)
+			return true;
+	return false;
+}
+
+/*
+ * Whether `wsi` holds part of a request line: the connection whose headers overflowed
+ * does (its method's URI is stored before any header), an idle or fresh one does not.
+ */
+static bool has_request_line(struct lws *wsi)
+{
+	static const enum lws_token_indexes uri[] = {
+		WSI_TOKEN_GET_URI,
+		WSI_TOKEN_POST_URI,
+		WSI_TOKEN_HEAD_URI,
+		WSI_TOKEN_CONNECT,
+#if defined(LWS_WITH_HTTP_UNCOMMON_HEADERS) || defined(LWS_HTTP_HEADERS_ALL)
+		WSI_TOKEN_OPTIONS_URI,
+		WSI_TOKEN_PUT_URI,
+		WSI_TOKEN_PATCH_URI,
+		WSI_TOKEN_DELETE_URI,
+#endif
+	};
+	for (size_t i = 0; i < sizeof uri / sizeof uri[0]; i++)
+		if (lws_hdr_total_length(wsi, uri[i]) > 0)
+			return true;
+	return false;
+}
+
+/* The one connection the overflow can be, or NULL when several could. */
+static struct lws *overflowed_one(void)
+{
+	if (n_awaiting == 1)
+		return awaiting[0];
+	struct lws *one = NULL;
+	for (size_t i = 0; i < n_awaiting; i++)
+		if (has_request_line(awaiting[i])) {
+			if (one)
+				return NULL;
+			one = awaiting[i];
+		}
+	return one;
+}
+
+static void headers_too_large(struct lws *wsi);
+
 static void lws_emit(int level, const char *line)
 {
 	(void)level;
+	if (!strncmp(line, "Ran out of header data space", 28) ||
+	    !strncmp(line, "More hdr frags than we can deal with", 36)) {
+		struct lws *one = overflowed_one();
+		if (one)
+			headers_too_large(one);
+		else
+			headers_overflowed = true;
+		return; /* logged with the peer by headers_too_large */
+	}
 	srv_log("asp-agent: lws: %.*s", (int)strcspn(line, "\n"), line);
 }
 
@@ -93,6 +197,7 @@ static const char *reason_phrase(int status)
 	case 400: return "Bad Request";
 	case 401: return "Unauthorized";
 	case 404: return "Not Found";
+	case 431: return "Request Header Fields Too Large";
 	case 503: return "Service Unavailable";
 	default: return "Error";
 	}
@@ -154,6 +259,30 @@ static int confirm_upgrade(srv *s, struct lws *wsi, const char *upgrade)
 		                  "the WebSocket needs the subprotocol asp.v1 "
 		                  "(Sec-WebSocket-Protocol: asp.v1)\n");
 	return 0;
+}
+
+/*
+ * 431 for a connection whose headers overflowed (see awaiting), as lws is about to close
+ * it: with our own status line, since lws has no request to answer. The rest of the
+ * client's headers is not read.
+ */
+static void headers_too_large(struct lws *wsi)
+{
+	static const char msg[] =
+	    "request headers too large: at most " MAX_HEADERS_STR " bytes of them\n";
+	uint8_t buf[LWS_PRE + 256];
+	headers_overflowed = false;
+	awaiting_remove(wsi);
+	int n = snprintf((char *)buf + LWS_PRE, sizeof buf - LWS_PRE,
+	                 "HTTP/1.1 431 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+	                 "Connection: close\r\n\r\n%s",
+	                 reason_phrase(431), ctype_text, sizeof msg - 1, msg);
+	char peer[64] = "";
+	lws_get_peer_simple(wsi, peer, sizeof peer);
+	srv_log("asp-agent: %s: request headers larger than %d bytes; answered 431",
+	        peer[0] ? peer : "a client", MAX_HEADERS);
+	if (n > 0 && (size_t)n < sizeof buf - LWS_PRE)
+		(void)lws_write(wsi, buf + LWS_PRE, (size_t)n, LWS_WRITE_HTTP);
 }
 
 /* ---- HTTP requests ---------------------------------------------------------------- */
@@ -393,7 +522,12 @@ written:;
 		return -1;
 	/* Before the transaction ends: that rebinds the protocol, freeing pss. */
 	pause_rx(wsi, pss, false); /* the next request, pipelined or not */
-	return lws_http_transaction_completed(wsi) ? -1 : 0;
+	awaiting_add(wsi);         /* first: lws may parse a pipelined request in there */
+	if (lws_http_transaction_completed(wsi)) {
+		awaiting_remove(wsi);
+		return -1;
+	}
+	return 0;
 }
 
 /* The unsent rest of `c`'s answer given to lws in one write (it keeps what cannot go). */
@@ -540,13 +674,30 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
 	http_pss *pss = user;
 	switch (reason) {
 	case LWS_CALLBACK_EVENT_WAIT_CANCELLED: on_wake(s); return 0;
-	case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: return confirm_upgrade(s, wsi, in);
-	case LWS_CALLBACK_HTTP: return on_request(s, wsi, pss, in);
+	case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED: awaiting_add(wsi); break;
+	case LWS_CALLBACK_WSI_DESTROY: awaiting_remove(wsi); break;
+	case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+		awaiting_remove(wsi);
+		return confirm_upgrade(s, wsi, in);
+	case LWS_CALLBACK_HTTP: awaiting_remove(wsi); return on_request(s, wsi, pss, in);
 	case LWS_CALLBACK_HTTP_BODY: return on_body(wsi, pss->c, in, len);
 	case LWS_CALLBACK_HTTP_BODY_COMPLETION: return on_body_done(wsi, pss);
 	case LWS_CALLBACK_HTTP_WRITEABLE: return on_http_writeable(s, wsi, pss);
 	case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
 	case LWS_CALLBACK_CLOSED_HTTP:
+		/*
+		 * The overflowing connection closes right after lws's line, before lws serves
+		 * any other: its DROP_PROTOCOL (if a transaction bound it) comes before lws
+		 * shuts the socket, its CLOSED_HTTP after, and ends the chance. (DROP_PROTOCOL
+		 * comes too as a transaction ends; the connection stays awaiting then.)
+		 */
+		if (headers_overflowed && reason == LWS_CALLBACK_HTTP_DROP_PROTOCOL &&
+		    is_awaiting(wsi))
+			headers_too_large(wsi);
+		if (reason == LWS_CALLBACK_CLOSED_HTTP) {
+			headers_overflowed = false;
+			awaiting_remove(wsi);
+		}
 		if (pss && pss->c) {
 			srv_conn_detach(pss->c);
 			pss->c = NULL;
@@ -616,6 +767,7 @@ static int setup(srv *s, const asp_http_listen_opts *o, const http_addr *a)
 		ci.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
 	ci.user = s;
 	ci.pt_serv_buf_size = SRV_CHUNK;
+	ci.max_http_header_data = MAX_HEADERS;
 	ci.timeout_secs = 30;
 	lws_set_log_level(LLL_ERR | LLL_WARN, lws_emit);
 	s->ctx = lws_create_context(&ci);
@@ -726,7 +878,7 @@ int asp_http_listen(const asp_http_listen_opts *o)
 		srv_log("asp-agent: listening on %s%s", s->url,
 		        s->token ? " (token required)" : "");
 		while (!s->finished && lws_service(s->ctx, 0) >= 0)
-			;
+			headers_overflowed = false; /* its connection has closed by now */
 		lws_sul_cancel(&s->tick);
 	}
 	if (s->ctx) {
@@ -737,6 +889,9 @@ int asp_http_listen(const asp_http_listen_opts *o)
 		lws_context_destroy(ctx); /* closes every connection: their bindings go */
 		while (s->live)           /* any lws closed without telling us */
 			srv_conn_detach(s->live);
+		free(awaiting);
+		awaiting = NULL;
+		n_awaiting = cap_awaiting = 0;
 	}
 	if (a.unix_sock && !rc)
 		unlink(a.path);

@@ -674,7 +674,8 @@ async function stat_mtime(ctx) {
   const r = await ok(doExec(ctx, { command: "touch -t 202001020304.05 f", cwd: ctx.dir, env: { TZ: "UTC0" } }));
   check(r.exit_code === 0, `touch: ${show(r.stderr)}`);
   const s = await stat(ctx, ctx.P("f"));
-  check(Math.floor(s.mtime_ns / 1e9) === 1577934245, `mtime_ns ${s.mtime_ns}`);
+  // A bigint: nanoseconds since 1970 are above 2^53, every digit kept.
+  check(BigInt(s.mtime_ns) / 1000000000n === 1577934245n, `mtime_ns ${s.mtime_ns}`);
   const l = await listdir(ctx, ctx.dir);
   check(l.entries.length === 1 && l.entries[0].mtime_ns === s.mtime_ns);
 }

@@ -228,6 +228,37 @@ await test("spawn/proc_attach against a scripted responder: order, routing by pr
   }
 });
 
+await test("integers beyond 32 bits go as msgpack integers and come back exact", async () => {
+  const c = await asp.Client.stdio([agent, "--stdio"]);
+  try {
+    const big = 2 ** 32 + 5;
+    const name = path.join(tmp, "sparse");
+    await c.write({ path: name, data: "tail", offset: big });
+    assert((await c.stat({ path: name })).size === big + 4);
+    let r = await c.read({ path: name, offset: big });
+    assert(dec.decode(r.data) === "tail" && r.size === big + 4 && r.eof, JSON.stringify([r.size, r.eof]));
+    r = await c.read({ path: name, offset: BigInt(big) });
+    assert(dec.decode(r.data) === "tail");
+    r = await c.read({ path: name, offset: Number.MAX_SAFE_INTEGER });
+    assert(r.data.length === 0 && r.size === big + 4);
+    r = await c.read({ path: name, offset: 2n ** 60n + 1n });
+    assert(r.data.length === 0);
+    // Nanoseconds since 1970 are above 2^53: a bigint, every digit kept.
+    await c.exec({ argv: ["touch", "-d", "@1577934245.123456789", name] });
+    const s = await c.stat({ path: name });
+    assert(s.mtime_ns === 1577934245123456789n, `mtime_ns ${s.mtime_ns} (${typeof s.mtime_ns})`);
+    const l = await c.list({ path: tmp });
+    assert(l.entries.find((e) => e.name === "sparse").mtime_ns === 1577934245123456789n);
+    // A deadline past 2^31 ms (Node would run such a timer at once).
+    assert((await c.exec({ command: "sleep 0.3", timeout_ms: 2 ** 33 })).exit_code === 0);
+    await expectError("not_found", c.proc_wait({ proc: 2 ** 40 + 1 }));
+    await expectError("not_found", c.proc_wait({ proc: 2n ** 40n + 1n }));
+    fs.unlinkSync(name);
+  } finally {
+    await c.close();
+  }
+});
+
 fs.rmSync(tmp, { recursive: true, force: true });
 console.log(`${passed} passed, ${failed} failed`);
 process.exitCode = failed ? 1 : 0;

@@ -163,6 +163,24 @@ def raw_byte_paths():
 
 
 @case
+def integers_beyond_32_bits():
+    """integers beyond 32 bits go and come back exact (sparse offset 2^32+5, mtime_ns)"""
+    with asp.Client.stdio([agent, "--stdio"]) as c:
+        big = (1 << 32) + 5
+        name = os.path.join(tmp, "sparse")
+        c.write(name, b"tail", offset=big)
+        assert c.stat(name).size == big + 4
+        r = c.read(name, offset=big)
+        assert r.data == b"tail" and r.size == big + 4 and r.eof, r
+        assert c.read(name, offset=(1 << 53) + 1).data == b""
+        os.utime(name, ns=(1577934245123456789, 1577934245123456789))
+        assert c.stat(name).mtime_ns == 1577934245123456789
+        assert c.exec(argv=["true"], timeout_ms=1 << 33).exit_code == 0
+        expect_error("not_found", c.proc_wait, (1 << 40) + 1)
+        os.unlink(name)
+
+
+@case
 def close_then_call():
     """close: later calls are transport_error; the responder exits"""
     c = asp.Client.stdio([agent, "--stdio"])

@@ -11,17 +11,17 @@ export interface ListEntry {
   /** file, dir, symlink, fifo, socket, char or block; symlinks are not followed. (since 1) */
   type: string;
   /** Size in bytes (lstat). (since 1) */
-  size: number;
+  size: number | bigint;
   /** Permission bits, & 07777. (since 1) */
-  mode: number;
+  mode: number | bigint;
   /** Modification time, nanoseconds since the epoch. (since 1) */
-  mtime_ns: number;
+  mtime_ns: number | bigint;
 }
 
 /** One spawned process as proc_list shows it. */
 export interface ProcInfo {
   /** Process handle from spawn. (since 1) */
-  proc: number;
+  proc: number | bigint;
   /** The tag given to spawn, or nil. (since 1) */
   tag: string | null;
   /** The command string, or the shell-quoted space-joined argv. (since 1) */
@@ -29,7 +29,7 @@ export interface ProcInfo {
   /** True until the process has exited and its output reached EOF. (since 1) */
   running: boolean;
   /** Exit status once finished; -1 when a signal ended it. Optional. (since 1) */
-  exit_code?: number;
+  exit_code?: number | bigint;
   /** The signal that ended it (TERM, KILL, ...), once finished that way. Optional. (since 2) */
   signal?: string;
 }
@@ -39,7 +39,7 @@ export interface GrepMatch {
   /** The file: path joined with the name below it, as glob returns it. (since 2) */
   path: string;
   /** Line number of the match, from 1 (in multiline mode: of its first line). (since 2) */
-  line: number;
+  line: number | bigint;
   /**
    * The matching line without its newline (multiline: every line the match spans, joined by
    * newlines). (since 2)
@@ -56,7 +56,7 @@ export interface GrepCount {
   /** The file. (since 2) */
   path: string;
   /** Matching lines (multiline: matches). (since 2) */
-  count: number;
+  count: number | bigint;
 }
 
 /** Params of hello: Handshake: which protocol, ops and limits the responder has. */
@@ -70,7 +70,7 @@ export interface HelloParams {
 /** Result of hello. */
 export interface HelloResult {
   /** Protocol the responder speaks (this spec: 2). (since 1) */
-  protocol: number;
+  protocol: number | bigint;
   /** Responder name and version. (since 1) */
   agent: string;
   /** Methods this responder implements. (since 1) */
@@ -82,7 +82,7 @@ export interface HelloResult {
   /** Responder's start directory, against which relative paths resolve. (since 1) */
   cwd: string;
   /** Largest message in bytes the responder accepts and sends. (since 1) */
-  max_message: number;
+  max_message: number | bigint;
   /**
    * What this connection offers beyond ops; receivers ignore names they do not know. follow: spawn
    * and proc_attach send the process's output and exit as notifications on this connection.
@@ -118,7 +118,7 @@ export interface ExecParams {
 /** Result of exec. */
 export interface ExecResult {
   /** Exit status; -1 when a signal ended the process. (since 1) */
-  exit_code: number;
+  exit_code: number | bigint;
   /** Signal name that ended the process (KILL, TERM, ...), or nil. (since 1) */
   signal: string | null;
   /** Standard output, at most max_output bytes. (since 1) */
@@ -126,13 +126,13 @@ export interface ExecResult {
   /** Standard error, at most max_output bytes. (since 1) */
   stderr: Uint8Array;
   /** Total bytes the process wrote to stdout. (since 1) */
-  stdout_bytes: number;
+  stdout_bytes: number | bigint;
   /** Total bytes the process wrote to stderr. (since 1) */
-  stderr_bytes: number;
+  stderr_bytes: number | bigint;
   /** True when timeout_ms expired and the group was killed. (since 1) */
   timed_out: boolean;
   /** Wall time from start to exit. (since 1) */
-  duration_ms: number;
+  duration_ms: number | bigint;
 }
 
 /** Params of read: Read bytes of a file. */
@@ -153,7 +153,7 @@ export interface ReadResult {
   /** The bytes read. (since 1) */
   data: Uint8Array;
   /** File size. (since 1) */
-  size: number;
+  size: number | bigint;
   /** True when data ends at the end of the file. (since 1) */
   eof: boolean;
 }
@@ -179,9 +179,9 @@ export interface WriteParams {
 /** Result of write. */
 export interface WriteResult {
   /** Bytes written. (since 1) */
-  written: number;
+  written: number | bigint;
   /** File size afterwards. (since 1) */
-  size: number;
+  size: number | bigint;
 }
 
 /** Params of stat: Metadata of a path. */
@@ -197,15 +197,15 @@ export interface StatResult {
   /** file, dir, symlink, fifo, socket, char or block. (since 1) */
   type: string;
   /** Size in bytes. (since 1) */
-  size: number;
+  size: number | bigint;
   /** Permission bits, & 07777. (since 1) */
-  mode: number;
+  mode: number | bigint;
   /** Modification time, nanoseconds since the epoch (whole seconds over SFTP). (since 1) */
-  mtime_ns: number;
+  mtime_ns: number | bigint;
   /** Owner user id. (since 1) */
-  uid: number;
+  uid: number | bigint;
   /** Owner group id. (since 1) */
-  gid: number;
+  gid: number | bigint;
   /** Link target, for symlinks. Optional. (since 1) */
   target?: string;
 }
@@ -300,7 +300,7 @@ export interface SpawnParams {
 /** Result of spawn. */
 export interface SpawnResult {
   /** Handle for proc_* ops and notifications. (since 1) */
-  proc: number;
+  proc: number | bigint;
 }
 
 /**
@@ -343,7 +343,7 @@ export interface ProcWaitParams {
 /** Result of proc_wait. */
 export interface ProcWaitResult {
   /** Exit status; -1 when a signal ended it. (since 1) */
-  exit_code: number;
+  exit_code: number | bigint;
   /** Signal name, or nil. (since 1) */
   signal: string | null;
   /** True when the spawn's timeout_ms killed it. (since 1) */
@@ -480,7 +480,7 @@ export interface EditParams {
 /** Result of edit. */
 export interface EditResult {
   /** How many occurrences were replaced. (since 2) */
-  replacements: number;
+  replacements: number | bigint;
 }
 
 /** Notification output: A chunk of a spawned process's output, in order per stream. */
@@ -488,15 +488,15 @@ export interface OutputEvent {
   /** Which notification this is. */
   event: "output";
   /** Process handle. (since 1) */
-  proc: number;
+  proc: number | bigint;
   /** stdout or stderr. (since 1) */
   stream: string;
   /** Bytes of that stream sent before this chunk. (since 1) */
-  offset: number;
+  offset: number | bigint;
   /** The bytes. (since 1) */
   data: Uint8Array;
   /** On a replay that starts later than asked: the oldest offset still held. Optional. (since 1) */
-  truncated_before?: number;
+  truncated_before?: number | bigint;
 }
 
 /** Notification exit: A spawned process has exited; comes after all of its output. */
@@ -504,9 +504,9 @@ export interface ExitEvent {
   /** Which notification this is. */
   event: "exit";
   /** Process handle. (since 1) */
-  proc: number;
+  proc: number | bigint;
   /** Exit status; -1 when a signal ended it. (since 1) */
-  exit_code: number;
+  exit_code: number | bigint;
   /** Signal name, or nil. (since 1) */
   signal: string | null;
   /** True when timeout_ms killed it. (since 1) */

@@ -28,7 +28,7 @@ export interface ClientOptions {
   env?: Record<string, string>;
   /** Used when a call gives no timeout_ms (or 0). */
   timeout_ms?: number;
-  /** The deadline of calls without a time limit of their own (stdio; default 60000). */
+  /** The deadline of calls without a time limit of their own (default 60000; docs/faults.md). */
   call_timeout_ms?: number;
 }
 
@@ -47,7 +47,7 @@ export function joinPath(base: string, name: string): string {
  * (`for await`) for its output chunks in order, then its exit event; a transport that
  * dies meanwhile throws AspError (transport_error) from the iterator.
  */
-export class Process<E extends { proc?: number } = Record<string, unknown>>
+export class Process<E extends { proc?: number | bigint } = Record<string, unknown>>
   implements AsyncIterableIterator<E>, Subscriber
 {
   /** The process handle. */
@@ -194,7 +194,7 @@ export class ClientBase {
   /** A client calling POST URL/v1/rpc of asp-agent --listen; HTTP carries no
    * notifications, so spawn and proc_attach need stdio. */
   static http<T extends ClientBase>(this: Ctor<T> & typeof ClientBase, url: string, token?: string, options?: HttpOptions): T {
-    const t = new HttpTransport(url, token, this.spec.MAX_MESSAGE, options?.ca_file);
+    const t = new HttpTransport(url, token, this.spec.MAX_MESSAGE, options?.ca_file, options?.call_timeout_ms);
     return new this(t, options);
   }
 
@@ -217,7 +217,7 @@ export class ClientBase {
     }
     if (cfg.transport === "http") {
       const token = readSecret(cfg.http.token_env, cfg.http.token_file);
-      const t = new HttpTransport(cfg.http.url as string, token, this.spec.MAX_MESSAGE, cfg.http.ca_file);
+      const t = new HttpTransport(cfg.http.url as string, token, this.spec.MAX_MESSAGE, cfg.http.ca_file, cfg.call_timeout_ms);
       return new this(t, options, cfg);
     }
     throw new AspError(
@@ -283,7 +283,7 @@ export class ClientBase {
 
   /** @internal An op whose process is followed by notifications: spawn (the handle
    * comes in the result) or proc_attach (the handle is in the params). */
-  async _stream<E extends { proc?: number }>(name: string, params: unknown, procFrom: "result" | "params"): Promise<Process<E>> {
+  async _stream<E extends { proc?: number | bigint }>(name: string, params: unknown, procFrom: "result" | "params"): Promise<Process<E>> {
     const op = this.spec.OPS[name];
     if (!this.transport.carriesNotifications)
       throw new AspError(

@@ -36,6 +36,8 @@ export interface OpDesc {
 }
 
 const UINT64_MAX = (1n << 64n) - 1n;
+const UINT32_MAX = 0xffffffff;
+const INT32_MIN = -0x80000000;
 const INT64_MIN = -(1n << 63n);
 const INT64_MAX = (1n << 63n) - 1n;
 const enc = new TextEncoder();
@@ -100,7 +102,9 @@ function encodeValue(rec: RecordDesc, f: FieldDesc, v: unknown): unknown {
       if (f.type === "uint" && b > UINT64_MAX) throw new Bad(`${rec.label}: field '${f.name}': value out of uint64 range`);
       if (f.type === "int" && (b < INT64_MIN || b > INT64_MAX))
         throw new Bad(`${rec.label}: field '${f.name}': value out of int64 range`);
-      return typeof v === "number" && Number.isSafeInteger(v) ? v : b;
+      // msgpack's encoder writes a number outside 32 bits as a float64 (with BigInt
+      // support on): a bigint is written as the uint64/int64 the responder reads.
+      return typeof v === "number" && v >= INT32_MIN && v <= UINT32_MAX ? v : b;
     }
     case "bool":
       if (typeof v !== "boolean") throw bad(rec, f, "", v);
@@ -169,6 +173,14 @@ export function encodeParams(rec: RecordDesc, obj: unknown): WireMap {
   }
 }
 
+/** A received integer: a number while it is exact (|v| <= 2^53 - 1), else a bigint
+ * (uint64 and int64 arrive as bigint from wire.ts unpack). */
+function exactInteger(v: number | bigint): number | bigint {
+  if (typeof v === "number") return v;
+  return v >= -MAX_SAFE && v <= MAX_SAFE ? Number(v) : v;
+}
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+
 /* Received str values arrive as bytes (wire.ts unpack): the table says they are text. */
 const text = (v: unknown): unknown => (v instanceof Uint8Array ? strFromBytes(v) : v);
 
@@ -183,10 +195,10 @@ function decodeValue(rec: RecordDesc, f: FieldDesc, v: unknown): unknown {
       return v;
     case "uint":
       if (!isInteger(v) || v < 0) throw bad(rec, f, "", v);
-      return typeof v === "bigint" ? Number(v) : v;
+      return exactInteger(v);
     case "int":
       if (!isInteger(v)) throw bad(rec, f, "", v);
-      return typeof v === "bigint" ? Number(v) : v;
+      return exactInteger(v);
     case "bool":
       if (typeof v !== "boolean") throw bad(rec, f, "", v);
       return v;

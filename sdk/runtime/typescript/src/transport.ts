@@ -1,16 +1,34 @@
 /**
  * Transports: stdio (a child process speaking framed msgpack on its stdin/stdout; calls
  * are pipelined and matched to their responses by id) and HTTP (one POST /v1/rpc per
- * call, with Node's fetch).
+ * call, with node:http).
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import * as fs from "node:fs";
+import * as http from "node:http";
 import * as https from "node:https";
 
 import { AspError, copyError } from "./errors.js";
 import { type Message, NOTIFY, RESPONSE, type WireMap, decodeMessage, frame, request } from "./wire.js";
 
 const UINT32_MAX = 0xffffffff;
+/* Node runs a timer of more than 2^31 - 1 ms at once (with a warning). */
+const MAX_DELAY = 0x7fffffff;
+
+interface Timer {
+  clear(): void;
+}
+
+/** setTimeout for any delay (an exec's timeout_ms may be days), chained past MAX_DELAY. */
+function later(fn: () => void, ms: number, unref: boolean): Timer {
+  let t: NodeJS.Timeout;
+  const arm = (left: number) => {
+    t = left > MAX_DELAY ? setTimeout(() => arm(left - MAX_DELAY), MAX_DELAY) : setTimeout(fn, left);
+    if (unref) t.unref();
+  };
+  arm(ms);
+  return { clear: () => clearTimeout(t) };
+}
 
 /** Receives a connection's process notifications (Process in base.ts). */
 export interface Subscriber {
@@ -339,16 +357,16 @@ export class StdioTransport implements Transport {
     const own = explicitMs ? 0 : ownLimit(method, params);
     const limit = explicitMs || (own === null ? ms : own + ms);
     return new Promise<Message>((outerResolve, outerReject) => {
-      let timer: NodeJS.Timeout | undefined;
+      let timer: Timer | undefined;
       let settled = false;
       const resolve = (m: Message) => {
         settled = true;
-        clearTimeout(timer);
+        timer?.clear();
         outerResolve(m);
       };
       const reject = (e: unknown) => {
         settled = true;
-        clearTimeout(timer);
+        timer?.clear();
         outerReject(e);
       };
       let id: number;
@@ -396,8 +414,7 @@ export class StdioTransport implements Transport {
       };
       const arm = (after: number) => {
         if (settled) return;
-        timer = setTimeout(expired, after);
-        timer.unref();
+        timer = later(expired, after, true);
       };
       const body = request(id, method, params);
       if (body.length > this.maxMessage) {
@@ -425,13 +442,18 @@ export class StdioTransport implements Transport {
   }
 }
 
-/** POST /v1/rpc of asp-agent --listen, one request per call. */
+/** POST /v1/rpc of asp-agent --listen, one request per call, on kept-alive connections.
+ * The stdio client's deadlines apply (docs/faults.md): connecting and each send or read
+ * make progress within call_timeout_ms, and the answer starts within call_timeout_ms plus
+ * the op's own timeout_ms; an exec or proc_wait without one is probed with hello on a
+ * connection of its own every call_timeout_ms instead. */
 export class HttpTransport implements Transport {
   readonly carriesNotifications = false;
   readonly describe: string;
   private readonly rpcUrl: URL;
   private nextId = 0;
   private closed = false;
+  private readonly agent: http.Agent;
   private readonly ca?: Buffer;
 
   constructor(
@@ -439,6 +461,8 @@ export class HttpTransport implements Transport {
     private readonly token: string | undefined,
     public maxMessage: number,
     caFile?: string,
+    /** The deadline of calls without a time limit of their own (docs/faults.md). */
+    readonly callTimeoutMs = 60000,
   ) {
     let u: URL;
     try {
@@ -452,52 +476,107 @@ export class HttpTransport implements Transport {
     this.rpcUrl = u;
     this.describe = url;
     if (caFile) this.ca = fs.readFileSync(caFile);
+    this.agent = u.protocol === "https:" ? new https.Agent({ keepAlive: true, ca: this.ca }) : new http.Agent({ keepAlive: true });
   }
 
-  private async post(body: Uint8Array, headers: Record<string, string>): Promise<[number, Uint8Array]> {
-    if (this.ca) return this.postWithCa(body, headers);
-    let res: Response;
-    try {
-      res = await fetch(this.rpcUrl, { method: "POST", body, headers });
-    } catch (e) {
-      const cause = (e as { cause?: Error }).cause;
-      throw new AspError("transport_error", `cannot reach ${this.url}: ${cause?.message ?? (e as Error).message}`);
-    }
-    const len = res.headers.get("content-length");
-    if (len !== null && Number(len) > this.maxMessage) {
-      await res.body?.cancel();
-      throw new AspError("protocol_error", `the server at ${this.url} sent ${len} bytes, more than max_message (${this.maxMessage})`);
-    }
-    let data: Uint8Array;
-    try {
-      data = new Uint8Array(await res.arrayBuffer());
-    } catch (e) {
-      throw new AspError("transport_error", `cannot read the answer of ${this.url}: ${(e as Error).message}`);
-    }
-    if (data.length > this.maxMessage)
-      throw new AspError("protocol_error", `the server at ${this.url} sent more than max_message (${this.maxMessage}) bytes`);
-    return [res.status, data];
+  private headers(): Record<string, string> {
+    const h: Record<string, string> = { "Content-Type": "application/msgpack", Accept: "application/msgpack" };
+    if (this.token) h.Authorization = `Bearer ${this.token}`;
+    return h;
   }
 
-  /** https with the config's ca_file: fetch cannot take a CA, node:https can. */
-  private postWithCa(body: Uint8Array, headers: Record<string, string>): Promise<[number, Uint8Array]> {
+  /**
+   * One POST. The socket must progress within call_timeout_ms while connecting, sending
+   * and reading the answer; between the end of the send and the answer's start, `limit`
+   * bounds the wait (`onLate` decides then: throw, or wait `ms` longer). `fresh` uses a
+   * connection of its own (the probe: the waiting call's is busy).
+   */
+  private post(
+    body: Uint8Array,
+    limit: number,
+    onLate: () => Promise<number>,
+    fresh = false,
+  ): Promise<[number, Uint8Array]> {
+    const ms = this.callTimeoutMs || 60000;
+    const mod = this.rpcUrl.protocol === "https:" ? https : http;
     return new Promise((resolve, reject) => {
-      const req = https.request(this.rpcUrl, { method: "POST", headers, ca: this.ca }, (res) => {
+      let done = false;
+      let timer: Timer | undefined;
+      const finish = (e: AspError | null, v?: [number, Uint8Array]) => {
+        if (done) return;
+        done = true;
+        timer?.clear();
+        if (e) {
+          req.destroy(); // the answer may still come: this connection is spent
+          reject(e);
+        } else resolve(v as [number, Uint8Array]);
+      };
+      const opts: https.RequestOptions = { method: "POST", headers: this.headers(), agent: fresh ? false : this.agent };
+      if (fresh && this.ca) opts.ca = this.ca;
+      const req = mod.request(this.rpcUrl, opts, (res) => {
+        timer?.clear();
+        req.setTimeout(ms); // the body: each read within call_timeout_ms
+        const len = res.headers["content-length"];
+        if (len !== undefined && Number(len) > this.maxMessage) {
+          finish(new AspError("protocol_error", `the server at ${this.url} sent ${len} bytes, more than max_message (${this.maxMessage})`));
+          return;
+        }
         const chunks: Buffer[] = [];
         let n = 0;
         res.on("data", (c: Buffer) => {
           n += c.length;
-          if (n > this.maxMessage) {
-            req.destroy();
-            reject(new AspError("protocol_error", `the server at ${this.url} sent more than max_message (${this.maxMessage}) bytes`));
-          } else chunks.push(c);
+          if (n > this.maxMessage)
+            finish(new AspError("protocol_error", `the server at ${this.url} sent more than max_message (${this.maxMessage}) bytes`));
+          else chunks.push(c);
         });
-        res.on("end", () => resolve([res.statusCode ?? 0, new Uint8Array(Buffer.concat(chunks))]));
-        res.on("error", (e) => reject(new AspError("transport_error", `cannot read the answer of ${this.url}: ${e.message}`)));
+        res.on("end", () => finish(null, [res.statusCode ?? 0, new Uint8Array(Buffer.concat(chunks))]));
+        res.on("error", (e) => finish(new AspError("transport_error", `cannot read the answer of ${this.url}: ${e.message}`)));
       });
-      req.on("error", (e) => reject(new AspError("transport_error", `cannot reach ${this.url}: ${e.message}`)));
-      req.end(body);
+      let answering = false; // the answer has started (or the socket timed out while reading it)
+      req.on("response", () => (answering = true));
+      req.setTimeout(ms, () => {
+        const what = answering ? "cannot read the answer of" : "cannot reach";
+        finish(new AspError("transport_error", `${what} ${this.url}: no progress within call_timeout_ms (${ms} ms)`));
+      });
+      req.on("error", (e: NodeJS.ErrnoException) => {
+        const retry = !answering && !fresh && req.reusedSocket && (e.code === "ECONNRESET" || e.code === "EPIPE");
+        if (retry && !done) {
+          // A kept-alive connection the server had closed: once more, on a new one.
+          done = true;
+          timer?.clear();
+          this.post(body, limit, onLate, true).then(resolve, reject);
+          return;
+        }
+        finish(new AspError("transport_error", `${answering ? "cannot read the answer of" : "cannot reach"} ${this.url}: ${e.message}`));
+      });
+      const late = () => {
+        if (done || answering) return;
+        onLate().then(
+          (more) => {
+            if (done || answering) return;
+            timer = later(late, more, false);
+          },
+          (e: AspError) => finish(e),
+        );
+      };
+      req.end(body, () => {
+        // Sent: the answer's deadline counts from here, with no progress bound meanwhile.
+        if (done || answering) return;
+        req.setTimeout(0);
+        timer = later(late, limit, false);
+      });
     });
+  }
+
+  /** Whether the server answers hello within call_timeout_ms, on a connection of its own. */
+  private async probe(): Promise<boolean> {
+    const ms = this.callTimeoutMs || 60000;
+    try {
+      const [status] = await this.post(request(0, "hello", {}), ms, () => Promise.reject(new AspError("timeout", "")), true);
+      return status === 200;
+    } catch {
+      return false;
+    }
   }
 
   async call(method: string, params: WireMap, hooks?: Hooks): Promise<Message> {
@@ -506,9 +585,22 @@ export class HttpTransport implements Transport {
     const id = this.nextId;
     const body = request(id, method, params);
     if (body.length > this.maxMessage) throw tooLarge(body.length, this.maxMessage);
-    const headers: Record<string, string> = { "Content-Type": "application/msgpack", Accept: "application/msgpack" };
-    if (this.token) headers.Authorization = `Bearer ${this.token}`;
-    const [status, data] = await this.post(body, headers);
+    const ms = this.callTimeoutMs || 60000;
+    const own = ownLimit(method, params);
+    const limit = own === null ? ms : own + ms;
+    const onLate = async (): Promise<number> => {
+      if (own === null) {
+        if (await this.probe()) return ms;
+        throw new AspError("transport_error", `${method}: ${this.url} did not answer a liveness probe (hello) within call_timeout_ms (${ms} ms)`);
+      }
+      throw new AspError(
+        "timeout",
+        own
+          ? `${method}: no answer within ${limit} ms (its timeout_ms ${own} + call_timeout_ms ${ms})`
+          : `${method}: no answer within call_timeout_ms (${ms} ms)`,
+      );
+    };
+    const [status, data] = await this.post(body, limit, onLate);
     if (status === 401)
       throw new AspError(
         "unauthorized",
@@ -531,5 +623,6 @@ export class HttpTransport implements Transport {
 
   async close(): Promise<void> {
     this.closed = true;
+    this.agent.destroy();
   }
 }

@@ -175,7 +175,9 @@ export function bytesFromStr(s: string): Uint8Array {
 export function unpack(data: Uint8Array): unknown {
   prescan(data);
   try {
-    return mpDecode(data, { rawStrings: true });
+    // uint64 and int64 as bigint: as numbers they would lose digits above 2^53 (codec.ts
+    // turns the exact ones back into numbers).
+    return mpDecode(data, { rawStrings: true, useBigInt64: true });
   } catch {
     throw new AspError("protocol_error", "malformed message: msgpack could not decode it");
   }
@@ -183,10 +185,19 @@ export function unpack(data: Uint8Array): unknown {
 
 const text = (v: unknown): unknown => (v instanceof Uint8Array ? strFromBytes(v) : v);
 
+/** A 64-bit encoding of a small integer (legal msgpack) as the number it is. */
+const small = (v: unknown): unknown =>
+  typeof v === "bigint" && v >= -MAX_SAFE && v <= MAX_SAFE ? Number(v) : v;
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+
 /** One message body -> Message. protocol_error when it is not an ASP message; a request
  * with a good id but a bad method or params throws invalid_argument. */
 export function decodeMessage(data: Uint8Array): Message {
   const o = unpack(data);
+  if (Array.isArray(o)) {
+    o[0] = small(o[0]);
+    if (o.length === 4) o[1] = small(o[1]);
+  }
   if (!Array.isArray(o) || o.length < 3 || !isUint(o[0]))
     throw new AspError("protocol_error", "not an ASP message: expected [type, ...] array");
   const t = o[0];
@@ -224,7 +235,8 @@ export function errorFromMap(e: WireMap, knownCodes: readonly string[]): AspErro
   const m = text(e.message), p = text(e.path);
   let msg = typeof m === "string" ? m.replace(/\0/g, "?") : "";
   const path = typeof p === "string" ? p.replace(/\0/g, "?") : undefined;
-  const errno = typeof e.errno === "number" && Number.isInteger(e.errno) ? e.errno : undefined;
+  const en = small(e.errno);
+  const errno = typeof en === "number" && Number.isInteger(en) ? en : undefined;
   if (!msg) msg = `${code} (the responder gave no message)`;
   return new AspError(code as string, msg, { errno, path });
 }
