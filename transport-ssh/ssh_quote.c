@@ -171,6 +171,9 @@ static const char wrapper_tail[] =
     "trap : HUP INT QUIT TERM USR1 USR2 ALRM\n"
     "exec 3>&1 4>&2\n"
     "r=$( { { { (\n"
+    /* the traps above are the wrapper's: a shell may keep running them in a subshell, and
+     * a signal here (a kill sent as soon as the line below is read) would be swallowed */
+    "trap - HUP INT QUIT TERM USR1 USR2 ALRM\n"
     "read -r p x </proc/self/stat\n"
     "if [ -n \"$s$q\" ]; then g=$p; fi\n"
     /* "relay": the channel's process is this wrapper, not the command (no signal there) */
