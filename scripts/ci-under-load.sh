@@ -45,8 +45,10 @@ for i in $(seq "$n"); do
 	[ -d "$shared" ] && cp -r "$shared" "$dir/shared"
 	start=$(date +%s)
 	rc=0
-	# In its own process group, so that an interrupted script stops it too.
-	(cd "$dir/repo" && CI=true exec setsid bash .ci/run) >"$dir/log" 2>&1 &
+	# In its own process group, so that an interrupted script stops it too; every signal at
+	# its default, as for a job CI starts (a script run in the background or under nohup
+	# would pass on SIGINT, SIGQUIT or SIGHUP ignored).
+	(cd "$dir/repo" && CI=true exec env --default-signal setsid bash .ci/run) >"$dir/log" 2>&1 &
 	ci=$!
 	wait "$ci" || rc=$?
 	ci=

@@ -295,6 +295,24 @@ static void write_id_map(const char *path, const char *text)
 	}
 }
 
+/*
+ * In the child, before exec: every signal's action the default and none blocked, as a
+ * server started by init has them. A suite run in the background of a script inherits
+ * SIGINT and SIGQUIT ignored (POSIX, for asynchronous lists), the servers pass that on
+ * to every command, and a conformance case then sees `sleep` survive a QUIT.
+ */
+static void default_signals(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = SIG_DFL;
+	for (int sig = 1; sig < NSIG; sig++)
+		(void)sigaction(sig, &sa, NULL); /* fails harmlessly for KILL and STOP */
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
 static int launch_dropbear(sshd_fixture *fx)
 {
 	char passwd[400], group[400], listen_on[64], pidfile[400];
@@ -335,6 +353,7 @@ static int launch_dropbear(sshd_fixture *fx)
 			dup2(log, 2);
 		/* unlike sshd, Dropbear passes what it inherited on to every command */
 		close_range(3, ~0u, 0);
+		default_signals();
 		execve(DROPBEAR, (char *const *)argv, environ);
 		_exit(99);
 	}
@@ -394,7 +413,16 @@ static int launch_sshd(sshd_fixture *fx)
 		posix_spawn_file_actions_adddup2(&fa, log, 2);
 	/* -D: stays in the foreground as our child; -e: logs to stderr (the log file) */
 	const char *argv[] = {SSHD, "-D", "-e", "-f", cfg, NULL};
-	int rc = posix_spawn(&fx->pid, SSHD, &fa, NULL, (char *const *)argv, environ);
+	posix_spawnattr_t at;
+	posix_spawnattr_init(&at);
+	sigset_t all, none;
+	sigfillset(&all);
+	sigemptyset(&none);
+	posix_spawnattr_setsigdefault(&at, &all); /* as default_signals() */
+	posix_spawnattr_setsigmask(&at, &none);
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+	int rc = posix_spawn(&fx->pid, SSHD, &fa, &at, (char *const *)argv, environ);
+	posix_spawnattr_destroy(&at);
 	posix_spawn_file_actions_destroy(&fa);
 	if (log >= 0)
 		close(log);
