@@ -5,24 +5,13 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { pathToFileURL } from "node:url";
+import { test, finish } from "./tap.mjs";
 
 const [sdk, agentArg] = process.argv.slice(2);
 const agent = path.resolve(agentArg);
 const asp = await import(pathToFileURL(`${sdk}/dist/index.js`).href);
-let passed = 0,
-  failed = 0;
 const dec = new TextDecoder();
 
-async function test(what, fn) {
-  try {
-    await fn();
-    passed++;
-    console.log(`ok - ${what}`);
-  } catch (e) {
-    failed++;
-    console.log(`FAIL - ${what}: ${e?.stack ?? e}`);
-  }
-}
 
 function assert(cond, msg = "assertion failed") {
   if (!cond) throw new Error(msg);
@@ -260,5 +249,4 @@ await test("integers beyond 32 bits go as msgpack integers and come back exact",
 });
 
 fs.rmSync(tmp, { recursive: true, force: true });
-console.log(`${passed} passed, ${failed} failed`);
-process.exitCode = failed ? 1 : 0;
+finish();

@@ -8,32 +8,11 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { report, attempt, finish } from "./tap.mjs";
 
 const [sdk, agent] = process.argv.slice(2);
 const asp = await import(pathToFileURL(`${sdk}/dist/index.js`).href);
 const fake = path.join(path.dirname(fileURLToPath(import.meta.url)), "fake_responder.py");
-let passed = 0,
-  failed = 0;
-
-function report(ok, name, detail = "") {
-  if (ok) {
-    passed++;
-    console.log(`ok - ${name}`);
-  } else {
-    failed++;
-    console.log(`FAIL - ${name} ${detail}`);
-  }
-}
-
-async function attempt(fn) {
-  const t0 = performance.now();
-  try {
-    await fn();
-    return ["ok", "", performance.now() - t0];
-  } catch (e) {
-    return [e.code, e.message, performance.now() - t0];
-  }
-}
 
 async function readPid(file, old = 0) {
   const end = performance.now() + 10000;
@@ -102,5 +81,4 @@ report(code === "timeout" && took < 5000, "a wedged responder: timeout", JSON.st
 await c.close();
 fs.rmSync(tmp, { recursive: true, force: true });
 
-console.log(`${passed} passed, ${failed} failed`);
-process.exitCode = failed ? 1 : 0;
+finish();

@@ -5,25 +5,14 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { pathToFileURL } from "node:url";
+import { test as check, finish } from "./tap.mjs";
 
 const [sdk, url, token] = process.argv.slice(2);
 const asp = await import(pathToFileURL(`${sdk}/dist/index.js`).href);
-let passed = 0,
-  failed = 0;
 const dec = new TextDecoder();
 const assert = (c, m = "assertion failed") => {
   if (!c) throw new Error(m);
 };
-async function check(what, fn) {
-  try {
-    await fn();
-    passed++;
-    console.log(`ok - ${what}`);
-  } catch (e) {
-    failed++;
-    console.log(`FAIL - ${what}: ${e?.stack ?? e}`);
-  }
-}
 async function codeOf(p) {
   try {
     await p;
@@ -69,5 +58,4 @@ await check("80 overlapping calls on one HTTP client", async () => {
   await c.close();
 });
 fs.rmSync(tmp, { recursive: true, force: true });
-console.log(`${passed} passed, ${failed} failed`);
-process.exitCode = failed ? 1 : 0;
+finish();

@@ -10,32 +10,11 @@
 import { spawn } from "node:child_process";
 import * as net from "node:net";
 import { pathToFileURL } from "node:url";
+import { report, attempt, finish } from "./tap.mjs";
 
 const [sdk, agent] = process.argv.slice(2);
 const asp = await import(pathToFileURL(`${sdk}/dist/index.js`).href);
 const LIMIT_MS = 300;
-let passed = 0,
-  failed = 0;
-
-function report(ok, name, detail = "") {
-  if (ok) {
-    passed++;
-    console.log(`ok - ${name}`);
-  } else {
-    failed++;
-    console.log(`FAIL - ${name} ${detail}`);
-  }
-}
-
-async function attempt(fn) {
-  const t0 = performance.now();
-  try {
-    await fn();
-    return ["ok", "", performance.now() - t0];
-  } catch (e) {
-    return [e.code, e.message, performance.now() - t0];
-  }
-}
 
 /** A call bounded by the test itself, so a client that hangs fails instead of waiting. */
 function bounded(p, ms = 15000) {
@@ -133,5 +112,4 @@ try {
   if (!exited) await new Promise((r) => listener.once("exit", r));
   clearTimeout(t);
 }
-console.log(`${passed} passed, ${failed} failed`);
-process.exitCode = failed ? 1 : 0;
+finish();

@@ -7,23 +7,12 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { report, finish } from "./tap.mjs";
 
 const [sdk, vectors] = process.argv.slice(2);
 const asp = await import(pathToFileURL(`${sdk}/dist/index.js`).href);
 const wire = await import(pathToFileURL(`${sdk}/dist/wire.js`).href);
 const fake = path.join(path.dirname(fileURLToPath(import.meta.url)), "fake_responder.py");
-let passed = 0,
-  failed = 0;
-
-function report(ok, name, detail = "") {
-  if (ok) {
-    passed++;
-    console.log(`ok - ${name}`);
-  } else {
-    failed++;
-    console.log(`FAIL - ${name} ${detail}`);
-  }
-}
 
 const files = fs.readdirSync(vectors).filter((f) => f.endsWith(".bin")).sort();
 const messages = files.filter((f) => !f.startsWith("frame-"));
@@ -83,5 +72,4 @@ await live("responder dies", "die", null, "transport_error", "status 3");
 await live("responder dies (stderr shown)", "die", null, "transport_error", "dying");
 await live("frame cut short", "cut", null, "transport_error");
 
-console.log(`${passed} passed, ${failed} failed`);
-process.exitCode = failed ? 1 : 0;
+finish();
