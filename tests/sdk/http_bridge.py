@@ -126,6 +126,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.answer(200, relay.call(req))
 
 
+# a listen backlog for a client's burst of connections (the default, 5, overflowed under
+# load: 80 overlapping calls from a keep-alive pool saw ECONNRESET)
+http.server.ThreadingHTTPServer.request_queue_size = 128
 server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
 server.daemon_threads = True
 threading.Thread(target=server.serve_forever, daemon=True).start()
