@@ -141,25 +141,6 @@ out:
 	return ok;
 }
 
-static asp_status write_whole(asp_tools *t, const char *abs, const char *data, size_t len,
-                              asp_error *err)
-{
-	asp_arena *a = asp_arena_new();
-	if (!a)
-		return asp_error_set(err, ASP_E_INTERNAL, abs, "out of memory");
-	asp_write_params p;
-	asp_write_params_init(&p);
-	p.path = abs;
-	p.data.data = (const uint8_t *)data;
-	p.data.len = len;
-	p.mkdirs = true;
-	p.atomic = true;
-	asp_write_result res;
-	asp_status st = asp_write(t->c, &p, &res, a, err);
-	asp_arena_free(a);
-	return st;
-}
-
 bool tool_write(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 {
 	(void)k;
@@ -179,7 +160,7 @@ bool tool_write(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 	bool ok = false;
 	if (existed && !strcmp(type, "dir")) {
 		tools_fail(r, "Error: %s is a directory; give the path of a file.", abs);
-	} else if (write_whole(t, abs, json_string_value(cv), json_string_length(cv), &err) !=
+	} else if (tools_write_file(t, abs, json_string_value(cv), json_string_length(cv), &err) !=
 	           ASP_OK) {
 		tools_fail_asp(r, &err, "writing", abs);
 	} else {
@@ -307,7 +288,7 @@ static bool edit_backend(asp_tools *t, const char *abs, const char *old, size_t 
 	if (!tools_read_file(t, abs, &data, &len, &err)) {
 		if (err.code == ASP_E_NOT_FOUND && olen == 0) {
 			/* an empty old_string creates the file */
-			if (write_whole(t, abs, new, nlen, &err) != ASP_OK)
+			if (tools_write_file(t, abs, new, nlen, &err) != ASP_OK)
 				return tools_fail_asp(r, &err, "creating", abs);
 			*count = 1;
 			return true;
@@ -328,7 +309,7 @@ static bool edit_backend(asp_tools *t, const char *abs, const char *old, size_t 
 			    abs);
 			goto out;
 		}
-		if (write_whole(t, abs, new, nlen, &err) != ASP_OK) {
+		if (tools_write_file(t, abs, new, nlen, &err) != ASP_OK) {
 			tools_fail_asp(r, &err, "writing", abs);
 			goto out;
 		}
@@ -359,7 +340,7 @@ static bool edit_backend(asp_tools *t, const char *abs, const char *old, size_t 
 		tools_fail(r, "Error: out of memory.");
 		goto out;
 	}
-	if (write_whole(t, abs, out.p, out.len, &err) != ASP_OK) {
+	if (tools_write_file(t, abs, out.p, out.len, &err) != ASP_OK) {
 		tb_free(&out);
 		tools_fail_asp(r, &err, "writing", abs);
 		goto out;

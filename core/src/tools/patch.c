@@ -416,24 +416,6 @@ static bool exists(asp_tools *t, const char *abs)
 	return e;
 }
 
-static asp_status write_file(asp_tools *t, const char *abs, const tbuf *b, asp_error *err)
-{
-	asp_arena *a = asp_arena_new();
-	if (!a)
-		return asp_error_set(err, ASP_E_INTERNAL, abs, "out of memory");
-	asp_write_params p;
-	asp_write_params_init(&p);
-	p.path = abs;
-	p.data.data = (const uint8_t *)b->p;
-	p.data.len = b->len;
-	p.mkdirs = true;
-	p.atomic = true;
-	asp_write_result res;
-	asp_status st = asp_write(t->c, &p, &res, a, err);
-	asp_arena_free(a);
-	return st;
-}
-
 static asp_status remove_file(asp_tools *t, const char *abs, asp_error *err)
 {
 	asp_arena *a = asp_arena_new();
@@ -513,11 +495,11 @@ bool tool_apply_patch(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *
 			st = remove_file(t, o->path, &err);
 			what = "deleting", letter = 'D';
 		} else if (o->kind == OP_ADD) {
-			st = write_file(t, o->path, &o->result, &err);
+			st = tools_write_file(t, o->path, o->result.p, o->result.len, &err);
 			what = "writing", letter = 'A';
 		} else {
 			const char *dst = o->move_to ? o->move_to : o->path;
-			st = write_file(t, dst, &o->result, &err);
+			st = tools_write_file(t, dst, o->result.p, o->result.len, &err);
 			if (st == ASP_OK && o->move_to && strcmp(o->move_to, o->path))
 				st = remove_file(t, o->path, &err);
 			what = "writing", letter = 'M';

@@ -265,6 +265,25 @@ out:
 	return ok;
 }
 
+asp_status tools_write_file(asp_tools *t, const char *abs, const char *data, size_t len,
+                            asp_error *err)
+{
+	asp_arena *a = asp_arena_new();
+	if (!a)
+		return asp_error_set(err, ASP_E_INTERNAL, abs, "out of memory");
+	asp_write_params p;
+	asp_write_params_init(&p);
+	p.path = abs;
+	p.data.data = (const uint8_t *)data;
+	p.data.len = len;
+	p.mkdirs = true;
+	p.atomic = true;
+	asp_write_result res;
+	asp_status st = asp_write(t->c, &p, &res, a, err);
+	asp_arena_free(a);
+	return st;
+}
+
 asp_status tools_exec_argv(asp_tools *t, const char *const *argv, size_t argc, const char *cwd,
                            asp_exec_result *res, asp_arena *a, asp_error *err)
 {

@@ -82,6 +82,9 @@ bool arg_bool(tresult *r, json_t *args, const char *key, bool dflt, bool *out);
 
 /* Reads a whole file (at most TOOLS_FILE_MAX bytes). false with `err` filled on failure. */
 bool tools_read_file(asp_tools *t, const char *abs, char **data, size_t *len, asp_error *err);
+/* Writes a whole file, atomically, making its parent folders. */
+asp_status tools_write_file(asp_tools *t, const char *abs, const char *data, size_t len,
+                            asp_error *err);
 
 /* Runs argv to completion in the sandbox (stdout, stderr and exit code kept in `a`). */
 asp_status tools_exec_argv(asp_tools *t, const char *const *argv, size_t argc, const char *cwd,
