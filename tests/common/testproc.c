@@ -44,6 +44,47 @@ bool t_pid_alive(pid_t pid)
 	return s && s[1] == ' ' && s[2] != 'Z' && s[2] != 'X';
 }
 
+/* Whether every thread of `pid` is stopped (state T or t in /proc/PID/task/TID/stat). */
+static bool all_stopped(pid_t pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return false;
+	bool any = false, all = true;
+	struct dirent *de;
+	while (all && (de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof path, "/proc/%d/task/%.16s/stat", (int)pid, de->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue; /* a thread that just exited */
+		size_t n = fread(buf, 1, sizeof buf - 1, f);
+		fclose(f);
+		buf[n] = '\0';
+		const char *s = strrchr(buf, ')');
+		any = true;
+		all = s && s[1] == ' ' && (s[2] == 'T' || s[2] == 't');
+	}
+	closedir(d);
+	return any && all;
+}
+
+bool t_stop(pid_t pid, int ms)
+{
+	if (pid <= 0 || kill(pid, SIGSTOP) != 0)
+		return false;
+	for (int64_t end = t_now_ms() + ms;;) {
+		if (all_stopped(pid))
+			return true;
+		if (t_now_ms() >= end)
+			return false;
+		usleep(1000);
+	}
+}
+
 bool t_asan(void)
 {
 #if defined(__SANITIZE_ADDRESS__)

@@ -70,6 +70,13 @@ const char *t_env(const char *name);
 /* Whether `pid` is alive and not a zombie (from /proc/PID/stat). */
 bool t_pid_alive(pid_t pid);
 
+/*
+ * SIGSTOP to `pid`, returning once every thread of it has stopped (true) or after `ms`
+ * (false). kill() returns when the signal is queued: a thread not yet reached can still
+ * answer a request, which under load made "the call to a stopped agent" succeed.
+ */
+bool t_stop(pid_t pid, int ms);
+
 /* How many processes have `pid` as their parent (from /proc). */
 int t_children_of(pid_t pid);
 

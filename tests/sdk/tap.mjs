@@ -1,4 +1,5 @@
-// The TAP-like lines and the tally the TypeScript SDK tests share.
+// The TAP-like lines and the tally the TypeScript SDK tests share, and stopping a process.
+import fs from "node:fs";
 let passed = 0,
   failed = 0;
 
@@ -30,6 +31,37 @@ export async function attempt(fn) {
     return ["ok", "", performance.now() - t0];
   } catch (e) {
     return [e.code, e.message, performance.now() - t0];
+  }
+}
+
+function stopped(pid) {
+  let tids;
+  try {
+    tids = fs.readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return false;
+  }
+  const states = [];
+  for (const tid of tids) {
+    try {
+      states.push(fs.readFileSync(`/proc/${pid}/task/${tid}/stat`, "latin1").split(")").pop()[1]);
+    } catch {
+      // a thread that just exited
+    }
+  }
+  return states.length > 0 && states.every((s) => s === "T" || s === "t");
+}
+
+/**
+ * SIGSTOP to `pid`, resolving once every thread has stopped: kill() returns when the
+ * signal is queued, and a thread not yet reached can still answer a request.
+ */
+export async function stopProcess(pid, ms = 10000) {
+  process.kill(pid, "SIGSTOP");
+  const end = performance.now() + ms;
+  while (!stopped(pid)) {
+    if (performance.now() > end) throw new Error(`process ${pid} did not stop within ${ms} ms of SIGSTOP`);
+    await new Promise((r) => setTimeout(r, 1));
   }
 }
 

@@ -10,13 +10,13 @@ usage: test_aio.py SDK_DIR AGENT
 import asyncio
 import json
 import os
-import signal
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, sys.argv[1])
 import asp  # noqa: E402
+from stop import cont, stop  # noqa: E402
 
 agent = os.path.abspath(sys.argv[2])
 fake = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_responder.py")
@@ -40,13 +40,6 @@ async def attempt(coro):
         return "ok", "", time.monotonic() - t0
     except asp.AspError as e:
         return e.code, e.message, time.monotonic() - t0
-
-
-def cont(pid):
-    try:
-        os.kill(pid, signal.SIGCONT)
-    except ProcessLookupError:
-        pass  # the client killed it already
 
 
 async def read_pid(path, old=0):
@@ -113,7 +106,7 @@ async def faults(tmp):
     c = await asp.aio.Client.stdio(argv, call_timeout_ms=300)
     await c.hello()
     pid = await read_pid(pidfile)
-    os.kill(pid, signal.SIGSTOP)
+    stop(pid)
     code, msg, took = await attempt(c.stat("/"))
     report(code == "timeout" and 0.25 <= took < 5 and "stat" in msg and "300 ms" in msg,
            "a stopped agent: the call fails with timeout naming the op and the limit",
@@ -126,7 +119,7 @@ async def faults(tmp):
     report(code == "ok" and (await read_pid(pidfile, pid)) not in (0, pid),
            "the next call starts a new agent", repr((code, msg)))
     pid = await read_pid(pidfile, pid)
-    os.kill(pid, signal.SIGSTOP)
+    stop(pid)
     code, msg, took = await attempt(c.exec(command="true", timeout_ms=200))
     report(code == "timeout" and "exec" in msg and "500 ms" in msg and "timeout_ms 200" in msg,
            "exec's deadline is its timeout_ms + call_timeout_ms", repr((code, msg, took)))
@@ -137,7 +130,7 @@ async def faults(tmp):
            repr((code, msg)))
     task = asyncio.ensure_future(attempt(c.exec(command="sleep 30")))
     await asyncio.sleep(0)  # let the exec be sent; stopping before or after it arrives is alike
-    os.kill(pid, signal.SIGSTOP)
+    stop(pid)
     code, msg, took = await asyncio.wait_for(task, 15)
     report(code == "transport_error" and "liveness probe" in msg,
            "an exec on a stopped agent ends when the probe is not answered", repr((code, msg)))

@@ -8,7 +8,7 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { report, attempt, finish } from "./tap.mjs";
+import { report, attempt, finish, stopProcess } from "./tap.mjs";
 
 const [sdk, agent] = process.argv.slice(2);
 const asp = await import(pathToFileURL(`${sdk}/dist/index.js`).href);
@@ -41,7 +41,7 @@ const pidfile = path.join(tmp, "pid");
 let c = await asp.Client.stdio(["/bin/sh", "-c", `echo $$ > ${pidfile}; exec ${agent} --stdio`], { call_timeout_ms: 300 });
 await c.hello();
 let pid = await readPid(pidfile);
-signal(pid, "SIGSTOP");
+await stopProcess(pid);
 let [code, msg, took] = await attempt(() => c.stat({ path: "/" }));
 report(code === "timeout" && took >= 250 && took < 5000 && msg.includes("stat") && msg.includes("300 ms"),
   "a stopped agent: the call fails with timeout naming the op and the limit", JSON.stringify([code, msg, took]));
@@ -57,7 +57,7 @@ pid = pid2;
 [code, msg] = await attempt(() => c.exec({ command: "sleep 0.8" }));
 report(code === "ok", "an exec without a timeout outlives call_timeout_ms", JSON.stringify([code, msg]));
 const pending = attempt(() => c.exec({ command: "sleep 30" }));
-signal(pid, "SIGSTOP"); // before or after the exec arrives: the probe goes unanswered
+await stopProcess(pid); // before or after the exec arrives: the probe goes unanswered
 [code, msg] = await pending;
 report(code === "transport_error" && msg.includes("liveness probe"),
   "an exec on a stopped agent ends when the probe is not answered", JSON.stringify([code, msg]));

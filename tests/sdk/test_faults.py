@@ -6,7 +6,6 @@ answering garbage. Nothing hangs; the next call reconnects.
 usage: test_faults.py SDK_DIR AGENT
 """
 import os
-import signal
 import sys
 import tempfile
 import threading
@@ -14,6 +13,7 @@ import time
 
 sys.path.insert(0, sys.argv[1])
 import asp  # noqa: E402
+from stop import cont, stop  # noqa: E402
 
 agent = sys.argv[2]
 fake = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_responder.py")
@@ -39,13 +39,6 @@ def attempt(fn):
         return e.code, e.message, time.monotonic() - t0
 
 
-def cont(pid):
-    try:
-        os.kill(pid, signal.SIGCONT)
-    except ProcessLookupError:
-        pass  # the client killed it already
-
-
 def read_pid(path, old=0):
     end = time.monotonic() + 10
     while time.monotonic() < end:
@@ -65,7 +58,7 @@ with tempfile.TemporaryDirectory() as tmp:
     c = asp.Client.stdio(argv, call_timeout_ms=300)
     c.hello()
     pid = read_pid(pidfile)
-    os.kill(pid, signal.SIGSTOP)
+    stop(pid)
     code, msg, took = attempt(lambda: c.stat("/"))
     report(code == "timeout" and 0.25 <= took < 5 and "stat" in msg and "300 ms" in msg,
            "a stopped agent: the call fails with timeout naming the op and the limit",
@@ -87,7 +80,7 @@ with tempfile.TemporaryDirectory() as tmp:
     res = {}
     th = threading.Thread(target=lambda: res.update(r=attempt(lambda: c.exec(command="sleep 30"))))
     th.start()
-    os.kill(pid, signal.SIGSTOP)  # before or after the exec arrives: the probe goes unanswered
+    stop(pid)  # before or after the exec arrives: the probe goes unanswered
     th.join(15)
     code, msg, took = res.get("r", ("hung", "", 0))
     report(code == "transport_error" and "liveness probe" in msg,

@@ -10,7 +10,7 @@
 import { spawn } from "node:child_process";
 import * as net from "node:net";
 import { pathToFileURL } from "node:url";
-import { report, attempt, finish } from "./tap.mjs";
+import { report, attempt, finish, stopProcess } from "./tap.mjs";
 
 const [sdk, agent] = process.argv.slice(2);
 const asp = await import(pathToFileURL(`${sdk}/dist/index.js`).href);
@@ -60,7 +60,7 @@ const url = `http://127.0.0.1:${port}`;
 
 /** fn() while the agent is stopped; it continues whatever happens. */
 async function stopped(fn) {
-  listener.kill("SIGSTOP");
+  await stopProcess(listener.pid);
   try {
     return await fn();
   } finally {

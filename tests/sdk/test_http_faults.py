@@ -20,6 +20,7 @@ import time
 
 sys.path.insert(0, sys.argv[1])
 import asp  # noqa: E402
+from stop import cont, stop  # noqa: E402
 
 agent = sys.argv[2]
 passed = failed = 0
@@ -77,11 +78,11 @@ url = "http://127.0.0.1:%d" % port
 
 def stopped(fn):
     """fn() while the agent is stopped; it continues whatever happens."""
-    listener.send_signal(signal.SIGSTOP)
+    stop(listener.pid)
     try:
         return fn()
     finally:
-        listener.send_signal(signal.SIGCONT)
+        cont(listener.pid)
 
 
 def sync_cases():
@@ -114,7 +115,7 @@ def sync_cases():
 async def aio_cases():
     c = asp.aio.Client.http(url, call_timeout_ms=LIMIT_MS)
     report((await c.stat("/")).type == "dir", "asyncio: a call answered in time")
-    listener.send_signal(signal.SIGSTOP)
+    stop(listener.pid)
     try:
         t0 = time.monotonic()
         try:
@@ -124,7 +125,7 @@ async def aio_cases():
             code, msg = e.code, e.message
         took = time.monotonic() - t0
     finally:
-        listener.send_signal(signal.SIGCONT)
+        cont(listener.pid)
     report(code == "timeout" and 0.25 <= took < 5 and "stat" in msg and "300 ms" in msg,
            "asyncio: a stopped agent: timeout naming the op and the limit",
            repr((code, msg, took)))
