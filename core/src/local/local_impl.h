@@ -76,12 +76,6 @@ asp_status asp_local_edit(void *self, const asp_edit_params *p, asp_edit_result 
 /* hello's feature naming grep's regex dialect: grep-pcre2 or grep-ere (local_search.c). */
 const char *local_grep_dialect(void);
 
-/* invalid_argument when a required path field is missing (direct callers may pass NULL). */
-asp_status local_need_path(const char *op, const char *field, const char *path, asp_error *err);
-
-/* Appends "; HINT" to err's message (what the caller can do about it), if it fits. */
-void local_hint(asp_error *err, const char *hint);
-
 /* ---- time, for exec and the pumps of spawned processes --------------------------- */
 
 #define NS_PER_MS     1000000ull
@@ -104,7 +98,7 @@ void local_deadline(struct timespec *dl, uint64_t ms);
 /* A condition variable whose timed waits use CLOCK_MONOTONIC. */
 void local_cond_init(pthread_cond_t *cv);
 
-/* internal "out of memory" error naming the op. */
+/* internal "OP: out of memory in the responder" (asp_error_oom). */
 asp_status local_oom(const char *op, asp_error *err);
 
 /*
@@ -117,11 +111,7 @@ int local_bytes_give(asp_arena *a, uint8_t *buf, size_t len, size_t cap, asp_byt
 /* The protocol's type name of a st_mode ("file", "dir", ...). */
 const char *local_type_name(mode_t mode);
 
-/*
- * mkdir -p: creates `path` with `mode` and its missing ancestors with `parent_mode`.
- * An existing directory is success; an existing non-directory at `path` is EEXIST.
- * Returns 0 or an errno.
- */
+/* asp_mkdir_parents with this machine's mkdir(2): 0 or an errno. */
 int local_mkdir_parents(const char *path, mode_t mode, mode_t parent_mode);
 
 #endif
