@@ -8,10 +8,10 @@
 
 typedef struct field {
 	const char *name, *c_name, *type, *doc, *role;
-	const char *record;  /* for array<R>: R (in record_name), else NULL */
+	const char *record; /* for array<R>: R (in record_name), else NULL */
 	char record_name[64];
 	bool optional, nullable, has_default;
-	json_t *def;         /* the default value, or NULL */
+	json_t *def; /* the default value, or NULL */
 	int since;
 } field;
 
@@ -37,7 +37,7 @@ typedef struct spec {
 	struct {
 		const char *code, *doc;
 		int status, since;
-	} *errors;
+	} * errors;
 	size_t nerrors;
 } spec;
 

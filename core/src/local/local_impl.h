@@ -21,18 +21,18 @@ struct asp_local {
 	char arch[64];         /* uname machine */
 
 	/* Spawned processes (local_proc.h). */
-	pthread_mutex_t mu;      /* the fields below */
-	pthread_cond_t cv;       /* a pump ended */
+	pthread_mutex_t mu;        /* the fields below */
+	pthread_cond_t cv;         /* a pump ended */
 	struct local_proc **procs; /* by increasing id */
 	size_t nprocs, cap;
 	uint64_t last_id;
-	uint64_t done_seq;       /* finished processes so far: orders eviction */
-	unsigned done;           /* finished processes in the table */
-	unsigned pumps;          /* pump threads running */
-	unsigned starting;       /* spawns starting their process, not yet in the table */
-	bool shutting_down;      /* no more spawns */
-	bool shared;             /* asp_local_set_shared: hello announces "reattach" */
-	uint64_t end_kill_ns;    /* shutting down: when its KILL is due (local_now_ns) */
+	uint64_t done_seq;    /* finished processes so far: orders eviction */
+	unsigned done;        /* finished processes in the table */
+	unsigned pumps;       /* pump threads running */
+	unsigned starting;    /* spawns starting their process, not yet in the table */
+	bool shutting_down;   /* no more spawns */
+	bool shared;          /* asp_local_set_shared: hello announces "reattach" */
+	uint64_t end_kill_ns; /* shutting down: when its KILL is due (local_now_ns) */
 };
 
 /*
@@ -84,7 +84,7 @@ const char *local_grep_dialect(void);
  * stop waiting for them. */
 #define GIVE_UP_NS     (500ull * NS_PER_MS)
 #define MAX_TIMEOUT_MS (1000ull * 1000 * 1000 * 10) /* ~115 days: as good as none */
-#define BIG_OUTPUT     (256u * 1024u) /* past this, a bigger pipe saves wakeups */
+#define BIG_OUTPUT     (256u * 1024u)               /* past this, a bigger pipe saves wakeups */
 
 /* CLOCK_MONOTONIC in ns. */
 uint64_t local_now_ns(void);
