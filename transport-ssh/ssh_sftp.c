@@ -172,7 +172,7 @@ static asp_status do_name(sftpc *f, uint8_t type, const char *path, char **out, 
 		} else {
 			*out = strndup((const char *)s, l);
 			if (!*out)
-				st = asp_error_oom("sftp", NULL, err);
+				st = asp_error_oom(err, "sftp", NULL);
 		}
 	}
 	sftp_forget(f, &r);
@@ -245,7 +245,7 @@ static asp_status missing_errno(sftpc *f, const char *path, int *e, asp_error *e
 	*e = ENOENT;
 	char *p = strdup(path);
 	if (!p)
-		return asp_error_oom("sftp", NULL, err);
+		return asp_error_oom(err, "sftp", NULL);
 	size_t n = strlen(p);
 	bool slash = n > 1 && p[n - 1] == '/';
 	while (n > 1 && p[n - 1] == '/')
@@ -362,7 +362,7 @@ asp_status ssh_sftp_stat(sftpc *f, const asp_stat_params *p, asp_stat_result *r,
 		r->target = asp_arena_strndup(a, target, strlen(target));
 		free(target);
 		if (!r->target)
-			return asp_error_oom("stat", NULL, err);
+			return asp_error_oom(err, "stat", NULL);
 	}
 	return ASP_OK;
 }
@@ -459,7 +459,7 @@ static asp_status read_dir(sftpc *f, const char *path, bool first_only, dlist *o
 		int rc = take_names(&r, out);
 		sftp_forget(f, &r);
 		if (rc < 0) {
-			st = asp_error_oom("list", NULL, err);
+			st = asp_error_oom(err, "list", NULL);
 			break;
 		}
 		if (first_only && out->n > 0)
@@ -505,14 +505,14 @@ asp_status ssh_sftp_list(sftpc *f, const asp_list_params *p, asp_list_result *r,
 	asp_list_entry *items = d.n ? asp_arena_alloc(a, d.n * sizeof *items) : NULL;
 	if (d.n && !items) {
 		dlist_free(&d);
-		return asp_error_oom("list", NULL, err);
+		return asp_error_oom(err, "list", NULL);
 	}
 	for (size_t i = 0; i < d.n; i++) {
 		asp_list_entry *it = &items[i];
 		it->name = asp_arena_strndup(a, d.v[i].name, strlen(d.v[i].name));
 		if (!it->name) {
 			dlist_free(&d);
-			return asp_error_oom("list", NULL, err);
+			return asp_error_oom(err, "list", NULL);
 		}
 		it->type = type_name(d.v[i].a.perm, d.v[i].a.flags);
 		it->size = d.v[i].a.size;
@@ -576,7 +576,7 @@ static asp_status bulk_read(sftpc *f, const handle *h, uint64_t base, uint8_t *b
 	size_t slots = inflight_slots((uint32_t)csz);
 	struct chunk *q = calloc(slots, sizeof *q);
 	if (!q)
-		return asp_error_oom("read", NULL, err);
+		return asp_error_oom(err, "read", NULL);
 	size_t head = 0, count = 0;
 	uint64_t next = 0, limit = want;
 	asp_status st = ASP_OK;
@@ -652,7 +652,7 @@ static asp_status bulk_write(sftpc *f, const handle *h, uint64_t base, const uin
 	size_t slots = inflight_slots((uint32_t)csz);
 	struct chunk *q = calloc(slots, sizeof *q);
 	if (!q)
-		return asp_error_oom("write", NULL, err);
+		return asp_error_oom(err, "write", NULL);
 	size_t head = 0, count = 0;
 	uint64_t next = 0;
 	asp_status st = ASP_OK;
@@ -747,7 +747,7 @@ asp_status ssh_sftp_read(sftpc *f, const asp_read_params *p, size_t budget, asp_
 	if (want) {
 		buf = malloc(want);
 		if (!buf)
-			st = asp_error_oom("read", NULL, err);
+			st = asp_error_oom(err, "read", NULL);
 		else
 			st = bulk_read(f, &h, p->offset, buf, want, &got, &hit_eof, &fx, srv,
 			               sizeof srv, err);
@@ -775,7 +775,7 @@ out:
 				buf = shrunk;
 		}
 		if (asp_arena_adopt(a, buf) < 0)
-			return asp_error_oom("read", NULL, err);
+			return asp_error_oom(err, "read", NULL);
 		r->data.data = buf;
 		r->data.len = got;
 		return ASP_OK;
@@ -859,7 +859,7 @@ static asp_status mkdir_parents(sftpc *f, const char *path, uint32_t mode, uint3
 	if (r < 0)
 		return m.st;
 	if (r == ENOMEM)
-		return asp_error_oom("mkdir", NULL, err);
+		return asp_error_oom(err, "mkdir", NULL);
 	*e = r;
 	return ASP_OK;
 }
@@ -1067,7 +1067,7 @@ static asp_status write_atomic(sftpc *f, const asp_write_params *p, asp_write_re
 	handle h;
 	tmp = temp_name(target);
 	if (!tmp) {
-		st = asp_error_oom("write", NULL, err);
+		st = asp_error_oom(err, "write", NULL);
 		goto out;
 	}
 	/* TRUNC, not EXCL: a leftover of an earlier write is reused (docs/decisions.md) */
@@ -1274,7 +1274,7 @@ static asp_status rm_tree(sftpc *f, const char *path, int depth, int *e, char *w
 			free(q);
 			free(names);
 			dlist_free(&d);
-			return asp_error_oom("remove", NULL, err);
+			return asp_error_oom(err, "remove", NULL);
 		}
 		size_t head = 0, count = 0, i = 0;
 		/* files and symlinks first, many at a time */
@@ -1286,7 +1286,7 @@ static asp_status rm_tree(sftpc *f, const char *path, int depth, int *e, char *w
 				size_t k = (head + count) % slots;
 				names[k] = join(path, de->name);
 				if (!names[k]) {
-					st = asp_error_oom("remove", NULL, err);
+					st = asp_error_oom(err, "remove", NULL);
 					break;
 				}
 				sbuild b;
@@ -1328,7 +1328,7 @@ static asp_status rm_tree(sftpc *f, const char *path, int depth, int *e, char *w
 				continue;
 			char *sub = join(path, d.v[j].name);
 			if (!sub) {
-				st = asp_error_oom("remove", NULL, err);
+				st = asp_error_oom(err, "remove", NULL);
 				break;
 			}
 			st = rm_tree(f, sub, depth + 1, e, where, wcap, err);
@@ -1373,7 +1373,7 @@ asp_status ssh_sftp_remove(sftpc *f, const asp_remove_params *p, asp_error *err)
 		len--;
 	char *path = strndup(p->path, len);
 	if (!path)
-		return asp_error_oom("remove", NULL, err);
+		return asp_error_oom(err, "remove", NULL);
 	if (strcmp(path, "/") == 0 || dot_name(path, len)) {
 		free(path);
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,

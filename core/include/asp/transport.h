@@ -130,8 +130,9 @@ asp_status asp_check_required(const char *op, const char *field, const char *val
  */
 void asp_error_hint(asp_error *err, const char *hint);
 
-/* internal "OP: out of memory", or "OP: out of memory in WHERE" when `where` is given. */
-asp_status asp_error_oom(const char *op, const char *where, asp_error *err);
+/* internal "OP: out of memory", or "OP: out of memory in WHERE" when `where` is given
+ * (`err` first, as in asp_error_set). */
+asp_status asp_error_oom(asp_error *err, const char *op, const char *where);
 
 /*
  * The directory part of `path`, malloc'd: "a" for "a//b", "/" for "/b". NULL when it has

@@ -165,7 +165,7 @@ void asp_error_hint(asp_error *err, const char *hint)
 		    memcpy(err->message + used + 2, hint, need - 2);
 }
 
-asp_status asp_error_oom(const char *op, const char *where, asp_error *err)
+asp_status asp_error_oom(asp_error *err, const char *op, const char *where)
 {
 	return asp_error_set(err, ASP_E_INTERNAL, NULL, "%s: out of memory%s%s", op,
 	                     where ? " in " : "", where ? where : "");
@@ -173,7 +173,7 @@ asp_status asp_error_oom(const char *op, const char *where, asp_error *err)
 
 asp_status local_oom(const char *op, asp_error *err)
 {
-	return asp_error_oom(op, "the responder", err);
+	return asp_error_oom(err, op, "the responder");
 }
 
 uint64_t local_now_ns(void)
