@@ -90,7 +90,8 @@ static const char *hint(void *ctx, const char *need)
 		if ((strcmp(need, CONF_FEATURE_FOLLOW) == 0 || strcmp(need, "proc_attach") == 0) &&
 		    v->http.websocket == ASP_HTTP_WS_NEVER)
 			return "\"websocket\": false makes every call one POST, which cannot carry "
-			       "notifications: remove that key (POST and a WebSocket for streams) to "
+			       "notifications: remove that key (POST and a WebSocket for streams) "
+			       "to "
 			       "follow processes";
 		break;
 	case ASP_TRANSPORT_SSH:

@@ -19,7 +19,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,23 +64,6 @@ typedef struct server {
 	bool out_dead;          /* closed after a protocol error, or the reader went away */
 } server;
 
-static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void logf_(const char *fmt, ...)
-{
-	char line[1200];
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(line, sizeof line - 1, fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		return;
-	if ((size_t)n > sizeof line - 2)
-		n = sizeof line - 2;
-	line[n++] = '\n';
-	ssize_t w = write(2, line, (size_t)n); /* one write: lines from threads do not mix */
-	(void)w;
-}
-
 /* After a short writev of `done` bytes from iov[at..n): the new `at`, iov[at] trimmed. */
 static int iov_advance(struct iovec *iov, int n, int at, size_t done)
 {
@@ -103,8 +85,8 @@ static bool write_frame_v(server *s, struct iovec *iov, int n)
 		ssize_t w = writev(s->out_fd, iov + at, n - at);
 		if (w < 0) {
 			if (errno != EINTR) {
-				logf_("asp-agent: writing a response: %s; no more answers",
-				      strerror(errno));
+				asp_server_log("asp-agent: writing a response: %s; no more answers",
+				               strerror(errno));
 				s->out_dead = true;
 			}
 			continue;
@@ -230,8 +212,8 @@ static void serve(server *s, job *j, asp_reply *out)
 	 * it allows. */
 	asp_serve_result rc = out ? asp_local_serve(s->conn, j->req, out) : ASP_SERVE_FAILED;
 	if (rc == ASP_SERVE_FAILED) {
-		logf_("asp-agent: out of memory answering request %u; closing",
-		      asp_request_id(j->req));
+		asp_server_log("asp-agent: out of memory answering request %u; closing",
+		               asp_request_id(j->req));
 		pthread_mutex_lock(&s->mu);
 		bool first = stop_locked(s, 1);
 		pthread_mutex_unlock(&s->mu);
@@ -260,18 +242,18 @@ static int lead(server *s, job *j)
 	if (st == ASP_OK && !frame)
 		return 0;
 	if (st) {
-		logf_("asp-agent: %s: %s; closing", asp_strerror(st), err.message);
+		asp_server_log("asp-agent: %s: %s; closing", asp_strerror(st), err.message);
 		return -1;
 	}
 	size_t cost = 0;
 	asp_request_new(frame, len, &j->req, &cost, &err); /* takes the frame */
 	if (!j->req) {
-		logf_("asp-agent: protocol_error: %s; closing", err.message);
+		asp_server_log("asp-agent: protocol_error: %s; closing", err.message);
 		return -1;
 	}
 	budget_take(s, j, cost);
 	if (asp_request_decode(j->req, &err) && !asp_request_has_id(j->req)) {
-		logf_("asp-agent: protocol_error: %s; closing", err.message);
+		asp_server_log("asp-agent: protocol_error: %s; closing", err.message);
 		job_release(s, j);
 		return -1;
 	}
@@ -295,7 +277,7 @@ static void promote(server *s)
 	if (pthread_create(&s->threads[s->nthreads], &attr, worker, s) == 0)
 		s->nthreads++;
 	else if (s->nthreads == 0)
-		logf_("asp-agent: cannot start a worker thread");
+		asp_server_log("asp-agent: cannot start a worker thread");
 	pthread_attr_destroy(&attr);
 }
 
@@ -347,7 +329,7 @@ static int serve_conn(asp_local *backend, int in, int out, size_t max_message, b
 	*stuck = false;
 	server *s = calloc(1, sizeof *s);
 	if (!s) {
-		logf_("asp-agent: out of memory");
+		asp_server_log("asp-agent: out of memory");
 		return 1;
 	}
 	s->max_message = max_message ? max_message : ASP_MAX_MESSAGE_DEFAULT;
@@ -358,7 +340,7 @@ static int serve_conn(asp_local *backend, int in, int out, size_t max_message, b
 	s->conn = s->backend ? asp_local_connect(s->backend, &sink) : NULL;
 	asp_error err;
 	if (!s->conn || asp_fd_channel_new(in, out, 0, &s->in, &err)) {
-		logf_("asp-agent: out of memory");
+		asp_server_log("asp-agent: out of memory");
 		asp_local_disconnect(s->conn);
 		free(s);
 		return 1;
@@ -389,7 +371,8 @@ static int serve_conn(asp_local *backend, int in, int out, size_t max_message, b
 	if (!ended) {
 		/* A process's output is stuck in a write to a client that does not read: the
 		 * process exits now rather than waiting for it. */
-		logf_("asp-agent: a client stopped reading; exiting without waiting for it");
+		asp_server_log(
+		    "asp-agent: a client stopped reading; exiting without waiting for it");
 		*stuck = true;
 		return code;
 	}
@@ -434,7 +417,7 @@ static void *stop_main(void *arg)
 		;
 	if (atomic_load(&w->done))
 		return NULL; /* woken by our own pthread_kill: the server ended */
-	logf_("asp-agent: signal %d: ending the spawned processes", sig);
+	asp_server_log("asp-agent: signal %d: ending the spawned processes", sig);
 	asp_local_shutdown_grace(w->backend, STOP_GRACE_MS);
 	_exit(0); /* the other threads may be blocked in I/O: do not wait for them */
 }
@@ -444,7 +427,7 @@ int asp_agent_serve_stdio(int in, int out, size_t max_message)
 	size_t max = max_message ? max_message : ASP_MAX_MESSAGE_DEFAULT;
 	asp_local *backend = asp_local_new(max);
 	if (!backend) {
-		logf_("asp-agent: out of memory");
+		asp_server_log("asp-agent: out of memory");
 		return 1;
 	}
 	/* Blocked in every thread from here (children get an empty mask at spawn). */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs what is missing, then builds and runs every test twice: a normal build with
-# warnings as errors, and an ASan+UBSan build; then builds the fuzz targets with clang and
-# runs each briefly (suite 'fuzz'). The README's test command and .ci/run.
+# Installs what is missing, checks the C sources' formatting (scripts/check-format.sh),
+# then builds and runs every test twice: a normal build with warnings as errors, and an
+# ASan+UBSan build; then builds the fuzz targets with clang and runs each briefly (suite
+# 'fuzz'). The README's test command and .ci/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -22,6 +23,10 @@ run_suite() { # builddir, meson options...
 }
 
 status=0
+# .clang-format, enforced (77: skipped without clang-format 14, which it says)
+fmt=0
+bash scripts/check-format.sh || fmt=$?
+[ "$fmt" -eq 0 ] || [ "$fmt" -eq 77 ] || status=1
 run_suite build || status=1
 # A small quarantine: the default 256 MB of freed-but-held memory swamps the tests that
 # bound the client's RSS behind a slow follower.

@@ -57,7 +57,8 @@ static int compare_fields(const char *where, const field *old, size_t nold, cons
 			bad++;
 		}
 		if (o->def && (!c->def || !json_equal(o->def, c->def))) {
-			fprintf(stderr, "incompatible: %s.%s changed its default\n", where, o->name);
+			fprintf(stderr, "incompatible: %s.%s changed its default\n", where,
+			        o->name);
 			bad++;
 		}
 	}
@@ -66,7 +67,8 @@ static int compare_fields(const char *where, const field *old, size_t nold, cons
 		if (find_field(old, nold, c->name))
 			continue;
 		if (is_input && !(c->optional || c->has_default || c->nullable)) {
-			fprintf(stderr, "incompatible: new field %s.%s is required\n", where, c->name);
+			fprintf(stderr, "incompatible: new field %s.%s is required\n", where,
+			        c->name);
 			bad++;
 		}
 	}
@@ -88,7 +90,8 @@ int check_compat(const spec *frozen, const spec *cur)
 		snprintf(where, sizeof where, "%s params", o->name);
 		bad += compare_fields(where, o->fields, o->nfields, c->fields, c->nfields, true);
 		snprintf(where, sizeof where, "%s result", o->name);
-		bad += compare_fields(where, o->results, o->nresults, c->results, c->nresults, false);
+		bad +=
+		    compare_fields(where, o->results, o->nresults, c->results, c->nresults, false);
 	}
 	for (size_t i = 0; i < frozen->nnotes; i++) {
 		const record *o = &frozen->notes[i];
@@ -116,8 +119,10 @@ int check_compat(const spec *frozen, const spec *cur)
 			if (!strcmp(frozen->errors[i].code, cur->errors[j].code)) {
 				found = true;
 				if (frozen->errors[i].status != cur->errors[j].status) {
-					fprintf(stderr, "incompatible: error %s changed its status number\n",
-					        frozen->errors[i].code);
+					fprintf(
+					    stderr,
+					    "incompatible: error %s changed its status number\n",
+					    frozen->errors[i].code);
 					bad++;
 				}
 			}

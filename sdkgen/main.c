@@ -26,14 +26,15 @@ static int builtin_protocol(void)
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: asp-sdkgen [--spec FILE] [--c-header H --c-source C --c-client K]\n"
-	                "                  [--markdown OUT] [--check-compat FROZEN]\n"
-	                "                  [--lang python|typescript --out DIR [--config-schema F]\n"
-	                "                   [--sdk-version V] [--stamp FILE]]\n"
-	                "Without --spec, the spec asp-sdkgen was built from (protocol %d); "
-	                "--config-schema\ndefaults to asp.schema.json beside --spec, or the "
-	                "built-in one.\n",
-	                builtin_protocol());
+	fprintf(stderr,
+	        "usage: asp-sdkgen [--spec FILE] [--c-header H --c-source C --c-client K]\n"
+	        "                  [--markdown OUT] [--check-compat FROZEN]\n"
+	        "                  [--lang python|typescript --out DIR [--config-schema F]\n"
+	        "                   [--sdk-version V] [--stamp FILE]]\n"
+	        "Without --spec, the spec asp-sdkgen was built from (protocol %d); "
+	        "--config-schema\ndefaults to asp.schema.json beside --spec, or the "
+	        "built-in one.\n",
+	        builtin_protocol());
 	return 2;
 }
 
@@ -135,7 +136,8 @@ int main(int argc, char **argv)
 		FILE *fk = k ? open_out(k) : NULL;
 		if ((h && !fh) || (c && !fc) || (k && !fk) || emit_c(&s, fh, fc, fk) < 0)
 			rc = 1;
-		if ((fh && close_out(fh, h)) || (fc && close_out(fc, c)) || (fk && close_out(fk, k)))
+		if ((fh && close_out(fh, h)) || (fc && close_out(fc, c)) ||
+		    (fk && close_out(fk, k)))
 			rc = 1;
 	}
 	if (md && !rc) {
@@ -150,7 +152,8 @@ int main(int argc, char **argv)
 		} else {
 			int bad = check_compat(&old, &s);
 			if (bad) {
-				fprintf(stderr, "asp-sdkgen: %d incompatible change(s) against %s\n", bad,
+				fprintf(stderr,
+				        "asp-sdkgen: %d incompatible change(s) against %s\n", bad,
 				        frozen);
 				rc = 1;
 			}

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const scalar_types[] = {"str", "bin", "uint", "int", "bool", "array<str>",
-                                           "map<str,str>", NULL};
+static const char *const scalar_types[] = {"str",  "bin",        "uint",         "int",
+                                           "bool", "array<str>", "map<str,str>", NULL};
 
 static const char *str_of(json_t *o, const char *key)
 {
@@ -45,13 +45,15 @@ static int load_fields(const spec *s, const char *where, json_t *arr, field **ou
 			f->c_name = f->name;
 		json_t *since = json_object_get(j, "since");
 		if (!f->name || !f->type || !f->doc) {
-			fprintf(stderr, "asp-sdkgen: %s field %zu: needs name, type and doc\n", where,
-			        i);
+			fprintf(stderr, "asp-sdkgen: %s field %zu: needs name, type and doc\n",
+			        where, i);
 			return -1;
 		}
 		if (!json_is_integer(since) || json_integer_value(since) < 1) {
-			fprintf(stderr, "asp-sdkgen: %s.%s: no \"since\": every field must say "
-			                "which protocol version added it\n", where, f->name);
+			fprintf(stderr,
+			        "asp-sdkgen: %s.%s: no \"since\": every field must say "
+			        "which protocol version added it\n",
+			        where, f->name);
 			return -1;
 		}
 		f->since = (int)json_integer_value(since);
@@ -69,7 +71,8 @@ static int load_fields(const spec *s, const char *where, json_t *arr, field **ou
 			ok |= strcmp(f->type, scalar_types[t]) == 0;
 		if (!ok && strncmp(f->type, "array<", 6) == 0) {
 			size_t len = strlen(f->type);
-			if (len < 8 || len - 7 >= sizeof f->record_name || f->type[len - 1] != '>') {
+			if (len < 8 || len - 7 >= sizeof f->record_name ||
+			    f->type[len - 1] != '>') {
 				fprintf(stderr, "asp-sdkgen: %s.%s: bad type %s\n", where, f->name,
 				        f->type);
 				return -1;
@@ -81,12 +84,14 @@ static int load_fields(const spec *s, const char *where, json_t *arr, field **ou
 			ok = known_record(s, r);
 		}
 		if (!ok) {
-			fprintf(stderr, "asp-sdkgen: %s.%s: unknown type %s\n", where, f->name, f->type);
+			fprintf(stderr, "asp-sdkgen: %s.%s: unknown type %s\n", where, f->name,
+			        f->type);
 			return -1;
 		}
 		if (f->has_default && strcmp(f->type, "uint") && strcmp(f->type, "int") &&
 		    strcmp(f->type, "bool") && strcmp(f->type, "bin")) {
-			fprintf(stderr, "asp-sdkgen: %s.%s: defaults only for uint, int, bool, bin\n",
+			fprintf(stderr,
+			        "asp-sdkgen: %s.%s: defaults only for uint, int, bool, bin\n",
 			        where, f->name);
 			return -1;
 		}
@@ -98,7 +103,8 @@ static int load_fields(const spec *s, const char *where, json_t *arr, field **ou
 		}
 		if (f->role && strcmp(f->role, "path") && strcmp(f->role, "env") &&
 		    strcmp(f->role, "timeout")) {
-			fprintf(stderr, "asp-sdkgen: %s.%s: unknown role %s\n", where, f->name, f->role);
+			fprintf(stderr, "asp-sdkgen: %s.%s: unknown role %s\n", where, f->name,
+			        f->role);
 			return -1;
 		}
 	}
@@ -125,8 +131,9 @@ static int load_records(spec *s, const char *key, record **out, size_t *n, bool 
 			return -1;
 		}
 		if (!json_is_integer(since) || json_integer_value(since) < 1) {
-			fprintf(stderr, "asp-sdkgen: %s: no \"since\": every op, record and "
-			                "notification must say which protocol version added it\n",
+			fprintf(stderr,
+			        "asp-sdkgen: %s: no \"since\": every op, record and "
+			        "notification must say which protocol version added it\n",
 			        r->name);
 			return -1;
 		}
@@ -139,8 +146,8 @@ static int load_records(spec *s, const char *key, record **out, size_t *n, bool 
 		}
 		char where[128];
 		snprintf(where, sizeof where, "%s", r->name);
-		if (load_fields(s, where, json_object_get(j, is_op ? "params" : "fields"), &r->fields,
-		                &r->nfields) < 0)
+		if (load_fields(s, where, json_object_get(j, is_op ? "params" : "fields"),
+		                &r->fields, &r->nfields) < 0)
 			return -1;
 		if (is_op) {
 			snprintf(where, sizeof where, "%s result", r->name);
@@ -220,7 +227,8 @@ int spec_load(const char *path, spec *s)
 		s->errors[i].since = (int)json_integer_value(json_object_get(j, "since"));
 		if (!s->errors[i].code || !s->errors[i].doc || s->errors[i].status < 1 ||
 		    s->errors[i].since < 1) {
-			fprintf(stderr, "asp-sdkgen: errors[%zu]: needs code, status, since, doc\n", i);
+			fprintf(stderr, "asp-sdkgen: errors[%zu]: needs code, status, since, doc\n",
+			        i);
 			return -1;
 		}
 	}
@@ -232,8 +240,10 @@ int spec_load(const char *path, spec *s)
 				found |= strcmp(op->fields[f].name, op->one_of[k]) == 0 &&
 				         op->fields[f].optional;
 			if (!found) {
-				fprintf(stderr, "asp-sdkgen: %s: one_of names %s, which is not an "
-				                "optional field\n", op->name, op->one_of[k]);
+				fprintf(stderr,
+				        "asp-sdkgen: %s: one_of names %s, which is not an "
+				        "optional field\n",
+				        op->name, op->one_of[k]);
 				return -1;
 			}
 		}

@@ -8,10 +8,10 @@
 
 typedef struct field {
 	const char *name, *c_name, *type, *doc, *role;
-	const char *record;  /* for array<R>: R (in record_name), else NULL */
+	const char *record; /* for array<R>: R (in record_name), else NULL */
 	char record_name[64];
 	bool optional, nullable, has_default;
-	json_t *def;         /* the default value, or NULL */
+	json_t *def; /* the default value, or NULL */
 	int since;
 } field;
 
@@ -37,7 +37,7 @@ typedef struct spec {
 	struct {
 		const char *code, *doc;
 		int status, since;
-	} *errors;
+	} * errors;
 	size_t nerrors;
 } spec;
 
@@ -52,7 +52,7 @@ int emit_markdown(const spec *s, FILE *out);
 /* Compares with a frozen released spec: prints each incompatibility, returns their count. */
 int check_compat(const spec *frozen, const spec *current);
 
-/* ---- the other-language SDKs (emit_python.c, emit_typescript.c) ---------------------- */
+/* ---- the other-language SDKs (emit_sdk.c, emit_python.c, emit_typescript.c) -------- */
 
 /* A file of the hand-written SDK runtime (sdk/runtime/), embedded at build time. */
 typedef struct sdk_file {
@@ -80,7 +80,7 @@ int emit_python(const spec *s, const sdk_options *o);
 /* ESM package: interfaces, Client, runtime, package.json, tsconfig.json, README.md. */
 int emit_typescript(const spec *s, const sdk_options *o);
 
-/* Helpers both SDK emitters use (defined in emit_python.c). */
+/* Helpers both SDK emitters use (defined in emit_sdk.c). */
 /* Opens out_dir/rel for writing, creating its folders; prints why and NULL on failure. */
 FILE *sdk_open(const sdk_options *o, const char *rel);
 /* Closes, checks for write errors and records rel in the stamp. */

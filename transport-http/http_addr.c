@@ -1,4 +1,4 @@
-/* Parsing listen addresses and URLs, and telling a loopback address from others. */
+/* Parsing listen addresses, and telling a loopback address from others (URLs: http_url.c). */
 #include "http_addr.h"
 
 #include <arpa/inet.h>
@@ -33,7 +33,7 @@ static int parse_port(const char *s, size_t n, int *port)
 }
 
 /* "host:port" / "[v6]:port" / ":port" from s[0..n). */
-static int split_host_port(const char *s, size_t n, http_addr *a, bool need_port)
+static int split_host_port(const char *s, size_t n, http_addr *a)
 {
 	const char *colon;
 	size_t hl;
@@ -58,7 +58,7 @@ static int split_host_port(const char *s, size_t n, http_addr *a, bool need_port
 		a->host[hl] = '\0';
 	}
 	if (!colon)
-		return need_port ? -1 : 0;
+		return -1;
 	return parse_port(colon + 1, (size_t)(s + n - colon - 1), &a->port);
 }
 
@@ -76,39 +76,11 @@ int http_addr_parse_listen(const char *s, http_addr *a, char *why, size_t cap)
 		strcpy(a->path, p);
 		return 0;
 	}
-	if (split_host_port(s, strlen(s), a, true) < 0)
+	if (split_host_port(s, strlen(s), a) < 0)
 		return fail(why, cap,
 		            "'%s' is not HOST:PORT (e.g. 127.0.0.1:8722, [::1]:8722, :8722) or "
 		            "unix:/path",
 		            s);
-	return 0;
-}
-
-int http_addr_parse_url(const char *url, http_addr *a, char *why, size_t cap)
-{
-	memset(a, 0, sizeof *a);
-	const char *p;
-	if (strncmp(url, "http://", 7) == 0) {
-		p = url + 7;
-		a->port = 80;
-	} else if (strncmp(url, "https://", 8) == 0) {
-		p = url + 8;
-		a->tls = true;
-		a->port = 443;
-	} else {
-		return fail(why, cap, "'%s' is not an http:// or https:// URL", url);
-	}
-	size_t n = strcspn(p, "/?#");
-	if (n == 0 || split_host_port(p, n, a, false) < 0 || !a->host[0])
-		return fail(why, cap, "'%s': expected http(s)://HOST[:PORT][/PREFIX]", url);
-	const char *path = p + n;
-	size_t pl = strcspn(path, "?#");
-	while (pl > 0 && path[pl - 1] == '/')
-		pl--;
-	if (pl >= sizeof a->prefix)
-		return fail(why, cap, "'%s': the path is too long", url);
-	memcpy(a->prefix, path, pl);
-	a->prefix[pl] = '\0';
 	return 0;
 }
 

@@ -20,7 +20,10 @@ typedef struct http_addr {
  */
 int http_addr_parse_listen(const char *s, http_addr *a, char *why, size_t cap);
 
-/* "http://host[:port][/prefix]" or https. 0, or -1 with a reason in `why`. */
+/*
+ * "http://host[:port][/prefix]" or https, read by libcurl's URL API (http_url.c, in the
+ * client library only). 0, or -1 with a reason in `why`.
+ */
 int http_addr_parse_url(const char *url, http_addr *a, char *why, size_t cap);
 
 /*

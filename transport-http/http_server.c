@@ -10,7 +10,6 @@
 
 #include <errno.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,22 +37,6 @@ typedef struct http_pss {
 	 */
 	bool paused;
 } http_pss;
-
-void srv_log(const char *fmt, ...)
-{
-	char line[1200];
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(line, sizeof line - 1, fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		return;
-	if ((size_t)n > sizeof line - 2)
-		n = sizeof line - 2;
-	line[n++] = '\n';
-	ssize_t w = write(2, line, (size_t)n); /* one write: lines from threads do not mix */
-	(void)w;
-}
 
 /*
  * Headers larger than lws's header table (MAX_HEADERS, or more fragments than it holds):
@@ -158,7 +141,7 @@ static void lws_emit(int level, const char *line)
 			headers_overflowed = true;
 		return; /* logged with the peer by headers_too_large */
 	}
-	srv_log("asp-agent: lws: %.*s", (int)strcspn(line, "\n"), line);
+	asp_server_log("asp-agent: lws: %.*s", (int)strcspn(line, "\n"), line);
 }
 
 static int64_t now_ms(void)
@@ -279,8 +262,8 @@ static void headers_too_large(struct lws *wsi)
 	                 reason_phrase(431), ctype_text, sizeof msg - 1, msg);
 	char peer[64] = "";
 	lws_get_peer_simple(wsi, peer, sizeof peer);
-	srv_log("asp-agent: %s: request headers larger than %d bytes; answered 431",
-	        peer[0] ? peer : "a client", MAX_HEADERS);
+	asp_server_log("asp-agent: %s: request headers larger than %d bytes; answered 431",
+	               peer[0] ? peer : "a client", MAX_HEADERS);
 	if (n > 0 && (size_t)n < sizeof buf - LWS_PRE)
 		(void)lws_write(wsi, buf + LWS_PRE, (size_t)n, LWS_WRITE_HTTP);
 }
@@ -420,8 +403,9 @@ static int on_body(struct lws *wsi, srv_conn *c, const void *in, size_t len)
 	 * does), so that is how it shows: refused, clearly, and the connection closes.
 	 */
 	if (c->rx_len == 0 && len >= 5 && memcmp(in, "POST ", 5) == 0) {
-		srv_log("asp-agent: %s: a POST pipelined behind another request; answered 400",
-		        c->peer);
+		asp_server_log(
+		    "asp-agent: %s: a POST pipelined behind another request; answered 400",
+		    c->peer);
 		reject_now(wsi, 400,
 		           "pipelined POST not served: send a POST after the answer to the "
 		           "previous request (or on another connection)\n");
@@ -612,12 +596,13 @@ static void tick(lws_sorted_usec_list_t *sul)
 		 * New requests are answered 503 from now on. (lws_context_deprecate would close
 		 * the listening socket, but it also raises SIGINT once the context is empty.)
 		 */
-		srv_log("asp-agent: stopping: finishing the answers in flight, refusing new work");
+		asp_server_log(
+		    "asp-agent: stopping: finishing the answers in flight, refusing new work");
 	}
 	bool idle = srv_idle(s);
 	if (atomic_load(&s->signals) >= 2 || (!idle && now > s->drain_deadline_ms)) {
 		if (!idle)
-			srv_log(
+			asp_server_log(
 			    "asp-agent: stopping without waiting for the requests still running");
 		finish(s, !idle);
 		return;
@@ -745,11 +730,11 @@ static int setup(srv *s, const asp_http_listen_opts *o, const http_addr *a)
 	char numeric[64], why[300];
 	bool loopback, v6;
 	if (http_addr_resolve(a, numeric, sizeof numeric, &loopback, &v6, why, sizeof why) < 0) {
-		srv_log("asp-agent: --listen %s: %s", o->addr, why);
+		asp_server_log("asp-agent: --listen %s: %s", o->addr, why);
 		return 2;
 	}
 	if (!loopback && !s->token) {
-		srv_log(
+		asp_server_log(
 		    "asp-agent: refusing to listen on %s without a token: anyone who reaches it "
 		    "could run commands here; give --token-file FILE or set ASP_TOKEN (or listen "
 		    "on 127.0.0.1)",
@@ -757,7 +742,7 @@ static int setup(srv *s, const asp_http_listen_opts *o, const http_addr *a)
 		return 2;
 	}
 	if (!o->tls_cert != !o->tls_key) {
-		srv_log("asp-agent: --tls-cert and --tls-key go together");
+		asp_server_log("asp-agent: --tls-cert and --tls-key go together");
 		return 2;
 	}
 	struct lws_context_creation_info ci;
@@ -773,7 +758,7 @@ static int setup(srv *s, const asp_http_listen_opts *o, const http_addr *a)
 	s->ctx = lws_create_context(&ci);
 	restore_sigpipe();
 	if (!s->ctx) {
-		srv_log("asp-agent: cannot create the libwebsockets context");
+		asp_server_log("asp-agent: cannot create the libwebsockets context");
 		return 1;
 	}
 	struct lws_context_creation_info vi;
@@ -806,8 +791,9 @@ static int setup(srv *s, const asp_http_listen_opts *o, const http_addr *a)
 		umask(old_umask);
 	restore_sigpipe();
 	if (!vh) {
-		srv_log("asp-agent: cannot listen on %s (in use? a bad TLS certificate or key?)",
-		        o->addr);
+		asp_server_log(
+		    "asp-agent: cannot listen on %s (in use? a bad TLS certificate or key?)",
+		    o->addr);
 		return 1;
 	}
 	const char *scheme = o->tls_cert ? "https" : "http";
@@ -837,12 +823,12 @@ int asp_http_listen(const asp_http_listen_opts *o)
 	http_addr a;
 	char why[400];
 	if (http_addr_parse_listen(o->addr, &a, why, sizeof why) < 0) {
-		srv_log("asp-agent: --listen %s", why);
+		asp_server_log("asp-agent: --listen %s", why);
 		return 2;
 	}
 	srv *s = calloc(1, sizeof *s);
 	if (!s || srv_work_init(s) < 0) {
-		srv_log("asp-agent: out of memory");
+		asp_server_log("asp-agent: out of memory");
 		free(s);
 		return 1;
 	}
@@ -854,7 +840,7 @@ int asp_http_listen(const asp_http_listen_opts *o)
 	char *token = NULL;
 	int rc = 0;
 	if (http_token_load(o->token_file, &token, why, sizeof why) < 0) {
-		srv_log("asp-agent: %s", why);
+		asp_server_log("asp-agent: %s", why);
 		rc = 2;
 	}
 	s->token = token;
@@ -862,7 +848,7 @@ int asp_http_listen(const asp_http_listen_opts *o)
 	block_stop_signals(&old_mask);
 	s->backend = rc ? NULL : asp_local_new(s->max_message);
 	if (!rc && (!s->backend || !s->stage)) {
-		srv_log("asp-agent: out of memory");
+		asp_server_log("asp-agent: out of memory");
 		rc = 1;
 	}
 	if (!rc)
@@ -870,13 +856,13 @@ int asp_http_listen(const asp_http_listen_opts *o)
 	if (!rc)
 		rc = setup(s, o, &a);
 	if (!rc && pthread_create(&s->sig_thread, NULL, sig_main, s) != 0) {
-		srv_log("asp-agent: cannot start the signal thread");
+		asp_server_log("asp-agent: cannot start the signal thread");
 		rc = 1;
 	}
 	if (!rc) {
 		s->sig_thread_started = true;
-		srv_log("asp-agent: listening on %s%s", s->url,
-		        s->token ? " (token required)" : "");
+		asp_server_log("asp-agent: listening on %s%s", s->url,
+		               s->token ? " (token required)" : "");
 		while (!s->finished && lws_service(s->ctx, 0) >= 0)
 			headers_overflowed = false; /* its connection has closed by now */
 		lws_sul_cancel(&s->tick);
@@ -904,7 +890,8 @@ int asp_http_listen(const asp_http_listen_opts *o)
 		return 1;
 	srv_work_stop(s);
 	if (s->backend && !srv_backend_free(s)) {
-		srv_log("asp-agent: a client stopped reading a process's output; exiting anyway");
+		asp_server_log(
+		    "asp-agent: a client stopped reading a process's output; exiting anyway");
 		return rc ? rc : 1;
 	}
 	pthread_sigmask(SIG_SETMASK, &old_mask, NULL);

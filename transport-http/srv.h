@@ -204,7 +204,6 @@ int srv_ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 
 /* ---- http_server.c ---------------------------------------------------------------- */
 
-void srv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Service thread: an HTTP request has output queued (or must close): write it. */
 void srv_http_kick(srv_conn *c);
 /* lws_cancel_service from any thread, unless the context is gone. */

@@ -228,7 +228,7 @@ int srv_backend_init(srv *s)
 	asp_local_set_shared(s->backend, true); /* every connection reaches every process */
 	s->http_bound = asp_local_connect(s->backend, NULL);
 	if (!s->http_bound) {
-		srv_log("asp-agent: out of memory");
+		asp_server_log("asp-agent: out of memory");
 		return 1;
 	}
 	return 0;
@@ -285,7 +285,8 @@ bool srv_submit(srv_conn *c, uint8_t *msg, size_t len)
 		if (pthread_create(&s->workers[s->nworkers], &attr, worker_main, s) == 0)
 			s->nworkers++;
 		else if (s->nworkers == 0)
-			srv_log("asp-agent: cannot start a worker thread: %s", strerror(errno));
+			asp_server_log("asp-agent: cannot start a worker thread: %s",
+			               strerror(errno));
 		pthread_attr_destroy(&attr);
 	}
 	pthread_mutex_unlock(&s->mu);
@@ -343,8 +344,8 @@ static srv_out *serve(srv *s, srv_job *j, asp_reply *out)
 		asp_request_free(r);
 		if (!c->ws)
 			return text_out(400, "protocol_error: %s\n", err.message);
-		srv_log("asp-agent: %s: protocol_error: %s; closing the WebSocket", c->peer,
-		        err.message);
+		asp_server_log("asp-agent: %s: protocol_error: %s; closing the WebSocket", c->peer,
+		               err.message);
 		ws_fail(c, LWS_CLOSE_STATUS_PROTOCOL_ERR);
 		return NULL;
 	}

@@ -27,15 +27,17 @@ static int on_receive(srv *s, struct lws *wsi, srv_conn *c, const void *in, size
 	if (c->rx_len == 0 && !c->rx)
 		c->rx_binary = lws_frame_is_binary(wsi);
 	if (!c->rx_binary) {
-		srv_log("asp-agent: %s: a text WebSocket message; ASP sends binary ones; closing",
-		        c->peer);
+		asp_server_log(
+		    "asp-agent: %s: a text WebSocket message; ASP sends binary ones; closing",
+		    c->peer);
 		return close_with(wsi, LWS_CLOSE_STATUS_UNACCEPTABLE_OPCODE,
 		                  "ASP messages are binary");
 	}
 	size_t rest = lws_remaining_packet_payload(wsi);
 	if (len > s->max_message - c->rx_len || rest > s->max_message - c->rx_len - len) {
-		srv_log("asp-agent: %s: a WebSocket message larger than max_message (%zu); closing",
-		        c->peer, s->max_message);
+		asp_server_log(
+		    "asp-agent: %s: a WebSocket message larger than max_message (%zu); closing",
+		    c->peer, s->max_message);
 		return close_with(wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE,
 		                  "message larger than max_message");
 	}

@@ -22,28 +22,6 @@
 
 /* ---- small helpers --------------------------------------------------------------------- */
 
-static asp_status need_path(const char *op, const char *field, const char *path, asp_error *err)
-{
-	if (path)
-		return ASP_OK;
-	return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL, "%s: field '%s' is required", op,
-	                     field);
-}
-
-static void hint(asp_error *err, const char *h)
-{
-	if (!err)
-		return;
-	size_t used = strlen(err->message), need = strlen(h) + 3;
-	if (used + need <= sizeof err->message)
-		memcpy(err->message + used, "; ", 2), memcpy(err->message + used + 2, h, need - 2);
-}
-
-static asp_status oom(const char *op, asp_error *err)
-{
-	return asp_error_set(err, ASP_E_INTERNAL, NULL, "%s: out of memory", op);
-}
-
 static const char *type_name(uint32_t perm, uint32_t flags)
 {
 	if (!(flags & FXA_PERMISSIONS))
@@ -194,7 +172,7 @@ static asp_status do_name(sftpc *f, uint8_t type, const char *path, char **out, 
 		} else {
 			*out = strndup((const char *)s, l);
 			if (!*out)
-				st = oom("sftp", err);
+				st = asp_error_oom(err, "sftp", NULL);
 		}
 	}
 	sftp_forget(f, &r);
@@ -267,7 +245,7 @@ static asp_status missing_errno(sftpc *f, const char *path, int *e, asp_error *e
 	*e = ENOENT;
 	char *p = strdup(path);
 	if (!p)
-		return oom("sftp", err);
+		return asp_error_oom(err, "sftp", NULL);
 	size_t n = strlen(p);
 	bool slash = n > 1 && p[n - 1] == '/';
 	while (n > 1 && p[n - 1] == '/')
@@ -353,7 +331,7 @@ asp_status ssh_sftp_stat(sftpc *f, const asp_stat_params *p, asp_stat_result *r,
                          asp_error *err)
 {
 	memset(r, 0, sizeof *r);
-	asp_status st = need_path("stat", "path", p->path, err);
+	asp_status st = asp_check_required("stat", "path", p->path, err);
 	if (st != ASP_OK)
 		return st;
 	sattr at;
@@ -384,7 +362,7 @@ asp_status ssh_sftp_stat(sftpc *f, const asp_stat_params *p, asp_stat_result *r,
 		r->target = asp_arena_strndup(a, target, strlen(target));
 		free(target);
 		if (!r->target)
-			return oom("stat", err);
+			return asp_error_oom(err, "stat", NULL);
 	}
 	return ASP_OK;
 }
@@ -481,7 +459,7 @@ static asp_status read_dir(sftpc *f, const char *path, bool first_only, dlist *o
 		int rc = take_names(&r, out);
 		sftp_forget(f, &r);
 		if (rc < 0) {
-			st = oom("list", err);
+			st = asp_error_oom(err, "list", NULL);
 			break;
 		}
 		if (first_only && out->n > 0)
@@ -501,7 +479,7 @@ asp_status ssh_sftp_list(sftpc *f, const asp_list_params *p, asp_list_result *r,
                          asp_error *err)
 {
 	memset(r, 0, sizeof *r);
-	asp_status st = need_path("list", "path", p->path, err);
+	asp_status st = asp_check_required("list", "path", p->path, err);
 	if (st != ASP_OK)
 		return st;
 	dlist d = {0};
@@ -527,14 +505,14 @@ asp_status ssh_sftp_list(sftpc *f, const asp_list_params *p, asp_list_result *r,
 	asp_list_entry *items = d.n ? asp_arena_alloc(a, d.n * sizeof *items) : NULL;
 	if (d.n && !items) {
 		dlist_free(&d);
-		return oom("list", err);
+		return asp_error_oom(err, "list", NULL);
 	}
 	for (size_t i = 0; i < d.n; i++) {
 		asp_list_entry *it = &items[i];
 		it->name = asp_arena_strndup(a, d.v[i].name, strlen(d.v[i].name));
 		if (!it->name) {
 			dlist_free(&d);
-			return oom("list", err);
+			return asp_error_oom(err, "list", NULL);
 		}
 		it->type = type_name(d.v[i].a.perm, d.v[i].a.flags);
 		it->size = d.v[i].a.size;
@@ -598,7 +576,7 @@ static asp_status bulk_read(sftpc *f, const handle *h, uint64_t base, uint8_t *b
 	size_t slots = inflight_slots((uint32_t)csz);
 	struct chunk *q = calloc(slots, sizeof *q);
 	if (!q)
-		return oom("read", err);
+		return asp_error_oom(err, "read", NULL);
 	size_t head = 0, count = 0;
 	uint64_t next = 0, limit = want;
 	asp_status st = ASP_OK;
@@ -674,7 +652,7 @@ static asp_status bulk_write(sftpc *f, const handle *h, uint64_t base, const uin
 	size_t slots = inflight_slots((uint32_t)csz);
 	struct chunk *q = calloc(slots, sizeof *q);
 	if (!q)
-		return oom("write", err);
+		return asp_error_oom(err, "write", NULL);
 	size_t head = 0, count = 0;
 	uint64_t next = 0;
 	asp_status st = ASP_OK;
@@ -717,7 +695,7 @@ asp_status ssh_sftp_read(sftpc *f, const asp_read_params *p, size_t budget, asp_
                          asp_arena *a, asp_error *err)
 {
 	memset(r, 0, sizeof *r);
-	asp_status st = need_path("read", "path", p->path, err);
+	asp_status st = asp_check_required("read", "path", p->path, err);
 	if (st != ASP_OK)
 		return st;
 	if (p->offset > (uint64_t)INT64_MAX)
@@ -769,7 +747,7 @@ asp_status ssh_sftp_read(sftpc *f, const asp_read_params *p, size_t budget, asp_
 	if (want) {
 		buf = malloc(want);
 		if (!buf)
-			st = oom("read", err);
+			st = asp_error_oom(err, "read", NULL);
 		else
 			st = bulk_read(f, &h, p->offset, buf, want, &got, &hit_eof, &fx, srv,
 			               sizeof srv, err);
@@ -797,7 +775,7 @@ out:
 				buf = shrunk;
 		}
 		if (asp_arena_adopt(a, buf) < 0)
-			return oom("read", err);
+			return asp_error_oom(err, "read", NULL);
 		r->data.data = buf;
 		r->data.len = got;
 		return ASP_OK;
@@ -832,97 +810,63 @@ static asp_status exists_errno(sftpc *f, const char *path, int *e, asp_error *er
 	return st;
 }
 
-/*
- * mkdir -p with the fewest round trips (as the local backend): try the path; when its
- * parent is missing walk back to the deepest ancestor that exists or could be made, then
- * forward. *e is 0 or an errno.
- */
+/* asp_mkdir_parents over SFTP: statuses become errnos, a failed request stops the walk. */
+typedef struct sftp_mk {
+	sftpc *f;
+	asp_status st;
+	asp_error *err;
+} sftp_mk;
+
+static int mk_one(void *ctx, const char *path, unsigned mode)
+{
+	sftp_mk *m = ctx;
+	int fx;
+	m->st = mkdir_one(m->f, path, mode, &fx, m->err);
+	if (m->st != ASP_OK)
+		return -1;
+	switch (fx) {
+	case FX_OK: return 0;
+	case FX_NO_SUCH_FILE: return ENOENT;
+	case FX_FAILURE: return EEXIST; /* or another refusal: exists() tells */
+	default: return fx_errno(fx);
+	}
+}
+
+static int mk_exists(void *ctx, const char *path)
+{
+	sftp_mk *m = ctx;
+	int e;
+	m->st = exists_errno(m->f, path, &e, m->err);
+	return m->st == ASP_OK ? e : -1;
+}
+
+static int mk_missing(void *ctx, const char *path)
+{
+	sftp_mk *m = ctx;
+	int e;
+	m->st = missing_errno(m->f, path, &e, m->err);
+	return m->st == ASP_OK ? e : -1;
+}
+
+/* mkdir -p with the fewest round trips, as the local backend. *e is 0 or an errno. */
 static asp_status mkdir_parents(sftpc *f, const char *path, uint32_t mode, uint32_t pmode, int *e,
                                 asp_error *err)
 {
-	size_t len = strlen(path);
-	while (len > 1 && path[len - 1] == '/')
-		len--;
-	char *buf = strndup(path, len);
-	if (!buf)
-		return oom("mkdir", err);
-	int fx;
-	asp_status st = mkdir_one(f, buf, mode, &fx, err);
-	if (st != ASP_OK)
-		goto out;
-	if (fx == FX_OK) {
-		*e = 0;
-		goto out;
-	}
-	if (fx != FX_NO_SUCH_FILE) {
-		if (fx == FX_FAILURE)
-			st = exists_errno(f, buf, e, err);
-		else
-			*e = fx_errno(fx);
-		goto out;
-	}
-	int cuts = 0;
-	size_t i = len;
-	for (;;) {
-		while (i > 0 && buf[i - 1] != '/')
-			i--;
-		if (i == 0)
-			break;
-		size_t s = i - 1;
-		while (s > 0 && buf[s - 1] == '/')
-			s--;
-		if (s == 0)
-			break;
-		buf[s] = '\0';
-		cuts++;
-		st = mkdir_one(f, buf, pmode, &fx, err);
-		if (st != ASP_OK)
-			goto out;
-		if (fx == FX_OK || fx == FX_FAILURE)
-			break; /* made, or there already (a non-directory shows up on the next
-			          level) */
-		if (fx != FX_NO_SUCH_FILE) {
-			*e = fx_errno(fx);
-			goto out;
-		}
-		i = s;
-	}
-	*e = 0;
-	for (int k = 0; k < cuts; k++) {
-		char *z = buf + strlen(buf);
-		*z = '/';
-		bool last = k == cuts - 1;
-		st = mkdir_one(f, buf, last ? mode : pmode, &fx, err);
-		if (st != ASP_OK)
-			goto out;
-		if (fx == FX_OK)
-			continue;
-		if (fx == FX_FAILURE) {
-			/* raced with another creator; a non-directory shows up on the next level */
-			st = exists_errno(f, buf, e, err);
-			if (st != ASP_OK || last)
-				goto out;
-			*e = 0;
-			continue;
-		}
-		if (fx == FX_NO_SUCH_FILE) {
-			st = missing_errno(f, buf, e, err);
-			goto out;
-		}
-		*e = fx_errno(fx);
-		goto out;
-	}
-	if (cuts == 0) {
-		st = missing_errno(f, buf, e, err);
-	}
-out:
-	free(buf);
-	return st;
+	static const asp_mkdir_fns fns = {
+	    .mkdir = mk_one, .exists = mk_exists, .missing = mk_missing};
+	sftp_mk m = {f, ASP_OK, err};
+	int r = asp_mkdir_parents(path, mode, pmode, &fns, &m);
+	if (r < 0)
+		return m.st;
+	if (r == ENOMEM)
+		return asp_error_oom(err, "mkdir", NULL);
+	*e = r;
+	return ASP_OK;
 }
 
 asp_status ssh_sftp_mkdir(sftpc *f, const asp_mkdir_params *p, asp_error *err)
 {
-	asp_status st = need_path("mkdir", "path", p->path, err);
+	asp_status st = asp_check_required("mkdir", "path", p->path, err);
 	if (st != ASP_OK)
 		return st;
 	if (p->mode > 07777)
@@ -949,9 +893,9 @@ asp_status ssh_sftp_mkdir(sftpc *f, const asp_mkdir_params *p, asp_error *err)
 		return st;
 	st = asp_error_errno(err, e, p->path, "mkdir %s", p->path);
 	if (e == ENOENT && !p->parents)
-		hint(err, "a parent directory is missing; 'parents' creates it");
+		asp_error_hint(err, "a parent directory is missing; 'parents' creates it");
 	else if (e == EEXIST && p->parents)
-		hint(err, "it exists and is not a directory");
+		asp_error_hint(err, "it exists and is not a directory");
 	return st;
 }
 
@@ -990,22 +934,9 @@ static asp_status await_status(sftpc *f, sreq *r, int *fx, char *srv, size_t cap
 	return st;
 }
 
-/* The directory part of `path` (malloc'd), or NULL when it has none or out of memory. */
-static char *parent_of(const char *path)
-{
-	const char *slash = strrchr(path, '/');
-	if (!slash)
-		return NULL;
-	while (slash > path && slash[-1] == '/')
-		slash--;
-	if (slash == path)
-		return strdup("/");
-	return strndup(path, (size_t)(slash - path));
-}
-
 static asp_status make_parents(sftpc *f, const char *path, int *e, asp_error *err)
 {
-	char *dir = parent_of(path);
+	char *dir = asp_path_parent(path);
 	if (!dir) {
 		*e = strchr(path, '/') ? ENOMEM : ENOENT;
 		return ASP_OK;
@@ -1037,7 +968,7 @@ static asp_status write_error(sftpc *f, const asp_write_params *p, int fx, int e
 	snprintf(what, sizeof what, "write %s", p->path);
 	st = fx_error(err, e, srv, p->path, what);
 	if (e == ENOENT && !p->mkdirs)
-		hint(err, "its directory is missing; 'mkdirs' creates it");
+		asp_error_hint(err, "its directory is missing; 'mkdirs' creates it");
 	return st;
 }
 
@@ -1136,7 +1067,7 @@ static asp_status write_atomic(sftpc *f, const asp_write_params *p, asp_write_re
 	handle h;
 	tmp = temp_name(target);
 	if (!tmp) {
-		st = oom("write", err);
+		st = asp_error_oom(err, "write", NULL);
 		goto out;
 	}
 	/* TRUNC, not EXCL: a leftover of an earlier write is reused (docs/decisions.md) */
@@ -1202,7 +1133,7 @@ out:
 asp_status ssh_sftp_write(sftpc *f, const asp_write_params *p, asp_write_result *r, asp_error *err)
 {
 	memset(r, 0, sizeof *r);
-	asp_status st = need_path("write", "path", p->path, err);
+	asp_status st = asp_check_required("write", "path", p->path, err);
 	if (st != ASP_OK)
 		return st;
 	st = asp_check_write_params(p, err);
@@ -1343,7 +1274,7 @@ static asp_status rm_tree(sftpc *f, const char *path, int depth, int *e, char *w
 			free(q);
 			free(names);
 			dlist_free(&d);
-			return oom("remove", err);
+			return asp_error_oom(err, "remove", NULL);
 		}
 		size_t head = 0, count = 0, i = 0;
 		/* files and symlinks first, many at a time */
@@ -1355,7 +1286,7 @@ static asp_status rm_tree(sftpc *f, const char *path, int depth, int *e, char *w
 				size_t k = (head + count) % slots;
 				names[k] = join(path, de->name);
 				if (!names[k]) {
-					st = oom("remove", err);
+					st = asp_error_oom(err, "remove", NULL);
 					break;
 				}
 				sbuild b;
@@ -1397,7 +1328,7 @@ static asp_status rm_tree(sftpc *f, const char *path, int depth, int *e, char *w
 				continue;
 			char *sub = join(path, d.v[j].name);
 			if (!sub) {
-				st = oom("remove", err);
+				st = asp_error_oom(err, "remove", NULL);
 				break;
 			}
 			st = rm_tree(f, sub, depth + 1, e, where, wcap, err);
@@ -1432,7 +1363,7 @@ static bool dot_name(const char *path, size_t len)
 
 asp_status ssh_sftp_remove(sftpc *f, const asp_remove_params *p, asp_error *err)
 {
-	asp_status st = need_path("remove", "path", p->path, err);
+	asp_status st = asp_check_required("remove", "path", p->path, err);
 	if (st != ASP_OK)
 		return st;
 	/* "link/" would name the directory behind a symlink: strip trailing slashes so a
@@ -1442,7 +1373,7 @@ asp_status ssh_sftp_remove(sftpc *f, const asp_remove_params *p, asp_error *err)
 		len--;
 	char *path = strndup(p->path, len);
 	if (!path)
-		return oom("remove", err);
+		return asp_error_oom(err, "remove", NULL);
 	if (strcmp(path, "/") == 0 || dot_name(path, len)) {
 		free(path);
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->path,
@@ -1486,7 +1417,7 @@ asp_status ssh_sftp_remove(sftpc *f, const asp_remove_params *p, asp_error *err)
 		}
 		if (full) {
 			st = asp_error_errno(err, ENOTEMPTY, p->path, "remove %s", p->path);
-			hint(err, "'recursive' removes a directory and everything in it");
+			asp_error_hint(err, "'recursive' removes a directory and everything in it");
 			goto out;
 		}
 	}
@@ -1501,9 +1432,9 @@ out:
 
 asp_status ssh_sftp_rename(sftpc *f, const asp_rename_params *p, asp_error *err)
 {
-	asp_status st = need_path("rename", "from", p->from, err);
+	asp_status st = asp_check_required("rename", "from", p->from, err);
 	if (st == ASP_OK)
-		st = need_path("rename", "to", p->to, err);
+		st = asp_check_required("rename", "to", p->to, err);
 	if (st != ASP_OK)
 		return st;
 	sattr af, at;
@@ -1560,7 +1491,7 @@ asp_status ssh_sftp_rename(sftpc *f, const asp_rename_params *p, asp_error *err)
 	snprintf(what, sizeof what, "rename %s -> %s", p->from, p->to);
 	st = fx_error(err, e, srv, about, what);
 	if (e == EEXIST && !p->overwrite)
-		hint(err, "the target exists and 'overwrite' is false");
+		asp_error_hint(err, "the target exists and 'overwrite' is false");
 out:
 	sshc_unlock(f->c);
 	return st;

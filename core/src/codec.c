@@ -28,10 +28,14 @@ static const char *type_name(const msgpack_object *o)
 }
 
 static const char *const expected_names[] = {
-	[ASP_FT_STR] = "str",          [ASP_FT_BIN] = "bin",
-	[ASP_FT_UINT] = "uint",        [ASP_FT_INT] = "int",
-	[ASP_FT_BOOL] = "bool",        [ASP_FT_STRV] = "array of str",
-	[ASP_FT_STRMAP] = "map of str to str", [ASP_FT_RECORDS] = "array of maps",
+    [ASP_FT_STR] = "str",
+    [ASP_FT_BIN] = "bin",
+    [ASP_FT_UINT] = "uint",
+    [ASP_FT_INT] = "int",
+    [ASP_FT_BOOL] = "bool",
+    [ASP_FT_STRV] = "array of str",
+    [ASP_FT_STRMAP] = "map of str to str",
+    [ASP_FT_RECORDS] = "array of maps",
 };
 
 static void set_has(const asp_field_desc *f, void *out, bool v)
@@ -66,8 +70,7 @@ static asp_status bad_type(const asp_record_desc *d, const asp_field_desc *f, co
 }
 
 static asp_status copy_str(const asp_record_desc *d, const asp_field_desc *f,
-                           const msgpack_object *o, const char **dst, asp_arena *a,
-                           asp_error *err)
+                           const msgpack_object *o, const char **dst, asp_arena *a, asp_error *err)
 {
 	const char *s = o->via.str.ptr;
 	uint32_t n = o->via.str.size;
@@ -83,8 +86,7 @@ static asp_status copy_str(const asp_record_desc *d, const asp_field_desc *f,
 }
 
 static asp_status decode_field(const asp_record_desc *d, const asp_field_desc *f,
-                               const msgpack_object *o, void *out, asp_arena *a,
-                               asp_error *err)
+                               const msgpack_object *o, void *out, asp_arena *a, asp_error *err)
 {
 	char *p = (char *)out + f->offset;
 	switch (f->type) {
@@ -195,8 +197,7 @@ static int find_field(const asp_record_desc *d, const char *key, uint32_t len)
 	return -1;
 }
 
-static bool is_present(const asp_record_desc *d, const char *name, const void *rec,
-                       uint64_t seen)
+static bool is_present(const asp_record_desc *d, const char *name, const void *rec, uint64_t seen)
 {
 	(void)rec;
 	int i = find_field(d, name, (uint32_t)strlen(name));
@@ -208,8 +209,8 @@ asp_status asp_record_decode(const asp_record_desc *d, const msgpack_object *o, 
 {
 	asp_record_init(d, out);
 	if (o->type != MSGPACK_OBJECT_MAP)
-		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL, "%s: expected a map, got %s",
-		                     d->name, type_name(o));
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                     "%s: expected a map, got %s", d->name, type_name(o));
 	uint64_t seen = 0; /* generated records have at most 64 fields (sdkgen checks) */
 	for (uint32_t i = 0; i < o->via.map.size; i++) {
 		const msgpack_object_kv *kv = &o->via.map.ptr[i];
@@ -240,8 +241,8 @@ asp_status asp_record_decode(const asp_record_desc *d, const msgpack_object *o, 
 		bool y = is_present(d, d->one_of[1], out, seen);
 		if (x == y)
 			return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
-			                     "%s: give exactly one of fields '%s' and '%s'", d->name,
-			                     d->one_of[0], d->one_of[1]);
+			                     "%s: give exactly one of fields '%s' and '%s'",
+			                     d->name, d->one_of[0], d->one_of[1]);
 	}
 	return ASP_OK;
 }

@@ -7,22 +7,22 @@
 #include <string.h>
 
 static const char *const status_names[ASP_STATUS_COUNT] = {
-	[ASP_OK] = "ok",
-	[ASP_E_NOT_FOUND] = "not_found",
-	[ASP_E_PERMISSION_DENIED] = "permission_denied",
-	[ASP_E_ALREADY_EXISTS] = "already_exists",
-	[ASP_E_NOT_A_DIRECTORY] = "not_a_directory",
-	[ASP_E_IS_A_DIRECTORY] = "is_a_directory",
-	[ASP_E_NOT_EMPTY] = "not_empty",
-	[ASP_E_INVALID_ARGUMENT] = "invalid_argument",
-	[ASP_E_TOO_LARGE] = "too_large",
-	[ASP_E_TIMEOUT] = "timeout",
-	[ASP_E_UNSUPPORTED] = "unsupported",
-	[ASP_E_IO_ERROR] = "io_error",
-	[ASP_E_PROTOCOL_ERROR] = "protocol_error",
-	[ASP_E_TRANSPORT_ERROR] = "transport_error",
-	[ASP_E_UNAUTHORIZED] = "unauthorized",
-	[ASP_E_INTERNAL] = "internal",
+    [ASP_OK] = "ok",
+    [ASP_E_NOT_FOUND] = "not_found",
+    [ASP_E_PERMISSION_DENIED] = "permission_denied",
+    [ASP_E_ALREADY_EXISTS] = "already_exists",
+    [ASP_E_NOT_A_DIRECTORY] = "not_a_directory",
+    [ASP_E_IS_A_DIRECTORY] = "is_a_directory",
+    [ASP_E_NOT_EMPTY] = "not_empty",
+    [ASP_E_INVALID_ARGUMENT] = "invalid_argument",
+    [ASP_E_TOO_LARGE] = "too_large",
+    [ASP_E_TIMEOUT] = "timeout",
+    [ASP_E_UNSUPPORTED] = "unsupported",
+    [ASP_E_IO_ERROR] = "io_error",
+    [ASP_E_PROTOCOL_ERROR] = "protocol_error",
+    [ASP_E_TRANSPORT_ERROR] = "transport_error",
+    [ASP_E_UNAUTHORIZED] = "unauthorized",
+    [ASP_E_INTERNAL] = "internal",
 };
 
 const char *asp_strerror(asp_status code)

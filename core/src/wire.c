@@ -152,28 +152,39 @@ asp_status asp_wire_scan(const uint8_t *data, size_t len, size_t max_objects, si
 		} else if (t >= 0xa0 && t <= 0xbf) {
 			skip = t & 0x1f;
 		} else {
+			/* clang-format off: one line per msgpack type byte */
 			switch (t) {
-			case 0xc4: case 0xd9: hdr = 1; break;                       /* bin8, str8 */
-			case 0xc5: case 0xda: hdr = 2; break;                       /* bin16, str16 */
-			case 0xc6: case 0xdb: hdr = 4; break;                       /* bin32, str32 */
-			case 0xc7: hdr = 1, skip = 1; break;                        /* ext8 */
-			case 0xc8: hdr = 2, skip = 1; break;                        /* ext16 */
-			case 0xc9: hdr = 4, skip = 1; break;                        /* ext32 */
-			case 0xca: skip = 4; break;                                 /* float32 */
-			case 0xcb: skip = 8; break;                                 /* float64 */
-			case 0xcc: case 0xd0: skip = 1; break;
-			case 0xcd: case 0xd1: skip = 2; break;
-			case 0xce: case 0xd2: skip = 4; break;
-			case 0xcf: case 0xd3: skip = 8; break;
-			case 0xd4: skip = 2; break;                                 /* fixext */
+			case 0xc4:
+			case 0xd9: hdr = 1; break; /* bin8, str8 */
+			case 0xc5:
+			case 0xda: hdr = 2; break; /* bin16, str16 */
+			case 0xc6:
+			case 0xdb: hdr = 4; break;           /* bin32, str32 */
+			case 0xc7: hdr = 1, skip = 1; break; /* ext8 */
+			case 0xc8: hdr = 2, skip = 1; break; /* ext16 */
+			case 0xc9: hdr = 4, skip = 1; break; /* ext32 */
+			case 0xca: skip = 4; break;          /* float32 */
+			case 0xcb: skip = 8; break;          /* float64 */
+			case 0xcc:
+			case 0xd0: skip = 1; break;
+			case 0xcd:
+			case 0xd1: skip = 2; break;
+			case 0xce:
+			case 0xd2: skip = 4; break;
+			case 0xcf:
+			case 0xd3: skip = 8; break;
+			case 0xd4: skip = 2; break; /* fixext */
 			case 0xd5: skip = 3; break;
 			case 0xd6: skip = 5; break;
 			case 0xd7: skip = 9; break;
 			case 0xd8: skip = 17; break;
-			case 0xdc: case 0xde: hdr = 2, container = true; break;     /* array16, map16 */
-			case 0xdd: case 0xdf: hdr = 4, container = true; break;     /* array32, map32 */
+			case 0xdc:
+			case 0xde: hdr = 2, container = true; break; /* array16, map16 */
+			case 0xdd:
+			case 0xdf: hdr = 4, container = true; break; /* array32, map32 */
 			default: return malformed(err, "invalid type byte", pos - 1); /* 0xc1 */
 			}
+			/* clang-format on */
 			if (hdr) {
 				if (len - pos < (size_t)hdr)
 					return malformed(err, "truncated", pos);
@@ -191,10 +202,11 @@ asp_status asp_wire_scan(const uint8_t *data, size_t len, size_t max_objects, si
 				                     "malformed message: nested deeper than %d",
 				                     ASP_WIRE_MAX_DEPTH);
 			if (count > len - pos)
-				return asp_error_set(err, ASP_E_PROTOCOL_ERROR, NULL,
-				                     "malformed message: a container at byte %zu claims "
-				                     "%llu elements but only %zu bytes remain",
-				                     pos, (unsigned long long)count, len - pos);
+				return asp_error_set(
+				    err, ASP_E_PROTOCOL_ERROR, NULL,
+				    "malformed message: a container at byte %zu claims "
+				    "%llu elements but only %zu bytes remain",
+				    pos, (unsigned long long)count, len - pos);
 			if (count > 0)
 				pending[++depth] = count;
 			continue;
@@ -326,13 +338,15 @@ asp_status asp_wire_unpack(const uint8_t *data, size_t len, msgpack_unpacked *u,
 			msg->result = &a[3];
 		else if (a[3].type != MSGPACK_OBJECT_NIL || !msg->error)
 			return asp_error_set(err, ASP_E_PROTOCOL_ERROR, NULL,
-			                     "malformed response %u: result must be a map", msg->id);
+			                     "malformed response %u: result must be a map",
+			                     msg->id);
 		msg->has_id = true;
 		return ASP_OK;
 	case ASP_MSG_NOTIFY:
 		if (n != 3 || a[1].type != MSGPACK_OBJECT_STR || a[2].type != MSGPACK_OBJECT_MAP)
-			return asp_error_set(err, ASP_E_PROTOCOL_ERROR, NULL,
-			                     "malformed notification: expected [2, method, params]");
+			return asp_error_set(
+			    err, ASP_E_PROTOCOL_ERROR, NULL,
+			    "malformed notification: expected [2, method, params]");
 		msg->method = a[1].via.str.ptr;
 		msg->method_len = a[1].via.str.size;
 		msg->params = &a[2];
@@ -386,9 +400,9 @@ int asp_wire_response_ok(asp_buf *b, uint32_t id, const asp_record_desc *d, cons
 {
 	msgpack_packer pk;
 	asp_wire_begin(b, &pk);
-	if (b->len == 0 || msgpack_pack_array(&pk, 4) || msgpack_pack_uint8(&pk, ASP_MSG_RESPONSE) ||
-	    msgpack_pack_uint32(&pk, id) || msgpack_pack_nil(&pk) ||
-	    asp_record_encode(d, &pk, result))
+	if (b->len == 0 || msgpack_pack_array(&pk, 4) ||
+	    msgpack_pack_uint8(&pk, ASP_MSG_RESPONSE) || msgpack_pack_uint32(&pk, id) ||
+	    msgpack_pack_nil(&pk) || asp_record_encode(d, &pk, result))
 		return -1;
 	asp_wire_finish(b);
 	return 0;
@@ -400,10 +414,11 @@ int asp_wire_response_err(asp_buf *b, uint32_t id, const asp_error *err)
 	asp_wire_begin(b, &pk);
 	const char *code = asp_strerror(err->code);
 	size_t fields = 2 + (err->sys_errno != 0) + (err->path[0] != '\0');
-	if (b->len == 0 || msgpack_pack_array(&pk, 4) || msgpack_pack_uint8(&pk, ASP_MSG_RESPONSE) ||
-	    msgpack_pack_uint32(&pk, id) || msgpack_pack_map(&pk, fields) ||
-	    pack_cstr(&pk, "code", 4) || pack_cstr(&pk, code, strlen(code)) ||
-	    pack_cstr(&pk, "message", 7) || pack_cstr(&pk, err->message, strlen(err->message)))
+	if (b->len == 0 || msgpack_pack_array(&pk, 4) ||
+	    msgpack_pack_uint8(&pk, ASP_MSG_RESPONSE) || msgpack_pack_uint32(&pk, id) ||
+	    msgpack_pack_map(&pk, fields) || pack_cstr(&pk, "code", 4) ||
+	    pack_cstr(&pk, code, strlen(code)) || pack_cstr(&pk, "message", 7) ||
+	    pack_cstr(&pk, err->message, strlen(err->message)))
 		return -1;
 	if (err->sys_errno && (pack_cstr(&pk, "errno", 5) || msgpack_pack_int(&pk, err->sys_errno)))
 		return -1;

@@ -83,10 +83,10 @@ enum asp_msg_type { ASP_MSG_REQUEST = 0, ASP_MSG_RESPONSE = 1, ASP_MSG_NOTIFY = 
 
 /* A decoded message; the objects point into the msgpack_unpacked and the frame bytes. */
 typedef struct asp_msg {
-	int type;              /* enum asp_msg_type */
-	bool has_id;           /* request/response: the id decoded */
+	int type;    /* enum asp_msg_type */
+	bool has_id; /* request/response: the id decoded */
 	uint32_t id;
-	const char *method;    /* request/notification; not NUL-terminated */
+	const char *method; /* request/notification; not NUL-terminated */
 	size_t method_len;
 	const msgpack_object *params; /* request/notification: a map */
 	const msgpack_object *error;  /* response: the error map, or NULL on success */

@@ -302,15 +302,15 @@ void t_add_framed(asp_buf *b, const void *data, size_t len)
 	asp_buf_write(b, data, len);
 }
 
-bool t_parse_response(const uint8_t *body, size_t len, asp_op_id op, void *result,
-                      asp_arena *a, t_resp *r)
+bool t_parse_response(const uint8_t *body, size_t len, asp_op_id op, void *result, asp_arena *a,
+                      t_resp *r)
 {
 	msgpack_unpacked u;
 	msgpack_unpacked_init(&u);
 	asp_msg msg;
 	asp_error_clear(&r->err);
-	bool ok = asp_wire_decode(body, len, &u, &msg, &r->err) == ASP_OK &&
-	          msg.type == ASP_MSG_RESPONSE;
+	bool ok =
+	    asp_wire_decode(body, len, &u, &msg, &r->err) == ASP_OK && msg.type == ASP_MSG_RESPONSE;
 	if (ok) {
 		r->id = msg.id;
 		if (msg.error)

@@ -55,8 +55,8 @@ typedef struct t_resp {
  * Parses a response body; on success decodes the result of `op` into `result` (may be
  * NULL to skip) with `a`. false when the body is not a well-formed response.
  */
-bool t_parse_response(const uint8_t *body, size_t len, asp_op_id op, void *result,
-                      asp_arena *a, t_resp *r);
+bool t_parse_response(const uint8_t *body, size_t len, asp_op_id op, void *result, asp_arena *a,
+                      t_resp *r);
 
 /* Reads a whole file; malloc'd. NULL on error. */
 uint8_t *t_read_file(const char *path, size_t *len);

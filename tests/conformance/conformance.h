@@ -30,7 +30,8 @@
  */
 typedef struct conf_streaming {
 	asp_status (*spawn)(void *ctx, void *self, const asp_spawn_params *p,
-	                    const asp_proc_callbacks *cb, void *user, uint64_t *proc, asp_error *err);
+	                    const asp_proc_callbacks *cb, void *user, uint64_t *proc,
+	                    asp_error *err);
 	asp_status (*attach)(void *ctx, void *self, const asp_proc_attach_params *p,
 	                     const asp_proc_callbacks *cb, void *user, asp_error *err);
 	void (*detach)(void *ctx, void *self, uint64_t proc);
@@ -113,8 +114,8 @@ void conf_run_case(const conf_case *c, const asp_ops *ops, void *self, const cha
                    conf_outcome *out);
 
 /* As conf_run_case, with streaming (may be NULL). */
-void conf_run_case_st(const conf_case *c, const asp_ops *ops, void *self,
-                      const conf_streaming *st, const char *root, conf_outcome *out);
+void conf_run_case_st(const conf_case *c, const asp_ops *ops, void *self, const conf_streaming *st,
+                      const char *root, conf_outcome *out);
 
 /* "PASS", "FAIL", "SKIP" or "n/a", as the table shows it. */
 const char *conf_verdict(const conf_outcome *o);
@@ -127,8 +128,8 @@ int conf_run_filtered(const asp_ops *ops, void *self, const char *root, const ch
                       FILE *report);
 
 /* As conf_run_filtered, with streaming (may be NULL). */
-int conf_run_filtered_st(const asp_ops *ops, void *self, const conf_streaming *st,
-                         const char *root, const char *only, FILE *report);
+int conf_run_filtered_st(const asp_ops *ops, void *self, const conf_streaming *st, const char *root,
+                         const char *only, FILE *report);
 
 /* All cases. Returns the number of failures. */
 int conf_run_all(const asp_ops *ops, void *self, const char *root, FILE *report);

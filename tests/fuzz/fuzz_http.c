@@ -96,11 +96,6 @@ static asp_serve_result fz_local_serve(asp_local_conn *c, asp_request *r, asp_re
 }
 
 /* What http_server.c would provide. */
-void srv_log(const char *fmt, ...)
-{
-	(void)fmt;
-}
-
 void srv_wake(srv *s)
 {
 	(void)s;

@@ -6,6 +6,7 @@
  */
 #include "asp/asp.h"
 #include "asp/transport.h"
+#include "http_addr.h"
 #include "listener.h"
 #include "wire.h"
 #include "ws_client.h"
@@ -1471,6 +1472,49 @@ static void test_relay(void)
 	asp_client_free(c);
 }
 
+/* ---- http.url, read as libcurl reads it ---------------------------------------------- */
+
+static void expect_url(const char *url, const char *host, int port, bool tls, const char *prefix)
+{
+	http_addr a;
+	char why[600] = "";
+	int rc = http_addr_parse_url(url, &a, why, sizeof why);
+	bool ok = rc == 0 && strcmp(a.host, host) == 0 && a.port == port && a.tls == tls &&
+	          strcmp(a.prefix, prefix) == 0;
+	if (!ok)
+		fprintf(stderr, "%s: rc %d (%s) host '%s' port %d tls %d prefix '%s'\n", url, rc,
+		        why, a.host, a.port, a.tls, a.prefix);
+	CU_ASSERT(ok);
+}
+
+static void expect_url_refused(const char *url, const char *says)
+{
+	http_addr a;
+	char why[600] = "";
+	int rc = http_addr_parse_url(url, &a, why, sizeof why);
+	bool ok = rc < 0 && strstr(why, says) != NULL;
+	if (!ok)
+		fprintf(stderr, "%s: rc %d, '%s' does not say '%s'\n", url, rc, why, says);
+	CU_ASSERT(ok);
+}
+
+static void test_url_parse(void)
+{
+	expect_url("http://127.0.0.1:8722", "127.0.0.1", 8722, false, "");
+	expect_url("https://[::1]/asp/", "::1", 443, true, "/asp");
+	expect_url("http://h/v1?x=1#y", "h", 80, false, "/v1");
+	expect_url("http://sandbox.example:1/a/b//", "sandbox.example", 1, false, "/a/b");
+	expect_url("https://h//", "h", 443, true, "");
+	expect_url_refused("ftp://h", "'ftp://h' is not an http:// or https:// URL");
+	expect_url_refused("127.0.0.1:8722", "is not an http:// or https:// URL");
+	expect_url_refused("http://", "expected http(s)://HOST[:PORT][/PREFIX]");
+	expect_url_refused("http://h:65536", "expected http(s)://HOST[:PORT][/PREFIX] (Port");
+	expect_url_refused("http://me:secret@h/", "the token goes in http.token_env");
+	char long_path[700];
+	snprintf(long_path, sizeof long_path, "http://h/%0520d", 0); /* prefix: 511 at most */
+	expect_url_refused(long_path, "the path is too long");
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -1486,6 +1530,7 @@ int main(void)
 		const char *name;
 		CU_TestFunc fn;
 	} tests[] = {
+	    {"http.url: host, port and prefix as libcurl reads them, refusals", test_url_parse},
 	    {"auth: 401 without or with a wrong token, health open", test_auth},
 	    {"only loopback without a token", test_loopback_rule},
 	    {"TLS: right CA, wrong CA, plain http", test_tls},

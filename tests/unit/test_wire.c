@@ -58,7 +58,10 @@ static void fill_field(const asp_field_desc *f, void *rec, int seed)
 		char *items = asp_arena_alloc(arena, 2 * f->record->size);
 		fill(f->record, items, seed + 1);
 		fill(f->record, items + f->record->size, seed + 2);
-		struct { void *items; size_t count; } arr = {items, 2};
+		struct {
+			void *items;
+			size_t count;
+		} arr = {items, 2};
 		memcpy(p, &arr, sizeof arr);
 		break;
 	}
@@ -127,7 +130,10 @@ static int same(const asp_record_desc *d, const void *x, const void *y)
 			break;
 		}
 		case ASP_FT_RECORDS: {
-			struct { char *items; size_t count; } s, t;
+			struct {
+				char *items;
+				size_t count;
+			} s, t;
 			memcpy(&s, a, sizeof s);
 			memcpy(&t, b, sizeof t);
 			if (s.count != t.count)
@@ -218,11 +224,11 @@ static void test_request_bytes(void)
 	asp_buf_init(&b);
 	CU_ASSERT_EQUAL_FATAL(asp_wire_request(&b, 7, ASP_OP_EXEC, &p), 0);
 	static const uint8_t want[] = {
-		0x00, 0x00, 0x00, 0x22,                         /* frame length 34 */
-		0x94, 0x00, 0x07, 0xa4, 'e', 'x', 'e', 'c',     /* [0, 7, "exec", */
-		0x82, 0xa7, 'c', 'o', 'm', 'm', 'a', 'n', 'd',  /* {"command": */
-		0xa4, 't', 'r', 'u', 'e',                       /*  "true", */
-		0xaa, 't', 'i', 'm', 'e', 'o', 'u', 't', '_', 'm', 's', 0x05}; /* "timeout_ms": 5} */
+	    0x00, 0x00, 0x00, 0x22,                                           /* frame length 34 */
+	    0x94, 0x00, 0x07, 0xa4, 'e', 'x', 'e', 'c',                       /* [0, 7, "exec", */
+	    0x82, 0xa7, 'c',  'o',  'm', 'm', 'a', 'n', 'd',                  /* {"command": */
+	    0xa4, 't',  'r',  'u',  'e',                                      /*  "true", */
+	    0xaa, 't',  'i',  'm',  'e', 'o', 'u', 't', '_', 'm', 's', 0x05}; /* "timeout_ms": 5} */
 	CU_ASSERT_EQUAL(b.len, sizeof want);
 	CU_ASSERT_EQUAL(memcmp(b.data, want, sizeof want < b.len ? sizeof want : b.len), 0);
 	asp_buf_free(&b);
@@ -273,9 +279,9 @@ static void test_decode_names_field(void)
 	msgpack_unpack_next(&u, (const char *)bad, sizeof bad, &off);
 	asp_read_params p;
 	asp_error err;
-	CU_ASSERT_EQUAL(asp_record_decode(asp_op_descs[ASP_OP_READ].params, &u.data, &p, arena,
-	                                  &err),
-	                ASP_E_INVALID_ARGUMENT);
+	CU_ASSERT_EQUAL(
+	    asp_record_decode(asp_op_descs[ASP_OP_READ].params, &u.data, &p, arena, &err),
+	    ASP_E_INVALID_ARGUMENT);
 	CU_ASSERT_STRING_EQUAL(err.message, "read params: field 'path': expected str, got uint");
 	msgpack_unpacked_destroy(&u);
 	asp_arena_reset(arena);
@@ -295,16 +301,16 @@ static uint8_t *slurp(const char *path, size_t *len)
 }
 
 /* A backend whose every op fails, so a request that decodes shows its decode result. */
-static asp_status stat_ok(void *self, const asp_stat_params *p, asp_stat_result *r,
-                          asp_arena *a, asp_error *err)
+static asp_status stat_ok(void *self, const asp_stat_params *p, asp_stat_result *r, asp_arena *a,
+                          asp_error *err)
 {
 	(void)self, (void)p, (void)a, (void)err;
 	r->type = "file";
 	return ASP_OK;
 }
 
-static asp_status read_huge(void *self, const asp_read_params *p, asp_read_result *r,
-                            asp_arena *a, asp_error *err)
+static asp_status read_huge(void *self, const asp_read_params *p, asp_read_result *r, asp_arena *a,
+                            asp_error *err)
 {
 	(void)self, (void)p, (void)err;
 	r->data.len = 2048;
@@ -352,14 +358,14 @@ static const struct {
 	const char *file;
 	int code; /* negative: closes with that status; positive: answered with it */
 } expected[] = {
-	{"req-method-not-str.bin", ASP_E_INVALID_ARGUMENT},
-	{"req-params-not-map.bin", ASP_E_INVALID_ARGUMENT},
-	{"req-path-wrong-type.bin", ASP_E_INVALID_ARGUMENT},
-	{"req-missing-path.bin", ASP_E_INVALID_ARGUMENT},
-	{"req-path-with-nul.bin", ASP_E_INVALID_ARGUMENT},
-	{"req-unknown-method.bin", ASP_E_UNSUPPORTED},
-	{"req-exec-both.bin", ASP_E_INVALID_ARGUMENT},
-	{"req-uint-negative.bin", ASP_E_INVALID_ARGUMENT},
+    {"req-method-not-str.bin", ASP_E_INVALID_ARGUMENT},
+    {"req-params-not-map.bin", ASP_E_INVALID_ARGUMENT},
+    {"req-path-wrong-type.bin", ASP_E_INVALID_ARGUMENT},
+    {"req-missing-path.bin", ASP_E_INVALID_ARGUMENT},
+    {"req-path-with-nul.bin", ASP_E_INVALID_ARGUMENT},
+    {"req-unknown-method.bin", ASP_E_UNSUPPORTED},
+    {"req-exec-both.bin", ASP_E_INVALID_ARGUMENT},
+    {"req-uint-negative.bin", ASP_E_INVALID_ARGUMENT},
 };
 
 /*
@@ -440,8 +446,8 @@ static void test_vectors(void)
 			if (!strcmp(expected[i].file, e->d_name))
 				want = expected[i].code;
 		if (code != want)
-			fprintf(stderr, "\n%s: got %d (%s), want %d\n", e->d_name, code, err.message,
-			        want);
+			fprintf(stderr, "\n%s: got %d (%s), want %d\n", e->d_name, code,
+			        err.message, want);
 		CU_ASSERT_EQUAL(code, want);
 		CU_ASSERT_NOT_EQUAL(err.message[0], '\0');
 		free(body);
@@ -454,14 +460,14 @@ static void test_vectors(void)
 static void test_dispatch_too_large(void)
 {
 	/* [0, 9, "read", {"path": "x"}] with max_message 1024: the 2 KiB result is refused */
-	const uint8_t req[] = {0x94, 0x00, 0x09, 0xa4, 'r', 'e', 'a', 'd',
+	const uint8_t req[] = {0x94, 0x00, 0x09, 0xa4, 'r', 'e', 'a',  'd',
 	                       0x81, 0xa4, 'p',  'a',  't', 'h', 0xa1, 'x'};
 	asp_error err;
 	CU_ASSERT_EQUAL(serve(req, sizeof req, 1024, &err), ASP_E_TOO_LARGE);
 	CU_ASSERT_EQUAL(serve(req, sizeof req, 1 << 20, &err), 0);
 	/* an op the backend lacks answers unsupported, not a crash */
-	const uint8_t mk[] = {0x94, 0x00, 0x09, 0xa5, 'm', 'k', 'd', 'i', 'r',
-	                      0x81, 0xa4, 'p', 'a', 't', 'h', 0xa1, 'x'};
+	const uint8_t mk[] = {0x94, 0x00, 0x09, 0xa5, 'm', 'k', 'd',  'i', 'r',
+	                      0x81, 0xa4, 'p',  'a',  't', 'h', 0xa1, 'x'};
 	CU_ASSERT_EQUAL(serve(mk, sizeof mk, 1 << 20, &err), ASP_E_UNSUPPORTED);
 }
 

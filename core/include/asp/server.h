@@ -24,6 +24,15 @@ extern "C" {
 
 struct iovec;
 
+/* ---- logging ---------------------------------------------------------------------- */
+
+/*
+ * A server's diagnostic: the printf-style line, a newline added, to stderr in one
+ * write(2), so lines from many threads never interleave. A line longer than about 1 KiB
+ * is cut. Any thread; never fails (a write error is ignored: stderr may be gone).
+ */
+void asp_server_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* ---- the local backend ------------------------------------------------------------ */
 
 /*

@@ -35,7 +35,7 @@ typedef enum asp_status {
 
 /* Sizes of the fixed buffers in asp_error; longer text is truncated with "...". */
 #define ASP_ERROR_MESSAGE_MAX 1024
-#define ASP_ERROR_PATH_MAX 1024
+#define ASP_ERROR_PATH_MAX    1024
 
 /*
  * The detail of a failed call, filled by the callee. Caller-owned (usually on the
@@ -60,19 +60,19 @@ asp_status asp_status_from_name(const char *name, size_t len);
  * `path` may be NULL. The arguments may point into `err` itself (err->message, err->path):
  * the message is formatted before anything in `err` changes.
  */
-asp_status asp_error_set(asp_error *err, asp_status code, const char *path, const char *fmt,
-                         ...) __attribute__((format(printf, 4, 5)));
+asp_status asp_error_set(asp_error *err, asp_status code, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /*
  * Puts "WHAT: " (printf-formatted) before err's message and sets its code; keeps the
  * path and errno. For adding context to an error a callee filled. NULL err: no-op.
  */
 asp_status asp_error_prefix(asp_error *err, asp_status code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 /* As asp_error_set, for an errno: maps it (DESIGN §3) and records it in sys_errno. */
 asp_status asp_error_errno(asp_error *err, int errnum, const char *path, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 4, 5)));
 
 /* The protocol's mapping of an errno to a status. */
 asp_status asp_status_from_errno(int errnum);

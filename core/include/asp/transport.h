@@ -119,6 +119,54 @@ size_t asp_ops_filled(const asp_ops *const *tables, size_t n, const char **out);
 asp_status asp_check_write_params(const asp_write_params *p, asp_error *err);
 
 /*
+ * invalid_argument "OP: field 'FIELD' is required" when `value` is NULL (a direct caller
+ * may leave a required string out), else ASP_OK.
+ */
+asp_status asp_check_required(const char *op, const char *field, const char *value, asp_error *err);
+
+/*
+ * Appends "; HINT" to err's message (what the person can do about it) when it fits; the
+ * code, path and errno stay. NULL err: no-op.
+ */
+void asp_error_hint(asp_error *err, const char *hint);
+
+/* internal "OP: out of memory", or "OP: out of memory in WHERE" when `where` is given
+ * (`err` first, as in asp_error_set). */
+asp_status asp_error_oom(asp_error *err, const char *op, const char *where);
+
+/*
+ * The directory part of `path`, malloc'd: "a" for "a//b", "/" for "/b". NULL when it has
+ * none ("b") or out of memory; strchr(path, '/') tells the two apart.
+ */
+char *asp_path_parent(const char *path);
+
+/*
+ * A backend's own one-level mkdir, for asp_mkdir_parents. Each returns 0, an errno, or -1
+ * when the backend failed in a way an errno does not say (a lost connection; `ctx` keeps
+ * why): asp_mkdir_parents then stops and returns -1.
+ */
+typedef struct asp_mkdir_fns {
+	/* Makes one directory: 0, ENOENT (its parent is missing), EEXIST (something is
+	 * there, of any kind), or another errno. */
+	int (*mkdir)(void *ctx, const char *path, unsigned mode);
+	/* After EEXIST: 0 when `path` is a directory, EEXIST for another kind, or an errno. */
+	int (*exists)(void *ctx, const char *path);
+	/* After ENOENT where the parents were there or made: the precise errno (ENOTDIR when
+	 * an ancestor is not a directory). NULL: ENOENT. */
+	int (*missing)(void *ctx, const char *path);
+} asp_mkdir_fns;
+
+/*
+ * mkdir -p with the fewest calls (the local backend and SFTP alike): tries `path`
+ * (trailing slashes ignored) with `mode`; when its parent is missing, walks back to the
+ * deepest ancestor that exists or can be made (with `parent_mode`), then forward. An
+ * existing directory is success, an existing non-directory at `path` is EEXIST. Returns
+ * 0, an errno (ENOMEM when out of memory), or -1 from a callback.
+ */
+int asp_mkdir_parents(const char *path, unsigned mode, unsigned parent_mode,
+                      const asp_mkdir_fns *fns, void *ctx);
+
+/*
  * edit's replacement on a file's bytes, for a backend that reads and writes the file
  * itself (native SSH): the new bytes (malloc'd, *out_len of them; the caller frees) and
  * how many occurrences; not_found / invalid_argument (with the count) as the spec says.

@@ -147,15 +147,15 @@ asp_status local_hello(asp_local *l, bool streaming, bool follow, asp_hello_resu
 	return ASP_OK;
 }
 
-asp_status local_need_path(const char *op, const char *field, const char *path, asp_error *err)
+asp_status asp_check_required(const char *op, const char *field, const char *value, asp_error *err)
 {
-	if (path)
+	if (value)
 		return ASP_OK;
 	return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL, "%s: field '%s' is required", op,
 	                     field);
 }
 
-void local_hint(asp_error *err, const char *hint)
+void asp_error_hint(asp_error *err, const char *hint)
 {
 	if (!err)
 		return;
@@ -165,9 +165,15 @@ void local_hint(asp_error *err, const char *hint)
 		    memcpy(err->message + used + 2, hint, need - 2);
 }
 
+asp_status asp_error_oom(asp_error *err, const char *op, const char *where)
+{
+	return asp_error_set(err, ASP_E_INTERNAL, NULL, "%s: out of memory%s%s", op,
+	                     where ? " in " : "", where ? where : "");
+}
+
 asp_status local_oom(const char *op, asp_error *err)
 {
-	return asp_error_set(err, ASP_E_INTERNAL, NULL, "%s: out of memory in the responder", op);
+	return asp_error_oom(err, op, "the responder");
 }
 
 uint64_t local_now_ns(void)

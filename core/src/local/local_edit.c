@@ -128,7 +128,7 @@ asp_status asp_local_edit(void *self, const asp_edit_params *p, asp_edit_result 
                           asp_error *err)
 {
 	memset(r, 0, sizeof *r);
-	asp_status st = local_need_path("edit", "path", p->path, err);
+	asp_status st = asp_check_required("edit", "path", p->path, err);
 	if (st)
 		return st;
 	if (!p->old || !p->old[0]) /* before reading the file */

@@ -18,8 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FIRST_BUF      (16u * 1024)
-#define SCRATCH        (64u * 1024)
+#define FIRST_BUF (16u * 1024)
+#define SCRATCH   (64u * 1024)
 
 struct stream {
 	int fd; /* -1 at EOF */

@@ -78,7 +78,7 @@ asp_status asp_local_read(void *self, const asp_read_params *p, asp_read_result 
 {
 	asp_local *l = self;
 	memset(r, 0, sizeof *r);
-	asp_status st = local_need_path("read", "path", p->path, err);
+	asp_status st = asp_check_required("read", "path", p->path, err);
 	if (st != ASP_OK)
 		return st;
 	if (p->offset > (uint64_t)INT64_MAX)
@@ -157,23 +157,10 @@ static int write_all(int fd, const uint8_t *data, size_t len, bool at, uint64_t 
 	return 0;
 }
 
-/* The directory part of `path` (malloc'd), or NULL when it has none or out of memory. */
-static char *parent_of(const char *path)
-{
-	const char *slash = strrchr(path, '/');
-	if (!slash)
-		return NULL;
-	while (slash > path && slash[-1] == '/')
-		slash--;
-	if (slash == path)
-		return strdup("/");
-	return strndup(path, (size_t)(slash - path));
-}
-
 /* Creates the missing parents of `path`; 0 or an errno. */
 static int make_parents(const char *path)
 {
-	char *dir = parent_of(path);
+	char *dir = asp_path_parent(path);
 	if (!dir)
 		return strchr(path, '/') ? ENOMEM : ENOENT;
 	int e = local_mkdir_parents(dir, NEW_DIR_MODE, NEW_DIR_MODE);
@@ -187,7 +174,7 @@ static asp_status write_error(const asp_write_params *p, int e, asp_error *err)
 		return local_oom("write", err);
 	asp_status st = asp_error_errno(err, e, p->path, "write %s", p->path);
 	if (e == ENOENT && !p->mkdirs)
-		local_hint(err, "its directory is missing; 'mkdirs' creates it");
+		asp_error_hint(err, "its directory is missing; 'mkdirs' creates it");
 	return st;
 }
 
@@ -214,7 +201,7 @@ static char *temp_name(const char *target)
 
 static void fsync_dir_of(const char *path)
 {
-	char *dir = parent_of(path);
+	char *dir = asp_path_parent(path);
 	int fd = open(dir ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	free(dir);
 	if (fd >= 0) {
@@ -247,7 +234,7 @@ static void remove_dead_temps(const char *target)
 		blen = 200;
 	char prefix[256];
 	int plen = snprintf(prefix, sizeof prefix, ".%.*s.asp-", (int)blen, base);
-	char *dir = parent_of(target);
+	char *dir = asp_path_parent(target);
 	DIR *d = opendir(dir ? dir : ".");
 	free(dir);
 	if (!d || plen < 0)
@@ -311,7 +298,7 @@ static int write_unnamed(const asp_write_params *p, const char *target, bool exi
                          const struct stat *old, mode_t mode)
 {
 #ifdef O_TMPFILE
-	char *dir = parent_of(target);
+	char *dir = asp_path_parent(target);
 	const char *d = dir ? dir : strchr(target, '/') ? NULL : ".";
 	if (!d)
 		return ENOMEM;
@@ -445,7 +432,7 @@ asp_status asp_local_write(void *self, const asp_write_params *p, asp_write_resu
 	(void)self;
 	(void)a;
 	memset(r, 0, sizeof *r);
-	asp_status st = local_need_path("write", "path", p->path, err);
+	asp_status st = asp_check_required("write", "path", p->path, err);
 	if (st != ASP_OK)
 		return st;
 	if (p->data.len && !p->data.data)

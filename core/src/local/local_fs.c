@@ -61,7 +61,7 @@ asp_status asp_local_stat(void *self, const asp_stat_params *p, asp_stat_result 
 {
 	(void)self;
 	memset(r, 0, sizeof *r);
-	asp_status st = local_need_path("stat", "path", p->path, err);
+	asp_status st = asp_check_required("stat", "path", p->path, err);
 	if (st != ASP_OK)
 		return st;
 	struct stat sb;
@@ -94,7 +94,7 @@ asp_status asp_local_list(void *self, const asp_list_params *p, asp_list_result 
 {
 	(void)self;
 	memset(r, 0, sizeof *r);
-	asp_status st = local_need_path("list", "path", p->path, err);
+	asp_status st = asp_check_required("list", "path", p->path, err);
 	if (st != ASP_OK)
 		return st;
 	int fd = open(p->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -172,11 +172,20 @@ static bool is_dir(const char *path)
 	return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-/*
- * mkdir -p with the fewest syscalls: try the path; on ENOENT walk back to the deepest
- * ancestor that exists (or could be made), then forward creating each level.
- */
-int local_mkdir_parents(const char *path, mode_t mode, mode_t parent_mode)
+char *asp_path_parent(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	if (!slash)
+		return NULL;
+	while (slash > path && slash[-1] == '/')
+		slash--;
+	if (slash == path)
+		return strdup("/");
+	return strndup(path, (size_t)(slash - path));
+}
+
+int asp_mkdir_parents(const char *path, unsigned mode, unsigned parent_mode,
+                      const asp_mkdir_fns *fns, void *ctx)
 {
 	size_t len = strlen(path);
 	while (len > 1 && path[len - 1] == '/')
@@ -184,12 +193,9 @@ int local_mkdir_parents(const char *path, mode_t mode, mode_t parent_mode)
 	char *buf = strndup(path, len);
 	if (!buf)
 		return ENOMEM;
-	int e = 0;
-	if (mkdir(buf, mode) == 0)
-		goto out;
-	e = errno;
+	int e = fns->mkdir(ctx, buf, mode);
 	if (e == EEXIST) {
-		e = is_dir(buf) ? 0 : EEXIST;
+		e = fns->exists(ctx, buf);
 		goto out;
 	}
 	if (e != ENOENT)
@@ -209,12 +215,11 @@ int local_mkdir_parents(const char *path, mode_t mode, mode_t parent_mode)
 			break; /* reached the root */
 		buf[s] = '\0';
 		cuts++;
-		if (mkdir(buf, parent_mode) == 0 || errno == EEXIST)
+		e = fns->mkdir(ctx, buf, parent_mode);
+		if (e == 0 || e == EEXIST)
 			break; /* EEXIST on a non-directory shows up as ENOTDIR on the next level */
-		if (errno != ENOENT) {
-			e = errno;
+		if (e != ENOENT)
 			goto out;
-		}
 		i = s;
 	}
 	/* Forward: restore one separator at a time and make that level. */
@@ -223,18 +228,37 @@ int local_mkdir_parents(const char *path, mode_t mode, mode_t parent_mode)
 		char *z = buf + strlen(buf);
 		*z = '/';
 		bool last = k == cuts - 1;
-		if (mkdir(buf, last ? mode : parent_mode) == 0)
-			continue;
-		e = errno;
-		if (e != EEXIST)
+		e = fns->mkdir(ctx, buf, last ? mode : parent_mode);
+		if (e == EEXIST) /* raced with another creator */
+			e = last ? fns->exists(ctx, buf) : 0;
+		else if (e == ENOENT)
+			e = fns->missing ? fns->missing(ctx, buf) : ENOENT;
+		if (e)
 			goto out;
-		e = last && !is_dir(buf) ? EEXIST : 0; /* raced with another creator */
 	}
 	if (cuts == 0)
-		e = ENOENT;
+		e = fns->missing ? fns->missing(ctx, buf) : ENOENT;
 out:
 	free(buf);
 	return e;
+}
+
+static int sys_mkdir(void *ctx, const char *path, unsigned mode)
+{
+	(void)ctx;
+	return mkdir(path, (mode_t)mode) == 0 ? 0 : errno;
+}
+
+static int sys_exists(void *ctx, const char *path)
+{
+	(void)ctx;
+	return is_dir(path) ? 0 : EEXIST;
+}
+
+int local_mkdir_parents(const char *path, mode_t mode, mode_t parent_mode)
+{
+	static const asp_mkdir_fns sys = {.mkdir = sys_mkdir, .exists = sys_exists};
+	return asp_mkdir_parents(path, mode, parent_mode, &sys, NULL);
 }
 
 asp_status asp_local_mkdir(void *self, const asp_mkdir_params *p, asp_mkdir_result *r, asp_arena *a,
@@ -243,7 +267,7 @@ asp_status asp_local_mkdir(void *self, const asp_mkdir_params *p, asp_mkdir_resu
 	(void)self;
 	(void)a;
 	memset(r, 0, sizeof *r);
-	asp_status st = local_need_path("mkdir", "path", p->path, err);
+	asp_status st = asp_check_required("mkdir", "path", p->path, err);
 	if (st != ASP_OK)
 		return st;
 	if (p->mode > 07777)
@@ -257,9 +281,9 @@ asp_status asp_local_mkdir(void *self, const asp_mkdir_params *p, asp_mkdir_resu
 		return ASP_OK;
 	st = asp_error_errno(err, e, p->path, "mkdir %s", p->path);
 	if (e == ENOENT && !p->parents)
-		local_hint(err, "a parent directory is missing; 'parents' creates it");
+		asp_error_hint(err, "a parent directory is missing; 'parents' creates it");
 	else if (e == EEXIST && p->parents)
-		local_hint(err, "it exists and is not a directory");
+		asp_error_hint(err, "it exists and is not a directory");
 	return st;
 }
 
@@ -301,9 +325,9 @@ asp_status asp_local_rename(void *self, const asp_rename_params *p, asp_rename_r
 	(void)self;
 	(void)a;
 	memset(r, 0, sizeof *r);
-	asp_status st = local_need_path("rename", "from", p->from, err);
+	asp_status st = asp_check_required("rename", "from", p->from, err);
 	if (st == ASP_OK)
-		st = local_need_path("rename", "to", p->to, err);
+		st = asp_check_required("rename", "to", p->to, err);
 	if (st != ASP_OK)
 		return st;
 	int e = p->overwrite ? (rename(p->from, p->to) == 0 ? 0 : errno)
@@ -314,6 +338,6 @@ asp_status asp_local_rename(void *self, const asp_rename_params *p, asp_rename_r
 	const char *about = e == EEXIST ? p->to : p->from;
 	st = asp_error_errno(err, e, about, "rename %s -> %s", p->from, p->to);
 	if (e == EEXIST && !p->overwrite)
-		local_hint(err, "the target exists and 'overwrite' is false");
+		asp_error_hint(err, "the target exists and 'overwrite' is false");
 	return st;
 }

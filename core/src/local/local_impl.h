@@ -21,18 +21,18 @@ struct asp_local {
 	char arch[64];         /* uname machine */
 
 	/* Spawned processes (local_proc.h). */
-	pthread_mutex_t mu;      /* the fields below */
-	pthread_cond_t cv;       /* a pump ended */
+	pthread_mutex_t mu;        /* the fields below */
+	pthread_cond_t cv;         /* a pump ended */
 	struct local_proc **procs; /* by increasing id */
 	size_t nprocs, cap;
 	uint64_t last_id;
-	uint64_t done_seq;       /* finished processes so far: orders eviction */
-	unsigned done;           /* finished processes in the table */
-	unsigned pumps;          /* pump threads running */
-	unsigned starting;       /* spawns starting their process, not yet in the table */
-	bool shutting_down;      /* no more spawns */
-	bool shared;             /* asp_local_set_shared: hello announces "reattach" */
-	uint64_t end_kill_ns;    /* shutting down: when its KILL is due (local_now_ns) */
+	uint64_t done_seq;    /* finished processes so far: orders eviction */
+	unsigned done;        /* finished processes in the table */
+	unsigned pumps;       /* pump threads running */
+	unsigned starting;    /* spawns starting their process, not yet in the table */
+	bool shutting_down;   /* no more spawns */
+	bool shared;          /* asp_local_set_shared: hello announces "reattach" */
+	uint64_t end_kill_ns; /* shutting down: when its KILL is due (local_now_ns) */
 };
 
 /*
@@ -76,12 +76,6 @@ asp_status asp_local_edit(void *self, const asp_edit_params *p, asp_edit_result 
 /* hello's feature naming grep's regex dialect: grep-pcre2 or grep-ere (local_search.c). */
 const char *local_grep_dialect(void);
 
-/* invalid_argument when a required path field is missing (direct callers may pass NULL). */
-asp_status local_need_path(const char *op, const char *field, const char *path, asp_error *err);
-
-/* Appends "; HINT" to err's message (what the caller can do about it), if it fits. */
-void local_hint(asp_error *err, const char *hint);
-
 /* ---- time, for exec and the pumps of spawned processes --------------------------- */
 
 #define NS_PER_MS     1000000ull
@@ -90,7 +84,7 @@ void local_hint(asp_error *err, const char *hint);
  * stop waiting for them. */
 #define GIVE_UP_NS     (500ull * NS_PER_MS)
 #define MAX_TIMEOUT_MS (1000ull * 1000 * 1000 * 10) /* ~115 days: as good as none */
-#define BIG_OUTPUT     (256u * 1024u) /* past this, a bigger pipe saves wakeups */
+#define BIG_OUTPUT     (256u * 1024u)               /* past this, a bigger pipe saves wakeups */
 
 /* CLOCK_MONOTONIC in ns. */
 uint64_t local_now_ns(void);
@@ -104,7 +98,7 @@ void local_deadline(struct timespec *dl, uint64_t ms);
 /* A condition variable whose timed waits use CLOCK_MONOTONIC. */
 void local_cond_init(pthread_cond_t *cv);
 
-/* internal "out of memory" error naming the op. */
+/* internal "OP: out of memory in the responder" (asp_error_oom). */
 asp_status local_oom(const char *op, asp_error *err);
 
 /*
@@ -117,11 +111,7 @@ int local_bytes_give(asp_arena *a, uint8_t *buf, size_t len, size_t cap, asp_byt
 /* The protocol's type name of a st_mode ("file", "dir", ...). */
 const char *local_type_name(mode_t mode);
 
-/*
- * mkdir -p: creates `path` with `mode` and its missing ancestors with `parent_mode`.
- * An existing directory is success; an existing non-directory at `path` is EEXIST.
- * Returns 0 or an errno.
- */
+/* asp_mkdir_parents with this machine's mkdir(2): 0 or an errno. */
 int local_mkdir_parents(const char *path, mode_t mode, mode_t parent_mode);
 
 #endif

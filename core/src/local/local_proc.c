@@ -412,7 +412,8 @@ asp_status asp_local_proc_wait(void *self, const asp_proc_wait_params *p, asp_pr
 		return err->code;
 	struct timespec dl;
 	if (p->timeout_ms)
-		local_deadline(&dl, p->timeout_ms < MAX_TIMEOUT_MS ? p->timeout_ms : MAX_TIMEOUT_MS);
+		local_deadline(&dl,
+		               p->timeout_ms < MAX_TIMEOUT_MS ? p->timeout_ms : MAX_TIMEOUT_MS);
 	asp_status st = ASP_OK;
 	pthread_mutex_lock(&pr->mu);
 	while (!pr->finished) {

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define PUMP_STACK     (256u * 1024u)
+#define PUMP_STACK (256u * 1024u)
 
 static const char *const stream_names[PROC_STREAM_COUNT] = {"stdout", "stderr"};
 

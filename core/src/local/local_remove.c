@@ -171,7 +171,7 @@ asp_status asp_local_remove(void *self, const asp_remove_params *p, asp_remove_r
 	(void)self;
 	(void)a;
 	memset(r, 0, sizeof *r);
-	asp_status st = local_need_path("remove", "path", p->path, err);
+	asp_status st = asp_check_required("remove", "path", p->path, err);
 	if (st != ASP_OK)
 		return st;
 	/* "link/" would name the directory behind a symlink: strip trailing slashes so a
@@ -220,7 +220,7 @@ asp_status asp_local_remove(void *self, const asp_remove_params *p, asp_remove_r
 	} else if (e) {
 		st = asp_error_errno(err, e, p->path, "remove %s", p->path);
 		if (e == ENOTEMPTY && !p->recursive)
-			local_hint(err, "'recursive' removes a directory and everything in it");
+			asp_error_hint(err, "'recursive' removes a directory and everything in it");
 	}
 out:
 	free(copy);

@@ -410,7 +410,7 @@ asp_status asp_local_glob(void *self, const asp_glob_params *p, asp_glob_result 
 {
 	asp_local *l = self;
 	memset(r, 0, sizeof *r);
-	asp_status st = local_need_path("glob", "path", p->path, err);
+	asp_status st = asp_check_required("glob", "path", p->path, err);
 	if (st)
 		return st;
 	if (!p->pattern || !p->pattern[0])
@@ -977,7 +977,7 @@ asp_status asp_local_grep(void *self, const asp_grep_params *p, asp_grep_result 
 {
 	asp_local *l = self;
 	memset(r, 0, sizeof *r);
-	asp_status st = local_need_path("grep", "path", p->path, err);
+	asp_status st = asp_check_required("grep", "path", p->path, err);
 	if (st)
 		return st;
 	if (!p->regex)
