@@ -1,5 +1,6 @@
 /* Starting, watching and reaping one child per call, with posix_spawn (vfork-fast). */
 #include "spawn_util.h"
+#include "cgroup.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -397,8 +398,9 @@ static struct {
 	pid_t *own;
 	size_t n, cap;
 	pid_t keeper;
-	int keeper_fd;     /* the write end of the keeper's pipe, -1 without one */
-	atomic_bool armed; /* the keeper was told that a command started */
+	int keeper_fd;          /* the write end of the keeper's pipe, -1 without one */
+	atomic_bool armed;      /* the keeper was told that a command started */
+	atomic_bool cg_pending; /* the reaper thread is still entering our cgroup */
 } reaper = {.keeper_fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static bool is_own_locked(pid_t pid)
@@ -418,6 +420,15 @@ static bool reaper_lock(void)
 	if (!atomic_load(&reaper.on))
 		return false;
 	pthread_mutex_lock(&reaper.mu);
+	/* A child forked before the move would stay outside our cgroup (cgroup_join). */
+	if (atomic_load(&reaper.cg_pending)) {
+		struct timespec dl;
+		clock_gettime(CLOCK_REALTIME, &dl);
+		dl.tv_sec += 5; /* a stuck move costs the cgroup, not the command */
+		while (atomic_load(&reaper.cg_pending) &&
+		       pthread_cond_timedwait(&reaper.cv, &reaper.mu, &dl) != ETIMEDOUT)
+			;
+	}
 	return true;
 }
 
@@ -528,6 +539,24 @@ static void reap_strays(void)
 }
 
 /*
+ * Moves this process into a cgroup of its own (cgroup.c), then lets spawns go on. Here,
+ * not in asp_local_reaper_start: the move waits for an RCU grace period (about 10 ms),
+ * which a client's first request that starts no command need not wait for. The keeper
+ * finds the cgroup by our pid, so dying half-way through leaves nothing behind.
+ */
+static void cgroup_join(void)
+{
+	char path[LOCAL_CGROUP_PATH_MAX];
+	bool in = local_cgroup_path(getpid(), path, sizeof path) && local_cgroup_enter(path);
+	pthread_mutex_lock(&reaper.mu);
+	atomic_store(&reaper.cg_pending, false);
+	pthread_cond_broadcast(&reaper.cv);
+	pthread_mutex_unlock(&reaper.mu);
+	if (in)
+		local_cgroup_sweep_stale(path);
+}
+
+/*
  * Waits for any child to exit without reaping it; an orphan that was re-parented to us
  * is reaped here, one of ours is left to its owner. The kernel reports the oldest zombie
  * first, so while an owner keeps its zombie (exec waits for the pipes' EOF), the others
@@ -539,6 +568,8 @@ static void *reaper_main(void *arg)
 	sigset_t all;
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals are for the serving threads */
+	if (atomic_load(&reaper.cg_pending))
+		cgroup_join();
 	pid_t blocked = 0;
 	int wait_ms = 25;
 	int64_t scan_at = 0;
@@ -653,8 +684,9 @@ void local_child_signal_tree(const local_child *c, int sig)
 
 /*
  * The keeper: a child forked before any thread, holding the read end of a pipe whose
- * write end only we hold. Our death in any way (exit, SIGKILL) is its EOF; then it kills
- * what carries our markers. Deaf to the signals a terminal or a group kill would send.
+ * write end only we hold. Our death in any way (exit, SIGKILL) is its EOF; then it ends
+ * our cgroup if we entered one, and kills what carries our markers. Deaf to the signals
+ * a terminal or a group kill would send.
  */
 static void keeper_main(int rfd, pid_t parent)
 {
@@ -681,7 +713,17 @@ static void keeper_main(int rfd, pid_t parent)
 		else if (n == 0 || (n < 0 && errno != EINTR))
 			break;
 	}
-	if (armed && !clean) { /* reading every process's environment costs: only if needed */
+	/*
+	 * Every descendant, whatever it did to its group or environment (a cheap no-op after
+	 * a clean exit, or where the agent entered no cgroup); nested agents' cgroups below
+	 * go too. We stayed in the cgroup the agent started in, so its path is ours to find.
+	 */
+	char cg[LOCAL_CGROUP_PATH_MAX];
+	if (local_cgroup_path(parent, cg, sizeof cg))
+		local_cgroup_end(cg, 2000);
+	/* Reading every process's environment costs: only if needed. With a cgroup it
+	 * still finds a process that moved itself out to another cgroup. */
+	if (armed && !clean) {
 		char entry[64];
 		job_entry(entry, sizeof entry, parent, 0);
 		sweep_kill(entry, true, false);
@@ -713,6 +755,8 @@ int asp_local_reaper_start(void)
 	} else {
 		reaper.keeper = k; /* p[1] stays open (close-on-exec) until we are gone */
 		reaper.keeper_fd = lift_fd(p[1]);
+		/* only with a keeper, which ends and removes it: it stays outside */
+		atomic_store(&reaper.cg_pending, reaper.keeper_fd >= 0);
 	}
 	atomic_store(&reaper.on, true);
 	pthread_t t;
@@ -723,6 +767,7 @@ int asp_local_reaper_start(void)
 	int e = pthread_create(&t, &at, reaper_main, NULL);
 	pthread_attr_destroy(&at);
 	if (e) {
+		atomic_store(&reaper.cg_pending, false);
 		fprintf(stderr, "asp-agent: cannot start the reaper thread: %s\n", strerror(e));
 		return -1;
 	}
