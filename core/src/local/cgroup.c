@@ -129,13 +129,13 @@ bool local_cgroup_path(pid_t pid, char *path, size_t cap)
 	return n > 0 && (size_t)n < cap && n < LOCAL_CGROUP_PATH_MAX;
 }
 
-bool local_cgroup_enter(const char *path)
+bool local_cgroup_enter(const char *path, pid_t pid)
 {
 	/* EEXIST: a dead agent's with our (reused) pid; rmdir fails if it is populated */
 	if (mkdir(path, 0755) < 0 && (errno != EEXIST || rmdir(path) < 0 || mkdir(path, 0755) < 0))
 		return false;
-	char pid[24];
-	snprintf(pid, sizeof pid, "%ld", (long)getpid());
+	char num[24];
+	snprintf(num, sizeof num, "%ld", (long)pid);
 	char kill_file[LOCAL_CGROUP_PATH_MAX + 16];
 	snprintf(kill_file, sizeof kill_file, "%s/cgroup.kill", path);
 	/*
@@ -143,7 +143,7 @@ bool local_cgroup_enter(const char *path)
 	 * controller is enabled anywhere, so the move cannot meet the no-internal-process
 	 * rule; where a parent enabled some (EBUSY) or denies us (EACCES), it fails.
 	 */
-	if (access(kill_file, W_OK) == 0 && put(path, "cgroup.procs", pid))
+	if (access(kill_file, W_OK) == 0 && put(path, "cgroup.procs", num))
 		return true;
 	rmdir(path);
 	return false;
@@ -158,6 +158,28 @@ static long name_pid(const char *name)
 	char *end;
 	long v = strtol(name + plen, &end, 10);
 	return *end || v <= 0 ? 0 : v;
+}
+
+/* rmdir, and first the cgroups of nested agents below, depth-first; bounded. */
+static void rmdir_tree(const char *path, int depth, int *budget)
+{
+	if (rmdir(path) == 0 || (errno != EBUSY && errno != ENOTEMPTY) || depth <= 0 ||
+	    --*budget < 0)
+		return;
+	DIR *d = opendir(path);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.' || (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN))
+			continue;
+		char sub[LOCAL_CGROUP_PATH_MAX + 256];
+		int n = snprintf(sub, sizeof sub, "%s/%s", path, de->d_name);
+		if (n > 0 && (size_t)n < sizeof sub)
+			rmdir_tree(sub, depth - 1, budget);
+	}
+	closedir(d);
+	rmdir(path);
 }
 
 void local_cgroup_sweep_stale(const char *path)
@@ -181,7 +203,11 @@ void local_cgroup_sweep_stale(const char *path)
 		    errno != ESRCH)
 			continue;
 		tried++;
-		unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
+		char sub[LOCAL_CGROUP_PATH_MAX + 256];
+		int n = snprintf(sub, sizeof sub, "%s/%s", dir, de->d_name);
+		int budget = 16; /* with its nested agents' (a populated one stays) */
+		if (n > 0 && (size_t)n < sizeof sub)
+			rmdir_tree(sub, 4, &budget);
 	}
 	closedir(d);
 }
@@ -216,28 +242,6 @@ static void wait_empty(const char *path, int wait_ms)
 		poll(&p, 1, left < 20 ? (int)left : 20);
 	}
 	close(fd);
-}
-
-/* rmdir, and first the cgroups of nested agents below, depth-first; bounded. */
-static void rmdir_tree(const char *path, int depth, int *budget)
-{
-	if (rmdir(path) == 0 || (errno != EBUSY && errno != ENOTEMPTY) || depth <= 0 ||
-	    --*budget < 0)
-		return;
-	DIR *d = opendir(path);
-	if (!d)
-		return;
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		if (de->d_name[0] == '.' || (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN))
-			continue;
-		char sub[LOCAL_CGROUP_PATH_MAX + 256];
-		int n = snprintf(sub, sizeof sub, "%s/%s", path, de->d_name);
-		if (n > 0 && (size_t)n < sizeof sub)
-			rmdir_tree(sub, depth - 1, budget);
-	}
-	closedir(d);
-	rmdir(path);
 }
 
 void local_cgroup_end(const char *path, int wait_ms)

@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <spawn.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -400,8 +401,10 @@ static struct {
 	pid_t keeper;
 	int keeper_fd;          /* the write end of the keeper's pipe, -1 without one */
 	atomic_bool armed;      /* the keeper was told that a command started */
-	atomic_bool cg_pending; /* the reaper thread is still entering our cgroup */
-} reaper = {.keeper_fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	atomic_bool cg_pending; /* the keeper may still be moving us into our cgroup */
+	int cg_fd;              /* where it says it is done (one byte), -1 once read */
+} reaper = {
+    .keeper_fd = -1, .cg_fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static bool is_own_locked(pid_t pid)
 {
@@ -409,6 +412,29 @@ static bool is_own_locked(pid_t pid)
 		if (reaper.own[i] == pid)
 			return true;
 	return false; /* the keeper too: if it dies, the reaper takes it */
+}
+
+/*
+ * Before our first spawn: a child forked before the keeper moved us into our cgroup
+ * would stay outside it. The keeper says when it is done; we wait for that once, at most
+ * 5 s (a stuck move costs the cgroup, not the command). Under reaper.mu.
+ */
+static void cgroup_wait_locked(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	int64_t until = (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000 + 5000;
+	struct pollfd p = {.fd = reaper.cg_fd, .events = POLLIN};
+	for (;;) {
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		int64_t left = until - ((int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000);
+		int r = left > 0 ? poll(&p, 1, (int)left) : 0;
+		if (r >= 0 || errno != EINTR)
+			break;
+	}
+	close(reaper.cg_fd); /* its answer or EOF is all there is to know */
+	reaper.cg_fd = -1;
+	atomic_store(&reaper.cg_pending, false);
 }
 
 /*
@@ -420,15 +446,8 @@ static bool reaper_lock(void)
 	if (!atomic_load(&reaper.on))
 		return false;
 	pthread_mutex_lock(&reaper.mu);
-	/* A child forked before the move would stay outside our cgroup (cgroup_join). */
-	if (atomic_load(&reaper.cg_pending)) {
-		struct timespec dl;
-		clock_gettime(CLOCK_REALTIME, &dl);
-		dl.tv_sec += 5; /* a stuck move costs the cgroup, not the command */
-		while (atomic_load(&reaper.cg_pending) &&
-		       pthread_cond_timedwait(&reaper.cv, &reaper.mu, &dl) != ETIMEDOUT)
-			;
-	}
+	if (atomic_load(&reaper.cg_pending))
+		cgroup_wait_locked();
 	return true;
 }
 
@@ -539,24 +558,6 @@ static void reap_strays(void)
 }
 
 /*
- * Moves this process into a cgroup of its own (cgroup.c), then lets spawns go on. Here,
- * not in asp_local_reaper_start: the move waits for an RCU grace period (about 10 ms),
- * which a client's first request that starts no command need not wait for. The keeper
- * finds the cgroup by our pid, so dying half-way through leaves nothing behind.
- */
-static void cgroup_join(void)
-{
-	char path[LOCAL_CGROUP_PATH_MAX];
-	bool in = local_cgroup_path(getpid(), path, sizeof path) && local_cgroup_enter(path);
-	pthread_mutex_lock(&reaper.mu);
-	atomic_store(&reaper.cg_pending, false);
-	pthread_cond_broadcast(&reaper.cv);
-	pthread_mutex_unlock(&reaper.mu);
-	if (in)
-		local_cgroup_sweep_stale(path);
-}
-
-/*
  * Waits for any child to exit without reaping it; an orphan that was re-parented to us
  * is reaped here, one of ours is left to its owner. The kernel reports the oldest zombie
  * first, so while an owner keeps its zombie (exec waits for the pipes' EOF), the others
@@ -568,8 +569,6 @@ static void *reaper_main(void *arg)
 	sigset_t all;
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals are for the serving threads */
-	if (atomic_load(&reaper.cg_pending))
-		cgroup_join();
 	pid_t blocked = 0;
 	int wait_ms = 25;
 	int64_t scan_at = 0;
@@ -684,11 +683,12 @@ void local_child_signal_tree(const local_child *c, int sig)
 
 /*
  * The keeper: a child forked before any thread, holding the read end of a pipe whose
- * write end only we hold. Our death in any way (exit, SIGKILL) is its EOF; then it ends
- * our cgroup if we entered one, and kills what carries our markers. Deaf to the signals
- * a terminal or a group kill would send.
+ * write end only we hold. First it moves us into a cgroup of our own where it can, and
+ * says so on `cg_fd`; our death in any way (exit, SIGKILL) is its EOF on `rfd`; then it
+ * ends that cgroup, and kills what carries our markers. Deaf to the signals a terminal or
+ * a group kill would send.
  */
-static void keeper_main(int rfd, pid_t parent)
+static void keeper_main(int rfd, int cg_fd, pid_t parent)
 {
 	static const int deaf[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2};
 	for (size_t i = 0; i < sizeof deaf / sizeof deaf[0]; i++)
@@ -698,9 +698,22 @@ static void keeper_main(int rfd, pid_t parent)
 		if (null >= 0 && fd != null)
 			dup2(null, fd); /* the client waits for EOF on our stdout and stderr */
 	for (int fd = 3; fd < 1024; fd++)
-		if (fd != rfd)
+		if (fd != rfd && fd != cg_fd)
 			close(fd);
 	prctl(PR_SET_NAME, "asp-keeper");
+	/*
+	 * Moving a process waits for an RCU grace period (about 10 ms): here, in parallel with
+	 * the agent's start, which waits only before its first spawn, and never at its exit.
+	 * We stay in the cgroup the agent started in, so its path is ours to find again.
+	 */
+	char cg[LOCAL_CGROUP_PATH_MAX];
+	bool have = local_cgroup_path(parent, cg, sizeof cg);
+	bool in = have && getppid() == parent && local_cgroup_enter(cg, parent);
+	ssize_t w = write(cg_fd, in ? "1" : "0", 1);
+	(void)w;
+	close(cg_fd);
+	if (in)
+		local_cgroup_sweep_stale(cg);
 	/* 'a': a command was started (armed); 'd': the agent cleaned up itself; EOF: gone */
 	bool armed = false, clean = false;
 	for (;;) {
@@ -715,11 +728,10 @@ static void keeper_main(int rfd, pid_t parent)
 	}
 	/*
 	 * Every descendant, whatever it did to its group or environment (a cheap no-op after
-	 * a clean exit, or where the agent entered no cgroup); nested agents' cgroups below
-	 * go too. We stayed in the cgroup the agent started in, so its path is ours to find.
+	 * a clean exit); nested agents' cgroups below go too. Tried even if the move seemed
+	 * to fail: a cgroup made by our pid is ours to end.
 	 */
-	char cg[LOCAL_CGROUP_PATH_MAX];
-	if (local_cgroup_path(parent, cg, sizeof cg))
+	if (have)
 		local_cgroup_end(cg, 2000);
 	/* Reading every process's environment costs: only if needed. With a cgroup it
 	 * still finds a process that moved itself out to another cgroup. */
@@ -739,24 +751,31 @@ int asp_local_reaper_start(void)
 		        strerror(errno));
 		return -1;
 	}
-	int p[2];
+	int p[2], q[2]; /* p: we tell the keeper; q: it tells us that the move is done */
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return -1;
+	if (pipe2(q, O_CLOEXEC) < 0) {
+		close_pair(p);
+		return -1;
+	}
 	pid_t parent = getpid();
 	pid_t k = fork();
 	if (k == 0) {
 		close(p[1]);
-		keeper_main(p[0], parent);
+		close(q[0]);
+		keeper_main(p[0], q[1], parent);
 	}
 	close(p[0]);
+	close(q[1]);
 	if (k < 0) {
 		close(p[1]);
+		close(q[0]);
 		fprintf(stderr, "asp-agent: cannot start the keeper: %s\n", strerror(errno));
 	} else {
 		reaper.keeper = k; /* p[1] stays open (close-on-exec) until we are gone */
 		reaper.keeper_fd = lift_fd(p[1]);
-		/* only with a keeper, which ends and removes it: it stays outside */
-		atomic_store(&reaper.cg_pending, reaper.keeper_fd >= 0);
+		reaper.cg_fd = lift_fd(q[0]);
+		atomic_store(&reaper.cg_pending, reaper.cg_fd >= 0);
 	}
 	atomic_store(&reaper.on, true);
 	pthread_t t;
@@ -767,7 +786,6 @@ int asp_local_reaper_start(void)
 	int e = pthread_create(&t, &at, reaper_main, NULL);
 	pthread_attr_destroy(&at);
 	if (e) {
-		atomic_store(&reaper.cg_pending, false);
 		fprintf(stderr, "asp-agent: cannot start the reaper thread: %s\n", strerror(e));
 		return -1;
 	}
