@@ -131,17 +131,22 @@ bool local_cgroup_path(pid_t pid, char *path, size_t cap)
 
 bool local_cgroup_enter(const char *path, pid_t pid)
 {
-	/* EEXIST: a dead agent's with our (reused) pid; rmdir fails if it is populated */
-	if (mkdir(path, 0755) < 0 && (errno != EEXIST || rmdir(path) < 0 || mkdir(path, 0755) < 0))
+	/*
+	 * EEXIST: never taken over. A dead agent's with our (reused) pid is swept by the next
+	 * agent to start while it is empty; a live one may be an agent's of another pid
+	 * namespace in the same cgroup.
+	 */
+	if (mkdir(path, 0755) < 0)
 		return false;
 	char num[24];
 	snprintf(num, sizeof num, "%ld", (long)pid);
 	char kill_file[LOCAL_CGROUP_PATH_MAX + 16];
 	snprintf(kill_file, sizeof kill_file, "%s/cgroup.kill", path);
 	/*
-	 * Without cgroup.kill (before 5.14) nothing could end the cgroup at once. No
-	 * controller is enabled anywhere, so the move cannot meet the no-internal-process
-	 * rule; where a parent enabled some (EBUSY) or denies us (EACCES), it fails.
+	 * Without cgroup.kill (before 5.14) nothing could end the cgroup at once. We enable
+	 * no controller, so the no-internal-process rule never refuses an agent's cgroup
+	 * below another's; where a parent's controllers (EBUSY) or modes (EACCES) refuse
+	 * the move, we do without.
 	 */
 	if (access(kill_file, W_OK) == 0 && put(path, "cgroup.procs", num))
 		return true;

@@ -7,9 +7,9 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
-#include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -707,8 +707,8 @@ static void keeper_main(int rfd, int cg_fd, pid_t parent)
 	 * We stay in the cgroup the agent started in, so its path is ours to find again.
 	 */
 	char cg[LOCAL_CGROUP_PATH_MAX];
-	bool have = local_cgroup_path(parent, cg, sizeof cg);
-	bool in = have && getppid() == parent && local_cgroup_enter(cg, parent);
+	bool in = getppid() == parent && local_cgroup_path(parent, cg, sizeof cg) &&
+	          local_cgroup_enter(cg, parent);
 	ssize_t w = write(cg_fd, in ? "1" : "0", 1);
 	(void)w;
 	close(cg_fd);
@@ -728,10 +728,10 @@ static void keeper_main(int rfd, int cg_fd, pid_t parent)
 	}
 	/*
 	 * Every descendant, whatever it did to its group or environment (a cheap no-op after
-	 * a clean exit); nested agents' cgroups below go too. Tried even if the move seemed
-	 * to fail: a cgroup made by our pid is ours to end.
+	 * a clean exit); nested agents' cgroups below go too. Only one we made: a cgroup of
+	 * that name we could not make may be a live agent's of another pid namespace.
 	 */
-	if (have)
+	if (in)
 		local_cgroup_end(cg, 2000);
 	/* Reading every process's environment costs: only if needed. With a cgroup it
 	 * still finds a process that moved itself out to another cgroup. */
