@@ -198,14 +198,13 @@ void local_cgroup_sweep_stale(const char *path)
 	DIR *d = opendir(dir);
 	if (!d)
 		return;
-	long self = (long)getpid();
 	int seen = 0, tried = 0;
 	struct dirent *de;
-	/* bounded: a parent cgroup holding thousands of entries costs one look at a few */
+	/* bounded: of a parent cgroup with thousands of entries, only the first are seen */
 	while (seen++ < 4096 && tried < 64 && (de = readdir(d))) {
 		long pid = name_pid(de->d_name);
-		if (!pid || pid == self || pid > INT32_MAX || kill((pid_t)pid, 0) == 0 ||
-		    errno != ESRCH)
+		if (!pid || strcmp(de->d_name, slash + 1) == 0 || pid > INT32_MAX ||
+		    kill((pid_t)pid, 0) == 0 || errno != ESRCH)
 			continue;
 		tried++;
 		char sub[LOCAL_CGROUP_PATH_MAX + 256];
