@@ -8,6 +8,7 @@
 #include <CUnit/Basic.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -506,26 +507,30 @@ static void test_nested_agents(void)
 	     inner_cmd[700];
 	pid_path(dir, file, sizeof file);
 	snprintf(inner_file, sizeof inner_file, "%s/inner", dir);
-	snprintf(req, sizeof req, "%s/req", dir);
+	snprintf(req, sizeof req, "%s/fifo", dir);
 	snprintf(inner_cmd, sizeof inner_cmd,
 	         "echo $PPID > %s; setsid sh -c 'echo $$ > %s; exec env -i sleep 1003' "
 	         "</dev/null >/dev/null 2>&1 &",
 	         inner_file, file);
-	/* the inner agent's one request, in a file; a sleep keeps its stdin open */
+	/*
+	 * The inner agent reads a FIFO we hold open, so it never sees the end of its input:
+	 * it would end its subtree itself, its escapee too, and prove nothing.
+	 */
+	CU_ASSERT_FATAL(mkfifo(req, 0600) == 0);
+	snprintf(cmd, sizeof cmd, "exec '%s' --stdio <%s >/dev/null", agent, req);
+	bool writable = cgroup_mode();
+	tproc p;
+	start(&p);
+	int fifo = open(req, O_RDWR | O_CLOEXEC); /* after start: the agent must not hold it */
+	CU_ASSERT_FATAL(fifo >= 0);
 	asp_exec_params e;
 	asp_exec_params_init(&e);
 	e.command = inner_cmd;
 	asp_buf b;
 	asp_buf_init(&b);
 	t_add_request(&b, 1, ASP_OP_EXEC, &e);
-	FILE *f = fopen(req, "w");
-	CU_ASSERT_FATAL(f && fwrite(b.data, 1, b.len, f) == b.len && fclose(f) == 0);
+	CU_ASSERT_FATAL(t_write_all(fifo, b.data, b.len) == 0);
 	asp_buf_free(&b);
-	snprintf(cmd, sizeof cmd, "(cat %s; exec sleep 1004) | '%s' --stdio >/dev/null", req,
-	         agent);
-	bool writable = cgroup_mode();
-	tproc p;
-	start(&p);
 	send_exec(&p, 1, cmd, 0);
 	pid_t inner = read_pid_file(inner_file, 10000), esc = read_pid_file(file, 10000);
 	CU_ASSERT_FATAL(inner > 0 && esc > 0);
@@ -548,6 +553,7 @@ static void test_nested_agents(void)
 	if (in)
 		CU_ASSERT(wait_gone(outer_dir, 10000));
 	tproc_close(&p);
+	close(fifo);
 	cleanup(inner, inner_file, dir);
 	unlink(req);
 	cleanup(esc, file, dir);
