@@ -408,6 +408,20 @@ static bool agent_cgroup(pid_t agent_pid, char *dir, size_t cap)
 	       strcmp(cg + strlen(cg) - wl, want) == 0 && cgroup_dir(cg, dir, cap);
 }
 
+/*
+ * Waits up to `ms` for the agent to be in its own cgroup: its keeper moves it beside its
+ * start, and what a command forks before that has only the markers.
+ */
+static bool wait_agent_cgroup(pid_t agent_pid, char *dir, size_t cap, int ms)
+{
+	for (int64_t until = t_now_ms() + ms; !agent_cgroup(agent_pid, dir, cap);) {
+		if (t_now_ms() > until)
+			return false;
+		usleep(10 * 1000);
+	}
+	return true;
+}
+
 /* Waits up to `ms` for `path` to be gone. */
 static bool wait_gone(const char *path, int ms)
 {
@@ -469,14 +483,15 @@ static void test_agent_sigkill_kills_cleared_escapee(void)
 	bool writable = cgroup_mode();
 	tproc p;
 	start(&p);
+	char cg[1200] = "", esc_cg[1024] = "", agent_cg[1024] = "";
+	/* the agent moves wherever the machine lets it */
+	bool in = writable && wait_agent_cgroup(p.pid, cg, sizeof cg, 10000);
+	CU_ASSERT_EQUAL(in, writable);
 	send_exec(&p, 1, cmd, 0);
 	CU_ASSERT_EQUAL(read_exec(&p, 10000, NULL, NULL), 1);
 	pid_t esc = read_pid_file(file, 10000), marked = read_pid_file(file2, 10000);
 	CU_ASSERT_FATAL(esc > 0 && marked > 0);
 	CU_ASSERT(wait_comm(esc, "sleep", 10000)); /* past `env -i`: no marker left */
-	char cg[1200] = "", esc_cg[1024] = "", agent_cg[1024] = "";
-	bool in = agent_cgroup(p.pid, cg, sizeof cg);
-	CU_ASSERT_EQUAL(in, writable); /* the agent moved wherever the machine lets it */
 	if (in) {
 		CU_ASSERT(cgroup_of(esc, esc_cg, sizeof esc_cg) &&
 		          cgroup_of(p.pid, agent_cg, sizeof agent_cg) &&
@@ -521,6 +536,9 @@ static void test_nested_agents(void)
 	bool writable = cgroup_mode();
 	tproc p;
 	start(&p);
+	char outer_dir[1200] = "", inner_dir[1200] = "";
+	bool in = writable && wait_agent_cgroup(p.pid, outer_dir, sizeof outer_dir, 10000);
+	CU_ASSERT_EQUAL(in, writable);
 	int fifo = open(req, O_RDWR | O_CLOEXEC); /* after start: the agent must not hold it */
 	CU_ASSERT_FATAL(fifo >= 0);
 	asp_exec_params e;
@@ -535,12 +553,9 @@ static void test_nested_agents(void)
 	pid_t inner = read_pid_file(inner_file, 10000), esc = read_pid_file(file, 10000);
 	CU_ASSERT_FATAL(inner > 0 && esc > 0);
 	CU_ASSERT(wait_comm(esc, "sleep", 10000));
-	char outer_dir[1200] = "", inner_dir[1200] = "";
-	bool in = agent_cgroup(p.pid, outer_dir, sizeof outer_dir);
-	CU_ASSERT_EQUAL(in, writable);
 	if (in) {
-		/* the inner agent ran a command, so it had moved (spawns wait for it) */
-		CU_ASSERT(agent_cgroup(inner, inner_dir, sizeof inner_dir));
+		/* the inner agent's escapee may predate its move: it is in the outer cgroup then */
+		CU_ASSERT(wait_agent_cgroup(inner, inner_dir, sizeof inner_dir, 10000));
 		char want[1300];
 		snprintf(want, sizeof want, "%s/asp-agent-%d", outer_dir, (int)inner);
 		CU_ASSERT_STRING_EQUAL(inner_dir, want);
@@ -577,7 +592,7 @@ static void test_cgroup_removed(void)
 	send_exec(&p, 1, "true", 0);
 	CU_ASSERT_EQUAL(read_exec(&p, 10000, NULL, NULL), 1);
 	char own[1200] = "";
-	CU_ASSERT(agent_cgroup(p.pid, own, sizeof own));
+	CU_ASSERT(wait_agent_cgroup(p.pid, own, sizeof own, 10000));
 	CU_ASSERT(wait_gone(stale, 10000));
 	tproc_close_in(&p);
 	int st = tproc_wait(&p, 10000, NULL);

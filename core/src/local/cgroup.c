@@ -154,6 +154,37 @@ bool local_cgroup_enter(const char *path, pid_t pid)
 	return false;
 }
 
+void local_cgroup_adopt_children(const char *path, pid_t pid, pid_t self)
+{
+	char dir[64], file[128], buf[4096];
+	snprintf(dir, sizeof dir, "/proc/%ld/task", (long)pid);
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	int budget = 256; /* a start-up's worth of commands, not a fork bomb's */
+	struct dirent *de;
+	while (budget > 0 && (de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(file, sizeof file, "%s/%.20s/children", dir, de->d_name);
+		int fd = open(file, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		ssize_t n = read(fd, buf, sizeof buf - 1);
+		close(fd);
+		buf[n > 0 ? n : 0] = '\0';
+		char *save = NULL;
+		for (char *tok = strtok_r(buf, " \n", &save); tok && budget > 0;
+		     tok = strtok_r(NULL, " \n", &save)) {
+			if (strtol(tok, NULL, 10) == (long)self)
+				continue; /* the keeper stays outside: it ends the cgroup */
+			put(path, "cgroup.procs", tok); /* one that exited meanwhile fails: fine */
+			budget--;
+		}
+	}
+	closedir(d);
+}
+
 /* The pid in a name `asp-agent-<pid>`, or 0. */
 static long name_pid(const char *name)
 {

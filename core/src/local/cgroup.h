@@ -33,6 +33,12 @@ bool local_cgroup_path(pid_t pid, char *path, size_t cap);
 bool local_cgroup_enter(const char *path, pid_t pid);
 
 /*
+ * Moves the children `pid` has now (but `self`) into `path` too: the commands an agent
+ * started before it was moved. What they forked already stays where it is. Bounded.
+ */
+void local_cgroup_adopt_children(const char *path, pid_t pid, pid_t self);
+
+/*
  * Removes the empty `asp-agent-<pid>` siblings of `path` whose pid is gone (left by a
  * keeper that was killed too), with the empty cgroups of nested agents below them; a
  * populated one fails rmdir and stays. Bounded.

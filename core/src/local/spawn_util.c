@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <limits.h>
-#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdatomic.h>
@@ -399,12 +398,9 @@ static struct {
 	pid_t *own;
 	size_t n, cap;
 	pid_t keeper;
-	int keeper_fd;          /* the write end of the keeper's pipe, -1 without one */
-	atomic_bool armed;      /* the keeper was told that a command started */
-	atomic_bool cg_pending; /* the keeper may still be moving us into our cgroup */
-	int cg_fd;              /* where it says it is done (one byte), -1 once read */
-} reaper = {
-    .keeper_fd = -1, .cg_fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	int keeper_fd;     /* the write end of the keeper's pipe, -1 without one */
+	atomic_bool armed; /* the keeper was told that a command started */
+} reaper = {.keeper_fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static bool is_own_locked(pid_t pid)
 {
@@ -412,29 +408,6 @@ static bool is_own_locked(pid_t pid)
 		if (reaper.own[i] == pid)
 			return true;
 	return false; /* the keeper too: if it dies, the reaper takes it */
-}
-
-/*
- * Before our first spawn: a child forked before the keeper moved us into our cgroup
- * would stay outside it. The keeper says when it is done; we wait for that once, at most
- * 5 s (a stuck move costs the cgroup, not the command). Under reaper.mu.
- */
-static void cgroup_wait_locked(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	int64_t until = (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000 + 5000;
-	struct pollfd p = {.fd = reaper.cg_fd, .events = POLLIN};
-	for (;;) {
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		int64_t left = until - ((int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000);
-		int r = left > 0 ? poll(&p, 1, (int)left) : 0;
-		if (r >= 0 || errno != EINTR)
-			break;
-	}
-	close(reaper.cg_fd); /* its answer or EOF is all there is to know */
-	reaper.cg_fd = -1;
-	atomic_store(&reaper.cg_pending, false);
 }
 
 /*
@@ -446,8 +419,6 @@ static bool reaper_lock(void)
 	if (!atomic_load(&reaper.on))
 		return false;
 	pthread_mutex_lock(&reaper.mu);
-	if (atomic_load(&reaper.cg_pending))
-		cgroup_wait_locked();
 	return true;
 }
 
@@ -683,12 +654,12 @@ void local_child_signal_tree(const local_child *c, int sig)
 
 /*
  * The keeper: a child forked before any thread, holding the read end of a pipe whose
- * write end only we hold. First it moves us into a cgroup of our own where it can, and
- * says so on `cg_fd`; our death in any way (exit, SIGKILL) is its EOF on `rfd`; then it
- * ends that cgroup, and kills what carries our markers. Deaf to the signals a terminal or
- * a group kill would send.
+ * write end only we hold. First it moves us into a cgroup of our own where it can; our
+ * death in any way (exit, SIGKILL) is its EOF on `rfd`; then it ends that cgroup, and
+ * kills what carries our markers. Deaf to the signals a terminal or a group kill would
+ * send.
  */
-static void keeper_main(int rfd, int cg_fd, pid_t parent)
+static void keeper_main(int rfd, pid_t parent)
 {
 	static const int deaf[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2};
 	for (size_t i = 0; i < sizeof deaf / sizeof deaf[0]; i++)
@@ -698,22 +669,23 @@ static void keeper_main(int rfd, int cg_fd, pid_t parent)
 		if (null >= 0 && fd != null)
 			dup2(null, fd); /* the client waits for EOF on our stdout and stderr */
 	for (int fd = 3; fd < 1024; fd++)
-		if (fd != rfd && fd != cg_fd)
+		if (fd != rfd)
 			close(fd);
 	prctl(PR_SET_NAME, "asp-keeper");
 	/*
-	 * Moving a process waits for an RCU grace period (about 10 ms): here, in parallel with
-	 * the agent's start, which waits only before its first spawn, and never at its exit.
-	 * We stay in the cgroup the agent started in, so its path is ours to find again.
+	 * Moving a process waits for an RCU grace period (about 10 ms): here, beside the
+	 * agent's start, which never waits for it (a cold `asp exec` would pay it per call).
+	 * Commands the agent started meanwhile follow it in; what they forked before that
+	 * has the markers and the subreaper only (docs/decisions.md). We stay in the cgroup
+	 * the agent started in, so its path is ours to find again.
 	 */
 	char cg[LOCAL_CGROUP_PATH_MAX];
 	bool in = getppid() == parent && local_cgroup_path(parent, cg, sizeof cg) &&
 	          local_cgroup_enter(cg, parent);
-	ssize_t w = write(cg_fd, in ? "1" : "0", 1);
-	(void)w;
-	close(cg_fd);
-	if (in)
+	if (in) {
+		local_cgroup_adopt_children(cg, parent, getpid());
 		local_cgroup_sweep_stale(cg);
+	}
 	/* 'a': a command was started (armed); 'd': the agent cleaned up itself; EOF: gone */
 	bool armed = false, clean = false;
 	for (;;) {
@@ -751,31 +723,22 @@ int asp_local_reaper_start(void)
 		        strerror(errno));
 		return -1;
 	}
-	int p[2], q[2]; /* p: we tell the keeper; q: it tells us that the move is done */
+	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return -1;
-	if (pipe2(q, O_CLOEXEC) < 0) {
-		close_pair(p);
-		return -1;
-	}
 	pid_t parent = getpid();
 	pid_t k = fork();
 	if (k == 0) {
 		close(p[1]);
-		close(q[0]);
-		keeper_main(p[0], q[1], parent);
+		keeper_main(p[0], parent);
 	}
 	close(p[0]);
-	close(q[1]);
 	if (k < 0) {
 		close(p[1]);
-		close(q[0]);
 		fprintf(stderr, "asp-agent: cannot start the keeper: %s\n", strerror(errno));
 	} else {
 		reaper.keeper = k; /* p[1] stays open (close-on-exec) until we are gone */
 		reaper.keeper_fd = lift_fd(p[1]);
-		reaper.cg_fd = lift_fd(q[0]);
-		atomic_store(&reaper.cg_pending, reaper.cg_fd >= 0);
 	}
 	atomic_store(&reaper.on, true);
 	pthread_t t;
