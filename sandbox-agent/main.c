@@ -81,7 +81,8 @@ int main(int argc, char **argv)
 	/*
 	 * Process-wide, so here and not in the backend (which tests and `asp` also run in
 	 * their own process): orphans of commands come to us, and a keeper process kills
-	 * what carries our marker once we are gone, even by SIGKILL (docs/decisions.md).
+	 * our cgroup and what carries our marker once we are gone, even by SIGKILL
+	 * (docs/decisions.md).
 	 */
 	asp_local_reaper_start();
 	int code = asp_agent_serve_stdio(STDIN_FILENO, STDOUT_FILENO, ASP_MAX_MESSAGE_DEFAULT);

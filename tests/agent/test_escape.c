@@ -7,6 +7,8 @@
 
 #include <CUnit/Basic.h>
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -319,6 +321,287 @@ static void test_double_fork(void)
 	cleanup(d1, file, dir);
 }
 
+/* ---- cgroup v2: the agent's own cgroup (docs/decisions.md, "Keeper") ---------------- */
+
+/* The `0::` path of /proc/PID/cgroup (0: ourselves) in `cg`. */
+static bool cgroup_of(pid_t pid, char *cg, size_t cap)
+{
+	char path[64], line[1200];
+	if (pid)
+		snprintf(path, sizeof path, "/proc/%d/cgroup", (int)pid);
+	else
+		snprintf(path, sizeof path, "/proc/self/cgroup");
+	FILE *f = fopen(path, "r");
+	bool ok = false;
+	while (f && !ok && fgets(line, sizeof line, f)) {
+		line[strcspn(line, "\n")] = '\0';
+		if (strncmp(line, "0::/", 4) == 0 && strlen(line + 3) < cap) {
+			strcpy(cg, line + 3);
+			ok = true;
+		}
+	}
+	if (f)
+		fclose(f);
+	return ok;
+}
+
+/* The directory of the cgroup `cg`: the writable cgroup2 mount whose root holds it. */
+static bool cgroup_dir(const char *cg, char *dir, size_t cap)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "r");
+	char line[4096];
+	bool ok = false;
+	while (f && !ok && fgets(line, sizeof line, f)) {
+		char root[1024], mnt[1024], opts[1024];
+		const char *sep = strstr(line, " - cgroup2 ");
+		if (!sep ||
+		    sscanf(line, "%*s %*s %*s %1023s %1023s %1023s", root, mnt, opts) != 3 ||
+		    strncmp(opts, "ro", 2) == 0)
+			continue;
+		size_t rlen = strcmp(root, "/") == 0 ? 0 : strlen(root);
+		if (strncmp(cg, root, rlen) != 0 || (cg[rlen] != '/' && cg[rlen] != '\0'))
+			continue;
+		const char *rel = strcmp(cg + rlen, "/") == 0 ? "" : cg + rlen;
+		ok = (size_t)snprintf(dir, cap, "%s%s", mnt, rel) < cap;
+	}
+	if (f)
+		fclose(f);
+	return ok;
+}
+
+/*
+ * Whether this machine lets us do what the agent does: create a child of our cgroup
+ * with a cgroup.kill and move a process into it (a child of ours, which then exits).
+ */
+static bool cgroup_writable(void)
+{
+	char cg[1024], dir[1200], probe[1300], file[1400];
+	if (!cgroup_of(0, cg, sizeof cg) || !cgroup_dir(cg, dir, sizeof dir))
+		return false;
+	snprintf(probe, sizeof probe, "%s/asp-test-probe-%d", dir, (int)getpid());
+	if (mkdir(probe, 0755) < 0)
+		return false;
+	snprintf(file, sizeof file, "%s/cgroup.kill", probe);
+	bool ok = access(file, W_OK) == 0;
+	snprintf(file, sizeof file, "%s/cgroup.procs", probe);
+	pid_t c = ok ? fork() : -1;
+	if (c == 0) {
+		FILE *f = fopen(file, "w");
+		_exit(f && fprintf(f, "%d", (int)getpid()) > 0 && fclose(f) == 0 ? 0 : 1);
+	}
+	int st = 0;
+	ok = c > 0 && waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+	/* the child is reaped, so the cgroup is empty: rmdir cannot be refused for long */
+	for (int64_t until = t_now_ms() + 5000;
+	     rmdir(probe) < 0 && errno == EBUSY && t_now_ms() < until;)
+		usleep(10 * 1000);
+	return ok;
+}
+
+/* The agent's own cgroup directory, if it moved into one (`.../asp-agent-<pid>`). */
+static bool agent_cgroup(pid_t agent_pid, char *dir, size_t cap)
+{
+	char cg[1024], want[64];
+	snprintf(want, sizeof want, "/asp-agent-%d", (int)agent_pid);
+	size_t wl = strlen(want);
+	return cgroup_of(agent_pid, cg, sizeof cg) && strlen(cg) >= wl &&
+	       strcmp(cg + strlen(cg) - wl, want) == 0 && cgroup_dir(cg, dir, cap);
+}
+
+/*
+ * Waits up to `ms` for the agent to be in its own cgroup: its keeper moves it beside its
+ * start, and what a command forks before that has only the markers.
+ */
+static bool wait_agent_cgroup(pid_t agent_pid, char *dir, size_t cap, int ms)
+{
+	for (int64_t until = t_now_ms() + ms; !agent_cgroup(agent_pid, dir, cap);) {
+		if (t_now_ms() > until)
+			return false;
+		usleep(10 * 1000);
+	}
+	return true;
+}
+
+/* Waits up to `ms` for `path` to be gone. */
+static bool wait_gone(const char *path, int ms)
+{
+	int64_t until = t_now_ms() + ms;
+	while (access(path, F_OK) == 0) {
+		if (t_now_ms() > until)
+			return false;
+		usleep(10 * 1000);
+	}
+	return true;
+}
+
+/* Waits up to `ms` for `pid` to run the program `comm` (past its exec). */
+static bool wait_comm(pid_t pid, const char *comm, int ms)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
+	int64_t until = t_now_ms() + ms;
+	for (;;) {
+		size_t len = 0;
+		uint8_t *d = t_read_file(path, &len);
+		bool ok = d && len == strlen(comm) + 1 && memcmp(d, comm, len - 1) == 0;
+		free(d);
+		if (ok)
+			return true;
+		if (t_now_ms() > until)
+			return false;
+		usleep(10 * 1000);
+	}
+}
+
+/* Says on stdout which of the two behaviours the tests check here. */
+static bool cgroup_mode(void)
+{
+	static int known = -1;
+	if (known < 0) {
+		known = cgroup_writable();
+		if (!known)
+			printf("\n    cgroup v2 is not writable here: checking the fallback\n");
+		fflush(stdout);
+	}
+	return known;
+}
+
+/*
+ * kill -9 of the agent, and an escapee that left the group AND cleared its environment:
+ * with writable cgroup v2 the keeper's cgroup.kill ends it and removes the cgroup;
+ * without, only what carries the marker ends.
+ */
+static void test_agent_sigkill_kills_cleared_escapee(void)
+{
+	char dir[] = "/tmp/asp-esc-XXXXXX", file[128], file2[160], cmd[700];
+	pid_path(dir, file, sizeof file);
+	snprintf(file2, sizeof file2, "%s/pid2", dir);
+	snprintf(cmd, sizeof cmd,
+	         "setsid sh -c 'echo $$ > %s; exec env -i sleep 1001' </dev/null >/dev/null "
+	         "2>&1 & setsid sh -c 'echo $$ > %s; exec sleep 1002' </dev/null >/dev/null 2>&1 &",
+	         file, file2);
+	bool writable = cgroup_mode();
+	tproc p;
+	start(&p);
+	char cg[1200] = "", esc_cg[1024] = "", agent_cg[1024] = "";
+	/* the agent moves wherever the machine lets it */
+	bool in = writable && wait_agent_cgroup(p.pid, cg, sizeof cg, 10000);
+	CU_ASSERT_EQUAL(in, writable);
+	send_exec(&p, 1, cmd, 0);
+	CU_ASSERT_EQUAL(read_exec(&p, 10000, NULL, NULL), 1);
+	pid_t esc = read_pid_file(file, 10000), marked = read_pid_file(file2, 10000);
+	CU_ASSERT_FATAL(esc > 0 && marked > 0);
+	CU_ASSERT(wait_comm(esc, "sleep", 10000)); /* past `env -i`: no marker left */
+	if (in) {
+		CU_ASSERT(cgroup_of(esc, esc_cg, sizeof esc_cg) &&
+		          cgroup_of(p.pid, agent_cg, sizeof agent_cg) &&
+		          strcmp(esc_cg, agent_cg) == 0);
+		CU_ASSERT(access(cg, F_OK) == 0);
+	}
+	kill(p.pid, SIGKILL);
+	int st = tproc_wait(&p, 10000, NULL);
+	CU_ASSERT(WIFSIGNALED(st));
+	CU_ASSERT(wait_dead(marked, 10000));
+	if (writable)
+		CU_ASSERT(wait_dead(esc, 10000));
+	if (in)
+		CU_ASSERT(wait_gone(cg, 10000));
+	tproc_close(&p);
+	cleanup(marked, file2, dir);
+	cleanup(esc, file, dir);
+}
+
+/*
+ * An agent run by a command of another (as the SDK and CLI tests do): its cgroup is a
+ * child of the outer one's; kill -9 of the outer agent ends the inner agent, its
+ * escapee, and both cgroups.
+ */
+static void test_nested_agents(void)
+{
+	char dir[] = "/tmp/asp-esc-XXXXXX", file[128], inner_file[160], req[160], cmd[2048],
+	     inner_cmd[700];
+	pid_path(dir, file, sizeof file);
+	snprintf(inner_file, sizeof inner_file, "%s/inner", dir);
+	snprintf(req, sizeof req, "%s/fifo", dir);
+	snprintf(inner_cmd, sizeof inner_cmd,
+	         "echo $PPID > %s; setsid sh -c 'echo $$ > %s; exec env -i sleep 1003' "
+	         "</dev/null >/dev/null 2>&1 &",
+	         inner_file, file);
+	/*
+	 * The inner agent reads a FIFO we hold open, so it never sees the end of its input:
+	 * it would end its subtree itself, its escapee too, and prove nothing.
+	 */
+	CU_ASSERT_FATAL(mkfifo(req, 0600) == 0);
+	snprintf(cmd, sizeof cmd, "exec '%s' --stdio <%s >/dev/null", agent, req);
+	bool writable = cgroup_mode();
+	tproc p;
+	start(&p);
+	char outer_dir[1200] = "", inner_dir[1200] = "";
+	bool in = writable && wait_agent_cgroup(p.pid, outer_dir, sizeof outer_dir, 10000);
+	CU_ASSERT_EQUAL(in, writable);
+	int fifo = open(req, O_RDWR | O_CLOEXEC); /* after start: the agent must not hold it */
+	CU_ASSERT_FATAL(fifo >= 0);
+	asp_exec_params e;
+	asp_exec_params_init(&e);
+	e.command = inner_cmd;
+	asp_buf b;
+	asp_buf_init(&b);
+	t_add_request(&b, 1, ASP_OP_EXEC, &e);
+	CU_ASSERT_FATAL(t_write_all(fifo, b.data, b.len) == 0);
+	asp_buf_free(&b);
+	send_exec(&p, 1, cmd, 0);
+	pid_t inner = read_pid_file(inner_file, 10000), esc = read_pid_file(file, 10000);
+	CU_ASSERT_FATAL(inner > 0 && esc > 0);
+	CU_ASSERT(wait_comm(esc, "sleep", 10000));
+	if (in) {
+		/* the inner agent's escapee may predate its move: it is in the outer cgroup then */
+		CU_ASSERT(wait_agent_cgroup(inner, inner_dir, sizeof inner_dir, 10000));
+		char want[1300];
+		snprintf(want, sizeof want, "%s/asp-agent-%d", outer_dir, (int)inner);
+		CU_ASSERT_STRING_EQUAL(inner_dir, want);
+	}
+	kill(p.pid, SIGKILL);
+	tproc_wait(&p, 10000, NULL);
+	CU_ASSERT(wait_dead(inner, 10000)); /* it carries the outer agent's marker too */
+	if (writable)
+		CU_ASSERT(wait_dead(esc, 10000));
+	if (in)
+		CU_ASSERT(wait_gone(outer_dir, 10000));
+	tproc_close(&p);
+	close(fifo);
+	cleanup(inner, inner_file, dir);
+	unlink(req);
+	cleanup(esc, file, dir);
+}
+
+/* A clean exit removes the agent's cgroup; a dead agent's empty one is swept at start. */
+static void test_cgroup_removed(void)
+{
+	if (!cgroup_mode())
+		return; /* nothing to remove */
+	char cg[1024], dir[1200], stale[1300];
+	CU_ASSERT_FATAL(cgroup_of(0, cg, sizeof cg) && cgroup_dir(cg, dir, sizeof dir));
+	pid_t dead = fork(); /* a pid that is gone (reaped) */
+	if (dead == 0)
+		_exit(0);
+	CU_ASSERT_FATAL(dead > 0 && waitpid(dead, NULL, 0) == dead);
+	snprintf(stale, sizeof stale, "%s/asp-agent-%d", dir, (int)dead);
+	CU_ASSERT_FATAL(mkdir(stale, 0755) == 0);
+	tproc p;
+	start(&p);
+	send_exec(&p, 1, "true", 0);
+	CU_ASSERT_EQUAL(read_exec(&p, 10000, NULL, NULL), 1);
+	char own[1200] = "";
+	CU_ASSERT(wait_agent_cgroup(p.pid, own, sizeof own, 10000));
+	CU_ASSERT(wait_gone(stale, 10000));
+	tproc_close_in(&p);
+	int st = tproc_wait(&p, 10000, NULL);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CU_ASSERT(wait_gone(own, 10000));
+	tproc_close(&p);
+	rmdir(stale);
+}
+
 /* Zombie children of `pid` right now. */
 static int zombies_of(pid_t pid)
 {
@@ -506,6 +789,12 @@ int main(void)
 	CU_add_test(s, "the agent's exit on EOF ends a daemon", test_eof_kills_setsid);
 	CU_add_test(s, "kill -9 of the agent: its keeper ends the daemons",
 	            test_agent_sigkill_kills_setsid);
+	CU_add_test(s, "kill -9 of the agent: its cgroup ends a daemon without its marker",
+	            test_agent_sigkill_kills_cleared_escapee);
+	CU_add_test(s, "nested agents: cgroup in cgroup, all ended by kill -9 of the outer",
+	            test_nested_agents);
+	CU_add_test(s, "the agent's cgroup is removed at exit, stale ones at start",
+	            test_cgroup_removed);
 	CU_add_test(s, "double fork: adopted, ended by the timeout or the exit", test_double_fork);
 	CU_add_test(s, "reaping orphans keeps every exit status", test_reaping_keeps_statuses);
 	CU_add_test(s, "killed atomic writes leave no temporary",

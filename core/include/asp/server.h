@@ -76,8 +76,9 @@ void asp_local_free(asp_local *l);
 /*
  * The responder's side (process-wide, so never in a host process): makes this process a
  * child subreaper, so orphans of commands are re-parented to it, starts a thread that
- * reaps them, and forks a keeper process that, once we are gone (exit or SIGKILL), kills
- * every process still carrying one of our markers. Call it before starting any thread.
+ * reaps them, and forks a keeper process that moves us into a cgroup v2 child of our own
+ * where it may and, once we are gone (exit or SIGKILL), kills everything in it and every
+ * process still carrying one of our markers. Call it before starting any thread.
  * 0, or -1 (Linux only; what could not be undone is reported on stderr).
  */
 int asp_local_reaper_start(void);

@@ -1,5 +1,6 @@
 /* Starting, watching and reaping one child per call, with posix_spawn (vfork-fast). */
 #include "spawn_util.h"
+#include "cgroup.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -653,8 +654,10 @@ void local_child_signal_tree(const local_child *c, int sig)
 
 /*
  * The keeper: a child forked before any thread, holding the read end of a pipe whose
- * write end only we hold. Our death in any way (exit, SIGKILL) is its EOF; then it kills
- * what carries our markers. Deaf to the signals a terminal or a group kill would send.
+ * write end only we hold. First it moves us into a cgroup of our own where it can; our
+ * death in any way (exit, SIGKILL) is its EOF on `rfd`; then it ends that cgroup, and
+ * kills what carries our markers. Deaf to the signals a terminal or a group kill would
+ * send.
  */
 static void keeper_main(int rfd, pid_t parent)
 {
@@ -669,6 +672,20 @@ static void keeper_main(int rfd, pid_t parent)
 		if (fd != rfd)
 			close(fd);
 	prctl(PR_SET_NAME, "asp-keeper");
+	/*
+	 * Moving a process waits for an RCU grace period (about 10 ms): here, beside the
+	 * agent's start, which never waits for it (a cold `asp exec` would pay it per call).
+	 * Commands the agent started meanwhile follow it in; what they forked before that
+	 * has the markers and the subreaper only (docs/decisions.md). We stay in the cgroup
+	 * the agent started in, so its path is ours to find again.
+	 */
+	char cg[LOCAL_CGROUP_PATH_MAX];
+	bool in = getppid() == parent && local_cgroup_path(parent, cg, sizeof cg) &&
+	          local_cgroup_enter(cg, parent);
+	if (in) {
+		local_cgroup_adopt_children(cg, parent, getpid());
+		local_cgroup_sweep_stale(cg);
+	}
 	/* 'a': a command was started (armed); 'd': the agent cleaned up itself; EOF: gone */
 	bool armed = false, clean = false;
 	for (;;) {
@@ -681,7 +698,16 @@ static void keeper_main(int rfd, pid_t parent)
 		else if (n == 0 || (n < 0 && errno != EINTR))
 			break;
 	}
-	if (armed && !clean) { /* reading every process's environment costs: only if needed */
+	/*
+	 * Every descendant, whatever it did to its group or environment (a cheap no-op after
+	 * a clean exit); nested agents' cgroups below go too. Only one we made: a cgroup of
+	 * that name we could not make may be a live agent's of another pid namespace.
+	 */
+	if (in)
+		local_cgroup_end(cg, 2000);
+	/* Reading every process's environment costs: only if needed. With a cgroup it
+	 * still finds a process that moved itself out to another cgroup. */
+	if (armed && !clean) {
 		char entry[64];
 		job_entry(entry, sizeof entry, parent, 0);
 		sweep_kill(entry, true, false);
