@@ -158,6 +158,18 @@ void asp_fd_channel_set_stall(asp_channel *ch, unsigned ms);
  */
 void asp_fd_channel_watch(asp_channel *ch, int fd, bool (*fn)(void *ctx, int fd), void *ctx);
 
+/*
+ * Only for a channel from asp_fd_channel_new, before the first call on it: gives the
+ * channel an `explain` (as asp_channel_ops.explain) and a `release`, called with `ctx` by
+ * asp_channel_free after the channel let go of its fds (closing them with
+ * ASP_FDCH_OWN_FDS) and its memory, for what the owner keeps beside it (the stdio
+ * transport: its child process and stderr). Either may be NULL. A transport that needs
+ * only these keeps the channel an fd channel, which the engine can watch without a thread
+ * of its own (asp_rpc_new).
+ */
+void asp_fd_channel_set_owner(asp_channel *ch, void (*explain)(void *ctx, asp_error *err),
+                              void (*release)(void *ctx), void *ctx);
+
 /* ---- a channel over byte callbacks ------------------------------------------------ */
 
 /*

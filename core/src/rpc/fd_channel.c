@@ -29,14 +29,20 @@ typedef struct fd_channel {
 	int wakefd; /* eventfd written by close, or -1 when not wakeable */
 	unsigned flags;
 	bool wsock;        /* wfd is a socket: send(MSG_NOSIGNAL) */
+	bool rsock;        /* rfd is a socket: close shuts it down, which wakes a reader */
+	bool rnb;          /* rfd is non-blocking: read first, poll on EAGAIN */
 	bool mask_sigpipe; /* a pipe in a process where SIGPIPE would kill */
 	atomic_bool closed;
 	int stall_ms; /* a send with no progress for this long fails (-1: waits for ever) */
-	int watch_fd;
+	int watch_fd; /* -1: none, or the RPC engine's poller watches it (watch_taken) */
+	bool watch_taken;
 	bool (*watch_fn)(void *ctx, int fd);
 	void *watch_ctx;
+	void (*owner_explain)(void *ctx, asp_error *err);
+	void (*owner_release)(void *ctx);
+	void *owner_ctx;
 	size_t start, end; /* unread bytes are buf[start .. end) */
-	uint8_t *buf;
+	uint8_t *buf;      /* RBUF bytes, allocated by the first read, freed when idle (trim) */
 } fd_channel;
 
 static asp_status closed_error(asp_error *err)
@@ -59,12 +65,14 @@ static int wait_readable(fd_channel *c, int ms, asp_error *err)
 			closed_error(err);
 			return -1;
 		}
-		struct pollfd p[3] = {
-			{.fd = c->rfd, .events = POLLIN},
-			{.fd = c->wakefd, .events = POLLIN},
-			{.fd = c->watch_fd, .events = POLLIN},
-		};
-		nfds_t n = c->watch_fd >= 0 ? 3 : 2;
+		struct pollfd p[3];
+		nfds_t n = 0;
+		p[n++] = (struct pollfd){.fd = c->rfd, .events = POLLIN};
+		nfds_t wake = 0, watch = 0; /* 0: not polled (p[0] is rfd) */
+		if (c->wakefd >= 0)
+			p[wake = n++] = (struct pollfd){.fd = c->wakefd, .events = POLLIN};
+		if (c->watch_fd >= 0 && !c->watch_taken)
+			p[watch = n++] = (struct pollfd){.fd = c->watch_fd, .events = POLLIN};
 		int left = ms;
 		if (ms > 0) {
 			struct timespec t;
@@ -83,11 +91,12 @@ static int wait_readable(fd_channel *c, int ms, asp_error *err)
 			err->code = ASP_E_TRANSPORT_ERROR;
 			return -1;
 		}
-		if (p[1].revents) {
+		if ((wake > 0 && p[wake].revents) ||
+		    atomic_load_explicit(&c->closed, memory_order_acquire)) {
 			closed_error(err);
 			return -1;
 		}
-		if (n == 3 && p[2].revents && !c->watch_fn(c->watch_ctx, c->watch_fd))
+		if (watch > 0 && p[watch].revents && !c->watch_fn(c->watch_ctx, c->watch_fd))
 			c->watch_fd = -1;
 		if (p[0].revents)
 			return 0;
@@ -100,8 +109,11 @@ static int wait_readable(fd_channel *c, int ms, asp_error *err)
  */
 static ssize_t read_some(fd_channel *c, uint8_t *dst, size_t cap, bool mid, asp_error *err)
 {
+	bool waits = c->wakefd >= 0 || c->rsock; /* close wakes a poll: wait in one */
+	bool try_first = c->rnb;
 	for (;;) {
-		int w = c->wakefd >= 0 ? wait_readable(c, mid ? c->stall_ms : -1, err) : 0;
+		int w = waits && !try_first ? wait_readable(c, mid ? c->stall_ms : -1, err) : 0;
+		try_first = false;
 		if (w < 0)
 			return -1;
 		if (w > 0) {
@@ -119,7 +131,7 @@ static ssize_t read_some(fd_channel *c, uint8_t *dst, size_t cap, bool mid, asp_
 			return n;
 		if (errno == EINTR)
 			continue;
-		if (errno == EAGAIN && c->wakefd < 0) { /* someone made it non-blocking */
+		if (errno == EAGAIN && !waits) { /* someone made it non-blocking */
 			struct pollfd p = {.fd = c->rfd, .events = POLLIN};
 			poll(&p, 1, -1);
 			continue;
@@ -138,6 +150,10 @@ static ssize_t read_some(fd_channel *c, uint8_t *dst, size_t cap, bool mid, asp_
  * -1 error. */
 static int fill(fd_channel *c, size_t need, bool body, asp_error *err)
 {
+	if (!c->buf && !(c->buf = malloc(RBUF))) {
+		asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory for a read buffer");
+		return -1;
+	}
 	while (c->end - c->start < need) {
 		if (c->start > 0) { /* keep the partial frame at the front */
 			memmove(c->buf, c->buf + c->start, c->end - c->start);
@@ -336,8 +352,8 @@ static void fd_close(void *ch)
 		uint64_t one = 1;
 		ssize_t r = write(c->wakefd, &one, sizeof one);
 		(void)r; /* an eventfd write only fails on overflow, and one is enough */
-	} else if (c->wsock) {
-		shutdown(c->rfd, SHUT_RDWR);
+	} else if (c->rsock || c->wsock) {
+		shutdown(c->rsock ? c->rfd : c->wfd, SHUT_RDWR);
 	}
 }
 
@@ -352,7 +368,18 @@ static void fd_free(void *ch)
 	if (c->wakefd >= 0)
 		close(c->wakefd);
 	free(c->buf);
+	void (*release)(void *) = c->owner_release;
+	void *ctx = c->owner_ctx;
 	free(c);
+	if (release)
+		release(ctx);
+}
+
+static void fd_explain(void *ch, asp_error *err)
+{
+	fd_channel *c = (fd_channel *)ch;
+	if (c->owner_explain)
+		c->owner_explain(c->owner_ctx, err);
 }
 
 static int fd_ready(void *ch, int ms, asp_error *err)
@@ -368,18 +395,19 @@ static const asp_channel_ops fd_channel_ops = {
 	.send = fd_send,
 	.sendv = fd_sendv,
 	.recv = fd_recv,
-	.explain = NULL,
+	.explain = fd_explain,
 	.close = fd_close,
 	.free = fd_free,
 };
 
-/* A wakeable one can also wait for readability with a time limit (ready). */
+/* One that close wakes (an eventfd, or a socket it shuts down) can also wait with a time
+ * limit (ready). */
 static const asp_channel_ops fd_channel_wake_ops = {
 	.send = fd_send,
 	.sendv = fd_sendv,
 	.recv = fd_recv,
 	.ready = fd_ready,
-	.explain = NULL,
+	.explain = fd_explain,
 	.close = fd_close,
 	.free = fd_free,
 };
@@ -404,19 +432,13 @@ asp_status asp_fd_channel_new(int rfd, int wfd, unsigned flags, asp_channel **ou
 {
 	*out = NULL;
 	fd_channel *c = calloc(1, sizeof *c);
-	uint8_t *buf = malloc(RBUF);
-	if (!c || !buf) {
-		free(c);
-		free(buf);
+	if (!c)
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
-	}
-	c->base.ops = flags & ASP_FDCH_WAKEABLE ? &fd_channel_wake_ops : &fd_channel_ops;
 	c->base.ctx = c;
 	c->base.boxed = false;
 	c->rfd = rfd;
 	c->wfd = wfd;
 	c->flags = flags;
-	c->buf = buf;
 	c->watch_fd = -1;
 	c->stall_ms = -1;
 	c->wakefd = -1;
@@ -425,18 +447,21 @@ asp_status asp_fd_channel_new(int rfd, int wfd, unsigned flags, asp_channel **ou
 		c->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 		if (c->wakefd < 0) {
 			int e = errno;
-			free(buf);
 			free(c);
 			return asp_error_errno(err, e, NULL, "eventfd for a connection");
 		}
 	}
 	c->wsock = is_socket(wfd);
+	c->rsock = rfd == wfd ? c->wsock : is_socket(rfd);
 	c->mask_sigpipe = !c->wsock && sigpipe_kills();
 	if (flags & ASP_FDCH_PRIVATE_WFD) {
 		int fl = fcntl(wfd, F_GETFL);
 		if (fl >= 0)
 			fcntl(wfd, F_SETFL, fl | O_NONBLOCK);
 	}
+	int rfl = fcntl(rfd, F_GETFL);
+	c->rnb = rfl >= 0 && (rfl & O_NONBLOCK);
+	c->base.ops = c->wakefd >= 0 || c->rsock ? &fd_channel_wake_ops : &fd_channel_ops;
 	*out = &c->base;
 	return ASP_OK;
 }
@@ -449,9 +474,65 @@ void asp_fd_channel_set_stall(asp_channel *ch, unsigned ms)
 void asp_fd_channel_watch(asp_channel *ch, int fd, bool (*fn)(void *ctx, int fd), void *ctx)
 {
 	fd_channel *c = (fd_channel *)ch;
-	if (c->wakefd < 0)
+	if (ch->ops != &fd_channel_wake_ops)
 		return;
 	c->watch_fd = fd;
 	c->watch_fn = fn;
 	c->watch_ctx = ctx;
+}
+
+void asp_fd_channel_set_owner(asp_channel *ch, void (*explain)(void *ctx, asp_error *err),
+                              void (*release)(void *ctx), void *ctx)
+{
+	fd_channel *c = (fd_channel *)ch;
+	c->owner_explain = explain;
+	c->owner_release = release;
+	c->owner_ctx = ctx;
+}
+
+/* ---- for the RPC engine (channel.h) ------------------------------------------------ */
+
+static bool is_fd_channel(const asp_channel *ch)
+{
+	return ch->ops == &fd_channel_wake_ops || ch->ops == &fd_channel_ops;
+}
+
+int asp_fd_channel_poll_fd(asp_channel *ch)
+{
+	return ch->ops == &fd_channel_wake_ops ? ((fd_channel *)ch)->rfd : -1;
+}
+
+int asp_fd_channel_take_watch(asp_channel *ch, bool take)
+{
+	if (!is_fd_channel(ch))
+		return -1;
+	fd_channel *c = (fd_channel *)ch;
+	c->watch_taken = take && c->watch_fd >= 0;
+	return c->watch_fd;
+}
+
+bool asp_fd_channel_run_watch(asp_channel *ch)
+{
+	fd_channel *c = (fd_channel *)ch;
+	return c->watch_fd >= 0 && c->watch_fn(c->watch_ctx, c->watch_fd);
+}
+
+bool asp_fd_channel_buffered(asp_channel *ch)
+{
+	if (!is_fd_channel(ch))
+		return false;
+	fd_channel *c = (fd_channel *)ch;
+	return c->end > c->start;
+}
+
+void asp_fd_channel_trim(asp_channel *ch)
+{
+	if (!is_fd_channel(ch))
+		return;
+	fd_channel *c = (fd_channel *)ch;
+	if (c->buf && c->start == c->end) {
+		free(c->buf);
+		c->buf = NULL;
+		c->start = c->end = 0;
+	}
 }
