@@ -164,8 +164,9 @@ int main(int argc, char **argv)
 	run(CLOSE, 1);
 	free(clients);
 
-	printf("\n| sandboxes | open /s | exec /s | close /s | RSS / sandbox idle | fds / sandbox | "
-	       "threads (total) | failures |\n|---|---|---|---|---|---|---|---|\n");
+	printf(
+	    "\n| sandboxes | open /s | exec /s | close /s | RSS / sandbox idle | fds / sandbox | "
+	    "threads (total) | failures |\n|---|---|---|---|---|---|---|---|\n");
 	for (int s = 0; s < nsizes; s++) {
 		nclients = sizes[s];
 		clients = calloc((size_t)nclients, sizeof *clients);

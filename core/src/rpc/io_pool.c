@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 /* Workers at most: enough that a slow callback on one connection does not stall others. */
-#define IO_WORKERS_MAX 8
+#define IO_WORKERS_MAX  8
 #define EVENTS_PER_WAIT 64
 
 typedef struct reg {
@@ -78,7 +78,8 @@ static void *poller_main(void *arg)
 		pthread_mutex_lock(&reg_mu);
 		for (int i = 0; i < n; i++) {
 			uint64_t key = ev[i].data.u64;
-			uint32_t idx = (uint32_t)(key & 0xffffffffu) >> 1, gen = (uint32_t)(key >> 32);
+			uint32_t idx = (uint32_t)(key & 0xffffffffu) >> 1,
+			         gen = (uint32_t)(key >> 32);
 			if (idx >= nregs || !regs[idx].live || regs[idx].gen != gen)
 				continue; /* removed since epoll_wait returned */
 			reg *r = &regs[idx];

@@ -28,8 +28,8 @@ typedef struct asp_io_job {
 
 /*
  * Registers `fd` (disarmed) and `watch_fd` (armed; -1: none) with `hooks` and `ctx`, and
- * starts the poller and a first worker on first use. The key names the registration; 0 on failure, with
- * `err` set.
+ * starts the poller and a first worker on first use. The key names the registration; 0 on failure,
+ * with `err` set.
  */
 uint64_t asp_io_add(int fd, int watch_fd, const asp_io_hooks *hooks, void *ctx, asp_error *err);
 
