@@ -116,8 +116,8 @@ static bool try_reap_locked(stdio_conn *s)
  * Waits up to `ms` for the child to exit, draining stderr meanwhile; with `until_eof` also
  * for stderr's EOF (so the last lines are in). True once reaped. Takes mu only to drain
  * and reap, so the poller draining stderr meanwhile never waits long for it. Without a
- * pidfd (one descriptor less per connection) an exit shows as stderr's EOF, and after
- * that, or for a child that closed its stderr early, as a waitpid looked at every few ms.
+ * pidfd (one descriptor less per connection) an exit shows as stderr's EOF, or as a
+ * waitpid looked at every few ms (every 10 ms while stderr stays open).
  */
 static bool wait_exit(stdio_conn *s, int ms, bool until_eof)
 {
@@ -133,12 +133,12 @@ static bool wait_exit(stdio_conn *s, int ms, bool until_eof)
 		int64_t left = deadline - now_ms();
 		if (left <= 0)
 			return reaped;
+		/* stderr may outlive the child (a descendant holding it): look at waitpid too */
 		struct pollfd p = {.fd = s->err_r, .events = POLLIN};
-		if (eof) {
-			if (left > nap)
-				left = nap;
+		if (left > (eof ? nap : 10))
+			left = eof ? nap : 10;
+		if (eof)
 			nap = nap < 8 ? nap * 2 : 8;
-		}
 		poll(&p, eof ? 0 : 1, (int)left);
 	}
 }
