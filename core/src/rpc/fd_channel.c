@@ -45,6 +45,39 @@ typedef struct fd_channel {
 	uint8_t *buf;      /* RBUF bytes, allocated by the first read, freed when idle (trim) */
 } fd_channel;
 
+/*
+ * Read buffers of idle connections (asp_fd_channel_trim) are kept one per thread rather
+ * than freed: the next connection this thread reads takes it, so a call pays neither a
+ * 64 KiB malloc nor its page faults, and idle connections still hold none.
+ */
+static pthread_key_t spare_key;
+static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
+static bool spare_ok;
+
+static void spare_init(void)
+{
+	spare_ok = pthread_key_create(&spare_key, free) == 0;
+}
+
+static uint8_t *buf_take(void)
+{
+	pthread_once(&spare_once, spare_init);
+	uint8_t *b = spare_ok ? pthread_getspecific(spare_key) : NULL;
+	if (b) {
+		pthread_setspecific(spare_key, NULL);
+		return b;
+	}
+	return malloc(RBUF);
+}
+
+static void buf_give(uint8_t *b)
+{
+	pthread_once(&spare_once, spare_init);
+	if (spare_ok && !pthread_getspecific(spare_key) && pthread_setspecific(spare_key, b) == 0)
+		return;
+	free(b);
+}
+
 static asp_status closed_error(asp_error *err)
 {
 	return asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL, "the connection was closed");
@@ -150,7 +183,7 @@ static ssize_t read_some(fd_channel *c, uint8_t *dst, size_t cap, bool mid, asp_
  * -1 error. */
 static int fill(fd_channel *c, size_t need, bool body, asp_error *err)
 {
-	if (!c->buf && !(c->buf = malloc(RBUF))) {
+	if (!c->buf && !(c->buf = buf_take())) {
 		asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory for a read buffer");
 		return -1;
 	}
@@ -531,7 +564,7 @@ void asp_fd_channel_trim(asp_channel *ch)
 		return;
 	fd_channel *c = (fd_channel *)ch;
 	if (c->buf && c->start == c->end) {
-		free(c->buf);
+		buf_give(c->buf);
 		c->buf = NULL;
 		c->start = c->end = 0;
 	}
