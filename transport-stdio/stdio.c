@@ -65,11 +65,17 @@ static int64_t now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Under mu. Reads what stderr has (non-blocking) into the ring; false at EOF or error. */
+/*
+ * Under mu. Reads what stderr has (non-blocking) into the ring, at most 256 KiB at a time
+ * so a child flooding it cannot hold the shared poller (or a deadline) for ever; false
+ * at EOF or error.
+ */
 static bool drain_stderr_locked(stdio_conn *s)
 {
 	char buf[4096];
-	while (!s->err_eof) {
+	for (int reads = 0; !s->err_eof; reads++) {
+		if (reads == 64)
+			return true; /* the poller comes back: the fd is still readable */
 		ssize_t n = read(s->err_r, buf, sizeof buf);
 		if (n > 0 && !s->ring && !(s->ring = malloc(ERR_RING)))
 			continue; /* out of memory: the bytes are dropped */
