@@ -402,7 +402,7 @@ static int read_one(asp_rpc *rpc, int ms)
 }
 
 /*
- * Under mu, pollable, holding the role: gives it up so that somebody still reads: queued
+ * Under mu, pollable, holding the role (or finding it free): makes sure somebody reads: queued
  * notifications (and bytes read ahead while no caller waits) go to a worker, else the
  * oldest blocked caller leads, else the poller watches the fd. After death: wakes
  * asp_rpc_free.
@@ -416,6 +416,7 @@ static void role_release(asp_rpc *rpc)
 	}
 	/* Notes, or frames read ahead that no caller waits for: the worker holds the role. */
 	if (rpc->q_head || (!rpc->wq_head && asp_fd_channel_buffered(rpc->ch))) {
+		rpc->reading = true; /* already, unless a caller that was to lead left instead */
 		asp_io_submit(&rpc->job);
 		return;
 	}
