@@ -39,7 +39,7 @@ extern char **environ;
 #define EXIT_WAIT_MS 500
 /* After closing the child's stdin: how long it may take to exit, then TERM, then KILL. */
 #define CLOSE_GRACE_MS 500
-#define TERM_GRACE_MS 200
+#define TERM_GRACE_MS  200
 /* How long the first hello may take (an ssh or docker command may be slow to connect). */
 #define CONNECT_TIMEOUT_MS 20000
 /* Socket buffer asked for each way (capped by net.core.wmem_max / rmem_max). */
@@ -157,8 +157,8 @@ static void stderr_tail_locked(stdio_conn *s, char *out, size_t cap)
 	char text[ERR_RING];
 	for (size_t i = 0; i < have; i++)
 		text[i] = s->ring[(start + i) % ERR_RING];
-	while (have > 0 && (text[have - 1] == '\n' || text[have - 1] == '\r' ||
-	                    text[have - 1] == ' '))
+	while (have > 0 &&
+	       (text[have - 1] == '\n' || text[have - 1] == '\r' || text[have - 1] == ' '))
 		have--;
 	size_t from = have > ERR_QUOTE ? have - ERR_QUOTE : 0;
 	size_t o = 0;
@@ -346,7 +346,8 @@ static asp_status open_conn(const asp_config_view *cfg, stdio_conn **out, asp_er
 	if (!cfg->stdio.argv || cfg->stdio.argc == 0 || !cfg->stdio.argv[0])
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, cfg->path,
 		                     "the stdio transport needs stdio.command (an argv, e.g. "
-		                     "[\"asp-agent\", \"--stdio\"]) in %s", where);
+		                     "[\"asp-agent\", \"--stdio\"]) in %s",
+		                     where);
 	int fds[4] = {-1, -1, -1, -1}; /* sock (ours), sock (child's), err_r, err_w */
 	int e = make_fds(fds);
 	if (e)
@@ -468,12 +469,12 @@ static bool stdio_alive(void *self)
 }
 
 const asp_transport asp_transport_stdio = {
-	.kind = ASP_TRANSPORT_STDIO,
-	.name = "stdio",
-	.open = stdio_open,
-	.abort = stdio_abort,
-	.close = stdio_close_backend,
-	.alive = stdio_alive,
-	.subscribe = asp_rpc_subscribe,
-	.unsubscribe = asp_rpc_unsubscribe,
+    .kind = ASP_TRANSPORT_STDIO,
+    .name = "stdio",
+    .open = stdio_open,
+    .abort = stdio_abort,
+    .close = stdio_close_backend,
+    .alive = stdio_alive,
+    .subscribe = asp_rpc_subscribe,
+    .unsubscribe = asp_rpc_unsubscribe,
 };

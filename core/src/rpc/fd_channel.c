@@ -210,8 +210,7 @@ static asp_status eof_inside(asp_error *err, size_t got, size_t want)
 	                     "the connection ended inside a frame (%zu of %zu bytes)", got, want);
 }
 
-static asp_status fd_recv(void *ch, size_t max, uint8_t **msg, size_t *len,
-                          asp_error *err)
+static asp_status fd_recv(void *ch, size_t max, uint8_t **msg, size_t *len, asp_error *err)
 {
 	fd_channel *c = (fd_channel *)ch;
 	*msg = NULL;
@@ -274,8 +273,8 @@ static int wait_writable(fd_channel *c)
 {
 	for (;;) {
 		struct pollfd p[2] = {
-			{.fd = c->wfd, .events = POLLOUT},
-			{.fd = c->wakefd, .events = POLLIN},
+		    {.fd = c->wfd, .events = POLLOUT},
+		    {.fd = c->wakefd, .events = POLLIN},
 		};
 		int n = poll(p, c->wakefd >= 0 ? 2 : 1, c->stall_ms);
 		if (n < 0 && errno != EINTR)
@@ -308,7 +307,8 @@ static asp_status fd_sendv(void *ch, const struct iovec *in, int iovcnt, asp_err
 	if (iovcnt > (int)(sizeof local / sizeof local[0])) {
 		iov = malloc((size_t)iovcnt * sizeof *iov);
 		if (!iov)
-			return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory sending a frame");
+			return asp_error_set(err, ASP_E_INTERNAL, NULL,
+			                     "out of memory sending a frame");
 	}
 	memcpy(iov, in, (size_t)iovcnt * sizeof *iov); /* advanced in place on short writes */
 	sigset_t pipe_set, old;
@@ -425,24 +425,24 @@ static int fd_ready(void *ch, int ms, asp_error *err)
 }
 
 static const asp_channel_ops fd_channel_ops = {
-	.send = fd_send,
-	.sendv = fd_sendv,
-	.recv = fd_recv,
-	.explain = fd_explain,
-	.close = fd_close,
-	.free = fd_free,
+    .send = fd_send,
+    .sendv = fd_sendv,
+    .recv = fd_recv,
+    .explain = fd_explain,
+    .close = fd_close,
+    .free = fd_free,
 };
 
 /* One that close wakes (an eventfd, or a socket it shuts down) can also wait with a time
  * limit (ready). */
 static const asp_channel_ops fd_channel_wake_ops = {
-	.send = fd_send,
-	.sendv = fd_sendv,
-	.recv = fd_recv,
-	.ready = fd_ready,
-	.explain = fd_explain,
-	.close = fd_close,
-	.free = fd_free,
+    .send = fd_send,
+    .sendv = fd_sendv,
+    .recv = fd_recv,
+    .ready = fd_ready,
+    .explain = fd_explain,
+    .close = fd_close,
+    .free = fd_free,
 };
 
 static bool is_socket(int fd)
@@ -460,8 +460,7 @@ static bool sigpipe_kills(void)
 	return !(sa.sa_flags & SA_SIGINFO) && sa.sa_handler == SIG_DFL;
 }
 
-asp_status asp_fd_channel_new(int rfd, int wfd, unsigned flags, asp_channel **out,
-                              asp_error *err)
+asp_status asp_fd_channel_new(int rfd, int wfd, unsigned flags, asp_channel **out, asp_error *err)
 {
 	*out = NULL;
 	fd_channel *c = calloc(1, sizeof *c);

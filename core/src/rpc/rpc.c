@@ -68,12 +68,12 @@ struct asp_rpc {
 	asp_channel *ch;
 	pthread_t reader; /* when !pollable */
 
-	pthread_mutex_t mu; /* everything below up to send_mu */
+	pthread_mutex_t mu;      /* everything below up to send_mu */
 	pthread_cond_t state_cv; /* DYING → DEAD, and a slot coming free when all are used */
 	atomic_int state;
-	bool closing;     /* asp_rpc_close asked: no need to explain the death */
-	asp_error death;  /* why it died: what every later call reports */
-	waiter **slots;   /* cap entries; NULL when free */
+	bool closing;    /* asp_rpc_close asked: no need to explain the death */
+	asp_error death; /* why it died: what every later call reports */
+	waiter **slots;  /* cap entries; NULL when free */
 	uint16_t *gens;
 	uint32_t *free_idx;
 	size_t nfree, cap, slot_waiters;
@@ -109,8 +109,8 @@ struct asp_rpc {
 	bool armed;      /* the poller watches the fd (nobody reads) */
 	uint64_t io_key; /* the pool's registration */
 	int io_fd;
-	asp_io_job job;         /* a worker's turn on this connection */
-	waiter *wq_head;        /* callers blocked on their cv, oldest first */
+	asp_io_job job;  /* a worker's turn on this connection */
+	waiter *wq_head; /* callers blocked on their cv, oldest first */
 	waiter *wq_tail;
 	pthread_cond_t role_cv; /* the role came free after death (asp_rpc_free waits) */
 	note *q_head, **q_tail;
@@ -936,8 +936,8 @@ static void hello_keep(asp_rpc *rpc, uint8_t *frame, size_t len)
 	free(frame);
 }
 
-asp_status asp_rpc_invoke(void *self, asp_op_id op, const void *params, void *result,
-                          asp_arena *a, asp_error *err)
+asp_status asp_rpc_invoke(void *self, asp_op_id op, const void *params, void *result, asp_arena *a,
+                          asp_error *err)
 {
 	asp_rpc *rpc = self;
 	if (op == ASP_OP_HELLO) { /* not the liveness probe: that one must ask */
@@ -949,8 +949,8 @@ asp_status asp_rpc_invoke(void *self, asp_op_id op, const void *params, void *re
 	return rpc_call(rpc, op, params, result, a, 0, NULL, err);
 }
 
-asp_status asp_rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void *result,
-                        asp_arena *a, unsigned timeout_ms, asp_error *err)
+asp_status asp_rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void *result, asp_arena *a,
+                        unsigned timeout_ms, asp_error *err)
 {
 	return rpc_call(rpc, op, params, result, a, timeout_ms, NULL, err);
 }
@@ -1077,15 +1077,16 @@ static asp_status rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void 
 	b.ref_min = asp_channel_has_sendv(rpc->ch) ? ASP_BUF_REF_MIN : 0;
 	size_t max = atomic_load_explicit(&rpc->max_send, memory_order_relaxed);
 	size_t bins = bin_bytes(d->params, params);
-	if (bins <= max && (asp_buf_reserve(&b, b.ref_min && bins >= b.ref_min ? 256 : 256 + bins) < 0 ||
-	                    asp_wire_request(&b, id, op, params) < 0)) {
+	if (bins <= max &&
+	    (asp_buf_reserve(&b, b.ref_min && bins >= b.ref_min ? 256 : 256 + bins) < 0 ||
+	     asp_wire_request(&b, id, op, params) < 0)) {
 		st = asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory encoding %s", d->name);
 	} else if (bins > max || asp_buf_frame_len(&b) - ASP_FRAME_HEADER > max) {
-		st = asp_error_set(err, ASP_E_TOO_LARGE, NULL,
-		                   "%s: the request is %zu bytes, more than max_message (%zu); "
-		                   "send the data in smaller parts",
-		                   d->name, bins > max ? bins : asp_buf_frame_len(&b) - ASP_FRAME_HEADER,
-		                   max);
+		st = asp_error_set(
+		    err, ASP_E_TOO_LARGE, NULL,
+		    "%s: the request is %zu bytes, more than max_message (%zu); "
+		    "send the data in smaller parts",
+		    d->name, bins > max ? bins : asp_buf_frame_len(&b) - ASP_FRAME_HEADER, max);
 	} else {
 		pthread_mutex_lock(&rpc->send_mu);
 		st = send_buf(rpc->ch, &b, err);
@@ -1148,8 +1149,8 @@ asp_status asp_rpc_subscribe(void *self, asp_op_id op, const void *params, void 
 {
 	asp_rpc *rpc = self;
 	gated_call g = {rpc, false};
-	asp_status st = asp_proc_routes_call(rpc->routes, call_gated, &g, op, params, result, a,
-	                                     sub, err);
+	asp_status st =
+	    asp_proc_routes_call(rpc->routes, call_gated, &g, op, params, result, a, sub, err);
 	if (g.gate)
 		gate_open(rpc);
 	return st;
