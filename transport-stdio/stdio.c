@@ -1,11 +1,11 @@
 /*
  * The stdio transport: spawns stdio.command (an argv, no shell) and speaks the RPC over
- * its stdin/stdout, which are one end of a socketpair: the client keeps two descriptors
- * per connection (the socket and the stderr pipe), and closing the connection shuts the
- * socket down, which wakes whoever reads it without an eventfd. The channel is a plain fd
- * channel, so the engine watches an idle connection from its shared poller instead of a
- * thread (asp_rpc_new); that poller drains the child's stderr into a ring whose tail
- * explains the child's death. The child is always reaped.
+ * its stdin/stdout pipes. The client keeps three descriptors per connection (those two
+ * pipes and the stderr one): closing wakes a waiting reader through the thread's own wake
+ * fd (ASP_FDCH_WAKEABLE), not one per connection, and the child's exit shows without a
+ * pidfd. The channel is a plain fd channel, so the engine watches an idle connection from
+ * its shared poller instead of a thread (asp_rpc_new); that poller drains the child's
+ * stderr into a ring whose tail explains the child's death. The child is always reaped.
  */
 #include "asp/channel.h"
 #include "asp/transport.h"
@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -42,11 +41,11 @@ extern char **environ;
 #define TERM_GRACE_MS  200
 /* How long the first hello may take (an ssh or docker command may be slow to connect). */
 #define CONNECT_TIMEOUT_MS 20000
-/* Socket buffer asked for each way (capped by net.core.wmem_max / rmem_max). */
-#define SOCK_BYTES (1024 * 1024)
+/* Pipe capacity asked for (Linux allows up to /proc/sys/fs/pipe-max-size, 1 MiB). */
+#define PIPE_BYTES (1024 * 1024)
 
 typedef struct stdio_conn {
-	int sock, err_r; /* the child's stdin+stdout, and its stderr */
+	int in_w, out_r, err_r; /* the child's stdin, stdout and stderr */
 	pid_t pid;
 	const char *prog;        /* argv[0]; the config view outlives the connection */
 	const char *config_path; /* for "check stdio.command in ..." */
@@ -213,13 +212,13 @@ static void stdio_explain(void *ctx, asp_error *err)
 }
 
 /*
- * asp_channel_free's release: the socket's EOF asks the child to exit; a child that does
+ * asp_channel_free's release: EOF on the child's stdin asks it to exit; a child that does
  * not is terminated.
  */
 static void stdio_free(void *ch)
 {
 	stdio_conn *s = (stdio_conn *)ch;
-	close(s->sock);
+	close(s->in_w);
 	if (!wait_exit(s, CLOSE_GRACE_MS, false)) {
 		kill(s->pid, SIGTERM);
 		if (!wait_exit(s, TERM_GRACE_MS, false)) {
@@ -228,6 +227,7 @@ static void stdio_free(void *ch)
 				;
 		}
 	}
+	close(s->out_r);
 	close(s->err_r);
 	pthread_mutex_destroy(&s->mu);
 	free(s->ring);
@@ -300,7 +300,7 @@ static void raise_nofile_once(void)
 	pthread_mutex_unlock(&mu);
 }
 
-/* Which limit stopped a pipe or socketpair, and how to raise it. */
+/* Which limit stopped a pipe, and how to raise it. */
 static asp_status fds_error(int e, asp_error *err)
 {
 	struct rlimit r = {0, 0};
@@ -310,7 +310,7 @@ static asp_status fds_error(int e, asp_error *err)
 		    err, ASP_E_TRANSPORT_ERROR, NULL,
 		    "stdio transport: this process has as many open files as RLIMIT_NOFILE allows "
 		    "(soft %llu, hard %llu; the client raised the soft limit to the hard one "
-		    "once): each stdio connection holds 2; raise the hard limit (ulimit -Hn as "
+		    "once): each stdio connection holds 3; raise the hard limit (ulimit -Hn as "
 		    "root, LimitNOFILE= for a systemd unit, nofile in limits.conf)",
 		    (unsigned long long)r.rlim_cur, (unsigned long long)r.rlim_max);
 	if (e == ENFILE)
@@ -321,19 +321,19 @@ static asp_status fds_error(int e, asp_error *err)
 	return err->code = ASP_E_TRANSPORT_ERROR;
 }
 
-/* The child's stdin+stdout socketpair and its stderr pipe; fds[0], fds[2] are ours. */
-static int make_fds(int fds[4])
+/* The child's stdin, stdout and stderr pipes: fds[1], fds[2], fds[4] are ours. */
+static int make_fds(int fds[6])
 {
 	for (int attempt = 0;; attempt++) {
 		int e = 0;
-		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) < 0)
-			e = errno;
-		else if (pipe2(fds + 2, O_CLOEXEC) < 0)
-			e = errno;
+		for (int i = 0; i < 6 && !e; i += 2)
+			if (pipe2(fds + i, O_CLOEXEC) < 0)
+				e = errno;
 		if (!e)
 			return 0;
-		close_all(fds, 4);
-		fds[0] = fds[1] = fds[2] = fds[3] = -1;
+		close_all(fds, 6);
+		for (int i = 0; i < 6; i++)
+			fds[i] = -1;
 		if (e != EMFILE || attempt > 0)
 			return e;
 		raise_nofile_once(); /* then once more: another thread may have raised it */
@@ -348,35 +348,35 @@ static asp_status open_conn(const asp_config_view *cfg, stdio_conn **out, asp_er
 		                     "the stdio transport needs stdio.command (an argv, e.g. "
 		                     "[\"asp-agent\", \"--stdio\"]) in %s",
 		                     where);
-	int fds[4] = {-1, -1, -1, -1}; /* sock (ours), sock (child's), err_r, err_w */
+	int fds[6] = {-1, -1, -1, -1, -1, -1}; /* in_r in_w out_r out_w err_r err_w */
 	int e = make_fds(fds);
 	if (e)
 		return fds_error(e, err);
-	/* Bigger buffers: a large read or write moves in fewer wake-ups (best effort). */
-	int bytes = SOCK_BYTES;
-	for (int i = 0; i < 2; i++) {
-		setsockopt(fds[i], SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
-		setsockopt(fds[i], SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
-	}
+	/* Bigger pipes: a large read or write moves in fewer wake-ups (best effort). */
+	fcntl(fds[1], F_SETPIPE_SZ, PIPE_BYTES);
+	fcntl(fds[3], F_SETPIPE_SZ, PIPE_BYTES);
 	stdio_conn *s = calloc(1, sizeof *s);
 	if (!s) {
-		close_all(fds, 4);
+		close_all(fds, 6);
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
 	}
 	pid_t pid;
-	e = spawn_child((char *const *)cfg->stdio.argv, fds[1], fds[1], fds[3], &pid);
-	close(fds[1]);
+	e = spawn_child((char *const *)cfg->stdio.argv, fds[0], fds[3], fds[5], &pid);
+	close(fds[0]);
 	close(fds[3]);
+	close(fds[5]);
 	if (e) {
-		close(fds[0]);
+		close(fds[1]);
 		close(fds[2]);
+		close(fds[4]);
 		free(s);
 		return asp_error_set(err, ASP_E_TRANSPORT_ERROR, cfg->path,
 		                     "cannot run %s: %s; check stdio.command in %s",
 		                     cfg->stdio.argv[0], strerror(e), where);
 	}
-	s->sock = fds[0];
-	s->err_r = fds[2];
+	s->in_w = fds[1];
+	s->out_r = fds[2];
+	s->err_r = fds[4];
 	s->pid = pid;
 	s->prog = base_name(cfg->stdio.argv[0]);
 	s->config_path = cfg->path;
@@ -398,9 +398,10 @@ static asp_status stdio_open(const asp_config_view *cfg, const asp_ops **ops, vo
 	asp_status st = open_conn(cfg, &s, err);
 	if (st)
 		return st;
-	/* Non-blocking (PRIVATE_WFD): a send stuck on a full socket also wakes on close. */
+	/* Non-blocking stdin (PRIVATE_WFD): a send stuck on a full pipe also wakes on close. */
 	asp_channel *ch;
-	st = asp_fd_channel_new(s->sock, s->sock, ASP_FDCH_PRIVATE_WFD, &ch, err);
+	st = asp_fd_channel_new(s->out_r, s->in_w, ASP_FDCH_WAKEABLE | ASP_FDCH_PRIVATE_WFD, &ch,
+	                        err);
 	if (st) {
 		stdio_free(s); /* closes the fds, reaps the child */
 		return st;

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -26,7 +27,8 @@
 typedef struct fd_channel {
 	asp_channel base;
 	int rfd, wfd;
-	int wakefd; /* eventfd written by close, or -1 when not wakeable */
+	bool wakeable;         /* ASP_FDCH_WAKEABLE: close writes the waiting threads' wake fds */
+	atomic_int wait_fd[2]; /* the wake fd of the thread waiting to read, to write; or -1 */
 	unsigned flags;
 	bool wsock;        /* wfd is a socket: send(MSG_NOSIGNAL) */
 	bool rsock;        /* rfd is a socket: close shuts it down, which wakes a reader */
@@ -78,6 +80,81 @@ static void buf_give(uint8_t *b)
 	free(b);
 }
 
+/*
+ * What close() writes to wake a thread that waits in poll() on a wakeable channel: an
+ * eventfd of the waiting thread's own, not one per channel, so a process with thousands
+ * of connections holds one per thread that reads. A write meant for a wait on another
+ * channel (the thread moved on) only makes the next poll return early; it is drained and
+ * the wait goes on.
+ */
+static pthread_key_t wake_key;
+static pthread_once_t wake_once = PTHREAD_ONCE_INIT;
+static bool wake_ok;
+
+static void wake_close(void *v)
+{
+	close((int)(intptr_t)v - 1);
+}
+
+static void wake_init(void)
+{
+	wake_ok = pthread_key_create(&wake_key, wake_close) == 0;
+}
+
+/* This thread's wake fd, made on first use; -1 when none can be made. */
+static int thread_wakefd(void)
+{
+	pthread_once(&wake_once, wake_init);
+	if (!wake_ok)
+		return -1;
+	intptr_t v = (intptr_t)pthread_getspecific(wake_key);
+	if (v)
+		return (int)v - 1;
+	int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (fd >= 0 && pthread_setspecific(wake_key, (void *)(intptr_t)(fd + 1))) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+static void wake_drain(int fd)
+{
+	uint64_t v;
+	ssize_t r = read(fd, &v, sizeof v);
+	(void)r; /* EAGAIN: somebody drained it already */
+}
+
+/*
+ * Before a wait: publishes this thread's wake fd in slot `which` (0 reading, 1 writing) of
+ * a wakeable channel and returns it; -1 when the channel is closed already; -2 when there
+ * is none (not wakeable, or no fd could be made: EMFILE; then *slice is 50 and the wait
+ * looks at `closed` every 50 ms).
+ */
+static int wait_begin(fd_channel *c, int which, int *slice)
+{
+	*slice = -1;
+	if (!c->wakeable)
+		return -2;
+	int fd = thread_wakefd();
+	if (fd < 0) {
+		fd = -2;
+		*slice = 50;
+	}
+	atomic_store(&c->wait_fd[which], fd);
+	if (atomic_load(&c->closed)) { /* seq_cst both ways: close sees the fd, or we see it */
+		atomic_store(&c->wait_fd[which], -1);
+		return -1;
+	}
+	return fd;
+}
+
+static void wait_end(fd_channel *c, int which)
+{
+	if (c->wakeable)
+		atomic_store(&c->wait_fd[which], -1);
+}
+
 static asp_status closed_error(asp_error *err)
 {
 	return asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL, "the connection was closed");
@@ -93,17 +170,24 @@ static int wait_readable(fd_channel *c, int ms, asp_error *err)
 	struct timespec t0;
 	if (ms > 0)
 		clock_gettime(CLOCK_MONOTONIC, &t0);
+	int slice, wfd = wait_begin(c, 0, &slice);
+	if (wfd == -1) {
+		closed_error(err);
+		return -1;
+	}
+	int rc;
 	for (;;) {
 		if (atomic_load_explicit(&c->closed, memory_order_acquire)) {
 			closed_error(err);
-			return -1;
+			rc = -1;
+			break;
 		}
 		struct pollfd p[3];
 		nfds_t n = 0;
 		p[n++] = (struct pollfd){.fd = c->rfd, .events = POLLIN};
 		nfds_t wake = 0, watch = 0; /* 0: not polled (p[0] is rfd) */
-		if (c->wakefd >= 0)
-			p[wake = n++] = (struct pollfd){.fd = c->wakefd, .events = POLLIN};
+		if (wfd >= 0)
+			p[wake = n++] = (struct pollfd){.fd = wfd, .events = POLLIN};
 		if (c->watch_fd >= 0 && !c->watch_taken)
 			p[watch = n++] = (struct pollfd){.fd = c->watch_fd, .events = POLLIN};
 		int left = ms;
@@ -114,26 +198,33 @@ static int wait_readable(fd_channel *c, int ms, asp_error *err)
 			            (t.tv_nsec - t0.tv_nsec) / 1000000;
 			left = gone >= ms ? 0 : ms - (int)gone;
 		}
-		int pr = poll(p, n, left);
-		if (pr == 0)
-			return 1;
+		bool sliced = slice > 0 && (left < 0 || left > slice);
+		int pr = poll(p, n, sliced ? slice : left);
+		if (pr == 0 && sliced)
+			continue;
+		if (pr == 0) {
+			rc = 1;
+			break;
+		}
 		if (pr < 0) {
 			if (errno == EINTR)
 				continue;
 			asp_error_errno(err, errno, NULL, "poll on the connection");
 			err->code = ASP_E_TRANSPORT_ERROR;
-			return -1;
+			rc = -1;
+			break;
 		}
-		if ((wake > 0 && p[wake].revents) ||
-		    atomic_load_explicit(&c->closed, memory_order_acquire)) {
-			closed_error(err);
-			return -1;
-		}
+		if (wake > 0 && p[wake].revents)
+			wake_drain(wfd); /* closed (checked above on the next turn), or stale */
 		if (watch > 0 && p[watch].revents && !c->watch_fn(c->watch_ctx, c->watch_fd))
 			c->watch_fd = -1;
-		if (p[0].revents)
-			return 0;
+		if (p[0].revents && !atomic_load_explicit(&c->closed, memory_order_acquire)) {
+			rc = 0;
+			break;
+		}
 	}
+	wait_end(c, 0);
+	return rc;
 }
 
 /*
@@ -142,7 +233,7 @@ static int wait_readable(fd_channel *c, int ms, asp_error *err)
  */
 static ssize_t read_some(fd_channel *c, uint8_t *dst, size_t cap, bool mid, asp_error *err)
 {
-	bool waits = c->wakefd >= 0 || c->rsock; /* close wakes a poll: wait in one */
+	bool waits = c->wakeable || c->rsock; /* close wakes a poll: wait in one */
 	bool try_first = c->rnb;
 	for (;;) {
 		int w = waits && !try_first ? wait_readable(c, mid ? c->stall_ms : -1, err) : 0;
@@ -271,22 +362,43 @@ static asp_status fd_recv(void *ch, size_t max, uint8_t **msg, size_t *len, asp_
  */
 static int wait_writable(fd_channel *c)
 {
+	int slice, wfd = wait_begin(c, 1, &slice);
+	if (wfd == -1)
+		return -1;
+	int rc, waited = 0;
 	for (;;) {
 		struct pollfd p[2] = {
 		    {.fd = c->wfd, .events = POLLOUT},
-		    {.fd = c->wakefd, .events = POLLIN},
+		    {.fd = wfd, .events = POLLIN},
 		};
-		int n = poll(p, c->wakefd >= 0 ? 2 : 1, c->stall_ms);
-		if (n < 0 && errno != EINTR)
-			return -1;
-		if (n == 0)
-			return -2;
-		if (atomic_load_explicit(&c->closed, memory_order_acquire) ||
-		    (c->wakefd >= 0 && p[1].revents))
-			return -1;
-		if (p[0].revents)
-			return 0;
+		int ms = c->stall_ms < 0 ? -1 : c->stall_ms - waited;
+		bool sliced = slice > 0 && (ms < 0 || ms > slice);
+		int n = poll(p, wfd >= 0 ? 2 : 1, sliced ? slice : ms);
+		if (n < 0 && errno != EINTR) {
+			rc = -1;
+			break;
+		}
+		if (atomic_load_explicit(&c->closed, memory_order_acquire)) {
+			rc = -1;
+			break;
+		}
+		if (n == 0 && sliced) {
+			waited += slice;
+			continue;
+		}
+		if (n == 0) {
+			rc = -2;
+			break;
+		}
+		if (n > 0 && wfd >= 0 && p[1].revents)
+			wake_drain(wfd);
+		if (n > 0 && p[0].revents) {
+			rc = 0;
+			break;
+		}
 	}
+	wait_end(c, 1);
+	return rc;
 }
 
 /* One writev/sendmsg of what is left; sockets never raise SIGPIPE. */
@@ -381,10 +493,13 @@ static void fd_close(void *ch)
 	fd_channel *c = (fd_channel *)ch;
 	if (atomic_exchange(&c->closed, true))
 		return;
-	if (c->wakefd >= 0) {
-		uint64_t one = 1;
-		ssize_t r = write(c->wakefd, &one, sizeof one);
-		(void)r; /* an eventfd write only fails on overflow, and one is enough */
+	if (c->wakeable) {
+		for (int i = 0; i < 2; i++) {
+			int fd = atomic_load(&c->wait_fd[i]);
+			uint64_t one = 1;
+			ssize_t r = fd >= 0 ? write(fd, &one, sizeof one) : 0;
+			(void)r; /* an eventfd write only fails on overflow, and one is enough */
+		}
 	} else if (c->rsock || c->wsock) {
 		shutdown(c->rsock ? c->rfd : c->wfd, SHUT_RDWR);
 	}
@@ -398,8 +513,6 @@ static void fd_free(void *ch)
 		if (c->wfd != c->rfd)
 			close(c->wfd);
 	}
-	if (c->wakefd >= 0)
-		close(c->wakefd);
 	free(c->buf);
 	void (*release)(void *) = c->owner_release;
 	void *ctx = c->owner_ctx;
@@ -473,16 +586,10 @@ asp_status asp_fd_channel_new(int rfd, int wfd, unsigned flags, asp_channel **ou
 	c->flags = flags;
 	c->watch_fd = -1;
 	c->stall_ms = -1;
-	c->wakefd = -1;
+	c->wakeable = flags & ASP_FDCH_WAKEABLE;
+	atomic_init(&c->wait_fd[0], -1);
+	atomic_init(&c->wait_fd[1], -1);
 	atomic_init(&c->closed, false);
-	if (flags & ASP_FDCH_WAKEABLE) {
-		c->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-		if (c->wakefd < 0) {
-			int e = errno;
-			free(c);
-			return asp_error_errno(err, e, NULL, "eventfd for a connection");
-		}
-	}
 	c->wsock = is_socket(wfd);
 	c->rsock = rfd == wfd ? c->wsock : is_socket(rfd);
 	c->mask_sigpipe = !c->wsock && sigpipe_kills();
@@ -493,7 +600,7 @@ asp_status asp_fd_channel_new(int rfd, int wfd, unsigned flags, asp_channel **ou
 	}
 	int rfl = fcntl(rfd, F_GETFL);
 	c->rnb = rfl >= 0 && (rfl & O_NONBLOCK);
-	c->base.ops = c->wakefd >= 0 || c->rsock ? &fd_channel_wake_ops : &fd_channel_ops;
+	c->base.ops = c->wakeable || c->rsock ? &fd_channel_wake_ops : &fd_channel_ops;
 	*out = &c->base;
 	return ASP_OK;
 }
