@@ -118,10 +118,11 @@ enum asp_fd_channel_flags {
 	/* The channel closes the fds when freed. */
 	ASP_FDCH_OWN_FDS = 1 << 0,
 	/*
-	 * close() must wake a blocked reader: the reader waits in poll() on the fd and an
-	 * eventfd (one more syscall per wait, one more fd) instead of a plain blocking read.
-	 * A socket needs no flag: close shuts it down, which wakes its reader too. Without
-	 * either the owner must end the peer to unblock the reader.
+	 * close() must wake a blocked reader (and a sender on a full pipe): they wait in
+	 * poll() on the fd and on an eventfd of the waiting thread's own (made on first use,
+	 * closed when the thread exits: one per thread, not per channel) instead of a plain
+	 * blocking read. A socket needs no flag: close shuts it down, which wakes its reader
+	 * too. Without either the owner must end the peer to unblock the reader.
 	 */
 	ASP_FDCH_WAKEABLE = 1 << 1,
 	/*
