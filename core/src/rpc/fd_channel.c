@@ -27,8 +27,9 @@
 typedef struct fd_channel {
 	asp_channel base;
 	int rfd, wfd;
-	bool wakeable;         /* ASP_FDCH_WAKEABLE: close writes the waiting threads' wake fds */
-	atomic_int wait_fd[2]; /* the wake fd of the thread waiting to read, to write; or -1 */
+	bool wakeable;           /* ASP_FDCH_WAKEABLE: close writes the waiting threads' wake fds */
+	pthread_mutex_t wake_mu; /* wait_fd: close never writes to an fd its thread let go */
+	int wait_fd[2];          /* the wake fd of the thread waiting to read, to write; or -1 */
 	unsigned flags;
 	bool wsock;        /* wfd is a socket: send(MSG_NOSIGNAL) */
 	bool rsock;        /* rfd is a socket: close shuts it down, which wakes a reader */
@@ -141,18 +142,20 @@ static int wait_begin(fd_channel *c, int which, int *slice)
 		fd = -2;
 		*slice = 50;
 	}
-	atomic_store(&c->wait_fd[which], fd);
-	if (atomic_load(&c->closed)) { /* seq_cst both ways: close sees the fd, or we see it */
-		atomic_store(&c->wait_fd[which], -1);
-		return -1;
-	}
-	return fd;
+	pthread_mutex_lock(&c->wake_mu);
+	bool closed = atomic_load(&c->closed); /* close sets it, then looks under wake_mu */
+	c->wait_fd[which] = closed ? -1 : fd;
+	pthread_mutex_unlock(&c->wake_mu);
+	return closed ? -1 : fd;
 }
 
 static void wait_end(fd_channel *c, int which)
 {
-	if (c->wakeable)
-		atomic_store(&c->wait_fd[which], -1);
+	if (!c->wakeable)
+		return;
+	pthread_mutex_lock(&c->wake_mu);
+	c->wait_fd[which] = -1;
+	pthread_mutex_unlock(&c->wake_mu);
 }
 
 static asp_status closed_error(asp_error *err)
@@ -494,12 +497,13 @@ static void fd_close(void *ch)
 	if (atomic_exchange(&c->closed, true))
 		return;
 	if (c->wakeable) {
+		pthread_mutex_lock(&c->wake_mu);
 		for (int i = 0; i < 2; i++) {
-			int fd = atomic_load(&c->wait_fd[i]);
 			uint64_t one = 1;
-			ssize_t r = fd >= 0 ? write(fd, &one, sizeof one) : 0;
+			ssize_t r = c->wait_fd[i] >= 0 ? write(c->wait_fd[i], &one, sizeof one) : 0;
 			(void)r; /* an eventfd write only fails on overflow, and one is enough */
 		}
+		pthread_mutex_unlock(&c->wake_mu);
 	} else if (c->rsock || c->wsock) {
 		shutdown(c->rsock ? c->rfd : c->wfd, SHUT_RDWR);
 	}
@@ -513,7 +517,9 @@ static void fd_free(void *ch)
 		if (c->wfd != c->rfd)
 			close(c->wfd);
 	}
-	free(c->buf);
+	if (c->buf)
+		buf_give(c->buf);
+	pthread_mutex_destroy(&c->wake_mu);
 	void (*release)(void *) = c->owner_release;
 	void *ctx = c->owner_ctx;
 	free(c);
@@ -587,8 +593,8 @@ asp_status asp_fd_channel_new(int rfd, int wfd, unsigned flags, asp_channel **ou
 	c->watch_fd = -1;
 	c->stall_ms = -1;
 	c->wakeable = flags & ASP_FDCH_WAKEABLE;
-	atomic_init(&c->wait_fd[0], -1);
-	atomic_init(&c->wait_fd[1], -1);
+	c->wait_fd[0] = c->wait_fd[1] = -1;
+	pthread_mutex_init(&c->wake_mu, NULL);
 	atomic_init(&c->closed, false);
 	c->wsock = is_socket(wfd);
 	c->rsock = rfd == wfd ? c->wsock : is_socket(rfd);
