@@ -155,13 +155,14 @@ int main(int argc, char **argv)
 	printf("agent %s, %d threads, RLIMIT_NOFILE soft %llu hard %llu at start\n", agent, threads,
 	       (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
 
-	/* One sandbox first, closed again: the pool's poller and first worker, libc's
-	 * arenas and the transports' registration are there before the baseline. */
-	clients = calloc(1, sizeof *clients);
-	nclients = 1;
-	run(OPEN, 1);
-	run(CALL, 1);
-	run(CLOSE, 1);
+	/* A round of `threads` sandboxes first, closed again: the pool's poller and first
+	 * worker, libc's per-thread malloc arenas of that many threads and the transports'
+	 * registration are there before the baseline, so what is measured is per sandbox. */
+	nclients = threads;
+	clients = calloc((size_t)nclients, sizeof *clients);
+	run(OPEN, threads);
+	run(CALL, threads);
+	run(CLOSE, threads);
 	free(clients);
 
 	printf(
