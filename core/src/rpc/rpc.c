@@ -569,15 +569,19 @@ asp_status asp_rpc_new(asp_channel *ch, size_t max_message, asp_rpc **out, asp_e
 	if (fd >= 0) {
 		asp_error e;
 		int watch = asp_fd_channel_take_watch(ch, true);
+		rpc->io_fd = fd;
+		/* Under mu: a hang-up reported at once waits until the key and state are set. */
+		pthread_mutex_lock(&rpc->mu);
 		rpc->io_key = asp_io_add(fd, watch, &rpc_io_hooks, rpc, &e);
 		if (rpc->io_key) {
 			rpc->pollable = true;
-			rpc->io_fd = fd;
 			rpc->armed = true;
 			asp_io_arm(rpc->io_key, fd);
+			pthread_mutex_unlock(&rpc->mu);
 			*out = rpc;
 			return ASP_OK;
 		}
+		pthread_mutex_unlock(&rpc->mu);
 		asp_fd_channel_take_watch(ch, false); /* no poller: a reader thread, as below */
 	}
 
