@@ -382,6 +382,8 @@ static asp_status open_conn(const asp_config_view *cfg, stdio_conn **out, asp_er
 	s->config_path = cfg->path;
 	pthread_mutex_init(&s->mu, NULL);
 	fcntl(s->err_r, F_SETFL, fcntl(s->err_r, F_GETFL) | O_NONBLOCK);
+	/* The channel reads first and polls on EAGAIN: one poll per answer, not two. */
+	fcntl(s->out_r, F_SETFL, fcntl(s->out_r, F_GETFL) | O_NONBLOCK);
 	*out = s;
 	return ASP_OK;
 }
