@@ -169,8 +169,10 @@ int main(int argc, char **argv)
 	char cfg[4200], path[4200], big[4200], back[4200];
 	snprintf(cfg, sizeof cfg, "%s/.asp.json", dir);
 	FILE *f = fopen(cfg, "w");
-	fprintf(f, "{\"version\": 1, \"transport\": \"stdio\", \"cwd\": \"%s\",\n"
-	           " \"stdio\": {\"command\": [\"%s\", \"--stdio\"]}}\n", dir, agent);
+	fprintf(f,
+	        "{\"version\": 1, \"transport\": \"stdio\", \"cwd\": \"%s\",\n"
+	        " \"stdio\": {\"command\": [\"%s\", \"--stdio\"]}}\n",
+	        dir, agent);
 	fclose(f);
 
 	asp_client *c;
@@ -260,24 +262,29 @@ int main(int argc, char **argv)
 
 	printf("| measure | asp over stdio | floor / peer | ratio |\n|---|---|---|---|\n");
 	printf("| exec `true` round trip, median | %.0f µs | %.0f µs (posix_spawn + waitpid) | "
-	       "%.2f× |\n", exec_us, floor_us, exec_us / floor_us);
+	       "%.2f× |\n",
+	       exec_us, floor_us, exec_us / floor_us);
 	printf("| exec `true`, in-process local backend (no transport) | %.0f µs | | %.2f× |\n",
 	       lexec_us, lexec_us / floor_us);
 	printf("| 4 KiB write round trip, median | %.1f µs (%.0f ops/s) | %.1f µs (in-process) | "
-	       "+%.1f µs |\n", write_us, 1e6 / write_us, lwrite_us, write_us - lwrite_us);
+	       "+%.1f µs |\n",
+	       write_us, 1e6 / write_us, lwrite_us, write_us - lwrite_us);
 	printf("| 4 KiB read round trip, median | %.1f µs (%.0f ops/s) | %.1f µs (in-process) | "
-	       "+%.1f µs |\n", read_us, 1e6 / read_us, lread_us, read_us - lread_us);
+	       "+%.1f µs |\n",
+	       read_us, 1e6 / read_us, lread_us, read_us - lread_us);
 	printf("| stat round trip, median | %.1f µs | | |\n", stat_us);
 	printf("| exec `true`, 1 caller | %.0f execs/s | %.0f execs/s (1 / floor) | %.2f× |\n", c1,
 	       1e6 / floor_us, c1 / (1e6 / floor_us));
 	printf("| exec `true`, 8 concurrent callers | %.0f execs/s | | %.2f× of 1 caller |\n", c8,
 	       c8 / c1);
-	printf("| exec `true`, 64 concurrent callers | %.0f execs/s | | %.2f× of 1 caller |\n",
-	       c64, c64 / c1);
+	printf("| exec `true`, 64 concurrent callers | %.0f execs/s | | %.2f× of 1 caller |\n", c64,
+	       c64 / c1);
 	printf("| 256 MiB upload, `asp cp` (best of 3) | %.0f MiB/s | %.0f MiB/s (file → `cat` → "
-	       "pipe → `cat` → file) | %.2f× |\n", 256 / up_s, 256 / pipe_s, pipe_s / up_s);
+	       "pipe → `cat` → file) | %.2f× |\n",
+	       256 / up_s, 256 / pipe_s, pipe_s / up_s);
 	printf("| 256 MiB download, `asp cp` (best of 3) | %.0f MiB/s | %.0f MiB/s (the same, "
-	       "reversed) | %.2f× |\n", 256 / down_s, 256 / pipe_s, pipe_s / down_s);
+	       "reversed) | %.2f× |\n",
+	       256 / down_s, 256 / pipe_s, pipe_s / down_s);
 
 	asp_arena_free(a);
 	free(v);

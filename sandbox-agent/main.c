@@ -17,17 +17,17 @@
 #endif
 
 static const char usage[] =
-	"usage: asp-agent [--stdio | --listen ADDR | --relay unix:PATH | --version | --help]\n"
-	"\n"
-	"Serves ASP requests (DESIGN section 2) with this machine's files and processes.\n"
-	"  --stdio        frames on stdin, answers on stdout, logs on stderr (the default);\n"
-	"                 exits 0 at the end of stdin once every request in flight is answered\n"
-	"  --listen ADDR  serve HTTP/WebSocket on ADDR (when built with HTTP support):\n"
-	"                 HOST:PORT or unix:/path; --token-file FILE (or $ASP_TOKEN) for the\n"
-	"                 bearer token, required off loopback; --tls-cert FILE --tls-key FILE\n"
-	"  --relay unix:PATH  relay stdio frames to an asp-agent --listen unix:PATH daemon\n"
-	"  --version      print the version and protocol, then exit\n"
-	"  --help         print this help, then exit\n";
+    "usage: asp-agent [--stdio | --listen ADDR | --relay unix:PATH | --version | --help]\n"
+    "\n"
+    "Serves ASP requests (DESIGN section 2) with this machine's files and processes.\n"
+    "  --stdio        frames on stdin, answers on stdout, logs on stderr (the default);\n"
+    "                 exits 0 at the end of stdin once every request in flight is answered\n"
+    "  --listen ADDR  serve HTTP/WebSocket on ADDR (when built with HTTP support):\n"
+    "                 HOST:PORT or unix:/path; --token-file FILE (or $ASP_TOKEN) for the\n"
+    "                 bearer token, required off loopback; --tls-cert FILE --tls-key FILE\n"
+    "  --relay unix:PATH  relay stdio frames to an asp-agent --listen unix:PATH daemon\n"
+    "  --version      print the version and protocol, then exit\n"
+    "  --help         print this help, then exit\n";
 
 /*
  * A handled SIGPIPE makes writes to a vanished client fail with EPIPE instead of killing

@@ -54,7 +54,7 @@ typedef struct server {
 	bool stop;    /* EOF or a fatal error: nobody reads any more */
 	bool failed;  /* a protocol error: the output closes once the requests read are answered */
 	int exit_code;
-	bool ended; /* asp_local_shutdown's answer, from the thread that saw the end */
+	bool ended;              /* asp_local_shutdown's answer, from the thread that saw the end */
 	unsigned idle, nthreads; /* threads created; the calling thread is one more */
 	size_t budget, in_use;   /* decoding budget, and what the requests being served hold */
 	pthread_cond_t budget_cv; /* in_use went down, or stop */

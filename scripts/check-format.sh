@@ -9,21 +9,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Not checked for now: work on these paths was in flight when the check came in (issue
-# 13); reformatting them then would have collided with it. The coordinator reformats each
-# after merging that work (scripts/check-format.sh --fix) and removes it from this list,
-# which is then empty.
-excluded=(
-  core/src/rpc/
-  transport-stdio/
-  core/src/local/spawn_util.c
-  core/src/local/spawn_util.h
-  sandbox-agent/
-  tests/agent/
-  tests/rpc/
-  bench/
-)
-
 fix=false
 case "${1:-}" in
   --fix) fix=true ;;
@@ -53,14 +38,7 @@ else
   mapfile -t all < <(find . -name '*.[ch]' -not -path './build*' -not -path './.git/*' |
     sed 's|^\./||' | LC_ALL=C sort)
 fi
-files=()
-for f in "${all[@]}"; do
-  skip=false
-  for x in "${excluded[@]}"; do
-    case "$f" in "$x"*) skip=true; break ;; esac
-  done
-  $skip || files+=("$f")
-done
+files=("${all[@]}")
 
 if $fix; then
   "$cf" -i "${files[@]}"
@@ -68,7 +46,7 @@ if $fix; then
   exit 0
 fi
 if out=$("$cf" --dry-run --Werror "${files[@]}" 2>&1); then
-  echo "check-format: ${#files[@]} files follow .clang-format (${#excluded[@]} paths excluded for now)"
+  echo "check-format: ${#files[@]} files follow .clang-format"
   exit 0
 fi
 printf '%s\n' "$out" | grep -E '^[^ ].*: error:' | sed 's/: error: code should be clang-formatted.*//' >&2 || true

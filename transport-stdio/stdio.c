@@ -1,7 +1,11 @@
 /*
  * The stdio transport: spawns stdio.command (an argv, no shell) and speaks the RPC over
- * its stdin/stdout. The child's stderr is drained by the connection's reader thread into
- * a ring whose tail explains the child's death; the child is always reaped.
+ * its stdin/stdout pipes. The client keeps three descriptors per connection (those two
+ * pipes and the stderr one): closing wakes a waiting reader through the thread's own wake
+ * fd (ASP_FDCH_WAKEABLE), not one per connection, and the child's exit shows without a
+ * pidfd. The channel is a plain fd channel, so the engine watches an idle connection from
+ * its shared poller instead of a thread (asp_rpc_new); that poller drains the child's
+ * stderr into a ring whose tail explains the child's death. The child is always reaped.
  */
 #include "asp/channel.h"
 #include "asp/transport.h"
@@ -15,7 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,24 +38,23 @@ extern char **environ;
 #define EXIT_WAIT_MS 500
 /* After closing the child's stdin: how long it may take to exit, then TERM, then KILL. */
 #define CLOSE_GRACE_MS 500
-#define TERM_GRACE_MS 200
+#define TERM_GRACE_MS  200
 /* How long the first hello may take (an ssh or docker command may be slow to connect). */
 #define CONNECT_TIMEOUT_MS 20000
 /* Pipe capacity asked for (Linux allows up to /proc/sys/fs/pipe-max-size, 1 MiB). */
 #define PIPE_BYTES (1024 * 1024)
 
 typedef struct stdio_conn {
-	asp_channel *fd; /* frames over the pipes; the fds stay ours */
-	int in_w, out_r, err_r, pidfd;
+	int in_w, out_r, err_r; /* the child's stdin, stdout and stderr */
 	pid_t pid;
 	const char *prog;        /* argv[0]; the config view outlives the connection */
 	const char *config_path; /* for "check stdio.command in ..." */
 
-	pthread_mutex_t mu; /* the fields below: the reader drains, anyone may explain */
+	pthread_mutex_t mu; /* the fields below: the poller drains, anyone may explain */
 	bool reaped, err_eof;
 	int status;
 	size_t err_total; /* bytes of stderr seen; the ring holds the last ERR_RING */
-	char ring[ERR_RING];
+	char *ring;       /* ERR_RING bytes, made when the child first writes to stderr */
 } stdio_conn;
 
 static int64_t now_ms(void)
@@ -61,12 +64,20 @@ static int64_t now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Under mu. Reads what stderr has (non-blocking) into the ring; false at EOF or error. */
+/*
+ * Under mu. Reads what stderr has (non-blocking) into the ring, at most 256 KiB at a time
+ * so a child flooding it cannot hold the shared poller (or a deadline) for ever; false
+ * at EOF or error.
+ */
 static bool drain_stderr_locked(stdio_conn *s)
 {
 	char buf[4096];
-	while (!s->err_eof) {
+	for (int reads = 0; !s->err_eof; reads++) {
+		if (reads == 64)
+			return true; /* the poller comes back: the fd is still readable */
 		ssize_t n = read(s->err_r, buf, sizeof buf);
+		if (n > 0 && !s->ring && !(s->ring = malloc(ERR_RING)))
+			continue; /* out of memory: the bytes are dropped */
 		if (n > 0) {
 			for (ssize_t i = 0; i < n; i++)
 				s->ring[(s->err_total + (size_t)i) % ERR_RING] = buf[i];
@@ -107,43 +118,46 @@ static bool try_reap_locked(stdio_conn *s)
 }
 
 /*
- * Under mu. Waits up to `ms` for the child to exit, draining stderr meanwhile; with
- * `until_eof` also for stderr's EOF (so the last lines are in). True once reaped.
+ * Waits up to `ms` for the child to exit, draining stderr meanwhile; with `until_eof` also
+ * for stderr's EOF (so the last lines are in). True once reaped. Takes mu only to drain
+ * and reap, so the poller draining stderr meanwhile never waits long for it. Without a
+ * pidfd (one descriptor less per connection) an exit shows as stderr's EOF, or as a
+ * waitpid looked at every few ms (every 10 ms while stderr stays open).
  */
-static bool wait_exit_locked(stdio_conn *s, int ms, bool until_eof)
+static bool wait_exit(stdio_conn *s, int ms, bool until_eof)
 {
 	int64_t deadline = now_ms() + ms;
+	int nap = 1;
 	for (;;) {
+		pthread_mutex_lock(&s->mu);
 		drain_stderr_locked(s);
-		if (try_reap_locked(s) && (!until_eof || s->err_eof))
+		bool reaped = try_reap_locked(s), eof = s->err_eof;
+		pthread_mutex_unlock(&s->mu);
+		if (reaped && (!until_eof || eof))
 			return true;
 		int64_t left = deadline - now_ms();
 		if (left <= 0)
-			return s->reaped;
-		struct pollfd p[2];
-		nfds_t n = 0;
-		if (!s->err_eof)
-			p[n++] = (struct pollfd){.fd = s->err_r, .events = POLLIN};
-		if (s->pidfd >= 0 && !s->reaped)
-			p[n++] = (struct pollfd){.fd = s->pidfd, .events = POLLIN};
-		if (s->pidfd < 0 && !s->reaped && left > 5)
-			left = 5; /* no pidfd (old kernel): look again soon */
-		if (n == 0 && s->reaped)
-			return true;
-		poll(p, n, (int)left);
+			return reaped;
+		/* stderr may outlive the child (a descendant holding it): look at waitpid too */
+		struct pollfd p = {.fd = s->err_r, .events = POLLIN};
+		if (left > (eof ? nap : 10))
+			left = eof ? nap : 10;
+		if (eof)
+			nap = nap < 8 ? nap * 2 : 8;
+		poll(&p, eof ? 0 : 1, (int)left);
 	}
 }
 
 /* The tail of stderr, one line per " | ", control bytes shown as '?'. */
 static void stderr_tail_locked(stdio_conn *s, char *out, size_t cap)
 {
-	size_t have = s->err_total < ERR_RING ? s->err_total : ERR_RING;
+	size_t have = !s->ring ? 0 : s->err_total < ERR_RING ? s->err_total : ERR_RING;
 	size_t start = s->err_total - have;
 	char text[ERR_RING];
 	for (size_t i = 0; i < have; i++)
 		text[i] = s->ring[(start + i) % ERR_RING];
-	while (have > 0 && (text[have - 1] == '\n' || text[have - 1] == '\r' ||
-	                    text[have - 1] == ' '))
+	while (have > 0 &&
+	       (text[have - 1] == '\n' || text[have - 1] == '\r' || text[have - 1] == ' '))
 		have--;
 	size_t from = have > ERR_QUOTE ? have - ERR_QUOTE : 0;
 	size_t o = 0;
@@ -163,13 +177,13 @@ static void stderr_tail_locked(stdio_conn *s, char *out, size_t cap)
 	out[o] = '\0';
 }
 
-static void stdio_explain(void *ch, asp_error *err)
+static void stdio_explain(void *ctx, asp_error *err)
 {
-	stdio_conn *s = (stdio_conn *)ch;
+	stdio_conn *s = ctx;
 	char tail[ERR_QUOTE + 64], what[ASP_ERROR_MESSAGE_MAX];
-	pthread_mutex_lock(&s->mu);
 	/* An end of stream usually means the child is exiting: give it a moment. */
-	wait_exit_locked(s, err->code == ASP_E_TRANSPORT_ERROR ? EXIT_WAIT_MS : 0, true);
+	wait_exit(s, err->code == ASP_E_TRANSPORT_ERROR ? EXIT_WAIT_MS : 0, true);
+	pthread_mutex_lock(&s->mu);
 	stderr_tail_locked(s, tail, sizeof tail);
 	bool reaped = s->reaped;
 	int status = s->status;
@@ -197,67 +211,28 @@ static void stdio_explain(void *ch, asp_error *err)
 	              s->config_path ? s->config_path : "the config");
 }
 
-static asp_status stdio_send(void *ch, const uint8_t *frame, size_t len, asp_error *err)
-{
-	return asp_channel_send(((stdio_conn *)ch)->fd, frame, len, err);
-}
-
-static asp_status stdio_sendv(void *ch, const struct iovec *iov, int iovcnt,
-                              asp_error *err)
-{
-	return asp_channel_sendv(((stdio_conn *)ch)->fd, iov, iovcnt, err);
-}
-
-static asp_status stdio_recv(void *ch, size_t max, uint8_t **msg, size_t *len,
-                             asp_error *err)
-{
-	return asp_channel_recv(((stdio_conn *)ch)->fd, max, msg, len, err);
-}
-
-/* The fd channel is wakeable, so it has ready: callers may read their own answers. */
-static int stdio_ready(void *ch, int ms, asp_error *err)
-{
-	return asp_channel_ready(((stdio_conn *)ch)->fd, ms, err);
-}
-
-static void stdio_close(void *ch)
-{
-	asp_channel_close(((stdio_conn *)ch)->fd);
-}
-
-/* EOF on the child's stdin asks it to exit; a child that does not is terminated. */
+/*
+ * asp_channel_free's release: EOF on the child's stdin asks it to exit; a child that does
+ * not is terminated.
+ */
 static void stdio_free(void *ch)
 {
 	stdio_conn *s = (stdio_conn *)ch;
-	asp_channel_free(s->fd);
 	close(s->in_w);
-	pthread_mutex_lock(&s->mu);
-	if (!wait_exit_locked(s, CLOSE_GRACE_MS, false)) {
+	if (!wait_exit(s, CLOSE_GRACE_MS, false)) {
 		kill(s->pid, SIGTERM);
-		if (!wait_exit_locked(s, TERM_GRACE_MS, false)) {
+		if (!wait_exit(s, TERM_GRACE_MS, false)) {
 			kill(s->pid, SIGKILL);
 			while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR)
 				;
 		}
 	}
-	pthread_mutex_unlock(&s->mu);
 	close(s->out_r);
 	close(s->err_r);
-	if (s->pidfd >= 0)
-		close(s->pidfd);
 	pthread_mutex_destroy(&s->mu);
+	free(s->ring);
 	free(s);
 }
-
-static const asp_channel_ops stdio_channel_ops = {
-	.send = stdio_send,
-	.sendv = stdio_sendv,
-	.recv = stdio_recv,
-	.ready = stdio_ready,
-	.explain = stdio_explain,
-	.close = stdio_close,
-	.free = stdio_free,
-};
 
 /* ---- spawning --------------------------------------------------------------------- */
 
@@ -307,21 +282,76 @@ static const char *base_name(const char *p)
 	return s && s[1] ? s + 1 : p;
 }
 
+/*
+ * The first time a connection finds the process's descriptor limit reached, the soft
+ * RLIMIT_NOFILE is raised to the hard one (once per process; it is never lowered again).
+ */
+static void raise_nofile_once(void)
+{
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	static bool raised;
+	pthread_mutex_lock(&mu);
+	struct rlimit r;
+	if (!raised && getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+		r.rlim_cur = r.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &r);
+		raised = true;
+	}
+	pthread_mutex_unlock(&mu);
+}
+
+/* Which limit stopped a pipe, and how to raise it. */
+static asp_status fds_error(int e, asp_error *err)
+{
+	struct rlimit r = {0, 0};
+	getrlimit(RLIMIT_NOFILE, &r);
+	if (e == EMFILE)
+		return asp_error_set(
+		    err, ASP_E_TRANSPORT_ERROR, NULL,
+		    "stdio transport: this process has as many open files as RLIMIT_NOFILE allows "
+		    "(soft %llu, hard %llu; the client raised the soft limit to the hard one "
+		    "once): each stdio connection holds 3; raise the hard limit (ulimit -Hn as "
+		    "root, LimitNOFILE= for a systemd unit, nofile in limits.conf)",
+		    (unsigned long long)r.rlim_cur, (unsigned long long)r.rlim_max);
+	if (e == ENFILE)
+		return asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
+		                     "stdio transport: the system's open-file table is full "
+		                     "(fs.file-max): raise it with sysctl fs.file-max=N");
+	asp_error_errno(err, e, NULL, "stdio transport: creating the child's stdio");
+	return err->code = ASP_E_TRANSPORT_ERROR;
+}
+
+/* The child's stdin, stdout and stderr pipes: fds[1], fds[2], fds[4] are ours. */
+static int make_fds(int fds[6])
+{
+	for (int attempt = 0;; attempt++) {
+		int e = 0;
+		for (int i = 0; i < 6 && !e; i += 2)
+			if (pipe2(fds + i, O_CLOEXEC) < 0)
+				e = errno;
+		if (!e)
+			return 0;
+		close_all(fds, 6);
+		for (int i = 0; i < 6; i++)
+			fds[i] = -1;
+		if (e != EMFILE || attempt > 0)
+			return e;
+		raise_nofile_once(); /* then once more: another thread may have raised it */
+	}
+}
+
 static asp_status open_conn(const asp_config_view *cfg, stdio_conn **out, asp_error *err)
 {
 	const char *where = cfg->path ? cfg->path : "the config";
 	if (!cfg->stdio.argv || cfg->stdio.argc == 0 || !cfg->stdio.argv[0])
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, cfg->path,
 		                     "the stdio transport needs stdio.command (an argv, e.g. "
-		                     "[\"asp-agent\", \"--stdio\"]) in %s", where);
+		                     "[\"asp-agent\", \"--stdio\"]) in %s",
+		                     where);
 	int fds[6] = {-1, -1, -1, -1, -1, -1}; /* in_r in_w out_r out_w err_r err_w */
-	if (pipe2(fds, O_CLOEXEC) || pipe2(fds + 2, O_CLOEXEC) || pipe2(fds + 4, O_CLOEXEC)) {
-		int e = errno;
-		close_all(fds, 6);
-		asp_error_errno(err, e, NULL, "stdio transport: creating pipes");
-		err->code = ASP_E_TRANSPORT_ERROR;
-		return err->code;
-	}
+	int e = make_fds(fds);
+	if (e)
+		return fds_error(e, err);
 	/* Bigger pipes: a large read or write moves in fewer wake-ups (best effort). */
 	fcntl(fds[1], F_SETPIPE_SZ, PIPE_BYTES);
 	fcntl(fds[3], F_SETPIPE_SZ, PIPE_BYTES);
@@ -331,7 +361,7 @@ static asp_status open_conn(const asp_config_view *cfg, stdio_conn **out, asp_er
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
 	}
 	pid_t pid;
-	int e = spawn_child((char *const *)cfg->stdio.argv, fds[0], fds[3], fds[5], &pid);
+	e = spawn_child((char *const *)cfg->stdio.argv, fds[0], fds[3], fds[5], &pid);
 	close(fds[0]);
 	close(fds[3]);
 	close(fds[5]);
@@ -350,21 +380,10 @@ static asp_status open_conn(const asp_config_view *cfg, stdio_conn **out, asp_er
 	s->pid = pid;
 	s->prog = base_name(cfg->stdio.argv[0]);
 	s->config_path = cfg->path;
-#ifdef SYS_pidfd_open
-	s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-#else
-	s->pidfd = -1;
-#endif
 	pthread_mutex_init(&s->mu, NULL);
 	fcntl(s->err_r, F_SETFL, fcntl(s->err_r, F_GETFL) | O_NONBLOCK);
-	asp_status st = asp_fd_channel_new(s->out_r, s->in_w,
-	                                   ASP_FDCH_WAKEABLE | ASP_FDCH_PRIVATE_WFD, &s->fd, err);
-	if (st) {
-		s->fd = NULL;
-		stdio_free(s); /* closes the fds, reaps the child */
-		return st;
-	}
-	asp_fd_channel_watch(s->fd, s->err_r, on_stderr, s);
+	/* The channel reads first and polls on EAGAIN: one poll per answer, not two. */
+	fcntl(s->out_r, F_SETFL, fcntl(s->out_r, F_GETFL) | O_NONBLOCK);
 	*out = s;
 	return ASP_OK;
 }
@@ -381,19 +400,23 @@ static asp_status stdio_open(const asp_config_view *cfg, const asp_ops **ops, vo
 	asp_status st = open_conn(cfg, &s, err);
 	if (st)
 		return st;
+	/* Non-blocking stdin (PRIVATE_WFD): a send stuck on a full pipe also wakes on close. */
 	asp_channel *ch;
-	st = asp_channel_new(&stdio_channel_ops, s, &ch, err);
+	st = asp_fd_channel_new(s->out_r, s->in_w, ASP_FDCH_WAKEABLE | ASP_FDCH_PRIVATE_WFD, &ch,
+	                        err);
 	if (st) {
-		stdio_free(s);
+		stdio_free(s); /* closes the fds, reaps the child */
 		return st;
 	}
+	asp_fd_channel_set_owner(ch, stdio_explain, stdio_free, s);
+	asp_fd_channel_watch(ch, s->err_r, on_stderr, s);
 	asp_rpc *rpc;
 	st = asp_rpc_new(ch, 0, &rpc, err);
 	if (st)
 		return st;
 	unsigned call_ms = cfg->call_timeout_ms ? cfg->call_timeout_ms : ASP_CALL_TIMEOUT_DEFAULT;
 	asp_rpc_set_call_timeout(rpc, call_ms);
-	asp_fd_channel_set_stall(s->fd, call_ms); /* a stopped agent fails a big write too */
+	asp_fd_channel_set_stall(ch, call_ms); /* a stopped agent fails a big write too */
 	asp_arena *a = asp_arena_new();
 	if (!a) {
 		asp_rpc_free(rpc);
@@ -449,12 +472,12 @@ static bool stdio_alive(void *self)
 }
 
 const asp_transport asp_transport_stdio = {
-	.kind = ASP_TRANSPORT_STDIO,
-	.name = "stdio",
-	.open = stdio_open,
-	.abort = stdio_abort,
-	.close = stdio_close_backend,
-	.alive = stdio_alive,
-	.subscribe = asp_rpc_subscribe,
-	.unsubscribe = asp_rpc_unsubscribe,
+    .kind = ASP_TRANSPORT_STDIO,
+    .name = "stdio",
+    .open = stdio_open,
+    .abort = stdio_abort,
+    .close = stdio_close_backend,
+    .alive = stdio_alive,
+    .subscribe = asp_rpc_subscribe,
+    .unsubscribe = asp_rpc_unsubscribe,
 };

@@ -119,15 +119,38 @@ static void die(const char *what, const asp_error *err)
 
 /* ---- the client's own figures ------------------------------------------------------ */
 
-static int count_fds(void)
+/*
+ * The process's descriptors but the library's process-wide ones (`*shared` gets those):
+ * the I/O pool's epoll fd and one wake eventfd per thread that has waited on a
+ * connection, which stay for the process's life and do not grow with connections.
+ */
+static int count_fds_shared(int *shared)
 {
 	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-	for (struct dirent *e; d && (e = readdir(d));)
-		n += e->d_name[0] != '.';
+	int n = 0, sh = 0;
+	for (struct dirent *e; d && (e = readdir(d));) {
+		if (e->d_name[0] == '.')
+			continue;
+		char path[300], link[64];
+		snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+		ssize_t l = readlink(path, link, sizeof link - 1);
+		link[l > 0 ? l : 0] = '\0';
+		if (!strcmp(link, "anon_inode:[eventfd]") ||
+		    !strcmp(link, "anon_inode:[eventpoll]"))
+			sh++;
+		else
+			n++;
+	}
 	if (d)
 		closedir(d);
+	if (shared)
+		*shared = sh;
 	return n - 1; /* the DIR's own */
+}
+
+static int count_fds(void)
+{
+	return count_fds_shared(NULL);
 }
 
 static long rss_kib(void)
@@ -898,7 +921,7 @@ int main(int argc, char **argv)
 
 	/* Processes and files left */
 	asp_client_free(client);
-	int fds_freed = count_fds();
+	int fds_shared = 0, fds_freed = count_fds_shared(&fds_shared);
 	int marked_now = marked_procs();
 	double until = now_ms() + 15000; /* the old agents' TERM/KILL and keepers, bounded */
 	int children_left = live_children(), marked_left = marked_now;
@@ -934,8 +957,9 @@ int main(int argc, char **argv)
 		if (cause_by[i])
 			printf(" %s %d", asp_strerror((asp_status)i), cause_by[i]);
 	printf("\n");
-	printf("client fds: %d before open, %d after warm-up, %d after the run, %d after free\n",
-	       fds_open, fds_before, fds_after, fds_freed);
+	printf("client fds: %d before open, %d after warm-up, %d after the run, %d after free "
+	       "(besides the I/O pool's epoll fd and per-thread wake fds: %d after free)\n",
+	       fds_open, fds_before, fds_after, fds_freed, fds_shared);
 	printf("client RSS: %ld KiB before open, %ld KiB after warm-up, %ld KiB after the run, "
 	       "%ld KiB after free (client, arenas and slot contents)\n",
 	       rss_open, rss_before, rss_after, rss_freed);

@@ -205,7 +205,8 @@ static void test_eof_answers_in_flight(void)
 		if (m.id == 1) {
 			CU_ASSERT(t_parse_response(body, len, ASP_OP_EXEC, &er, a, &r));
 			CU_ASSERT_EQUAL(r.st, ASP_OK);
-			CU_ASSERT(er.stdout_data.len == 5 && !memcmp(er.stdout_data.data, "done\n", 5));
+			CU_ASSERT(er.stdout_data.len == 5 &&
+			          !memcmp(er.stdout_data.data, "done\n", 5));
 		}
 		seen |= 1 << m.id;
 		msgpack_unpacked_destroy(&u);
@@ -255,8 +256,8 @@ static void expect_close(const char *name, const uint8_t *bytes, size_t len, boo
 }
 
 /* Runs `fn` on every file of the vectors folder whose name starts with `prefix`. */
-static int each_vector(const char *prefix, void (*fn)(const char *name, const uint8_t *d,
-                                                      size_t len))
+static int each_vector(const char *prefix,
+                       void (*fn)(const char *name, const uint8_t *d, size_t len))
 {
 	DIR *d = opendir(vectors);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(d);
@@ -317,8 +318,8 @@ static void one_req_vector(const char *name, const uint8_t *d, size_t len)
 	add_hello(&b, 6); /* the connection stays open: this is answered too */
 	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
 	asp_buf_free(&b);
-	asp_status want = strstr(name, "unknown-method") ? ASP_E_UNSUPPORTED
-	                                                 : ASP_E_INVALID_ARGUMENT;
+	asp_status want =
+	    strstr(name, "unknown-method") ? ASP_E_UNSUPPORTED : ASP_E_INVALID_ARGUMENT;
 	bool got5 = false, got6 = false;
 	for (int i = 0; i < 2; i++) {
 		t_resp r;
@@ -582,8 +583,9 @@ static void test_nonreader_bounded(void)
 		long now = rss_kb(p.pid);
 		peak = now > peak ? now : peak;
 	}
-	fprintf(stderr, "\n    agent RSS with a 1 GiB producer and no reader: %ld KiB after "
-	                "0.5 s, peak %ld KiB over the next 3 s\n",
+	fprintf(stderr,
+	        "\n    agent RSS with a 1 GiB producer and no reader: %ld KiB after "
+	        "0.5 s, peak %ld KiB over the next 3 s\n",
 	        base, peak);
 	CU_ASSERT(peak - base < 16 * 1024);
 	CU_ASSERT(t_asan() || peak < 64 * 1024);
@@ -652,7 +654,8 @@ static void test_eof_ends_spawned(void)
 			responses++;
 		} else if (m.type == ASP_MSG_NOTIFY) {
 			const asp_notice_desc *d =
-			    &asp_notice_descs[m.method_len == 4 ? ASP_NOTICE_EXIT : ASP_NOTICE_OUTPUT];
+			    &asp_notice_descs[m.method_len == 4 ? ASP_NOTICE_EXIT
+			                                        : ASP_NOTICE_OUTPUT];
 			void *ev = asp_arena_alloc(a, d->params->size);
 			CU_ASSERT_FATAL(asp_record_decode(d->params, m.params, ev, a, NULL) ==
 			                ASP_OK);

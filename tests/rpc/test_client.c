@@ -8,6 +8,7 @@
 #include "testproc.h"
 
 #include <CUnit/Basic.h>
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <limits.h>
@@ -25,8 +26,8 @@ static const char *dynamic_agent, *static_agent;
 static char scratch[PATH_MAX];
 
 static const asp_config_env test_env[] = {
-	{"ASP_TEST_A", "cfg-a"},
-	{"ASP_TEST_B", "cfg-b"},
+    {"ASP_TEST_A", "cfg-a"},
+    {"ASP_TEST_B", "cfg-b"},
 };
 
 /* A view like a loaded .asp.json would give: stdio, cwd = scratch, env, timeout. */
@@ -304,9 +305,8 @@ static void test_pending_fail_promptly(void)
 
 static void test_stderr_in_error(void)
 {
-	const char *argv[] = {"sh", "-c",
-	                      "echo first line >&2; echo 'boom: no sandbox here' >&2; exit 3",
-	                      NULL};
+	const char *argv[] = {
+	    "sh", "-c", "echo first line >&2; echo 'boom: no sandbox here' >&2; exit 3", NULL};
 	asp_config_view v = make_view(ASP_TRANSPORT_STDIO, argv, 3);
 	asp_client *c;
 	asp_error err;
@@ -367,6 +367,56 @@ static void test_threads(void)
 		CU_ASSERT_EQUAL(ta[i].ok, 100);
 	}
 	asp_client_free(c);
+	assert_no_children();
+}
+
+/* Entries of a /proc/self directory (its own fd for /proc/self/fd included). */
+static int count_entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return -1;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/*
+ * Many connections at once (issue 13's scale target, small): each holds at most 3 of the
+ * client's descriptors and no thread of its own (the shared pool has at most 8 workers),
+ * and every one works from many threads at once.
+ */
+static void test_many_connections(void)
+{
+	enum { N = 48 };
+	asp_client *first = open_agent(0); /* the pool's threads start with the first one */
+	asp_status st;
+	asp_error err;
+	free(sh(first, "true", NULL, NULL, &st, &err));
+	int fd0 = count_entries("/proc/self/fd"), th0 = count_entries("/proc/self/task");
+	asp_client *c[N];
+	for (int i = 0; i < N; i++)
+		c[i] = open_agent(0);
+	int fd1 = count_entries("/proc/self/fd"), th1 = count_entries("/proc/self/task");
+	CU_ASSERT(fd1 - fd0 <= 3 * N);
+	CU_ASSERT(th1 - th0 <= 8);
+	pthread_t th[N];
+	call_arg ta[N];
+	for (int i = 0; i < N; i++) {
+		ta[i] = (call_arg){.c = c[i], .command = "true", .calls = 3};
+		pthread_create(&th[i], NULL, exec_thread, &ta[i]);
+	}
+	for (int i = 0; i < N; i++) {
+		pthread_join(th[i], NULL);
+		CU_ASSERT_EQUAL(ta[i].ok, 3);
+	}
+	for (int i = 0; i < N; i++)
+		asp_client_free(c[i]);
+	CU_ASSERT_EQUAL(count_entries("/proc/self/fd"), fd0);
+	asp_client_free(first);
 	assert_no_children();
 }
 
@@ -526,13 +576,14 @@ static void test_spawn_and_free(void)
 
 static void add_stdio_suite(const char *name, int (*init)(void))
 {
-	CU_pSuite s = CU_add_suite_with_setup_and_teardown(name, init, NULL, scratch_setup,
-	                                                   scratch_teardown);
+	CU_pSuite s =
+	    CU_add_suite_with_setup_and_teardown(name, init, NULL, scratch_setup, scratch_teardown);
 	CU_add_test(s, "cwd, paths and env from the config", test_config_applied);
 	CU_add_test(s, "config timeout_ms is the exec default", test_default_timeout);
 	CU_add_test(s, "respawn after kill -9", test_respawn_after_kill);
 	CU_add_test(s, "pending calls fail promptly", test_pending_fail_promptly);
 	CU_add_test(s, "8 threads x 100 execs", test_threads);
+	CU_add_test(s, "48 connections: no thread and at most 3 fds each", test_many_connections);
 	CU_add_test(s, "free with a call in flight", test_free_with_call_in_flight);
 	CU_add_test(s, "spawn follows the config; free ends what runs", test_spawn_and_free);
 }
@@ -550,9 +601,8 @@ int main(void)
 	add_stdio_suite("client over stdio, asp-agent", use_dynamic);
 	if (static_agent)
 		add_stdio_suite("client over stdio, asp-agent-static", use_static);
-	CU_pSuite s = CU_add_suite_with_setup_and_teardown("client, failures and local", NULL,
-	                                                   NULL, scratch_setup,
-	                                                   scratch_teardown);
+	CU_pSuite s = CU_add_suite_with_setup_and_teardown("client, failures and local", NULL, NULL,
+	                                                   scratch_setup, scratch_teardown);
 	CU_add_test(s, "the child's stderr is in the error", test_stderr_in_error);
 	CU_add_test(s, "a command that does not exist", test_nonexistent_command);
 	CU_add_test(s, "a command that is not an agent", test_not_an_agent);

@@ -31,8 +31,8 @@ static void fx_open(fixture *f, size_t max_message)
 	int fd = dup(f->p.out); /* the channel owns its copy */
 	asp_channel *ch;
 	asp_error err;
-	CU_ASSERT_FATAL(asp_fd_channel_new(fd, fd, ASP_FDCH_OWN_FDS | ASP_FDCH_WAKEABLE, &ch,
-	                                   &err) == ASP_OK);
+	CU_ASSERT_FATAL(
+	    asp_fd_channel_new(fd, fd, ASP_FDCH_OWN_FDS | ASP_FDCH_WAKEABLE, &ch, &err) == ASP_OK);
 	CU_ASSERT_FATAL(asp_rpc_new(ch, max_message, &f->rpc, &err) == ASP_OK);
 }
 
@@ -223,7 +223,7 @@ static void test_dead_connection(void)
 /* ---- a scripted responder --------------------------------------------------------- */
 
 typedef struct fake {
-	int fd;      /* our end */
+	int fd; /* our end */
 	asp_rpc *rpc;
 	int notices; /* notifications the callback saw */
 	uint64_t notice_proc;
@@ -249,8 +249,8 @@ static void fake_open(fake *f)
 	f->notices = 0;
 	asp_channel *ch;
 	asp_error err;
-	CU_ASSERT_FATAL(asp_fd_channel_new(sv[1], sv[1], ASP_FDCH_OWN_FDS | ASP_FDCH_WAKEABLE,
-	                                   &ch, &err) == ASP_OK);
+	CU_ASSERT_FATAL(asp_fd_channel_new(sv[1], sv[1], ASP_FDCH_OWN_FDS | ASP_FDCH_WAKEABLE, &ch,
+	                                   &err) == ASP_OK);
 	CU_ASSERT_FATAL(asp_rpc_new(ch, 4096, &f->rpc, &err) == ASP_OK);
 	asp_rpc_set_notify(f->rpc, on_notice, f);
 }
@@ -357,7 +357,8 @@ static void test_fake_ids_and_notices(void)
 		pack_str(&pk, "proc"), msgpack_pack_uint8(&pk, 9);
 		pack_str(&pk, "stream"), pack_str(&pk, "stdout");
 		pack_str(&pk, "offset"), msgpack_pack_uint8(&pk, 0);
-		pack_str(&pk, "data"), msgpack_pack_bin(&pk, 3), msgpack_pack_bin_body(&pk, "abc", 3);
+		pack_str(&pk, "data"), msgpack_pack_bin(&pk, 3),
+		    msgpack_pack_bin_body(&pk, "abc", 3);
 		fake_send_msg(&f, &sb);
 		/* an unknown notification is ignored */
 		msgpack_pack_array(&pk, 3);
@@ -612,8 +613,8 @@ static void test_follow_attach_replay(void)
 	/* a good one from offset 2: "xyz12" at 0 is trimmed to "z12" */
 	follower fo = {.len = 0};
 	pthread_mutex_init(&fo.mu, NULL);
-	c = (sub_call){.rpc = f.rpc, .op = ASP_OP_PROC_ATTACH, .proc = 5, .stdout_offset = 2,
-	               .fo = &fo};
+	c = (sub_call){
+	    .rpc = f.rpc, .op = ASP_OP_PROC_ATTACH, .proc = 5, .stdout_offset = 2, .fo = &fo};
 	pthread_create(&th, NULL, sub_thread, &c);
 	id = fake_read_request(&f);
 	pack_output(&pk, 5, 0, "xyz12");
@@ -971,8 +972,8 @@ static void test_channel_burst(void)
 	CU_ASSERT(asp_channel_recv(ch, 1 << 20, &m, &len, &err) == ASP_OK && len == 1 &&
 	          m[0] == 'a');
 	free(m);
-	CU_ASSERT(asp_channel_recv(ch, 1 << 20, &m, &len, &err) == ASP_OK &&
-	          len == sizeof big && memcmp(m, big, len) == 0);
+	CU_ASSERT(asp_channel_recv(ch, 1 << 20, &m, &len, &err) == ASP_OK && len == sizeof big &&
+	          memcmp(m, big, len) == 0);
 	free(m);
 	CU_ASSERT(asp_channel_recv(ch, 1 << 20, &m, &len, &err) == ASP_OK && len == 0 && m);
 	free(m);
@@ -1104,8 +1105,9 @@ static void test_channel_epipe_while_closing(void)
 		CU_ASSERT_FATAL(pipe(p) == 0 && pipe(d) == 0);
 		asp_channel *ch;
 		asp_error err;
-		CU_ASSERT_FATAL(asp_fd_channel_new(d[0], p[1], ASP_FDCH_WAKEABLE | ASP_FDCH_PRIVATE_WFD,
-		                                   &ch, &err) == ASP_OK);
+		CU_ASSERT_FATAL(asp_fd_channel_new(d[0], p[1],
+		                                   ASP_FDCH_WAKEABLE | ASP_FDCH_PRIVATE_WFD, &ch,
+		                                   &err) == ASP_OK);
 		pipe_race r = {.ch = ch, .rfd = p[0]};
 		pthread_t th;
 		pthread_create(&th, NULL, peer_dies, &r);

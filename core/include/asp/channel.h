@@ -60,10 +60,10 @@ typedef struct asp_channel_ops {
 	/*
 	 * Receives one message (the bytes after the length) into a malloc'd buffer that
 	 * becomes the caller's (*msg, *len; at least one byte is allocated even for an empty
-	 * message). Blocks; one thread at a time (the engine's reader). ASP_OK with *msg NULL
-	 * on a clean end of stream (EOF at a frame boundary); protocol_error when the length
-	 * is above `max` (read nothing more); transport_error on EOF inside a frame, on an
-	 * I/O error, or once the channel is closed.
+	 * message). Blocks; one thread at a time (whichever holds the engine's read role). ASP_OK
+	 * with *msg NULL on a clean end of stream (EOF at a frame boundary); protocol_error when
+	 * the length is above `max` (read nothing more); transport_error on EOF inside a frame, on
+	 * an I/O error, or once the channel is closed.
 	 */
 	asp_status (*recv)(void *ctx, size_t max, uint8_t **msg, size_t *len, asp_error *err);
 	/*
@@ -118,10 +118,11 @@ enum asp_fd_channel_flags {
 	/* The channel closes the fds when freed. */
 	ASP_FDCH_OWN_FDS = 1 << 0,
 	/*
-	 * close() must wake a blocked reader: the reader waits in poll() on the fd and an
-	 * eventfd (one more syscall per wait) instead of a plain blocking read. Also needed
-	 * for asp_fd_channel_watch. Without it (and with an fd that is not a socket, which
-	 * close shuts down) the owner must end the peer to unblock the reader.
+	 * close() must wake a blocked reader (and a sender on a full pipe): they wait in
+	 * poll() on the fd and on an eventfd of the waiting thread's own (made on first use,
+	 * closed when the thread exits: one per thread, not per channel) instead of a plain
+	 * blocking read. A socket needs no flag: close shuts it down, which wakes its reader
+	 * too. Without either the owner must end the peer to unblock the reader.
 	 */
 	ASP_FDCH_WAKEABLE = 1 << 1,
 	/*
@@ -138,7 +139,9 @@ enum asp_fd_channel_flags {
  * read straight into its own buffer. Writes never raise SIGPIPE: sockets use
  * MSG_NOSIGNAL, pipes block SIGPIPE in the writing thread around the write unless the
  * process ignores or handles it already. On failure (out of memory, eventfd) the fds stay
- * the caller's. Has sendv, and ready when ASP_FDCH_WAKEABLE.
+ * the caller's. Has sendv, and ready when ASP_FDCH_WAKEABLE or `rfd` is a socket; such a
+ * channel is one the RPC engine watches without a thread of its own (asp_rpc_new). The
+ * engine frees such a channel's 64 KiB read buffer while the connection is idle.
  */
 asp_status asp_fd_channel_new(int rfd, int wfd, unsigned flags, asp_channel **out, asp_error *err);
 
@@ -151,12 +154,26 @@ asp_status asp_fd_channel_new(int rfd, int wfd, unsigned flags, asp_channel **ou
 void asp_fd_channel_set_stall(asp_channel *ch, unsigned ms);
 
 /*
- * Only for a channel from asp_fd_channel_new with ASP_FDCH_WAKEABLE. Has the reader also
- * watch `fd` and call `fn` from the reader's thread whenever it is readable; `fn`
- * returns false once it is done with the fd (EOF), which stops the watch. Call before
+ * Only for a channel from asp_fd_channel_new that has ready (ASP_FDCH_WAKEABLE or a
+ * socket). Has `fd` watched too, calling `fn` whenever it is readable; `fn` returns false
+ * once it is done with the fd (EOF), which stops the watch. Under the RPC engine the
+ * process-wide poller thread calls `fn`, so it must not block (read a non-blocking fd
+ * until EAGAIN); otherwise whoever reads the channel does. Call before asp_rpc_new and
  * the first recv. The stdio transport drains the agent's stderr this way.
  */
 void asp_fd_channel_watch(asp_channel *ch, int fd, bool (*fn)(void *ctx, int fd), void *ctx);
+
+/*
+ * Only for a channel from asp_fd_channel_new, before the first call on it: gives the
+ * channel an `explain` (as asp_channel_ops.explain) and a `release`, called with `ctx` by
+ * asp_channel_free after the channel let go of its fds (closing them with
+ * ASP_FDCH_OWN_FDS) and its memory, for what the owner keeps beside it (the stdio
+ * transport: its child process and stderr). Either may be NULL. A transport that needs
+ * only these keeps the channel an fd channel, which the engine can watch without a thread
+ * of its own (asp_rpc_new).
+ */
+void asp_fd_channel_set_owner(asp_channel *ch, void (*explain)(void *ctx, asp_error *err),
+                              void (*release)(void *ctx), void *ctx);
 
 /* ---- a channel over byte callbacks ------------------------------------------------ */
 
@@ -192,15 +209,20 @@ asp_status asp_stream_channel_new(const asp_stream_ops *io, void *ctx, asp_chann
 
 /*
  * The client side of DESIGN §2 over one channel. Calls from many threads are pipelined
- * on the connection; one reader thread (started by asp_rpc_new) hands each response to
- * the caller waiting for its id, and routes notifications.
+ * on the connection, and one thread at a time reads it. On a channel from
+ * asp_fd_channel_new that has ready, there is no thread per connection: a calling
+ * thread that finds nobody reading reads until its own answer comes (handing other
+ * callers theirs), and while nobody calls, one process-wide poller thread watches the
+ * connection and a small pool of worker threads (at most 8, shared by every connection)
+ * reads what arrives; notifications are routed on those workers, in order per
+ * connection. On any other channel a reader thread of its own reads everything.
  */
 typedef struct asp_rpc asp_rpc;
 
 /*
- * Starts the engine and its reader thread on `ch`, which it takes in every case (freed
- * by asp_rpc_free, or here on failure). `max_message` bounds messages both ways until a
- * hello result announces the peer's (0: ASP_MAX_MESSAGE_DEFAULT).
+ * Starts the engine on `ch` (with the pool's poller, or a reader thread: see above),
+ * which it takes in every case (freed by asp_rpc_free, or here on failure). `max_message` bounds
+ * messages both ways until a hello result announces the peer's (0: ASP_MAX_MESSAGE_DEFAULT).
  */
 asp_status asp_rpc_new(asp_channel *ch, size_t max_message, asp_rpc **out, asp_error *err);
 
@@ -242,7 +264,8 @@ asp_status asp_rpc_subscribe(void *self, asp_op_id op, const void *params, void 
 void asp_rpc_unsubscribe(void *self, uint64_t proc);
 
 /*
- * Notifications without asp_rpc_subscribe: called on the reader thread for each
+ * Notifications without asp_rpc_subscribe: called on the reading thread (the
+ * connection's reader thread or a pool worker, never a calling thread) for each
  * notification whose method the spec knows, with its params decoded (an
  * asp_output_event *, an asp_exit_event *) into `a`, reset after the call. It must not
  * block or call into the same asp_rpc.
@@ -261,7 +284,10 @@ bool asp_rpc_alive(asp_rpc *rpc);
  */
 void asp_rpc_close(asp_rpc *rpc);
 
-/* Closes, waits for the reader thread, frees the channel and the engine. NULL: no-op. */
+/*
+ * Closes, waits until no thread reads the connection any more (the reader thread, a
+ * pool worker's turn), frees the channel and the engine. NULL: no-op.
+ */
 void asp_rpc_free(asp_rpc *rpc);
 
 /* ---- one call per message (HTTP POST) --------------------------------------------- */

@@ -6,15 +6,17 @@
  * (asp_proc_write, ...). The generated asp_spawn and asp_proc_attach work too, but
  * nothing receives the notifications they cause; use the two calls below.
  *
- * Threads. Callbacks run on the connection's reader thread (stdio, WebSocket, SSH agent
- * mode), its delivery thread (SSH native mode) or, in process, on the process's pump
- * thread; the output that asp_proc_attach_start replays runs on the calling thread
- * before that call returns.
+ * Threads. Callbacks run on the thread reading the connection: for stdio one of the
+ * engine's pool workers, shared by all connections (asp/channel.h); the connection's
+ * reader thread (WebSocket, SSH agent mode); its delivery thread (SSH native mode) or,
+ * in process, the process's pump thread. The output that asp_proc_attach_start replays
+ * runs on the calling thread before that call returns.
  * For one subscription they never run concurrently, and they come in order: each
  * stream's chunks with contiguous offsets, then on_exit after all output. A callback must
- * return soon and must not make calls on the same client (the reader thread would be
+ * return soon and must not make calls on the same client (the reading thread would be
  * waiting for its own answer): hand the data to another thread for anything slow. A slow
- * callback is backpressure: the responder stops reading the process's output meanwhile.
+ * callback is backpressure: the responder stops reading the process's output meanwhile
+ * (and, over stdio, it holds one of the pool's few workers).
  *
  * Ownership. `cb` is copied; `user` is borrowed until the last callback (on_exit or
  * on_lost) has returned or asp_proc_detach returned. Event data is valid only during the

@@ -25,12 +25,12 @@ typedef struct local_child_spec {
 } local_child_spec;
 
 typedef struct local_child {
-	pid_t pid;  /* also its session and process group id */
+	pid_t pid;    /* also its session and process group id */
 	uint64_t job; /* its environment's ASP_JOB=<our pid>.<job> marks all it starts */
-	int pidfd;  /* readable once the child exited; -1 where the kernel has no pidfd */
-	int in_fd;  /* write end of its stdin (close-on-exec, blocking) */
-	int out_fd; /* read end of its stdout (close-on-exec, blocking) */
-	int err_fd; /* read end of its stderr (close-on-exec, blocking) */
+	int pidfd;    /* readable once the child exited; -1 where the kernel has no pidfd */
+	int in_fd;    /* write end of its stdin (close-on-exec, blocking) */
+	int out_fd;   /* read end of its stdout (close-on-exec, blocking) */
+	int err_fd;   /* read end of its stderr (close-on-exec, blocking) */
 } local_child;
 
 /*

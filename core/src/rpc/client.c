@@ -26,8 +26,8 @@ typedef struct conn {
 struct asp_client {
 	pthread_mutex_t mu; /* cur, broken; opening a connection happens under it */
 	pthread_cond_t idle_cv;
-	conn *cur;    /* NULL until (re)opened */
-	bool broken;  /* cur failed with transport_error: the next call reconnects */
+	conn *cur;   /* NULL until (re)opened */
+	bool broken; /* cur failed with transport_error: the next call reconnects */
 	atomic_bool closing;
 	atomic_size_t inflight;
 	const asp_transport *t;
@@ -130,7 +130,7 @@ static bool merge_env(asp_client *c, asp_arena *a, const asp_strmap *call, asp_s
 }
 
 /* Field of a params struct, and its has_ flag. */
-#define FIELD(rec, f)   ((char *)(rec) + (f)->offset)
+#define FIELD(rec, f)    ((char *)(rec) + (f)->offset)
 #define HAS_FLAG(rec, f) ((bool *)((char *)(rec) + (f)->has_offset))
 
 /*
@@ -413,8 +413,7 @@ asp_status asp_client_open_view(const asp_config_view *view, asp_client **out, a
 	}
 	c->store = store;
 	c->t = t;
-	c->env = (asp_strmap_entry *)asp_arena_alloc(store, (view->env_count + 1) *
-	                                                     sizeof *c->env);
+	c->env = (asp_strmap_entry *)asp_arena_alloc(store, (view->env_count + 1) * sizeof *c->env);
 	if (!c->env) {
 		asp_arena_free(store);
 		free(c);

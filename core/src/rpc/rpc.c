@@ -1,18 +1,22 @@
 /*
- * The RPC engine: request ids, pipelined calls, one reader thread, a dead connection.
+ * The RPC engine: request ids, pipelined calls, the read role, a dead connection.
  *
- * The read role. One thread at a time reads the channel. When the channel can wait with
- * a time limit (its `ready` op: the stdio pipes), a calling thread that finds nobody
- * reading takes the role and reads until its own answer comes (a leader), delivering
- * other callers' answers on the way, so the usual call wakes one thread, not two. The
- * reader thread takes the role when callers wait and none leads, and after READ_GRACE
- * with no calls at all (so an idle connection still sees EOF and stderr); a leader hands
- * notifications to it in order, so callbacks keep running on the reader thread only.
- * Leading is switched off for now (see asp_rpc creation): a leader could return an
- * attach's answer before the reader thread had routed the notifications read with it.
+ * The read role. One thread at a time reads the channel. On a channel the core can
+ * watch (an fd channel whose reader close wakes: the stdio transport's socket) there is
+ * no thread per connection. A calling thread that finds nobody reading takes the role and
+ * reads until its own answer comes (a leader), handing other callers' answers to them on
+ * the way and the role to a waiting caller when it leaves, so a lone call wakes no other
+ * thread. A leader never handles a notification: it queues it and gives the role to a
+ * worker of the process-wide pool (io_pool.c), which routes it and reads on in order
+ * until the connection is quiet, so callbacks run on pool threads only and no answer
+ * overtakes a notification read before it (an attach's replay). While nobody reads, the
+ * pool's poller watches the fd (and the channel's watch fd, the stdio transport's
+ * stderr), so an idle connection still sees EOF and stderr. Any other channel (custom
+ * callbacks, a byte stream) gets a reader thread of its own that reads everything.
  */
 #include "rpc.h"
 
+#include "io_pool.h"
 #include "proc_route.h"
 #include "wire.h"
 
@@ -30,11 +34,11 @@
  */
 #define SLOT_BITS  16
 #define SLOT_MAX   (1u << SLOT_BITS)
-#define SLOT_FIRST 64
+#define SLOT_FIRST 8
 /* A peer may announce a larger max_message; beyond this we do not follow it. */
 #define MAX_MESSAGE_CAP (1u << 30)
-/* How long the reader thread leaves the role to callers after the last call ended. */
-#define READ_GRACE_MS 5
+/* Messages a pool worker reads from one connection before letting others have a turn. */
+#define WORKER_TURN 64
 /* What a call that timed out leaves in its slot until its late answer comes (see deliver). */
 static char abandoned_mark;
 #define ABANDONED ((waiter *)(void *)&abandoned_mark)
@@ -48,29 +52,28 @@ typedef struct waiter {
 	size_t len;
 	bool gate;       /* a spawn/attach: notifications wait until its follower is set up */
 	bool gate_taken; /* its answer closed the gate: the caller opens it */
+	struct waiter *prev, *next; /* in the list of callers blocked on cv (pollable) */
 } waiter;
 
 enum { ALIVE, DYING, DEAD };
 
-/* A message a leader read that is not a plain response: the reader thread handles it. */
+/* A message a leader read that is not a plain response: a pool worker handles it. */
 typedef struct note {
 	struct note *next;
 	uint8_t *m;
 	size_t len;
 } note;
 
-enum { BG_RUN, BG_GRACE, BG_BLOCKED }; /* the reader thread: reading, in grace, waiting */
-
 struct asp_rpc {
 	asp_channel *ch;
-	pthread_t reader;
+	pthread_t reader; /* when !pollable */
 
-	pthread_mutex_t mu; /* everything below up to send_mu */
+	pthread_mutex_t mu;      /* everything below up to send_mu */
 	pthread_cond_t state_cv; /* DYING → DEAD, and a slot coming free when all are used */
 	atomic_int state;
-	bool closing;     /* asp_rpc_close asked: no need to explain the death */
-	asp_error death;  /* why it died: what every later call reports */
-	waiter **slots;   /* cap entries; NULL when free */
+	bool closing;    /* asp_rpc_close asked: no need to explain the death */
+	asp_error death; /* why it died: what every later call reports */
+	waiter **slots;  /* cap entries; NULL when free */
 	uint16_t *gens;
 	uint32_t *free_idx;
 	size_t nfree, cap, slot_waiters;
@@ -86,7 +89,7 @@ struct asp_rpc {
 
 	asp_rpc_notify_fn notify;
 	void *notify_ctx;
-	asp_arena *notify_arena;
+	asp_arena *notify_arena; /* on the role's thread, made by the first notification */
 
 	asp_proc_routes *routes; /* followers of spawned processes on this connection */
 	pthread_cond_t gate_cv;  /* under mu: gates went to 0, or the connection died */
@@ -101,12 +104,15 @@ struct asp_rpc {
 	size_t hello_len;
 
 	/* The read role (see the top), under mu. */
-	bool lf;         /* the channel has ready: callers may lead */
+	bool pollable;   /* watched by the pool's poller; callers lead */
 	bool reading;    /* a thread holds the role */
-	bool streamed;   /* a process was followed: the reader thread reads without grace */
-	int bg;          /* BG_* */
-	size_t awaiting; /* callers inside await */
-	pthread_cond_t bg_cv;
+	bool armed;      /* the poller watches the fd (nobody reads) */
+	uint64_t io_key; /* the pool's registration */
+	int io_fd;
+	asp_io_job job;  /* a worker's turn on this connection */
+	waiter *wq_head; /* callers blocked on their cv, oldest first */
+	waiter *wq_tail;
+	pthread_cond_t role_cv; /* the role came free after death (asp_rpc_free waits) */
 	note *q_head, **q_tail;
 };
 
@@ -213,7 +219,7 @@ static void rpc_die(asp_rpc *rpc, const asp_error *why)
 	}
 	pthread_cond_broadcast(&rpc->state_cv);
 	pthread_cond_broadcast(&rpc->gate_cv);
-	pthread_cond_broadcast(&rpc->bg_cv);
+	pthread_cond_broadcast(&rpc->role_cv);
 	pthread_mutex_unlock(&rpc->mu);
 	asp_proc_routes_lost(rpc->routes, &e); /* their on_lost, on this thread */
 }
@@ -228,19 +234,8 @@ static asp_status dead_error(asp_rpc *rpc, asp_error *err)
 	return rpc->death.code;
 }
 
-static int read_one(asp_rpc *rpc, int ms);
-
 bool asp_rpc_alive(asp_rpc *rpc)
 {
-	if (rpc->lf) { /* nobody may be reading: look at what came (EOF, say) without waiting */
-		pthread_mutex_lock(&rpc->mu);
-		if (!rpc->reading && atomic_load(&rpc->state) == ALIVE) {
-			rpc->reading = true;
-			pthread_mutex_unlock(&rpc->mu);
-			read_one(rpc, 0); /* relocks */
-		}
-		pthread_mutex_unlock(&rpc->mu);
-	}
 	return atomic_load_explicit(&rpc->state, memory_order_relaxed) == ALIVE;
 }
 
@@ -313,6 +308,9 @@ static void notify(asp_rpc *rpc, const asp_msg *msg)
 		const asp_notice_desc *d = &asp_notice_descs[n];
 		if (d->name_len != msg->method_len || memcmp(d->name, msg->method, d->name_len))
 			continue;
+		/* Made by the first notification: most connections never see one. */
+		if (!rpc->notify_arena && !(rpc->notify_arena = asp_arena_new()))
+			return; /* lost to memory, as a note that cannot be queued */
 		asp_arena *a = rpc->notify_arena;
 		void *p = asp_arena_alloc(a, d->params->size);
 		if (p && asp_record_decode(d->params, msg->params, p, a, NULL) == ASP_OK) {
@@ -354,8 +352,9 @@ static bool handle_other(asp_rpc *rpc, uint8_t *m, size_t len, asp_error *err)
 
 /*
  * Holding the read role, mu not held: reads one message if one comes within `ms` (-1:
- * for ever; 0: only what is there) and dispatches it, giving the role back first.
- * Returns with mu held: 1 a message was read, 0 none came, -1 the connection died.
+ * for ever; 0: only what is there) and dispatches it: a response to its caller, anything
+ * else to the queue (in order, for a worker). Returns with mu and the role held: 1 a
+ * message was read, 0 none came, -1 the connection died.
  */
 static int read_one(asp_rpc *rpc, int ms)
 {
@@ -383,7 +382,6 @@ static int read_one(asp_rpc *rpc, int ms)
 	 */
 	if (response && !deliver_locked(rpc, id, m, len, &err))
 		st = err.code;
-	rpc->reading = false;
 	if (r > 0 && st == ASP_OK && !response) { /* queued while we hold the role: in order */
 		note *n = malloc(sizeof *n);
 		if (n) {
@@ -395,8 +393,6 @@ static int read_one(asp_rpc *rpc, int ms)
 		}
 		m = NULL;
 	}
-	if (rpc->bg == BG_BLOCKED || rpc->q_head || (rpc->bg == BG_GRACE && rpc->awaiting > 1))
-		pthread_cond_signal(&rpc->bg_cv);
 	if (st == ASP_OK)
 		return r > 0;
 	pthread_mutex_unlock(&rpc->mu);
@@ -405,10 +401,56 @@ static int read_one(asp_rpc *rpc, int ms)
 	return -1;
 }
 
-/* The reader thread when callers may lead (see the top). */
-static void reader_lf(asp_rpc *rpc)
+/*
+ * Under mu, pollable, holding the role (or finding it free): makes sure somebody reads: queued
+ * notifications (and bytes read ahead while no caller waits) go to a worker, else the
+ * oldest blocked caller leads, else the poller watches the fd. After death: wakes
+ * asp_rpc_free.
+ */
+static void role_release(asp_rpc *rpc)
 {
-	bool grace_over = false;
+	if (atomic_load(&rpc->state) != ALIVE) {
+		rpc->reading = false;
+		pthread_cond_broadcast(&rpc->role_cv);
+		return;
+	}
+	/* Notes, or frames read ahead that no caller waits for: the worker holds the role. */
+	if (rpc->q_head || (!rpc->wq_head && asp_fd_channel_buffered(rpc->ch))) {
+		rpc->reading = true; /* already, unless a caller that was to lead left instead */
+		asp_io_submit(&rpc->job);
+		return;
+	}
+	rpc->reading = false;
+	if (rpc->wq_head) {
+		pthread_cond_signal(&rpc->wq_head->cv);
+		return;
+	}
+	if (!rpc->armed) {
+		asp_fd_channel_trim(rpc->ch); /* an idle connection keeps no read buffer */
+		rpc->armed = true;
+		asp_io_arm(rpc->io_key, rpc->io_fd);
+	}
+}
+
+/* Under mu: takes the free role for this thread, from the poller if it watches. */
+static void role_take(asp_rpc *rpc)
+{
+	rpc->reading = true;
+	if (rpc->armed) {
+		rpc->armed = false;
+		asp_io_disarm(rpc->io_key, rpc->io_fd);
+	}
+}
+
+/*
+ * A pool worker's turn on a connection, holding the role: routes the queued
+ * notifications, then reads what the connection has until it is quiet, a caller waits
+ * (it leads from here) or the turn is over (requeued, so other connections get theirs).
+ */
+static void worker_run(void *arg)
+{
+	asp_rpc *rpc = arg;
+	int turn = WORKER_TURN;
 	pthread_mutex_lock(&rpc->mu);
 	for (;;) {
 		while (rpc->q_head) {
@@ -427,45 +469,45 @@ static void reader_lf(asp_rpc *rpc)
 			free(n);
 			pthread_mutex_lock(&rpc->mu);
 		}
-		if (atomic_load(&rpc->state) != ALIVE)
+		if (atomic_load(&rpc->state) != ALIVE || rpc->wq_head)
 			break;
-		if (rpc->reading) {
-			rpc->bg = BG_BLOCKED;
-			pthread_cond_wait(&rpc->bg_cv, &rpc->mu);
-			rpc->bg = BG_RUN;
-			continue;
+		if (turn-- == 0) {
+			pthread_mutex_unlock(&rpc->mu);
+			asp_io_submit(&rpc->job); /* still holding the role */
+			return;
 		}
-		bool idle = rpc->awaiting == 0 && !rpc->streamed && !rpc->notify;
-		if (idle && !grace_over) {
-			struct timespec t;
-			clock_gettime(CLOCK_MONOTONIC, &t);
-			t.tv_nsec += READ_GRACE_MS * 1000000L;
-			if (t.tv_nsec >= 1000000000) {
-				t.tv_sec++;
-				t.tv_nsec -= 1000000000;
-			}
-			rpc->bg = BG_GRACE;
-			if (pthread_cond_timedwait(&rpc->bg_cv, &rpc->mu, &t) == ETIMEDOUT)
-				grace_over = true;
-			rpc->bg = BG_RUN;
-			continue;
-		}
-		grace_over = false;
-		rpc->reading = true;
 		pthread_mutex_unlock(&rpc->mu);
-		if (read_one(rpc, -1) < 0)
+		if (read_one(rpc, 0) <= 0 && !rpc->q_head)
 			break;
+	}
+	role_release(rpc);
+	pthread_mutex_unlock(&rpc->mu); /* asp_rpc_free may free rpc from here on */
+}
+
+/* The poller saw the idle connection readable (a message, EOF): a worker reads it. */
+static void io_fired(void *ctx)
+{
+	asp_rpc *rpc = ctx;
+	pthread_mutex_lock(&rpc->mu);
+	rpc->armed = false;
+	if (!rpc->reading && atomic_load(&rpc->state) == ALIVE) {
+		rpc->reading = true;
+		asp_io_submit(&rpc->job);
 	}
 	pthread_mutex_unlock(&rpc->mu);
 }
 
+static bool io_watch(void *ctx)
+{
+	return asp_fd_channel_run_watch(((asp_rpc *)ctx)->ch);
+}
+
+static const asp_io_hooks rpc_io_hooks = {.fired = io_fired, .watch = io_watch};
+
+/* The reader thread of a channel the pool cannot watch: reads everything. */
 static void *reader_main(void *arg)
 {
 	asp_rpc *rpc = arg;
-	if (rpc->lf) {
-		reader_lf(rpc);
-		return NULL;
-	}
 	asp_error err;
 	asp_error_clear(&err);
 	for (;;) {
@@ -496,27 +538,19 @@ asp_status asp_rpc_new(asp_channel *ch, size_t max_message, asp_rpc **out, asp_e
 {
 	*out = NULL;
 	asp_rpc *rpc = calloc(1, sizeof *rpc);
-	asp_arena *na = asp_arena_new();
 	asp_proc_routes *routes = asp_proc_routes_new();
-	if (!rpc || !na || !routes) {
+	if (!rpc || !routes) {
 		free(rpc);
-		asp_arena_free(na);
 		asp_proc_routes_free(routes);
 		asp_channel_free(ch);
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
 	}
 	rpc->ch = ch;
-	rpc->notify_arena = na;
 	rpc->routes = routes;
 	pthread_cond_init(&rpc->gate_cv, NULL);
 	pthread_cond_init(&rpc->decode_cv, NULL);
-	/*
-	 * Callers leading (reading their own answers) is off: it let an attach to a finished
-	 * process return before its replay and exit were delivered (conformance
-	 * proc_attach_replay under ASan). The reader thread reads everything, as before.
-	 */
-	rpc->lf = false;
 	rpc->q_tail = &rpc->q_head;
+	rpc->job = (asp_io_job){NULL, worker_run, rpc};
 	if (!max_message)
 		max_message = ASP_MAX_MESSAGE_DEFAULT;
 	atomic_init(&rpc->max_send, max_message);
@@ -528,7 +562,28 @@ asp_status asp_rpc_new(asp_channel *ch, size_t max_message, asp_rpc **out, asp_e
 	pthread_mutex_init(&rpc->mu, NULL);
 	pthread_mutex_init(&rpc->send_mu, NULL);
 	pthread_cond_init(&rpc->state_cv, NULL);
-	pthread_cond_init(&rpc->bg_cv, &rpc->mono);
+	pthread_cond_init(&rpc->role_cv, NULL);
+
+	/* A channel the pool can watch needs no thread of its own (see the top). */
+	int fd = asp_fd_channel_poll_fd(ch);
+	if (fd >= 0) {
+		asp_error e;
+		int watch = asp_fd_channel_take_watch(ch, true);
+		rpc->io_fd = fd;
+		/* Under mu: a hang-up reported at once waits until the key and state are set. */
+		pthread_mutex_lock(&rpc->mu);
+		rpc->io_key = asp_io_add(fd, watch, &rpc_io_hooks, rpc, &e);
+		if (rpc->io_key) {
+			rpc->pollable = true;
+			rpc->armed = true;
+			asp_io_arm(rpc->io_key, fd);
+			pthread_mutex_unlock(&rpc->mu);
+			*out = rpc;
+			return ASP_OK;
+		}
+		pthread_mutex_unlock(&rpc->mu);
+		asp_fd_channel_take_watch(ch, false); /* no poller: a reader thread, as below */
+	}
 
 	/* The reader takes no signals: they belong to the application's threads. */
 	sigset_t all, old;
@@ -542,9 +597,8 @@ asp_status asp_rpc_new(asp_channel *ch, size_t max_message, asp_rpc **out, asp_e
 		pthread_cond_destroy(&rpc->state_cv);
 		pthread_cond_destroy(&rpc->gate_cv);
 		pthread_cond_destroy(&rpc->decode_cv);
-		pthread_cond_destroy(&rpc->bg_cv);
+		pthread_cond_destroy(&rpc->role_cv);
 		pthread_condattr_destroy(&rpc->mono);
-		asp_arena_free(na);
 		asp_proc_routes_free(routes);
 		asp_channel_free(ch);
 		free(rpc);
@@ -571,14 +625,25 @@ void asp_rpc_free(asp_rpc *rpc)
 	if (!rpc)
 		return;
 	asp_rpc_close(rpc);
-	pthread_join(rpc->reader, NULL);
+	if (rpc->pollable) {
+		/* Nobody may be inside: wait out a worker's turn or a leader's read (woken). */
+		pthread_mutex_lock(&rpc->mu);
+		while (atomic_load(&rpc->state) == DYING)
+			pthread_cond_wait(&rpc->state_cv, &rpc->mu);
+		while (rpc->reading)
+			pthread_cond_wait(&rpc->role_cv, &rpc->mu);
+		pthread_mutex_unlock(&rpc->mu);
+		asp_io_remove(rpc->io_key); /* no hook runs once it returns */
+	} else {
+		pthread_join(rpc->reader, NULL);
+	}
 	asp_channel_free(rpc->ch);
 	pthread_mutex_destroy(&rpc->mu);
 	pthread_mutex_destroy(&rpc->send_mu);
 	pthread_cond_destroy(&rpc->state_cv);
 	pthread_cond_destroy(&rpc->gate_cv);
 	pthread_cond_destroy(&rpc->decode_cv);
-	pthread_cond_destroy(&rpc->bg_cv);
+	pthread_cond_destroy(&rpc->role_cv);
 	pthread_condattr_destroy(&rpc->mono);
 	for (note *n = rpc->q_head, *next; n; n = next) {
 		next = n->next;
@@ -720,26 +785,75 @@ static int ms_until(const struct timespec *deadline)
 	return ms > INT32_MAX ? INT32_MAX : (int)ms;
 }
 
+static void wq_add(asp_rpc *rpc, waiter *w)
+{
+	w->next = NULL;
+	w->prev = rpc->wq_tail;
+	if (rpc->wq_tail)
+		rpc->wq_tail->next = w;
+	else
+		rpc->wq_head = w;
+	rpc->wq_tail = w;
+}
+
+static void wq_remove(asp_rpc *rpc, waiter *w)
+{
+	if (w->prev)
+		w->prev->next = w->next;
+	else
+		rpc->wq_head = w->next;
+	if (w->next)
+		w->next->prev = w->prev;
+	else
+		rpc->wq_tail = w->prev;
+	w->prev = w->next = NULL;
+}
+
 /*
  * Under mu. Waits for w until `deadline` (CLOCK_MONOTONIC); false when it passed first.
  * Reads the channel itself while nobody else does (the leader, see the top).
  */
 static bool waiter_wait(asp_rpc *rpc, waiter *w, const struct timespec *deadline)
 {
+	bool in_time = true, leading = false;
 	while (!w->done) {
-		if (rpc->lf && !rpc->reading && atomic_load(&rpc->state) == ALIVE) {
+		if (leading || (rpc->pollable && !rpc->reading && !rpc->q_head &&
+		                atomic_load(&rpc->state) == ALIVE)) {
 			int ms = ms_until(deadline);
-			if (ms == 0)
-				return false;
-			rpc->reading = true;
+			if (ms == 0) {
+				if (leading)
+					role_release(rpc);
+				in_time = false;
+				break;
+			}
+			if (!leading)
+				role_take(rpc);
 			pthread_mutex_unlock(&rpc->mu);
-			read_one(rpc, ms); /* relocks */
+			int r = read_one(rpc, ms); /* relocks */
+			/* Ours came, a note needs a worker, none came in time, or it died. */
+			leading = !(w->done || rpc->q_head || r <= 0);
+			if (!leading)
+				role_release(rpc);
+			if (r == 0 && !w->done) {
+				in_time = false;
+				break;
+			}
 			continue;
 		}
-		if (pthread_cond_timedwait(&w->cv, &rpc->mu, deadline) == ETIMEDOUT)
-			return w->done;
+		if (rpc->pollable)
+			wq_add(rpc, w);
+		int t = pthread_cond_timedwait(&w->cv, &rpc->mu, deadline);
+		if (rpc->pollable)
+			wq_remove(rpc, w);
+		if (t == ETIMEDOUT) {
+			in_time = w->done;
+			break;
+		}
 	}
-	return true;
+	/* Told to lead just as it left: the next caller, or the poller, reads instead. */
+	if (rpc->pollable && !rpc->reading)
+		role_release(rpc);
+	return in_time || w->done;
 }
 
 static struct timespec deadline_in(uint64_t ms)
@@ -826,8 +940,8 @@ static void hello_keep(asp_rpc *rpc, uint8_t *frame, size_t len)
 	free(frame);
 }
 
-asp_status asp_rpc_invoke(void *self, asp_op_id op, const void *params, void *result,
-                          asp_arena *a, asp_error *err)
+asp_status asp_rpc_invoke(void *self, asp_op_id op, const void *params, void *result, asp_arena *a,
+                          asp_error *err)
 {
 	asp_rpc *rpc = self;
 	if (op == ASP_OP_HELLO) { /* not the liveness probe: that one must ask */
@@ -839,8 +953,8 @@ asp_status asp_rpc_invoke(void *self, asp_op_id op, const void *params, void *re
 	return rpc_call(rpc, op, params, result, a, 0, NULL, err);
 }
 
-asp_status asp_rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void *result,
-                        asp_arena *a, unsigned timeout_ms, asp_error *err)
+asp_status asp_rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void *result, asp_arena *a,
+                        unsigned timeout_ms, asp_error *err)
 {
 	return rpc_call(rpc, op, params, result, a, timeout_ms, NULL, err);
 }
@@ -865,7 +979,6 @@ static asp_status await(asp_rpc *rpc, const asp_op_desc *d, const void *params, 
 	asp_error why;
 	bool timed_out = false, second = false, probe_failed = false;
 	pthread_mutex_lock(&rpc->mu);
-	rpc->awaiting++;
 	for (;;) {
 		if (waiter_wait(rpc, w, &deadline))
 			break;
@@ -888,7 +1001,6 @@ static asp_status await(asp_rpc *rpc, const asp_op_desc *d, const void *params, 
 		probe_failed = false;
 		deadline = deadline_in(call_ms);
 	}
-	rpc->awaiting--;
 	asp_status st = ASP_OK;
 	if (!timed_out && !probe_failed) {
 		slot_release(rpc, id);
@@ -969,15 +1081,16 @@ static asp_status rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void 
 	b.ref_min = asp_channel_has_sendv(rpc->ch) ? ASP_BUF_REF_MIN : 0;
 	size_t max = atomic_load_explicit(&rpc->max_send, memory_order_relaxed);
 	size_t bins = bin_bytes(d->params, params);
-	if (bins <= max && (asp_buf_reserve(&b, b.ref_min && bins >= b.ref_min ? 256 : 256 + bins) < 0 ||
-	                    asp_wire_request(&b, id, op, params) < 0)) {
+	if (bins <= max &&
+	    (asp_buf_reserve(&b, b.ref_min && bins >= b.ref_min ? 256 : 256 + bins) < 0 ||
+	     asp_wire_request(&b, id, op, params) < 0)) {
 		st = asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory encoding %s", d->name);
 	} else if (bins > max || asp_buf_frame_len(&b) - ASP_FRAME_HEADER > max) {
-		st = asp_error_set(err, ASP_E_TOO_LARGE, NULL,
-		                   "%s: the request is %zu bytes, more than max_message (%zu); "
-		                   "send the data in smaller parts",
-		                   d->name, bins > max ? bins : asp_buf_frame_len(&b) - ASP_FRAME_HEADER,
-		                   max);
+		st = asp_error_set(
+		    err, ASP_E_TOO_LARGE, NULL,
+		    "%s: the request is %zu bytes, more than max_message (%zu); "
+		    "send the data in smaller parts",
+		    d->name, bins > max ? bins : asp_buf_frame_len(&b) - ASP_FRAME_HEADER, max);
 	} else {
 		pthread_mutex_lock(&rpc->send_mu);
 		st = send_buf(rpc->ch, &b, err);
@@ -1039,13 +1152,9 @@ asp_status asp_rpc_subscribe(void *self, asp_op_id op, const void *params, void 
                              asp_arena *a, asp_proc_sub *sub, asp_error *err)
 {
 	asp_rpc *rpc = self;
-	pthread_mutex_lock(&rpc->mu);
-	rpc->streamed = true; /* notifications may come at any time now: read them at once */
-	pthread_cond_signal(&rpc->bg_cv);
-	pthread_mutex_unlock(&rpc->mu);
 	gated_call g = {rpc, false};
-	asp_status st = asp_proc_routes_call(rpc->routes, call_gated, &g, op, params, result, a,
-	                                     sub, err);
+	asp_status st =
+	    asp_proc_routes_call(rpc->routes, call_gated, &g, op, params, result, a, sub, err);
 	if (g.gate)
 		gate_open(rpc);
 	return st;
