@@ -29,9 +29,12 @@ dest=$tmp/dest
 	{ cat "$tmp/install.log" >&2; fail "meson install --destdir"; }
 
 # What must be there, and what must not (core/src stays private).
-pc=$(find "$dest" -name asp.pc -path '*/pkgconfig/*' | head -n 1)
+# No `| head` or `| grep -q` under pipefail: a reader that quits early can SIGPIPE the
+# writer, and the pipeline then fails though it matched (seen under load with ldd).
+pc=$(find "$dest" -name asp.pc -path '*/pkgconfig/*' -print -quit)
 [ -n "$pc" ] || fail "no asp.pc installed"
-bindir=$(find "$dest" -type f -name asp-agent -path '*/bin/*' | head -n 1 | xargs -r dirname)
+agent=$(find "$dest" -type f -name asp-agent -path '*/bin/*' -print -quit)
+bindir=${agent:+$(dirname "$agent")}
 [ -n "$bindir" ] || fail "no asp-agent installed"
 for prog in asp asp-agent asp-sdkgen; do
 	[ -x "$bindir/$prog" ] || fail "$prog not installed in $bindir"
@@ -39,14 +42,14 @@ done
 if [ "$have_static" = 1 ]; then
 	[ -x "$bindir/asp-agent-static" ] || fail "asp-agent-static not installed in $bindir"
 fi
-incdir=$(find "$dest" -type d -name asp -path '*/include/asp' | head -n 1)
+incdir=$(find "$dest" -type d -name asp -path '*/include/asp' -print -quit)
 [ -n "$incdir" ] || fail "no include/asp installed"
 for h in asp.h arena.h channel.h client.h config.h proc.h proto.h server.h status.h \
 	tools.h transport.h types.h; do
 	[ -f "$incdir/$h" ] || fail "header asp/$h not installed"
 done
 for h in wire.h proto_desc.h codec.h local.h local_impl.h rpc.h op_check.h; do
-	if find "$dest" -name "$h" | grep -v "/include/asp/$h\$" | grep -q .; then
+	if [ -n "$(find "$dest" -name "$h" -not -path "*/include/asp/$h")" ]; then
 		fail "private header $h installed"
 	fi
 done
@@ -83,7 +86,8 @@ cd "$work"
 	fail "building examples/unix-socket/serve_unix.c"
 export LD_LIBRARY_PATH=$libdir
 
-ldd ./prog | grep -q "$libdir/libasp.so" || fail "prog does not load the installed libasp.so"
+libs=$(ldd ./prog) || fail "ldd ./prog"
+grep -qF "$libdir/libasp.so" <<<"$libs" || fail "prog does not load the installed libasp.so: $libs"
 out=$(timeout 60 ./prog "$bindir/asp-agent") || fail "prog against the installed asp-agent"
 [ "$out" = "prog: installed" ] || fail "prog printed '$out'"
 echo "$out"
@@ -92,8 +96,8 @@ sock=$tmp/asp.sock
 listener=$(timeout 30 ./serve_unix "$sock" "$bindir/asp-agent") || fail "serve_unix"
 out=$(timeout 60 ./asp_unix "$sock") || fail "asp_unix against asp-agent behind $sock"
 echo "$out"
-printf '%s\n' "$out" | grep -qx 'exec: exit 0, stdout: hello over a unix socket' ||
+grep -qx 'exec: exit 0, stdout: hello over a unix socket' <<<"$out" ||
 	fail "asp_unix exec answer: $out"
-printf '%s\n' "$out" | grep -qx 'read: written and read back through the seam' ||
+grep -qx 'read: written and read back through the seam' <<<"$out" ||
 	fail "asp_unix read answer: $out"
 echo "ok"
