@@ -17,6 +17,7 @@ import time
 sys.path.insert(0, sys.argv[1])
 import asp  # noqa: E402
 from stop import cont, stop  # noqa: E402
+from wire_log import teed, wire_methods  # noqa: E402
 
 agent = os.path.abspath(sys.argv[2])
 fake = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_responder.py")
@@ -159,10 +160,24 @@ async def faults(tmp):
     report(code == "not_found", "a missing responder program is not_found", repr((code, msg)))
 
 
+async def hello_cached(tmp):
+    log, pidf = os.path.join(tmp, "hello.log"), os.path.join(tmp, "hello.pid")
+    async with await asp.aio.Client.stdio(teed(log, pidf, agent)) as c:
+        await c.hello()
+        await c.hello()
+        await c.stat("/")
+        end = time.monotonic() + 10
+        while wire_methods(log) != ["hello", "stat"] and time.monotonic() < end:
+            await asyncio.sleep(0.01)  # tee writes the log on its own time
+        report(wire_methods(log) == ["hello", "stat"], "hello: asked once per connection",
+               repr(wire_methods(log)))
+
+
 async def main():
     with tempfile.TemporaryDirectory() as tmp:
         await asyncio.wait_for(basics(tmp), 120)
         await asyncio.wait_for(faults(tmp), 120)
+        await asyncio.wait_for(hello_cached(tmp), 60)
 
 
 asyncio.run(main())

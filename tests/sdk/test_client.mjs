@@ -10,6 +10,7 @@ import { test, finish } from "./tap.mjs";
 const [sdk, agentArg] = process.argv.slice(2);
 const agent = path.resolve(agentArg);
 const asp = await import(pathToFileURL(`${sdk}/dist/index.js`).href);
+const wire = await import(pathToFileURL(`${sdk}/dist/wire.js`).href);
 const dec = new TextDecoder();
 
 
@@ -191,6 +192,51 @@ await test("spawn: an async iterator of output chunks then the exit (or unsuppor
     for await (const ev of p) evs.push(ev);
     assert(evs[evs.length - 1].signal === "KILL", JSON.stringify(evs));
     assert((await c.proc_list()).procs.some((x) => x.proc === p.proc));
+  } finally {
+    await c.close();
+  }
+});
+
+await test("hello: asked once per connection, again after a reconnect (the wire shows it)", async () => {
+  // The agent reads its requests through tee, so the log holds every request frame.
+  const log = path.join(tmp, "hello.log"), pidf = path.join(tmp, "hello.pid");
+  const sh = `sh -c 'echo $$ > "${pidf}.tee"; exec tee -a "${log}"' | sh -c 'echo $$ > "${pidf}"; exec "${agent}" --stdio'`;
+  const methods = () => {
+    const data = fs.readFileSync(log), out = [];
+    for (let at = 0; at + 4 <= data.length; ) {
+      const n = data.readUInt32BE(at);
+      if (at + 4 + n > data.length) break;
+      out.push(wire.decodeMessage(data.subarray(at + 4, at + 4 + n)).method);
+      at += 4 + n;
+    }
+    return out;
+  };
+  const waitFor = async (cond, what) => {
+    for (const end = Date.now() + 10000; !(await cond()); await new Promise((r) => setTimeout(r, 10)))
+      assert(Date.now() < end, `no ${what} within 10 s`);
+  };
+  const c = await asp.Client.stdio(["/bin/sh", "-c", sh]);
+  try {
+    const first = await c.hello();
+    assert((await c.hello()).protocol === first.protocol);
+    await c.stat({ path: "/" });
+    await c.hello();
+    await waitFor(() => methods().join() === "hello,stat", "hello then stat");
+    const pid = Number(fs.readFileSync(pidf, "utf8"));
+    // Both: a tee alone would keep taking requests for an agent that is gone.
+    for (const p of [pidf, `${pidf}.tee`]) process.kill(Number(fs.readFileSync(p, "utf8")), "SIGKILL");
+    await waitFor(async () => {
+      try {
+        await c.stat({ path: "/" });
+      } catch (e) {
+        if (!(e instanceof asp.AspError) || e.code !== "transport_error") throw e;
+        return false;
+      }
+      return ![0, pid].includes(Number(fs.readFileSync(pidf, "utf8") || 0));
+    }, "reconnect");
+    await c.hello();
+    await c.hello();
+    await waitFor(() => methods().filter((m) => m === "hello").length === 2, "a second hello");
   } finally {
     await c.close();
   }

@@ -10,9 +10,11 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 
 sys.path.insert(0, sys.argv[1])
 import asp  # noqa: E402
+from wire_log import kill_teed, teed, wire_methods  # noqa: E402
 
 agent = os.path.abspath(sys.argv[2])
 passed = failed = 0
@@ -238,6 +240,41 @@ def spawn_stream():
         evs = list(p)
         assert evs[-1].signal == "KILL", evs
         assert any(x.proc == p.proc for x in c.proc_list().procs)
+
+
+def wait_for(cond, what, bound=10.0):
+    end = time.monotonic() + bound
+    while not cond():
+        assert time.monotonic() < end, "no %s within %.0f s" % (what, bound)
+        time.sleep(0.01)
+
+
+@case
+def hello_cached():
+    """hello: asked once per connection, again after a reconnect (the wire shows it)"""
+    log, pidf = os.path.join(tmp, "hello.log"), os.path.join(tmp, "hello.pid")
+    with asp.Client.stdio(teed(log, pidf, agent)) as c:
+        first = c.hello()
+        again = c.hello()
+        assert again.protocol == first.protocol and again.ops == first.ops
+        c.stat("/")
+        c.hello()
+        wait_for(lambda: wire_methods(log) == ["hello", "stat"], "hello then stat")
+        pid = int(open(pidf).read())
+        kill_teed(pidf)
+
+        def reconnected():
+            try:
+                c.stat("/")
+                return int(open(pidf).read() or 0) not in (0, pid)
+            except asp.AspError as e:
+                assert e.code == "transport_error", e
+                return False
+        wait_for(reconnected, "reconnect")
+        c.hello()
+        c.hello()
+        wait_for(lambda: wire_methods(log).count("hello") == 2, "a second hello")
+        assert wire_methods(log).count("hello") == 2, wire_methods(log)
 
 
 @case

@@ -72,6 +72,10 @@ try {
   const c = asp.Client.http(url, undefined, { call_timeout_ms: LIMIT_MS });
   let [code, msg, took] = await attempt(() => bounded(c.stat({ path: "/" })));
   report(code === "ok", "a call answered in time", JSON.stringify([code, msg]));
+  [code, msg] = await attempt(() => bounded(c.hello()));
+  report(code === "ok", "hello answered", JSON.stringify([code, msg]));
+  [code, msg] = await stopped(() => attempt(() => bounded(c.hello())));
+  report(code === "ok", "hello again is answered from the cache, agent stopped", JSON.stringify([code, msg]));
   [code, msg] = await attempt(() => bounded(c.exec({ command: "sleep 0.8" })));
   report(code === "ok", "an exec without timeout outlives call_timeout_ms (probes answered)", JSON.stringify([code, msg]));
   [code, msg] = await attempt(() => bounded(c.exec({ command: "sleep 0.5", timeout_ms: 2 ** 33 })));
@@ -85,6 +89,8 @@ try {
   [code, msg, took] = await stopped(() => attempt(() => bounded(c.exec({ command: "sleep 30" }))));
   report(code === "transport_error" && msg.includes("liveness probe") && took < 8000,
     "an exec without timeout on a stopped agent ends when the probe is not answered", JSON.stringify([code, msg, took]));
+  [code, msg] = await stopped(() => attempt(() => bounded(c.hello())));
+  report(code === "timeout", "after a transport_error hello is asked again", JSON.stringify([code, msg]));
   [code, msg] = await attempt(() => bounded(c.stat({ path: "/" })));
   report(code === "ok", "after SIGCONT calls work again", JSON.stringify([code, msg]));
   const codes = await stopped(() => Promise.all([1, 2, 3, 4].map(() => attempt(() => bounded(c.stat({ path: "/" }))).then((r) => r[0]))));

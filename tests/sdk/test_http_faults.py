@@ -88,6 +88,10 @@ def stopped(fn):
 def sync_cases():
     c = asp.Client.http(url, call_timeout_ms=LIMIT_MS)
     report(attempt(lambda: c.stat("/"))[0] == "ok", "sync: a call answered in time")
+    report(attempt(c.hello)[0] == "ok", "sync: hello answered")
+    code, msg, _ = stopped(lambda: attempt(c.hello))
+    report(code == "ok", "sync: hello again is answered from the cache, agent stopped",
+           repr((code, msg)))
     code, msg, _ = attempt(lambda: c.exec(command="sleep 0.8"))
     report(code == "ok", "sync: an exec without timeout outlives call_timeout_ms (probes "
            "answered)", repr((code, msg)))
@@ -102,6 +106,9 @@ def sync_cases():
     report(code == "transport_error" and "liveness probe" in msg and took < 8,
            "sync: an exec without timeout on a stopped agent ends when the probe is not "
            "answered", repr((code, msg, took)))
+    code, msg, _ = stopped(lambda: attempt(c.hello))
+    report(code == "timeout", "sync: after a transport_error hello is asked again",
+           repr((code, msg)))
     code, msg, _ = attempt(lambda: c.stat("/"))
     report(code == "ok", "sync: after SIGCONT calls work again", repr((code, msg)))
     res = []

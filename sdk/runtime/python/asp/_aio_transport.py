@@ -35,6 +35,7 @@ class _AioStdioConn:
         self.suspect = False
         self.dying = False
         self.closing = False
+        self.hello = None  # the first hello answer: a responder's hello does not change
         self.stderr_tail = collections.deque(maxlen=8)
         self.reader = None
         self.stderr_task = None
@@ -305,8 +306,13 @@ class AioStdioTransport:
             return c
 
     async def call(self, method, params, on_result=None, before_send=None):
-        return await self._call_on(await self.connection(), method, params, on_result,
-                                   before_send, 0)
+        conn = await self.connection()
+        if method == "hello" and conn.hello is not None:
+            return conn.hello  # answered once per connection (the liveness probe is not)
+        msg = await self._call_on(conn, method, params, on_result, before_send, 0)
+        if method == "hello" and msg.error is None:
+            conn.hello = msg
+        return msg
 
     async def _call_on(self, conn, method, params, on_result, before_send, explicit_ms):
         id_, p = conn.add(on_result)

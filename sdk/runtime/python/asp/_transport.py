@@ -78,6 +78,7 @@ class _StdioConn:
         self.suspect = False  # a call missed its deadline and no answer came since
         self.dying = False  # set first; dead follows once the reason is known
         self.closing = False
+        self.hello = None  # the first hello answer: a responder's hello does not change
         self.stderr_tail = collections.deque(maxlen=8)
         self.stderr_done = threading.Event()
         threading.Thread(target=self._drain_stderr, name="asp-stdio-stderr",
@@ -348,7 +349,13 @@ class StdioTransport:
             return c
 
     def call(self, method, params, on_result=None, before_send=None):
-        return self._call_on(self.connection(), method, params, on_result, before_send, 0)
+        conn = self.connection()
+        if method == "hello" and conn.hello is not None:
+            return conn.hello  # answered once per connection (the liveness probe is not)
+        msg = self._call_on(conn, method, params, on_result, before_send, 0)
+        if method == "hello" and msg.error is None:
+            conn.hello = msg
+        return msg
 
     def _call_on(self, conn, method, params, on_result, before_send, _explicit_ms):
         slot = _Slot(on_result)
@@ -464,6 +471,7 @@ class HttpTransport:
         self._lock = threading.Lock()
         self._next_id = 0
         self._conns = []
+        self._hello = None  # the server's hello answer, kept until a transport_error
         self._closed = False
         self.call_timeout_ms = call_timeout_ms or 60000
         self.describe = url
@@ -580,6 +588,19 @@ class HttpTransport:
         raise AssertionError("not reached")
 
     def call(self, method, params, on_result=None, before_send=None):
+        if method == "hello" and self._hello is not None and not self._closed:
+            return self._hello  # answered once until a call finds the server gone
+        try:
+            msg = self._call(method, params, on_result)
+        except AspError as e:
+            if e.code == "transport_error":
+                self._hello = None  # perhaps another server now: ask again
+            raise
+        if method == "hello" and msg.error is None:
+            self._hello = msg
+        return msg
+
+    def _call(self, method, params, on_result):
         if self._closed:
             raise AspError("transport_error", "the client was closed")
         with self._lock:

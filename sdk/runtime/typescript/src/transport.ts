@@ -82,6 +82,8 @@ export class StdioConn {
   private readonly abandoned = new Set<number>();
   /** A call missed its deadline and no answer came since (docs/faults.md). */
   suspect = false;
+  /** The first hello answer: a responder's hello does not change. */
+  hello: Message | null = null;
   private readonly subs = new Map<number, Set<Subscriber>>();
   private nextId = 1;
   private chunks: Buffer[] = [];
@@ -343,7 +345,12 @@ export class StdioTransport implements Transport {
   }
 
   async call(method: string, params: WireMap, hooks?: Hooks): Promise<Message> {
-    return this.callOn(await this.connection(), method, params, hooks, 0);
+    const conn = await this.connection();
+    // hello is answered once per connection (the liveness probe is not).
+    if (method === "hello" && conn.hello) return conn.hello;
+    const msg = await this.callOn(conn, method, params, hooks, 0);
+    if (method === "hello" && !msg.error) conn.hello = msg;
+    return msg;
   }
 
   /**
@@ -452,6 +459,8 @@ export class HttpTransport implements Transport {
   readonly describe: string;
   private readonly rpcUrl: URL;
   private nextId = 0;
+  /** The server's hello answer, kept until a transport_error. */
+  private hello: Message | null = null;
   private closed = false;
   private readonly agent: http.Agent;
   private readonly ca?: Buffer;
@@ -580,6 +589,20 @@ export class HttpTransport implements Transport {
   }
 
   async call(method: string, params: WireMap, hooks?: Hooks): Promise<Message> {
+    // hello is answered once, until a call finds the server gone.
+    if (method === "hello" && this.hello && !this.closed) return this.hello;
+    let msg: Message;
+    try {
+      msg = await this.callOnce(method, params, hooks);
+    } catch (e) {
+      if (e instanceof AspError && e.code === "transport_error") this.hello = null;
+      throw e;
+    }
+    if (method === "hello" && !msg.error) this.hello = msg;
+    return msg;
+  }
+
+  private async callOnce(method: string, params: WireMap, hooks?: Hooks): Promise<Message> {
     if (this.closed) throw new AspError("transport_error", "the client was closed");
     this.nextId = this.nextId < UINT32_MAX ? this.nextId + 1 : 1;
     const id = this.nextId;
