@@ -116,6 +116,13 @@ void local_conn_unref(asp_local_conn *c);
 bool local_conn_send(asp_local_conn *c, const uint8_t *frame, size_t len);
 
 /*
+ * Sends one typed event unless the connection is dead: to the sink's `event`, else as a
+ * frame built in `scratch` (asp_edge_notify). 1 sent, 0 dead now, -1 out of memory
+ * (nothing sent; the connection lives). The event's bytes must not move until it returns.
+ */
+int local_conn_event(asp_local_conn *c, asp_notice_id n, const void *ev, asp_buf *scratch);
+
+/*
  * Whether the current request on this thread runs under asp_local_conn_serve or a hold
  * for `c`; if so, `s` (of `p`) is remembered and ungated once the response is out.
  * Takes a reference on both. false when there is no hold (or out of memory: the sub is
