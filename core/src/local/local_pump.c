@@ -180,8 +180,8 @@ void local_deliver_locked(local_proc *p, local_sub *only, bool with_exit, asp_bu
 		next_event_of(p, s, &e);
 		s->sending = true;
 		pthread_mutex_unlock(&p->mu);
-		int rc = local_conn_event(s->conn, e.n,
-		                          e.stream < 0 ? (const void *)&e.exit : (const void *)&e.out, b);
+		int rc = local_conn_event(
+		    s->conn, e.n, e.stream < 0 ? (const void *)&e.exit : (const void *)&e.out, b);
 		pthread_mutex_lock(&p->mu);
 		s->sending = false;
 		pthread_cond_broadcast(&p->cv);
