@@ -10,7 +10,12 @@
  * only the processes that client watches, and there is no queue between the pipe and the
  * sink to bound; processes cost a fork each anyway, a thread is small beside that.
  *
- * Ordering. Every frame to one subscriber is sent by one thread at a time (its `sending`
+ * Events. Output and exit go to a connection's sink as typed events (local_conn_event),
+ * an output event's bytes pointing into the ring while p->mu is released for the sink:
+ * the pump appends only while no subscriber is `sending`, so those bytes neither move
+ * nor wrap away before the sink returns.
+ *
+ * Ordering. Every event to one subscriber is sent by one thread at a time (its `sending`
  * flag), in offset order per stream, and its exit after all of its output. A subscriber
  * created by a request served through asp_local_conn_serve (or inside a hold) is `gated`
  * until that request's response has gone out: the pump waits for the gate rather than
