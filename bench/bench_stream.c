@@ -5,7 +5,8 @@
  * floor: the same command spawned here and its pipe read to EOF. Interleaved rounds,
  * medians. The in-process figure is also given as this process's CPU time (all its
  * threads, user + system) per round, which load elsewhere on the machine disturbs less
- * than the wall clock.
+ * than the wall clock. (tests/rpc/bench_stream gives single-run latency and throughput
+ * figures through the client; this one compares builds.)
  *
  *   bench_stream ASP_AGENT [MiB [rounds]]
  *

@@ -98,18 +98,15 @@ asp_status asp_local_client_subscribe(void *self, asp_op_id op, const void *para
 	local_client *lc = asp_local_conn_ctx(self);
 	held_call h = {self};
 	/*
-	 * A spawn's follower is listed once the answer names the process, so the backend
-	 * keeps the process's events back until then (asp_proc_routes_call returns). An
-	 * attach needs no gate: its follower is listed before the call and keeps what comes
-	 * before the answer, replay and live output alike, in order.
+	 * The backend keeps the process's live events back until asp_proc_routes_call
+	 * returns: a spawn's follower is listed only once the answer names the process, and
+	 * an attach's keeps what comes before its start in memory, which the gate bounds to
+	 * the replay (live output waits in the child's pipe meanwhile, not in a list).
 	 */
-	bool gate = op == ASP_OP_SPAWN;
-	if (gate)
-		asp_local_conn_hold(self);
+	asp_local_conn_hold(self);
 	asp_status st =
 	    asp_proc_routes_call(lc->routes, call_held, &h, op, params, result, a, sub, err);
-	if (gate)
-		asp_local_conn_release(self);
+	asp_local_conn_release(self);
 	return st;
 }
 
