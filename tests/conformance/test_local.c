@@ -13,6 +13,7 @@
 #include "local/local.h"
 #include "local/local_proc.h"
 #include "proto_desc.h"
+#include "wire.h"
 #include "rpc/local_client.h"
 
 #include <CUnit/Basic.h>
@@ -24,6 +25,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -581,6 +583,90 @@ static void test_replay_lends_stable_bytes(void)
 	asp_local_free(l);
 }
 
+/* ---- the edges' one encoder ------------------------------------------------------- */
+
+typedef struct capture {
+	uint8_t *data;
+	size_t len;
+	int sends, sendvs, max_iov;
+} capture;
+
+static bool cap_send(void *ctx, const uint8_t *frame, size_t len)
+{
+	capture *c = ctx;
+	c->sends++;
+	c->data = realloc(c->data, len);
+	memcpy(c->data, frame, len);
+	c->len = len;
+	return true;
+}
+
+static bool cap_sendv(void *ctx, const struct iovec *iov, int n)
+{
+	capture *c = ctx;
+	c->sendvs++;
+	c->max_iov = n > c->max_iov ? n : c->max_iov;
+	c->len = 0;
+	for (int i = 0; i < n; i++) {
+		c->data = realloc(c->data, c->len + iov[i].iov_len);
+		memcpy(c->data + c->len, iov[i].iov_base, iov[i].iov_len);
+		c->len += iov[i].iov_len;
+	}
+	return true;
+}
+
+/*
+ * asp_conn_sink_notify writes the frame asp_wire_notify makes, the same bytes whether
+ * the sink takes it whole or in pieces; with sendv a full 64 KiB chunk goes out from
+ * the event's own memory (a piece of its own), a small one is copied.
+ */
+static void test_sink_notify_frames(void)
+{
+	static uint8_t big[64 * 1024];
+	for (size_t i = 0; i < sizeof big; i++)
+		big[i] = (uint8_t)(i * 131u);
+	asp_output_event out = {.proc = 70000,
+	                        .stream = "stderr",
+	                        .offset = 1u << 20,
+	                        .data = {big, sizeof big},
+	                        .has_truncated_before = true,
+	                        .truncated_before = 1u << 20};
+	asp_output_event small = out;
+	small.data.len = 100;
+	small.has_truncated_before = false;
+	asp_exit_event ex = {.proc = 70000, .exit_code = -1, .signal = "KILL", .timed_out = true};
+	struct {
+		asp_notice_id n;
+		const void *ev;
+		bool lent;
+	} cases[] = {{ASP_NOTICE_OUTPUT, &out, true},
+	             {ASP_NOTICE_OUTPUT, &small, false},
+	             {ASP_NOTICE_EXIT, &ex, false}};
+	asp_reply *scratch = asp_reply_new();
+	CU_ASSERT_PTR_NOT_NULL_FATAL(scratch);
+	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+		asp_buf want;
+		asp_buf_init(&want);
+		CU_ASSERT_EQUAL_FATAL(asp_wire_notify(&want, cases[k].n, cases[k].ev), 0);
+		capture whole = {0}, pieces = {0};
+		asp_conn_sink s1 = {.send = cap_send, .ctx = &whole};
+		asp_conn_sink s2 = {.send = cap_send, .ctx = &pieces, .sendv = cap_sendv};
+		CU_ASSERT_TRUE(asp_conn_sink_notify(&s1, NULL, cases[k].n, cases[k].ev));
+		CU_ASSERT_TRUE(asp_conn_sink_notify(&s2, scratch, cases[k].n, cases[k].ev));
+		CU_ASSERT_TRUE(whole.sends == 1 && whole.len == want.len &&
+		               memcmp(whole.data, want.data, want.len) == 0);
+		CU_ASSERT_TRUE(pieces.len == want.len &&
+		               memcmp(pieces.data, want.data, want.len) == 0);
+		CU_ASSERT_EQUAL(pieces.sendvs, cases[k].lent ? 1 : 0);
+		CU_ASSERT_EQUAL(pieces.sends, cases[k].lent ? 0 : 1);
+		CU_ASSERT_TRUE(!cases[k].lent || pieces.max_iov >= 2);
+		free(whole.data);
+		free(pieces.data);
+		asp_buf_free(&want);
+	}
+	asp_reply_free(scratch);
+}
+
 static int run_named(int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++) {
@@ -640,6 +726,7 @@ int main(int argc, char **argv)
 	    !CU_add_test(b, "direct_call_checks", test_direct_call_checks) ||
 	    !CU_add_test(b, "many_threads", test_many_threads) ||
 	    !CU_add_test(b, "replay_lends_stable_bytes", test_replay_lends_stable_bytes) ||
+	    !CU_add_test(b, "sink_notify_frames", test_sink_notify_frames) ||
 	    !CU_add_test(b, "claims_are_judged", test_claims_are_judged)) {
 		fprintf(stderr, "CUnit: %s\n", CU_get_error_msg());
 		CU_cleanup_registry();
