@@ -11,7 +11,9 @@
  */
 #include "conformance.h"
 #include "local/local.h"
+#include "local/local_proc.h"
 #include "proto_desc.h"
+#include "wire.h"
 #include "rpc/local_client.h"
 
 #include <CUnit/Basic.h>
@@ -23,7 +25,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static asp_ops local_ops; /* asp_local_ops with the unsupported slots filled */
@@ -361,6 +365,308 @@ static void test_many_threads(void)
 	CU_ASSERT_EQUAL(waitpid(-1, NULL, WNOHANG), -1);
 }
 
+/* ---- a replay's events lend the ring's bytes -------------------------------------- */
+
+/*
+ * Line k (from 0) of `seq -f %015.0f 1 N` is k+1 in 15 digits and a newline: the byte at
+ * any offset says which offset it is.
+ */
+static bool seq_bytes_ok(uint64_t off, const uint8_t *data, size_t len)
+{
+	for (size_t i = 0; i < len; i++) {
+		uint64_t o = off + i, line = o / 16 + 1;
+		unsigned col = (unsigned)(o % 16);
+		char want = '\n';
+		if (col < 15) {
+			uint64_t v = line;
+			for (unsigned d = 14; d > col; d--)
+				v /= 10;
+			want = (char)('0' + v % 10);
+		}
+		if (data[i] != (uint8_t)want)
+			return false;
+	}
+	return true;
+}
+
+typedef struct lend {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint64_t b_got; /* stdout bytes the spawner's sink has had, in order */
+	bool b_blocked; /* the spawner's sink is holding the pump */
+	bool b_release; /* ... until this */
+	bool b_exit;
+	bool a_failed;     /* the attacher's connection has failed */
+	uint64_t p1;       /* the process followed */
+	asp_local_conn *a; /* the attacher's connection */
+	bool a_first_done; /* the replay's first event was checked */
+	int bad;           /* events whose bytes were wrong while the sink had them */
+	uint64_t a_first_off;
+} lend;
+
+static lend lend_state = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+
+static bool conn_is_dead(asp_local_conn *c)
+{
+	pthread_mutex_lock(&c->mu);
+	bool dead = c->dead;
+	pthread_mutex_unlock(&c->mu);
+	return dead;
+}
+
+static bool frame_ignored(void *ctx, const uint8_t *frame, size_t len)
+{
+	(void)ctx;
+	(void)frame;
+	(void)len;
+	return true;
+}
+
+static bool deadline_wait(pthread_cond_t *cv, pthread_mutex_t *mu, const struct timespec *dl)
+{
+	return pthread_cond_timedwait(cv, mu, dl) != ETIMEDOUT;
+}
+
+static void deadline_in(struct timespec *dl, int seconds)
+{
+	clock_gettime(CLOCK_REALTIME, dl);
+	dl->tv_sec += seconds;
+}
+
+/* The spawner's sink: checks every chunk, and once 1.25 MiB came holds the pump. */
+static bool lend_b_event(void *ctx, asp_notice_id n, const void *params)
+{
+	lend *t = ctx;
+	pthread_mutex_lock(&t->mu);
+	if (n == ASP_NOTICE_EXIT) {
+		t->b_exit = true;
+		pthread_cond_broadcast(&t->cv);
+		pthread_mutex_unlock(&t->mu);
+		return true;
+	}
+	const asp_output_event *ev = params;
+	if (strcmp(ev->stream, "stdout") == 0) {
+		if (ev->offset != t->b_got ||
+		    !seq_bytes_ok(ev->offset, ev->data.data, ev->data.len))
+			t->bad++;
+		t->b_got = ev->offset + ev->data.len;
+	}
+	pthread_cond_broadcast(&t->cv);
+	if (t->b_got >= 1280u * 1024u && !t->b_release) {
+		t->b_blocked = true;
+		pthread_cond_broadcast(&t->cv);
+		struct timespec dl;
+		deadline_in(&dl, 60);
+		while (!t->b_release && deadline_wait(&t->cv, &t->mu, &dl))
+			;
+	}
+	pthread_mutex_unlock(&t->mu);
+	return true;
+}
+
+/*
+ * The attacher's sink. Its first (replay) event lets the pump go, and has its connection
+ * fail meanwhile (another process's event to it returns false: the pump then no longer
+ * waits for this subscriber). It keeps the event while the pump could read more: up to
+ * 2 s, or until the spawner has had bytes past what the ring held when the replay began
+ * (the pump appended while the replay's bytes were lent). The bytes must still be the
+ * right ones when it looks again.
+ */
+static bool lend_a_event(void *ctx, asp_notice_id n, const void *params)
+{
+	lend *t = ctx;
+	uint64_t proc = n == ASP_NOTICE_EXIT ? ((const asp_exit_event *)params)->proc
+	                                     : ((const asp_output_event *)params)->proc;
+	pthread_mutex_lock(&t->mu);
+	if (proc != t->p1) { /* the other process: this connection fails */
+		t->a_failed = true;
+		pthread_cond_broadcast(&t->cv);
+		pthread_mutex_unlock(&t->mu);
+		return false;
+	}
+	const asp_output_event *ev = params;
+	if (n == ASP_NOTICE_OUTPUT && strcmp(ev->stream, "stdout") == 0) {
+		if (!seq_bytes_ok(ev->offset, ev->data.data, ev->data.len))
+			t->bad++;
+		if (!t->a_first_done) {
+			t->a_first_off = ev->offset;
+			pthread_mutex_unlock(&t->mu);
+			asp_arena *ar = asp_arena_new();
+			asp_spawn_params sp;
+			asp_spawn_params_init(&sp);
+			sp.command = "echo x";
+			sp.stdin_eof = true;
+			asp_spawn_result sr;
+			asp_error err;
+			asp_status st = asp_local_conn_ops.spawn(t->a, &sp, &sr, ar, &err);
+			asp_arena_free(ar);
+			pthread_mutex_lock(&t->mu);
+			if (st != ASP_OK)
+				t->bad++;
+			struct timespec dl;
+			deadline_in(&dl, 30);
+			while (!t->a_failed && deadline_wait(&t->cv, &t->mu, &dl))
+				;
+			/* The backend marks the connection dead once that sink call has returned:
+			 * a bounded poll of its flag (no event says so). */
+			for (int i = 0; i < 30000 && !conn_is_dead(t->a); i++)
+				nanosleep(&(struct timespec){0, 1000000}, NULL);
+			t->b_release = true;
+			pthread_cond_broadcast(&t->cv);
+			uint64_t past = ev->offset + 1024u * 1024u + 64u * 1024u;
+			deadline_in(&dl, 2);
+			while (t->b_got <= past && deadline_wait(&t->cv, &t->mu, &dl))
+				;
+			if (!seq_bytes_ok(ev->offset, ev->data.data, ev->data.len))
+				t->bad++;
+			t->a_first_done = true;
+		}
+	}
+	pthread_mutex_unlock(&t->mu);
+	return true;
+}
+
+/*
+ * A sink gets a replay's output as events that point into the process's ring, with the
+ * process lock released: the pump must not append (and so wrap over, or move, those
+ * bytes) until the sink returns, however long it takes, even once the subscriber's
+ * connection has failed meanwhile.
+ */
+static void test_replay_lends_stable_bytes(void)
+{
+	lend *t = &lend_state;
+	asp_local *l = asp_local_new(0);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(l);
+	asp_local_set_shared(l, true);
+	asp_conn_sink sb = {.send = frame_ignored, .ctx = t, .event = lend_b_event};
+	asp_conn_sink sa = {.send = frame_ignored, .ctx = t, .event = lend_a_event};
+	asp_local_conn *b = asp_local_connect(l, &sb), *a = asp_local_connect(l, &sa);
+	CU_ASSERT_FATAL(a && b);
+	t->a = a;
+	asp_arena *ar = asp_arena_new();
+	asp_error err;
+	asp_spawn_params sp;
+	asp_spawn_params_init(&sp);
+	sp.command = "seq -f %015.0f 1 300000"; /* 4.8 MB */
+	sp.stdin_eof = true;
+	asp_spawn_result sr;
+	pthread_mutex_lock(&t->mu); /* the sinks see p1 set before any event of it */
+	CU_ASSERT_EQUAL_FATAL(asp_local_conn_ops.spawn(b, &sp, &sr, ar, &err), ASP_OK);
+	t->p1 = sr.proc;
+	struct timespec dl;
+	deadline_in(&dl, 60);
+	while (!t->b_blocked && deadline_wait(&t->cv, &t->mu, &dl))
+		;
+	bool blocked = t->b_blocked;
+	pthread_mutex_unlock(&t->mu);
+	CU_ASSERT_TRUE(blocked);
+
+	asp_proc_attach_params ap;
+	asp_proc_attach_params_init(&ap);
+	ap.proc = sr.proc;
+	asp_proc_attach_result attach_r;
+	CU_ASSERT_EQUAL(asp_local_conn_ops.proc_attach(a, &ap, &attach_r, ar, &err), ASP_OK);
+
+	deadline_in(&dl, 60);
+	pthread_mutex_lock(&t->mu);
+	while (!t->b_exit && deadline_wait(&t->cv, &t->mu, &dl))
+		;
+	CU_ASSERT_TRUE(t->b_exit);
+	CU_ASSERT_TRUE(t->a_first_done && t->a_failed);
+	CU_ASSERT_TRUE(t->a_first_off > 0); /* the ring had wrapped: the case looked at */
+	CU_ASSERT_EQUAL(t->b_got, 300000u * 16u);
+	CU_ASSERT_EQUAL(t->bad, 0);
+	pthread_mutex_unlock(&t->mu);
+	asp_local_disconnect(a);
+	asp_local_disconnect(b);
+	asp_arena_free(ar);
+	asp_local_free(l);
+}
+
+/* ---- the edges' one encoder ------------------------------------------------------- */
+
+typedef struct capture {
+	uint8_t *data;
+	size_t len;
+	int sends, sendvs, max_iov;
+} capture;
+
+static bool cap_send(void *ctx, const uint8_t *frame, size_t len)
+{
+	capture *c = ctx;
+	c->sends++;
+	c->data = realloc(c->data, len);
+	memcpy(c->data, frame, len);
+	c->len = len;
+	return true;
+}
+
+static bool cap_sendv(void *ctx, const struct iovec *iov, int n)
+{
+	capture *c = ctx;
+	c->sendvs++;
+	c->max_iov = n > c->max_iov ? n : c->max_iov;
+	c->len = 0;
+	for (int i = 0; i < n; i++) {
+		c->data = realloc(c->data, c->len + iov[i].iov_len);
+		memcpy(c->data + c->len, iov[i].iov_base, iov[i].iov_len);
+		c->len += iov[i].iov_len;
+	}
+	return true;
+}
+
+/*
+ * asp_conn_sink_notify writes the frame asp_wire_notify makes, the same bytes whether
+ * the sink takes it whole or in pieces; with sendv a full 64 KiB chunk goes out from
+ * the event's own memory (a piece of its own), a small one is copied.
+ */
+static void test_sink_notify_frames(void)
+{
+	static uint8_t big[64 * 1024];
+	for (size_t i = 0; i < sizeof big; i++)
+		big[i] = (uint8_t)(i * 131u);
+	asp_output_event out = {.proc = 70000,
+	                        .stream = "stderr",
+	                        .offset = 1u << 20,
+	                        .data = {big, sizeof big},
+	                        .has_truncated_before = true,
+	                        .truncated_before = 1u << 20};
+	asp_output_event small = out;
+	small.data.len = 100;
+	small.has_truncated_before = false;
+	asp_exit_event ex = {.proc = 70000, .exit_code = -1, .signal = "KILL", .timed_out = true};
+	struct {
+		asp_notice_id n;
+		const void *ev;
+		bool lent;
+	} cases[] = {{ASP_NOTICE_OUTPUT, &out, true},
+	             {ASP_NOTICE_OUTPUT, &small, false},
+	             {ASP_NOTICE_EXIT, &ex, false}};
+	asp_reply *scratch = asp_reply_new();
+	CU_ASSERT_PTR_NOT_NULL_FATAL(scratch);
+	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+		asp_buf want;
+		asp_buf_init(&want);
+		CU_ASSERT_EQUAL_FATAL(asp_wire_notify(&want, cases[k].n, cases[k].ev), 0);
+		capture whole = {0}, pieces = {0};
+		asp_conn_sink s1 = {.send = cap_send, .ctx = &whole};
+		asp_conn_sink s2 = {.send = cap_send, .ctx = &pieces, .sendv = cap_sendv};
+		CU_ASSERT_TRUE(asp_conn_sink_notify(&s1, NULL, cases[k].n, cases[k].ev));
+		CU_ASSERT_TRUE(asp_conn_sink_notify(&s2, scratch, cases[k].n, cases[k].ev));
+		CU_ASSERT_TRUE(whole.sends == 1 && whole.len == want.len &&
+		               memcmp(whole.data, want.data, want.len) == 0);
+		CU_ASSERT_TRUE(pieces.len == want.len &&
+		               memcmp(pieces.data, want.data, want.len) == 0);
+		CU_ASSERT_EQUAL(pieces.sendvs, cases[k].lent ? 1 : 0);
+		CU_ASSERT_EQUAL(pieces.sends, cases[k].lent ? 0 : 1);
+		CU_ASSERT_TRUE(!cases[k].lent || pieces.max_iov >= 2);
+		free(whole.data);
+		free(pieces.data);
+		asp_buf_free(&want);
+	}
+	asp_reply_free(scratch);
+}
+
 static int run_named(int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++) {
@@ -419,6 +725,8 @@ int main(int argc, char **argv)
 	    !CU_add_test(b, "small_max_message", test_small_max_message) ||
 	    !CU_add_test(b, "direct_call_checks", test_direct_call_checks) ||
 	    !CU_add_test(b, "many_threads", test_many_threads) ||
+	    !CU_add_test(b, "replay_lends_stable_bytes", test_replay_lends_stable_bytes) ||
+	    !CU_add_test(b, "sink_notify_frames", test_sink_notify_frames) ||
 	    !CU_add_test(b, "claims_are_judged", test_claims_are_judged)) {
 		fprintf(stderr, "CUnit: %s\n", CU_get_error_msg());
 		CU_cleanup_registry();

@@ -88,9 +88,13 @@ void asp_local_reaper_finish(void);
 
 /* ---- connections ------------------------------------------------------------------ */
 
+/* A reusable buffer to build frames in (see "requests" below). */
+typedef struct asp_reply asp_reply;
+
 /*
- * How the backend writes to one connection: answers, and the notifications of the
- * processes the connection spawned or attached to.
+ * How the backend writes to one connection: answers as frames, and the notifications of
+ * the processes the connection spawned or attached to as typed events (an edge encodes
+ * them: asp_conn_sink_notify).
  */
 typedef struct asp_conn_sink {
 	/*
@@ -108,7 +112,27 @@ typedef struct asp_conn_sink {
 	 * the op put it instead of being copied into the frame first.
 	 */
 	bool (*sendv)(void *ctx, const struct iovec *iov, int iovcnt);
+	/*
+	 * Optional: one notification of a process as a typed event, `n` ASP_NOTICE_OUTPUT
+	 * with an asp_output_event or ASP_NOTICE_EXIT with an asp_exit_event (asp/proto.h).
+	 * The event and what it points to (the output's bytes, lent from the process's
+	 * replay buffer) are valid only during the call: a sink that keeps them copies.
+	 * Called as send is (any thread, one event at a time per subscriber and in order,
+	 * may block, false once the connection is gone). NULL: each event goes out as a
+	 * notification frame through send / sendv, encoded by asp_conn_sink_notify.
+	 */
+	bool (*event)(void *ctx, asp_notice_id n, const void *params);
 } asp_conn_sink;
+
+/*
+ * The edges' encoding of a typed event: one notification frame [2, method, params]
+ * (DESIGN §2) through s->sendv when set (large output bytes then go out from where the
+ * event points instead of being copied) else s->send. `scratch` is a buffer to build
+ * the frame in (reused from call to call by one thread), or NULL for a temporary one.
+ * What the sink returned; false too when out of memory. Any thread.
+ */
+bool asp_conn_sink_notify(const asp_conn_sink *s, asp_reply *scratch, asp_notice_id n,
+                          const void *params);
 
 /* One connection bound to the backend. */
 typedef struct asp_local_conn asp_local_conn;
@@ -169,11 +193,8 @@ void asp_request_free(asp_request *r);
 
 /*
  * A reusable buffer a thread builds answers in: one per serving thread (never shared)
- * saves an allocation per request.
+ * saves an allocation per request (asp_reply, declared above). NULL when out of memory.
  */
-typedef struct asp_reply asp_reply;
-
-/* NULL when out of memory. */
 asp_reply *asp_reply_new(void);
 void asp_reply_free(asp_reply *b); /* NULL is a no-op */
 /* Releases the buffer's memory when it has grown past `keep` bytes (after a large answer). */

@@ -53,8 +53,8 @@ int asp_local_conn_serve(asp_local_conn *c, const struct asp_msg *req, struct as
 /*
  * For a caller that calls asp_local_conn_ops itself and delivers the results in its own
  * way (the in-process transport): between hold and release, processes that spawn or
- * proc_attach on this thread start or attach keep their notifications for `c` back.
- * release lets them flow. Not nested; one connection per thread at a time.
+ * proc_attach on this thread start or attach keep their events for `c` back. release
+ * lets them flow. Not nested; one connection per thread at a time.
  */
 void asp_local_conn_hold(asp_local_conn *c);
 void asp_local_conn_release(asp_local_conn *c);

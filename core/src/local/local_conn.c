@@ -3,11 +3,11 @@
  * connection is never called again), the per-request hold that keeps a spawn's
  * notifications behind its response, and the op table of a bound connection.
  */
+#include "edge.h"
 #include "local_proc.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
 
 /* ---- connections ------------------------------------------------------------------ */
 
@@ -160,22 +160,22 @@ void asp_local_conn_release(asp_local_conn *c)
 		hold_end(&tls_direct);
 }
 
-/*
- * As local_conn_send, for a frame whose large bins are referenced (the sink has sendv):
- * 1 sent, 0 the connection is gone, -1 out of memory.
- */
-static int local_conn_sendv(asp_local_conn *c, const asp_buf *out)
+/* As local_conn_send, for a frame that may reference bins: 1 sent, 0 gone, -1 out of memory. */
+static int local_conn_send_buf(asp_local_conn *c, const asp_buf *out)
 {
-	struct iovec stack[8];
-	int max = (int)(2 * out->nrefs + 1);
-	struct iovec *iov = max <= 8 ? stack : malloc((size_t)max * sizeof *iov);
-	if (!iov)
-		return -1;
-	int n = asp_buf_iov(out, iov, max);
-	bool ok = sink_enter(c) && sink_leave(c, c->sink.sendv(c->sink.ctx, iov, n));
-	if (iov != stack)
-		free(iov);
-	return ok ? 1 : 0;
+	if (!sink_enter(c))
+		return 0;
+	int rc = asp_edge_send_buf(&c->sink, out);
+	return sink_leave(c, rc != 0) ? (rc < 0 ? -1 : 1) : 0;
+}
+
+int local_conn_event(asp_local_conn *c, asp_notice_id n, const void *ev, asp_buf *scratch)
+{
+	if (!sink_enter(c))
+		return 0;
+	int rc = c->sink.event ? (c->sink.event(c->sink.ctx, n, ev) ? 1 : 0)
+	                       : asp_edge_notify(&c->sink, scratch, n, ev);
+	return sink_leave(c, rc != 0) ? (rc < 0 ? -1 : 1) : 0;
 }
 
 int asp_local_conn_serve(asp_local_conn *c, const struct asp_msg *req, struct asp_buf *out)
@@ -191,10 +191,8 @@ int asp_local_conn_serve(asp_local_conn *c, const struct asp_msg *req, struct as
 		out->ref_min = 0;
 		if (out->len == 0)
 			rc = -1;
-		else if (out->nrefs == 0)
-			rc = local_conn_send(c, out->data, out->len) ? 1 : 0;
 		else
-			rc = local_conn_sendv(c, out);
+			rc = local_conn_send_buf(c, out);
 		asp_arena_free(a);
 	} else {
 		asp_dispatch(&asp_local_conn_ops, c, req, out, c->l->max_message);

@@ -10,7 +10,12 @@
  * only the processes that client watches, and there is no queue between the pipe and the
  * sink to bound; processes cost a fork each anyway, a thread is small beside that.
  *
- * Ordering. Every frame to one subscriber is sent by one thread at a time (its `sending`
+ * Events. Output and exit go to a connection's sink as typed events (local_conn_event),
+ * an output event's bytes pointing into the ring while p->mu is released for the sink:
+ * the pump appends only while no subscriber is `sending`, so those bytes neither move
+ * nor wrap away before the sink returns.
+ *
+ * Ordering. Every event to one subscriber is sent by one thread at a time (its `sending`
  * flag), in offset order per stream, and its exit after all of its output. A subscriber
  * created by a request served through asp_local_conn_serve (or inside a hold) is `gated`
  * until that request's response has gone out: the pump waits for the gate rather than
@@ -114,6 +119,13 @@ void local_conn_unref(asp_local_conn *c);
 
 /* Sends one frame through the sink unless the connection is dead. false: dead now. */
 bool local_conn_send(asp_local_conn *c, const uint8_t *frame, size_t len);
+
+/*
+ * Sends one typed event unless the connection is dead: to the sink's `event`, else as a
+ * frame built in `scratch` (asp_edge_notify). 1 sent, 0 dead now, -1 out of memory
+ * (nothing sent; the connection lives). The event's bytes must not move until it returns.
+ */
+int local_conn_event(asp_local_conn *c, asp_notice_id n, const void *ev, asp_buf *scratch);
 
 /*
  * Whether the current request on this thread runs under asp_local_conn_serve or a hold

@@ -1,6 +1,7 @@
 /*
  * The pump of a spawned process (one thread each, see local_proc.h): reads its output
- * into the replay rings, delivers each chunk to the subscribers before reading more,
+ * into the replay rings, delivers each chunk to the subscribers (as typed events lending
+ * the ring's bytes; the connection's edge encodes them) before reading more,
  * applies the timeout (TERM to the group, KILL 2 s later) and the responder's shutdown,
  * and once the process is dead and its output at EOF, reaps it and sends `exit`.
  */
@@ -64,12 +65,21 @@ static bool sub_pending(const local_proc *p, const local_sub *s, bool with_exit)
 	return with_exit && p->finished && !s->exit_sent;
 }
 
+/* The next event of one subscriber: an output chunk or the exit. */
+typedef struct next_event {
+	asp_notice_id n;
+	int stream; /* 0, 1, or -1 for the exit */
+	asp_output_event out;
+	asp_exit_event exit;
+} next_event;
+
 /*
- * Under p->mu. Encodes the next frame `s` is due into `b`: output (stdout's before
- * stderr's) before the exit. *stream is the stream, or -1 for the exit; *n the bytes.
- * false when out of memory.
+ * Under p->mu: the next event `s` is due, output (stdout's before stderr's) before the
+ * exit. The output's bytes point into the ring: the pump appends to it only while no
+ * subscriber is sending (pump_read), so they stay put while p->mu is released for the
+ * sink.
  */
-static bool next_frame(local_proc *p, local_sub *s, asp_buf *b, int *stream, size_t *n)
+static void next_event_of(local_proc *p, local_sub *s, next_event *e)
 {
 	for (int i = 0; i < PROC_STREAM_COUNT; i++) {
 		if (s->sent[i] >= p->ring[i].total)
@@ -82,7 +92,9 @@ static bool next_frame(local_proc *p, local_sub *s, asp_buf *b, int *stream, siz
 		size_t max = PROC_CHUNK < p->l->payload_budget ? PROC_CHUNK : p->l->payload_budget;
 		const uint8_t *data;
 		size_t len = proc_ring_span(&p->ring[i], s->sent[i], max, &data);
-		asp_output_event ev = {
+		e->n = ASP_NOTICE_OUTPUT;
+		e->stream = i;
+		e->out = (asp_output_event){
 		    .proc = p->id,
 		    .stream = stream_names[i],
 		    .offset = s->sent[i],
@@ -90,19 +102,25 @@ static bool next_frame(local_proc *p, local_sub *s, asp_buf *b, int *stream, siz
 		    .has_truncated_before = s->trunc[i],
 		    .truncated_before = s->sent[i],
 		};
-		*stream = i;
-		*n = len;
-		return asp_wire_notify(b, ASP_NOTICE_OUTPUT, &ev) == 0;
+		return;
 	}
-	asp_exit_event ev = {
+	e->n = ASP_NOTICE_EXIT;
+	e->stream = -1;
+	e->exit = (asp_exit_event){
 	    .proc = p->id,
 	    .exit_code = p->exit_code,
-	    .signal = p->signal[0] ? p->signal : NULL,
+	    .signal = p->signal[0] ? p->signal : NULL, /* set once, before `finished` */
 	    .timed_out = p->timed_out,
 	};
-	*stream = -1;
-	*n = 0;
-	return asp_wire_notify(b, ASP_NOTICE_EXIT, &ev) == 0;
+}
+
+/* Under p->mu: whether a thread is sending to one of its subscribers. */
+static bool any_sending(const local_proc *p)
+{
+	for (const local_sub *x = p->subs; x; x = x->next)
+		if (x->sending)
+			return true;
+	return false;
 }
 
 /* Under p->mu: the next listed subscriber the pump can serve now; *wait when one that
@@ -158,25 +176,24 @@ void local_deliver_locked(local_proc *p, local_sub *only, bool with_exit, asp_bu
 				continue;
 			}
 		}
-		int stream;
-		size_t n;
-		if (!next_frame(p, s, b, &stream, &n)) {
-			s->removed = true; /* out of memory: this subscriber cannot be served */
-			continue;
-		}
+		next_event e;
+		next_event_of(p, s, &e);
 		s->sending = true;
 		pthread_mutex_unlock(&p->mu);
-		bool ok = local_conn_send(s->conn, b->data, b->len);
+		int rc = local_conn_event(
+		    s->conn, e.n, e.stream < 0 ? (const void *)&e.exit : (const void *)&e.out, b);
 		pthread_mutex_lock(&p->mu);
 		s->sending = false;
 		pthread_cond_broadcast(&p->cv);
-		if (!ok)
-			continue; /* dead now: sub_live says so */
-		if (stream < 0) {
+		if (rc < 0)
+			s->removed = true; /* out of memory: this subscriber cannot be served */
+		if (rc <= 0)
+			continue; /* dead now (sub_live says so), or removed */
+		if (e.stream < 0) {
 			s->exit_sent = true;
 		} else {
-			s->sent[stream] += n;
-			s->trunc[stream] = false;
+			s->sent[e.stream] += e.out.data.len;
+			s->trunc[e.stream] = false;
 		}
 	}
 	if (!only)
@@ -211,6 +228,10 @@ static bool pump_read(local_proc *p, int i, int fd, uint8_t *buf, size_t cap, as
 	if (n <= 0)
 		return false; /* EOF, or an error that ends the stream just the same */
 	pthread_mutex_lock(&p->mu);
+	/* An attach's replay may be sending from the ring (events lend its bytes): an append
+	 * could move them (growth) or overwrite them (wrap), so it waits for the send. */
+	while (any_sending(p))
+		pthread_cond_wait(&p->cv, &p->mu);
 	proc_ring_append(&p->ring[i], buf, (size_t)n);
 	uint64_t total = p->ring[i].total;
 	local_deliver_locked(p, NULL, false, b);

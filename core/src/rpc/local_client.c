@@ -3,11 +3,9 @@
 
 #include "proc_route.h"
 #include "proto_desc.h"
-#include "wire.h"
 
 #include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
 
 typedef struct local_client {
 	asp_local *l;
@@ -24,33 +22,25 @@ static void ops_init(void)
 	asp_ops_complete(&conn_ops);
 }
 
-/* The sink: a notification frame, decoded as the RPC engine's reader would. */
-static bool sink_send(void *ctx, const uint8_t *frame, size_t len)
+/*
+ * The sink takes the backend's events as they are: routed to the follower on the pump's
+ * thread, no frame in between. asp_proc_routes_route is synchronous (the follower calls
+ * back, or copies what comes before its call's answer), so the event's bytes, lent from
+ * the process's ring for the duration of this call, are never kept.
+ */
+static bool sink_event(void *ctx, asp_notice_id n, const void *params)
 {
 	local_client *lc = ctx;
-	if (len < ASP_FRAME_HEADER)
-		return true;
-	msgpack_unpacked u;
-	msgpack_unpacked_init(&u);
-	asp_msg msg;
-	asp_error err;
-	asp_arena *a = NULL;
-	if (asp_wire_decode(frame + ASP_FRAME_HEADER, len - ASP_FRAME_HEADER, &u, &msg, &err) ||
-	    msg.type != ASP_MSG_NOTIFY)
-		goto out;
-	for (int n = 0; n < ASP_NOTICE_COUNT; n++) {
-		const asp_notice_desc *d = &asp_notice_descs[n];
-		if (d->name_len != msg.method_len || memcmp(d->name, msg.method, d->name_len))
-			continue;
-		a = asp_arena_new();
-		void *p = a ? asp_arena_alloc(a, d->params->size) : NULL;
-		if (p && asp_record_decode(d->params, msg.params, p, a, NULL) == ASP_OK)
-			asp_proc_routes_route(lc->routes, (asp_notice_id)n, p);
-		break;
-	}
-out:
-	asp_arena_free(a);
-	msgpack_unpacked_destroy(&u);
+	asp_proc_routes_route(lc->routes, n, params);
+	return true;
+}
+
+/* No frame ever comes: this client calls the ops itself and takes their results. */
+static bool sink_send(void *ctx, const uint8_t *frame, size_t len)
+{
+	(void)ctx;
+	(void)frame;
+	(void)len;
 	return true;
 }
 
@@ -62,7 +52,7 @@ asp_status asp_local_client_open(asp_local *l, bool own, const asp_ops **ops, vo
 	local_client *lc = calloc(1, sizeof *lc);
 	if (lc)
 		lc->routes = asp_proc_routes_new();
-	asp_conn_sink sink = {sink_send, lc};
+	asp_conn_sink sink = {.send = sink_send, .ctx = lc, .event = sink_event};
 	if (lc && lc->routes)
 		lc->conn = asp_local_connect(l, &sink);
 	if (!lc || !lc->conn) {
@@ -107,7 +97,12 @@ asp_status asp_local_client_subscribe(void *self, asp_op_id op, const void *para
 {
 	local_client *lc = asp_local_conn_ctx(self);
 	held_call h = {self};
-	/* The backend keeps the process's notifications back until the follower is set. */
+	/*
+	 * The backend keeps the process's live events back until asp_proc_routes_call
+	 * returns: a spawn's follower is listed only once the answer names the process, and
+	 * an attach's keeps what comes before its start in memory, which the gate bounds to
+	 * the replay (live output waits in the child's pipe meanwhile, not in a list).
+	 */
 	asp_local_conn_hold(self);
 	asp_status st =
 	    asp_proc_routes_call(lc->routes, call_held, &h, op, params, result, a, sub, err);

@@ -1,8 +1,10 @@
 /*
  * In-process connections to a local backend: the "local" transport, and tests that want
  * several connections to one backend (reattaching to a process from another one). Each
- * is a bound connection (asp_local_connect) whose sink decodes the notifications and
- * routes them to the process followers, so streaming works as over a wire.
+ * is a bound connection (asp_local_connect) whose sink takes the backend's typed events
+ * and routes them to the process followers on the pump's thread, synchronously (the
+ * follower calls back, or copies what comes before its call's answer): no frame is
+ * encoded or decoded, and streaming keeps the promises it keeps over a wire.
  */
 #ifndef ASP_RPC_LOCAL_CLIENT_H
 #define ASP_RPC_LOCAL_CLIENT_H
