@@ -5,12 +5,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/types.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -287,4 +289,265 @@ void local_cgroup_end(const char *path, int wait_ms)
 	wait_empty(path, wait_ms);
 	int budget = 256;
 	rmdir_tree(path, 16, &budget);
+}
+
+/* ---- a cgroup per command ---------------------------------------------------------- */
+
+#define JOB_PREFIX "job-"
+#define SPARES     2  /* ready for the next spawns; a burst beyond makes its own */
+#define POLLED_MAX 64 /* leftover cgroups watched through cgroup.events; the rest by timer */
+
+struct pending {
+	unsigned n;
+	int events; /* cgroup.events, -1 if not watched */
+};
+
+static struct {
+	pthread_mutex_t mu;
+	int base; /* O_PATH of the agent's cgroup */
+	int wake; /* eventfd: a spare was taken, or a job released */
+	unsigned next;
+	struct {
+		int fd;
+		unsigned n;
+	} spare[SPARES];
+	size_t nspare;
+	unsigned *done; /* released, not yet tried by the thread */
+	size_t ndone, capdone;
+} jc = {.mu = PTHREAD_MUTEX_INITIALIZER, .base = -1, .wake = -1};
+
+static void job_name(char *buf, size_t cap, unsigned n)
+{
+	snprintf(buf, cap, JOB_PREFIX "%u", n);
+}
+
+/* A new empty job cgroup: its O_PATH fd and number, or -1. */
+static int job_make(unsigned *n)
+{
+	pthread_mutex_lock(&jc.mu);
+	unsigned k = ++jc.next;
+	pthread_mutex_unlock(&jc.mu);
+	char name[32];
+	job_name(name, sizeof name, k);
+	if (mkdirat(jc.base, name, 0755) < 0)
+		return -1;
+	int fd = openat(jc.base, name, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		unlinkat(jc.base, name, AT_REMOVEDIR);
+		return -1;
+	}
+	*n = k;
+	return fd;
+}
+
+static void jc_wake(void)
+{
+	uint64_t one = 1;
+	ssize_t w = write(jc.wake, &one, sizeof one);
+	(void)w;
+}
+
+/* Removes job cgroup n if it is empty: true once it is gone. */
+static bool job_remove(unsigned n)
+{
+	char name[32];
+	job_name(name, sizeof name, n);
+	return unlinkat(jc.base, name, AT_REMOVEDIR) == 0 || errno == ENOENT;
+}
+
+static bool populated(int events)
+{
+	char buf[256];
+	ssize_t r = pread(events, buf, sizeof buf - 1, 0);
+	if (r <= 0)
+		return false;
+	buf[r] = '\0';
+	return strstr(buf, "populated 1") != NULL;
+}
+
+/*
+ * The thread: keeps SPARES cgroups ready and removes the released ones, at once if they
+ * are empty, else when cgroup.events says `populated 0` (POLLPRI) or, for those not
+ * watched and those that held a nested agent's cgroup, at the next second's pass.
+ */
+static void *jc_main(void *arg)
+{
+	(void)arg;
+	sigset_t all;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	struct pending *pend = NULL;
+	size_t npend = 0, cappend = 0;
+	struct pollfd *pfd = malloc((POLLED_MAX + 1) * sizeof *pfd);
+	size_t *pidx = malloc((POLLED_MAX + 1) * sizeof *pidx);
+	int64_t full_at = 0;
+	if (!pfd || !pidx)
+		return NULL;
+	for (;;) {
+		pthread_mutex_lock(&jc.mu);
+		bool short_of = jc.nspare < SPARES;
+		pthread_mutex_unlock(&jc.mu);
+		while (short_of) {
+			unsigned n;
+			int fd = job_make(&n);
+			if (fd < 0)
+				break; /* spawns make their own meanwhile */
+			pthread_mutex_lock(&jc.mu);
+			jc.spare[jc.nspare].fd = fd;
+			jc.spare[jc.nspare++].n = n;
+			short_of = jc.nspare < SPARES;
+			pthread_mutex_unlock(&jc.mu);
+		}
+		pthread_mutex_lock(&jc.mu);
+		unsigned *done = jc.done;
+		size_t ndone = jc.ndone;
+		jc.done = NULL;
+		jc.ndone = jc.capdone = 0;
+		pthread_mutex_unlock(&jc.mu);
+		for (size_t i = 0; i < ndone; i++) {
+			if (job_remove(done[i]))
+				continue;
+			if (npend == cappend) {
+				size_t ncap = cappend ? cappend * 2 : 16;
+				struct pending *np = realloc(pend, ncap * sizeof *np);
+				if (!np)
+					continue; /* the agent's cgroup's end removes it */
+				pend = np, cappend = ncap;
+			}
+			pend[npend++] = (struct pending){done[i], -1};
+		}
+		free(done);
+		int64_t now = now_ms();
+		bool full = now >= full_at;
+		if (full)
+			full_at = now + 1000;
+		size_t watched = 0;
+		for (size_t i = 0; i < npend;) {
+			if (full && job_remove(pend[i].n)) {
+				if (pend[i].events >= 0)
+					close(pend[i].events);
+				pend[i] = pend[--npend];
+				continue;
+			}
+			if (pend[i].events < 0 && watched < POLLED_MAX) {
+				char file[64];
+				snprintf(file, sizeof file, JOB_PREFIX "%u/cgroup.events",
+				         pend[i].n);
+				pend[i].events = openat(jc.base, file, O_RDONLY | O_CLOEXEC);
+			}
+			if (pend[i].events >= 0)
+				watched++;
+			i++;
+		}
+		nfds_t k = 0;
+		pfd[k++] = (struct pollfd){.fd = jc.wake, .events = POLLIN};
+		for (size_t i = 0; i < npend && k <= POLLED_MAX; i++) {
+			if (pend[i].events < 0)
+				continue;
+			pidx[k] = i;
+			pfd[k++] = (struct pollfd){.fd = pend[i].events, .events = POLLPRI};
+		}
+		int r = poll(pfd, k, npend ? 1000 : -1);
+		if (r > 0 && pfd[0].revents) {
+			uint64_t v;
+			ssize_t got = read(jc.wake, &v, sizeof v);
+			(void)got;
+		}
+		/* emptied ones go now; the rest at the next full pass */
+		for (nfds_t j = k; r > 0 && j-- > 1;) {
+			size_t i = pidx[j];
+			if (!pfd[j].revents || populated(pend[i].events) || !job_remove(pend[i].n))
+				continue;
+			close(pend[i].events);
+			pend[i] = pend[--npend];
+		}
+	}
+	return NULL;
+}
+
+bool local_jobcg_init(void)
+{
+	char cg[LOCAL_CGROUP_PATH_MAX], dir[LOCAL_CGROUP_PATH_MAX], want[48];
+	if (!own_cgroup(cg, sizeof cg) || !cgroup_dir(cg, dir, sizeof dir))
+		return false;
+	snprintf(want, sizeof want, "/" NAME_PREFIX "%ld", (long)getpid());
+	size_t dl = strlen(dir), wl = strlen(want);
+	if (dl < wl || strcmp(dir + dl - wl, want) != 0)
+		return false;
+	jc.base = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	jc.wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	char kill_file[32];
+	unsigned n;
+	int probe = jc.base >= 0 && jc.wake >= 0 ? job_make(&n) : -1;
+	if (probe >= 0) {
+		/* the first spare; and cgroup.kill is there (the keeper checked its own) */
+		snprintf(kill_file, sizeof kill_file, JOB_PREFIX "%u/cgroup.kill", n);
+		if (faccessat(jc.base, kill_file, W_OK, 0) == 0) {
+			jc.spare[0].fd = probe;
+			jc.spare[0].n = n;
+			jc.nspare = 1;
+			pthread_t t;
+			pthread_attr_t at;
+			pthread_attr_init(&at);
+			pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+			pthread_attr_setstacksize(&at, 128 * 1024);
+			int e = pthread_create(&t, &at, jc_main, NULL);
+			pthread_attr_destroy(&at);
+			if (e == 0)
+				return true;
+			jc.nspare = 0;
+		}
+		close(probe);
+		job_remove(n);
+	}
+	if (jc.wake >= 0)
+		close(jc.wake);
+	if (jc.base >= 0)
+		close(jc.base);
+	jc.base = jc.wake = -1;
+	return false;
+}
+
+int local_jobcg_take(unsigned *n)
+{
+	pthread_mutex_lock(&jc.mu);
+	int fd = -1;
+	if (jc.nspare) {
+		jc.nspare--;
+		fd = jc.spare[jc.nspare].fd;
+		*n = jc.spare[jc.nspare].n;
+	}
+	pthread_mutex_unlock(&jc.mu);
+	if (fd < 0)
+		fd = job_make(n); /* a burst outran the thread: one mkdir on this call */
+	jc_wake();
+	return fd;
+}
+
+void local_jobcg_kill(unsigned n)
+{
+	char file[48];
+	snprintf(file, sizeof file, JOB_PREFIX "%u/cgroup.kill", n);
+	int fd = openat(jc.base, file, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	ssize_t w = write(fd, "1", 1);
+	(void)w;
+	close(fd);
+}
+
+void local_jobcg_release(unsigned n)
+{
+	pthread_mutex_lock(&jc.mu);
+	if (jc.ndone == jc.capdone) {
+		size_t ncap = jc.capdone ? jc.capdone * 2 : 16;
+		unsigned *nd = realloc(jc.done, ncap * sizeof *nd);
+		if (nd)
+			jc.done = nd, jc.capdone = ncap;
+	}
+	/* out of memory: left to the agent's cgroup's end */
+	if (jc.ndone < jc.capdone)
+		jc.done[jc.ndone++] = n;
+	pthread_mutex_unlock(&jc.mu);
+	jc_wake();
 }
