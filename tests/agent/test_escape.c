@@ -842,6 +842,102 @@ static void test_job_cgroups_removed(void)
 	rmdir(dir);
 }
 
+/* One exec of `p` with argv, cwd and env (NULL: none): its status and stdout. */
+static asp_status exec_full(tproc *p, uint32_t id, const char *const *argv, size_t argc,
+                            const char *cwd, const char *env_key, const char *env_val, char *out,
+                            size_t cap)
+{
+	asp_exec_params e;
+	asp_exec_params_init(&e);
+	e.has_argv = true;
+	e.argv.items = argv;
+	e.argv.count = argc;
+	e.cwd = cwd;
+	asp_strmap_entry kv = {env_key, env_val};
+	if (env_key) {
+		e.has_env = true;
+		e.env.items = &kv;
+		e.env.count = 1;
+	}
+	asp_buf b;
+	asp_buf_init(&b);
+	t_add_request(&b, id, ASP_OP_EXEC, &e);
+	CU_ASSERT_FATAL(t_write_all(p->in, b.data, b.len) == 0);
+	asp_buf_free(&b);
+	uint8_t *body;
+	size_t len;
+	CU_ASSERT_EQUAL_FATAL(t_read_frame(p->out, 20000, &body, &len), 1);
+	asp_arena *a = asp_arena_new();
+	asp_exec_result r;
+	memset(&r, 0, sizeof r);
+	t_resp resp;
+	CU_ASSERT_FATAL(t_parse_response(body, len, ASP_OP_EXEC, &r, a, &resp));
+	CU_ASSERT_EQUAL(resp.id, id);
+	size_t n = resp.st == ASP_OK && r.stdout_data.len < cap - 1 ? r.stdout_data.len : 0;
+	memcpy(out, r.stdout_data.data, n);
+	out[n] = '\0';
+	asp_arena_free(a);
+	free(body);
+	return resp.st;
+}
+
+/*
+ * A command born in its job cgroup starts as posix_spawn started it: the same errors,
+ * PATH search, cwd and env, no signal blocked or ignored, nothing open but 0-2.
+ */
+static void test_job_start_like_posix_spawn(void)
+{
+	char dir[] = "/tmp/asp-esc-XXXXXX", file[128], out[4096];
+	CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+	snprintf(file, sizeof file, "%s/plain", dir);
+	int fd = open(file, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	CU_ASSERT_FATAL(fd >= 0);
+	close(fd);
+	tproc p;
+	start(&p);
+	uint32_t id = 0;
+	if (wait_job_cgroups(&p, &id, 10000)) {
+		const char *missing[] = {"asp-no-such-program"},
+		           *abs_missing[] = {"/nonexistent/x"}, *plain[] = {file}, *t[] = {"true"};
+		CU_ASSERT_EQUAL(exec_full(&p, ++id, missing, 1, NULL, NULL, NULL, out, sizeof out),
+		                ASP_E_NOT_FOUND);
+		CU_ASSERT_EQUAL(
+		    exec_full(&p, ++id, abs_missing, 1, NULL, NULL, NULL, out, sizeof out),
+		    ASP_E_NOT_FOUND);
+		CU_ASSERT_EQUAL(exec_full(&p, ++id, plain, 1, NULL, NULL, NULL, out, sizeof out),
+		                ASP_E_PERMISSION_DENIED);
+		CU_ASSERT_EQUAL(
+		    exec_full(&p, ++id, t, 1, "/nonexistent-dir", NULL, NULL, out, sizeof out),
+		    ASP_E_NOT_FOUND);
+		CU_ASSERT_EQUAL(exec_full(&p, ++id, t, 1, file, NULL, NULL, out, sizeof out),
+		                ASP_E_NOT_A_DIRECTORY);
+		/* a PATH of the request without `true` in it */
+		CU_ASSERT_EQUAL(exec_full(&p, ++id, t, 1, NULL, "PATH", dir, out, sizeof out),
+		                ASP_E_NOT_FOUND);
+		const char *sh[] = {
+		    "sh", "-c",
+		    "echo \"$FOO\"; pwd; grep -E '^Sig(Blk|Ign)' /proc/self/status; "
+		    "ls /proc/self/fd; [ \"$(ps -o sid= -p $$)\" -eq $$ ] && "
+		    "echo leader"};
+		CU_ASSERT_EQUAL(exec_full(&p, ++id, sh, 3, dir, "FOO", "bar", out, sizeof out),
+		                ASP_OK);
+		char want[512];
+		snprintf(
+		    want, sizeof want,
+		    "bar\n%s\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n0\n1\n2\n3\n"
+		    "leader\n",
+		    dir);
+		CU_ASSERT_STRING_EQUAL(out, want);
+		if (strcmp(out, want) != 0)
+			printf("\n    got:\n%s\n    wanted:\n%s\n", out, want);
+	}
+	tproc_close_in(&p);
+	CU_ASSERT(WIFEXITED(tproc_wait(&p, 10000, NULL)));
+	tproc_close(&p);
+	unlink(file);
+	rmdir(dir);
+}
+
 /* Zombie children of `pid` right now. */
 static int zombies_of(pid_t pid)
 {
@@ -1042,6 +1138,8 @@ int main(void)
 	CU_add_test(s, "job cgroup: a finished command's daemon lives until the agent exits",
 	            test_finished_command_leaves_job);
 	CU_add_test(s, "job cgroups are removed once empty", test_job_cgroups_removed);
+	CU_add_test(s, "job cgroup: a command starts as posix_spawn started it",
+	            test_job_start_like_posix_spawn);
 	CU_add_test(s, "double fork: adopted, ended by the timeout or the exit", test_double_fork);
 	CU_add_test(s, "reaping orphans keeps every exit status", test_reaping_keeps_statuses);
 	CU_add_test(s, "killed atomic writes leave no temporary",

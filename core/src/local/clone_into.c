@@ -53,6 +53,7 @@ struct ksigaction {
 
 struct child_arg {
 	const local_clone_spec *s;
+	int rtmin;        /* signals from 32 below it are the C library's own */
 	volatile int err; /* written by the child before it exits: we share memory */
 };
 
@@ -64,8 +65,11 @@ CHILD_CODE __attribute__((noreturn)) static void child_fail(struct child_arg *a,
 		syscall(SYS_exit_group, 127);
 }
 
-CHILD_CODE static bool forced_default(const local_clone_spec *s, int sig)
+CHILD_CODE static bool forced_default(const struct child_arg *a, int sig)
 {
+	const local_clone_spec *s = a->s;
+	if (sig >= 32 && sig < a->rtmin)
+		return true; /* the command's C library sets its own up: a fresh start */
 	for (size_t i = 0; i < s->ndeflt; i++)
 		if (s->deflt[i] == sig)
 			return true;
@@ -86,7 +90,7 @@ CHILD_CODE __attribute__((noreturn)) static void child_main(void *p)
 	for (int sig = 1; sig <= NSIGNALS; sig++) {
 		if (sig == SIGKILL || sig == SIGSTOP)
 			continue;
-		if (!forced_default(s, sig) &&
+		if (!forced_default(a, sig) &&
 		    (syscall(SYS_rt_sigaction, sig, NULL, &old, KSIGSET_SIZE) != 0 ||
 		     old.handler == SIG_DFL || old.handler == SIG_IGN))
 			continue;
@@ -161,7 +165,7 @@ int local_clone_spawn(int cg_fd, const local_clone_spec *s, pid_t *pid, bool *cl
 	char *stack = malloc(CHILD_STACK); /* 16-byte aligned, as the child's sp must be */
 	if (!stack)
 		return ENOMEM;
-	struct child_arg a = {.s = s, .err = 0};
+	struct child_arg a = {.s = s, .rtmin = SIGRTMIN, .err = 0};
 	struct asp_clone_args ca;
 	memset(&ca, 0, sizeof ca);
 	ca.flags = CLONE_VM | CLONE_VFORK | ASP_CLONE_INTO_CGROUP;
