@@ -305,6 +305,7 @@ struct pending {
 static struct {
 	pthread_mutex_t mu;
 	int base; /* O_PATH of the agent's cgroup */
+	char path[LOCAL_CGROUP_PATH_MAX];
 	int wake; /* eventfd: a spare was taken, or a job released */
 	unsigned next;
 	struct {
@@ -347,14 +348,6 @@ static void jc_wake(void)
 	(void)w;
 }
 
-/* Removes job cgroup n if it is empty: true once it is gone. */
-static bool job_remove(unsigned n)
-{
-	char name[32];
-	job_name(name, sizeof name, n);
-	return unlinkat(jc.base, name, AT_REMOVEDIR) == 0 || errno == ENOENT;
-}
-
 static bool populated(int events)
 {
 	char buf[256];
@@ -363,6 +356,33 @@ static bool populated(int events)
 		return false;
 	buf[r] = '\0';
 	return strstr(buf, "populated 1") != NULL;
+}
+
+/*
+ * Removes job cgroup n if it is empty: true once it is gone. One that holds the cgroups
+ * of a nested agent goes with them, but only once no process is left anywhere below
+ * (that agent and its keeper are gone too: nobody else removes them).
+ */
+static bool job_remove(unsigned n)
+{
+	char name[32];
+	job_name(name, sizeof name, n);
+	if (unlinkat(jc.base, name, AT_REMOVEDIR) == 0 || errno == ENOENT)
+		return true;
+	if (errno != EBUSY && errno != ENOTEMPTY)
+		return false;
+	char file[64], sub[LOCAL_CGROUP_PATH_MAX + 32];
+	snprintf(file, sizeof file, "%s/cgroup.events", name);
+	int ev = openat(jc.base, file, O_RDONLY | O_CLOEXEC);
+	bool busy = ev < 0 || populated(ev);
+	if (ev >= 0)
+		close(ev);
+	if (busy)
+		return false;
+	snprintf(sub, sizeof sub, "%s/%s", jc.path, name);
+	int budget = 16;
+	rmdir_tree(sub, 8, &budget);
+	return faccessat(jc.base, name, F_OK, 0) < 0 && errno == ENOENT;
 }
 
 /*
@@ -475,6 +495,7 @@ bool local_jobcg_init(void)
 	if (dl < wl || strcmp(dir + dl - wl, want) != 0)
 		return false;
 	jc.base = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	snprintf(jc.path, sizeof jc.path, "%s", dir);
 	jc.wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	char kill_file[32];
 	unsigned n;
