@@ -803,41 +803,105 @@ static void test_finished_command_leaves_job(void)
 	cleanup(esc, file, dir);
 }
 
-/* A job cgroup goes once its command is reaped, or later once what it left has ended. */
-static void test_job_cgroups_removed(void)
+/* The job cgroups in `dir` (job-*), and in *busy how many of them are populated. */
+static int job_dirs(const char *dir, int *busy)
 {
-	char dir[] = "/tmp/asp-esc-XXXXXX", fifo[128], cmd[512], out[1200], job[1200];
+	DIR *d = opendir(dir);
+	int n = 0;
+	*busy = 0;
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		if (strncmp(de->d_name, "job-", 4) != 0)
+			continue;
+		n++;
+		char file[1500];
+		snprintf(file, sizeof file, "%s/%s/cgroup.events", dir, de->d_name);
+		size_t len = 0;
+		uint8_t *ev = t_read_file(file, &len);
+		if (ev && memmem(ev, len, "populated 1", 11))
+			++*busy;
+		free(ev);
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/*
+ * Job cgroups do not pile up: each command is born in an empty one (never beside what
+ * another command left), and once commands and what they left have ended, only the few
+ * spares are left (at most cgroup.c's SPARES, 4), empty; none at the agent's exit.
+ */
+static void test_job_cgroups_settle(void)
+{
+	char dir[] = "/tmp/asp-esc-XXXXXX", fifo[128], cmd[512], agent_dir[1200];
 	CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
 	snprintf(fifo, sizeof fifo, "%s/fifo", dir);
 	CU_ASSERT_FATAL(mkfifo(fifo, 0600) == 0);
+	/* held open, so that what the commands leave never waits to open it */
+	int w = open(fifo, O_RDWR | O_CLOEXEC);
+	CU_ASSERT_FATAL(w >= 0);
 	tproc p;
 	start(&p);
 	uint32_t id = 0;
-	if (wait_job_cgroups(&p, &id, 10000)) {
-		for (int i = 0; i < 3; i++) {
-			CU_ASSERT(command_cgroup(&p, ++id, job, sizeof job));
-			CU_ASSERT(wait_gone(job, 10000));
-		}
-		/* what it leaves waits for our word on a FIFO, away from the command's pipes */
+	if (wait_job_cgroups(&p, &id, 10000) &&
+	    wait_agent_cgroup(p.pid, agent_dir, sizeof agent_dir, 10000)) {
+		/* 12 at once, each leaving a reader of one line behind, away from its pipes */
+		enum { N = 12 };
 		snprintf(cmd, sizeof cmd,
 		         "sh -c 'read x < %s' </dev/null >/dev/null 2>&1 & grep '^0::' "
 		         "/proc/self/cgroup",
 		         fifo);
-		id++;
-		CU_ASSERT_EQUAL(exec_out(&p, id, cmd, out, sizeof out), id);
-		out[strcspn(out, "\n")] = '\0';
-		CU_ASSERT_FATAL(strncmp(out, "0::/", 4) == 0 &&
-		                cgroup_dir(out + 3, job, sizeof job));
-		CU_ASSERT(access(job, F_OK) == 0);
-		int w = open(fifo, O_WRONLY | O_CLOEXEC); /* the reader is there: no wait */
-		CU_ASSERT(w >= 0 && write(w, "x\n", 2) == 2);
-		if (w >= 0)
-			close(w);
-		CU_ASSERT(wait_gone(job, 10000));
+		uint32_t first = id + 1;
+		for (int i = 0; i < N; i++)
+			send_exec(&p, ++id, cmd, 0);
+		char held[N][1024];
+		for (int i = 0; i < N; i++) {
+			uint8_t *body;
+			size_t len;
+			CU_ASSERT_EQUAL_FATAL(t_read_frame(p.out, 20000, &body, &len), 1);
+			asp_arena *a = asp_arena_new();
+			asp_exec_result r;
+			t_resp resp;
+			CU_ASSERT_FATAL(t_parse_response(body, len, ASP_OP_EXEC, &r, a, &resp));
+			CU_ASSERT_FATAL(resp.id >= first && resp.id < first + N);
+			size_t n = r.stdout_data.len < 1023 ? r.stdout_data.len : 1023;
+			memcpy(held[i], r.stdout_data.data, n);
+			held[i][n] = '\0';
+			held[i][strcspn(held[i], "\n")] = '\0';
+			asp_arena_free(a);
+			free(body);
+		}
+		for (int i = 0; i < N; i++)
+			for (int j = 0; j < i; j++)
+				CU_ASSERT(strcmp(held[i], held[j]) != 0);
+		for (int k = 0; k < 3; k++) {
+			char out[1200];
+			id++;
+			CU_ASSERT_EQUAL(
+			    exec_out(&p, id, "grep '^0::' /proc/self/cgroup", out, sizeof out), id);
+			out[strcspn(out, "\n")] = '\0';
+			for (int i = 0; i < N; i++)
+				CU_ASSERT(strcmp(out, held[i]) != 0);
+		}
+		int busy = 0;
+		CU_ASSERT(job_dirs(agent_dir, &busy) >= N && busy == N);
+		for (int i = 0; i < N; i++)
+			CU_ASSERT(write(w, "x\n", 2) == 2);
+		int n = 0;
+		for (int64_t until = t_now_ms() + 10000;
+		     ((n = job_dirs(agent_dir, &busy)) > 4 || busy) && t_now_ms() < until;)
+			usleep(10 * 1000);
+		CU_ASSERT(n <= 4 && busy == 0);
+		tproc_close_in(&p);
+		CU_ASSERT(WIFEXITED(tproc_wait(&p, 10000, NULL)));
+		CU_ASSERT(wait_gone(agent_dir, 10000));
+	} else {
+		tproc_close_in(&p);
+		CU_ASSERT(WIFEXITED(tproc_wait(&p, 10000, NULL)));
 	}
-	tproc_close_in(&p);
-	CU_ASSERT(WIFEXITED(tproc_wait(&p, 10000, NULL)));
 	tproc_close(&p);
+	close(w);
 	unlink(fifo);
 	rmdir(dir);
 }
@@ -1137,7 +1201,8 @@ int main(void)
 	            test_proc_kill_kills_cleared_escapee);
 	CU_add_test(s, "job cgroup: a finished command's daemon lives until the agent exits",
 	            test_finished_command_leaves_job);
-	CU_add_test(s, "job cgroups are removed once empty", test_job_cgroups_removed);
+	CU_add_test(s, "job cgroups: born in an empty one, only a few spares left after",
+	            test_job_cgroups_settle);
 	CU_add_test(s, "job cgroup: a command starts as posix_spawn started it",
 	            test_job_start_like_posix_spawn);
 	CU_add_test(s, "double fork: adopted, ended by the timeout or the exit", test_double_fork);
