@@ -315,11 +315,43 @@ static struct {
 	size_t nspare;
 	unsigned *done; /* released, not yet tried by the thread */
 	size_t ndone, capdone;
+	unsigned *killed; /* cgroup.kill written: never reused (below) */
+	size_t nkilled, capkilled;
 } jc = {.mu = PTHREAD_MUTEX_INITIALIZER, .base = -1, .wake = -1};
 
 static void job_name(char *buf, size_t cap, unsigned n)
 {
 	snprintf(buf, cap, JOB_PREFIX "%u", n);
+}
+
+/* Appends n to *v (of *len, *cap); false when out of memory. Under jc.mu. */
+static bool push(unsigned **v, size_t *len, size_t *cap, unsigned n)
+{
+	if (*len == *cap) {
+		size_t ncap = *cap ? *cap * 2 : 16;
+		unsigned *nv = realloc(*v, ncap * sizeof *nv);
+		if (!nv)
+			return false;
+		*v = nv, *cap = ncap;
+	}
+	(*v)[(*len)++] = n;
+	return true;
+}
+
+/* Whether cgroup.kill was written to job cgroup n; with `forget`, n is gone now. */
+static bool was_killed(unsigned n, bool forget)
+{
+	bool hit = false;
+	pthread_mutex_lock(&jc.mu);
+	for (size_t i = 0; i < jc.nkilled && !hit; i++) {
+		if (jc.killed[i] == n) {
+			if (forget)
+				jc.killed[i] = jc.killed[--jc.nkilled];
+			hit = true;
+		}
+	}
+	pthread_mutex_unlock(&jc.mu);
+	return hit;
 }
 
 /* A new empty job cgroup: its O_PATH fd and number, or -1. */
@@ -415,8 +447,13 @@ static bool settle(unsigned n, int events)
 		close(ev);
 	if (busy)
 		return false;
+	/*
+	 * A cgroup once killed SIGKILLs whatever is born in it later (Linux 6.18 here: a
+	 * command that reused one died at once), so it is only ever removed.
+	 */
+	bool killed = was_killed(n, false);
 	pthread_mutex_lock(&jc.mu);
-	bool room = jc.nspare < SPARES;
+	bool room = jc.nspare < SPARES && !killed;
 	pthread_mutex_unlock(&jc.mu);
 	/* reused: a mkdir and an rmdir less per command (about 70 us of kernel time) */
 	int fd = -1;
@@ -437,7 +474,11 @@ static bool settle(unsigned n, int events)
 			return true;
 		close(fd);
 	}
-	return job_remove(n) || ev < 0;
+	if (!job_remove(n) && ev >= 0)
+		return false;
+	if (killed)
+		was_killed(n, true);
+	return true;
 }
 
 /*
@@ -610,6 +651,14 @@ int local_jobcg_take(unsigned *n)
 
 void local_jobcg_kill(unsigned n)
 {
+	pthread_mutex_lock(&jc.mu);
+	bool known = false;
+	for (size_t i = 0; i < jc.nkilled && !known; i++)
+		known = jc.killed[i] == n;
+	/* out of memory: it may be reused, and what is born in it may die */
+	if (!known)
+		push(&jc.killed, &jc.nkilled, &jc.capkilled, n);
+	pthread_mutex_unlock(&jc.mu);
 	char file[48];
 	snprintf(file, sizeof file, JOB_PREFIX "%u/cgroup.kill", n);
 	int fd = openat(jc.base, file, O_WRONLY | O_CLOEXEC);
@@ -623,15 +672,7 @@ void local_jobcg_kill(unsigned n)
 void local_jobcg_release(unsigned n)
 {
 	pthread_mutex_lock(&jc.mu);
-	if (jc.ndone == jc.capdone) {
-		size_t ncap = jc.capdone ? jc.capdone * 2 : 16;
-		unsigned *nd = realloc(jc.done, ncap * sizeof *nd);
-		if (nd)
-			jc.done = nd, jc.capdone = ncap;
-	}
-	/* out of memory: left to the agent's cgroup's end */
-	if (jc.ndone < jc.capdone)
-		jc.done[jc.ndone++] = n;
+	push(&jc.done, &jc.ndone, &jc.capdone, n); /* out of memory: left to the agent's end */
 	pthread_mutex_unlock(&jc.mu);
 	jc_wake();
 }
