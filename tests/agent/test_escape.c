@@ -453,6 +453,18 @@ static bool wait_comm(pid_t pid, const char *comm, int ms)
 	}
 }
 
+/* Whether the cgroup `cg` is `top` or a job cgroup right below it (`top/job-<n>`). */
+static bool below(const char *cg, const char *top)
+{
+	size_t tl = strlen(top);
+	if (strncmp(cg, top, tl) != 0)
+		return false;
+	if (cg[tl] == '\0')
+		return true;
+	return strncmp(cg + tl, "/job-", 5) == 0 && cg[tl + 5] >= '1' && cg[tl + 5] <= '9' &&
+	       strspn(cg + tl + 5, "0123456789") == strlen(cg + tl + 5);
+}
+
 /* Says on stdout which of the two behaviours the tests check here. */
 static bool cgroup_mode(void)
 {
@@ -493,9 +505,9 @@ static void test_agent_sigkill_kills_cleared_escapee(void)
 	CU_ASSERT_FATAL(esc > 0 && marked > 0);
 	CU_ASSERT(wait_comm(esc, "sleep", 10000)); /* past `env -i`: no marker left */
 	if (in) {
+		/* in its command's job cgroup, or the agent's for a command started before */
 		CU_ASSERT(cgroup_of(esc, esc_cg, sizeof esc_cg) &&
-		          cgroup_of(p.pid, agent_cg, sizeof agent_cg) &&
-		          strcmp(esc_cg, agent_cg) == 0);
+		          cgroup_of(p.pid, agent_cg, sizeof agent_cg) && below(esc_cg, agent_cg));
 		CU_ASSERT(access(cg, F_OK) == 0);
 	}
 	kill(p.pid, SIGKILL);
@@ -556,9 +568,13 @@ static void test_nested_agents(void)
 	if (in) {
 		/* the inner agent's escapee may predate its move: it is in the outer cgroup then */
 		CU_ASSERT(wait_agent_cgroup(inner, inner_dir, sizeof inner_dir, 10000));
-		char want[1300];
-		snprintf(want, sizeof want, "%s/asp-agent-%d", outer_dir, (int)inner);
-		CU_ASSERT_STRING_EQUAL(inner_dir, want);
+		/* beside the inner agent: in the job cgroup of the command that it is */
+		char want[64];
+		snprintf(want, sizeof want, "/asp-agent-%d", (int)inner);
+		size_t il = strlen(inner_dir), wl = strlen(want);
+		CU_ASSERT(il > wl && strcmp(inner_dir + il - wl, want) == 0);
+		inner_dir[il > wl ? il - wl : 0] = '\0';
+		CU_ASSERT(below(inner_dir, outer_dir));
 	}
 	kill(p.pid, SIGKILL);
 	tproc_wait(&p, 10000, NULL);
@@ -600,6 +616,421 @@ static void test_cgroup_removed(void)
 	CU_ASSERT(wait_gone(own, 10000));
 	tproc_close(&p);
 	rmdir(stale);
+}
+
+/* ---- a cgroup per command: timeout and proc_signal KILL end all it started --------- */
+
+/* Runs `command` and returns its stdout (NUL-terminated, at most cap - 1 bytes). */
+static uint32_t exec_out(tproc *p, uint32_t id, const char *command, char *out, size_t cap)
+{
+	send_exec(p, id, command, 0);
+	uint8_t *body;
+	size_t len;
+	int got = t_read_frame(p->out, 20000, &body, &len);
+	CU_ASSERT_EQUAL_FATAL(got, 1);
+	asp_arena *a = asp_arena_new();
+	asp_exec_result r;
+	t_resp resp;
+	CU_ASSERT_FATAL(t_parse_response(body, len, ASP_OP_EXEC, &r, a, &resp));
+	size_t n = r.stdout_data.len < cap - 1 ? r.stdout_data.len : cap - 1;
+	memcpy(out, r.stdout_data.data, n);
+	out[n] = '\0';
+	asp_arena_free(a);
+	free(body);
+	return resp.id;
+}
+
+/* The cgroup a command of `p` runs in (`dir`: its directory), from its own /proc. */
+static bool command_cgroup(tproc *p, uint32_t id, char *dir, size_t cap)
+{
+	char out[1200];
+	CU_ASSERT_EQUAL(exec_out(p, id, "grep '^0::' /proc/self/cgroup", out, sizeof out), id);
+	out[strcspn(out, "\n")] = '\0';
+	return strncmp(out, "0::/", 4) == 0 && cgroup_dir(out + 3, dir, cap);
+}
+
+/*
+ * Waits up to `ms` for the agent's commands to be born in job cgroups: the keeper moves
+ * the agent just after its start, and the commands before stay in the agent's cgroup.
+ * False, and a word on stdout, where cgroup v2 is not writable (nothing to check).
+ */
+static bool wait_job_cgroups(tproc *p, uint32_t *id, int ms)
+{
+	if (!cgroup_mode()) {
+		printf("\n    no writable cgroup v2: commands have no cgroup of their own (not "
+		       "checked)\n");
+		return false;
+	}
+	char agent_dir[1200], dir[1200];
+	CU_ASSERT_FATAL(wait_agent_cgroup(p->pid, agent_dir, sizeof agent_dir, ms));
+	for (int64_t until = t_now_ms() + ms;;) {
+		bool got = command_cgroup(p, ++*id, dir, sizeof dir);
+		if (got && strcmp(dir, agent_dir) != 0 && below(dir, agent_dir))
+			return true;
+		CU_ASSERT_FATAL(t_now_ms() < until);
+	}
+}
+
+/*
+ * Later commands run to their end: a cgroup once killed would SIGKILL what is born in it
+ * (it is never given to another command). More than the spares, so each is tried.
+ */
+static void later_commands_run(tproc *p, uint32_t *id)
+{
+	for (int i = 0; i < 6; i++) {
+		send_exec(p, ++*id, "exit 7", 0);
+		int64_t code = -2;
+		/* past other answers and notifications (a proc_signal's, a process's end) */
+		for (int64_t end = t_now_ms() + 20000; code == -2 && t_now_ms() < end;) {
+			uint8_t *body;
+			size_t len;
+			if (t_read_frame(p->out, 20000, &body, &len) != 1)
+				break;
+			asp_arena *a = asp_arena_new();
+			asp_exec_result r;
+			t_resp resp;
+			if (t_parse_response(body, len, ASP_OP_EXEC, &r, a, &resp) &&
+			    resp.id == *id)
+				code = resp.st == ASP_OK ? r.exit_code : -3;
+			asp_arena_free(a);
+			free(body);
+		}
+		CU_ASSERT_EQUAL(code, 7);
+	}
+}
+
+/* The example, its escapee past `env -i`: no marker, no group; the timeout ends it. */
+static void test_timeout_kills_cleared_escapee(void)
+{
+	char dir[] = "/tmp/asp-esc-XXXXXX", file[128], cmd[512];
+	pid_path(dir, file, sizeof file);
+	snprintf(cmd, sizeof cmd,
+	         "setsid sh -c 'echo $$ > %s; exec env -i sleep 1001' & echo started", file);
+	tproc p;
+	start(&p);
+	uint32_t id = 0;
+	bool checked = wait_job_cgroups(&p, &id, 10000);
+	send_exec(&p, ++id, cmd, 3000);
+	pid_t esc = read_pid_file(file, 10000);
+	CU_ASSERT_FATAL(esc > 0);
+	CU_ASSERT(wait_comm(esc, "sleep", 10000)); /* past `env -i`, before the timeout */
+	bool timed_out = false;
+	CU_ASSERT_EQUAL(read_exec(&p, 20000, NULL, &timed_out), id);
+	CU_ASSERT(timed_out);
+	if (checked)
+		CU_ASSERT(wait_dead(esc, 5000));
+	later_commands_run(&p, &id);
+	tproc_close_in(&p);
+	CU_ASSERT(WIFEXITED(tproc_wait(&p, 10000, NULL)));
+	CU_ASSERT(wait_dead(esc, 5000)); /* without a cgroup: at the agent's exit */
+	tproc_close(&p);
+	cleanup(esc, file, dir);
+}
+
+/* Sends a spawn of `command` and returns its handle (past any notification). */
+static uint64_t spawn_cmd(tproc *p, uint32_t id, const char *command)
+{
+	asp_spawn_params sp;
+	asp_spawn_params_init(&sp);
+	sp.command = command;
+	asp_buf b;
+	asp_buf_init(&b);
+	t_add_request(&b, id, ASP_OP_SPAWN, &sp);
+	CU_ASSERT_FATAL(t_write_all(p->in, b.data, b.len) == 0);
+	asp_buf_free(&b);
+	uint64_t proc = 0;
+	asp_arena *a = asp_arena_new();
+	for (int64_t end = t_now_ms() + 10000; !proc && t_now_ms() < end;) {
+		uint8_t *body;
+		size_t len;
+		if (t_read_frame(p->out, 10000, &body, &len) != 1)
+			break;
+		asp_spawn_result sr;
+		t_resp r;
+		if (t_parse_response(body, len, ASP_OP_SPAWN, &sr, a, &r) && r.id == id && !r.st)
+			proc = sr.proc;
+		free(body);
+	}
+	asp_arena_free(a);
+	return proc;
+}
+
+/* proc_signal KILL ends an escapee without marker or group too. */
+static void test_proc_kill_kills_cleared_escapee(void)
+{
+	char dir[] = "/tmp/asp-esc-XXXXXX", file[128], cmd[512];
+	pid_path(dir, file, sizeof file);
+	snprintf(cmd, sizeof cmd,
+	         "setsid sh -c 'echo $$ > %s; exec env -i sleep 1001' </dev/null >/dev/null 2>&1 "
+	         "& sleep 30",
+	         file);
+	tproc p;
+	start(&p);
+	uint32_t id = 0;
+	bool checked = wait_job_cgroups(&p, &id, 10000);
+	uint64_t proc = spawn_cmd(&p, ++id, cmd);
+	CU_ASSERT_FATAL(proc != 0);
+	pid_t esc = read_pid_file(file, 10000);
+	CU_ASSERT_FATAL(esc > 0);
+	CU_ASSERT(wait_comm(esc, "sleep", 10000));
+	asp_proc_signal_params sg;
+	asp_proc_signal_params_init(&sg);
+	sg.proc = proc;
+	sg.signal = "KILL";
+	asp_buf b;
+	asp_buf_init(&b);
+	t_add_request(&b, ++id, ASP_OP_PROC_SIGNAL, &sg);
+	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+	asp_buf_free(&b);
+	if (checked)
+		CU_ASSERT(wait_dead(esc, 5000));
+	/* the KILL's answer is none; the spawn's exit notification may come before ours */
+	later_commands_run(&p, &id);
+	tproc_close_in(&p);
+	CU_ASSERT(WIFEXITED(tproc_wait(&p, 10000, NULL)));
+	CU_ASSERT(wait_dead(esc, 5000));
+	tproc_close(&p);
+	cleanup(esc, file, dir);
+}
+
+/*
+ * A command that ends on its own leaves what it started running, in its job cgroup,
+ * until the agent exits (as before: exec does not wait for it, nothing kills it).
+ */
+static void test_finished_command_leaves_job(void)
+{
+	char dir[] = "/tmp/asp-esc-XXXXXX", file[128], cmd[512], out[1200], job[1200];
+	pid_path(dir, file, sizeof file);
+	snprintf(cmd, sizeof cmd,
+	         "setsid sh -c 'echo $$ > %s; exec env -i sleep 1001' </dev/null >/dev/null 2>&1 "
+	         "& grep '^0::' /proc/self/cgroup",
+	         file);
+	tproc p;
+	start(&p);
+	uint32_t id = 0;
+	bool checked = wait_job_cgroups(&p, &id, 10000);
+	id++;
+	CU_ASSERT_EQUAL(exec_out(&p, id, cmd, out, sizeof out), id);
+	pid_t esc = read_pid_file(file, 10000);
+	CU_ASSERT_FATAL(esc > 0);
+	CU_ASSERT(wait_comm(esc, "sleep", 10000));
+	if (checked) {
+		out[strcspn(out, "\n")] = '\0';
+		char esc_cg[1024];
+		CU_ASSERT(strncmp(out, "0::/", 4) == 0 && cgroup_dir(out + 3, job, sizeof job));
+		CU_ASSERT(cgroup_of(esc, esc_cg, sizeof esc_cg) && strcmp(esc_cg, out + 3) == 0);
+	}
+	id++;
+	CU_ASSERT_EQUAL(exec_out(&p, id, "true", out, sizeof out), id); /* later commands */
+	CU_ASSERT(t_pid_alive(esc));
+	if (checked)
+		CU_ASSERT(access(job, F_OK) == 0); /* held while populated */
+	tproc_close_in(&p);
+	CU_ASSERT(WIFEXITED(tproc_wait(&p, 10000, NULL)));
+	CU_ASSERT(wait_dead(esc, 5000));
+	if (checked)
+		CU_ASSERT(wait_gone(job, 10000));
+	tproc_close(&p);
+	cleanup(esc, file, dir);
+}
+
+/* The job cgroups in `dir` (job-*), and in *busy how many of them are populated. */
+static int job_dirs(const char *dir, int *busy)
+{
+	DIR *d = opendir(dir);
+	int n = 0;
+	*busy = 0;
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		if (strncmp(de->d_name, "job-", 4) != 0)
+			continue;
+		n++;
+		char file[1500];
+		snprintf(file, sizeof file, "%s/%s/cgroup.events", dir, de->d_name);
+		size_t len = 0;
+		uint8_t *ev = t_read_file(file, &len);
+		if (ev && memmem(ev, len, "populated 1", 11))
+			++*busy;
+		free(ev);
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/*
+ * Job cgroups do not pile up: each command is born in an empty one (never beside what
+ * another command left), and once commands and what they left have ended, only the few
+ * spares are left (at most cgroup.c's SPARES, 4), empty; none at the agent's exit.
+ */
+static void test_job_cgroups_settle(void)
+{
+	char dir[] = "/tmp/asp-esc-XXXXXX", fifo[128], cmd[512], agent_dir[1200];
+	CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+	snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+	CU_ASSERT_FATAL(mkfifo(fifo, 0600) == 0);
+	/* held open, so that what the commands leave never waits to open it */
+	int w = open(fifo, O_RDWR | O_CLOEXEC);
+	CU_ASSERT_FATAL(w >= 0);
+	tproc p;
+	start(&p);
+	uint32_t id = 0;
+	if (wait_job_cgroups(&p, &id, 10000) &&
+	    wait_agent_cgroup(p.pid, agent_dir, sizeof agent_dir, 10000)) {
+		/* 12 at once, each leaving a reader of one line behind, away from its pipes */
+		enum { N = 12 };
+		snprintf(cmd, sizeof cmd,
+		         "sh -c 'read x < %s' </dev/null >/dev/null 2>&1 & grep '^0::' "
+		         "/proc/self/cgroup",
+		         fifo);
+		uint32_t first = id + 1;
+		for (int i = 0; i < N; i++)
+			send_exec(&p, ++id, cmd, 0);
+		char held[N][1024];
+		for (int i = 0; i < N; i++) {
+			uint8_t *body;
+			size_t len;
+			CU_ASSERT_EQUAL_FATAL(t_read_frame(p.out, 20000, &body, &len), 1);
+			asp_arena *a = asp_arena_new();
+			asp_exec_result r;
+			t_resp resp;
+			CU_ASSERT_FATAL(t_parse_response(body, len, ASP_OP_EXEC, &r, a, &resp));
+			CU_ASSERT_FATAL(resp.id >= first && resp.id < first + N);
+			size_t n = r.stdout_data.len < 1023 ? r.stdout_data.len : 1023;
+			memcpy(held[i], r.stdout_data.data, n);
+			held[i][n] = '\0';
+			held[i][strcspn(held[i], "\n")] = '\0';
+			asp_arena_free(a);
+			free(body);
+		}
+		for (int i = 0; i < N; i++)
+			for (int j = 0; j < i; j++)
+				CU_ASSERT(strcmp(held[i], held[j]) != 0);
+		for (int k = 0; k < 3; k++) {
+			char out[1200];
+			id++;
+			CU_ASSERT_EQUAL(
+			    exec_out(&p, id, "grep '^0::' /proc/self/cgroup", out, sizeof out), id);
+			out[strcspn(out, "\n")] = '\0';
+			for (int i = 0; i < N; i++)
+				CU_ASSERT(strcmp(out, held[i]) != 0);
+		}
+		int busy = 0;
+		CU_ASSERT(job_dirs(agent_dir, &busy) >= N && busy == N);
+		for (int i = 0; i < N; i++)
+			CU_ASSERT(write(w, "x\n", 2) == 2);
+		int n = 0;
+		for (int64_t until = t_now_ms() + 10000;
+		     ((n = job_dirs(agent_dir, &busy)) > 4 || busy) && t_now_ms() < until;)
+			usleep(10 * 1000);
+		CU_ASSERT(n <= 4 && busy == 0);
+		tproc_close_in(&p);
+		CU_ASSERT(WIFEXITED(tproc_wait(&p, 10000, NULL)));
+		CU_ASSERT(wait_gone(agent_dir, 10000));
+	} else {
+		tproc_close_in(&p);
+		CU_ASSERT(WIFEXITED(tproc_wait(&p, 10000, NULL)));
+	}
+	tproc_close(&p);
+	close(w);
+	unlink(fifo);
+	rmdir(dir);
+}
+
+/* One exec of `p` with argv, cwd and env (NULL: none): its status and stdout. */
+static asp_status exec_full(tproc *p, uint32_t id, const char *const *argv, size_t argc,
+                            const char *cwd, const char *env_key, const char *env_val, char *out,
+                            size_t cap)
+{
+	asp_exec_params e;
+	asp_exec_params_init(&e);
+	e.has_argv = true;
+	e.argv.items = argv;
+	e.argv.count = argc;
+	e.cwd = cwd;
+	asp_strmap_entry kv = {env_key, env_val};
+	if (env_key) {
+		e.has_env = true;
+		e.env.items = &kv;
+		e.env.count = 1;
+	}
+	asp_buf b;
+	asp_buf_init(&b);
+	t_add_request(&b, id, ASP_OP_EXEC, &e);
+	CU_ASSERT_FATAL(t_write_all(p->in, b.data, b.len) == 0);
+	asp_buf_free(&b);
+	uint8_t *body;
+	size_t len;
+	CU_ASSERT_EQUAL_FATAL(t_read_frame(p->out, 20000, &body, &len), 1);
+	asp_arena *a = asp_arena_new();
+	asp_exec_result r;
+	memset(&r, 0, sizeof r);
+	t_resp resp;
+	CU_ASSERT_FATAL(t_parse_response(body, len, ASP_OP_EXEC, &r, a, &resp));
+	CU_ASSERT_EQUAL(resp.id, id);
+	size_t n = resp.st == ASP_OK && r.stdout_data.len < cap - 1 ? r.stdout_data.len : 0;
+	memcpy(out, r.stdout_data.data, n);
+	out[n] = '\0';
+	asp_arena_free(a);
+	free(body);
+	return resp.st;
+}
+
+/*
+ * A command born in its job cgroup starts as posix_spawn started it: the same errors,
+ * PATH search, cwd and env, no signal blocked or ignored, nothing open but 0-2.
+ */
+static void test_job_start_like_posix_spawn(void)
+{
+	char dir[] = "/tmp/asp-esc-XXXXXX", file[128], out[4096];
+	CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+	snprintf(file, sizeof file, "%s/plain", dir);
+	int fd = open(file, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	CU_ASSERT_FATAL(fd >= 0);
+	close(fd);
+	tproc p;
+	start(&p);
+	uint32_t id = 0;
+	if (wait_job_cgroups(&p, &id, 10000)) {
+		const char *missing[] = {"asp-no-such-program"},
+		           *abs_missing[] = {"/nonexistent/x"}, *plain[] = {file}, *t[] = {"true"};
+		CU_ASSERT_EQUAL(exec_full(&p, ++id, missing, 1, NULL, NULL, NULL, out, sizeof out),
+		                ASP_E_NOT_FOUND);
+		CU_ASSERT_EQUAL(
+		    exec_full(&p, ++id, abs_missing, 1, NULL, NULL, NULL, out, sizeof out),
+		    ASP_E_NOT_FOUND);
+		CU_ASSERT_EQUAL(exec_full(&p, ++id, plain, 1, NULL, NULL, NULL, out, sizeof out),
+		                ASP_E_PERMISSION_DENIED);
+		CU_ASSERT_EQUAL(
+		    exec_full(&p, ++id, t, 1, "/nonexistent-dir", NULL, NULL, out, sizeof out),
+		    ASP_E_NOT_FOUND);
+		CU_ASSERT_EQUAL(exec_full(&p, ++id, t, 1, file, NULL, NULL, out, sizeof out),
+		                ASP_E_NOT_A_DIRECTORY);
+		/* a PATH of the request without `true` in it */
+		CU_ASSERT_EQUAL(exec_full(&p, ++id, t, 1, NULL, "PATH", dir, out, sizeof out),
+		                ASP_E_NOT_FOUND);
+		const char *sh[] = {
+		    "sh", "-c",
+		    "echo \"$FOO\"; pwd; grep -E '^Sig(Blk|Ign)' /proc/self/status; "
+		    "ls /proc/self/fd; [ \"$(ps -o sid= -p $$)\" -eq $$ ] && "
+		    "echo leader"};
+		CU_ASSERT_EQUAL(exec_full(&p, ++id, sh, 3, dir, "FOO", "bar", out, sizeof out),
+		                ASP_OK);
+		char want[512];
+		snprintf(
+		    want, sizeof want,
+		    "bar\n%s\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n0\n1\n2\n3\n"
+		    "leader\n",
+		    dir);
+		CU_ASSERT_STRING_EQUAL(out, want);
+		if (strcmp(out, want) != 0)
+			printf("\n    got:\n%s\n    wanted:\n%s\n", out, want);
+	}
+	tproc_close_in(&p);
+	CU_ASSERT(WIFEXITED(tproc_wait(&p, 10000, NULL)));
+	tproc_close(&p);
+	unlink(file);
+	rmdir(dir);
 }
 
 /* Zombie children of `pid` right now. */
@@ -795,6 +1226,16 @@ int main(void)
 	            test_nested_agents);
 	CU_add_test(s, "the agent's cgroup is removed at exit, stale ones at start",
 	            test_cgroup_removed);
+	CU_add_test(s, "job cgroup: exec timeout ends an escapee without marker",
+	            test_timeout_kills_cleared_escapee);
+	CU_add_test(s, "job cgroup: proc_signal KILL ends an escapee without marker",
+	            test_proc_kill_kills_cleared_escapee);
+	CU_add_test(s, "job cgroup: a finished command's daemon lives until the agent exits",
+	            test_finished_command_leaves_job);
+	CU_add_test(s, "job cgroups: born in an empty one, only a few spares left after",
+	            test_job_cgroups_settle);
+	CU_add_test(s, "job cgroup: a command starts as posix_spawn started it",
+	            test_job_start_like_posix_spawn);
 	CU_add_test(s, "double fork: adopted, ended by the timeout or the exit", test_double_fork);
 	CU_add_test(s, "reaping orphans keeps every exit status", test_reaping_keeps_statuses);
 	CU_add_test(s, "killed atomic writes leave no temporary",

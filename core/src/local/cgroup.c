@@ -5,12 +5,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/types.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -287,4 +289,390 @@ void local_cgroup_end(const char *path, int wait_ms)
 	wait_empty(path, wait_ms);
 	int budget = 256;
 	rmdir_tree(path, 16, &budget);
+}
+
+/* ---- a cgroup per command ---------------------------------------------------------- */
+
+#define JOB_PREFIX "job-"
+#define SPARES     4  /* empty ones kept for the next spawns; a burst beyond makes its own */
+#define POLLED_MAX 64 /* leftover cgroups watched through cgroup.events; the rest by timer */
+
+struct pending {
+	unsigned n;
+	int events; /* cgroup.events, -1 if not watched */
+};
+
+static struct {
+	pthread_mutex_t mu;
+	int base; /* O_PATH of the agent's cgroup */
+	char path[LOCAL_CGROUP_PATH_MAX];
+	int wake; /* eventfd: the last spare was taken, or a job released */
+	unsigned next;
+	struct {
+		int fd;
+		unsigned n;
+	} spare[SPARES];
+	size_t nspare;
+	unsigned *done; /* released, not yet tried by the thread */
+	size_t ndone, capdone;
+	unsigned *killed; /* cgroup.kill written: never reused (below) */
+	size_t nkilled, capkilled;
+} jc = {.mu = PTHREAD_MUTEX_INITIALIZER, .base = -1, .wake = -1};
+
+static void job_name(char *buf, size_t cap, unsigned n)
+{
+	snprintf(buf, cap, JOB_PREFIX "%u", n);
+}
+
+/* Appends n to *v (of *len, *cap); false when out of memory. Under jc.mu. */
+static bool push(unsigned **v, size_t *len, size_t *cap, unsigned n)
+{
+	if (*len == *cap) {
+		size_t ncap = *cap ? *cap * 2 : 16;
+		unsigned *nv = realloc(*v, ncap * sizeof *nv);
+		if (!nv)
+			return false;
+		*v = nv, *cap = ncap;
+	}
+	(*v)[(*len)++] = n;
+	return true;
+}
+
+/* Whether cgroup.kill was written to job cgroup n; with `forget`, n is gone now. */
+static bool was_killed(unsigned n, bool forget)
+{
+	bool hit = false;
+	pthread_mutex_lock(&jc.mu);
+	for (size_t i = 0; i < jc.nkilled && !hit; i++) {
+		if (jc.killed[i] == n) {
+			if (forget)
+				jc.killed[i] = jc.killed[--jc.nkilled];
+			hit = true;
+		}
+	}
+	pthread_mutex_unlock(&jc.mu);
+	return hit;
+}
+
+/* A new empty job cgroup: its O_PATH fd and number, or -1. */
+static int job_make(unsigned *n)
+{
+	pthread_mutex_lock(&jc.mu);
+	unsigned k = ++jc.next;
+	pthread_mutex_unlock(&jc.mu);
+	char name[32];
+	job_name(name, sizeof name, k);
+	if (mkdirat(jc.base, name, 0755) < 0)
+		return -1;
+	int fd = openat(jc.base, name, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		unlinkat(jc.base, name, AT_REMOVEDIR);
+		return -1;
+	}
+	*n = k;
+	return fd;
+}
+
+static void jc_wake(void)
+{
+	uint64_t one = 1;
+	ssize_t w = write(jc.wake, &one, sizeof one);
+	(void)w;
+}
+
+static bool populated(int events)
+{
+	char buf[256];
+	ssize_t r = pread(events, buf, sizeof buf - 1, 0);
+	if (r <= 0)
+		return false;
+	buf[r] = '\0';
+	return strstr(buf, "populated 1") != NULL;
+}
+
+/*
+ * Removes job cgroup n if it is empty: true once it is gone. One that holds the cgroups
+ * of a nested agent goes with them, but only once no process is left anywhere below
+ * (that agent and its keeper are gone too: nobody else removes them).
+ */
+static bool job_remove(unsigned n)
+{
+	char name[32];
+	job_name(name, sizeof name, n);
+	if (unlinkat(jc.base, name, AT_REMOVEDIR) == 0 || errno == ENOENT)
+		return true;
+	if (errno != EBUSY && errno != ENOTEMPTY)
+		return false;
+	char file[64], sub[LOCAL_CGROUP_PATH_MAX + 32];
+	snprintf(file, sizeof file, "%s/cgroup.events", name);
+	int ev = openat(jc.base, file, O_RDONLY | O_CLOEXEC);
+	bool busy = ev < 0 || populated(ev);
+	if (ev >= 0)
+		close(ev);
+	if (busy)
+		return false;
+	snprintf(sub, sizeof sub, "%s/%s", jc.path, name);
+	int budget = 16;
+	rmdir_tree(sub, 8, &budget);
+	return faccessat(jc.base, name, F_OK, 0) < 0 && errno == ENOENT;
+}
+
+/* The number in cgroup.stat's `nr_descendants` line, or -1. */
+static long descendants(unsigned n)
+{
+	char file[64], buf[512];
+	snprintf(file, sizeof file, JOB_PREFIX "%u/cgroup.stat", n);
+	int fd = openat(jc.base, file, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t r = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	buf[r > 0 ? r : 0] = '\0';
+	const char *p = strstr(buf, "nr_descendants ");
+	return p ? strtol(p + 15, NULL, 10) : -1;
+}
+
+/*
+ * A released job cgroup: back among the spares if it is empty and a leaf (no process
+ * left, no nested agent's cgroup), removed if it is empty but the spares are enough.
+ * False while a process is left in it.
+ */
+static bool settle(unsigned n, int events)
+{
+	char file[64];
+	snprintf(file, sizeof file, JOB_PREFIX "%u/cgroup.events", n);
+	int ev = events >= 0 ? events : openat(jc.base, file, O_RDONLY | O_CLOEXEC);
+	bool busy = ev >= 0 && populated(ev);
+	if (ev >= 0 && ev != events)
+		close(ev);
+	if (busy)
+		return false;
+	/*
+	 * A cgroup once killed SIGKILLs whatever is born in it later (Linux 6.18 here: a
+	 * command that reused one died at once), so it is only ever removed.
+	 */
+	bool killed = was_killed(n, false);
+	pthread_mutex_lock(&jc.mu);
+	bool room = jc.nspare < SPARES && !killed;
+	pthread_mutex_unlock(&jc.mu);
+	/* reused: a mkdir and an rmdir less per command (about 70 us of kernel time) */
+	int fd = -1;
+	if (room && ev >= 0 && descendants(n) == 0) {
+		char name[32];
+		job_name(name, sizeof name, n);
+		fd = openat(jc.base, name, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	}
+	if (fd >= 0) {
+		pthread_mutex_lock(&jc.mu);
+		room = jc.nspare < SPARES;
+		if (room) {
+			jc.spare[jc.nspare].fd = fd;
+			jc.spare[jc.nspare++].n = n;
+		}
+		pthread_mutex_unlock(&jc.mu);
+		if (room)
+			return true;
+		close(fd);
+	}
+	if (!job_remove(n) && ev >= 0)
+		return false;
+	if (killed)
+		was_killed(n, true);
+	return true;
+}
+
+/*
+ * The thread: keeps a spare cgroup ready and settles the released ones (reused or
+ * removed), at once if they are empty, else when cgroup.events says `populated 0`
+ * (POLLPRI) or, for those not watched and those that held a nested agent's cgroup, at
+ * the next second's pass. No spawn waits for it.
+ */
+static void *jc_main(void *arg)
+{
+	(void)arg;
+	sigset_t all;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	struct pending *pend = NULL;
+	size_t npend = 0, cappend = 0;
+	struct pollfd *pfd = malloc((POLLED_MAX + 1) * sizeof *pfd);
+	size_t *pidx = malloc((POLLED_MAX + 1) * sizeof *pidx);
+	int64_t full_at = 0;
+	if (!pfd || !pidx)
+		return NULL;
+	for (;;) {
+		pthread_mutex_lock(&jc.mu);
+		unsigned *done = jc.done;
+		size_t ndone = jc.ndone;
+		jc.done = NULL;
+		jc.ndone = jc.capdone = 0;
+		pthread_mutex_unlock(&jc.mu);
+		for (size_t i = 0; i < ndone; i++) {
+			if (settle(done[i], -1))
+				continue;
+			if (npend == cappend) {
+				size_t ncap = cappend ? cappend * 2 : 16;
+				struct pending *np = realloc(pend, ncap * sizeof *np);
+				if (!np)
+					continue; /* the agent's cgroup's end removes it */
+				pend = np, cappend = ncap;
+			}
+			pend[npend++] = (struct pending){done[i], -1};
+		}
+		free(done);
+		/* after the released ones, which may be spares again */
+		pthread_mutex_lock(&jc.mu);
+		bool none = jc.nspare == 0;
+		pthread_mutex_unlock(&jc.mu);
+		unsigned made;
+		int fd = none ? job_make(&made) : -1;
+		if (fd >= 0) {
+			pthread_mutex_lock(&jc.mu);
+			if (jc.nspare < SPARES) {
+				jc.spare[jc.nspare].fd = fd;
+				jc.spare[jc.nspare++].n = made;
+				fd = -1;
+			}
+			pthread_mutex_unlock(&jc.mu);
+			if (fd >= 0) {
+				close(fd);
+				job_remove(made);
+			}
+		}
+		int64_t now = now_ms();
+		bool full = now >= full_at;
+		if (full)
+			full_at = now + 1000;
+		size_t watched = 0;
+		for (size_t i = 0; i < npend;) {
+			if (full && settle(pend[i].n, pend[i].events)) {
+				if (pend[i].events >= 0)
+					close(pend[i].events);
+				pend[i] = pend[--npend];
+				continue;
+			}
+			if (pend[i].events < 0 && watched < POLLED_MAX) {
+				char file[64];
+				snprintf(file, sizeof file, JOB_PREFIX "%u/cgroup.events",
+				         pend[i].n);
+				pend[i].events = openat(jc.base, file, O_RDONLY | O_CLOEXEC);
+			}
+			if (pend[i].events >= 0)
+				watched++;
+			i++;
+		}
+		nfds_t k = 0;
+		pfd[k++] = (struct pollfd){.fd = jc.wake, .events = POLLIN};
+		for (size_t i = 0; i < npend && k <= POLLED_MAX; i++) {
+			if (pend[i].events < 0)
+				continue;
+			pidx[k] = i;
+			pfd[k++] = (struct pollfd){.fd = pend[i].events, .events = POLLPRI};
+		}
+		int r = poll(pfd, k, npend ? 1000 : -1);
+		if (r > 0 && pfd[0].revents) {
+			uint64_t v;
+			ssize_t got = read(jc.wake, &v, sizeof v);
+			(void)got;
+		}
+		/* emptied ones go now; the rest at the next full pass */
+		for (nfds_t j = k; r > 0 && j-- > 1;) {
+			size_t i = pidx[j];
+			if (!pfd[j].revents || !settle(pend[i].n, pend[i].events))
+				continue;
+			close(pend[i].events);
+			pend[i] = pend[--npend];
+		}
+	}
+	return NULL;
+}
+
+bool local_jobcg_init(void)
+{
+	char cg[LOCAL_CGROUP_PATH_MAX], dir[LOCAL_CGROUP_PATH_MAX], want[48];
+	if (!own_cgroup(cg, sizeof cg) || !cgroup_dir(cg, dir, sizeof dir))
+		return false;
+	snprintf(want, sizeof want, "/" NAME_PREFIX "%ld", (long)getpid());
+	size_t dl = strlen(dir), wl = strlen(want);
+	if (dl < wl || strcmp(dir + dl - wl, want) != 0)
+		return false;
+	jc.base = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	snprintf(jc.path, sizeof jc.path, "%s", dir);
+	jc.wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	char kill_file[32];
+	unsigned n;
+	int probe = jc.base >= 0 && jc.wake >= 0 ? job_make(&n) : -1;
+	if (probe >= 0) {
+		/* the first spare; and cgroup.kill is there (the keeper checked its own) */
+		snprintf(kill_file, sizeof kill_file, JOB_PREFIX "%u/cgroup.kill", n);
+		if (faccessat(jc.base, kill_file, W_OK, 0) == 0) {
+			jc.spare[0].fd = probe;
+			jc.spare[0].n = n;
+			jc.nspare = 1;
+			pthread_t t;
+			pthread_attr_t at;
+			pthread_attr_init(&at);
+			pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+			pthread_attr_setstacksize(&at, 128 * 1024);
+			int e = pthread_create(&t, &at, jc_main, NULL);
+			pthread_attr_destroy(&at);
+			if (e == 0)
+				return true;
+			jc.nspare = 0;
+		}
+		close(probe);
+		job_remove(n);
+	}
+	if (jc.wake >= 0)
+		close(jc.wake);
+	if (jc.base >= 0)
+		close(jc.base);
+	jc.base = jc.wake = -1;
+	return false;
+}
+
+int local_jobcg_take(unsigned *n)
+{
+	pthread_mutex_lock(&jc.mu);
+	int fd = -1;
+	if (jc.nspare) {
+		jc.nspare--;
+		fd = jc.spare[jc.nspare].fd;
+		*n = jc.spare[jc.nspare].n;
+	}
+	bool last = jc.nspare == 0;
+	pthread_mutex_unlock(&jc.mu);
+	if (fd < 0)
+		fd = job_make(n); /* a burst outran the thread: one mkdir on this call */
+	if (last)
+		jc_wake();
+	return fd;
+}
+
+void local_jobcg_kill(unsigned n)
+{
+	pthread_mutex_lock(&jc.mu);
+	bool known = false;
+	for (size_t i = 0; i < jc.nkilled && !known; i++)
+		known = jc.killed[i] == n;
+	/* out of memory: it may be reused, and what is born in it may die */
+	if (!known)
+		push(&jc.killed, &jc.nkilled, &jc.capkilled, n);
+	pthread_mutex_unlock(&jc.mu);
+	char file[48];
+	snprintf(file, sizeof file, JOB_PREFIX "%u/cgroup.kill", n);
+	int fd = openat(jc.base, file, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	ssize_t w = write(fd, "1", 1);
+	(void)w;
+	close(fd);
+}
+
+void local_jobcg_release(unsigned n)
+{
+	pthread_mutex_lock(&jc.mu);
+	push(&jc.done, &jc.ndone, &jc.capdone, n); /* out of memory: left to the agent's end */
+	pthread_mutex_unlock(&jc.mu);
+	jc_wake();
 }

@@ -53,3 +53,26 @@ void local_cgroup_sweep_stale(const char *path);
 void local_cgroup_end(const char *path, int wait_ms);
 
 #endif
+
+/*
+ * A cgroup per command, `job-<n>` below the agent's own (a leaf: the agent stays in its
+ * cgroup, which enables no controller). A thread of its own makes them ahead of need and,
+ * once a command is reaped and nothing is left in its cgroup, keeps it for a later
+ * command (a few) or removes it: a spawn takes one ready, and never waits for a mkdir,
+ * an rmdir or an RCU grace period (moving a process would wait for one).
+ */
+
+/* Whether the agent is in its own cgroup (`<dir>/asp-agent-<our pid>`): then starts the
+ * thread that keeps a spare ready. Once. */
+bool local_jobcg_init(void);
+
+/* An empty job cgroup: *n its number, the O_PATH fd of its directory returned (the
+ * caller closes it once the child is born in it), or -1. */
+int local_jobcg_take(unsigned *n);
+
+/* SIGKILLs everything in job cgroup n (cgroup.kill), whatever it did to its group. */
+void local_jobcg_kill(unsigned n);
+
+/* Job cgroup n is done with (its command reaped, or never born in it): reused or
+ * removed once empty; what a command left running there stays until then. */
+void local_jobcg_release(unsigned n);

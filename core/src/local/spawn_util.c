@@ -1,6 +1,10 @@
-/* Starting, watching and reaping one child per call, with posix_spawn (vfork-fast). */
+/*
+ * Starting, watching and reaping one child per call: with posix_spawn (vfork-fast), or
+ * born in a job cgroup of its own with clone3 where the agent has its cgroup.
+ */
 #include "spawn_util.h"
 #include "cgroup.h"
+#include "clone_into.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -399,8 +403,12 @@ static struct {
 	size_t n, cap;
 	pid_t keeper;
 	int keeper_fd;     /* the write end of the keeper's pipe, -1 without one */
+	int status_fd;     /* the keeper's word on our cgroup ('y', 'n'); -1 once heard */
 	atomic_bool armed; /* the keeper was told that a command started */
-} reaper = {.keeper_fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+} reaper = {.keeper_fd = -1,
+            .status_fd = -1,
+            .mu = PTHREAD_MUTEX_INITIALIZER,
+            .cv = PTHREAD_COND_INITIALIZER};
 
 static bool is_own_locked(pid_t pid)
 {
@@ -641,6 +649,8 @@ static void sweep_kill(const char *entry, bool prefix, bool orphans)
 
 void local_child_signal_tree(const local_child *c, int sig)
 {
+	if (sig == SIGKILL && c->cg)
+		local_jobcg_kill(c->cg); /* all it started, in one write */
 	local_child_signal_group(c, sig);
 	if (!c->job)
 		return;
@@ -659,7 +669,7 @@ void local_child_signal_tree(const local_child *c, int sig)
  * kills what carries our markers. Deaf to the signals a terminal or a group kill would
  * send.
  */
-static void keeper_main(int rfd, pid_t parent)
+static void keeper_main(int rfd, int sfd, pid_t parent)
 {
 	static const int deaf[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2};
 	for (size_t i = 0; i < sizeof deaf / sizeof deaf[0]; i++)
@@ -669,7 +679,7 @@ static void keeper_main(int rfd, pid_t parent)
 		if (null >= 0 && fd != null)
 			dup2(null, fd); /* the client waits for EOF on our stdout and stderr */
 	for (int fd = 3; fd < 1024; fd++)
-		if (fd != rfd)
+		if (fd != rfd && fd != sfd)
 			close(fd);
 	prctl(PR_SET_NAME, "asp-keeper");
 	/*
@@ -682,6 +692,10 @@ static void keeper_main(int rfd, pid_t parent)
 	char cg[LOCAL_CGROUP_PATH_MAX];
 	bool in = getppid() == parent && local_cgroup_path(parent, cg, sizeof cg) &&
 	          local_cgroup_enter(cg, parent);
+	/* the agent starts its commands in job cgroups below its own from now on */
+	ssize_t said = write(sfd, in ? "y" : "n", 1);
+	(void)said;
+	close(sfd);
 	if (in) {
 		local_cgroup_adopt_children(cg, parent, getpid());
 		local_cgroup_sweep_stale(cg);
@@ -723,22 +737,30 @@ int asp_local_reaper_start(void)
 		        strerror(errno));
 		return -1;
 	}
-	int p[2];
+	int p[2], q[2];
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return -1;
+	if (pipe2(q, O_CLOEXEC | O_NONBLOCK) < 0) {
+		close_pair(p);
+		return -1;
+	}
 	pid_t parent = getpid();
 	pid_t k = fork();
 	if (k == 0) {
 		close(p[1]);
-		keeper_main(p[0], parent);
+		close(q[0]);
+		keeper_main(p[0], q[1], parent);
 	}
 	close(p[0]);
+	close(q[1]);
 	if (k < 0) {
 		close(p[1]);
+		close(q[0]);
 		fprintf(stderr, "asp-agent: cannot start the keeper: %s\n", strerror(errno));
 	} else {
 		reaper.keeper = k; /* p[1] stays open (close-on-exec) until we are gone */
 		reaper.keeper_fd = lift_fd(p[1]);
+		reaper.status_fd = lift_fd(q[0]);
 	}
 	atomic_store(&reaper.on, true);
 	pthread_t t;
@@ -815,10 +837,131 @@ void asp_local_reaper_finish(void)
 	keeper_say('d');
 }
 
+/* Dispositions a host process commonly sets to SIG_IGN, which exec would keep. */
+static const int reset_signals[] = {SIGPIPE, SIGINT,  SIGQUIT, SIGTERM, SIGHUP,  SIGCHLD, SIGUSR1,
+                                    SIGUSR2, SIGALRM, SIGTSTP, SIGTTIN, SIGTTOU, SIGXFSZ};
+
+/* posix_spawn(p) with the child in its own session, the three pipes, the request's cwd. */
+static int start_posix(const local_child_spec *s, const char *prog, bool search, char **argv,
+                       char **envp, const int fds[3], pid_t *pid)
+{
+	posix_spawnattr_t attr;
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_init(&attr);
+	posix_spawn_file_actions_init(&fa);
+	short flags = SPAWN_OWN_GROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+	posix_spawnattr_setflags(&attr, flags);
+	sigset_t none, deflt;
+	sigemptyset(&none);
+	posix_spawnattr_setsigmask(&attr, &none); /* the calling thread may block signals */
+	sigemptyset(&deflt);
+	for (size_t i = 0; i < sizeof reset_signals / sizeof reset_signals[0]; i++)
+		sigaddset(&deflt, reset_signals[i]);
+	posix_spawnattr_setsigdefault(&attr, &deflt);
+	int fa_rc = 0;
+	if (s->cwd)
+		fa_rc |= posix_spawn_file_actions_addchdir_np(&fa, s->cwd);
+	for (int i = 0; i < 3; i++)
+		fa_rc |= posix_spawn_file_actions_adddup2(&fa, fds[i], i);
+#ifdef HAVE_ADDCLOSEFROM
+	fa_rc |= posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+#else
+	fa_rc |= add_close_inherited(&fa);
+#endif
+	int rc;
+	if (fa_rc)
+		rc = ENOMEM;
+	else if (search)
+		rc = posix_spawnp(pid, prog, &fa, &attr, argv, envp);
+	else
+		rc = posix_spawn(pid, prog, &fa, &attr, argv, envp);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&attr);
+	return rc;
+}
+
+/* 0 not known yet, 1 commands are born in job cgroups, -1 never (cgroup.h). */
+static atomic_int jobcg_state;
+
+/* Whether the keeper moved us into our own cgroup: asked without waiting until it says. */
+static bool jobcg_on(void)
+{
+	int on = atomic_load_explicit(&jobcg_state, memory_order_relaxed);
+	if (on)
+		return on > 0;
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	pthread_mutex_lock(&mu);
+	if (!atomic_load(&jobcg_state)) {
+		char said = 0;
+		ssize_t n = reaper.status_fd >= 0 ? read(reaper.status_fd, &said, 1) : 0;
+		if (n == 1 || n == 0 || (errno != EAGAIN && errno != EINTR)) {
+			/* the keeper moves us about 10 ms after start: commands before stay put */
+			bool yes =
+			    n == 1 && said == 'y' && local_clone_available() && local_jobcg_init();
+			atomic_store(&jobcg_state, yes ? 1 : -1);
+			if (reaper.status_fd >= 0)
+				close(reaper.status_fd);
+			reaper.status_fd = -1;
+		}
+	}
+	pthread_mutex_unlock(&mu);
+	return atomic_load(&jobcg_state) > 0;
+}
+
+/*
+ * A job cgroup for the next child (its fd, -1 without one) and, in *progs, the paths
+ * its exec tries: `path` alone, or with path NULL `prog` in each directory of our PATH,
+ * as posix_spawnp searches.
+ */
+static int take_job_cgroup(const char *path, const char *prog, char ***progs, unsigned *cg)
+{
+	const char *dirs = path ? NULL : getenv("PATH");
+	if (!path && !dirs)
+		dirs = "/bin:/usr/bin"; /* glibc's default for posix_spawnp */
+	size_t n = 1, bytes = 0, plen = strlen(prog);
+	for (const char *p = dirs; p && *p; p++)
+		n += *p == ':';
+	bytes = path ? 0 : (dirs ? strlen(dirs) : 0) + n * (plen + 2);
+	char **v = malloc((n + 1) * sizeof *v + bytes);
+	if (!v)
+		return -1;
+	if (path) {
+		v[0] = (char *)path;
+		v[1] = NULL;
+	} else {
+		char *text = (char *)(v + n + 1);
+		size_t k = 0;
+		for (const char *p = dirs;;) {
+			const char *end = strchr(p, ':');
+			size_t dlen = end ? (size_t)(end - p) : strlen(p);
+			v[k++] = text;
+			memcpy(text, p,
+			       dlen); /* an empty entry: the working directory, as execvp */
+			text += dlen;
+			if (dlen)
+				*text++ = '/';
+			memcpy(text, prog, plen + 1);
+			text += plen + 1;
+			if (!end)
+				break;
+			p = end + 1;
+		}
+		v[k] = NULL;
+	}
+	int fd = local_jobcg_take(cg);
+	if (fd < 0) {
+		free(v);
+		return -1;
+	}
+	*progs = v;
+	return fd;
+}
+
 asp_status local_child_start(const local_child_spec *s, local_child *c, asp_error *err)
 {
 	c->pid = -1;
 	c->job = 0;
+	c->cg = 0;
 	c->pidfd = c->in_fd = c->out_fd = c->err_fd = -1;
 	asp_status st = validate(s, err);
 	if (st != ASP_OK)
@@ -868,47 +1011,39 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 		goto out;
 	}
 
-	posix_spawnattr_t attr;
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_init(&attr);
-	posix_spawn_file_actions_init(&fa);
-	short flags = SPAWN_OWN_GROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
-	posix_spawnattr_setflags(&attr, flags);
-	sigset_t none, deflt;
-	sigemptyset(&none);
-	posix_spawnattr_setsigmask(&attr, &none); /* the calling thread may block signals */
-	/* Dispositions a host process commonly sets to SIG_IGN, which exec would keep. */
-	static const int reset[] = {SIGPIPE, SIGINT,  SIGQUIT, SIGTERM, SIGHUP,  SIGCHLD, SIGUSR1,
-	                            SIGUSR2, SIGALRM, SIGTSTP, SIGTTIN, SIGTTOU, SIGXFSZ};
-	sigemptyset(&deflt);
-	for (size_t i = 0; i < sizeof reset / sizeof reset[0]; i++)
-		sigaddset(&deflt, reset[i]);
-	posix_spawnattr_setsigdefault(&attr, &deflt);
-	int fa_rc = 0;
-	if (s->cwd)
-		fa_rc |= posix_spawn_file_actions_addchdir_np(&fa, s->cwd);
-	fa_rc |= posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-	fa_rc |= posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-	fa_rc |= posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
-#ifdef HAVE_ADDCLOSEFROM
-	fa_rc |= posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-#else
-	fa_rc |= add_close_inherited(&fa);
-#endif
 	pid_t pid = -1;
+	unsigned cg = 0;
+	char **progs = NULL;
+	int cg_fd = jobcg_on() ? take_job_cgroup(search ? NULL : prog, prog, &progs, &cg) : -1;
+	int fds[3] = {in[0], out[1], errp[1]};
 	bool reaping = reaper_lock();
-	if (fa_rc)
-		rc = ENOMEM;
-	else if (search)
-		rc = posix_spawnp(&pid, prog, &fa, &attr, argv, envp);
-	else
-		rc = posix_spawn(&pid, prog, &fa, &attr, argv, envp);
+	bool started = false;
+	if (cg_fd >= 0) {
+		local_clone_spec cs = {progs,
+		                       argv,
+		                       envp,
+		                       s->cwd,
+		                       {fds[0], fds[1], fds[2]},
+		                       reset_signals,
+		                       sizeof reset_signals / sizeof *reset_signals};
+		bool clone_failed = false;
+		rc = local_clone_spawn(cg_fd, &cs, &pid, &clone_failed);
+		close(cg_fd);
+		started = !clone_failed;
+		if (clone_failed && rc != EAGAIN && rc != ENOMEM && rc != EINTR)
+			atomic_store(&jobcg_state, -1); /* seccomp, an old kernel: not again */
+		if (rc) {
+			local_jobcg_release(cg);
+			cg = 0;
+		}
+	}
+	if (!started)
+		rc = start_posix(s, prog, search, argv, envp, fds, &pid);
 	if (reaping)
 		reaper_unlock_own(rc ? -1 : pid);
 	if (reaping && !rc && !atomic_exchange(&reaper.armed, true))
 		keeper_say('a');
-	posix_spawn_file_actions_destroy(&fa);
-	posix_spawnattr_destroy(&attr);
+	free(progs);
 	if (rc) {
 		st = rc == ENOMEM
 		         ? asp_error_set(err, ASP_E_INTERNAL, NULL, "%s: out of memory", s->op)
@@ -918,6 +1053,7 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 
 	c->pid = pid;
 	c->job = job;
+	c->cg = cg;
 	c->in_fd = in[1];
 	c->out_fd = out[0];
 	c->err_fd = errp[0];
@@ -968,6 +1104,9 @@ int local_child_reap(local_child *c)
 	}
 	reaper_disown(c->pid);
 	c->pid = -1;
+	if (c->cg) /* removed once what it left there is gone too */
+		local_jobcg_release(c->cg);
+	c->cg = 0;
 	return r < 0 ? -1 : status;
 }
 

@@ -31,6 +31,7 @@ typedef struct local_child {
 	int in_fd;    /* write end of its stdin (close-on-exec, blocking) */
 	int out_fd;   /* read end of its stdout (close-on-exec, blocking) */
 	int err_fd;   /* read end of its stderr (close-on-exec, blocking) */
+	unsigned cg;  /* the job cgroup it was born in (cgroup.h), 0 for none */
 } local_child;
 
 /*
@@ -58,7 +59,9 @@ void local_child_signal_group(const local_child *c, int sig);
  * Sends `sig` to the group and to every process whose environment still holds the
  * child's ASP_JOB marker: descendants that left the group (setsid, double fork) too.
  * With SIGKILL it repeats until none is found (a forking process cannot outrun it for
- * long). Safe after local_child_reap: the marker, unlike a pid, is never reused.
+ * long), and first kills the child's job cgroup (everything it started, markers or
+ * not) while it is not reaped. Safe after local_child_reap: the marker, unlike a pid, is
+ * never reused.
  */
 void local_child_signal_tree(const local_child *c, int sig);
 
