@@ -432,6 +432,12 @@ static int on_body_done(struct lws *wsi, http_pss *pss)
 	size_t len = c->rx_len;
 	c->rx = NULL;
 	c->rx_len = c->rx_cap = 0;
+	if (srv_inline_ok(c->s, msg, len)) {
+		if (!srv_serve_inline(c, msg, len))
+			return answer(c, 500, "internal: out of memory\n", true);
+		srv_wake(c->s); /* written from srv_drain_ready, as srv_respond's answers */
+		return 0;
+	}
 	if (!srv_submit(c, msg, len))
 		return answer(c, 500, "internal: out of memory\n", true);
 	return 0;
@@ -836,6 +842,7 @@ int asp_http_listen(const asp_http_listen_opts *o)
 	atomic_init(&s->signals, 0);
 	atomic_init(&s->quit_sig_thread, false);
 	s->max_message = o->max_message ? o->max_message : ASP_MAX_MESSAGE_DEFAULT;
+	srv_inline_init(s);
 	s->stage = malloc(LWS_PRE + SRV_HEADROOM + SRV_CHUNK);
 	char *token = NULL;
 	int rc = 0;
@@ -898,6 +905,7 @@ int asp_http_listen(const asp_http_listen_opts *o)
 	pthread_mutex_destroy(&s->ctx_mu);
 	free(token);
 	free(s->stage);
+	srv_inline_free(s);
 	free(s);
 	return rc;
 }

@@ -116,7 +116,11 @@ struct srv {
 	asp_local *backend;
 	asp_local_conn *http_bound; /* the one NULL-sink binding every POST shares */
 	size_t max_message;
-	uint8_t *stage;    /* the service thread's: LWS_PRE, headers, one chunk to write */
+	uint8_t *stage;           /* the service thread's: LWS_PRE, headers, one chunk to write */
+	asp_reply *inline_reply;  /* the service thread's, for srv_serve_inline */
+	int mountinfo_fd;         /* /proc/self/mountinfo, polled for changes */
+	struct srv_mount *mounts; /* its lines, for srv_inline_ok */
+	size_t n_mounts;
 	const char *token; /* NULL: no auth */
 	char url[300];     /* what we listen on, for messages */
 
@@ -163,6 +167,16 @@ srv_conn *srv_conn_new(srv *s, struct lws *wsi, bool ws);
 /* The lws side is done with it: off the live list, gone for the workers, unreferenced. */
 void srv_conn_detach(srv_conn *c);
 void srv_conn_unref(srv_conn *c);
+
+/* Requests at most this large may be served on the service thread (srv_inline_ok). */
+#define SRV_INLINE_MAX (64 * 1024)
+/* Service thread: whether `msg` may be served there (see srv_work.c). */
+bool srv_inline_ok(srv *s, const uint8_t *msg, size_t len);
+/* The mount table srv_inline_ok reads; and its release. */
+void srv_inline_init(srv *s);
+void srv_inline_free(srv *s);
+/* Serves `msg` (taken) on the service thread and queues the answer; false: none made. */
+bool srv_serve_inline(srv_conn *c, uint8_t *msg, size_t len);
 
 /* Queues `msg` (taken) for a worker; false when out of memory (msg is freed). */
 bool srv_submit(srv_conn *c, uint8_t *msg, size_t len);

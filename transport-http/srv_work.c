@@ -8,10 +8,13 @@
 #include "asp/channel.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Workers run the local backend; its deepest path (recursive remove) fits easily. */
 #define WORKER_STACK (1024 * 1024)
@@ -375,6 +378,314 @@ static srv_out *serve(srv *s, srv_job *j, asp_reply *out)
 	o->status = 200;
 	o->ctype = "application/msgpack";
 	return o;
+}
+
+/* ---- serving on the service thread ------------------------------------------------- */
+
+/*
+ * A small POST stat, read, write or hello is served on the service thread: handing it
+ * to a worker and its answer back costs two thread wake-ups, most of such a call's time
+ * on a busy machine (docs/benchmarks.md). The service thread must never wait for long,
+ * though: every connection waits with it. The backend already never waits on a fifo
+ * (O_NONBLOCK), so what remains is the filesystem: only a path whose mount is a local
+ * filesystem (by /proc/self/mountinfo, re-read when it changes) is served here; network
+ * and FUSE mounts, which can hang, relative paths and paths with ".." go to a worker, as
+ * do atomic writes (fsync) and requests over SRV_INLINE_MAX. A symlink from a local
+ * mount into a network one is not followed here, so such a call can still stall the
+ * listener for as long as that mount hangs (docs/http.md).
+ */
+
+/* Filesystems whose calls take bounded time (no network, no user-space server). */
+static const char *const local_fs[] = {"ext2",  "ext3",    "ext4",  "xfs", "btrfs",    "tmpfs",
+                                       "ramfs", "overlay", "f2fs",  "zfs", "bcachefs", "squashfs",
+                                       "erofs", "vfat",    "exfat", "jfs", "reiserfs"};
+
+struct srv_mount {
+	char *dir;
+	size_t len;
+	bool local;
+};
+
+/* mountinfo escapes space, tab, newline and backslash as \ooo. */
+static void unescape(char *s)
+{
+	char *o = s;
+	for (; *s; s++) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' &&
+		    s[3] >= '0' && s[3] <= '7') {
+			*o++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
+			s += 3;
+		} else {
+			*o++ = *s;
+		}
+	}
+	*o = '\0';
+}
+
+static void mounts_clear(srv *s)
+{
+	for (size_t i = 0; i < s->n_mounts; i++)
+		free(s->mounts[i].dir);
+	free(s->mounts);
+	s->mounts = NULL;
+	s->n_mounts = 0;
+}
+
+/* Reads the mount table; on any failure there is none, and nothing is served inline. */
+static void mounts_load(srv *s)
+{
+	mounts_clear(s);
+	if (s->mountinfo_fd < 0 || lseek(s->mountinfo_fd, 0, SEEK_SET) < 0)
+		return;
+	FILE *f = fdopen(dup(s->mountinfo_fd), "r");
+	if (!f)
+		return;
+	char *line = NULL;
+	size_t cap = 0, n = 0, room = 0;
+	struct srv_mount *m = NULL;
+	bool ok = true;
+	while (ok && getline(&line, &cap, f) > 0) {
+		/* id parent maj:min root mountpoint options [optional...] - fstype source ... */
+		char *save = NULL, *dir = NULL, *type = NULL;
+		int field = 0;
+		bool dash = false;
+		for (char *t = strtok_r(line, " \n", &save); t; t = strtok_r(NULL, " \n", &save)) {
+			if (++field == 5)
+				dir = t;
+			else if (dash) {
+				type = t;
+				break;
+			} else if (field > 6 && !strcmp(t, "-"))
+				dash = true;
+		}
+		if (!dir || !type)
+			continue;
+		if (n == room) {
+			room = room ? 2 * room : 32;
+			struct srv_mount *g = realloc(m, room * sizeof *m);
+			if (!g) {
+				ok = false;
+				break;
+			}
+			m = g;
+		}
+		unescape(dir);
+		m[n].dir = strdup(dir);
+		if (!m[n].dir) {
+			ok = false;
+			break;
+		}
+		m[n].len = strlen(dir);
+		m[n].local = false;
+		for (size_t i = 0; i < sizeof local_fs / sizeof local_fs[0]; i++)
+			m[n].local = m[n].local || !strcmp(type, local_fs[i]);
+		n++;
+	}
+	free(line);
+	fclose(f);
+	s->mounts = m;
+	s->n_mounts = n;
+	if (!ok)
+		mounts_clear(s);
+}
+
+void srv_inline_init(srv *s)
+{
+	s->mountinfo_fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+	mounts_load(s);
+}
+
+void srv_inline_free(srv *s)
+{
+	mounts_clear(s);
+	if (s->mountinfo_fd >= 0)
+		close(s->mountinfo_fd);
+	s->mountinfo_fd = -1;
+	asp_reply_free(s->inline_reply);
+	s->inline_reply = NULL;
+}
+
+/* Whether `path` (absolute, no "..") lies on a local filesystem: its last mount decides. */
+static bool path_is_local(srv *s, const char *path)
+{
+	/* The kernel flags the table as changed (POLLPRI) after a mount or an unmount. */
+	struct pollfd pfd = {.fd = s->mountinfo_fd, .events = POLLPRI};
+	if (s->mountinfo_fd >= 0 && poll(&pfd, 1, 0) > 0)
+		mounts_load(s);
+	const struct srv_mount *best = NULL;
+	for (size_t i = 0; i < s->n_mounts; i++) {
+		const struct srv_mount *m = &s->mounts[i];
+		bool under = !strncmp(path, m->dir, m->len) &&
+		             (m->len == 1 || path[m->len] == '/' || path[m->len] == '\0');
+		/* Later lines are mounted over earlier ones at the same place. */
+		if (under && (!best || m->len >= best->len))
+			best = m;
+	}
+	return best && best->local;
+}
+
+/* A msgpack header: the number of bytes before the payload, and the payload's size. */
+typedef struct mp_item {
+	size_t head;  /* bytes of the type and length */
+	uint64_t len; /* str/bin/ext bytes; array items; map pairs; 0 for the rest */
+	char kind;    /* 's' str, 'b' bin or ext, 'a' array, 'm' map, 'x' other */
+} mp_item;
+
+static uint64_t be(const uint8_t *p, int n)
+{
+	uint64_t v = 0;
+	for (int i = 0; i < n; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static bool mp_head(const uint8_t *p, const uint8_t *end, mp_item *it)
+{
+	if (p >= end)
+		return false;
+	uint8_t t = *p;
+	static const uint8_t fixed[] = {
+	    /* 0xc0 .. 0xdf: bytes of a fixed-size item, 0 where the size follows */
+	    1, 0, 1, 1, 0, 0, 0, 0,  0,  0, 5, 9, 2, 3, 5, 9,
+	    2, 3, 5, 9, 3, 4, 6, 10, 18, 0, 0, 0, 0, 0, 0, 0};
+	it->len = 0;
+	it->kind = 'x';
+	it->head = 1;
+	if (t < 0x80 || t >= 0xe0)
+		return true;
+	if (t < 0x90) {
+		it->kind = 'm';
+		it->len = t & 0x0f;
+		return true;
+	}
+	if (t < 0xa0) {
+		it->kind = 'a';
+		it->len = t & 0x0f;
+		return true;
+	}
+	if (t < 0xc0) {
+		it->kind = 's';
+		it->len = t & 0x1f;
+		return true;
+	}
+	if (fixed[t - 0xc0]) {
+		it->head = fixed[t - 0xc0];
+		if (t >= 0xd4 && t <= 0xd8) { /* fixext: type byte, then 1..16 bytes */
+			it->kind = 'b';
+			it->head = 2;
+			it->len = fixed[t - 0xc0] - 2u;
+		}
+		return t != 0xc1;
+	}
+	static const struct {
+		uint8_t t, n;
+		char kind;
+		bool ext;
+	} var[] = {{0xc4, 1, 'b', 0}, {0xc5, 2, 'b', 0}, {0xc6, 4, 'b', 0}, {0xc7, 1, 'b', 1},
+	           {0xc8, 2, 'b', 1}, {0xc9, 4, 'b', 1}, {0xd9, 1, 's', 0}, {0xda, 2, 's', 0},
+	           {0xdb, 4, 's', 0}, {0xdc, 2, 'a', 0}, {0xdd, 4, 'a', 0}, {0xde, 2, 'm', 0},
+	           {0xdf, 4, 'm', 0}};
+	for (size_t i = 0; i < sizeof var / sizeof var[0]; i++)
+		if (var[i].t == t) {
+			if ((size_t)(end - p) < 1u + var[i].n)
+				return false;
+			it->kind = var[i].kind;
+			it->len = be(p + 1, var[i].n);
+			it->head = 1u + var[i].n + var[i].ext;
+			return true;
+		}
+	return false;
+}
+
+/* Skips one item (containers at most `depth` deep); NULL when it does not fit. */
+static const uint8_t *mp_skip(const uint8_t *p, const uint8_t *end, int depth)
+{
+	mp_item it;
+	if (depth <= 0 || !mp_head(p, end, &it) || (size_t)(end - p) < it.head)
+		return NULL;
+	p += it.head;
+	if (it.kind == 's' || it.kind == 'b')
+		return it.len <= (uint64_t)(end - p) ? p + it.len : NULL;
+	uint64_t items = it.kind == 'a' ? it.len : it.kind == 'm' ? 2 * it.len : 0;
+	if (items > (uint64_t)(end - p))
+		return NULL;
+	for (uint64_t i = 0; i < items && p; i++)
+		p = mp_skip(p, end, depth - 1);
+	return p;
+}
+
+static bool mp_is_str(const uint8_t *p, const uint8_t *end, const char *want, const uint8_t **next)
+{
+	mp_item it;
+	size_t n = strlen(want);
+	if (!mp_head(p, end, &it) || it.kind != 's' || (size_t)(end - p) < it.head + it.len)
+		return false;
+	*next = p + it.head + it.len;
+	return it.len == n && !memcmp(p + it.head, want, n);
+}
+
+bool srv_inline_ok(srv *s, const uint8_t *msg, size_t len)
+{
+	static const char *const cheap[] = {"stat", "read", "write", "hello"};
+	const uint8_t *p = msg, *end = msg + len, *next;
+	mp_item it;
+	if (len > SRV_INLINE_MAX || !mp_head(p, end, &it) || it.kind != 'a' || it.len != 4 ||
+	    p[1] != 0x00)
+		return false;
+	p = mp_skip(p + 2, end, 1); /* the id */
+	size_t m = 0;
+	while (p && m < sizeof cheap / sizeof cheap[0] && !mp_is_str(p, end, cheap[m], &next))
+		m++;
+	if (!p || m == sizeof cheap / sizeof cheap[0])
+		return false;
+	p = next;
+	if (m == 3)
+		return true; /* hello touches no file */
+	if (!mp_head(p, end, &it) || it.kind != 'm')
+		return false;
+	p += it.head;
+	char path[1024];
+	bool have_path = false;
+	for (uint64_t i = 0; i < it.len; i++) {
+		mp_item v;
+		if (mp_is_str(p, end, "path", &next)) {
+			if (have_path || !mp_head(next, end, &v) || v.kind != 's' ||
+			    v.len >= sizeof path || (size_t)(end - next) < v.head + v.len)
+				return false;
+			memcpy(path, next + v.head, v.len);
+			path[v.len] = '\0';
+			have_path = memchr(path, '\0', v.len) == NULL;
+		} else if (mp_is_str(p, end, "atomic", &next)) {
+			if (next < end && *next != 0xc2)
+				return false; /* atomic: fsync, which may take long */
+		} else if (!(next = mp_skip(p, end, 1))) {
+			return false;
+		}
+		p = mp_skip(next, end, 32);
+		if (!p)
+			return false;
+	}
+	return have_path && path[0] == '/' && !strstr(path, "/..") && path_is_local(s, path);
+}
+
+static srv_out *serve(srv *s, srv_job *j, asp_reply *out);
+
+bool srv_serve_inline(srv_conn *c, uint8_t *msg, size_t len)
+{
+	srv *s = c->s;
+	if (!s->inline_reply)
+		s->inline_reply = asp_reply_new(); /* NULL: serve answers 500 */
+	srv_job j = {.c = c, .msg = msg, .len = len};
+	srv_out *o = serve(s, &j, s->inline_reply);
+	free(j.msg);
+	if (s->inline_reply)
+		asp_reply_trim(s->inline_reply, SRV_CHUNK);
+	if (!o)
+		return false;
+	pthread_mutex_lock(&s->mu);
+	push_out_locked(c, o);
+	pthread_mutex_unlock(&s->mu);
+	return true;
 }
 
 /*

@@ -10,7 +10,9 @@
  * load from elsewhere hits both alike. Prints medians, ASP/peer ratios, MiB/s for the
  * upload and each server's VmRSS after the run, and a Markdown table.
  *
- *   bench_peer_http ASP_AGENT [SANDBOX_AGENT] [iterations]
+ *   bench_peer_http ASP_AGENT [SANDBOX_AGENT] [iterations] [ops]
+ *
+ * ops, comma-separated, picks some of health, exec, read, stat, write, upload (default all).
  *
  * The peer's binary comes from the argument or $ASP_PEER_SANDBOX_AGENT; without it the
  * program says how to get it and exits 77 (skipped).
@@ -18,6 +20,7 @@
 #include "bench_util.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -266,6 +269,40 @@ static long vm_rss_kib(pid_t pid)
 	return kib;
 }
 
+/*
+ * CPU time (ns) the server's threads have run, and how often they went to sleep
+ * (voluntary context switches: a wait for a socket, a futex, a poll), summed over
+ * /proc/PID/task. Threads that exited are not counted; both servers keep theirs. Load
+ * from elsewhere inflates wall time but hardly these, so they show the per-request path.
+ */
+static void sched_totals(pid_t pid, double *cpu_ns, double *sleeps)
+{
+	char path[400], line[256];
+	snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+	*cpu_ns = *sleeps = 0;
+	DIR *d = opendir(path);
+	for (struct dirent *e; d && (e = readdir(d));) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof path, "/proc/%d/task/%s/schedstat", (int)pid, e->d_name);
+		FILE *f = fopen(path, "r");
+		unsigned long long ns = 0;
+		if (f && fscanf(f, "%llu", &ns) == 1)
+			*cpu_ns += (double)ns;
+		if (f)
+			fclose(f);
+		snprintf(path, sizeof path, "/proc/%d/task/%s/status", (int)pid, e->d_name);
+		f = fopen(path, "r");
+		while (f && fgets(line, sizeof line, f))
+			if (!strncmp(line, "voluntary_ctxt_switches:", 24))
+				*sleeps += atof(line + 24);
+		if (f)
+			fclose(f);
+	}
+	if (d)
+		closedir(d);
+}
+
 /* ---- msgpack requests for ASP (hand-encoded: only what these calls need) ----------- */
 
 typedef struct mp {
@@ -335,9 +372,12 @@ static bool asp_ok(const hc *h)
 /* ---- the calls --------------------------------------------------------------------- */
 
 enum { S_ASP, S_PEER, NS };
-enum { OP_EXEC, OP_READ, OP_STAT, OP_WRITE, OP_UPLOAD, NOP };
-static const char *const op_name[NOP] = {"exec `true`", "read 4 KiB", "stat", "write 4 KiB",
-                                         "upload 1 MiB (one request)"};
+enum { OP_HEALTH, OP_EXEC, OP_READ, OP_STAT, OP_WRITE, OP_UPLOAD, NOP };
+static const char *const op_name[NOP] = {"GET /v1/health", "exec `true`",
+                                         "read 4 KiB",     "stat",
+                                         "write 4 KiB",    "upload 1 MiB (one request)"};
+/* Names for the optional op list (the fourth argument, comma-separated). */
+static const char *const op_key[NOP] = {"health", "exec", "read", "stat", "write", "upload"};
 
 typedef struct server {
 	const char *name;
@@ -373,6 +413,10 @@ static const char exit0[] = "\xa9"
 static void call(server *sv, int which, int op)
 {
 	hc *h = &sv->h;
+	if (op == OP_HEALTH) {
+		check(hc_call(h, "GET", "/v1/health", "text/plain", NULL, 0) == 200, sv, op);
+		return;
+	}
 	if (which == S_ASP) {
 		switch (op) {
 		case OP_EXEC:
@@ -443,16 +487,26 @@ static void set_paths(server *sv, const char *dir, const char *tag)
 		die("cannot write %s", sv->read_path);
 }
 
+/* SIGTERM, then SIGKILL if it is not gone within 10 s. */
 static void stop(server *sv)
 {
 	kill(sv->pid, SIGTERM);
-	waitpid(sv->pid, NULL, 0);
+	double t0 = now_ms();
+	while (waitpid(sv->pid, NULL, WNOHANG) == 0) {
+		if (now_ms() - t0 > 10000) {
+			kill(sv->pid, SIGKILL);
+			waitpid(sv->pid, NULL, 0);
+			return;
+		}
+		usleep(10000);
+	}
 }
 
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		fprintf(stderr, "usage: bench_peer_http ASP_AGENT [SANDBOX_AGENT] [iterations]\n");
+		fprintf(stderr,
+		        "usage: bench_peer_http ASP_AGENT [SANDBOX_AGENT] [iterations] [ops]\n");
 		return 2;
 	}
 	const char *peer = argc > 2 && argv[2][0] ? argv[2] : getenv("ASP_PEER_SANDBOX_AGENT");
@@ -503,15 +557,23 @@ int main(int argc, char **argv)
 	connect_healthy(&sv[S_PEER].h, atoi(port_s), sv[S_PEER].pid, "sandbox-agent");
 
 	/* Fewer uploads: each is 1 MiB, and the point is the rate, not the tail. */
-	int n_of[NOP] = {iters, iters, iters, iters, iters / 4 > 10 ? iters / 4 : 10};
-	double med[NOP][NS], p90[NOP][NS];
+	int n_of[NOP] = {iters, iters, iters, iters, iters, iters / 4 > 10 ? iters / 4 : 10};
+	bool want[NOP];
+	for (int op = 0; op < NOP; op++)
+		want[op] = argc <= 4 || strstr(argv[4], op_key[op]) != NULL;
+	double med[NOP][NS], p90[NOP][NS], cpu[NOP][NS], sleeps[NOP][NS];
 	double *v[NS] = {malloc(sizeof(double) * (size_t)iters),
 	                 malloc(sizeof(double) * (size_t)iters)};
 	for (int op = 0; op < NOP; op++) {
+		if (!want[op])
+			continue;
 		int n = n_of[op], warm = n / 10;
 		for (int i = 0; i < warm; i++)
 			for (int k = 0; k < NS; k++)
 				call(&sv[k], k, op);
+		double c0[NS], s0[NS];
+		for (int k = 0; k < NS; k++)
+			sched_totals(sv[k].pid, &c0[k], &s0[k]);
 		for (int i = 0; i < n; i++)
 			for (int k = 0; k < NS; k++) {
 				int s = (i & 1) ? NS - 1 - k : k; /* who goes first alternates */
@@ -520,6 +582,10 @@ int main(int argc, char **argv)
 				v[s][i] = now_us() - t0;
 			}
 		for (int s = 0; s < NS; s++) {
+			double c1, s1;
+			sched_totals(sv[s].pid, &c1, &s1);
+			cpu[op][s] = (c1 - c0[s]) / 1e3 / n;
+			sleeps[op][s] = (s1 - s0[s]) / n;
 			med[op][s] = median(v[s], n); /* sorts v[s] */
 			p90[op][s] = v[s][n * 9 / 10];
 		}
@@ -531,11 +597,23 @@ int main(int argc, char **argv)
 	printf("| op | asp-agent median (p90) | sandbox-agent median (p90) | ASP/peer |\n");
 	printf("|---|---|---|---|\n");
 	for (int op = 0; op < NOP; op++)
-		printf("| %s | %.1f µs (%.1f) | %.1f µs (%.1f) | %.2f× |\n", op_name[op],
-		       med[op][S_ASP], p90[op][S_ASP], med[op][S_PEER], p90[op][S_PEER],
-		       med[op][S_ASP] / med[op][S_PEER]);
-	printf("| upload rate | %.0f MiB/s | %.0f MiB/s | |\n", 1e6 / med[OP_UPLOAD][S_ASP],
-	       1e6 / med[OP_UPLOAD][S_PEER]);
+		if (want[op])
+			printf("| %s | %.1f µs (%.1f) | %.1f µs (%.1f) | %.2f× |\n", op_name[op],
+			       med[op][S_ASP], p90[op][S_ASP], med[op][S_PEER], p90[op][S_PEER],
+			       med[op][S_ASP] / med[op][S_PEER]);
+	printf("\nServer side, per call: CPU time of the server's threads, and how often they "
+	       "slept (voluntary context switches)\n\n");
+	printf("| op | asp-agent CPU | sleeps | sandbox-agent CPU | sleeps |\n");
+	printf("|---|---|---|---|---|\n");
+	for (int op = 0; op < NOP; op++)
+		if (want[op])
+			printf("| %s | %.1f µs | %.1f | %.1f µs | %.1f |\n", op_name[op],
+			       cpu[op][S_ASP], sleeps[op][S_ASP], cpu[op][S_PEER],
+			       sleeps[op][S_PEER]);
+	printf("\n");
+	if (want[OP_UPLOAD])
+		printf("| upload rate | %.0f MiB/s | %.0f MiB/s | |\n", 1e6 / med[OP_UPLOAD][S_ASP],
+		       1e6 / med[OP_UPLOAD][S_PEER]);
 	printf("| VmRSS after the run | %.1f MiB | %.1f MiB | |\n", rss[S_ASP] / 1024.0,
 	       rss[S_PEER] / 1024.0);
 
