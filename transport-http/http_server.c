@@ -403,6 +403,7 @@ static int on_body(struct lws *wsi, srv_conn *c, const void *in, size_t len)
 	 * does), so that is how it shows: refused, clearly, and the connection closes.
 	 */
 	if (c->rx_len == 0 && len >= 5 && memcmp(in, "POST ", 5) == 0) {
+		lws_get_peer_simple(wsi, c->peer, sizeof c->peer);
 		asp_server_log(
 		    "asp-agent: %s: a POST pipelined behind another request; answered 400",
 		    c->peer);
@@ -553,7 +554,15 @@ void srv_http_kick(srv_conn *c)
 		lws_callback_on_writable(wsi);
 		return;
 	}
-	while (pss && pss->c == c && pss->paused && srv_out_peek(c) && !lws_send_pipe_choked(wsi)) {
+	/*
+	 * The first write needs no check that the socket has room (a poll): lws holds nothing
+	 * of an earlier answer (the transaction ends only once that went) and keeps what the
+	 * socket does not take of this one.
+	 */
+	bool first = true;
+	while (pss && pss->c == c && pss->paused && srv_out_peek(c) &&
+	       (first || !lws_send_pipe_choked(wsi))) {
+		first = false;
 		if (on_http_writeable(c->s, wsi, pss) < 0) {
 			lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
 			return;

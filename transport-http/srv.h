@@ -88,7 +88,7 @@ struct srv_conn {
 	uint8_t *rx; /* HTTP body or WebSocket message being assembled */
 	size_t rx_len, rx_cap;
 	bool rx_binary;
-	char peer[64];
+	char peer[64]; /* WebSocket: from the start; HTTP: filled when logged */
 
 	/* under srv.mu */
 	srv_conn *ready_next; /* srv.ready */

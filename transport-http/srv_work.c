@@ -44,7 +44,8 @@ srv_conn *srv_conn_new(srv *s, struct lws *wsi, bool ws)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&c->out_cv, &ca);
 	pthread_condattr_destroy(&ca);
-	lws_get_peer_simple(wsi, c->peer, sizeof c->peer);
+	if (ws) /* an HTTP request logs its peer rarely: looked up then (a syscall saved) */
+		lws_get_peer_simple(wsi, c->peer, sizeof c->peer);
 	c->next = s->live;
 	if (s->live)
 		s->live->prev = c;
