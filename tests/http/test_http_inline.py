@@ -165,7 +165,7 @@ def main(agent):
               "a stat on /proc (procfs) went to a worker")
     finally:
         p.terminate()
-        p.wait(30)
+        check(p.wait(30) == 0, "the agent exited 0 on SIGTERM")
 
     to_worker = [
         ("a relative path", "stat", [("path", mp_str("."))]),
@@ -185,7 +185,7 @@ def main(agent):
             check(c.ok(method, pairs) and threads(p) > t0, what + " went to a worker")
         finally:
             p.terminate()
-            p.wait(30)
+            check(p.wait(30) == 0, "the agent exited 0 on SIGTERM")
 
     os.unlink(f)
     os.rmdir(work)
