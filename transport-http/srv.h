@@ -170,6 +170,8 @@ void srv_conn_unref(srv_conn *c);
 
 /* Requests at most this large may be served on the service thread (srv_inline_ok). */
 #define SRV_INLINE_MAX (64 * 1024)
+/* Files at most this large may be read there. */
+#define SRV_INLINE_READ (1024 * 1024)
 /* Service thread: whether `msg` may be served there (see srv_work.c). */
 bool srv_inline_ok(srv *s, const uint8_t *msg, size_t len);
 /* The mount table srv_inline_ok reads; and its release. */

@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -391,7 +392,8 @@ static srv_out *serve(srv *s, srv_job *j, asp_reply *out)
  * (O_NONBLOCK), so what remains is the filesystem: only a path whose mount is a local
  * filesystem (by /proc/self/mountinfo, re-read when it changes) is served here; network
  * and FUSE mounts, which can hang, relative paths and paths with ".." go to a worker, as
- * do atomic writes (fsync) and requests over SRV_INLINE_MAX. A symlink from a local
+ * do atomic writes (fsync), requests over SRV_INLINE_MAX and reads of anything but a
+ * regular file of at most SRV_INLINE_READ. A symlink from a local
  * mount into a network one is not followed here, so such a call can still stall the
  * listener for as long as that mount hangs (docs/http.md).
  */
@@ -666,7 +668,12 @@ bool srv_inline_ok(srv *s, const uint8_t *msg, size_t len)
 		if (!p)
 			return false;
 	}
-	return have_path && path[0] == '/' && !strstr(path, "/..") && path_is_local(s, path);
+	if (!have_path || path[0] != '/' || strstr(path, "/..") || !path_is_local(s, path))
+		return false;
+	/* A read answers the file: only a small regular one here (the stat is local too). */
+	struct stat st;
+	return m != 1 ||
+	       (stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= SRV_INLINE_READ);
 }
 
 static srv_out *serve(srv *s, srv_job *j, asp_reply *out);

@@ -7,8 +7,8 @@ Workers are started on demand and never end, so the agent's thread count
   - stat, read, write and hello on a file in a local temporary directory: answered
     correctly, and no worker thread appears;
   - then a stat on /proc (procfs is not on the list of local filesystems): a worker does;
-  - on fresh agents, a relative path, a path with "..", an atomic write (fsync) and a
-    write over 64 KiB each start one.
+  - on fresh agents, a relative path, a path with "..", an atomic write (fsync), a write
+    over 64 KiB, a read of a file over 1 MiB and of a directory each start one.
 
 usage: test_http_inline.py ASP_AGENT
 """
@@ -167,6 +167,9 @@ def main(agent):
         p.terminate()
         check(p.wait(30) == 0, "the agent exited 0 on SIGTERM")
 
+    big = os.path.join(work, "big")
+    with open(big, "wb") as fh:
+        fh.write(b"x" * (2 << 20))
     to_worker = [
         ("a relative path", "stat", [("path", mp_str("."))]),
         ("a path with ..", "stat", [("path", mp_str(work + "/../" +
@@ -175,6 +178,8 @@ def main(agent):
                                       ("data", mp_bin(b"a"))]),
         ("a write over 64 KiB", "write", [("path", mp_str(f)),
                                           ("data", mp_bin(b"b" * 70000))]),
+        ("a read of a file over 1 MiB", "read", [("path", mp_str(big))]),
+        ("a read of a directory", "read", [("path", mp_str(work))]),
         ("an exec", "exec", [("argv", b"\x91" + mp_str("true"))]),
     ]
     for what, method, pairs in to_worker:
@@ -182,12 +187,15 @@ def main(agent):
         try:
             c = Conn(addr)
             t0 = threads(p)
-            check(c.ok(method, pairs) and threads(p) > t0, what + " went to a worker")
+            st, b = c.call(method, pairs)  # answered (the directory with an error)
+            check(st == 200 and b[:2] == b"\x94\x01" and threads(p) > t0,
+                  what + " went to a worker")
         finally:
             p.terminate()
             check(p.wait(30) == 0, "the agent exited 0 on SIGTERM")
 
     os.unlink(f)
+    os.unlink(big)
     os.rmdir(work)
     if failures:
         print("%d failed:\n  " % len(failures) + "\n  ".join(failures))
