@@ -13,6 +13,7 @@
  *   bench_peer_http ASP_AGENT [SANDBOX_AGENT] [iterations] [ops]
  *
  * ops, comma-separated, picks some of health, exec, read, stat, write, upload (default all).
+ * The files go in $TMPDIR (default /tmp).
  *
  * The peer's binary comes from the argument or $ASP_PEER_SANDBOX_AGENT; without it the
  * program says how to get it and exits 77 (skipped).
