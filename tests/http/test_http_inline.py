@@ -13,6 +13,7 @@ Workers are started on demand and never end, so the agent's thread count
 usage: test_http_inline.py ASP_AGENT
 """
 import os
+import shutil
 import socket
 import struct
 import subprocess
@@ -134,6 +135,13 @@ def fs_type(path):
 
 def main(agent):
     work = os.path.realpath(tempfile.mkdtemp(prefix="asp-inline-"))
+    try:
+        return run(agent, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(agent, work):
     f = os.path.join(work, "f")
     with open(f, "wb") as fh:
         fh.write(b"x" * 4096)
@@ -194,9 +202,6 @@ def main(agent):
             p.terminate()
             check(p.wait(30) == 0, "the agent exited 0 on SIGTERM")
 
-    os.unlink(f)
-    os.unlink(big)
-    os.rmdir(work)
     if failures:
         print("%d failed:\n  " % len(failures) + "\n  ".join(failures))
         for log in logs:
