@@ -433,13 +433,28 @@ static int on_body_done(struct lws *wsi, http_pss *pss)
 	size_t len = c->rx_len;
 	c->rx = NULL;
 	c->rx_len = c->rx_cap = 0;
-	if (srv_inline_ok(c->s, msg, len)) {
-		if (!srv_serve_inline(c, msg, len))
-			return answer(c, 500, "internal: out of memory\n", true);
-		srv_wake(c->s); /* written from srv_drain_ready, as srv_respond's answers */
-		return 0;
+	/* A small request is decoded here to see whether it can be served here. */
+	asp_request *r = NULL;
+	if (len <= SRV_INLINE_MAX) {
+		asp_error err;
+		asp_error_clear(&err);
+		asp_request_new(msg, len, &r, NULL, &err); /* takes msg; r NULL: refused */
+		msg = NULL;
+		if (r)
+			asp_request_decode(r, NULL);
+		if (r && srv_inline_ok(c->s, r)) {
+			if (!srv_serve_inline(c, r))
+				return answer(c, 500, "internal: out of memory\n", true);
+			srv_wake(c->s); /* written from srv_drain_ready, as srv_respond's answers */
+			return 0;
+		}
+		if (!r) { /* as a worker would answer it */
+			char text[ASP_ERROR_MESSAGE_MAX + 32];
+			snprintf(text, sizeof text, "protocol_error: %s\n", err.message);
+			return answer(c, 400, text, false);
+		}
 	}
-	if (!srv_submit(c, msg, len))
+	if (!srv_submit(c, msg, len, r))
 		return answer(c, 500, "internal: out of memory\n", true);
 	return 0;
 }

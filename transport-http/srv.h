@@ -109,6 +109,7 @@ typedef struct srv_job {
 	srv_conn *c;  /* a reference */
 	uint8_t *msg; /* the request message (no length prefix), owned */
 	size_t len;
+	asp_request *req; /* or the request made from it, owned */
 } srv_job;
 
 struct srv {
@@ -172,16 +173,19 @@ void srv_conn_unref(srv_conn *c);
 #define SRV_INLINE_MAX (64 * 1024)
 /* Files at most this large may be read there. */
 #define SRV_INLINE_READ (1024 * 1024)
-/* Service thread: whether `msg` may be served there (see srv_work.c). */
-bool srv_inline_ok(srv *s, const uint8_t *msg, size_t len);
+/* Service thread: whether the decoded request `r` may be served there (see srv_work.c). */
+bool srv_inline_ok(srv *s, const asp_request *r);
 /* The mount table srv_inline_ok reads; and its release. */
 void srv_inline_init(srv *s);
 void srv_inline_free(srv *s);
-/* Serves `msg` (taken) on the service thread and queues the answer; false: none made. */
-bool srv_serve_inline(srv_conn *c, uint8_t *msg, size_t len);
+/* Serves `r` (taken) on the service thread and queues the answer; false: none made. */
+bool srv_serve_inline(srv_conn *c, asp_request *r);
 
-/* Queues `msg` (taken) for a worker; false when out of memory (msg is freed). */
-bool srv_submit(srv_conn *c, uint8_t *msg, size_t len);
+/*
+ * Queues `msg` (taken), or the request `req` made from it already (taken; msg NULL),
+ * for a worker; false when out of memory (both are freed).
+ */
+bool srv_submit(srv_conn *c, uint8_t *msg, size_t len, asp_request *req);
 
 /*
  * Queues an answer made on the service thread (a status page): `head`'s status, ctype,

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -258,17 +259,19 @@ bool srv_conn_bind(srv_conn *c)
 
 /* ---- jobs and workers ------------------------------------------------------------- */
 
-bool srv_submit(srv_conn *c, uint8_t *msg, size_t len)
+bool srv_submit(srv_conn *c, uint8_t *msg, size_t len, asp_request *req)
 {
 	srv *s = c->s;
 	srv_job *j = malloc(sizeof *j);
 	if (!j) {
 		free(msg);
+		asp_request_free(req);
 		return false;
 	}
 	j->next = NULL;
 	j->msg = msg;
 	j->len = len;
+	j->req = req;
 	j->c = c;
 	atomic_fetch_add(&c->refs, 1);
 	pthread_mutex_lock(&s->mu);
@@ -340,8 +343,10 @@ static srv_out *serve(srv *s, srv_job *j, asp_reply *out)
 	srv_conn *c = j->c;
 	asp_error err;
 	asp_error_clear(&err);
-	asp_request *r = NULL;
-	asp_request_new(j->msg, j->len, &r, NULL, &err); /* takes the message */
+	asp_request *r = j->req; /* made on the service thread, or from the message here */
+	j->req = NULL;
+	if (!r)
+		asp_request_new(j->msg, j->len, &r, NULL, &err); /* takes the message */
 	j->msg = NULL;
 	srv_out *o = NULL;
 	if (!r || (asp_request_decode(r, &err) && !asp_request_has_id(r))) {
@@ -393,9 +398,8 @@ static srv_out *serve(srv *s, srv_job *j, asp_reply *out)
  * filesystem (by /proc/self/mountinfo, re-read when it changes) is served here; network
  * and FUSE mounts, which can hang, relative paths and paths with ".." go to a worker, as
  * do atomic writes (fsync), requests over SRV_INLINE_MAX and reads of anything but a
- * regular file of at most SRV_INLINE_READ. A symlink from a local
- * mount into a network one is not followed here, so such a call can still stall the
- * listener for as long as that mount hangs (docs/http.md).
+ * regular file of at most SRV_INLINE_READ, and paths through a symlink, which may lead
+ * into a network mount. The request is decoded once, here; a worker gets it decoded.
  */
 
 /* Filesystems whose calls take bounded time (no network, no user-space server). */
@@ -527,165 +531,67 @@ static bool path_is_local(srv *s, const char *path)
 	return best && best->local;
 }
 
-/* A msgpack header: the number of bytes before the payload, and the payload's size. */
-typedef struct mp_item {
-	size_t head;  /* bytes of the type and length */
-	uint64_t len; /* str/bin/ext bytes; array items; map pairs; 0 for the rest */
-	char kind;    /* 's' str, 'b' bin or ext, 'a' array, 'm' map, 'x' other */
-} mp_item;
-
-static uint64_t be(const uint8_t *p, int n)
+/*
+ * Whether `path` can be resolved without following a symlink, on a local mount: a
+ * symlink could lead into a network mount that hangs, which the mount table does not
+ * show. O_PATH opens nothing but the name; for a read, *st is the file.
+ */
+static bool path_plain(const char *path, struct stat *st)
 {
-	uint64_t v = 0;
-	for (int i = 0; i < n; i++)
-		v = v << 8 | p[i];
-	return v;
+#ifdef SYS_openat2
+	struct {
+		uint64_t flags, mode, resolve;
+	} how = {O_PATH | O_CLOEXEC, 0, 0x04 /* RESOLVE_NO_SYMLINKS */};
+	int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
+	if (fd < 0)
+		return errno == ENOENT; /* nothing there to hang on: not_found, answered here */
+	bool ok = fstat(fd, st) == 0;
+	close(fd);
+	return ok;
+#else
+	(void)path, (void)st;
+	return false; /* no way to refuse symlinks: every file call goes to a worker */
+#endif
 }
 
-static bool mp_head(const uint8_t *p, const uint8_t *end, mp_item *it)
-{
-	if (p >= end)
-		return false;
-	uint8_t t = *p;
-	static const uint8_t fixed[] = {
-	    /* 0xc0 .. 0xdf: bytes of a fixed-size item, 0 where the size follows */
-	    1, 0, 1, 1, 0, 0, 0, 0,  0,  0, 5, 9, 2, 3, 5, 9,
-	    2, 3, 5, 9, 3, 4, 6, 10, 18, 0, 0, 0, 0, 0, 0, 0};
-	it->len = 0;
-	it->kind = 'x';
-	it->head = 1;
-	if (t < 0x80 || t >= 0xe0)
-		return true;
-	if (t < 0x90) {
-		it->kind = 'm';
-		it->len = t & 0x0f;
-		return true;
-	}
-	if (t < 0xa0) {
-		it->kind = 'a';
-		it->len = t & 0x0f;
-		return true;
-	}
-	if (t < 0xc0) {
-		it->kind = 's';
-		it->len = t & 0x1f;
-		return true;
-	}
-	if (fixed[t - 0xc0]) {
-		it->head = fixed[t - 0xc0];
-		if (t >= 0xd4 && t <= 0xd8) { /* fixext: type byte, then 1..16 bytes */
-			it->kind = 'b';
-			it->head = 2;
-			it->len = fixed[t - 0xc0] - 2u;
-		}
-		return t != 0xc1;
-	}
-	static const struct {
-		uint8_t t, n;
-		char kind;
-		bool ext;
-	} var[] = {{0xc4, 1, 'b', 0}, {0xc5, 2, 'b', 0}, {0xc6, 4, 'b', 0}, {0xc7, 1, 'b', 1},
-	           {0xc8, 2, 'b', 1}, {0xc9, 4, 'b', 1}, {0xd9, 1, 's', 0}, {0xda, 2, 's', 0},
-	           {0xdb, 4, 's', 0}, {0xdc, 2, 'a', 0}, {0xdd, 4, 'a', 0}, {0xde, 2, 'm', 0},
-	           {0xdf, 4, 'm', 0}};
-	for (size_t i = 0; i < sizeof var / sizeof var[0]; i++)
-		if (var[i].t == t) {
-			if ((size_t)(end - p) < 1u + var[i].n)
-				return false;
-			it->kind = var[i].kind;
-			it->len = be(p + 1, var[i].n);
-			it->head = 1u + var[i].n + var[i].ext;
-			return true;
-		}
-	return false;
-}
-
-/* Skips one item (containers at most `depth` deep); NULL when it does not fit. */
-static const uint8_t *mp_skip(const uint8_t *p, const uint8_t *end, int depth)
-{
-	mp_item it;
-	if (depth <= 0 || !mp_head(p, end, &it) || (size_t)(end - p) < it.head)
-		return NULL;
-	p += it.head;
-	if (it.kind == 's' || it.kind == 'b')
-		return it.len <= (uint64_t)(end - p) ? p + it.len : NULL;
-	uint64_t items = it.kind == 'a' ? it.len : it.kind == 'm' ? 2 * it.len : 0;
-	if (items > (uint64_t)(end - p))
-		return NULL;
-	for (uint64_t i = 0; i < items && p; i++)
-		p = mp_skip(p, end, depth - 1);
-	return p;
-}
-
-static bool mp_is_str(const uint8_t *p, const uint8_t *end, const char *want, const uint8_t **next)
-{
-	mp_item it;
-	size_t n = strlen(want);
-	if (!mp_head(p, end, &it) || it.kind != 's' || (size_t)(end - p) < it.head + it.len)
-		return false;
-	*next = p + it.head + it.len;
-	return it.len == n && !memcmp(p + it.head, want, n);
-}
-
-bool srv_inline_ok(srv *s, const uint8_t *msg, size_t len)
+bool srv_inline_ok(srv *s, const asp_request *r)
 {
 	static const char *const cheap[] = {"stat", "read", "write", "hello"};
-	const uint8_t *p = msg, *end = msg + len, *next;
-	mp_item it;
-	if (len > SRV_INLINE_MAX || !mp_head(p, end, &it) || it.kind != 'a' || it.len != 4 ||
-	    p[1] != 0x00)
-		return false;
-	p = mp_skip(p + 2, end, 1); /* the id */
-	size_t m = 0;
-	while (p && m < sizeof cheap / sizeof cheap[0] && !mp_is_str(p, end, cheap[m], &next))
+	size_t mlen, plen, m = 0;
+	const char *method = asp_request_method(r, &mlen), *p;
+	while (method && m < sizeof cheap / sizeof cheap[0] &&
+	       !(mlen == strlen(cheap[m]) && !memcmp(method, cheap[m], mlen)))
 		m++;
-	if (!p || m == sizeof cheap / sizeof cheap[0])
+	if (!method || m == sizeof cheap / sizeof cheap[0])
 		return false;
-	p = next;
 	if (m == 3)
 		return true; /* hello touches no file */
-	if (!mp_head(p, end, &it) || it.kind != 'm')
-		return false;
-	p += it.head;
+	if (asp_request_param_true(r, "atomic"))
+		return false; /* fsync, which may take long */
 	char path[1024];
-	bool have_path = false;
-	for (uint64_t i = 0; i < it.len; i++) {
-		mp_item v;
-		if (mp_is_str(p, end, "path", &next)) {
-			if (have_path || !mp_head(next, end, &v) || v.kind != 's' ||
-			    v.len >= sizeof path || (size_t)(end - next) < v.head + v.len)
-				return false;
-			memcpy(path, next + v.head, v.len);
-			path[v.len] = '\0';
-			have_path = memchr(path, '\0', v.len) == NULL;
-		} else if (mp_is_str(p, end, "atomic", &next)) {
-			if (next < end && *next != 0xc2)
-				return false; /* atomic: fsync, which may take long */
-		} else if (!(next = mp_skip(p, end, 1))) {
-			return false;
-		}
-		p = mp_skip(next, end, 32);
-		if (!p)
-			return false;
-	}
-	if (!have_path || path[0] != '/' || strstr(path, "/..") || !path_is_local(s, path))
+	if (!asp_request_param_str(r, "path", &p, &plen) || plen >= sizeof path ||
+	    memchr(p, '\0', plen))
 		return false;
-	/* A read answers the file: only a small regular one here (the stat is local too). */
+	memcpy(path, p, plen);
+	path[plen] = '\0';
 	struct stat st;
-	return m != 1 ||
-	       (stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= SRV_INLINE_READ);
+	st.st_mode = 0;
+	if (path[0] != '/' || strstr(path, "/..") || !path_is_local(s, path) ||
+	    !path_plain(path, &st))
+		return false;
+	/* A read answers the file: only a small regular one here. */
+	return m != 1 || (S_ISREG(st.st_mode) && st.st_size <= SRV_INLINE_READ);
 }
 
 static srv_out *serve(srv *s, srv_job *j, asp_reply *out);
 
-bool srv_serve_inline(srv_conn *c, uint8_t *msg, size_t len)
+bool srv_serve_inline(srv_conn *c, asp_request *r)
 {
 	srv *s = c->s;
 	if (!s->inline_reply)
 		s->inline_reply = asp_reply_new(); /* NULL: serve answers 500 */
-	srv_job j = {.c = c, .msg = msg, .len = len};
+	srv_job j = {.c = c, .req = r};
 	srv_out *o = serve(s, &j, s->inline_reply);
-	free(j.msg);
 	if (s->inline_reply)
 		asp_reply_trim(s->inline_reply, SRV_CHUNK);
 	if (!o)
@@ -749,6 +655,7 @@ static void *worker_main(void *arg)
 			ws_fail(
 			    c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION); /* no memory for an answer */
 		free(j->msg);
+		asp_request_free(j->req); /* skipped: serve did not take it */
 		free(j);
 
 		pthread_mutex_lock(&s->mu);

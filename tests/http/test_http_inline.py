@@ -7,8 +7,9 @@ Workers are started on demand and never end, so the agent's thread count
   - stat, read, write and hello on a file in a local temporary directory: answered
     correctly, and no worker thread appears;
   - then a stat on /proc (procfs is not on the list of local filesystems): a worker does;
-  - on fresh agents, a relative path, a path with "..", an atomic write (fsync), a write
-    over 64 KiB, a read of a file over 1 MiB and of a directory each start one.
+  - on fresh agents, a relative path, a path with "..", a path through a symlink (which
+    may lead into a network mount), an atomic write (fsync), a write over 64 KiB, a read
+    of a file over 1 MiB and of a directory each start one.
 
 usage: test_http_inline.py ASP_AGENT
 """
@@ -178,6 +179,9 @@ def run(agent, work):
     big = os.path.join(work, "big")
     with open(big, "wb") as fh:
         fh.write(b"x" * (2 << 20))
+    # A symlink may lead into a network mount that hangs, which the mount table hides.
+    os.symlink(f, os.path.join(work, "link"))
+    os.symlink(work, os.path.join(work, "dirlink"))
     to_worker = [
         ("a relative path", "stat", [("path", mp_str("."))]),
         ("a path with ..", "stat", [("path", mp_str(work + "/../" +
@@ -188,6 +192,9 @@ def run(agent, work):
                                           ("data", mp_bin(b"b" * 70000))]),
         ("a read of a file over 1 MiB", "read", [("path", mp_str(big))]),
         ("a read of a directory", "read", [("path", mp_str(work))]),
+        ("a stat through a symlink", "stat", [("path", mp_str(work + "/link"))]),
+        ("a read through a symlinked directory", "read",
+         [("path", mp_str(work + "/dirlink/f"))]),
         ("an exec", "exec", [("argv", b"\x91" + mp_str("true"))]),
     ]
     for what, method, pairs in to_worker:
