@@ -403,6 +403,7 @@ static int on_body(struct lws *wsi, srv_conn *c, const void *in, size_t len)
 	 * does), so that is how it shows: refused, clearly, and the connection closes.
 	 */
 	if (c->rx_len == 0 && len >= 5 && memcmp(in, "POST ", 5) == 0) {
+		lws_get_peer_simple(wsi, c->peer, sizeof c->peer);
 		asp_server_log(
 		    "asp-agent: %s: a POST pipelined behind another request; answered 400",
 		    c->peer);
@@ -432,7 +433,28 @@ static int on_body_done(struct lws *wsi, http_pss *pss)
 	size_t len = c->rx_len;
 	c->rx = NULL;
 	c->rx_len = c->rx_cap = 0;
-	if (!srv_submit(c, msg, len))
+	/* A small request is decoded here to see whether it can be served here. */
+	asp_request *r = NULL;
+	if (len <= SRV_INLINE_MAX) {
+		asp_error err;
+		asp_error_clear(&err);
+		asp_request_new(msg, len, &r, NULL, &err); /* takes msg; r NULL: refused */
+		msg = NULL;
+		if (r)
+			asp_request_decode(r, NULL);
+		if (r && srv_inline_ok(c->s, r)) {
+			if (!srv_serve_inline(c, r))
+				return answer(c, 500, "internal: out of memory\n", true);
+			srv_wake(c->s); /* written from srv_drain_ready, as srv_respond's answers */
+			return 0;
+		}
+		if (!r) { /* as a worker would answer it */
+			char text[ASP_ERROR_MESSAGE_MAX + 32];
+			snprintf(text, sizeof text, "protocol_error: %s\n", err.message);
+			return answer(c, 400, text, false);
+		}
+	}
+	if (!srv_submit(c, msg, len, r))
 		return answer(c, 500, "internal: out of memory\n", true);
 	return 0;
 }
@@ -547,7 +569,15 @@ void srv_http_kick(srv_conn *c)
 		lws_callback_on_writable(wsi);
 		return;
 	}
-	while (pss && pss->c == c && pss->paused && srv_out_peek(c) && !lws_send_pipe_choked(wsi)) {
+	/*
+	 * The first write needs no check that the socket has room (a poll): lws holds nothing
+	 * of an earlier answer (the transaction ends only once that went) and keeps what the
+	 * socket does not take of this one.
+	 */
+	bool first = true;
+	while (pss && pss->c == c && pss->paused && srv_out_peek(c) &&
+	       (first || !lws_send_pipe_choked(wsi))) {
+		first = false;
 		if (on_http_writeable(c->s, wsi, pss) < 0) {
 			lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
 			return;
@@ -836,6 +866,7 @@ int asp_http_listen(const asp_http_listen_opts *o)
 	atomic_init(&s->signals, 0);
 	atomic_init(&s->quit_sig_thread, false);
 	s->max_message = o->max_message ? o->max_message : ASP_MAX_MESSAGE_DEFAULT;
+	srv_inline_init(s);
 	s->stage = malloc(LWS_PRE + SRV_HEADROOM + SRV_CHUNK);
 	char *token = NULL;
 	int rc = 0;
@@ -898,6 +929,7 @@ int asp_http_listen(const asp_http_listen_opts *o)
 	pthread_mutex_destroy(&s->ctx_mu);
 	free(token);
 	free(s->stage);
+	srv_inline_free(s);
 	free(s);
 	return rc;
 }

@@ -88,7 +88,7 @@ struct srv_conn {
 	uint8_t *rx; /* HTTP body or WebSocket message being assembled */
 	size_t rx_len, rx_cap;
 	bool rx_binary;
-	char peer[64];
+	char peer[64]; /* WebSocket: from the start; HTTP: filled when logged */
 
 	/* under srv.mu */
 	srv_conn *ready_next; /* srv.ready */
@@ -109,6 +109,7 @@ typedef struct srv_job {
 	srv_conn *c;  /* a reference */
 	uint8_t *msg; /* the request message (no length prefix), owned */
 	size_t len;
+	asp_request *req; /* or the request made from it, owned */
 } srv_job;
 
 struct srv {
@@ -116,7 +117,11 @@ struct srv {
 	asp_local *backend;
 	asp_local_conn *http_bound; /* the one NULL-sink binding every POST shares */
 	size_t max_message;
-	uint8_t *stage;    /* the service thread's: LWS_PRE, headers, one chunk to write */
+	uint8_t *stage;           /* the service thread's: LWS_PRE, headers, one chunk to write */
+	asp_reply *inline_reply;  /* the service thread's, for srv_serve_inline */
+	int mountinfo_fd;         /* /proc/self/mountinfo, polled for changes */
+	struct srv_mount *mounts; /* its lines, for srv_inline_ok */
+	size_t n_mounts;
 	const char *token; /* NULL: no auth */
 	char url[300];     /* what we listen on, for messages */
 
@@ -164,8 +169,23 @@ srv_conn *srv_conn_new(srv *s, struct lws *wsi, bool ws);
 void srv_conn_detach(srv_conn *c);
 void srv_conn_unref(srv_conn *c);
 
-/* Queues `msg` (taken) for a worker; false when out of memory (msg is freed). */
-bool srv_submit(srv_conn *c, uint8_t *msg, size_t len);
+/* Requests at most this large may be served on the service thread (srv_inline_ok). */
+#define SRV_INLINE_MAX (64 * 1024)
+/* Files at most this large may be read there. */
+#define SRV_INLINE_READ (1024 * 1024)
+/* Service thread: whether the decoded request `r` may be served there (see srv_work.c). */
+bool srv_inline_ok(srv *s, const asp_request *r);
+/* The mount table srv_inline_ok reads; and its release. */
+void srv_inline_init(srv *s);
+void srv_inline_free(srv *s);
+/* Serves `r` (taken) on the service thread and queues the answer; false: none made. */
+bool srv_serve_inline(srv_conn *c, asp_request *r);
+
+/*
+ * Queues `msg` (taken), or the request `req` made from it already (taken; msg NULL),
+ * for a worker; false when out of memory (both are freed).
+ */
+bool srv_submit(srv_conn *c, uint8_t *msg, size_t len, asp_request *req);
 
 /*
  * Queues an answer made on the service thread (a status page): `head`'s status, ctype,

@@ -8,10 +8,15 @@
 #include "asp/channel.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Workers run the local backend; its deepest path (recursive remove) fits easily. */
 #define WORKER_STACK (1024 * 1024)
@@ -41,7 +46,8 @@ srv_conn *srv_conn_new(srv *s, struct lws *wsi, bool ws)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&c->out_cv, &ca);
 	pthread_condattr_destroy(&ca);
-	lws_get_peer_simple(wsi, c->peer, sizeof c->peer);
+	if (ws) /* an HTTP request logs its peer rarely: looked up then (a syscall saved) */
+		lws_get_peer_simple(wsi, c->peer, sizeof c->peer);
 	c->next = s->live;
 	if (s->live)
 		s->live->prev = c;
@@ -253,17 +259,19 @@ bool srv_conn_bind(srv_conn *c)
 
 /* ---- jobs and workers ------------------------------------------------------------- */
 
-bool srv_submit(srv_conn *c, uint8_t *msg, size_t len)
+bool srv_submit(srv_conn *c, uint8_t *msg, size_t len, asp_request *req)
 {
 	srv *s = c->s;
 	srv_job *j = malloc(sizeof *j);
 	if (!j) {
 		free(msg);
+		asp_request_free(req);
 		return false;
 	}
 	j->next = NULL;
 	j->msg = msg;
 	j->len = len;
+	j->req = req;
 	j->c = c;
 	atomic_fetch_add(&c->refs, 1);
 	pthread_mutex_lock(&s->mu);
@@ -335,8 +343,10 @@ static srv_out *serve(srv *s, srv_job *j, asp_reply *out)
 	srv_conn *c = j->c;
 	asp_error err;
 	asp_error_clear(&err);
-	asp_request *r = NULL;
-	asp_request_new(j->msg, j->len, &r, NULL, &err); /* takes the message */
+	asp_request *r = j->req; /* made on the service thread, or from the message here */
+	j->req = NULL;
+	if (!r)
+		asp_request_new(j->msg, j->len, &r, NULL, &err); /* takes the message */
 	j->msg = NULL;
 	srv_out *o = NULL;
 	if (!r || (asp_request_decode(r, &err) && !asp_request_has_id(r))) {
@@ -375,6 +385,221 @@ static srv_out *serve(srv *s, srv_job *j, asp_reply *out)
 	o->status = 200;
 	o->ctype = "application/msgpack";
 	return o;
+}
+
+/* ---- serving on the service thread ------------------------------------------------- */
+
+/*
+ * A small POST stat, read, write or hello is served on the service thread: handing it
+ * to a worker and its answer back costs two thread wake-ups, most of such a call's time
+ * on a busy machine (docs/benchmarks.md). The service thread must never wait for long,
+ * though: every connection waits with it. The backend already never waits on a fifo
+ * (O_NONBLOCK), so what remains is the filesystem: only a path whose mount is a local
+ * filesystem (by /proc/self/mountinfo, re-read when it changes) is served here; network
+ * and FUSE mounts, which can hang, relative paths and paths with ".." go to a worker, as
+ * do atomic writes (fsync), requests over SRV_INLINE_MAX and reads of anything but a
+ * regular file of at most SRV_INLINE_READ, and paths through a symlink, which may lead
+ * into a network mount. The request is decoded once, here; a worker gets it decoded.
+ */
+
+/* Filesystems whose calls take bounded time (no network, no user-space server). */
+static const char *const local_fs[] = {"ext2",  "ext3",    "ext4",  "xfs", "btrfs",    "tmpfs",
+                                       "ramfs", "overlay", "f2fs",  "zfs", "bcachefs", "squashfs",
+                                       "erofs", "vfat",    "exfat", "jfs", "reiserfs"};
+
+struct srv_mount {
+	char *dir;
+	size_t len;
+	bool local;
+};
+
+/* mountinfo escapes space, tab, newline and backslash as \ooo. */
+static void unescape(char *s)
+{
+	char *o = s;
+	for (; *s; s++) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' &&
+		    s[3] >= '0' && s[3] <= '7') {
+			*o++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
+			s += 3;
+		} else {
+			*o++ = *s;
+		}
+	}
+	*o = '\0';
+}
+
+static void mounts_clear(srv *s)
+{
+	for (size_t i = 0; i < s->n_mounts; i++)
+		free(s->mounts[i].dir);
+	free(s->mounts);
+	s->mounts = NULL;
+	s->n_mounts = 0;
+}
+
+/* Reads the mount table; on any failure there is none, and nothing is served inline. */
+static void mounts_load(srv *s)
+{
+	mounts_clear(s);
+	if (s->mountinfo_fd < 0 || lseek(s->mountinfo_fd, 0, SEEK_SET) < 0)
+		return;
+	FILE *f = fdopen(dup(s->mountinfo_fd), "r");
+	if (!f)
+		return;
+	char *line = NULL;
+	size_t cap = 0, n = 0, room = 0;
+	struct srv_mount *m = NULL;
+	bool ok = true;
+	while (ok && getline(&line, &cap, f) > 0) {
+		/* id parent maj:min root mountpoint options [optional...] - fstype source ... */
+		char *save = NULL, *dir = NULL, *type = NULL;
+		int field = 0;
+		bool dash = false;
+		for (char *t = strtok_r(line, " \n", &save); t; t = strtok_r(NULL, " \n", &save)) {
+			if (++field == 5)
+				dir = t;
+			else if (dash) {
+				type = t;
+				break;
+			} else if (field > 6 && !strcmp(t, "-"))
+				dash = true;
+		}
+		if (!dir || !type)
+			continue;
+		if (n == room) {
+			room = room ? 2 * room : 32;
+			struct srv_mount *g = realloc(m, room * sizeof *m);
+			if (!g) {
+				ok = false;
+				break;
+			}
+			m = g;
+		}
+		unescape(dir);
+		m[n].dir = strdup(dir);
+		if (!m[n].dir) {
+			ok = false;
+			break;
+		}
+		m[n].len = strlen(dir);
+		m[n].local = false;
+		for (size_t i = 0; i < sizeof local_fs / sizeof local_fs[0]; i++)
+			m[n].local = m[n].local || !strcmp(type, local_fs[i]);
+		n++;
+	}
+	free(line);
+	fclose(f);
+	s->mounts = m;
+	s->n_mounts = n;
+	if (!ok)
+		mounts_clear(s);
+}
+
+void srv_inline_init(srv *s)
+{
+	s->mountinfo_fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+	mounts_load(s);
+}
+
+void srv_inline_free(srv *s)
+{
+	mounts_clear(s);
+	if (s->mountinfo_fd >= 0)
+		close(s->mountinfo_fd);
+	s->mountinfo_fd = -1;
+	asp_reply_free(s->inline_reply);
+	s->inline_reply = NULL;
+}
+
+/* Whether `path` (absolute, no "..") lies on a local filesystem: its last mount decides. */
+static bool path_is_local(srv *s, const char *path)
+{
+	/* The kernel flags the table as changed (POLLPRI) after a mount or an unmount. */
+	struct pollfd pfd = {.fd = s->mountinfo_fd, .events = POLLPRI};
+	if (s->mountinfo_fd >= 0 && poll(&pfd, 1, 0) > 0)
+		mounts_load(s);
+	const struct srv_mount *best = NULL;
+	for (size_t i = 0; i < s->n_mounts; i++) {
+		const struct srv_mount *m = &s->mounts[i];
+		bool under = !strncmp(path, m->dir, m->len) &&
+		             (m->len == 1 || path[m->len] == '/' || path[m->len] == '\0');
+		/* Later lines are mounted over earlier ones at the same place. */
+		if (under && (!best || m->len >= best->len))
+			best = m;
+	}
+	return best && best->local;
+}
+
+/*
+ * Whether `path` can be resolved without following a symlink, on a local mount: a
+ * symlink could lead into a network mount that hangs, which the mount table does not
+ * show. O_PATH opens nothing but the name; for a read, *st is the file.
+ */
+static bool path_plain(const char *path, struct stat *st)
+{
+#ifdef SYS_openat2
+	struct {
+		uint64_t flags, mode, resolve;
+	} how = {O_PATH | O_CLOEXEC, 0, 0x04 /* RESOLVE_NO_SYMLINKS */};
+	int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
+	if (fd < 0)
+		return errno == ENOENT; /* nothing there to hang on: not_found, answered here */
+	bool ok = fstat(fd, st) == 0;
+	close(fd);
+	return ok;
+#else
+	(void)path, (void)st;
+	return false; /* no way to refuse symlinks: every file call goes to a worker */
+#endif
+}
+
+bool srv_inline_ok(srv *s, const asp_request *r)
+{
+	static const char *const cheap[] = {"stat", "read", "write", "hello"};
+	size_t mlen, plen, m = 0;
+	const char *method = asp_request_method(r, &mlen), *p;
+	while (method && m < sizeof cheap / sizeof cheap[0] &&
+	       !(mlen == strlen(cheap[m]) && !memcmp(method, cheap[m], mlen)))
+		m++;
+	if (!method || m == sizeof cheap / sizeof cheap[0])
+		return false;
+	if (m == 3)
+		return true; /* hello touches no file */
+	if (asp_request_param_true(r, "atomic"))
+		return false; /* fsync, which may take long */
+	char path[1024];
+	if (!asp_request_param_str(r, "path", &p, &plen) || plen >= sizeof path ||
+	    memchr(p, '\0', plen))
+		return false;
+	memcpy(path, p, plen);
+	path[plen] = '\0';
+	struct stat st;
+	st.st_mode = 0;
+	if (path[0] != '/' || strstr(path, "/..") || !path_is_local(s, path) ||
+	    !path_plain(path, &st))
+		return false;
+	/* A read answers the file: only a small regular one here. */
+	return m != 1 || (S_ISREG(st.st_mode) && st.st_size <= SRV_INLINE_READ);
+}
+
+static srv_out *serve(srv *s, srv_job *j, asp_reply *out);
+
+bool srv_serve_inline(srv_conn *c, asp_request *r)
+{
+	srv *s = c->s;
+	if (!s->inline_reply)
+		s->inline_reply = asp_reply_new(); /* NULL: serve answers 500 */
+	srv_job j = {.c = c, .req = r};
+	srv_out *o = serve(s, &j, s->inline_reply);
+	if (s->inline_reply)
+		asp_reply_trim(s->inline_reply, SRV_CHUNK);
+	if (!o)
+		return false;
+	pthread_mutex_lock(&s->mu);
+	push_out_locked(c, o);
+	pthread_mutex_unlock(&s->mu);
+	return true;
 }
 
 /*
@@ -430,6 +655,7 @@ static void *worker_main(void *arg)
 			ws_fail(
 			    c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION); /* no memory for an answer */
 		free(j->msg);
+		asp_request_free(j->req); /* skipped: serve did not take it */
 		free(j);
 
 		pthread_mutex_lock(&s->mu);

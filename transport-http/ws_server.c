@@ -69,7 +69,7 @@ static int on_receive(srv *s, struct lws *wsi, srv_conn *c, const void *in, size
 		free(msg); /* shutting down: no new work */
 		return 0;
 	}
-	if (!srv_submit(c, msg, n))
+	if (!srv_submit(c, msg, n, NULL))
 		return close_with(wsi, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, "out of memory");
 	srv_update_rx(c);
 	return 0;

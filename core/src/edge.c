@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -93,6 +94,46 @@ asp_status asp_request_decode(asp_request *r, asp_error *err)
 	if (r->st && err)
 		*err = r->err;
 	return r->st;
+}
+
+const char *asp_request_method(const asp_request *r, size_t *len)
+{
+	bool ok = r->decoded && r->st == ASP_OK;
+	*len = ok ? r->m.method_len : 0;
+	return ok ? r->m.method : NULL;
+}
+
+/* The params' value for `name`, or NULL. */
+static const msgpack_object *request_param(const asp_request *r, const char *name)
+{
+	if (!r->decoded || r->st != ASP_OK || !r->m.params ||
+	    r->m.params->type != MSGPACK_OBJECT_MAP)
+		return NULL;
+	size_t n = strlen(name);
+	const msgpack_object_map *m = &r->m.params->via.map;
+	for (uint32_t i = 0; i < m->size; i++) {
+		const msgpack_object *k = &m->ptr[i].key;
+		if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == n &&
+		    memcmp(k->via.str.ptr, name, n) == 0)
+			return &m->ptr[i].val;
+	}
+	return NULL;
+}
+
+bool asp_request_param_str(const asp_request *r, const char *name, const char **s, size_t *len)
+{
+	const msgpack_object *v = request_param(r, name);
+	if (!v || v->type != MSGPACK_OBJECT_STR)
+		return false;
+	*s = v->via.str.ptr;
+	*len = v->via.str.size;
+	return true;
+}
+
+bool asp_request_param_true(const asp_request *r, const char *name)
+{
+	const msgpack_object *v = request_param(r, name);
+	return v && v->type == MSGPACK_OBJECT_BOOLEAN && v->via.boolean;
 }
 
 bool asp_request_has_id(const asp_request *r)

@@ -188,6 +188,19 @@ asp_status asp_request_decode(asp_request *r, asp_error *err);
 bool asp_request_has_id(const asp_request *r);
 uint32_t asp_request_id(const asp_request *r);
 
+/*
+ * What a decoded request asks, read without serving it: for a server that picks where
+ * to serve it (the HTTP listener serves small local file calls on its own thread). All
+ * point into the request and live as long as it. Before a successful asp_request_decode
+ * there is nothing: NULL and false.
+ *   asp_request_method: the method's bytes (not NUL-terminated), *len their count.
+ *   asp_request_param_str: the str param `name`'s bytes, false when absent or not a str.
+ *   asp_request_param_true: whether the param `name` is the bool true.
+ */
+const char *asp_request_method(const asp_request *r, size_t *len);
+bool asp_request_param_str(const asp_request *r, const char *name, const char **s, size_t *len);
+bool asp_request_param_true(const asp_request *r, const char *name);
+
 /* Releases the request and its message. NULL is a no-op. */
 void asp_request_free(asp_request *r);
 
