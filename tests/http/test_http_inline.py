@@ -17,10 +17,11 @@ import os
 import shutil
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import time
+
+from listen_agent import start_agent
 
 failures = []
 logs = []
@@ -32,22 +33,10 @@ def check(cond, what):
         failures.append(what)
 
 
-def start_agent(agent):
+def start_inline_agent(agent):
     log = tempfile.NamedTemporaryFile("w+", prefix="asp-inline-log-")
     logs.append(log)
-    p = subprocess.Popen([agent, "--listen", "127.0.0.1:0"], stderr=log)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        with open(log.name) as f:
-            for line in f:
-                if line.startswith("asp-agent: listening on "):
-                    host, port = line.split()[3].split("//")[1].split(":")
-                    return p, (host, int(port))
-        if p.poll() is not None:
-            break
-        time.sleep(0.05)  # polling the log for the address, bounded
-    p.kill()
-    sys.exit("the agent did not start: " + open(log.name).read())
+    return start_agent(agent, log)
 
 
 # ---- just enough msgpack ----
@@ -150,7 +139,7 @@ def run(agent, work):
     if kind not in LOCAL:
         print("SKIP: %s is on %s, not a local filesystem this test knows" % (work, kind))
         return 77
-    p, addr = start_agent(agent)
+    p, addr = start_inline_agent(agent)
     try:
         c = Conn(addr)
         t0 = threads(p)
@@ -198,7 +187,7 @@ def run(agent, work):
         ("an exec", "exec", [("argv", b"\x91" + mp_str("true"))]),
     ]
     for what, method, pairs in to_worker:
-        p, addr = start_agent(agent)
+        p, addr = start_inline_agent(agent)
         try:
             c = Conn(addr)
             t0 = threads(p)

@@ -24,6 +24,8 @@ import tempfile
 import threading
 import time
 
+from listen_agent import start_agent
+
 failures = []
 MIB = 1 << 20
 
@@ -32,22 +34,6 @@ def check(cond, what):
     print(("ok   " if cond else "FAIL ") + what)
     if not cond:
         failures.append(what)
-
-
-def start_agent(agent, log):
-    p = subprocess.Popen([agent, "--listen", "127.0.0.1:0"], stderr=log)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        with open(log.name) as f:
-            for line in f:
-                if line.startswith("asp-agent: listening on "):
-                    host, port = line.split()[3].split("//")[1].split(":")
-                    return p, (host, int(port))
-        if p.poll() is not None:
-            break
-        time.sleep(0.05)  # polling the log for the address, bounded
-    p.kill()
-    sys.exit("the agent did not start: " + open(log.name).read())
 
 
 def read_all(s, limit=1 << 16):
