@@ -19,7 +19,6 @@ import socket
 import struct
 import sys
 import tempfile
-import time
 
 from listen_agent import start_agent
 
