@@ -633,7 +633,8 @@ static uint32_t exec_out(tproc *p, uint32_t id, const char *command, char *out, 
 	t_resp resp;
 	CU_ASSERT_FATAL(t_parse_response(body, len, ASP_OP_EXEC, &r, a, &resp));
 	size_t n = r.stdout_data.len < cap - 1 ? r.stdout_data.len : cap - 1;
-	memcpy(out, r.stdout_data.data, n);
+	if (n) /* an error answer has no stdout: data is NULL */
+		memcpy(out, r.stdout_data.data, n);
 	out[n] = '\0';
 	asp_arena_free(a);
 	free(body);
