@@ -1,7 +1,7 @@
 /*
- * Gives a Node test an sshd: starts the fixture (tests/ssh/sshd_fixture.c), writes an
- * .asp.json for it in native mode with the given cwd, prints "ready" on stdout, and stops
- * sshd when its stdin reaches EOF (the test ended or died).
+ * Gives a script an sshd (the MCP Node test, tests/sdkgen/new_op.sh): starts the fixture
+ * (sshd_fixture.c), writes an .asp.json for it in native mode with the given cwd, prints
+ * "ready" on stdout, and stops sshd when its stdin reaches EOF (the test ended or died).
  * usage: sshd_helper CONFIG_OUT CWD
  */
 #include "sshd_fixture.h"
