@@ -970,7 +970,8 @@ static asp_status exec_full(tproc *p, uint32_t id, const char *const *argv, size
 	CU_ASSERT_FATAL(t_parse_response(body, len, ASP_OP_EXEC, &r, a, &resp));
 	CU_ASSERT_EQUAL(resp.id, id);
 	size_t n = resp.st == ASP_OK && r.stdout_data.len < cap - 1 ? r.stdout_data.len : 0;
-	memcpy(out, r.stdout_data.data, n);
+	if (n) /* an error answer has no stdout: data is NULL */
+		memcpy(out, r.stdout_data.data, n);
 	out[n] = '\0';
 	asp_arena_free(a);
 	free(body);
