@@ -36,9 +36,10 @@ static struct {
 	size_t len;
 } fz;
 
-static bool fz_submit(srv_conn *c, uint8_t *msg, size_t len)
+static bool fz_submit(srv_conn *c, uint8_t *msg, size_t len, asp_request *req)
 {
 	(void)c;
+	FUZZ_CHECK(!req, "a WebSocket message goes undecoded");
 	FUZZ_CHECK(!fz.msg, "one message at a time");
 	fz.msg = msg;
 	fz.len = len;
