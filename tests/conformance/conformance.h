@@ -157,6 +157,10 @@ extern const conf_streaming conf_client_streaming;
 struct asp_transport;
 void conf_transport_streaming(conf_streaming *st, const struct asp_transport *t);
 
+/* Upper bound on what should take well under a second (a timeout taking effect): generous for a
+ * starved machine, and still a third of the 30 s the commands would run without it. */
+#define CONF_SLOW_MS 10000
+
 /*
  * sh: "alive" or "dead" for the pid in FILE (relative to the case dir). A zombie counts
  * as dead: in a container whose init does not reap, a killed orphan stays one.
