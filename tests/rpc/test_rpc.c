@@ -739,7 +739,7 @@ static void test_call_timeout(void)
 	int64_t t0 = t_now_ms();
 	CU_ASSERT_EQUAL(asp_rpc_call(f.rpc, ASP_OP_STAT, &p, &r, a, 100, &err), ASP_E_TIMEOUT);
 	int64_t took = t_now_ms() - t0;
-	CU_ASSERT(took >= 90 && took < 1000);
+	CU_ASSERT(took >= 90 && took < 5000); /* without the deadline: never */
 	uint32_t late = fake_read_request(&f);
 	msgpack_sbuffer sb;
 	msgpack_sbuffer_init(&sb);

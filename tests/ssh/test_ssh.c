@@ -541,7 +541,7 @@ static void killed_session(const char *agent_path)
 	pthread_join(th, NULL);
 	long long took = now_ms() - t_kill;
 	CU_ASSERT_EQUAL(s.st, ASP_E_TRANSPORT_ERROR);
-	CU_ASSERT_TRUE(took < 3000); /* promptly, not after the 30 s sleep */
+	CU_ASSERT_TRUE(took < 10000); /* promptly, not after the 30 s sleep */
 	if (s.st != ASP_E_TRANSPORT_ERROR || took >= 3000)
 		fprintf(stderr, "killed session: %s after %lld ms: %s\n", asp_strerror(s.st), took,
 		        s.err.message);
@@ -1188,7 +1188,7 @@ static void test_spawn_timeout_kill(void)
 	long long took = now_ms() - t0;
 	CU_ASSERT_TRUE(w.exited && w.ev.timed_out && w.ev.exit_code == -1 && w.ev.signal &&
 	               strcmp(w.ev.signal, "KILL") == 0);
-	CU_ASSERT_TRUE(took >= 2000 && took < 6000);
+	CU_ASSERT_TRUE(took >= 2000 && took < 12000); /* KILL 2 s after TERM, not 30 s */
 	CU_ASSERT_TRUE(w.len[0] == 8 && memcmp(w.data[0], "started\n", 8) == 0);
 	CU_ASSERT_TRUE(bg > 0);
 	bool gone = false;
