@@ -620,25 +620,34 @@ static void test_cgroup_removed(void)
 
 /* ---- a cgroup per command: timeout and proc_signal KILL end all it started --------- */
 
-/* Runs `command` and returns its stdout (NUL-terminated, at most cap - 1 bytes). */
-static uint32_t exec_out(tproc *p, uint32_t id, const char *command, char *out, size_t cap)
+/* Reads one exec answer: its id and status, its stdout into `out` (NUL-terminated, at most
+ * cap - 1 bytes; empty for an error answer). */
+static t_resp exec_answer(tproc *p, char *out, size_t cap)
 {
-	send_exec(p, id, command, 0);
 	uint8_t *body;
 	size_t len;
-	int got = t_read_frame(p->out, 20000, &body, &len);
-	CU_ASSERT_EQUAL_FATAL(got, 1);
+	CU_ASSERT_EQUAL_FATAL(t_read_frame(p->out, 20000, &body, &len), 1);
 	asp_arena *a = asp_arena_new();
 	asp_exec_result r;
+	memset(&r, 0, sizeof r);
 	t_resp resp;
 	CU_ASSERT_FATAL(t_parse_response(body, len, ASP_OP_EXEC, &r, a, &resp));
-	size_t n = r.stdout_data.len < cap - 1 ? r.stdout_data.len : cap - 1;
+	size_t n = resp.st != ASP_OK             ? 0
+	           : r.stdout_data.len < cap - 1 ? r.stdout_data.len
+	                                         : cap - 1;
 	if (n) /* an error answer has no stdout: data is NULL */
 		memcpy(out, r.stdout_data.data, n);
 	out[n] = '\0';
 	asp_arena_free(a);
 	free(body);
-	return resp.id;
+	return resp;
+}
+
+/* Runs `command` and returns the answer's id, its stdout in `out` (as exec_answer). */
+static uint32_t exec_out(tproc *p, uint32_t id, const char *command, char *out, size_t cap)
+{
+	send_exec(p, id, command, 0);
+	return exec_answer(p, out, cap).id;
 }
 
 /* The cgroup a command of `p` runs in (`dir`: its directory), from its own /proc. */
@@ -960,21 +969,8 @@ static asp_status exec_full(tproc *p, uint32_t id, const char *const *argv, size
 	t_add_request(&b, id, ASP_OP_EXEC, &e);
 	CU_ASSERT_FATAL(t_write_all(p->in, b.data, b.len) == 0);
 	asp_buf_free(&b);
-	uint8_t *body;
-	size_t len;
-	CU_ASSERT_EQUAL_FATAL(t_read_frame(p->out, 20000, &body, &len), 1);
-	asp_arena *a = asp_arena_new();
-	asp_exec_result r;
-	memset(&r, 0, sizeof r);
-	t_resp resp;
-	CU_ASSERT_FATAL(t_parse_response(body, len, ASP_OP_EXEC, &r, a, &resp));
+	t_resp resp = exec_answer(p, out, cap);
 	CU_ASSERT_EQUAL(resp.id, id);
-	size_t n = resp.st == ASP_OK && r.stdout_data.len < cap - 1 ? r.stdout_data.len : 0;
-	if (n) /* an error answer has no stdout: data is NULL */
-		memcpy(out, r.stdout_data.data, n);
-	out[n] = '\0';
-	asp_arena_free(a);
-	free(body);
 	return resp.st;
 }
 
