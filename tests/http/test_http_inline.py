@@ -20,7 +20,8 @@ import struct
 import sys
 import tempfile
 
-from listen_agent import start_agent
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from listen_agent import start_agent  # noqa: E402
 
 failures = []
 logs = []

@@ -24,7 +24,8 @@ import tempfile
 import threading
 import time
 
-from listen_agent import start_agent
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from listen_agent import start_agent  # noqa: E402
 
 failures = []
 MIB = 1 << 20

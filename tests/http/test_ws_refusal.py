@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 
 try:
     import msgpack
@@ -23,6 +22,9 @@ try:
     from websockets.exceptions import InvalidStatusCode
     from websockets.http11 import Response
     from websockets.uri import parse_uri
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                    "common"))
+    from listen_agent import start_agent
 except ImportError as e:
     print(f"skipped: {e} (python3-websockets and python3-msgpack are needed)")
     sys.exit(77)
@@ -35,22 +37,6 @@ def check(cond, what):
     print(("ok   " if cond else "FAIL ") + what)
     if not cond:
         failures.append(what)
-
-
-def start_agent(agent, log):
-    env = dict(os.environ, ASP_TOKEN=TOKEN)
-    p = subprocess.Popen([agent, "--listen", "127.0.0.1:0"], stderr=log, env=env)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        with open(log.name) as f:
-            for line in f:
-                if line.startswith("asp-agent: listening on "):
-                    return p, line.split()[3]
-        if p.poll() is not None:
-            break
-        time.sleep(0.05)
-    p.kill()
-    sys.exit("the agent did not start: " + open(log.name).read())
 
 
 async def refused(ws_url, headers, subprotocols):
@@ -88,10 +74,8 @@ def raw_response(host, port, headers, subprotocols):
 
 async def main(agent):
     with tempfile.NamedTemporaryFile("w+", prefix="asp-ws-refusal-", suffix=".log") as log:
-        p, url = start_agent(agent, log)
+        p, (host, port) = start_agent(agent, log, env=dict(os.environ, ASP_TOKEN=TOKEN))
         try:
-            host, port = url.split("//")[1].split(":")
-            port = int(port)
             ws_url = f"ws://{host}:{port}/v1/ws"
             good = {"Authorization": "Bearer " + TOKEN}
 

@@ -9,17 +9,18 @@ when the agent has no HTTP support.
 usage: test_http_faults.py SDK_DIR AGENT
 """
 import asyncio
-import http.client
 import os
 import signal
-import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import asp  # noqa: E402
+from listen_agent import start_agent  # noqa: E402
 from stop import cont, stop  # noqa: E402
 
 agent = sys.argv[2]
@@ -46,34 +47,9 @@ def attempt(fn):
         return e.code, e.message, time.monotonic() - t0
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def healthy(port):
-    try:
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-        c.request("GET", "/v1/health")
-        ok = c.getresponse().status == 200
-        c.close()
-        return ok
-    except OSError:
-        return False
-
-
-port = free_port()
-listener = subprocess.Popen([agent, "--listen", "127.0.0.1:%d" % port],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-deadline = time.monotonic() + 10
-while not healthy(port):
-    if listener.poll() is not None or time.monotonic() > deadline:
-        listener.kill()
-        print("asp-agent --listen is not available")
-        sys.exit(77)
-    time.sleep(0.05)  # polling /v1/health, bounded
-url = "http://127.0.0.1:%d" % port
+log = tempfile.NamedTemporaryFile(prefix="asp-listener-", suffix=".log")
+listener, (host, port) = start_agent(agent, log)
+url = "http://%s:%d" % (host, port)
 
 
 def stopped(fn):
