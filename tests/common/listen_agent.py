@@ -27,7 +27,9 @@ def start_agent(agent, log, env=None, bound_s=60):
                 sys.exit(77)
             break
         time.sleep(0.05)  # polling the log for the address, bounded
+    why = "exited with status %s" % p.returncode if p.poll() is not None else \
+        "did not log its address within %d s" % bound_s
     p.kill()
     p.wait()
     with open(log.name, errors="replace") as f:
-        sys.exit("the agent did not start within %d s: %s" % (bound_s, f.read()))
+        sys.exit("the agent %s: %s" % (why, f.read()))
