@@ -8,12 +8,14 @@
 
 #include <curl/curl.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Idle handles kept beyond this are cleaned up (a burst of threads does not linger). */
@@ -33,6 +35,14 @@ typedef struct handle {
 	uint8_t *buf;
 	size_t len, cap, max;
 	bool over; /* larger than max */
+	/* the call's deadline (http_deadline): progress seen, when the send ended, and why
+	 * the progress callback stopped the call */
+	const http_deadline *dl;
+	size_t body_len;
+	curl_off_t up, down;
+	int64_t moved_ms, sent_ms, probed_ms;
+	asp_status why_st;
+	char why[256];
 } handle;
 
 struct http_client {
@@ -88,14 +98,96 @@ static int close_socket(void *ud, curl_socket_t fd)
 	return close(fd);
 }
 
+static int64_t now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static int stop_call(handle *h, asp_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int stop_call(handle *h, asp_status st, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(h->why, sizeof h->why, fmt, ap);
+	va_end(ap);
+	h->why_st = st;
+	return 1; /* curl ends the transfer with CURLE_ABORTED_BY_CALLBACK */
+}
+
+static asp_status post(http_client *c, const uint8_t *body, size_t len, size_t max_resp,
+                       const http_deadline *dl, uint8_t **resp, size_t *rlen, asp_error *err);
+
+/* Whether the listener answers the probe within call_ms, on a connection of its own. */
+static bool probe_answered(http_client *c, const http_deadline *d)
+{
+	http_deadline pd = {.op = "hello", .call_ms = d->call_ms};
+	uint8_t *resp;
+	size_t rlen;
+	asp_error err;
+	asp_status st = post(c, d->probe, d->probe_len, 1u << 20, &pd, &resp, &rlen, &err);
+	if (st == ASP_OK)
+		free(resp);
+	return st == ASP_OK;
+}
+
+/* The call's deadline (http_deadline), each time libcurl reports: 1 stops the call. */
 static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
 {
 	(void)dt;
-	(void)dn;
 	(void)ut;
-	(void)un;
 	handle *h = ud;
-	return atomic_load_explicit(&h->c->aborted, memory_order_relaxed) ? 1 : 0;
+	if (atomic_load_explicit(&h->c->aborted, memory_order_relaxed))
+		return 1;
+	const http_deadline *d = h->dl;
+	if (!d || !d->call_ms)
+		return 0;
+	int64_t now = now_ms();
+	if (un != h->up || dn != h->down) {
+		h->up = un;
+		h->down = dn;
+		h->moved_ms = now;
+	}
+	int64_t still = now - h->moved_ms;
+	const char *url = h->c->base_url;
+	if (dn > 0) /* the answer is arriving: it must keep coming */
+		return still < d->call_ms ? 0
+		                          : stop_call(h, ASP_E_TRANSPORT_ERROR,
+		                                      "%s: the answer from %s stopped arriving for "
+		                                      "call_timeout_ms (%u ms)",
+		                                      d->op, url, d->call_ms);
+	if ((size_t)un < h->body_len) /* connecting or sending */
+		return still < d->call_ms ? 0
+		                          : stop_call(h, ASP_E_TRANSPORT_ERROR,
+		                                      "%s: %s took none of the request for "
+		                                      "call_timeout_ms (%u ms)",
+		                                      d->op, url, d->call_ms);
+	if (!h->sent_ms)
+		h->sent_ms = h->probed_ms = now;
+	if (d->probe) {
+		if (now - h->probed_ms < d->call_ms)
+			return 0;
+		if (!probe_answered(h->c, d))
+			return stop_call(h, ASP_E_TRANSPORT_ERROR,
+			                 "%s: %s did not answer a liveness probe (hello) within "
+			                 "call_timeout_ms (%u ms)",
+			                 d->op, url, d->call_ms);
+		h->probed_ms = now_ms();
+		return 0;
+	}
+	uint64_t limit = d->own_ms + d->call_ms;
+	if ((uint64_t)(now - h->sent_ms) < limit)
+		return 0;
+	if (d->own_ms)
+		return stop_call(h, ASP_E_TIMEOUT,
+		                 "%s: no answer within %llu ms (its timeout_ms %llu + "
+		                 "call_timeout_ms %u)",
+		                 d->op, (unsigned long long)limit, (unsigned long long)d->own_ms,
+		                 d->call_ms);
+	return stop_call(h, ASP_E_TIMEOUT, "%s: no answer within call_timeout_ms (%u ms)", d->op,
+	                 d->call_ms);
 }
 
 static size_t on_data(char *p, size_t size, size_t n, void *ud)
@@ -234,6 +326,8 @@ static bool is_tls_error(CURLcode r)
 static asp_status curl_failed(http_client *c, handle *h, CURLcode r, asp_error *err)
 {
 	const char *detail = h->errbuf[0] ? h->errbuf : curl_easy_strerror(r);
+	if (r == CURLE_ABORTED_BY_CALLBACK && h->why_st && !atomic_load(&c->aborted))
+		return asp_error_set(err, h->why_st, NULL, "%s", h->why);
 	if (atomic_load(&c->aborted) || r == CURLE_ABORTED_BY_CALLBACK)
 		return asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
 		                     "the call to %s was cut short: the connection was closed",
@@ -297,7 +391,13 @@ static asp_status status_failed(http_client *c, handle *h, long status, asp_erro
 }
 
 asp_status http_client_post(http_client *c, const uint8_t *body, size_t len, size_t max_resp,
-                            uint8_t **resp, size_t *rlen, asp_error *err)
+                            const http_deadline *dl, uint8_t **resp, size_t *rlen, asp_error *err)
+{
+	return post(c, body, len, max_resp, dl, resp, rlen, err);
+}
+
+static asp_status post(http_client *c, const uint8_t *body, size_t len, size_t max_resp,
+                       const http_deadline *dl, uint8_t **resp, size_t *rlen, asp_error *err)
 {
 	*resp = NULL;
 	*rlen = 0;
@@ -310,10 +410,17 @@ asp_status http_client_post(http_client *c, const uint8_t *body, size_t len, siz
 	h->over = false;
 	h->max = max_resp;
 	h->errbuf[0] = '\0';
+	h->dl = dl;
+	h->body_len = len;
+	h->up = h->down = 0;
+	h->moved_ms = now_ms();
+	h->sent_ms = h->probed_ms = 0;
+	h->why_st = ASP_OK;
 	curl_easy_setopt(h->e, CURLOPT_POSTFIELDS, (const char *)body);
 	curl_easy_setopt(h->e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
 	CURLcode r = curl_easy_perform(h->e);
 	curl_easy_setopt(h->e, CURLOPT_POSTFIELDS, NULL); /* the body is the caller's */
+	h->dl = NULL;
 	long status = 0;
 	curl_easy_getinfo(h->e, CURLINFO_RESPONSE_CODE, &status);
 	asp_status st = ASP_OK;

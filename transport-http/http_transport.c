@@ -49,6 +49,14 @@ typedef struct http_backend {
 	http_client *hc; /* the other modes: unary calls */
 	atomic_size_t max_message;
 	atomic_uint next_id;
+	unsigned call_ms; /* call_timeout_ms */
+	uint8_t *probe;   /* a hello request (no header), the liveness probe */
+	size_t probe_len;
+	/* POST's first hello answer, as received, until a call fails with transport_error */
+	pthread_mutex_t hello_mu;
+	uint8_t *hello;
+	size_t hello_len;
+	uint32_t hello_id;
 
 	/* ASP_HTTP_WS_BOTH: where the WebSocket is (copies; the token wiped when freed) */
 	char *ws_url, *ws_host, *ws_host_port, *ws_path, *ws_token, *ws_ca_file, *ws_hint;
@@ -64,21 +72,82 @@ typedef struct http_backend {
 
 /* ---- one unary call --------------------------------------------------------------- */
 
-static asp_status unary(http_backend *b, asp_op_id op, const void *params, void *result,
-                        asp_arena *a, asp_error *err)
+/* The kept hello answer, decoded into `result`; false when there is none. */
+static bool hello_cached(http_backend *b, void *result, asp_arena *a, asp_error *err,
+                         asp_status *st)
 {
+	pthread_mutex_lock(&b->hello_mu);
+	uint8_t *m = b->hello ? malloc(b->hello_len) : NULL;
+	size_t len = b->hello_len;
+	uint32_t id = b->hello_id;
+	if (m)
+		memcpy(m, b->hello, len);
+	pthread_mutex_unlock(&b->hello_mu);
+	if (m)
+		*st = asp_rpc_decode(ASP_OP_HELLO, id, m, len, result, a, "listener", err);
+	return m != NULL;
+}
+
+static void hello_keep(http_backend *b, const uint8_t *resp, size_t len, uint32_t id)
+{
+	uint8_t *m = malloc(len);
+	if (!m)
+		return;
+	memcpy(m, resp, len);
+	pthread_mutex_lock(&b->hello_mu);
+	if (!b->hello) {
+		b->hello = m;
+		b->hello_len = len;
+		b->hello_id = id;
+		m = NULL;
+	}
+	pthread_mutex_unlock(&b->hello_mu);
+	free(m);
+}
+
+static void hello_forget(http_backend *b)
+{
+	pthread_mutex_lock(&b->hello_mu);
+	free(b->hello);
+	b->hello = NULL;
+	pthread_mutex_unlock(&b->hello_mu);
+}
+
+/*
+ * One call, one POST, within docs/faults.md's deadline: `answer_ms` set, the answer must
+ * start within it (opening's hello); else within call_timeout_ms plus the op's own
+ * timeout_ms, or, with none of its own, as long as the listener answers a probe.
+ */
+static asp_status unary(http_backend *b, asp_op_id op, const void *params, void *result,
+                        asp_arena *a, unsigned answer_ms, asp_error *err)
+{
+	asp_status st;
+	if (op == ASP_OP_HELLO && !answer_ms && hello_cached(b, result, a, err, &st))
+		return st;
 	size_t max = atomic_load_explicit(&b->max_message, memory_order_relaxed);
 	uint32_t id = atomic_fetch_add_explicit(&b->next_id, 1, memory_order_relaxed) + 1;
 	uint8_t *req, *resp;
 	size_t req_len, rlen;
-	asp_status st = asp_rpc_encode(op, id, params, max, &req, &req_len, err);
+	st = asp_rpc_encode(op, id, params, max, &req, &req_len, err);
 	if (st)
 		return st;
-	st = http_client_post(b->hc, req + ASP_FRAME_HEADER, req_len - ASP_FRAME_HEADER, max, &resp,
-	                      &rlen, err);
+	http_deadline dl = {.op = asp_op_name(op), .call_ms = answer_ms ? answer_ms : b->call_ms};
+	uint64_t own = op == ASP_OP_EXEC        ? ((const asp_exec_params *)params)->timeout_ms
+	               : op == ASP_OP_PROC_WAIT ? ((const asp_proc_wait_params *)params)->timeout_ms
+	                                        : 0;
+	if (!answer_ms && own)
+		dl.own_ms = own;
+	else if (!answer_ms && (op == ASP_OP_EXEC || op == ASP_OP_PROC_WAIT) && b->probe)
+		dl.probe = b->probe, dl.probe_len = b->probe_len;
+	st = http_client_post(b->hc, req + ASP_FRAME_HEADER, req_len - ASP_FRAME_HEADER, max, &dl,
+	                      &resp, &rlen, err);
 	free(req);
+	if (st == ASP_E_TRANSPORT_ERROR)
+		hello_forget(b); /* the next hello asks: it may be another listener by then */
 	if (st)
 		return st;
+	if (op == ASP_OP_HELLO)
+		hello_keep(b, resp, rlen, id);
 	st = asp_rpc_decode(op, id, resp, rlen, result, a, "listener", err);
 	if (st == ASP_OK && op == ASP_OP_HELLO) {
 		uint64_t mm = ((const asp_hello_result *)result)->max_message;
@@ -143,6 +212,8 @@ static asp_status ws_dial(http_backend *b, ws_link **out, asp_error *err)
 	asp_status st = ws_channel_open(&t, OPEN_TIMEOUT_MS, &ch, err);
 	if (st == ASP_OK) /* POST's hello announced max_message: no hello of its own */
 		st = asp_rpc_new(ch, atomic_load(&b->max_message), &l->rpc, err);
+	if (st == ASP_OK)
+		asp_rpc_set_call_timeout(l->rpc, b->call_ms);
 	if (st) {
 		free(l);
 		return st;
@@ -277,17 +348,17 @@ static asp_status invoke(void *self, asp_op_id op, const void *p, void *r, asp_a
                          asp_error *err)
 {
 	http_backend *b = self;
-	if (b->rpc)
-		return asp_rpc_call(b->rpc, op, p, r, a, 0, err);
+	if (b->rpc) /* asp_rpc_invoke: a hello is answered from the first one */
+		return asp_rpc_invoke(b->rpc, op, p, r, a, err);
 	if (b->mode == ASP_HTTP_WS_BOTH && needs_ws(op)) {
 		ws_link *l = ws_get(b, err);
 		if (!l)
 			return err->code;
-		asp_status st = asp_rpc_call(l->rpc, op, p, r, a, 0, err);
+		asp_status st = asp_rpc_invoke(l->rpc, op, p, r, a, err);
 		ws_put(l);
 		return st;
 	}
-	asp_status st = unary(b, op, p, r, a, err);
+	asp_status st = unary(b, op, p, r, a, 0, err);
 	if (st == ASP_OK && op == ASP_OP_HELLO)
 		st = hello_ops(b, p, r, a, err);
 	return st;
@@ -339,7 +410,7 @@ static asp_status say_hello(http_backend *b, const asp_config_view *cfg, asp_err
 	asp_hello_result hr;
 	asp_status st = b->rpc
 	                    ? asp_rpc_call(b->rpc, ASP_OP_HELLO, &hp, &hr, a, OPEN_TIMEOUT_MS, err)
-	                    : unary(b, ASP_OP_HELLO, &hp, &hr, a, err);
+	                    : unary(b, ASP_OP_HELLO, &hp, &hr, a, OPEN_TIMEOUT_MS, err);
 	if (st == ASP_E_TIMEOUT)
 		st = asp_error_set(err, ASP_E_TRANSPORT_ERROR, cfg->path,
 		                   "%s did not answer hello within %d s; is it asp-agent --listen?",
@@ -364,6 +435,9 @@ static void backend_free(http_backend *b)
 {
 	asp_rpc_free(b->rpc);
 	http_client_free(b->hc);
+	free(b->probe);
+	free(b->hello);
+	pthread_mutex_destroy(&b->hello_mu);
 	if (b->mode == ASP_HTTP_WS_BOTH) {
 		if (b->ws)
 			link_free(b->ws);
@@ -436,6 +510,23 @@ static asp_status http_open(const asp_config_view *cfg, const asp_ops **ops, voi
 		b->mode = ASP_HTTP_WS_BOTH;
 	atomic_init(&b->max_message, ASP_MAX_MESSAGE_DEFAULT);
 	atomic_init(&b->next_id, 0);
+	pthread_mutex_init(&b->hello_mu, NULL);
+	b->call_ms = cfg->call_timeout_ms ? cfg->call_timeout_ms : ASP_CALL_TIMEOUT_DEFAULT;
+	{
+		asp_hello_params hp;
+		asp_hello_params_init(&hp);
+		uint8_t *frame;
+		size_t len;
+		asp_error ignored;
+		if (asp_rpc_encode(ASP_OP_HELLO, 0, &hp, ASP_MAX_MESSAGE_DEFAULT, &frame, &len,
+		                   &ignored) == ASP_OK) {
+			b->probe_len = len - ASP_FRAME_HEADER;
+			b->probe = malloc(b->probe_len);
+			if (b->probe)
+				memcpy(b->probe, frame + ASP_FRAME_HEADER, b->probe_len);
+			free(frame);
+		}
+	}
 	if (b->mode == ASP_HTTP_WS_BOTH) {
 		pthread_mutex_init(&b->ws_mu, NULL);
 		pthread_cond_init(&b->ws_cv, NULL);
@@ -470,6 +561,8 @@ static asp_status http_open(const asp_config_view *cfg, const asp_ops **ops, voi
 			         " (http.ca_file in %s)", where);
 		if (st == ASP_OK)
 			st = asp_rpc_new(ch, 0, &b->rpc, err);
+		if (st == ASP_OK)
+			asp_rpc_set_call_timeout(b->rpc, b->call_ms);
 	} else {
 		char rpc_url[2100];
 		snprintf(rpc_url, sizeof rpc_url, "%s://%s%s/v1/rpc", a.tls ? "https" : "http",

@@ -8,6 +8,7 @@
 #include "asp/transport.h"
 #include "http_addr.h"
 #include "listener.h"
+#include "testproc.h"
 #include "wire.h"
 #include "ws_client.h"
 
@@ -60,6 +61,7 @@ typedef struct cfg {
 	const char *token_env;
 	const char *token_file;
 	const char *ca_file;
+	unsigned call_ms; /* call_timeout_ms; 0: the default */
 } cfg;
 
 static asp_client *open_client(const cfg *c, asp_error *err)
@@ -73,6 +75,7 @@ static asp_client *open_client(const cfg *c, asp_error *err)
 	v.http.token_env = c->token_env;
 	v.http.token_file = c->token_file;
 	v.http.ca_file = c->ca_file;
+	v.call_timeout_ms = c->call_ms;
 	asp_client *cl = NULL;
 	if (asp_client_open_view(&v, &cl, err))
 		return NULL;
@@ -93,6 +96,32 @@ static asp_status run(asp_client *cl, const char *cmd, char *out, size_t cap, as
 		         (const char *)r.stdout_data.data);
 	if (st == ASP_OK && r.exit_code != 0)
 		st = asp_error_set(err, ASP_E_INTERNAL, NULL, "exit %lld", (long long)r.exit_code);
+	asp_arena_free(a);
+	return st;
+}
+
+/* exec of `cmd` with `timeout_ms`: the status only. */
+static asp_status run_within(asp_client *cl, const char *cmd, uint64_t timeout_ms, asp_error *err)
+{
+	asp_arena *a = asp_arena_new();
+	asp_exec_params p;
+	asp_exec_params_init(&p);
+	p.command = cmd;
+	p.timeout_ms = timeout_ms;
+	asp_exec_result r;
+	asp_status st = asp_exec(cl, &p, &r, a, err);
+	asp_arena_free(a);
+	return st;
+}
+
+static asp_status stat_root(asp_client *cl, asp_error *err)
+{
+	asp_arena *a = asp_arena_new();
+	asp_stat_params p;
+	asp_stat_params_init(&p);
+	p.path = "/";
+	asp_stat_result r;
+	asp_status st = asp_stat(cl, &p, &r, a, err);
 	asp_arena_free(a);
 	return st;
 }
@@ -1327,6 +1356,54 @@ static void *slow_main(void *arg)
 	return NULL;
 }
 
+/*
+ * A SIGSTOPped listener (docs/faults.md): over POST a call fails with timeout naming the
+ * op and the limit, an exec's limit is its timeout_ms + call_timeout_ms, an exec with no
+ * limit of its own fails when the liveness probe goes unanswered, hello is answered from
+ * the first answer; over the WebSocket the engine's deadline holds, at the config's
+ * call_timeout_ms. After SIGCONT calls work again. Without deadlines each of these calls
+ * waits for ever.
+ */
+static void test_stopped_listener(void)
+{
+	for (int ws = 0; ws < 2; ws++) {
+		listener l;
+		CU_ASSERT_FATAL(listener_start(&l, "127.0.0.1:0", NULL, NULL) == 0);
+		cfg cf = {.url = l.url, .websocket = ws, .call_ms = 400};
+		asp_error err;
+		asp_client *c = open_client(&cf, &err);
+		CU_ASSERT_FATAL(c && hello(c, &err) == ASP_OK && stat_root(c, &err) == ASP_OK);
+		CU_ASSERT_FATAL(t_stop(l.pid, 10000));
+		CU_ASSERT_EQUAL(hello(c, &err), ASP_OK);
+		int64_t t0 = now_ms();
+		asp_status st = stat_root(c, &err);
+		int64_t took = now_ms() - t0;
+		CU_ASSERT(st == ASP_E_TIMEOUT && took >= 350 && took < 10000);
+		CU_ASSERT(strstr(err.message, "stat") && strstr(err.message, "400 ms"));
+		if (st != ASP_E_TIMEOUT || !strstr(err.message, "400 ms"))
+			fprintf(stderr, "\n(ws %d) stat after %lld ms: %s: %s\n", ws,
+			        (long long)took, asp_strerror(st), err.message);
+		if (!ws) {
+			st = run_within(c, "true", 300, &err);
+			CU_ASSERT(st == ASP_E_TIMEOUT && strstr(err.message, "timeout_ms 300"));
+			st = run_within(c, "true", 0, &err);
+			CU_ASSERT(st == ASP_E_TRANSPORT_ERROR &&
+			          strstr(err.message, "liveness probe"));
+			if (st != ASP_E_TRANSPORT_ERROR)
+				fprintf(stderr, "\nexec without a limit: %s: %s\n",
+				        asp_strerror(st), err.message);
+		}
+		kill(l.pid, SIGCONT);
+		/* the WebSocket's second miss may have closed it: the next call reconnects */
+		st = stat_root(c, &err);
+		if (st == ASP_E_TRANSPORT_ERROR)
+			st = stat_root(c, &err);
+		CU_ASSERT_EQUAL(st, ASP_OK);
+		asp_client_free(c);
+		CU_ASSERT(listener_stop(&l, SIGTERM, 10000) == 0);
+	}
+}
+
 static void test_listener_killed(void)
 {
 	for (int ws = 0; ws < 2; ws++) {
@@ -1543,6 +1620,7 @@ int main(void)
 	    {"HTTP/1.1 pipelining, and an answer after the client's EOF", test_http_pipelining},
 	    {"400 for a Content-Length of +N", test_http_strict},
 	    {"client: an answer that is no response names the reason", test_client_bad_answer},
+	    {"a SIGSTOPped listener: deadlines, probe, hello kept", test_stopped_listener},
 	    {"listener killed mid-call: transport_error, then reconnect", test_listener_killed},
 	    {"SIGTERM finishes the call in flight, refuses new ones", test_graceful_sigterm},
 	    {"--relay unix:PATH to a --listen daemon", test_relay},
