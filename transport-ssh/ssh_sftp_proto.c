@@ -8,11 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HEADER         9               /* length, type, id */
-#define REPLY_MAX      (1024u * 1024u) /* a reply larger than this is a broken server */
-#define DEFAULT_CHUNK  (32u * 1024u)
-#define MAX_CHUNK      (255u * 1024u) /* OpenSSH's sftp-server: 256 KiB messages */
-#define REQ_TIMEOUT_MS 120000         /* a request unanswered this long means a stuck server */
+#define HEADER        9               /* length, type, id */
+#define REPLY_MAX     (1024u * 1024u) /* a reply larger than this is a broken server */
+#define DEFAULT_CHUNK (32u * 1024u)
+#define MAX_CHUNK     (255u * 1024u) /* OpenSSH's sftp-server: 256 KiB messages */
 
 static void put32(uint8_t *p, uint32_t v)
 {
@@ -400,9 +399,11 @@ asp_status sftp_await(sftpc *f, sreq *r, asp_error *err)
 			/* sftp-server answers in order: one stuck request blocks all; start afresh
 			 */
 			sftp_reset(f);
-			return asp_error_set(err, ASP_E_TIMEOUT, NULL,
-			                     "sftp: ssh %s: no answer from sftp-server in %d s",
-			                     f->c->target, REQ_TIMEOUT_MS / 1000);
+			return asp_error_set(
+			    err, ASP_E_TIMEOUT, NULL,
+			    "sftp: ssh %s: no answer from sftp-server within "
+			    "call_timeout_ms (%llu ms)",
+			    f->c->target, (unsigned long long)(f->req_timeout_ns / SSH_NS_PER_MS));
 		}
 		if (!sshc_wait(f->c, dl))
 			return lost(f, err);
@@ -508,7 +509,10 @@ sftpc *sftpc_new(sshc *c)
 		return NULL;
 	f->c = c;
 	f->next_id = 1;
-	f->req_timeout_ns = (uint64_t)REQ_TIMEOUT_MS * SSH_NS_PER_MS;
+	/* a request unanswered this long means a stuck server (docs/faults.md) */
+	unsigned ms =
+	    c->cfg && c->cfg->call_timeout_ms ? c->cfg->call_timeout_ms : ASP_CALL_TIMEOUT_DEFAULT;
+	f->req_timeout_ns = (uint64_t)ms * SSH_NS_PER_MS;
 	return f;
 }
 

@@ -650,6 +650,44 @@ int sshd_kill_sessions(sshd_fixture *fx)
 	return killed;
 }
 
+/* Whether `pid` is sshd's or descends from it, within a few generations. */
+static bool under(pid_t pid, pid_t sshd)
+{
+	for (int i = 0; i < 4 && pid > 1; i++) {
+		pid = parent_of(pid);
+		if (pid == sshd)
+			return true;
+	}
+	return false;
+}
+
+int sshd_signal_sftp(sshd_fixture *fx, int sig)
+{
+	DIR *d = opendir("/proc");
+	if (!d)
+		return -1;
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		char *end, path[64], comm[64] = "";
+		long pid = strtol(de->d_name, &end, 10);
+		if (*end || pid <= 0)
+			continue;
+		snprintf(path, sizeof path, "/proc/%ld/comm", pid);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (!fgets(comm, sizeof comm, f))
+			comm[0] = '\0';
+		fclose(f);
+		if (strcmp(comm, "sftp-server\n") == 0 && under((pid_t)pid, fx->pid) &&
+		    kill((pid_t)pid, sig) == 0)
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
 void sshd_config_json(const sshd_fixture *fx, const char *agent, const char *extra, char *out,
                       size_t cap)
 {
