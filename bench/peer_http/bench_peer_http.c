@@ -458,12 +458,13 @@ static void call(server *sv, int which, int op)
 	}
 	int st;
 	switch (op) {
-	case OP_EXEC:
+	case OP_EXEC: { /* a block: a declaration after a label is C23, not C11 (clang says so) */
 		static const char run[] = "{\"command\":\"true\",\"args\":[]}";
 		st = hc_call(h, "POST", "/v1/processes/run", "application/json", run,
 		             sizeof run - 1);
 		check(st == 200 && body_has(h, "\"exitCode\":0", 12), sv, op);
 		return;
+	}
 	case OP_READ:
 		st = hc_call(h, "GET", sv->read_q, "text/plain", NULL, 0);
 		check(st == 200 && h->body_len == KIB, sv, op);
