@@ -133,19 +133,21 @@ static void read_more(hc *h)
 }
 
 /*
- * One request and its answer; returns the status, the body in h->body. The answer must
- * carry a Content-Length (both servers send one for everything timed here).
+ * One request and its answer; returns the status, the body in h->body. The request's
+ * body is `body` then `tail` (the payload of an ASP write, sent from where it is, as the
+ * peer's PUT body is: no copy into the request). The answer must carry a Content-Length
+ * (both servers send one for everything timed here).
  */
-static int hc_call(hc *h, const char *method, const char *target, const char *ctype,
-                   const void *body, size_t blen)
+static int hc_call2(hc *h, const char *method, const char *target, const char *ctype,
+                    const void *body, size_t blen, const void *tail, size_t tlen)
 {
 	char head[1024];
 	int hl = snprintf(head, sizeof head,
 	                  "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: %s\r\n"
 	                  "Content-Length: %zu\r\n\r\n",
-	                  method, target, h->port, ctype, blen);
-	struct iovec iov[2] = {{head, (size_t)hl}, {(void *)body, blen}};
-	write_all(h->fd, iov, blen ? 2 : 1);
+	                  method, target, h->port, ctype, blen + tlen);
+	struct iovec iov[3] = {{head, (size_t)hl}, {(void *)body, blen}, {(void *)tail, tlen}};
+	write_all(h->fd, iov, tlen ? 3 : blen ? 2 : 1);
 
 	h->len = 0;
 	char *end;
@@ -179,6 +181,12 @@ static int hc_call(hc *h, const char *method, const char *target, const char *ct
 	h->body = (const uint8_t *)h->buf + hdr;
 	h->body_len = clen;
 	return status;
+}
+
+static int hc_call(hc *h, const char *method, const char *target, const char *ctype,
+                   const void *body, size_t blen)
+{
+	return hc_call2(h, method, target, ctype, body, blen, NULL, 0);
 }
 
 static bool body_has(const hc *h, const void *needle, size_t n)
@@ -352,11 +360,11 @@ static void mp_request(mp *m, uint32_t id, const char *method, unsigned npairs)
 	mp_byte(m, (uint8_t)(0x80 | npairs));
 }
 
-static void mp_bin(mp *m, const void *p, size_t n)
+/* A bin's header only: its n bytes follow the message (hc_call2's tail). */
+static void mp_bin_head(mp *m, size_t n)
 {
 	mp_byte(m, 0xc6);
 	mp_be32(m, (uint32_t)n);
-	mp_raw(m, p, n);
 }
 
 /* An ASP answer [1, id, nil, result]: the error slot must be nil. */
@@ -401,9 +409,10 @@ static void check(bool ok, const server *sv, int op)
 	}
 }
 
-static void asp_post(server *sv, int op)
+static void asp_post(server *sv, int op, const void *tail, size_t tlen)
 {
-	int st = hc_call(&sv->h, "POST", "/v1/rpc", "application/msgpack", req.b, req.len);
+	int st =
+	    hc_call2(&sv->h, "POST", "/v1/rpc", "application/msgpack", req.b, req.len, tail, tlen);
 	check(st == 200 && asp_ok(&sv->h), sv, op);
 }
 
@@ -425,7 +434,7 @@ static void call(server *sv, int which, int op)
 			mp_str(&req, "argv");
 			mp_byte(&req, 0x91);
 			mp_str(&req, "true");
-			asp_post(sv, op);
+			asp_post(sv, op, NULL, 0);
 			check(body_has(h, exit0, sizeof exit0 - 1), sv, op);
 			return;
 		case OP_READ:
@@ -433,7 +442,7 @@ static void call(server *sv, int which, int op)
 			mp_request(&req, next_id++, op == OP_READ ? "read" : "stat", 1);
 			mp_str(&req, "path");
 			mp_str(&req, sv->read_path);
-			asp_post(sv, op);
+			asp_post(sv, op, NULL, 0);
 			check(op == OP_STAT || h->body_len > KIB, sv, op);
 			return;
 		case OP_WRITE:
@@ -442,19 +451,20 @@ static void call(server *sv, int which, int op)
 			mp_str(&req, "path");
 			mp_str(&req, op == OP_WRITE ? sv->write_path : sv->upload_path);
 			mp_str(&req, "data");
-			mp_bin(&req, payload, op == OP_WRITE ? KIB : UPLOAD);
-			asp_post(sv, op);
+			mp_bin_head(&req, op == OP_WRITE ? KIB : UPLOAD);
+			asp_post(sv, op, payload, op == OP_WRITE ? KIB : UPLOAD);
 			return;
 		}
 	}
 	int st;
 	switch (op) {
-	case OP_EXEC:
+	case OP_EXEC: { /* a block: a declaration after a label is C23, not C11 (clang says so) */
 		static const char run[] = "{\"command\":\"true\",\"args\":[]}";
 		st = hc_call(h, "POST", "/v1/processes/run", "application/json", run,
 		             sizeof run - 1);
 		check(st == 200 && body_has(h, "\"exitCode\":0", 12), sv, op);
 		return;
+	}
 	case OP_READ:
 		st = hc_call(h, "GET", sv->read_q, "text/plain", NULL, 0);
 		check(st == 200 && h->body_len == KIB, sv, op);
@@ -532,7 +542,7 @@ int main(int argc, char **argv)
 	if (!mkdtemp(dir))
 		die("mkdtemp %s", dir);
 	payload = malloc(UPLOAD);
-	req.b = malloc(UPLOAD + 1024);
+	req.b = malloc(1024); /* the requests without their payload */
 	if (!payload || !req.b)
 		die("%s", "out of memory");
 	for (size_t i = 0; i < UPLOAD; i++)

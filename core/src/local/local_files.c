@@ -157,6 +157,52 @@ static int write_all(int fd, const uint8_t *data, size_t len, bool at, uint64_t 
 	return 0;
 }
 
+/*
+ * Replaces the contents of `fd` (opened without O_TRUNC) by `data`: written over the old
+ * bytes from offset 0, then cut to the new length. Not O_TRUNC, because ext4 (its
+ * auto_da_alloc) starts writing back a file truncated to zero when it is closed, which
+ * was most of a small replacing write's time; cutting to a non-zero length does not arm
+ * that, and rewriting pages in place spares freeing and reallocating the file's blocks
+ * and page cache. Afterwards the file holds exactly `data`, as with O_TRUNC. A failure
+ * part way leaves a prefix of `data` only, as with O_TRUNC: what was written is all the
+ * file holds. Out of space part way (a copy-on-write filesystem needs room for the new
+ * blocks while the old ones are held), it truncates first and writes again, as O_TRUNC
+ * would have. Devices and fifos, which O_TRUNC leaves alone, are only written.
+ */
+static int replace_all(int fd, const uint8_t *data, size_t len)
+{
+	size_t done = 0;
+	bool retried = false;
+	while (done < len) {
+		ssize_t n = pwrite(fd, data + done, len - done, (off_t)done);
+		if (n > 0) {
+			done += (size_t)n;
+		} else if (n < 0 && errno == ESPIPE) {
+			return write_all(fd, data + done, len - done, false, 0); /* a fifo, a tty */
+		} else if (n < 0 && errno != EINTR) {
+			int e = errno;
+			if ((e == ENOSPC || e == EDQUOT) && !retried && ftruncate(fd, 0) == 0) {
+				retried = true;
+				done = 0;
+				continue;
+			}
+			int cut = ftruncate(fd, (off_t)done); /* best effort: e is the error */
+			(void)cut;
+			errno = e;
+			return -1;
+		}
+	}
+	if (ftruncate(fd, (off_t)len) == 0)
+		return 0;
+	/* EINVAL: not a regular file (a device), whose length O_TRUNC would not touch either. */
+	struct stat sb;
+	int e = errno;
+	if (e == EINVAL && fstat(fd, &sb) == 0 && !S_ISREG(sb.st_mode))
+		return 0;
+	errno = e;
+	return -1;
+}
+
 /* Creates the missing parents of `path`; 0 or an errno. */
 static int make_parents(const char *path)
 {
@@ -444,11 +490,11 @@ asp_status asp_local_write(void *self, const asp_write_params *p, asp_write_resu
 	if (p->atomic)
 		return write_atomic(p, r, err);
 
+	/* Replacing (neither append nor offset) cuts the file after writing: replace_all. */
+	bool replace = !p->append && !p->has_offset;
 	int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
 	if (p->append)
 		flags |= O_APPEND;
-	else if (!p->has_offset)
-		flags |= O_TRUNC;
 	/* O_NONBLOCK: a fifo without a reader fails (ENXIO) rather than hanging. */
 	int fd = open(p->path, flags, (mode_t)p->mode);
 	if (fd < 0 && errno == ENOENT && p->mkdirs) {
@@ -460,7 +506,8 @@ asp_status asp_local_write(void *self, const asp_write_params *p, asp_write_resu
 	if (fd < 0)
 		return write_error(p, errno, err);
 	struct stat sb;
-	int rc = write_all(fd, p->data.data, p->data.len, p->has_offset, p->offset);
+	int rc = replace ? replace_all(fd, p->data.data, p->data.len)
+	                 : write_all(fd, p->data.data, p->data.len, p->has_offset, p->offset);
 	if (rc == 0 && (p->append || p->has_offset))
 		rc = fstat(fd, &sb);
 	if (rc < 0) {
