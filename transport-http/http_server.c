@@ -367,7 +367,7 @@ static int on_request(srv *s, struct lws *wsi, http_pss *pss, const char *uri)
 		              "protocol_error: the body is empty; send one msgpack request "
 		              "[0, id, method, params]\n",
 		              false);
-	c->rx = srv_body_get(c, wsi, len);
+	c->rx = malloc(len);
 	if (!c->rx)
 		return answer(c, 500, "internal: out of memory\n", true);
 	c->rx_cap = len;
@@ -528,8 +528,7 @@ written:;
 		return -1;
 	/* Before the transaction ends: that rebinds the protocol, freeing pss. */
 	pause_rx(wsi, pss, false); /* the next request, pipelined or not */
-	srv_body_rest(wsi);
-	awaiting_add(wsi); /* first: lws may parse a pipelined request in there */
+	awaiting_add(wsi);         /* first: lws may parse a pipelined request in there */
 	if (lws_http_transaction_completed(wsi)) {
 		awaiting_remove(wsi);
 		return -1;
@@ -691,14 +690,9 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
 	switch (reason) {
 	case LWS_CALLBACK_EVENT_WAIT_CANCELLED: on_wake(s); return 0;
 	case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED: awaiting_add(wsi); break;
-	case LWS_CALLBACK_WSI_DESTROY:
-		awaiting_remove(wsi);
-		srv_body_close(wsi);
-		break;
-	case LWS_CALLBACK_TIMER: srv_body_idle(wsi); return 0;
+	case LWS_CALLBACK_WSI_DESTROY: awaiting_remove(wsi); break;
 	case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
 		awaiting_remove(wsi);
-		srv_body_close(wsi); /* a WebSocket assembles its messages in rx */
 		return confirm_upgrade(s, wsi, in);
 	case LWS_CALLBACK_HTTP: awaiting_remove(wsi); return on_request(s, wsi, pss, in);
 	case LWS_CALLBACK_HTTP_BODY: return on_body(wsi, pss->c, in, len);

@@ -19,8 +19,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* How long an HTTP connection keeps its body buffer unused (srv_body). */
-#define SRV_BODY_IDLE_US (2 * 1000 * 1000)
 /* Bytes handed to one lws_write: big enough for bulk, small enough to stay fair. */
 #define SRV_CHUNK (256 * 1024)
 /* Room for the headers in front of an HTTP answer's first chunk. */
@@ -48,22 +46,6 @@
 
 typedef struct srv srv;
 typedef struct srv_conn srv_conn;
-
-/*
- * An HTTP connection's body buffer, kept from one large POST to the next (srv_body_get):
- * a fresh buffer of a MiB or more per request cost a page fault per 4 KiB of it. It
- * hangs off the lws connection (its opaque user data), since lws frees the per-request
- * user data between keep-alive requests. It holds one buffer at most, the size of a
- * body it served (so at most max_message), reused for a body up to 4 times smaller and
- * else replaced by one of the new body's size; freed when the connection closes or
- * becomes a WebSocket, or SRV_BODY_IDLE_US after the last request on the connection.
- */
-typedef struct srv_body {
-	uint8_t *buf; /* the service thread's while not lent */
-	size_t cap;
-	bool lent;   /* under srv.mu: a request's message is buf (srv_conn.body) */
-	bool closed; /* under srv.mu: the connection went while lent; the request frees it */
-} srv_body;
 
 /* One queued answer: an HTTP response or a WebSocket message. */
 typedef struct srv_out {
@@ -105,7 +87,6 @@ struct srv_conn {
 	enum srv_http_state hs;
 	uint8_t *rx; /* HTTP body or WebSocket message being assembled */
 	size_t rx_len, rx_cap;
-	srv_body *body; /* HTTP: rx, then the request's message, is lent from it */
 	bool rx_binary;
 	char peer[64]; /* WebSocket: from the start; HTTP: filled when logged */
 
@@ -235,21 +216,6 @@ int srv_backend_init(srv *s);
  * is stuck in a sink (then the backend is left for the process's exit to end).
  */
 bool srv_backend_free(srv *s);
-
-/*
- * Service thread: a buffer for an HTTP body of `len` bytes for request `c` on `wsi`: the
- * connection's kept one (srv_body) for a body over SRV_INLINE_MAX, else malloc'd. NULL
- * when out of memory. The request gives it back with srv_body_give_back.
- */
-uint8_t *srv_body_get(srv_conn *c, struct lws *wsi, size_t len);
-/* Any thread: `c`'s body buffer back to its connection (freed if that closed). */
-void srv_body_give_back(srv_conn *c);
-/* Service thread: `wsi` ends or becomes a WebSocket; its body buffer goes. */
-void srv_body_close(struct lws *wsi);
-/* Service thread: an HTTP request on `wsi` ended; its idle timer (re)starts. */
-void srv_body_rest(struct lws *wsi);
-/* Service thread: that timer: the buffer goes unless a request holds it. */
-void srv_body_idle(struct lws *wsi);
 
 /* ---- ws_server.c ------------------------------------------------------------------ */
 

@@ -73,106 +73,8 @@ void srv_conn_unref(srv_conn *c)
 		out_free(o);
 	}
 	pthread_cond_destroy(&c->out_cv);
-	if (c->body)
-		srv_body_give_back(c); /* rx, if any, is its buffer */
-	else
-		free(c->rx);
+	free(c->rx);
 	free(c);
-}
-
-/* ---- an HTTP connection's body buffer (srv_body) ---------------------------------- */
-
-static void body_free(srv_body *b)
-{
-	free(b->buf);
-	free(b);
-}
-
-uint8_t *srv_body_get(srv_conn *c, struct lws *wsi, size_t len)
-{
-	if (len <= SRV_INLINE_MAX)
-		return malloc(len); /* small: from malloc's free lists, no fault to save */
-	srv *s = c->s;
-	srv_body *b = lws_get_opaque_user_data(wsi);
-	if (!b) {
-		if (!(b = calloc(1, sizeof *b)))
-			return NULL;
-		lws_set_opaque_user_data(wsi, b);
-	}
-	pthread_mutex_lock(&s->mu);
-	bool lent = b->lent;
-	pthread_mutex_unlock(&s->mu);
-	/*
-	 * Lent: cannot be, a request gives it back before its answer is queued and the next
-	 * is read only after the answer went; a buffer of its own then.
-	 */
-	if (lent)
-		return malloc(len);
-	if (b->cap < len || b->cap / 4 > len) {
-		free(b->buf);
-		b->buf = malloc(len); /* not realloc: the old bytes need no copy */
-		b->cap = b->buf ? len : 0;
-		if (!b->buf)
-			return NULL;
-	}
-	pthread_mutex_lock(&s->mu);
-	b->lent = true;
-	pthread_mutex_unlock(&s->mu);
-	c->body = b;
-	return b->buf;
-}
-
-void srv_body_give_back(srv_conn *c)
-{
-	srv_body *b = c->body;
-	if (!b)
-		return;
-	c->body = NULL;
-	pthread_mutex_lock(&c->s->mu);
-	bool closed = b->closed;
-	b->lent = false;
-	pthread_mutex_unlock(&c->s->mu);
-	if (closed)
-		body_free(b);
-}
-
-void srv_body_close(struct lws *wsi)
-{
-	srv_body *b = lws_get_opaque_user_data(wsi);
-	if (!b)
-		return;
-	lws_set_opaque_user_data(wsi, NULL);
-	lws_set_timer_usecs(wsi, LWS_SET_TIMER_USEC_CANCEL);
-	srv *s = lws_context_user(lws_get_context(wsi));
-	pthread_mutex_lock(&s->mu);
-	bool lent = b->lent;
-	b->closed = true;
-	pthread_mutex_unlock(&s->mu);
-	if (!lent)
-		body_free(b);
-}
-
-void srv_body_rest(struct lws *wsi)
-{
-	srv_body *b = lws_get_opaque_user_data(wsi);
-	if (b && b->buf)
-		lws_set_timer_usecs(wsi, SRV_BODY_IDLE_US);
-}
-
-void srv_body_idle(struct lws *wsi)
-{
-	srv_body *b = lws_get_opaque_user_data(wsi);
-	if (!b)
-		return;
-	srv *s = lws_context_user(lws_get_context(wsi));
-	pthread_mutex_lock(&s->mu);
-	bool lent = b->lent;
-	pthread_mutex_unlock(&s->mu);
-	if (lent)
-		return; /* its request's end starts the timer again */
-	free(b->buf);
-	b->buf = NULL;
-	b->cap = 0;
 }
 
 void srv_conn_detach(srv_conn *c)
@@ -362,10 +264,7 @@ bool srv_submit(srv_conn *c, uint8_t *msg, size_t len, asp_request *req)
 	srv *s = c->s;
 	srv_job *j = malloc(sizeof *j);
 	if (!j) {
-		if (c->body)
-			srv_body_give_back(c);
-		else
-			free(msg);
+		free(msg);
 		asp_request_free(req);
 		return false;
 	}
@@ -446,19 +345,13 @@ static srv_out *serve(srv *s, srv_job *j, asp_reply *out)
 	asp_error_clear(&err);
 	asp_request *r = j->req; /* made on the service thread, or from the message here */
 	j->req = NULL;
-	/* A message lent from the connection's body buffer goes back once r is freed. */
-	bool lent = !r && c->body;
-	if (!r && lent)
-		asp_request_new_lent(j->msg, j->len, &r, NULL, &err);
-	else if (!r)
+	if (!r)
 		asp_request_new(j->msg, j->len, &r, NULL, &err); /* takes the message */
 	j->msg = NULL;
 	srv_out *o = NULL;
 	if (!r || (asp_request_decode(r, &err) && !asp_request_has_id(r))) {
 		/* Undecodable: 400 over HTTP; a WebSocket closes (1002) without writing. */
 		asp_request_free(r);
-		if (lent)
-			srv_body_give_back(c);
 		if (!c->ws)
 			return text_out(400, "protocol_error: %s\n", err.message);
 		asp_server_log("asp-agent: %s: protocol_error: %s; closing the WebSocket", c->peer,
@@ -470,8 +363,6 @@ static srv_out *serve(srv *s, srv_job *j, asp_reply *out)
 	asp_serve_result rc =
 	    out ? asp_local_serve(c->ws ? c->bound : s->http_bound, r, out) : ASP_SERVE_FAILED;
 	asp_request_free(r);
-	if (lent) /* before the answer is queued: the next request may want it */
-		srv_body_give_back(c);
 	if (c->ws) {
 		if (rc == ASP_SERVE_FAILED)
 			ws_fail(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION);
@@ -763,10 +654,7 @@ static void *worker_main(void *arg)
 		if (!o && !skip && !c->ws)
 			ws_fail(
 			    c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION); /* no memory for an answer */
-		if (j->msg && c->body) /* skipped: the body buffer's, back to it */
-			srv_body_give_back(c);
-		else
-			free(j->msg);
+		free(j->msg);
 		asp_request_free(j->req); /* skipped: serve did not take it */
 		free(j);
 

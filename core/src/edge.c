@@ -32,7 +32,6 @@ void asp_server_log(const char *fmt, ...)
 struct asp_request {
 	uint8_t *msg;
 	size_t len;
-	bool lent;     /* msg stays the caller's (asp_request_new_lent) */
 	bool unpacked; /* `u` holds objects */
 	bool decoded;
 	asp_status st; /* ASP_OK, or the refusal to answer msg.id with */
@@ -45,17 +44,15 @@ struct asp_reply {
 	asp_buf b;
 };
 
-/* `lent`: msg stays the caller's and is never freed here. */
-static asp_status request_new(uint8_t *msg, size_t len, bool lent, asp_request **out, size_t *cost,
-                              asp_error *err)
+asp_status asp_request_new(uint8_t *msg, size_t len, asp_request **out, size_t *cost,
+                           asp_error *err)
 {
 	*out = NULL;
 	if (cost)
 		*cost = 0;
 	asp_request *r = calloc(1, sizeof *r);
 	if (!r) {
-		if (!lent)
-			free(msg);
+		free(msg);
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
 	}
 	size_t objects = 0;
@@ -66,31 +63,17 @@ static asp_status request_new(uint8_t *msg, size_t len, bool lent, asp_request *
 		if (err)
 			*err = r->err;
 		free(r);
-		if (!lent)
-			free(msg);
+		free(msg);
 		return st;
 	}
 	r->msg = msg;
 	r->len = len;
-	r->lent = lent;
 	if (cost)
 		*cost = ASP_WIRE_DECODE_COST(len, r->st ? 0 : objects);
 	if (r->st && err)
 		*err = r->err;
 	*out = r;
 	return r->st;
-}
-
-asp_status asp_request_new(uint8_t *msg, size_t len, asp_request **out, size_t *cost,
-                           asp_error *err)
-{
-	return request_new(msg, len, false, out, cost, err);
-}
-
-asp_status asp_request_new_lent(const uint8_t *msg, size_t len, asp_request **out, size_t *cost,
-                                asp_error *err)
-{
-	return request_new((uint8_t *)msg, len, true, out, cost, err);
 }
 
 asp_status asp_request_decode(asp_request *r, asp_error *err)
@@ -169,8 +152,7 @@ void asp_request_free(asp_request *r)
 		return;
 	if (r->unpacked)
 		msgpack_unpacked_destroy(&r->u);
-	if (!r->lent)
-		free(r->msg);
+	free(r->msg);
 	free(r);
 }
 

@@ -1,19 +1,17 @@
-"""The body buffer an HTTP connection keeps between large POSTs, seen from outside.
+"""Large POST bodies one after another on a keep-alive connection, seen from outside.
 
-asp-agent --listen reads a POST body over 64 KiB into a buffer the connection keeps for
-its next large body (docs/http.md). Checked on one keep-alive connection:
+Checked on one keep-alive connection:
   - a 1 MiB write, then a 200 KiB write to another file: each file holds exactly its
     request's bytes (nothing of the larger body before it);
   - then a POST whose msgpack says its bin is 1 MiB while its Content-Length covers
-    only 200 KiB (the rest of the kept buffer still holds the 1 MiB body before it): a
-    400, and no file is written;
+    only 200 KiB: a 400, and no file is written;
   - the connection still serves a write after that; a replacing write of fewer bytes
     leaves the file exactly those bytes (the write opens without O_TRUNC and cuts the
     file after writing); a replacing write to /dev/null succeeds;
-and over 24 connections in turn, each uploading 4 MiB and closing: every closed
-connection gives its buffer back (the agent's VmRSS grows by far less than the 96 MiB
-the buffers would hold; under ASan, whose quarantine keeps freed memory, the leak check
-at the agent's exit says it instead). The agent must exit 0 on SIGTERM.
+and over 24 connections in turn, each uploading 4 MiB and closing: nothing of theirs
+stays (the agent's VmRSS grows by far less than the 96 MiB their bodies took; under
+ASan, whose quarantine keeps freed memory, the leak check at the agent's exit says it
+instead). The agent must exit 0 on SIGTERM.
 
 usage: test_http_body.py ASP_AGENT
 """
@@ -23,8 +21,9 @@ import struct
 import sys
 import tempfile
 
-from listen_agent import start_agent
-from test_http_inline import Conn, mp_bin, mp_str, request
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from listen_agent import start_agent  # noqa: E402
+from test_http_inline import Conn, mp_bin, mp_str, request  # noqa: E402
 
 failures = []
 
@@ -102,7 +101,7 @@ def run(agent, work):
             struct.pack(">I", 1 << 20)
         st = post_raw(c, head + small)
         check(st == 400, "a body shorter than its bin says is 400 (got %d)" % st)
-        check(content(f3) is None, "and writes nothing (no stale bytes fill it up)")
+        check(content(f3) is None, "and writes nothing")
 
         shorter = pattern(100 * 1024, 3)
         check(write(c, f1, shorter) and content(f1) == shorter,
@@ -127,7 +126,7 @@ def run(agent, work):
             print("ok   (ASan: VmRSS not judged, %.0f MiB; the exit's leak check is)"
                   % grown)
         else:
-            check(grown < 48, "closed connections gave their buffers back: VmRSS grew "
+            check(grown < 48, "closed connections left nothing behind: VmRSS grew "
                   "%.1f MiB, not ~96" % grown)
     finally:
         p.terminate()

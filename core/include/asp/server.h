@@ -177,13 +177,6 @@ asp_status asp_request_new(uint8_t *msg, size_t len, asp_request **out, size_t *
                            asp_error *err);
 
 /*
- * The same for a message that stays the caller's: it must outlive the request, which
- * never frees it (not even when refused). For a server that reuses its receive buffer.
- */
-asp_status asp_request_new_lent(const uint8_t *msg, size_t len, asp_request **out, size_t *cost,
-                                asp_error *err);
-
-/*
  * Decodes it. ASP_OK, or the refusal asp_request_new reported, or a new one: a request
  * with an id but bad params (invalid_argument; serving answers it), or protocol_error
  * when the message is not a request with an id (then asp_request_has_id is false and
@@ -208,7 +201,7 @@ const char *asp_request_method(const asp_request *r, size_t *len);
 bool asp_request_param_str(const asp_request *r, const char *name, const char **s, size_t *len);
 bool asp_request_param_true(const asp_request *r, const char *name);
 
-/* Releases the request and its message (unless lent). NULL is a no-op. */
+/* Releases the request and its message. NULL is a no-op. */
 void asp_request_free(asp_request *r);
 
 /*
