@@ -180,7 +180,8 @@ static int replace_all(int fd, const uint8_t *data, size_t len)
 		} else if (n < 0 && errno == ESPIPE) {
 			return write_all(fd, data + done, len - done, false, 0); /* a fifo, a tty */
 		} else if (n == 0 || errno != EINTR) {
-			int e = n == 0 ? EIO : errno; /* 0 for a non-empty write: it would never end */
+			int e =
+			    n == 0 ? EIO : errno; /* 0 for a non-empty write: it would never end */
 			if ((e == ENOSPC || e == EDQUOT) && !retried && ftruncate(fd, 0) == 0) {
 				retried = true;
 				done = 0;
