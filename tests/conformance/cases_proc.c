@@ -596,7 +596,8 @@ PROC_CASE(proc_wait_timeout)
 	double t0 = mono_ms();
 	CONF_ERR(ctx, do_wait(ctx, proc, 300, &w, &err), ASP_E_TIMEOUT, &err);
 	double took = mono_ms() - t0;
-	CONF_CHECKF(ctx, took >= 250 && took < CONF_SLOW_MS, "the timeout came after %.0f ms", took);
+	CONF_CHECKF(ctx, took >= 250 && took < CONF_SLOW_MS, "the timeout came after %.0f ms",
+	            took);
 	CONF_OK(ctx, do_signal(ctx, proc, "KILL", &err), &err);
 	CONF_OK(ctx, do_wait(ctx, proc, 0, &w, &err), &err);
 	CONF_CHECKF(ctx, w.signal && strcmp(w.signal, "KILL") == 0 && !w.timed_out, "signal %s",

@@ -83,6 +83,16 @@ void asp_local_free(asp_local *l);
  */
 int asp_local_reaper_start(void);
 
+/*
+ * The same, with the calling thread as the reaper: call it from the main thread before
+ * starting any thread. fn(arg) runs on a new thread; when it returns,
+ * asp_local_reaper_finish runs and the process exits with fn's value (this call returns
+ * only where the reaper cannot be set up: then fn ran on this thread and its value is
+ * returned). Orphans are re-parented to the main thread, so a reaper there waits for
+ * them alone and is not woken by every command's exit, as a reaper thread is.
+ */
+int asp_local_reaper_run(int (*fn)(void *), void *arg);
+
 /* At the responder's exit: kills every process carrying our marker and every orphan adopted. */
 void asp_local_reaper_finish(void);
 

@@ -65,7 +65,7 @@ void local_child_signal_group(const local_child *c, int sig);
  */
 void local_child_signal_tree(const local_child *c, int sig);
 
-/* asp_local_reaper_start and asp_local_reaper_finish are in local.h. */
+/* asp_local_reaper_start, _run and _finish are in asp/server.h. */
 
 /* Closes whichever of the child's fds are still open. Idempotent. */
 void local_child_close(local_child *c);
