@@ -5,6 +5,13 @@
  * reading of the next request. Threads are created on demand up to MAX_WORKERS; when
  * all are busy nobody reads, and requests wait in the pipe.
  *
+ * A lone exec (nothing else being served, nothing more read ahead) keeps leadership:
+ * the exec watches the input while it waits for its command and hands leadership over
+ * only if more input comes (asp_local_watch_input). Handing it over before every exec
+ * cost two sleeps per exec: the follower's wake-up and the leader's wait once it found
+ * someone else reading; with the commands' own sleeps, most of an exec's time on two
+ * busy cores is waiting for a core after a wake-up.
+ *
  * The connection is bound to the local backend (asp_local_connect) with write_frame as
  * its sink, so spawned processes' notifications and the responses share one writer; a
  * pump blocked on a client that does not read leaves its process's pipe unread.
@@ -22,7 +29,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -45,6 +54,7 @@ typedef struct server {
 	asp_local *backend;
 	asp_local_conn *conn;
 	asp_channel *in;
+	int in_fd;
 	int out_fd;
 	size_t max_message;
 
@@ -56,6 +66,7 @@ typedef struct server {
 	int exit_code;
 	bool ended;              /* asp_local_shutdown's answer, from the thread that saw the end */
 	unsigned idle, nthreads; /* threads created; the calling thread is one more */
+	unsigned serving;        /* threads serving a request now */
 	size_t budget, in_use;   /* decoding budget, and what the requests being served hold */
 	pthread_cond_t budget_cv; /* in_use went down, or stop */
 	pthread_t threads[MAX_WORKERS - 1];
@@ -261,6 +272,26 @@ static int lead(server *s, job *j)
 }
 
 static void *worker(void *arg);
+static void promote(server *s);
+
+/* More input came while a lone exec kept leadership: someone must read it. */
+static void input_ready(void *ctx)
+{
+	server *s = ctx;
+	pthread_mutex_lock(&s->mu);
+	if (!s->reading && !s->stop)
+		promote(s);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* Under mu: whether `j` is a lone exec, which keeps leadership while it runs. */
+static bool keeps_lead(server *s, const job *j)
+{
+	size_t len;
+	const char *m = asp_request_method(j->req, &len);
+	return s->serving == 0 && m && len == 4 && memcmp(m, "exec", 4) == 0 &&
+	       !asp_fd_channel_buffered(s->in);
+}
 
 /* Under mu. Makes sure someone will read next: an idle thread, or a new one. */
 static void promote(server *s)
@@ -284,6 +315,9 @@ static void promote(server *s)
 static void *worker(void *arg)
 {
 	server *s = arg;
+	/* names per role for /proc and bench_stdio; the main thread keeps the process's */
+	if ((pid_t)syscall(SYS_gettid) != getpid())
+		prctl(PR_SET_NAME, "asp-serve");
 	asp_reply *out = asp_reply_new();
 	bool first = false;
 	pthread_mutex_lock(&s->mu);
@@ -311,10 +345,20 @@ static void *worker(void *arg)
 			first = stop_locked(s, got < 0 ? 1 : 0);
 			break;
 		}
-		promote(s);
+		bool keep = keeps_lead(s, &j);
+		if (!keep)
+			promote(s);
+		s->serving++;
 		pthread_mutex_unlock(&s->mu);
+		if (keep) {
+			asp_local_watch w = {s->in_fd, input_ready, s};
+			asp_local_watch_input(&w);
+		}
 		serve(s, &j, out); /* out NULL (no memory): closes like a failed answer */
+		if (keep)
+			asp_local_watch_input(NULL);
 		pthread_mutex_lock(&s->mu);
+		s->serving--;
 	}
 	pthread_mutex_unlock(&s->mu);
 	if (first)
@@ -334,6 +378,7 @@ static int serve_conn(asp_local *backend, int in, int out, size_t max_message, b
 	}
 	s->max_message = max_message ? max_message : ASP_MAX_MESSAGE_DEFAULT;
 	s->budget = BUDGET_FACTOR * s->max_message;
+	s->in_fd = in;
 	s->out_fd = out;
 	s->backend = backend;
 	asp_conn_sink sink = {.send = sink_send, .ctx = s, .sendv = sink_sendv};
@@ -410,6 +455,7 @@ static void stop_signals(sigset_t *set)
 static void *stop_main(void *arg)
 {
 	stop_watch *w = arg;
+	prctl(PR_SET_NAME, "asp-stop");
 	sigset_t set;
 	stop_signals(&set);
 	int sig = 0;

@@ -244,6 +244,21 @@ typedef enum asp_serve_result {
  */
 asp_serve_result asp_local_serve(asp_local_conn *c, asp_request *r, asp_reply *b);
 
+/*
+ * For a server that reads requests on the thread that serves them: while this thread
+ * serves one, an exec that waits for its command also polls `fd` and calls `ready(ctx)`
+ * once it is readable, then stops watching it. So a lone exec can be served on the
+ * thread that read it, and reading is handed to another thread only if more input comes
+ * meanwhile (not before every exec, which costs two thread wake-ups). Per thread; set
+ * before asp_local_serve, cleared (NULL) after. `ready` must not block for long.
+ */
+typedef struct asp_local_watch {
+	int fd;
+	void (*ready)(void *ctx);
+	void *ctx;
+} asp_local_watch;
+void asp_local_watch_input(const asp_local_watch *w);
+
 #ifdef __cplusplus
 }
 #endif

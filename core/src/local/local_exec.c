@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,8 @@
 #include <unistd.h>
 
 #define FIRST_BUF (16u * 1024)
+/* How long exec looks for its command's exit after both streams ended, before sleeping. */
+#define SPIN_NS (30u * 1000)
 #define SCRATCH   (64u * 1024)
 
 struct stream {
@@ -35,6 +38,14 @@ struct feed {
 	size_t len, off;
 	bool epipe;
 };
+
+/* This thread's asp_local_watch_input: fd -1 when none (or once it fired). */
+static _Thread_local asp_local_watch watch = {.fd = -1};
+
+void asp_local_watch_input(const asp_local_watch *w)
+{
+	watch = w && w->ready ? *w : (asp_local_watch){.fd = -1};
+}
 
 static void close_fd(int *fd)
 {
@@ -161,9 +172,27 @@ asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result 
 	uint64_t kill_at = UINT64_MAX, give_up_at = UINT64_MAX, t_end = 0;
 	bool exited = false, timed_out = false, killed = false;
 	int backoff_ms = 1;
+	bool spun = false;
 	for (;;) {
 		if (!exited && c.pidfd < 0)
 			exited = local_child_exited(&c);
+		if (!exited && !spun && out.fd < 0 && errs.fd < 0 && c.pidfd >= 0) {
+			/*
+			 * Both streams ended: the command is most likely exiting (it closes its
+			 * files a few steps before it turns zombie). A short look beats a second
+			 * sleep and wake-up: 4 in 10 execs of `true` woke twice here.
+			 */
+			spun = true;
+			uint64_t until = local_now_ns() + SPIN_NS;
+			do {
+				struct pollfd pp = {c.pidfd, POLLIN, 0};
+				if (poll(&pp, 1, 0) > 0) {
+					exited = true;
+					break;
+				}
+				sched_yield();
+			} while (local_now_ns() < until);
+		}
 		uint64_t now = local_now_ns();
 		if (exited && out.fd < 0 && errs.fd < 0) {
 			t_end = now;
@@ -193,8 +222,8 @@ asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result 
 			if (backoff_ms < 50)
 				backoff_ms *= 2;
 		}
-		struct pollfd pfd[4];
-		int n = 0, i_out = -1, i_err = -1, i_in = -1, i_pid = -1;
+		struct pollfd pfd[5];
+		int n = 0, i_out = -1, i_err = -1, i_in = -1, i_pid = -1, i_watch = -1;
 		if (out.fd >= 0)
 			i_out = n, pfd[n++] = (struct pollfd){out.fd, POLLIN, 0};
 		if (errs.fd >= 0)
@@ -203,8 +232,15 @@ asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result 
 			i_in = n, pfd[n++] = (struct pollfd){in.fd, POLLOUT, 0};
 		if (!exited && c.pidfd >= 0)
 			i_pid = n, pfd[n++] = (struct pollfd){c.pidfd, POLLIN, 0};
+		if (watch.fd >= 0)
+			i_watch = n, pfd[n++] = (struct pollfd){watch.fd, POLLIN, 0};
 		if (poll(pfd, (nfds_t)n, ms) <= 0)
 			continue; /* timer or EINTR: the checks above run again */
+		if (i_watch >= 0 && pfd[i_watch].revents) {
+			asp_local_watch w = watch;
+			watch.fd = -1; /* once */
+			w.ready(w.ctx);
+		}
 		if (i_out >= 0 && pfd[i_out].revents)
 			stream_read(&out, &scratch);
 		if (i_err >= 0 && pfd[i_err].revents)

@@ -565,6 +565,8 @@ static void *reaper_main(void *arg)
 	sigset_t all;
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals are for the serving threads */
+	if (!reaper.main_thread)
+		prctl(PR_SET_NAME, "asp-reaper"); /* the main thread keeps the process's name */
 	int flags = WEXITED | WNOWAIT | (reaper.main_thread ? __WNOTHREAD : 0);
 	pid_t blocked = 0;
 	int wait_ms = 25;
