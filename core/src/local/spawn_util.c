@@ -1044,7 +1044,7 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 	c->pid = -1;
 	c->job = 0;
 	c->cg = 0;
-	c->pidfd = c->in_fd = c->out_fd = c->err_fd = -1;
+	c->pidfd = c->in_fd = c->out_fd = c->err_fd = c->out_w = c->err_w = -1;
 	asp_status st = validate(s, err);
 	if (st != ASP_OK)
 		return st;
@@ -1148,8 +1148,13 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 	c->out_fd = out[0];
 	c->err_fd = errp[0];
 	close(in[0]);
-	close(out[1]);
-	close(errp[1]);
+	if (s->hold_outputs) {
+		c->out_w = out[1];
+		c->err_w = errp[1];
+	} else {
+		close(out[1]);
+		close(errp[1]);
+	}
 	in[0] = in[1] = out[0] = out[1] = errp[0] = errp[1] = -1;
 	if (atomic_load_explicit(&pidfd_state, memory_order_relaxed) >= 0) {
 		/* The child is unreaped, so its pid is still ours even if it already exited. */
@@ -1206,9 +1211,18 @@ void local_child_signal_group(const local_child *c, int sig)
 		kill(-c->pid, sig);
 }
 
+void local_child_release_outputs(local_child *c)
+{
+	if (c->out_w >= 0)
+		close(c->out_w);
+	if (c->err_w >= 0)
+		close(c->err_w);
+	c->out_w = c->err_w = -1;
+}
+
 void local_child_close(local_child *c)
 {
-	int *fds[] = {&c->in_fd, &c->out_fd, &c->err_fd, &c->pidfd};
+	int *fds[] = {&c->in_fd, &c->out_fd, &c->err_fd, &c->pidfd, &c->out_w, &c->err_w};
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++) {
 		if (*fds[i] >= 0) {
 			close(*fds[i]);
