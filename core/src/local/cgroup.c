@@ -296,17 +296,22 @@ void local_cgroup_end(const char *path, int wait_ms)
 
 #define JOB_PREFIX "job-"
 /*
- * Empty ones kept for the next spawns (a burst beyond makes its own). The thread is woken
- * when fewer than LOW_WATER are left, and refills to SPARES from the released ones (or
- * new ones): one wake-up per several commands, not one per command.
+ * Empty ones kept for the next spawns (a burst beyond makes its own). A command's cgroup
+ * that is empty when it is released goes straight back (the next command takes the one
+ * on top, so one after another they reuse one cgroup: the kernel then notifies
+ * cgroup.events, a kworker's wake-up, at most every 10 ms instead of at each start). The
+ * thread is woken only when fewer than LOW_WATER are left, when a command left something
+ * running in its cgroup, or when many wait for it; it refills to SPARES.
  */
 #define SPARES     8
 #define LOW_WATER  2
 #define POLLED_MAX 64 /* leftover cgroups watched through cgroup.events; the rest by timer */
 
-/* A job cgroup: its number and its open cgroup.events (-1 if not open). */
-struct pending {
+/* A job cgroup: its number, the O_PATH fd of its directory, its cgroup.events (-1: not
+ * open). */
+struct job {
 	unsigned n;
+	int dir;
 	int events;
 };
 
@@ -316,14 +321,11 @@ static struct {
 	char path[LOCAL_CGROUP_PATH_MAX];
 	int wake; /* eventfd: spares ran low, or a job left something running, or many done */
 	unsigned next;
-	struct {
-		int fd;
-		struct pending job;
-	} spare[SPARES];
+	struct job spare[SPARES];
 	size_t nspare;
-	struct pending *out; /* taken by a command: their cgroup.events, read at release */
+	struct job *out; /* taken by a command, until it releases them */
 	size_t nout, capout;
-	struct pending *done; /* released, not yet tried by the thread */
+	struct job *done; /* released, not yet tried by the thread */
 	size_t ndone, capdone;
 	unsigned *killed; /* cgroup.kill written: never reused (below) */
 	size_t nkilled, capkilled;
@@ -335,11 +337,11 @@ static void job_name(char *buf, size_t cap, unsigned n)
 }
 
 /* Appends j to *v (of *len, *cap); false when out of memory. Under jc.mu. */
-static bool push_job(struct pending **v, size_t *len, size_t *cap, struct pending j)
+static bool push_job(struct job **v, size_t *len, size_t *cap, struct job j)
 {
 	if (*len == *cap) {
 		size_t ncap = *cap ? *cap * 2 : 16;
-		struct pending *nv = realloc(*v, ncap * sizeof *nv);
+		struct job *nv = realloc(*v, ncap * sizeof *nv);
 		if (!nv)
 			return false;
 		*v = nv, *cap = ncap;
@@ -362,20 +364,35 @@ static bool push(unsigned **v, size_t *len, size_t *cap, unsigned n)
 	return true;
 }
 
-/* Whether cgroup.kill was written to job cgroup n; with `forget`, n is gone now. */
-static bool was_killed(unsigned n, bool forget)
+/* Under jc.mu: whether cgroup.kill was written to job cgroup n; `forget`: n is gone now. */
+static bool was_killed_locked(unsigned n, bool forget)
 {
-	bool hit = false;
-	pthread_mutex_lock(&jc.mu);
-	for (size_t i = 0; i < jc.nkilled && !hit; i++) {
+	for (size_t i = 0; i < jc.nkilled; i++) {
 		if (jc.killed[i] == n) {
 			if (forget)
 				jc.killed[i] = jc.killed[--jc.nkilled];
-			hit = true;
+			return true;
 		}
 	}
+	return false;
+}
+
+static bool was_killed(unsigned n, bool forget)
+{
+	pthread_mutex_lock(&jc.mu);
+	bool hit = was_killed_locked(n, forget);
 	pthread_mutex_unlock(&jc.mu);
 	return hit;
+}
+
+/* Closes what is open of j. */
+static void job_close(struct job *j)
+{
+	if (j->dir >= 0)
+		close(j->dir);
+	if (j->events >= 0)
+		close(j->events);
+	j->dir = j->events = -1;
 }
 
 /* Job cgroup n's cgroup.events, opened; -1 if it cannot be. */
@@ -465,12 +482,12 @@ static long descendants(unsigned n)
 }
 
 /*
- * A released job cgroup: back among the spares (with its cgroup.events) if it is empty
- * and a leaf (no process left, no nested agent's cgroup), removed if it is empty but the
- * spares are enough. True once `j` is done with (its events fd given to the spare or
- * closed); false while a process is left in it, j->events then open where it can be.
+ * A released job cgroup: back among the spares if it is empty and a leaf (no process
+ * left, no nested agent's cgroup), removed if it is empty but the spares are enough.
+ * True once `j` is done with (given to the spares, or closed and removed); false while a
+ * process is left in it, j->events then open where it can be.
  */
-static bool settle(struct pending *j)
+static bool settle(struct job *j)
 {
 	if (j->events < 0)
 		j->events = open_events(j->n);
@@ -485,31 +502,29 @@ static bool settle(struct pending *j)
 	bool room = jc.nspare < SPARES && !killed;
 	pthread_mutex_unlock(&jc.mu);
 	/* reused: a mkdir and an rmdir less per command (about 70 us of kernel time) */
-	int fd = -1;
 	if (room && j->events >= 0 && descendants(j->n) == 0) {
-		char name[32];
-		job_name(name, sizeof name, j->n);
-		fd = openat(jc.base, name, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	}
-	if (fd >= 0) {
-		pthread_mutex_lock(&jc.mu);
-		room = jc.nspare < SPARES;
-		if (room) {
-			jc.spare[jc.nspare].fd = fd;
-			jc.spare[jc.nspare++].job = *j;
+		if (j->dir < 0) {
+			char name[32];
+			job_name(name, sizeof name, j->n);
+			j->dir = openat(jc.base, name, O_PATH | O_DIRECTORY | O_CLOEXEC);
 		}
+		pthread_mutex_lock(&jc.mu);
+		room = j->dir >= 0 && jc.nspare < SPARES;
+		if (room)
+			jc.spare[jc.nspare++] = *j;
 		pthread_mutex_unlock(&jc.mu);
 		if (room)
 			return true;
-		close(fd);
+	}
+	if (j->dir >= 0) {
+		close(j->dir);
+		j->dir = -1;
 	}
 	if (!job_remove(j->n) && j->events >= 0)
 		return false;
 	if (killed)
 		was_killed(j->n, true);
-	if (j->events >= 0)
-		close(j->events);
-	j->events = -1;
+	job_close(j);
 	return true;
 }
 
@@ -520,34 +535,29 @@ static void refill(void)
 		pthread_mutex_lock(&jc.mu);
 		bool want = jc.nspare < SPARES;
 		pthread_mutex_unlock(&jc.mu);
-		unsigned made;
-		int fd = want ? job_make(&made) : -1;
-		if (fd < 0)
+		struct job j = {0, -1, -1};
+		j.dir = want ? job_make(&j.n) : -1;
+		if (j.dir < 0)
 			return;
-		struct pending j = {made, open_events(made)};
+		j.events = open_events(j.n);
 		pthread_mutex_lock(&jc.mu);
 		bool room = jc.nspare < SPARES;
-		if (room) {
-			jc.spare[jc.nspare].fd = fd;
-			jc.spare[jc.nspare++].job = j;
-		}
+		if (room)
+			jc.spare[jc.nspare++] = j;
 		pthread_mutex_unlock(&jc.mu);
 		if (!room) {
-			close(fd);
-			if (j.events >= 0)
-				close(j.events);
-			job_remove(made);
+			job_close(&j);
+			job_remove(j.n);
 			return;
 		}
 	}
 }
 
 /*
- * The thread: keeps spare cgroups ready and settles the released ones (reused or
- * removed), at once if they are empty, else when cgroup.events says `populated 0`
- * (POLLPRI) or, for those not watched and those that held a nested agent's cgroup, at
- * the next second's pass. No spawn waits for it. Woken when the spares run low, when a
- * command left something running in its cgroup, or when many were released.
+ * The thread: keeps spare cgroups ready and settles the released ones that could not go
+ * straight back (reused or removed), at once if they are empty, else when cgroup.events
+ * says `populated 0` (POLLPRI) or, for those not watched and those that held a nested
+ * agent's cgroup, at the next second's pass. No spawn waits for it.
  */
 static void *jc_main(void *arg)
 {
@@ -556,7 +566,7 @@ static void *jc_main(void *arg)
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	prctl(PR_SET_NAME, "asp-jobcg"); /* only asp-agent has job cgroups */
-	struct pending *pend = NULL;
+	struct job *pend = NULL;
 	size_t npend = 0, cappend = 0;
 	struct pollfd *pfd = malloc((POLLED_MAX + 1) * sizeof *pfd);
 	size_t *pidx = malloc((POLLED_MAX + 1) * sizeof *pidx);
@@ -565,7 +575,7 @@ static void *jc_main(void *arg)
 		return NULL;
 	for (;;) {
 		pthread_mutex_lock(&jc.mu);
-		struct pending *done = jc.done;
+		struct job *done = jc.done;
 		size_t ndone = jc.ndone;
 		jc.done = NULL;
 		jc.ndone = jc.capdone = 0;
@@ -573,8 +583,12 @@ static void *jc_main(void *arg)
 		for (size_t i = 0; i < ndone; i++) {
 			if (settle(&done[i]))
 				continue;
-			if (!push_job(&pend, &npend, &cappend, done[i]) && done[i].events >= 0)
-				close(done[i].events); /* the agent's cgroup's end removes it */
+			if (done[i].dir >= 0) {
+				close(done[i].dir);
+				done[i].dir = -1;
+			}
+			if (!push_job(&pend, &npend, &cappend, done[i]))
+				job_close(&done[i]); /* the agent's cgroup's end removes it */
 		}
 		free(done);
 		refill(); /* after the released ones, which may be spares again */
@@ -636,14 +650,14 @@ bool local_jobcg_init(void)
 	snprintf(jc.path, sizeof jc.path, "%s", dir);
 	jc.wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	char kill_file[32];
-	unsigned n;
-	int probe = jc.base >= 0 && jc.wake >= 0 ? job_make(&n) : -1;
-	if (probe >= 0) {
+	struct job probe = {0, -1, -1};
+	probe.dir = jc.base >= 0 && jc.wake >= 0 ? job_make(&probe.n) : -1;
+	if (probe.dir >= 0) {
 		/* the first spare; and cgroup.kill is there (the keeper checked its own) */
-		snprintf(kill_file, sizeof kill_file, JOB_PREFIX "%u/cgroup.kill", n);
+		snprintf(kill_file, sizeof kill_file, JOB_PREFIX "%u/cgroup.kill", probe.n);
 		if (faccessat(jc.base, kill_file, W_OK, 0) == 0) {
-			jc.spare[0].fd = probe;
-			jc.spare[0].job = (struct pending){n, open_events(n)};
+			probe.events = open_events(probe.n);
+			jc.spare[0] = probe;
 			jc.nspare = 1;
 			pthread_t t;
 			pthread_attr_t at;
@@ -655,11 +669,9 @@ bool local_jobcg_init(void)
 			if (e == 0)
 				return true;
 			jc.nspare = 0;
-			if (jc.spare[0].job.events >= 0)
-				close(jc.spare[0].job.events);
 		}
-		close(probe);
-		job_remove(n);
+		job_close(&probe);
+		job_remove(probe.n);
 	}
 	if (jc.wake >= 0)
 		close(jc.wake);
@@ -672,23 +684,27 @@ bool local_jobcg_init(void)
 int local_jobcg_take(unsigned *n)
 {
 	pthread_mutex_lock(&jc.mu);
-	int fd = -1;
-	if (jc.nspare) {
-		jc.nspare--;
-		fd = jc.spare[jc.nspare].fd;
-		struct pending j = jc.spare[jc.nspare].job;
-		*n = j.n;
-		/* out of memory: released without it, it counts as busy (the thread looks) */
-		if (!push_job(&jc.out, &jc.nout, &jc.capout, j) && j.events >= 0)
-			close(j.events);
-	}
+	struct job j = {0, -1, -1};
+	if (jc.nspare)
+		j = jc.spare[--jc.nspare];
 	bool low = jc.nspare < LOW_WATER;
 	pthread_mutex_unlock(&jc.mu);
-	if (fd < 0)
-		fd = job_make(n); /* a burst outran the thread: one mkdir on this call */
+	if (j.dir < 0)
+		j.dir = job_make(&j.n); /* a burst outran the thread: one mkdir on this call */
 	if (low)
 		jc_wake();
-	return fd;
+	if (j.dir < 0)
+		return -1;
+	pthread_mutex_lock(&jc.mu);
+	bool listed = push_job(&jc.out, &jc.nout, &jc.capout, j);
+	pthread_mutex_unlock(&jc.mu);
+	if (!listed) { /* out of memory: the command starts without one */
+		job_close(&j);
+		job_remove(j.n);
+		return -1;
+	}
+	*n = j.n;
+	return j.dir;
 }
 
 void local_jobcg_kill(unsigned n)
@@ -713,7 +729,7 @@ void local_jobcg_kill(unsigned n)
 
 void local_jobcg_release(unsigned n)
 {
-	struct pending j = {n, -1};
+	struct job j = {n, -1, -1};
 	pthread_mutex_lock(&jc.mu);
 	for (size_t i = 0; i < jc.nout; i++) {
 		if (jc.out[i].n == n) {
@@ -723,14 +739,23 @@ void local_jobcg_release(unsigned n)
 		}
 	}
 	pthread_mutex_unlock(&jc.mu);
-	/* one pread: an empty one waits for the thread's next round, a busy one is watched */
-	bool busy = j.events < 0 || populated(j.events);
+	/*
+	 * One pread: empty, it serves the next command at once. (An empty cgroup a nested
+	 * agent left below it goes with it when it is removed; reusing it meanwhile is
+	 * harmless, we enable no controller.)
+	 */
+	bool empty = j.dir >= 0 && j.events >= 0 && !populated(j.events);
 	pthread_mutex_lock(&jc.mu);
+	if (empty && !was_killed_locked(n, false) && jc.nspare < SPARES) {
+		jc.spare[jc.nspare++] = j;
+		pthread_mutex_unlock(&jc.mu);
+		return;
+	}
 	bool kept = push_job(&jc.done, &jc.ndone, &jc.capdone, j);
-	bool wake = busy || jc.ndone >= SPARES;
+	bool wake = !empty || jc.ndone >= SPARES;
 	pthread_mutex_unlock(&jc.mu);
-	if (!kept && j.events >= 0)
-		close(j.events); /* out of memory: left to the agent's end */
+	if (!kept)
+		job_close(&j); /* out of memory: left to the agent's end */
 	if (wake)
 		jc_wake();
 }

@@ -142,7 +142,7 @@ asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result 
 	 * execs of `true` woke for each).
 	 */
 	local_child_spec spec = {"exec", p->command, p->has_argv, p->argv,
-	                         p->cwd, p->has_env, p->env, .hold_outputs = true};
+	                         p->cwd, p->has_env, p->env,      .hold_outputs = true};
 	if (p->stdin_data.len && !p->stdin_data.data)
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
 		                     "exec: 'stdin' has no bytes");

@@ -1118,7 +1118,6 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 		                       sizeof reset_signals / sizeof *reset_signals};
 		bool clone_failed = false;
 		rc = local_clone_spawn(cg_fd, &cs, &pid, &clone_failed);
-		close(cg_fd);
 		started = !clone_failed;
 		if (clone_failed && rc != EAGAIN && rc != ENOMEM && rc != EINTR)
 			atomic_store(&jobcg_state, -1); /* seccomp, an old kernel: not again */
