@@ -564,7 +564,14 @@ static void *reaper_main(void *arg)
 	(void)arg;
 	sigset_t all;
 	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals are for the serving threads */
+	/*
+	 * Signals are for the serving threads; but an orphan's SIGCHLD comes to its parent,
+	 * this thread: unblocked here, the kernel discards it at once (it is ignored by
+	 * default) instead of keeping it and waking a serving thread to take it.
+	 */
+	if (reaper.main_thread)
+		sigdelset(&all, SIGCHLD);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	if (!reaper.main_thread)
 		prctl(PR_SET_NAME, "asp-reaper"); /* the main thread keeps the process's name */
 	int flags = WEXITED | WNOWAIT | (reaper.main_thread ? __WNOTHREAD : 0);
