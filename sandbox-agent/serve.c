@@ -10,7 +10,10 @@
  * only if more input comes (asp_local_watch_input). Handing it over before every exec
  * cost two sleeps per exec: the follower's wake-up and the leader's wait once it found
  * someone else reading; with the commands' own sleeps, most of an exec's time on two
- * busy cores is waiting for a core after a wake-up.
+ * busy cores is waiting for a core after a wake-up. The exec cannot watch while its
+ * command starts (the vfork wait: a cwd or program on a hung network mount would hold
+ * it), so a timer also hands leadership over LEAD_AFTER_NS into the request: a slow exec
+ * never blocks the reading of the next request for longer.
  *
  * The connection is bound to the local backend (asp_local_connect) with write_frame as
  * its sink, so spawned processes' notifications and the responses share one writer; a
@@ -33,6 +36,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Threads serving requests at most, this one included. */
@@ -49,6 +53,10 @@
  */
 #define BUDGET_FACTOR 4
 #define BUDGET_MIN    (64 * 1024)
+/* How long a lone exec keeps leadership without watching the input (its start). */
+#define LEAD_AFTER_NS (20 * 1000 * 1000)
+
+typedef struct stop_watch stop_watch;
 
 typedef struct server {
 	asp_local *backend;
@@ -70,6 +78,9 @@ typedef struct server {
 	size_t budget, in_use;   /* decoding budget, and what the requests being served hold */
 	pthread_cond_t budget_cv; /* in_use went down, or stop */
 	pthread_t threads[MAX_WORKERS - 1];
+
+	stop_watch
+	    *watch; /* its timer hands leadership over (NULL: a lone exec does not keep it) */
 
 	pthread_mutex_t out_mu; /* one frame at a time on out_fd */
 	bool out_dead;          /* closed after a protocol error, or the reader went away */
@@ -284,13 +295,15 @@ static void input_ready(void *ctx)
 	pthread_mutex_unlock(&s->mu);
 }
 
+static bool lead_timer(server *s, bool arm);
+
 /* Under mu: whether `j` is a lone exec, which keeps leadership while it runs. */
 static bool keeps_lead(server *s, const job *j)
 {
 	size_t len;
 	const char *m = asp_request_method(j->req, &len);
 	return s->serving == 0 && m && len == 4 && memcmp(m, "exec", 4) == 0 &&
-	       !asp_fd_channel_buffered(s->in);
+	       !asp_fd_channel_buffered(s->in) && lead_timer(s, true);
 }
 
 /* Under mu. Makes sure someone will read next: an idle thread, or a new one. */
@@ -355,8 +368,10 @@ static void *worker(void *arg)
 			asp_local_watch_input(&w);
 		}
 		serve(s, &j, out); /* out NULL (no memory): closes like a failed answer */
-		if (keep)
+		if (keep) {
 			asp_local_watch_input(NULL);
+			lead_timer(s, false);
+		}
 		pthread_mutex_lock(&s->mu);
 		s->serving--;
 	}
@@ -368,7 +383,10 @@ static void *worker(void *arg)
 }
 
 /* Serves the connection until EOF or a fatal error, then ends the backend's processes. */
-static int serve_conn(asp_local *backend, int in, int out, size_t max_message, bool *stuck)
+static void watch_conn(stop_watch *w, server *s);
+
+static int serve_conn(asp_local *backend, int in, int out, size_t max_message, stop_watch *w,
+                      bool *stuck)
 {
 	*stuck = false;
 	server *s = calloc(1, sizeof *s);
@@ -394,6 +412,8 @@ static int serve_conn(asp_local *backend, int in, int out, size_t max_message, b
 	pthread_mutex_init(&s->out_mu, NULL);
 	pthread_cond_init(&s->idle_cv, NULL);
 	pthread_cond_init(&s->budget_cv, NULL);
+	s->watch = w;
+	watch_conn(w, s);
 
 	/*
 	 * The first leader is this thread; the others are created as requests arrive. The
@@ -421,6 +441,7 @@ static int serve_conn(asp_local *backend, int in, int out, size_t max_message, b
 		*stuck = true;
 		return code;
 	}
+	watch_conn(w, NULL);
 	asp_local_disconnect(s->conn);
 	asp_channel_free(s->in);
 	pthread_cond_destroy(&s->idle_cv);
@@ -436,11 +457,55 @@ static int serve_conn(asp_local *backend, int in, int out, size_t max_message, b
  * terminal): the spawned groups must not outlive us, and a KILL may follow soon (the
  * stdio client sends it 200 ms later), so they get 100 ms between TERM and KILL.
  */
-typedef struct stop_watch {
+struct stop_watch {
 	asp_local *backend;
 	atomic_bool done;
 	pthread_t thread;
-} stop_watch;
+	/* The lead timer: its signal (LEAD_SIG) comes to this thread, which promotes `srv`. */
+	pthread_mutex_t mu; /* srv */
+	server *srv;
+	timer_t timer;
+	atomic_bool timer_ok; /* made by the stop thread */
+};
+
+#define LEAD_SIG SIGRTMIN
+
+/* Under the connection's mu (keeps_lead) or not: arms or disarms the lead timer. False
+ * when there is none. */
+static bool lead_timer(server *s, bool arm)
+{
+	stop_watch *w = s->watch;
+	if (!w || !atomic_load(&w->timer_ok))
+		return false;
+	struct itimerspec t = {.it_value = {0, arm ? LEAD_AFTER_NS : 0}};
+	return timer_settime(w->timer, 0, &t, NULL) == 0;
+}
+
+static void watch_conn(stop_watch *w, server *s)
+{
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->mu);
+	w->srv = s;
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* The lead timer, signalling this thread; false where the C library cannot say which. */
+static bool make_lead_timer(stop_watch *w)
+{
+	struct sigevent ev;
+	memset(&ev, 0, sizeof ev);
+	ev.sigev_notify = SIGEV_THREAD_ID;
+	ev.sigev_signo = LEAD_SIG;
+#if defined(sigev_notify_thread_id)
+	ev.sigev_notify_thread_id = (pid_t)syscall(SYS_gettid);
+#elif defined(__GLIBC__)
+	ev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
+#else
+	return false;
+#endif
+	return timer_create(CLOCK_MONOTONIC, &ev, &w->timer) == 0;
+}
 
 #define STOP_GRACE_MS 100
 
@@ -450,6 +515,7 @@ static void stop_signals(sigset_t *set)
 	sigaddset(set, SIGTERM);
 	sigaddset(set, SIGHUP);
 	sigaddset(set, SIGINT);
+	sigaddset(set, LEAD_SIG);
 }
 
 static void *stop_main(void *arg)
@@ -458,11 +524,23 @@ static void *stop_main(void *arg)
 	prctl(PR_SET_NAME, "asp-stop");
 	sigset_t set;
 	stop_signals(&set);
+	atomic_store(&w->timer_ok, make_lead_timer(w));
 	int sig = 0;
-	while (sigwait(&set, &sig) != 0)
-		;
-	if (atomic_load(&w->done))
-		return NULL; /* woken by our own pthread_kill: the server ended */
+	for (;;) {
+		if (sigwait(&set, &sig) != 0)
+			continue;
+		if (sig != LEAD_SIG)
+			break;
+		pthread_mutex_lock(&w->mu); /* a lone exec took too long: someone else reads */
+		if (w->srv)
+			input_ready(w->srv);
+		pthread_mutex_unlock(&w->mu);
+	}
+	if (atomic_load(&w->done)) { /* woken by our own pthread_kill: the server ended */
+		if (atomic_load(&w->timer_ok))
+			timer_delete(w->timer);
+		return NULL;
+	}
 	asp_server_log("asp-agent: signal %d: ending the spawned processes", sig);
 	asp_local_shutdown_grace(w->backend, STOP_GRACE_MS);
 	_exit(0); /* the other threads may be blocked in I/O: do not wait for them */
@@ -482,9 +560,11 @@ int asp_agent_serve_stdio(int in, int out, size_t max_message)
 	pthread_sigmask(SIG_BLOCK, &set, &old);
 	stop_watch w = {.backend = backend};
 	atomic_init(&w.done, false);
+	atomic_init(&w.timer_ok, false);
+	pthread_mutex_init(&w.mu, NULL);
 	bool watching = pthread_create(&w.thread, NULL, stop_main, &w) == 0;
 	bool stuck;
-	int code = serve_conn(backend, in, out, max, &stuck);
+	int code = serve_conn(backend, in, out, max, watching ? &w : NULL, &stuck);
 	if (watching) {
 		atomic_store(&w.done, true);
 		pthread_kill(w.thread, SIGTERM);
