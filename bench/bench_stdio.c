@@ -9,12 +9,14 @@
  *   bench_stdio ASP_AGENT ASP_CLI [iterations [quick]]
  *
  * `quick` skips the transfers and prints one line of the round trips (for interleaved
- * runs of two builds).
+ * runs of two builds). Both modes also print how the agent starts its commands and how
+ * often each of its threads slept per exec over stdio (voluntary context switches).
  */
 #include "asp/asp.h"
 #include "asp/transport.h"
 #include "bench_util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -22,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -32,6 +35,150 @@ static void die(const char *what, const asp_error *err)
 {
 	fprintf(stderr, "bench_stdio: %s: %s\n", what, err ? err->message : strerror(errno));
 	exit(1);
+}
+
+/* The agent the stdio transport started: a child of ours running `agent`, or -1. */
+static pid_t find_agent(const char *agent)
+{
+	char want[PATH_MAX], path[300], exe[PATH_MAX];
+	if (!realpath(agent, want))
+		return -1;
+	pid_t found = -1;
+	DIR *d = opendir("/proc/self/task");
+	for (struct dirent *e; d && found < 0 && (e = readdir(d));) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof path, "/proc/self/task/%.64s/children", e->d_name);
+		FILE *f = fopen(path, "r");
+		for (long pid; f && found < 0 && fscanf(f, "%ld", &pid) == 1;) {
+			snprintf(path, sizeof path, "/proc/%ld/exe", pid);
+			ssize_t n = readlink(path, exe, sizeof exe - 1);
+			if (n > 0 && (exe[n] = '\0', strcmp(exe, want) == 0))
+				found = (pid_t)pid;
+		}
+		if (f)
+			fclose(f);
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/*
+ * How the agent starts commands: in job cgroups (clone3, CLONE_INTO_CGROUP) once its
+ * keeper moved it into `asp-agent-<pid>`, else posix_spawn.
+ */
+static const char *spawn_path(pid_t agent)
+{
+	char path[64], line[1024], want[48];
+	snprintf(path, sizeof path, "/proc/%ld/cgroup", (long)agent);
+	snprintf(want, sizeof want, "/asp-agent-%ld\n", (long)agent);
+	FILE *f = fopen(path, "r");
+	bool own = false;
+	while (f && fgets(line, sizeof line, f)) {
+		size_t n = strlen(line), w = strlen(want);
+		own |= strncmp(line, "0::", 3) == 0 && n >= w && strcmp(line + n - w, want) == 0;
+	}
+	if (f)
+		fclose(f);
+#if defined(__x86_64__)
+	return own ? "clone3-jobcg" : "posix_spawn";
+#else
+	return "posix_spawn";
+#endif
+}
+
+#define MAX_THREADS 80
+
+/* The agent's threads: tid, name and voluntary context switches so far. */
+struct threads {
+	int n;
+	long tid[MAX_THREADS];
+	char name[MAX_THREADS][20];
+	double sleeps[MAX_THREADS];
+};
+
+static void read_threads(pid_t pid, struct threads *t)
+{
+	char path[300], line[256];
+	t->n = 0;
+	snprintf(path, sizeof path, "/proc/%ld/task", (long)pid);
+	DIR *d = opendir(path);
+	for (struct dirent *e; d && t->n < MAX_THREADS && (e = readdir(d));) {
+		if (e->d_name[0] == '.')
+			continue;
+		int i = t->n;
+		t->tid[i] = atol(e->d_name);
+		t->sleeps[i] = 0;
+		snprintf(t->name[i], sizeof t->name[i], "?");
+		snprintf(path, sizeof path, "/proc/%ld/task/%.64s/status", (long)pid, e->d_name);
+		FILE *f = fopen(path, "r");
+		while (f && fgets(line, sizeof line, f)) {
+			if (!strncmp(line, "Name:", 5) && sscanf(line + 5, "%19s", t->name[i]) != 1)
+				snprintf(t->name[i], sizeof t->name[i], "?");
+			if (!strncmp(line, "voluntary_ctxt_switches:", 24))
+				t->sleeps[i] = atof(line + 24);
+		}
+		if (f)
+			fclose(f);
+		t->n++;
+	}
+	if (d)
+		closedir(d);
+}
+
+/*
+ * "name=sleeps/exec" per thread name (threads of one name summed, in the order first
+ * seen; the count of threads in brackets when more than one), and the total, into buf.
+ */
+static void sleeps_line(const struct threads *a, const struct threads *b, int execs, char *buf,
+                        size_t cap)
+{
+	char names[MAX_THREADS][20];
+	double sum[MAX_THREADS] = {0}, total = 0;
+	int count[MAX_THREADS] = {0}, k = 0;
+	for (int i = 0; i < b->n; i++) {
+		double before = 0;
+		for (int j = 0; j < a->n; j++)
+			if (a->tid[j] == b->tid[i])
+				before = a->sleeps[j];
+		double d = (b->sleeps[i] - before) / execs;
+		int at = 0;
+		while (at < k && strcmp(names[at], b->name[i]) != 0)
+			at++;
+		if (at == k)
+			memcpy(names[k++], b->name[i], sizeof names[0]);
+		sum[at] += d;
+		count[at]++;
+		total += d;
+	}
+	size_t len = (size_t)snprintf(buf, cap, "total=%.2f", total);
+	for (int i = 0; i < k && len < cap; i++) {
+		if (count[i] > 1)
+			len += (size_t)snprintf(buf + len, cap - len, " %s[%d]=%.2f", names[i],
+			                        count[i], sum[i]);
+		else
+			len += (size_t)snprintf(buf + len, cap - len, " %s=%.2f", names[i], sum[i]);
+	}
+	/* and each thread in the order the agent made them (for an agent without names) */
+	int order[MAX_THREADS];
+	for (int i = 0; i < b->n; i++)
+		order[i] = i;
+	for (int i = 1; i < b->n; i++)
+		for (int j = i; j > 0 && b->tid[order[j]] < b->tid[order[j - 1]]; j--) {
+			int t = order[j];
+			order[j] = order[j - 1], order[j - 1] = t;
+		}
+	if (len < cap)
+		len += (size_t)snprintf(buf + len, cap - len, " by-tid");
+	for (int i = 0; i < b->n && len < cap; i++) {
+		double before = 0;
+		for (int j = 0; j < a->n; j++)
+			if (a->tid[j] == b->tid[order[i]])
+				before = a->sleeps[j];
+		len += (size_t)snprintf(buf + len, cap - len, "%s%.2f", i ? "," : "=",
+		                        (b->sleeps[order[i]] - before) / execs);
+	}
 }
 
 static double floor_spawn_true(void)
@@ -190,6 +337,10 @@ int main(int argc, char **argv)
 	if (asp_client_open_view(&lv, &local, &err))
 		die("open local client", &err);
 	double *vl = calloc((size_t)iters, sizeof *vl), *vf = calloc((size_t)iters, sizeof *vf);
+	pid_t agent_pid = find_agent(agent);
+	static struct threads before, after;
+	if (agent_pid > 0)
+		read_threads(agent_pid, &before);
 	for (int i = 0; i < iters; i++) {
 		double t0 = now_us();
 		floor_spawn_true();
@@ -199,6 +350,12 @@ int main(int argc, char **argv)
 		exec_true(local, a);
 		vf[i] = t1 - t0, v[i] = t2 - t1, vl[i] = now_us() - t2;
 	}
+	char sleeps[1024] = "unknown (agent not found)";
+	if (agent_pid > 0) {
+		read_threads(agent_pid, &after);
+		sleeps_line(&before, &after, iters, sleeps, sizeof sleeps);
+	}
+	const char *how = agent_pid > 0 ? spawn_path(agent_pid) : "unknown";
 	double floor_us = median(vf, iters), exec_us = median(v, iters);
 	double lexec_us = median(vl, iters);
 	free(vl);
@@ -219,9 +376,9 @@ int main(int argc, char **argv)
 	if (quick) {
 		printf("exec %.0f floor %.0f ratio %.3f stat %.1f write %.1f read %.1f c1 %.0f c8 "
 		       "%.0f "
-		       "c64 %.0f\n",
+		       "c64 %.0f spawn %s sleeps/exec %s\n",
 		       exec_us, floor_us, exec_us / floor_us, stat_us, write_us, read_us, c1, c8,
-		       c64);
+		       c64, how, sleeps);
 		asp_arena_free(a);
 		free(v);
 		asp_client_free(c);
@@ -260,6 +417,7 @@ int main(int argc, char **argv)
 		pipe_s = t < pipe_s ? t : pipe_s;
 	}
 
+	printf("agent: commands started with %s; sleeps per exec by thread: %s\n\n", how, sleeps);
 	printf("| measure | asp over stdio | floor / peer | ratio |\n|---|---|---|---|\n");
 	printf("| exec `true` round trip, median | %.0f µs | %.0f µs (posix_spawn + waitpid) | "
 	       "%.2f× |\n",

@@ -38,6 +38,25 @@ static void on_sigpipe(int sig)
 	(void)sig;
 }
 
+static int serve_stdio(void *arg)
+{
+	(void)arg;
+	return asp_agent_serve_stdio(STDIN_FILENO, STDOUT_FILENO, ASP_MAX_MESSAGE_DEFAULT);
+}
+
+#ifdef ASP_AGENT_HTTP
+struct args {
+	int argc;
+	char **argv;
+};
+
+static int serve_listen(void *arg)
+{
+	struct args *a = arg;
+	return asp_agent_listen_main(a->argc, a->argv);
+}
+#endif
+
 int main(int argc, char **argv)
 {
 	/* First, so --listen and --relay have it too. */
@@ -50,13 +69,10 @@ int main(int argc, char **argv)
 #ifdef ASP_AGENT_HTTP
 	if (asp_agent_listen_wanted(argc, argv)) {
 		/* --relay runs no command; --listen does (DESIGN §5: nothing outlives us). */
-		bool serving = !asp_agent_relay_wanted(argc, argv);
-		if (serving)
-			asp_local_reaper_start();
-		int code = asp_agent_listen_main(argc, argv);
-		if (serving)
-			asp_local_reaper_finish();
-		return code;
+		struct args a = {argc, argv};
+		if (!asp_agent_relay_wanted(argc, argv))
+			return asp_local_reaper_run(serve_listen, &a);
+		return asp_agent_listen_main(argc, argv);
 	}
 #endif
 	for (int i = 1; i < argc; i++) {
@@ -82,10 +98,7 @@ int main(int argc, char **argv)
 	 * Process-wide, so here and not in the backend (which tests and `asp` also run in
 	 * their own process): orphans of commands come to us, and a keeper process kills
 	 * our cgroup and what carries our marker once we are gone, even by SIGKILL
-	 * (docs/decisions.md).
+	 * (docs/decisions.md). This thread reaps the orphans; the serving runs on another.
 	 */
-	asp_local_reaper_start();
-	int code = asp_agent_serve_stdio(STDIN_FILENO, STDOUT_FILENO, ASP_MAX_MESSAGE_DEFAULT);
-	asp_local_reaper_finish();
-	return code;
+	return asp_local_reaper_run(serve_stdio, NULL);
 }

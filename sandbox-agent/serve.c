@@ -5,6 +5,16 @@
  * reading of the next request. Threads are created on demand up to MAX_WORKERS; when
  * all are busy nobody reads, and requests wait in the pipe.
  *
+ * A lone exec (nothing else being served, nothing more read ahead) keeps leadership:
+ * the exec watches the input while it waits for its command and hands leadership over
+ * only if more input comes (asp_local_watch_input). Handing it over before every exec
+ * cost two sleeps per exec: the follower's wake-up and the leader's wait once it found
+ * someone else reading; with the commands' own sleeps, most of an exec's time on two
+ * busy cores is waiting for a core after a wake-up. The exec cannot watch while its
+ * command starts (the vfork wait: a cwd or program on a hung network mount would hold
+ * it), so a timer also hands leadership over LEAD_AFTER_NS into the request: a slow exec
+ * never blocks the reading of the next request for longer.
+ *
  * The connection is bound to the local backend (asp_local_connect) with write_frame as
  * its sink, so spawned processes' notifications and the responses share one writer; a
  * pump blocked on a client that does not read leaves its process's pipe unread.
@@ -22,8 +32,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Threads serving requests at most, this one included. */
@@ -40,11 +53,16 @@
  */
 #define BUDGET_FACTOR 4
 #define BUDGET_MIN    (64 * 1024)
+/* How long a lone exec keeps leadership without watching the input (its start). */
+#define LEAD_AFTER_NS (20 * 1000 * 1000)
+
+typedef struct stop_watch stop_watch;
 
 typedef struct server {
 	asp_local *backend;
 	asp_local_conn *conn;
 	asp_channel *in;
+	int in_fd;
 	int out_fd;
 	size_t max_message;
 
@@ -56,9 +74,13 @@ typedef struct server {
 	int exit_code;
 	bool ended;              /* asp_local_shutdown's answer, from the thread that saw the end */
 	unsigned idle, nthreads; /* threads created; the calling thread is one more */
+	unsigned serving;        /* threads serving a request now */
 	size_t budget, in_use;   /* decoding budget, and what the requests being served hold */
 	pthread_cond_t budget_cv; /* in_use went down, or stop */
 	pthread_t threads[MAX_WORKERS - 1];
+
+	stop_watch
+	    *watch; /* its timer hands leadership over (NULL: a lone exec does not keep it) */
 
 	pthread_mutex_t out_mu; /* one frame at a time on out_fd */
 	bool out_dead;          /* closed after a protocol error, or the reader went away */
@@ -261,6 +283,28 @@ static int lead(server *s, job *j)
 }
 
 static void *worker(void *arg);
+static void promote(server *s);
+
+/* More input came while a lone exec kept leadership: someone must read it. */
+static void input_ready(void *ctx)
+{
+	server *s = ctx;
+	pthread_mutex_lock(&s->mu);
+	if (!s->reading && !s->stop)
+		promote(s);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static bool lead_timer(server *s, bool arm);
+
+/* Under mu: whether `j` is a lone exec, which keeps leadership while it runs. */
+static bool keeps_lead(server *s, const job *j)
+{
+	size_t len;
+	const char *m = asp_request_method(j->req, &len);
+	return s->serving == 0 && m && len == 4 && memcmp(m, "exec", 4) == 0 &&
+	       !asp_fd_channel_buffered(s->in) && lead_timer(s, true);
+}
 
 /* Under mu. Makes sure someone will read next: an idle thread, or a new one. */
 static void promote(server *s)
@@ -284,6 +328,9 @@ static void promote(server *s)
 static void *worker(void *arg)
 {
 	server *s = arg;
+	/* names per role for /proc and bench_stdio; the main thread keeps the process's */
+	if ((pid_t)syscall(SYS_gettid) != getpid())
+		prctl(PR_SET_NAME, "asp-serve");
 	asp_reply *out = asp_reply_new();
 	bool first = false;
 	pthread_mutex_lock(&s->mu);
@@ -311,10 +358,22 @@ static void *worker(void *arg)
 			first = stop_locked(s, got < 0 ? 1 : 0);
 			break;
 		}
-		promote(s);
+		bool keep = keeps_lead(s, &j);
+		if (!keep)
+			promote(s);
+		s->serving++;
 		pthread_mutex_unlock(&s->mu);
+		if (keep) {
+			asp_local_watch w = {s->in_fd, input_ready, s};
+			asp_local_watch_input(&w);
+		}
 		serve(s, &j, out); /* out NULL (no memory): closes like a failed answer */
+		if (keep) {
+			asp_local_watch_input(NULL);
+			lead_timer(s, false);
+		}
 		pthread_mutex_lock(&s->mu);
+		s->serving--;
 	}
 	pthread_mutex_unlock(&s->mu);
 	if (first)
@@ -324,7 +383,10 @@ static void *worker(void *arg)
 }
 
 /* Serves the connection until EOF or a fatal error, then ends the backend's processes. */
-static int serve_conn(asp_local *backend, int in, int out, size_t max_message, bool *stuck)
+static void watch_conn(stop_watch *w, server *s);
+
+static int serve_conn(asp_local *backend, int in, int out, size_t max_message, stop_watch *w,
+                      bool *stuck)
 {
 	*stuck = false;
 	server *s = calloc(1, sizeof *s);
@@ -334,6 +396,7 @@ static int serve_conn(asp_local *backend, int in, int out, size_t max_message, b
 	}
 	s->max_message = max_message ? max_message : ASP_MAX_MESSAGE_DEFAULT;
 	s->budget = BUDGET_FACTOR * s->max_message;
+	s->in_fd = in;
 	s->out_fd = out;
 	s->backend = backend;
 	asp_conn_sink sink = {.send = sink_send, .ctx = s, .sendv = sink_sendv};
@@ -349,6 +412,8 @@ static int serve_conn(asp_local *backend, int in, int out, size_t max_message, b
 	pthread_mutex_init(&s->out_mu, NULL);
 	pthread_cond_init(&s->idle_cv, NULL);
 	pthread_cond_init(&s->budget_cv, NULL);
+	s->watch = w;
+	watch_conn(w, s);
 
 	/*
 	 * The first leader is this thread; the others are created as requests arrive. The
@@ -376,6 +441,7 @@ static int serve_conn(asp_local *backend, int in, int out, size_t max_message, b
 		*stuck = true;
 		return code;
 	}
+	watch_conn(w, NULL);
 	asp_local_disconnect(s->conn);
 	asp_channel_free(s->in);
 	pthread_cond_destroy(&s->idle_cv);
@@ -391,11 +457,55 @@ static int serve_conn(asp_local *backend, int in, int out, size_t max_message, b
  * terminal): the spawned groups must not outlive us, and a KILL may follow soon (the
  * stdio client sends it 200 ms later), so they get 100 ms between TERM and KILL.
  */
-typedef struct stop_watch {
+struct stop_watch {
 	asp_local *backend;
 	atomic_bool done;
 	pthread_t thread;
-} stop_watch;
+	/* The lead timer: its signal (LEAD_SIG) comes to this thread, which promotes `srv`. */
+	pthread_mutex_t mu; /* srv */
+	server *srv;
+	timer_t timer;
+	atomic_bool timer_ok; /* made by the stop thread */
+};
+
+#define LEAD_SIG SIGRTMIN
+
+/* Under the connection's mu (keeps_lead) or not: arms or disarms the lead timer. False
+ * when there is none. */
+static bool lead_timer(server *s, bool arm)
+{
+	stop_watch *w = s->watch;
+	if (!w || !atomic_load(&w->timer_ok))
+		return false;
+	struct itimerspec t = {.it_value = {0, arm ? LEAD_AFTER_NS : 0}};
+	return timer_settime(w->timer, 0, &t, NULL) == 0;
+}
+
+static void watch_conn(stop_watch *w, server *s)
+{
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->mu);
+	w->srv = s;
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* The lead timer, signalling this thread; false where the C library cannot say which. */
+static bool make_lead_timer(stop_watch *w)
+{
+	struct sigevent ev;
+	memset(&ev, 0, sizeof ev);
+	ev.sigev_notify = SIGEV_THREAD_ID;
+	ev.sigev_signo = LEAD_SIG;
+#if defined(sigev_notify_thread_id)
+	ev.sigev_notify_thread_id = (pid_t)syscall(SYS_gettid);
+#elif defined(__GLIBC__)
+	ev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
+#else
+	return false;
+#endif
+	return timer_create(CLOCK_MONOTONIC, &ev, &w->timer) == 0;
+}
 
 #define STOP_GRACE_MS 100
 
@@ -405,18 +515,32 @@ static void stop_signals(sigset_t *set)
 	sigaddset(set, SIGTERM);
 	sigaddset(set, SIGHUP);
 	sigaddset(set, SIGINT);
+	sigaddset(set, LEAD_SIG);
 }
 
 static void *stop_main(void *arg)
 {
 	stop_watch *w = arg;
+	prctl(PR_SET_NAME, "asp-stop");
 	sigset_t set;
 	stop_signals(&set);
+	atomic_store(&w->timer_ok, make_lead_timer(w));
 	int sig = 0;
-	while (sigwait(&set, &sig) != 0)
-		;
-	if (atomic_load(&w->done))
-		return NULL; /* woken by our own pthread_kill: the server ended */
+	for (;;) {
+		if (sigwait(&set, &sig) != 0)
+			continue;
+		if (sig != LEAD_SIG)
+			break;
+		pthread_mutex_lock(&w->mu); /* a lone exec took too long: someone else reads */
+		if (w->srv)
+			input_ready(w->srv);
+		pthread_mutex_unlock(&w->mu);
+	}
+	if (atomic_load(&w->done)) { /* woken by our own pthread_kill: the server ended */
+		if (atomic_load(&w->timer_ok))
+			timer_delete(w->timer);
+		return NULL;
+	}
 	asp_server_log("asp-agent: signal %d: ending the spawned processes", sig);
 	asp_local_shutdown_grace(w->backend, STOP_GRACE_MS);
 	_exit(0); /* the other threads may be blocked in I/O: do not wait for them */
@@ -436,9 +560,11 @@ int asp_agent_serve_stdio(int in, int out, size_t max_message)
 	pthread_sigmask(SIG_BLOCK, &set, &old);
 	stop_watch w = {.backend = backend};
 	atomic_init(&w.done, false);
+	atomic_init(&w.timer_ok, false);
+	pthread_mutex_init(&w.mu, NULL);
 	bool watching = pthread_create(&w.thread, NULL, stop_main, &w) == 0;
 	bool stuck;
-	int code = serve_conn(backend, in, out, max, &stuck);
+	int code = serve_conn(backend, in, out, max, watching ? &w : NULL, &stuck);
 	if (watching) {
 		atomic_store(&w.done, true);
 		pthread_kill(w.thread, SIGTERM);

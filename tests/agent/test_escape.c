@@ -39,6 +39,26 @@ static void send_exec(tproc *p, uint32_t id, const char *command, uint64_t timeo
 }
 
 /* Reads one exec response: its id; *code and *timed_out from the result. */
+/* read_exec, with the name of the signal that ended the command ("" for none). */
+static uint32_t read_exec_sig(tproc *p, int ms, int64_t *code, char sig[16])
+{
+	uint8_t *body;
+	size_t len;
+	int got = t_read_frame(p->out, ms, &body, &len);
+	CU_ASSERT_EQUAL_FATAL(got, 1);
+	asp_arena *a = asp_arena_new();
+	asp_exec_result r;
+	t_resp resp;
+	bool ok = t_parse_response(body, len, ASP_OP_EXEC, &r, a, &resp);
+	CU_ASSERT_FATAL(ok);
+	CU_ASSERT_EQUAL(resp.st, ASP_OK);
+	*code = r.exit_code;
+	snprintf(sig, 16, "%s", r.signal ? r.signal : "");
+	asp_arena_free(a);
+	free(body);
+	return resp.id;
+}
+
 static uint32_t read_exec(tproc *p, int ms, int64_t *code, bool *timed_out)
 {
 	uint8_t *body;
@@ -683,11 +703,11 @@ static bool wait_job_cgroups(tproc *p, uint32_t *id, int ms)
 
 /*
  * Later commands run to their end: a cgroup once killed would SIGKILL what is born in it
- * (it is never given to another command). More than the spares, so each is tried.
+ * (it is never given to another command). More than the spares (cgroup.c's SPARES, 8).
  */
 static void later_commands_run(tproc *p, uint32_t *id)
 {
-	for (int i = 0; i < 6; i++) {
+	for (int i = 0; i < 10; i++) {
 		send_exec(p, ++*id, "exit 7", 0);
 		int64_t code = -2;
 		/* past other answers and notifications (a proc_signal's, a process's end) */
@@ -871,7 +891,7 @@ static int job_dirs(const char *dir, int *busy)
 /*
  * Job cgroups do not pile up: each command is born in an empty one (never beside what
  * another command left), and once commands and what they left have ended, only the few
- * spares are left (at most cgroup.c's SPARES, 4), empty; none at the agent's exit.
+ * spares are left (at most cgroup.c's SPARES, 8), empty; none at the agent's exit.
  */
 static void test_job_cgroups_settle(void)
 {
@@ -931,9 +951,9 @@ static void test_job_cgroups_settle(void)
 			CU_ASSERT(write(w, "x\n", 2) == 2);
 		int n = 0;
 		for (int64_t until = t_now_ms() + 10000;
-		     ((n = job_dirs(agent_dir, &busy)) > 4 || busy) && t_now_ms() < until;)
+		     ((n = job_dirs(agent_dir, &busy)) > 8 || busy) && t_now_ms() < until;)
 			usleep(10 * 1000);
-		CU_ASSERT(n <= 4 && busy == 0);
+		CU_ASSERT(n <= 8 && busy == 0);
 		tproc_close_in(&p);
 		CU_ASSERT(WIFEXITED(tproc_wait(&p, 10000, NULL)));
 		CU_ASSERT(wait_gone(agent_dir, 10000));
@@ -1050,8 +1070,9 @@ static int zombies_of(pid_t pid)
 
 /*
  * The reaper takes the adopted orphans, never an exit status that a request waits for:
- * 60 execs at once, each leaving an orphan that dies at once, every status right, no
- * zombie left.
+ * 60 execs at once, each leaving an orphan that dies at once, every status right (an exit
+ * code, or for every fifth the signal that ended it), no zombie left. The orphans come to
+ * the agent's main thread, which reaps them; the commands are the serving threads'.
  */
 static void test_reaping_keeps_statuses(void)
 {
@@ -1060,17 +1081,19 @@ static void test_reaping_keeps_statuses(void)
 	enum { N = 60 };
 	for (uint32_t id = 1; id <= N; id++) {
 		char cmd[128];
-		snprintf(cmd, sizeof cmd, "(true &); (sleep 0.0$((%u %% 10)) &); exit %u", id,
-		         id % 100);
+		snprintf(cmd, sizeof cmd, "(true &); (sleep 0.0$((%u %% 10)) &); %s %u", id,
+		         id % 5 ? "exit" : "kill -KILL $$; exit", id % 100);
 		send_exec(&p, id, cmd, 0);
 	}
 	bool seen[N + 1] = {false};
 	for (int i = 0; i < N; i++) {
 		int64_t code = -2;
-		uint32_t id = read_exec(&p, 30000, &code, NULL);
+		char sig[16];
+		uint32_t id = read_exec_sig(&p, 30000, &code, sig);
 		CU_ASSERT_FATAL(id >= 1 && id <= N && !seen[id]);
 		seen[id] = true;
-		CU_ASSERT_EQUAL(code, (int64_t)(id % 100));
+		CU_ASSERT_EQUAL(code, id % 5 ? (int64_t)(id % 100) : -1);
+		CU_ASSERT_STRING_EQUAL(sig, id % 5 ? "" : "KILL");
 	}
 	int64_t until = t_now_ms() + 5000;
 	while (zombies_of(p.pid) > 0 && t_now_ms() < until)

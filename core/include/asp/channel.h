@@ -154,6 +154,12 @@ asp_status asp_fd_channel_new(int rfd, int wfd, unsigned flags, asp_channel **ou
 void asp_fd_channel_set_stall(asp_channel *ch, unsigned ms);
 
 /*
+ * Whether the channel has read bytes ahead of the frames returned so far (which a poll
+ * of its read fd would not show). False for a channel not from asp_fd_channel_new.
+ */
+bool asp_fd_channel_buffered(asp_channel *ch);
+
+/*
  * Only for a channel from asp_fd_channel_new that has ready (ASP_FDCH_WAKEABLE or a
  * socket). Has `fd` watched too, calling `fn` whenever it is readable; `fn` returns false
  * once it is done with the fd (EOF), which stops the watch. Under the RPC engine the

@@ -83,6 +83,16 @@ void asp_local_free(asp_local *l);
  */
 int asp_local_reaper_start(void);
 
+/*
+ * The same, with the calling thread as the reaper: call it from the main thread before
+ * starting any thread. fn(arg) runs on a new thread; when it returns,
+ * asp_local_reaper_finish runs and the process exits with fn's value (this call returns
+ * only where the reaper cannot be set up: then fn ran on this thread and its value is
+ * returned). Orphans are re-parented to the main thread, so a reaper there waits for
+ * them alone and is not woken by every command's exit, as a reaper thread is.
+ */
+int asp_local_reaper_run(int (*fn)(void *), void *arg);
+
 /* At the responder's exit: kills every process carrying our marker and every orphan adopted. */
 void asp_local_reaper_finish(void);
 
@@ -233,6 +243,21 @@ typedef enum asp_serve_result {
  * answer). Without a sink the answer is left in `b`. `r` stays the caller's.
  */
 asp_serve_result asp_local_serve(asp_local_conn *c, asp_request *r, asp_reply *b);
+
+/*
+ * For a server that reads requests on the thread that serves them: while this thread
+ * serves one, an exec that waits for its command also polls `fd` and calls `ready(ctx)`
+ * once it is readable, then stops watching it. So a lone exec can be served on the
+ * thread that read it, and reading is handed to another thread only if more input comes
+ * meanwhile (not before every exec, which costs two thread wake-ups). Per thread; set
+ * before asp_local_serve, cleared (NULL) after. `ready` must not block for long.
+ */
+typedef struct asp_local_watch {
+	int fd;
+	void (*ready)(void *ctx);
+	void *ctx;
+} asp_local_watch;
+void asp_local_watch_input(const asp_local_watch *w);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,7 @@
 #include <sys/types.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -294,26 +295,37 @@ void local_cgroup_end(const char *path, int wait_ms)
 /* ---- a cgroup per command ---------------------------------------------------------- */
 
 #define JOB_PREFIX "job-"
-#define SPARES     4  /* empty ones kept for the next spawns; a burst beyond makes its own */
+/*
+ * Empty ones kept for the next spawns (a burst beyond makes its own). A command's cgroup
+ * that is empty when it is released goes straight back (the next command takes the one
+ * on top, so one after another they reuse one cgroup: the kernel then notifies
+ * cgroup.events, a kworker's wake-up, at most every 10 ms instead of at each start). The
+ * thread is woken only when fewer than LOW_WATER are left, when a command left something
+ * running in its cgroup, or when many wait for it; it refills to SPARES.
+ */
+#define SPARES     8
+#define LOW_WATER  2
 #define POLLED_MAX 64 /* leftover cgroups watched through cgroup.events; the rest by timer */
 
-struct pending {
+/* A job cgroup: its number, the O_PATH fd of its directory, its cgroup.events (-1: not
+ * open). */
+struct job {
 	unsigned n;
-	int events; /* cgroup.events, -1 if not watched */
+	int dir;
+	int events;
 };
 
 static struct {
 	pthread_mutex_t mu;
 	int base; /* O_PATH of the agent's cgroup */
 	char path[LOCAL_CGROUP_PATH_MAX];
-	int wake; /* eventfd: the last spare was taken, or a job released */
+	int wake; /* eventfd: spares ran low, or a job left something running, or many done */
 	unsigned next;
-	struct {
-		int fd;
-		unsigned n;
-	} spare[SPARES];
+	struct job spare[SPARES];
 	size_t nspare;
-	unsigned *done; /* released, not yet tried by the thread */
+	struct job *out; /* taken by a command, until it releases them */
+	size_t nout, capout;
+	struct job *done; /* released, not yet tried by the thread */
 	size_t ndone, capdone;
 	unsigned *killed; /* cgroup.kill written: never reused (below) */
 	size_t nkilled, capkilled;
@@ -322,6 +334,20 @@ static struct {
 static void job_name(char *buf, size_t cap, unsigned n)
 {
 	snprintf(buf, cap, JOB_PREFIX "%u", n);
+}
+
+/* Appends j to *v (of *len, *cap); false when out of memory. Under jc.mu. */
+static bool push_job(struct job **v, size_t *len, size_t *cap, struct job j)
+{
+	if (*len == *cap) {
+		size_t ncap = *cap ? *cap * 2 : 16;
+		struct job *nv = realloc(*v, ncap * sizeof *nv);
+		if (!nv)
+			return false;
+		*v = nv, *cap = ncap;
+	}
+	(*v)[(*len)++] = j;
+	return true;
 }
 
 /* Appends n to *v (of *len, *cap); false when out of memory. Under jc.mu. */
@@ -338,20 +364,43 @@ static bool push(unsigned **v, size_t *len, size_t *cap, unsigned n)
 	return true;
 }
 
-/* Whether cgroup.kill was written to job cgroup n; with `forget`, n is gone now. */
-static bool was_killed(unsigned n, bool forget)
+/* Under jc.mu: whether cgroup.kill was written to job cgroup n; `forget`: n is gone now. */
+static bool was_killed_locked(unsigned n, bool forget)
 {
-	bool hit = false;
-	pthread_mutex_lock(&jc.mu);
-	for (size_t i = 0; i < jc.nkilled && !hit; i++) {
+	for (size_t i = 0; i < jc.nkilled; i++) {
 		if (jc.killed[i] == n) {
 			if (forget)
 				jc.killed[i] = jc.killed[--jc.nkilled];
-			hit = true;
+			return true;
 		}
 	}
+	return false;
+}
+
+static bool was_killed(unsigned n, bool forget)
+{
+	pthread_mutex_lock(&jc.mu);
+	bool hit = was_killed_locked(n, forget);
 	pthread_mutex_unlock(&jc.mu);
 	return hit;
+}
+
+/* Closes what is open of j. */
+static void job_close(struct job *j)
+{
+	if (j->dir >= 0)
+		close(j->dir);
+	if (j->events >= 0)
+		close(j->events);
+	j->dir = j->events = -1;
+}
+
+/* Job cgroup n's cgroup.events, opened; -1 if it cannot be. */
+static int open_events(unsigned n)
+{
+	char file[64];
+	snprintf(file, sizeof file, JOB_PREFIX "%u/cgroup.events", n);
+	return openat(jc.base, file, O_RDONLY | O_CLOEXEC);
 }
 
 /* A new empty job cgroup: its O_PATH fd and number, or -1. */
@@ -435,57 +484,80 @@ static long descendants(unsigned n)
 /*
  * A released job cgroup: back among the spares if it is empty and a leaf (no process
  * left, no nested agent's cgroup), removed if it is empty but the spares are enough.
- * False while a process is left in it.
+ * True once `j` is done with (given to the spares, or closed and removed); false while a
+ * process is left in it, j->events then open where it can be.
  */
-static bool settle(unsigned n, int events)
+static bool settle(struct job *j)
 {
-	char file[64];
-	snprintf(file, sizeof file, JOB_PREFIX "%u/cgroup.events", n);
-	int ev = events >= 0 ? events : openat(jc.base, file, O_RDONLY | O_CLOEXEC);
-	bool busy = ev >= 0 && populated(ev);
-	if (ev >= 0 && ev != events)
-		close(ev);
-	if (busy)
+	if (j->events < 0)
+		j->events = open_events(j->n);
+	if (j->events >= 0 && populated(j->events))
 		return false;
 	/*
 	 * A cgroup once killed SIGKILLs whatever is born in it later (Linux 6.18 here: a
 	 * command that reused one died at once), so it is only ever removed.
 	 */
-	bool killed = was_killed(n, false);
+	bool killed = was_killed(j->n, false);
 	pthread_mutex_lock(&jc.mu);
 	bool room = jc.nspare < SPARES && !killed;
 	pthread_mutex_unlock(&jc.mu);
 	/* reused: a mkdir and an rmdir less per command (about 70 us of kernel time) */
-	int fd = -1;
-	if (room && ev >= 0 && descendants(n) == 0) {
-		char name[32];
-		job_name(name, sizeof name, n);
-		fd = openat(jc.base, name, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	}
-	if (fd >= 0) {
-		pthread_mutex_lock(&jc.mu);
-		room = jc.nspare < SPARES;
-		if (room) {
-			jc.spare[jc.nspare].fd = fd;
-			jc.spare[jc.nspare++].n = n;
+	if (room && j->events >= 0 && descendants(j->n) == 0) {
+		if (j->dir < 0) {
+			char name[32];
+			job_name(name, sizeof name, j->n);
+			j->dir = openat(jc.base, name, O_PATH | O_DIRECTORY | O_CLOEXEC);
 		}
+		pthread_mutex_lock(&jc.mu);
+		room = j->dir >= 0 && jc.nspare < SPARES;
+		if (room)
+			jc.spare[jc.nspare++] = *j;
 		pthread_mutex_unlock(&jc.mu);
 		if (room)
 			return true;
-		close(fd);
 	}
-	if (!job_remove(n) && ev >= 0)
+	if (j->dir >= 0) {
+		close(j->dir);
+		j->dir = -1;
+	}
+	if (!job_remove(j->n) && j->events >= 0)
 		return false;
 	if (killed)
-		was_killed(n, true);
+		was_killed(j->n, true);
+	job_close(j);
 	return true;
 }
 
+/* Makes new spares until there are SPARES: ahead of the commands that will take them. */
+static void refill(void)
+{
+	for (;;) {
+		pthread_mutex_lock(&jc.mu);
+		bool want = jc.nspare < SPARES;
+		pthread_mutex_unlock(&jc.mu);
+		struct job j = {0, -1, -1};
+		j.dir = want ? job_make(&j.n) : -1;
+		if (j.dir < 0)
+			return;
+		j.events = open_events(j.n);
+		pthread_mutex_lock(&jc.mu);
+		bool room = jc.nspare < SPARES;
+		if (room)
+			jc.spare[jc.nspare++] = j;
+		pthread_mutex_unlock(&jc.mu);
+		if (!room) {
+			job_close(&j);
+			job_remove(j.n);
+			return;
+		}
+	}
+}
+
 /*
- * The thread: keeps a spare cgroup ready and settles the released ones (reused or
- * removed), at once if they are empty, else when cgroup.events says `populated 0`
- * (POLLPRI) or, for those not watched and those that held a nested agent's cgroup, at
- * the next second's pass. No spawn waits for it.
+ * The thread: keeps spare cgroups ready and settles the released ones that could not go
+ * straight back (reused or removed), at once if they are empty, else when cgroup.events
+ * says `populated 0` (POLLPRI) or, for those not watched and those that held a nested
+ * agent's cgroup, at the next second's pass. No spawn waits for it.
  */
 static void *jc_main(void *arg)
 {
@@ -493,7 +565,8 @@ static void *jc_main(void *arg)
 	sigset_t all;
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
-	struct pending *pend = NULL;
+	prctl(PR_SET_NAME, "asp-jobcg"); /* only asp-agent has job cgroups */
+	struct job *pend = NULL;
 	size_t npend = 0, cappend = 0;
 	struct pollfd *pfd = malloc((POLLED_MAX + 1) * sizeof *pfd);
 	size_t *pidx = malloc((POLLED_MAX + 1) * sizeof *pidx);
@@ -502,60 +575,38 @@ static void *jc_main(void *arg)
 		return NULL;
 	for (;;) {
 		pthread_mutex_lock(&jc.mu);
-		unsigned *done = jc.done;
+		struct job *done = jc.done;
 		size_t ndone = jc.ndone;
 		jc.done = NULL;
 		jc.ndone = jc.capdone = 0;
 		pthread_mutex_unlock(&jc.mu);
 		for (size_t i = 0; i < ndone; i++) {
-			if (settle(done[i], -1))
+			if (settle(&done[i]))
 				continue;
-			if (npend == cappend) {
-				size_t ncap = cappend ? cappend * 2 : 16;
-				struct pending *np = realloc(pend, ncap * sizeof *np);
-				if (!np)
-					continue; /* the agent's cgroup's end removes it */
-				pend = np, cappend = ncap;
+			if (done[i].dir >= 0) {
+				close(done[i].dir);
+				done[i].dir = -1;
 			}
-			pend[npend++] = (struct pending){done[i], -1};
+			if (!push_job(&pend, &npend, &cappend, done[i]))
+				job_close(&done[i]); /* the agent's cgroup's end removes it */
 		}
 		free(done);
-		/* after the released ones, which may be spares again */
-		pthread_mutex_lock(&jc.mu);
-		bool none = jc.nspare == 0;
-		pthread_mutex_unlock(&jc.mu);
-		unsigned made;
-		int fd = none ? job_make(&made) : -1;
-		if (fd >= 0) {
-			pthread_mutex_lock(&jc.mu);
-			if (jc.nspare < SPARES) {
-				jc.spare[jc.nspare].fd = fd;
-				jc.spare[jc.nspare++].n = made;
-				fd = -1;
-			}
-			pthread_mutex_unlock(&jc.mu);
-			if (fd >= 0) {
-				close(fd);
-				job_remove(made);
-			}
-		}
+		refill(); /* after the released ones, which may be spares again */
 		int64_t now = now_ms();
 		bool full = now >= full_at;
 		if (full)
 			full_at = now + 1000;
 		size_t watched = 0;
 		for (size_t i = 0; i < npend;) {
-			if (full && settle(pend[i].n, pend[i].events)) {
-				if (pend[i].events >= 0)
-					close(pend[i].events);
+			if (full && settle(&pend[i])) {
 				pend[i] = pend[--npend];
 				continue;
 			}
-			if (pend[i].events < 0 && watched < POLLED_MAX) {
-				char file[64];
-				snprintf(file, sizeof file, JOB_PREFIX "%u/cgroup.events",
-				         pend[i].n);
-				pend[i].events = openat(jc.base, file, O_RDONLY | O_CLOEXEC);
+			if (pend[i].events < 0 && watched < POLLED_MAX)
+				pend[i].events = open_events(pend[i].n);
+			if (pend[i].events >= 0 && watched >= POLLED_MAX) {
+				close(pend[i].events); /* beyond those watched: by the timer */
+				pend[i].events = -1;
 			}
 			if (pend[i].events >= 0)
 				watched++;
@@ -578,9 +629,8 @@ static void *jc_main(void *arg)
 		/* emptied ones go now; the rest at the next full pass */
 		for (nfds_t j = k; r > 0 && j-- > 1;) {
 			size_t i = pidx[j];
-			if (!pfd[j].revents || !settle(pend[i].n, pend[i].events))
+			if (!pfd[j].revents || !settle(&pend[i]))
 				continue;
-			close(pend[i].events);
 			pend[i] = pend[--npend];
 		}
 	}
@@ -600,14 +650,14 @@ bool local_jobcg_init(void)
 	snprintf(jc.path, sizeof jc.path, "%s", dir);
 	jc.wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	char kill_file[32];
-	unsigned n;
-	int probe = jc.base >= 0 && jc.wake >= 0 ? job_make(&n) : -1;
-	if (probe >= 0) {
+	struct job probe = {0, -1, -1};
+	probe.dir = jc.base >= 0 && jc.wake >= 0 ? job_make(&probe.n) : -1;
+	if (probe.dir >= 0) {
 		/* the first spare; and cgroup.kill is there (the keeper checked its own) */
-		snprintf(kill_file, sizeof kill_file, JOB_PREFIX "%u/cgroup.kill", n);
+		snprintf(kill_file, sizeof kill_file, JOB_PREFIX "%u/cgroup.kill", probe.n);
 		if (faccessat(jc.base, kill_file, W_OK, 0) == 0) {
-			jc.spare[0].fd = probe;
-			jc.spare[0].n = n;
+			probe.events = open_events(probe.n);
+			jc.spare[0] = probe;
 			jc.nspare = 1;
 			pthread_t t;
 			pthread_attr_t at;
@@ -620,8 +670,8 @@ bool local_jobcg_init(void)
 				return true;
 			jc.nspare = 0;
 		}
-		close(probe);
-		job_remove(n);
+		job_close(&probe);
+		job_remove(probe.n);
 	}
 	if (jc.wake >= 0)
 		close(jc.wake);
@@ -634,19 +684,27 @@ bool local_jobcg_init(void)
 int local_jobcg_take(unsigned *n)
 {
 	pthread_mutex_lock(&jc.mu);
-	int fd = -1;
-	if (jc.nspare) {
-		jc.nspare--;
-		fd = jc.spare[jc.nspare].fd;
-		*n = jc.spare[jc.nspare].n;
-	}
-	bool last = jc.nspare == 0;
+	struct job j = {0, -1, -1};
+	if (jc.nspare)
+		j = jc.spare[--jc.nspare];
+	bool low = jc.nspare < LOW_WATER;
 	pthread_mutex_unlock(&jc.mu);
-	if (fd < 0)
-		fd = job_make(n); /* a burst outran the thread: one mkdir on this call */
-	if (last)
+	if (j.dir < 0)
+		j.dir = job_make(&j.n); /* a burst outran the thread: one mkdir on this call */
+	if (low)
 		jc_wake();
-	return fd;
+	if (j.dir < 0)
+		return -1;
+	pthread_mutex_lock(&jc.mu);
+	bool listed = push_job(&jc.out, &jc.nout, &jc.capout, j);
+	pthread_mutex_unlock(&jc.mu);
+	if (!listed) { /* out of memory: the command starts without one */
+		job_close(&j);
+		job_remove(j.n);
+		return -1;
+	}
+	*n = j.n;
+	return j.dir;
 }
 
 void local_jobcg_kill(unsigned n)
@@ -671,8 +729,33 @@ void local_jobcg_kill(unsigned n)
 
 void local_jobcg_release(unsigned n)
 {
+	struct job j = {n, -1, -1};
 	pthread_mutex_lock(&jc.mu);
-	push(&jc.done, &jc.ndone, &jc.capdone, n); /* out of memory: left to the agent's end */
+	for (size_t i = 0; i < jc.nout; i++) {
+		if (jc.out[i].n == n) {
+			j = jc.out[i];
+			jc.out[i] = jc.out[--jc.nout];
+			break;
+		}
+	}
 	pthread_mutex_unlock(&jc.mu);
-	jc_wake();
+	/*
+	 * One pread: empty, it serves the next command at once. (An empty cgroup a nested
+	 * agent left below it goes with it when it is removed; reusing it meanwhile is
+	 * harmless, we enable no controller.)
+	 */
+	bool empty = j.dir >= 0 && j.events >= 0 && !populated(j.events);
+	pthread_mutex_lock(&jc.mu);
+	if (empty && !was_killed_locked(n, false) && jc.nspare < SPARES) {
+		jc.spare[jc.nspare++] = j;
+		pthread_mutex_unlock(&jc.mu);
+		return;
+	}
+	bool kept = push_job(&jc.done, &jc.ndone, &jc.capdone, j);
+	bool wake = !empty || jc.ndone >= SPARES;
+	pthread_mutex_unlock(&jc.mu);
+	if (!kept)
+		job_close(&j); /* out of memory: left to the agent's end */
+	if (wake)
+		jc_wake();
 }

@@ -66,8 +66,8 @@ void local_cgroup_end(const char *path, int wait_ms);
  * thread that keeps a spare ready. Once. */
 bool local_jobcg_init(void);
 
-/* An empty job cgroup: *n its number, the O_PATH fd of its directory returned (the
- * caller closes it once the child is born in it), or -1. */
+/* An empty job cgroup: *n its number, the O_PATH fd of its directory returned (ours,
+ * valid until local_jobcg_release: the caller does not close it), or -1. */
 int local_jobcg_take(unsigned *n);
 
 /* SIGKILLs everything in job cgroup n (cgroup.kill), whatever it did to its group. */

@@ -36,6 +36,14 @@ struct feed {
 	bool epipe;
 };
 
+/* This thread's asp_local_watch_input: fd -1 when none (or once it fired). */
+static _Thread_local asp_local_watch watch = {.fd = -1};
+
+void asp_local_watch_input(const asp_local_watch *w)
+{
+	watch = w && w->ready ? *w : (asp_local_watch){.fd = -1};
+}
+
 static void close_fd(int *fd)
 {
 	if (*fd >= 0) {
@@ -127,8 +135,14 @@ asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result 
 {
 	asp_local *l = self;
 	memset(r, 0, sizeof *r);
+	/*
+	 * Holding the write ends of stdout and stderr until the command has exited: its exit
+	 * then wakes this thread once (the pidfd), not twice (the pipes' EOF first: the
+	 * kernel closes a process's files a few steps before it turns zombie, and 4 in 10
+	 * execs of `true` woke for each).
+	 */
 	local_child_spec spec = {"exec", p->command, p->has_argv, p->argv,
-	                         p->cwd, p->has_env, p->env};
+	                         p->cwd, p->has_env, p->env,      .hold_outputs = true};
 	if (p->stdin_data.len && !p->stdin_data.data)
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
 		                     "exec: 'stdin' has no bytes");
@@ -164,6 +178,8 @@ asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result 
 	for (;;) {
 		if (!exited && c.pidfd < 0)
 			exited = local_child_exited(&c);
+		if (exited)
+			local_child_release_outputs(&c); /* from now on EOF can come */
 		uint64_t now = local_now_ns();
 		if (exited && out.fd < 0 && errs.fd < 0) {
 			t_end = now;
@@ -193,8 +209,8 @@ asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result 
 			if (backoff_ms < 50)
 				backoff_ms *= 2;
 		}
-		struct pollfd pfd[4];
-		int n = 0, i_out = -1, i_err = -1, i_in = -1, i_pid = -1;
+		struct pollfd pfd[5];
+		int n = 0, i_out = -1, i_err = -1, i_in = -1, i_pid = -1, i_watch = -1;
 		if (out.fd >= 0)
 			i_out = n, pfd[n++] = (struct pollfd){out.fd, POLLIN, 0};
 		if (errs.fd >= 0)
@@ -203,8 +219,15 @@ asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result 
 			i_in = n, pfd[n++] = (struct pollfd){in.fd, POLLOUT, 0};
 		if (!exited && c.pidfd >= 0)
 			i_pid = n, pfd[n++] = (struct pollfd){c.pidfd, POLLIN, 0};
+		if (watch.fd >= 0)
+			i_watch = n, pfd[n++] = (struct pollfd){watch.fd, POLLIN, 0};
 		if (poll(pfd, (nfds_t)n, ms) <= 0)
 			continue; /* timer or EINTR: the checks above run again */
+		if (i_watch >= 0 && pfd[i_watch].revents) {
+			asp_local_watch w = watch;
+			watch.fd = -1; /* once */
+			w.ready(w.ctx);
+		}
 		if (i_out >= 0 && pfd[i_out].revents)
 			stream_read(&out, &scratch);
 		if (i_err >= 0 && pfd[i_err].revents)

@@ -167,6 +167,7 @@ asp_status asp_local_spawn(void *self, const asp_spawn_params *p, asp_spawn_resu
 	pr->in_fd = pr->wake_fd = -1;
 	pr->child.pid = -1;
 	pr->child.pidfd = pr->child.in_fd = pr->child.out_fd = pr->child.err_fd = -1;
+	pr->child.out_w = pr->child.err_w = -1;
 	atomic_init(&pr->refs, 1);
 	pthread_mutex_init(&pr->mu, NULL);
 	pthread_mutex_init(&pr->in_mu, NULL);

@@ -3,6 +3,7 @@
  * born in a job cgroup of its own with clone3 where the agent has its cgroup.
  */
 #include "spawn_util.h"
+#include "asp/server.h"
 #include "cgroup.h"
 #include "clone_into.h"
 
@@ -397,8 +398,15 @@ static pid_t proc_entry_pid(const struct dirent *de, pid_t self)
 /* The subreaper's state: the children local_child_start made (their owners reap them). */
 static struct {
 	pthread_mutex_t mu;
-	pthread_cond_t cv; /* the own set changed */
+	pthread_cond_t cv; /* the own set changed, while `waiting` */
 	atomic_bool on;
+	/*
+	 * The reaper is the main thread (asp_local_reaper_run), where the kernel re-parents
+	 * orphans, and waits with __WNOTHREAD: only its own children (orphans, the keeper)
+	 * wake it, not the commands the serving threads start.
+	 */
+	bool main_thread;
+	bool waiting; /* the reaper waits on cv: only then do own-set changes signal it */
 	pid_t *own;
 	size_t n, cap;
 	pid_t keeper;
@@ -419,19 +427,13 @@ static bool is_own_locked(pid_t pid)
 }
 
 /*
- * Held across posix_spawn: a child that exits at once is in the own set before the
- * reaper thread can look at it, so the reaper never takes its owner's exit status.
+ * Lists `pid` (if > 0) as one whose owner reaps it; `locked`: reaper.mu is held already,
+ * taken before the child was started (see local_child_start).
  */
-static bool reaper_lock(void)
+static void reaper_own(bool locked, pid_t pid)
 {
-	if (!atomic_load(&reaper.on))
-		return false;
-	pthread_mutex_lock(&reaper.mu);
-	return true;
-}
-
-static void reaper_unlock_own(pid_t pid)
-{
+	if (!locked)
+		pthread_mutex_lock(&reaper.mu);
 	if (pid > 0) {
 		if (reaper.n == reaper.cap) {
 			size_t ncap = reaper.cap ? reaper.cap * 2 : 16;
@@ -442,7 +444,8 @@ static void reaper_unlock_own(pid_t pid)
 		/* out of memory: unlisted, the reaper may take its status (exit -1) */
 		if (reaper.n < reaper.cap)
 			reaper.own[reaper.n++] = pid;
-		pthread_cond_broadcast(&reaper.cv);
+		if (reaper.waiting)
+			pthread_cond_broadcast(&reaper.cv);
 	}
 	pthread_mutex_unlock(&reaper.mu);
 }
@@ -458,7 +461,8 @@ static void reaper_disown(pid_t pid)
 			break;
 		}
 	}
-	pthread_cond_broadcast(&reaper.cv);
+	if (reaper.waiting) /* it waits for an owner to reap a zombie that blocks its view */
+		pthread_cond_broadcast(&reaper.cv);
 	pthread_mutex_unlock(&reaper.mu);
 }
 
@@ -536,32 +540,59 @@ static void reap_strays(void)
 	closedir(d);
 }
 
+/* Waits on reaper.cv (held) until `dl`, saying so: own-set changes signal it then. */
+static void reaper_wait_locked(const struct timespec *dl)
+{
+	reaper.waiting = true;
+	pthread_cond_timedwait(&reaper.cv, &reaper.mu, dl);
+	reaper.waiting = false;
+}
+
 /*
  * Waits for any child to exit without reaping it; an orphan that was re-parented to us
  * is reaped here, one of ours is left to its owner. The kernel reports the oldest zombie
  * first, so while an owner keeps its zombie (exec waits for the pipes' EOF), the others
  * are found through /proc.
+ *
+ * What it sees: on the main thread (__WNOTHREAD), the children of the main thread only:
+ * orphans (the kernel gives them to the first live thread), the keeper, and the commands
+ * of a serving thread that ended before reaping them. On a thread of its own, every child
+ * of the process: each command of ours too, woken at its exit and again at its reaping.
  */
 static void *reaper_main(void *arg)
 {
 	(void)arg;
 	sigset_t all;
 	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals are for the serving threads */
+	/*
+	 * Signals are for the serving threads; but an orphan's SIGCHLD comes to its parent,
+	 * this thread: unblocked here, the kernel discards it at once (it is ignored by
+	 * default) instead of keeping it and waking a serving thread to take it.
+	 */
+	if (reaper.main_thread)
+		sigdelset(&all, SIGCHLD);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	if (!reaper.main_thread)
+		prctl(PR_SET_NAME, "asp-reaper"); /* the main thread keeps the process's name */
+	int flags = WEXITED | WNOWAIT | (reaper.main_thread ? __WNOTHREAD : 0);
 	pid_t blocked = 0;
 	int wait_ms = 25;
 	int64_t scan_at = 0;
 	for (;;) {
 		siginfo_t si;
 		memset(&si, 0, sizeof si);
-		int r = waitid(P_ALL, 0, &si, WEXITED | WNOWAIT);
+		int r = waitid(P_ALL, 0, &si, flags);
 		pthread_mutex_lock(&reaper.mu);
 		if (r < 0 || si.si_pid <= 0) {
-			if (r < 0 && errno == ECHILD) { /* no children: wait for a spawn */
+			/*
+			 * No children: wait for a spawn (a thread of its own), or look again in a
+			 * second (the main thread without a keeper: an orphan comes to it unseen).
+			 */
+			if (r < 0 && errno == ECHILD) {
 				struct timespec dl;
 				clock_gettime(CLOCK_REALTIME, &dl);
 				dl.tv_sec += 1;
-				pthread_cond_timedwait(&reaper.cv, &reaper.mu, &dl);
+				reaper_wait_locked(&dl);
 			}
 			pthread_mutex_unlock(&reaper.mu);
 			continue;
@@ -596,7 +627,7 @@ static void *reaper_main(void *arg)
 			dl.tv_nsec += (long)wait_ms * 1000 * 1000;
 			while (dl.tv_nsec >= 1000000000)
 				dl.tv_sec++, dl.tv_nsec -= 1000000000;
-			pthread_cond_timedwait(&reaper.cv, &reaper.mu, &dl);
+			reaper_wait_locked(&dl);
 		}
 		pthread_mutex_unlock(&reaper.mu);
 	}
@@ -729,7 +760,8 @@ static void keeper_main(int rfd, int sfd, pid_t parent)
 	_exit(0);
 }
 
-int asp_local_reaper_start(void)
+/* Subreaper and keeper: what asp_local_reaper_start and _run share. 0, or -1. */
+static int reaper_setup(void)
 {
 #ifdef PR_SET_CHILD_SUBREAPER
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) {
@@ -762,6 +794,15 @@ int asp_local_reaper_start(void)
 		reaper.keeper_fd = lift_fd(p[1]);
 		reaper.status_fd = lift_fd(q[0]);
 	}
+	return 0;
+#else
+	return -1;
+#endif
+}
+
+/* The reaper on a thread of its own. */
+static int reaper_thread_start(void)
+{
 	atomic_store(&reaper.on, true);
 	pthread_t t;
 	pthread_attr_t at;
@@ -775,9 +816,57 @@ int asp_local_reaper_start(void)
 		return -1;
 	}
 	return 0;
-#else
-	return -1;
-#endif
+}
+
+int asp_local_reaper_start(void)
+{
+	if (reaper_setup() < 0)
+		return -1;
+	return reaper_thread_start();
+}
+
+struct reaper_body {
+	int (*fn)(void *);
+	void *arg;
+};
+
+/* The responder's work, off the main thread; then the end of the whole process. */
+static void *body_main(void *p)
+{
+	struct reaper_body *b = p;
+	int code = b->fn(b->arg);
+	asp_local_reaper_finish();
+	exit(code); /* the main thread never leaves its waitid */
+}
+
+/* The body's stack: what the main thread's would have been (musl's default is 128 KiB). */
+#define BODY_STACK (8u * 1024 * 1024)
+
+int asp_local_reaper_run(int (*fn)(void *), void *arg)
+{
+	if (reaper_setup() < 0)
+		return fn(arg);
+	static struct reaper_body b;
+	b.fn = fn;
+	b.arg = arg;
+	/* before any command can start: the main thread waits for its own children only */
+	reaper.main_thread = true;
+	atomic_store(&reaper.on, true);
+	pthread_t t;
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&at, BODY_STACK);
+	int e = pthread_create(&t, &at, body_main, &b); /* with our signal mask, as main's */
+	pthread_attr_destroy(&at);
+	if (e) {
+		reaper.main_thread = false;
+		int code = reaper_thread_start() == 0 ? fn(arg) : 1;
+		asp_local_reaper_finish();
+		return code;
+	}
+	reaper_main(NULL);
+	return 1; /* not reached: the body exits the process */
 }
 
 /* Tells the keeper `c` ('a' armed, 'd' done); a lost byte only costs it a sweep. */
@@ -962,7 +1051,7 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 	c->pid = -1;
 	c->job = 0;
 	c->cg = 0;
-	c->pidfd = c->in_fd = c->out_fd = c->err_fd = -1;
+	c->pidfd = c->in_fd = c->out_fd = c->err_fd = c->out_w = c->err_w = -1;
 	asp_status st = validate(s, err);
 	if (st != ASP_OK)
 		return st;
@@ -1016,8 +1105,16 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 	char **progs = NULL;
 	int cg_fd = jobcg_on() ? take_job_cgroup(search ? NULL : prog, prog, &progs, &cg) : -1;
 	int fds[3] = {in[0], out[1], errp[1]};
-	bool reaping = reaper_lock();
+	/*
+	 * A reaper on a thread of its own sees the child as soon as it exits: held across the
+	 * start, so the child is listed before that reaper can look and it never takes its
+	 * owner's status. The main thread's reaper cannot see it while the thread that
+	 * starts it lives: no lock across the start, so starts on many threads overlap.
+	 */
+	bool reaping = atomic_load(&reaper.on), held = reaping && !reaper.main_thread;
 	bool started = false;
+	if (held)
+		pthread_mutex_lock(&reaper.mu);
 	if (cg_fd >= 0) {
 		local_clone_spec cs = {progs,
 		                       argv,
@@ -1028,7 +1125,6 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 		                       sizeof reset_signals / sizeof *reset_signals};
 		bool clone_failed = false;
 		rc = local_clone_spawn(cg_fd, &cs, &pid, &clone_failed);
-		close(cg_fd);
 		started = !clone_failed;
 		if (clone_failed && rc != EAGAIN && rc != ENOMEM && rc != EINTR)
 			atomic_store(&jobcg_state, -1); /* seccomp, an old kernel: not again */
@@ -1040,7 +1136,7 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 	if (!started)
 		rc = start_posix(s, prog, search, argv, envp, fds, &pid);
 	if (reaping)
-		reaper_unlock_own(rc ? -1 : pid);
+		reaper_own(held, rc ? -1 : pid);
 	if (reaping && !rc && !atomic_exchange(&reaper.armed, true))
 		keeper_say('a');
 	free(progs);
@@ -1058,8 +1154,13 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 	c->out_fd = out[0];
 	c->err_fd = errp[0];
 	close(in[0]);
-	close(out[1]);
-	close(errp[1]);
+	if (s->hold_outputs) {
+		c->out_w = out[1];
+		c->err_w = errp[1];
+	} else {
+		close(out[1]);
+		close(errp[1]);
+	}
 	in[0] = in[1] = out[0] = out[1] = errp[0] = errp[1] = -1;
 	if (atomic_load_explicit(&pidfd_state, memory_order_relaxed) >= 0) {
 		/* The child is unreaped, so its pid is still ours even if it already exited. */
@@ -1116,9 +1217,18 @@ void local_child_signal_group(const local_child *c, int sig)
 		kill(-c->pid, sig);
 }
 
+void local_child_release_outputs(local_child *c)
+{
+	if (c->out_w >= 0)
+		close(c->out_w);
+	if (c->err_w >= 0)
+		close(c->err_w);
+	c->out_w = c->err_w = -1;
+}
+
 void local_child_close(local_child *c)
 {
-	int *fds[] = {&c->in_fd, &c->out_fd, &c->err_fd, &c->pidfd};
+	int *fds[] = {&c->in_fd, &c->out_fd, &c->err_fd, &c->pidfd, &c->out_w, &c->err_w};
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++) {
 		if (*fds[i] >= 0) {
 			close(*fds[i]);

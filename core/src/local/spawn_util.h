@@ -22,6 +22,9 @@ typedef struct local_child_spec {
 	const char *cwd; /* NULL: the responder's */
 	bool has_env;
 	asp_strmap env; /* added to the responder's environment, overriding same names */
+	/* keep our copies of stdout's and stderr's write ends (out_w, err_w) until
+	 * local_child_release_outputs, so their EOF comes only after that */
+	bool hold_outputs;
 } local_child_spec;
 
 typedef struct local_child {
@@ -31,6 +34,8 @@ typedef struct local_child {
 	int in_fd;    /* write end of its stdin (close-on-exec, blocking) */
 	int out_fd;   /* read end of its stdout (close-on-exec, blocking) */
 	int err_fd;   /* read end of its stderr (close-on-exec, blocking) */
+	int out_w;    /* with hold_outputs: our copy of stdout's write end, else -1 */
+	int err_w;    /* the same for stderr */
 	unsigned cg;  /* the job cgroup it was born in (cgroup.h), 0 for none */
 } local_child;
 
@@ -65,7 +70,13 @@ void local_child_signal_group(const local_child *c, int sig);
  */
 void local_child_signal_tree(const local_child *c, int sig);
 
-/* asp_local_reaper_start and asp_local_reaper_finish are in local.h. */
+/* asp_local_reaper_start, _run and _finish are in asp/server.h. */
+
+/*
+ * Closes out_w and err_w (hold_outputs): once the child has exited, or to see EOF on its
+ * output when the exit cannot be watched. Idempotent.
+ */
+void local_child_release_outputs(local_child *c);
 
 /* Closes whichever of the child's fds are still open. Idempotent. */
 void local_child_close(local_child *c);

@@ -33,8 +33,6 @@ int asp_fd_channel_poll_fd(asp_channel *ch);
 int asp_fd_channel_take_watch(asp_channel *ch, bool take);
 /* Calls the watch callback once (the watch fd is readable); false when it is done. */
 bool asp_fd_channel_run_watch(asp_channel *ch);
-/* Whether bytes were read ahead into the buffer (a poller would not see them). */
-bool asp_fd_channel_buffered(asp_channel *ch);
 /* Frees the read buffer while it holds no bytes (an idle connection); no reader inside. */
 void asp_fd_channel_trim(asp_channel *ch);
 
