@@ -38,28 +38,11 @@ static void send_exec(tproc *p, uint32_t id, const char *command, uint64_t timeo
 	asp_buf_free(&b);
 }
 
-/* Reads one exec response: its id; *code and *timed_out from the result. */
-/* read_exec, with the name of the signal that ended the command ("" for none). */
-static uint32_t read_exec_sig(tproc *p, int ms, int64_t *code, char sig[16])
-{
-	uint8_t *body;
-	size_t len;
-	int got = t_read_frame(p->out, ms, &body, &len);
-	CU_ASSERT_EQUAL_FATAL(got, 1);
-	asp_arena *a = asp_arena_new();
-	asp_exec_result r;
-	t_resp resp;
-	bool ok = t_parse_response(body, len, ASP_OP_EXEC, &r, a, &resp);
-	CU_ASSERT_FATAL(ok);
-	CU_ASSERT_EQUAL(resp.st, ASP_OK);
-	*code = r.exit_code;
-	snprintf(sig, 16, "%s", r.signal ? r.signal : "");
-	asp_arena_free(a);
-	free(body);
-	return resp.id;
-}
-
-static uint32_t read_exec(tproc *p, int ms, int64_t *code, bool *timed_out)
+/*
+ * Reads one exec response: its id; *code, *timed_out and the name of the signal that
+ * ended the command ("" for none) from the result, each where asked for.
+ */
+static uint32_t read_exec_full(tproc *p, int ms, int64_t *code, bool *timed_out, char sig[16])
 {
 	uint8_t *body;
 	size_t len;
@@ -75,9 +58,21 @@ static uint32_t read_exec(tproc *p, int ms, int64_t *code, bool *timed_out)
 		*code = r.exit_code;
 	if (timed_out)
 		*timed_out = r.timed_out;
+	if (sig)
+		snprintf(sig, 16, "%s", r.signal ? r.signal : "");
 	asp_arena_free(a);
 	free(body);
 	return resp.id;
+}
+
+static uint32_t read_exec(tproc *p, int ms, int64_t *code, bool *timed_out)
+{
+	return read_exec_full(p, ms, code, timed_out, NULL);
+}
+
+static uint32_t read_exec_sig(tproc *p, int ms, int64_t *code, char sig[16])
+{
+	return read_exec_full(p, ms, code, NULL, sig);
 }
 
 /* The pid a command wrote to `path`, waiting up to `ms` for it. */

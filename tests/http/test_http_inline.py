@@ -70,7 +70,10 @@ class Conn:
     def call(self, method, pairs):
         """POST /v1/rpc; (status, body)."""
         self.rid += 1
-        body = request(self.rid, method, pairs)
+        return self.post(request(self.rid, method, pairs))
+
+    def post(self, body):
+        """POST /v1/rpc with exactly `body` (whatever it says inside); (status, body)."""
         self.s.sendall(b"POST /v1/rpc HTTP/1.1\r\nHost: x\r\n"
                        b"Content-Type: application/msgpack\r\n"
                        b"Content-Length: %d\r\n\r\n" % len(body) + body)
