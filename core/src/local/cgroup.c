@@ -1,5 +1,6 @@
 /* The responder's own cgroup v2 child: every command is born in it; cgroup.kill ends all. */
 #include "cgroup.h"
+#include "spawn_util.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -659,14 +660,7 @@ bool local_jobcg_init(void)
 			probe.events = open_events(probe.n);
 			jc.spare[0] = probe;
 			jc.nspare = 1;
-			pthread_t t;
-			pthread_attr_t at;
-			pthread_attr_init(&at);
-			pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-			pthread_attr_setstacksize(&at, 128 * 1024);
-			int e = pthread_create(&t, &at, jc_main, NULL);
-			pthread_attr_destroy(&at);
-			if (e == 0)
+			if (local_thread_detached(jc_main, NULL, 128 * 1024) == 0)
 				return true;
 			jc.nspare = 0;
 		}

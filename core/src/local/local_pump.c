@@ -372,18 +372,12 @@ static void *pump_main(void *arg)
 
 int local_pump_start(local_proc *p)
 {
-	pthread_attr_t attr;
-	pthread_attr_init(&attr);
-	pthread_attr_setstacksize(&attr, PUMP_STACK);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	/* The pump takes no signals: they belong to the host's threads. */
 	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pthread_t t;
-	int e = pthread_create(&t, &attr, pump_main, p);
+	int e = local_thread_detached(pump_main, p, PUMP_STACK);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	pthread_attr_destroy(&attr);
 	return e;
 }
 

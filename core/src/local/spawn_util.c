@@ -800,17 +800,23 @@ static int reaper_setup(void)
 #endif
 }
 
-/* The reaper on a thread of its own. */
-static int reaper_thread_start(void)
+int local_thread_detached(void *(*fn)(void *), void *arg, size_t stack)
 {
-	atomic_store(&reaper.on, true);
 	pthread_t t;
 	pthread_attr_t at;
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&at, 256 * 1024);
-	int e = pthread_create(&t, &at, reaper_main, NULL);
+	pthread_attr_setstacksize(&at, stack);
+	int e = pthread_create(&t, &at, fn, arg);
 	pthread_attr_destroy(&at);
+	return e;
+}
+
+/* The reaper on a thread of its own. */
+static int reaper_thread_start(void)
+{
+	atomic_store(&reaper.on, true);
+	int e = local_thread_detached(reaper_main, NULL, 256 * 1024);
 	if (e) {
 		fprintf(stderr, "asp-agent: cannot start the reaper thread: %s\n", strerror(e));
 		return -1;
@@ -852,13 +858,8 @@ int asp_local_reaper_run(int (*fn)(void *), void *arg)
 	/* before any command can start: the main thread waits for its own children only */
 	reaper.main_thread = true;
 	atomic_store(&reaper.on, true);
-	pthread_t t;
-	pthread_attr_t at;
-	pthread_attr_init(&at);
-	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&at, BODY_STACK);
-	int e = pthread_create(&t, &at, body_main, &b); /* with our signal mask, as main's */
-	pthread_attr_destroy(&at);
+	/* with our signal mask, as main's */
+	int e = local_thread_detached(body_main, &b, BODY_STACK);
 	if (e) {
 		reaper.main_thread = false;
 		int code = reaper_thread_start() == 0 ? fn(arg) : 1;
