@@ -374,11 +374,10 @@ int main(int argc, char **argv)
 	double c8 = concurrent_execs(c, 8, 100);
 	double c64 = concurrent_execs(c, 64, 20);
 	if (quick) {
-		printf("exec %.0f floor %.0f ratio %.3f stat %.1f write %.1f read %.1f c1 %.0f c8 "
-		       "%.0f "
-		       "c64 %.0f spawn %s sleeps/exec %s\n",
-		       exec_us, floor_us, exec_us / floor_us, stat_us, write_us, read_us, c1, c8,
-		       c64, how, sleeps);
+		printf("exec %.0f floor %.0f ratio %.3f in-process %.3f stat %.1f write %.1f read "
+		       "%.1f c1 %.0f c8 %.0f c64 %.0f spawn %s sleeps/exec %s\n",
+		       exec_us, floor_us, exec_us / floor_us, lexec_us / floor_us, stat_us,
+		       write_us, read_us, c1, c8, c64, how, sleeps);
 		asp_arena_free(a);
 		free(v);
 		asp_client_free(c);
