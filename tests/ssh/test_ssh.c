@@ -419,8 +419,8 @@ static void hostile_in(backend *b)
 
 		/* the environment, and the working directory, as the command sees them */
 		const char *envp_argv[] = {"/bin/sh", "-c",
-		                           "for v in $(seq 0 16); do eval \"printf '%s\\0' "
-		                           "\\\"\\$ASP_H$v\\\"\"; done; pwd"};
+		                           ("for v in $(seq 0 16); do eval \"printf '%s\\0' "
+		                            "\\\"\\$ASP_H$v\\\"\"; done; pwd")};
 		p.argv = (asp_strv){envp_argv, 3};
 		CU_ASSERT_EQUAL_FATAL(b->ops->exec(b->self, &p, &r, a, &err), ASP_OK);
 		char want2[4096];

@@ -172,8 +172,8 @@ static void check_hostile(const char *shell)
 	/* env and cwd as the command sees them */
 	const char *show[] = {
 	    "/bin/sh", "-c",
-	    "i=0; while [ $i -lt 16 ]; do eval \"printf '%s\\0' \\\"\\$V$i\\\"\"; "
-	    "i=$((i+1)); done; pwd"};
+	    ("i=0; while [ $i -lt 16 ]; do eval \"printf '%s\\0' \\\"\\$V$i\\\"\"; "
+	     "i=$((i+1)); done; pwd")};
 	w.argv = show;
 	w.argc = 3;
 	w.check_prog = NULL;
@@ -267,8 +267,8 @@ static void check_not_leader(const char *path, bool own)
 	char *env[] = {pathvar, NULL};
 	run_env = env;
 	const char *argv[] = {"/bin/sh", "-c",
-	                      "read -r p x x x g x </proc/self/stat; echo \"$p $g\"; "
-	                      "(sleep 0.3; echo late; echo late2 >&2) & echo early"};
+	                      ("read -r p x x x g x </proc/self/stat; echo \"$p $g\"; "
+	                       "(sleep 0.3; echo late; echo late2 >&2) & echo early")};
 	ssh_wrap w = {.nonce = "g1", .argv = argv, .argc = 3};
 	sstr line = {0};
 	CU_ASSERT_EQUAL_FATAL(ssh_wrap_build(&w, &line), 0);
