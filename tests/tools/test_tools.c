@@ -129,6 +129,15 @@ static void test_list(void)
 	free(text);
 }
 
+/* Characters of valid UTF-8: the bytes that are not continuation bytes. */
+static size_t utf8_chars(const char *s, size_t len)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < len; i++)
+		n += ((unsigned char)s[i] & 0xC0) != 0x80;
+	return n;
+}
+
 /* 30000 characters at most: the first and last 15000 around a note of the cut. */
 static void test_bash_cap(void)
 {
@@ -149,6 +158,27 @@ static void test_bash_cap(void)
 	/* exactly at the limit: nothing cut */
 	t = call("bash", "{\"command\": \"head -c 30000 /dev/zero | tr '\\\\0' b\"}", &e);
 	CU_ASSERT_EQUAL(strlen(t), 30000);
+	free(t);
+	/* characters, not bytes: 20000 three-byte euro signs fit whole */
+	t = call("bash", "{\"command\": \"yes € | head -n 20000 | tr -d '\\\\n'\"}", &e);
+	CU_ASSERT_EQUAL(strlen(t), 60000);
+	CU_ASSERT_EQUAL(utf8_chars(t, strlen(t)), 20000);
+	free(t);
+	/* 40000 of them are cut between characters, 15000 on each side */
+	t = call("bash", "{\"command\": \"yes € | head -n 40000 | tr -d '\\\\n'; printf END\"}",
+	         &e);
+	note = strstr(t, "\n\n... [");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(note);
+	CU_ASSERT_EQUAL(utf8_chars(t, (size_t)(note - t)), 15000);
+	CU_ASSERT_EQUAL(note - t, 45000);
+	CU_ASSERT_PTR_NOT_NULL(
+	    strstr(note, "10003 characters of output cut from the middle, of 40003"));
+	tail = strstr(note, "] ...\n\n");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(tail);
+	tail += 7;
+	CU_ASSERT_EQUAL(utf8_chars(tail, strlen(tail)), 15000);
+	CU_ASSERT_EQUAL(strlen(tail), 3 + 14997 * 3);
+	CU_ASSERT_PTR_NULL(strstr(t, "\xEF\xBF\xBD")); /* no character was split */
 	free(t);
 }
 
