@@ -211,6 +211,25 @@ static void test_read_lines(void)
 	free(t);
 	free(longline);
 	free(content);
+	/* characters, not bytes: 1500 euro signs (4500 bytes) stay whole; 2500 are cut at
+	 * 2000 and counted as 2500 */
+	tbuf b = {0};
+	for (int i = 0; i < 1500; i++)
+		tb_puts(&b, "€");
+	tb_puts(&b, "\n");
+	for (int i = 0; i < 2500; i++)
+		tb_puts(&b, "€");
+	char *u = tb_take(&b);
+	put("euro.txt", u);
+	t = call("read", "{\"file_path\": \"euro.txt\"}", &e);
+	CU_ASSERT_FALSE(e);
+	CU_ASSERT_EQUAL(strncmp(t, "     1\t", 7), 0);
+	CU_ASSERT_EQUAL(strncmp(t + 7, u, 4500), 0);
+	CU_ASSERT_EQUAL(strncmp(t + 7 + 4500, "\n     2\t", 8), 0);
+	CU_ASSERT_EQUAL(strncmp(t + 15 + 4500, u + 4501, 6000), 0);
+	CU_ASSERT_STRING_EQUAL(t + 15 + 4500 + 6000, "... [line cut: 2500 characters in all]");
+	free(t);
+	free(u);
 }
 
 static void test_edit(void)

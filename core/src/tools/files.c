@@ -30,13 +30,18 @@ static asp_status stat_path(asp_tools *t, const char *abs, char *type, size_t ca
 	return st;
 }
 
-/* Backs `n` off so that data[0..n) does not end inside a UTF-8 sequence. */
-static size_t utf8_cut(const char *data, size_t n)
+/*
+ * The characters of data[0..n) (UTF-8 sequences: every byte but a continuation byte
+ * starts one), and in *cut the bytes of the first `max` of them.
+ */
+static size_t utf8_count(const char *data, size_t n, size_t max, size_t *cut)
 {
-	size_t k = n;
-	while (k > 0 && n - k < 4 && ((unsigned char)data[k] & 0xC0) == 0x80)
-		k--;
-	return k;
+	size_t chars = 0;
+	*cut = n;
+	for (size_t i = 0; i < n; i++)
+		if (((unsigned char)data[i] & 0xC0) != 0x80 && chars++ == max)
+			*cut = i;
+	return chars;
 }
 
 bool tool_read(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
@@ -109,14 +114,15 @@ bool tool_read(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 		pos += n + (nl ? 1 : 0);
 		total++;
 		if (line >= offset && shown < limit) {
-			size_t keep =
-			    n > TOOLS_READ_LINE_MAX ? utf8_cut(s, TOOLS_READ_LINE_MAX) : n;
+			size_t keep = n, chars = n;
+			if (n > TOOLS_READ_LINE_MAX)
+				chars = utf8_count(s, n, TOOLS_READ_LINE_MAX, &keep);
 			if (keep && s[keep - 1] == '\r')
 				keep--;
 			tb_printf(&r->text, "%6" PRIu64 "\t", line);
 			tb_add(&r->text, s, keep);
-			if (n > TOOLS_READ_LINE_MAX)
-				tb_printf(&r->text, "... [line cut: %zu characters in all]", n);
+			if (chars > TOOLS_READ_LINE_MAX)
+				tb_printf(&r->text, "... [line cut: %zu characters in all]", chars);
 			tb_puts(&r->text, "\n");
 			shown++;
 		}
