@@ -53,7 +53,21 @@ COUNTED(list, C_LIST)
 COUNTED(glob, C_GLOB)
 COUNTED(grep, C_GREP)
 COUNTED(edit, C_EDIT)
+
 COUNTED(spawn, C_SPAWN)
+
+/* A followed spawn (bash in the foreground): how many, and the timeout it asked for. */
+static atomic_int follows;
+static _Atomic uint64_t last_follow_timeout;
+static asp_status counted_subscribe(void *self, asp_op_id op, const void *params, void *result,
+                                    asp_arena *a, asp_proc_sub *sub, asp_error *err)
+{
+	if (op == ASP_OP_SPAWN) {
+		atomic_fetch_add(&follows, 1);
+		atomic_store(&last_follow_timeout, ((const asp_spawn_params *)params)->timeout_ms);
+	}
+	return real_stdio->subscribe(self, op, params, result, a, sub, err);
+}
 
 static asp_status counting_open(const asp_config_view *cfg, const asp_ops **ops, void **self,
                                 asp_error *err)
@@ -262,6 +276,7 @@ static int suite_init(void)
 		return -1;
 	counting = *real_stdio;
 	counting.open = counting_open;
+	counting.subscribe = counted_subscribe;
 	asp_error err;
 	if (asp_transport_register(&counting, &err) != ASP_OK)
 		return -1;
@@ -333,6 +348,71 @@ static void test_one_op_call(void)
 	counts_reset();
 	s = call(t, "bash", "{\"command\": \"grep -r foo .\"}", &e);
 	CU_ASSERT_PTR_NOT_NULL(strstr(s, "not found"));
+	free(s);
+}
+
+/* bash's timeout: 120000 ms unless given (0 too), refused past 600000 before anything runs. */
+static void test_bash_timeout(void)
+{
+	static const struct {
+		const char *args;
+		uint64_t timeout; /* 0: refused */
+	} cases[] = {
+	    {"{\"command\": \"true\"}", 120000},
+	    {"{\"command\": \"true\", \"timeout\": 0}", 120000},
+	    {"{\"command\": \"true\", \"timeout\": 5000}", 5000},
+	    {"{\"command\": \"true\", \"timeout\": 600000}", 600000},
+	    {"{\"command\": \"true\", \"timeout\": 600001}", 0},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		atomic_store(&follows, 0);
+		atomic_store(&last_follow_timeout, 1);
+		bool e;
+		char *s = call(counted_side.t, "bash", cases[i].args, &e);
+		if (cases[i].timeout) {
+			CU_ASSERT(atomic_load(&follows) >= 1);
+			CU_ASSERT_EQUAL(atomic_load(&last_follow_timeout), cases[i].timeout);
+		} else {
+			CU_ASSERT(e);
+			CU_ASSERT_PTR_NOT_NULL(strstr(s, "timeout must be at most 600000 ms"));
+			CU_ASSERT_EQUAL(atomic_load(&follows), 0);
+		}
+		free(s);
+	}
+}
+
+/* hello names the grep dialect: PCRE2 in asp-agent, POSIX ERE in asp-agent-static. */
+static bool has_feature(asp_client *c, const char *name)
+{
+	asp_arena *a = asp_arena_new();
+	asp_hello_params p;
+	asp_hello_params_init(&p);
+	asp_hello_result r;
+	asp_error err;
+	bool found = false;
+	CU_ASSERT_EQUAL_FATAL(asp_hello(c, &p, &r, a, &err), ASP_OK);
+	for (size_t i = 0; i < r.features.count; i++)
+		found = found || !strcmp(r.features.items[i], name);
+	asp_arena_free(a);
+	return found;
+}
+
+static void test_grep_dialect(void)
+{
+	CU_ASSERT(has_feature(op_side.c, "grep-pcre2"));
+	CU_ASSERT_FALSE(has_feature(op_side.c, "grep-ere"));
+	if (!have_static) {
+		fprintf(stderr, "(asp-agent-static not built)\n");
+		return;
+	}
+	CU_ASSERT(has_feature(static_op.c, "grep-ere"));
+	CU_ASSERT_FALSE(has_feature(static_op.c, "grep-pcre2"));
+	/* and it means it: \d is PCRE2's, not ERE's */
+	put_at("dialect.txt", "x7\n", 1600000000);
+	bool e;
+	char *s =
+	    call(op_side.t, "grep", "{\"pattern\": \"x\\\\d\", \"glob\": \"dialect.txt\"}", &e);
+	CU_ASSERT_PTR_NOT_NULL(strstr(s, "dialect.txt"));
 	free(s);
 }
 
@@ -700,6 +780,8 @@ int main(void)
 	CU_add_test(s, "grep op: the whole-buffer search finds what line-by-line does (PCRE2)",
 	            test_grep_buffer_pcre2);
 	CU_add_test(s, "grep op: ERE on the whole buffer agrees with PCRE2", test_grep_buffer_ere);
+	CU_add_test(s, "bash timeout: default 120000 ms, at most 600000", test_bash_timeout);
+	CU_add_test(s, "hello names the grep dialect (grep-pcre2, grep-ere)", test_grep_dialect);
 	CU_add_test(s, "grep op: an answer past max_message is cut, not refused",
 	            test_grep_answer_fits);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
