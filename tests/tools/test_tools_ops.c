@@ -407,13 +407,28 @@ static void test_grep_dialect(void)
 	}
 	CU_ASSERT(has_feature(static_op.c, "grep-ere"));
 	CU_ASSERT_FALSE(has_feature(static_op.c, "grep-pcre2"));
-	/* and it means it: \d is PCRE2's, not ERE's */
-	put_at("dialect.txt", "x7\n", 1600000000);
-	bool e;
-	char *s =
-	    call(op_side.t, "grep", "{\"pattern\": \"x\\\\d\", \"glob\": \"dialect.txt\"}", &e);
-	CU_ASSERT_PTR_NOT_NULL(strstr(s, "dialect.txt"));
-	free(s);
+	/* towards ERE the tools layer makes a leading (?i) ignore-case, as PCRE2 reads it */
+	put_at("dialect.txt", "x7\nMiXeD case\n", 1600000000);
+	bool e1, e2;
+	const char *icase = "{\"pattern\": \"(?i)mixed CASE\", \"glob\": \"dialect.txt\", "
+	                    "\"output_mode\": \"content\"}";
+	char *ere = call(static_op.t, "grep", icase, &e1);
+	char *pcre = call(op_side.t, "grep", icase, &e2);
+	CU_ASSERT_FALSE(e1 || e2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(ere, "dialect.txt:2:MiXeD case"));
+	CU_ASSERT_STRING_EQUAL(ere, pcre);
+	free(ere);
+	free(pcre);
+	/* what it cannot make ERE is an error naming the dialect; PCRE2 takes it */
+	const char *look = "{\"pattern\": \"x(?=7)\", \"glob\": \"dialect.txt\"}";
+	ere = call(static_op.t, "grep", look, &e1);
+	CU_ASSERT(e1);
+	CU_ASSERT_PTR_NOT_NULL(strstr(ere, "speaks POSIX extended regular expressions"));
+	free(ere);
+	pcre = call(op_side.t, "grep", look, &e2);
+	CU_ASSERT_FALSE(e2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(pcre, "dialect.txt"));
+	free(pcre);
 }
 
 /* The call on both handles: the same text and error flag. */
