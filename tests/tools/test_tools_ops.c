@@ -235,6 +235,8 @@ static void make_tree(void)
 	put_at(".cfg/hidden.c", "zzz_hidden\n", t0 + 12);
 	put_at(".git/config", "foo = 42\n", t0 + 13);
 	put_bytes("bin.dat", "foo\0bin\n", 8, t0 + 14);
+	/* a name with a space, a newline, quotes, $ and a byte that is not UTF-8 */
+	put_at("odd/we ird\n'q'$x\xff.txt", "foo odd\nbar\n", t0 + 15);
 	for (int i = 0; i < 120; i++) {
 		char rel[64], text[64];
 		snprintf(rel, sizeof rel, "many/f%03d.log", i);
@@ -470,6 +472,8 @@ static const char *const grep_cases[] = {
     "{\"pattern\": \"no such text\", \"output_mode\": \"content\"}",
     "{\"pattern\": \"foo\", \"path\": \"nope\"}",
     "{\"pattern\": \"(\", \"output_mode\": \"content\"}",
+    "{\"pattern\": \"foo\", \"path\": \"odd\", \"output_mode\": \"content\", \"-A\": 1}",
+    "{\"pattern\": \"odd\", \"glob\": \"*.txt\", \"output_mode\": \"count\"}",
 };
 
 static const char *const glob_cases[] = {
@@ -486,6 +490,8 @@ static const char *const glob_cases[] = {
     "{\"pattern\": \"a\\\\-b.txt\"}",
     "{\"pattern\": \"*\", \"path\": \"nope\"}",
     "{\"pattern\": \"*\", \"path\": \"README.md\"}",
+    "{\"pattern\": \"odd/*\"}",
+    "{\"pattern\": \"**/we*.txt\"}",
 };
 
 static void edit_cases(side *op, side *bare)

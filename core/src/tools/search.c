@@ -784,8 +784,10 @@ static bool grep_exec(asp_tools *t, const char *abs, const grep_opts *o, uint64_
 	while (!gs.oom && p < end) {
 		const char *z = memchr(p, '\0', (size_t)(end - p));
 		const char *nl = memchr(p, rec_end, (size_t)(end - p));
-		if (!o->multiline && o->mode != MODE_FILES && nl && (!z || nl < z)) {
-			/* no NUL before the newline: a "--" group separator */
+		if (!o->multiline && o->mode != MODE_FILES && nl && (!z || nl < z) && nl - p == 2 &&
+		    p[0] == '-' && p[1] == '-') {
+			/* a "--" group separator; anything else before a NUL is a path, newlines
+			 * included (paths are absolute, so none is "--") */
 			pending_sep = true;
 			p = nl + 1;
 			continue;
