@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """A background bash outlives the `asp tool` call that started it where the responder stays
 (asp-agent --listen, HTTP with WebSocket): bash_output from another process re-attaches and
-sees the output from the start, kill_bash from a third kills the group, and the exit shows.
+sees the output from the start, kill_bash from a third kills the group (a child of the shell
+too), and the exit shows.
 Exits 77 (skipped) when the agent has no HTTP support.
 
 usage: test_tools_reattach.py ASP AGENT
@@ -47,7 +48,7 @@ def until(what, fn, bound_s=60):
 
 failed = 0
 try:
-    rc, out = tool("bash", {"command": "echo one; echo two; echo $$ > pid; exec sleep 300",
+    rc, out = tool("bash", {"command": "echo one; echo two; sleep 300 & echo $! > pid; wait",
                             "run_in_background": True})
     assert rc == 0, out
     bash_id = re.search(r"bash_\d+", out).group(0)
