@@ -3,8 +3,9 @@
  * 2.0). The main thread reads requests; tools/call runs on a pool of workers, started as
  * calls arrive while none is idle, so several calls are in flight at once (a few commands
  * that run for minutes hold back no other call) and answers may come out of order.
- * notifications/cancelled fires the call's cancel token (a running command's group is killed) and
- * its answer is not sent, as the MCP spec asks. Everything the tools do is asp/tools.h's.
+ * notifications/cancelled fires the call's cancel token (a running command's group is
+ * killed) and its answer is not sent, as the MCP spec asks. Everything the tools do is
+ * asp/tools.h's.
  */
 #include "cli.h"
 
