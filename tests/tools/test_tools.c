@@ -232,6 +232,37 @@ static void test_read_lines(void)
 	free(u);
 }
 
+/* A file past the size read whole (64 MiB) is read in pieces, as far as the lines shown. */
+static void test_read_large(void)
+{
+	char p[512];
+	snprintf(p, sizeof p, "%s/large.log", root);
+	FILE *f = fopen(p, "wb");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	for (int i = 1; i <= 3000; i++)
+		fprintf(f, "entry %d\n", i);
+	fclose(f);
+	/* the rest a hole: no disk, and never read, since the lines asked for come first */
+	CU_ASSERT_EQUAL_FATAL(truncate(p, (off_t)TOOLS_FILE_MAX + 4096), 0);
+	bool e;
+	char *t =
+	    call("read", "{\"file_path\": \"large.log\", \"offset\": 2999, \"limit\": 2}", &e);
+	CU_ASSERT_FALSE(e);
+	char want[256];
+	snprintf(want, sizeof want,
+	         "  2999\tentry 2999\n  3000\tentry 3000\n(Showed lines 2999-3000 of a file of %u "
+	         "bytes, more follow; use offset=3001 to read on.)",
+	         TOOLS_FILE_MAX + 4096);
+	CU_ASSERT_STRING_EQUAL(t, want);
+	free(t);
+	t = call("read", "{\"file_path\": \"large.log\"}", &e);
+	CU_ASSERT_FALSE(e);
+	CU_ASSERT_EQUAL(strncmp(t, "     1\tentry 1\n     2\tentry 2\n", 30), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(t, "  2000\tentry 2000\n(Showed lines 1-2000 of a file of "));
+	free(t);
+	unlink(p);
+}
+
 static void test_edit(void)
 {
 	put("e.txt", "one two one two\n");
@@ -470,6 +501,7 @@ int main(void)
 	CU_add_test(s, "bash output cap: head and tail around a note", test_bash_cap);
 	CU_add_test(s, "invalid UTF-8 becomes U+FFFD", test_utf8);
 	CU_add_test(s, "read: long lines cut, CRLF, relative cwd", test_read_lines);
+	CU_add_test(s, "read: a file over 64 MiB in pieces, offset and limit", test_read_large);
 	CU_add_test(s, "edit: replace_all, create, refuse", test_edit);
 	CU_add_test(s, "apply_patch: fuzzy context, end of file, move, all or nothing",
 	            test_patch_forms);
