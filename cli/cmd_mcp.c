@@ -1,9 +1,11 @@
 /*
  * asp mcp: the tools layer as an MCP server on stdin/stdout (newline-delimited JSON-RPC
- * 2.0). The main thread reads requests; tools/call runs on a pool of workers, so several
- * calls are in flight at once and answers may come out of order. notifications/cancelled
- * fires the call's cancel token (a running command's group is killed) and its answer is
- * not sent, as the MCP spec asks. Everything the tools do is asp/tools.h's.
+ * 2.0). The main thread reads requests; tools/call runs on a pool of workers, started as
+ * calls arrive while none is idle, so several calls are in flight at once (a few commands
+ * that run for minutes hold back no other call) and answers may come out of order.
+ * notifications/cancelled fires the call's cancel token (a running command's group is
+ * killed) and its answer is not sent, as the MCP spec asks. Everything the tools do is
+ * asp/tools.h's.
  */
 #include "cli.h"
 
@@ -18,8 +20,8 @@
 #define ASP_VERSION "0.0.0"
 #endif
 
-#define MCP_WORKERS_DEFAULT 4
-#define MCP_WORKERS_MAX     64
+#define MCP_WORKERS_DEFAULT 32
+#define MCP_WORKERS_MAX     256
 
 /* Newest first: the answer to a version we do not know. */
 static const char *const mcp_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
@@ -50,6 +52,11 @@ typedef struct mcp {
 	job *queue_head, *queue_tail;
 	job *inflight;
 	bool stopping;
+	unsigned idle;        /* workers waiting for a call */
+	unsigned queued;      /* calls in the queue */
+	unsigned started;     /* workers running */
+	unsigned max_workers; /* --workers */
+	pthread_t *threads;   /* max_workers slots */
 	asp_client *client;
 	asp_tools *tools;
 } mcp;
@@ -117,14 +124,17 @@ static void *worker(void *arg)
 	mcp *m = arg;
 	for (;;) {
 		pthread_mutex_lock(&m->mu);
+		m->idle++;
 		while (!m->queue_head && !m->stopping)
 			pthread_cond_wait(&m->cv, &m->mu);
+		m->idle--;
 		job *j = m->queue_head;
 		if (!j) {
 			pthread_mutex_unlock(&m->mu);
 			return NULL;
 		}
 		m->queue_head = j->next;
+		m->queued--;
 		if (!m->queue_head)
 			m->queue_tail = NULL;
 		j->next = m->inflight;
@@ -246,6 +256,12 @@ static void on_call(mcp *m, json_t *id, json_t *params)
 	else
 		m->queue_head = j;
 	m->queue_tail = j;
+	m->queued++;
+	/* more calls waiting than idle workers: one more, up to --workers (past it the call
+	 * waits its turn); an idle worker counts until it has taken a call off the queue */
+	if (m->queued > m->idle && m->started < m->max_workers &&
+	    pthread_create(&m->threads[m->started], NULL, worker, m) == 0)
+		m->started++;
 	pthread_cond_signal(&m->cv);
 	pthread_mutex_unlock(&m->mu);
 }
@@ -382,15 +398,19 @@ int cmd_mcp(cli *c, int argc, char **argv)
 	pthread_mutex_init(&m.out_mu, NULL);
 	pthread_mutex_init(&m.mu, NULL);
 	pthread_cond_init(&m.cv, NULL);
-	pthread_t th[MCP_WORKERS_MAX];
-	unsigned started = 0;
-	for (; started < workers; started++)
-		if (pthread_create(&th[started], NULL, worker, &m) != 0)
-			break;
-	if (!started) {
+	/* one worker now, so a call always has one; the others as calls pile up (on_call) */
+	m.max_workers = workers;
+	m.threads = calloc(workers, sizeof *m.threads);
+	if (!m.threads || pthread_create(&m.threads[0], NULL, worker, &m) != 0) {
+		int e = m.threads ? EAGAIN : ENOMEM;
+		free(m.threads);
+		pthread_cond_destroy(&m.cv);
+		pthread_mutex_destroy(&m.mu);
+		pthread_mutex_destroy(&m.out_mu);
 		free(m.enabled);
-		return cli_fail_errno(c, EAGAIN, "mcp: start workers");
+		return cli_fail_errno(c, e, "mcp: start a worker");
 	}
+	m.started = 1;
 
 	char *line = NULL;
 	size_t cap = 0;
@@ -412,8 +432,10 @@ int cmd_mcp(cli *c, int argc, char **argv)
 	m.stopping = true;
 	pthread_cond_broadcast(&m.cv);
 	pthread_mutex_unlock(&m.mu);
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(th[i], NULL);
+	/* only the main thread starts workers (on_call), and it reads no more: started holds */
+	for (unsigned i = 0; i < m.started; i++)
+		pthread_join(m.threads[i], NULL);
+	free(m.threads);
 	asp_tools_free(m.tools);
 	asp_client_free(m.client);
 	pthread_cond_destroy(&m.cv);

@@ -114,7 +114,7 @@ static const cli_command commands[] = {
      "SDK see docs/harnesses.md. Logs go to stderr. When stdin closes it answers the calls\n"
      "already received, then exits.\n"
      "\n  --tools LIST   only these tools (comma-separated names)\n"
-     "  --workers N    tool calls run at once (default 4)\n"},
+     "  --workers N    most tool calls run at once (default 32)\n"},
     {"tool", cmd_tool, "call one tool of the tools layer",
      "usage: asp tool NAME [ARGS-JSON | -]\n"
      "       asp tool\n"

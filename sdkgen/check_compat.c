@@ -22,9 +22,24 @@ static const record *find_record(const record *rs, size_t n, const char *name)
 	return NULL;
 }
 
+/*
+ * Something the frozen protocol lacks must say it came later: a `since` at or below the
+ * frozen protocol would claim that old responders have it.
+ */
+static int check_new(const char *what, const char *name, int since, int frozen_protocol)
+{
+	if (since > frozen_protocol)
+		return 0;
+	fprintf(stderr,
+	        "incompatible: %s %s is not in protocol %d but says since %d (new entries need "
+	        "since %d or later)\n",
+	        what, name, frozen_protocol, since, frozen_protocol + 1);
+	return 1;
+}
+
 /* Params: a receiver must still accept what old senders send. */
 static int compare_fields(const char *where, const field *old, size_t nold, const field *cur,
-                          size_t ncur, bool is_input)
+                          size_t ncur, bool is_input, int frozen_protocol)
 {
 	int bad = 0;
 	for (size_t i = 0; i < nold; i++) {
@@ -66,6 +81,9 @@ static int compare_fields(const char *where, const field *old, size_t nold, cons
 		const field *c = &cur[i];
 		if (find_field(old, nold, c->name))
 			continue;
+		char name[160];
+		snprintf(name, sizeof name, "%s.%s", where, c->name);
+		bad += check_new("field", name, c->since, frozen_protocol);
 		if (is_input && !(c->optional || c->has_default || c->nullable)) {
 			fprintf(stderr, "incompatible: new field %s.%s is required\n", where,
 			        c->name);
@@ -75,9 +93,46 @@ static int compare_fields(const char *where, const field *old, size_t nold, cons
 	return bad;
 }
 
+/* Whole ops, notifications or records the frozen protocol lacks, and their fields. */
+static int check_new_records(const char *what, const record *old, size_t nold, const record *cur,
+                             size_t ncur, int fp)
+{
+	int bad = 0;
+	for (size_t i = 0; i < ncur; i++) {
+		const record *c = &cur[i];
+		if (find_record(old, nold, c->name))
+			continue;
+		bad += check_new(what, c->name, c->since, fp);
+		char name[160];
+		for (size_t k = 0; k < c->nfields; k++) {
+			snprintf(name, sizeof name, "%s.%s", c->name, c->fields[k].name);
+			bad += check_new("field", name, c->fields[k].since, fp);
+		}
+		for (size_t k = 0; k < c->nresults; k++) {
+			snprintf(name, sizeof name, "%s result.%s", c->name, c->results[k].name);
+			bad += check_new("field", name, c->results[k].since, fp);
+		}
+	}
+	return bad;
+}
+
 int check_compat(const spec *frozen, const spec *cur)
 {
 	int bad = 0;
+	const int fp = frozen->protocol;
+	bad += check_new_records("op", frozen->ops, frozen->nops, cur->ops, cur->nops, fp);
+	bad += check_new_records("notification", frozen->notes, frozen->nnotes, cur->notes,
+	                         cur->nnotes, fp);
+	bad += check_new_records("record", frozen->records, frozen->nrecords, cur->records,
+	                         cur->nrecords, fp);
+	for (size_t j = 0; j < cur->nerrors; j++) {
+		bool known = false;
+		for (size_t i = 0; i < frozen->nerrors && !known; i++)
+			known = !strcmp(frozen->errors[i].code, cur->errors[j].code);
+		if (!known)
+			bad +=
+			    check_new("error code", cur->errors[j].code, cur->errors[j].since, fp);
+	}
 	for (size_t i = 0; i < frozen->nops; i++) {
 		const record *o = &frozen->ops[i];
 		const record *c = find_record(cur->ops, cur->nops, o->name);
@@ -88,10 +143,11 @@ int check_compat(const spec *frozen, const spec *cur)
 		}
 		char where[96];
 		snprintf(where, sizeof where, "%s params", o->name);
-		bad += compare_fields(where, o->fields, o->nfields, c->fields, c->nfields, true);
-		snprintf(where, sizeof where, "%s result", o->name);
 		bad +=
-		    compare_fields(where, o->results, o->nresults, c->results, c->nresults, false);
+		    compare_fields(where, o->fields, o->nfields, c->fields, c->nfields, true, fp);
+		snprintf(where, sizeof where, "%s result", o->name);
+		bad += compare_fields(where, o->results, o->nresults, c->results, c->nresults,
+		                      false, fp);
 	}
 	for (size_t i = 0; i < frozen->nnotes; i++) {
 		const record *o = &frozen->notes[i];
@@ -101,7 +157,8 @@ int check_compat(const spec *frozen, const spec *cur)
 			bad++;
 			continue;
 		}
-		bad += compare_fields(o->name, o->fields, o->nfields, c->fields, c->nfields, false);
+		bad += compare_fields(o->name, o->fields, o->nfields, c->fields, c->nfields, false,
+		                      fp);
 	}
 	for (size_t i = 0; i < frozen->nrecords; i++) {
 		const record *o = &frozen->records[i];
@@ -111,7 +168,8 @@ int check_compat(const spec *frozen, const spec *cur)
 			bad++;
 			continue;
 		}
-		bad += compare_fields(o->name, o->fields, o->nfields, c->fields, c->nfields, false);
+		bad += compare_fields(o->name, o->fields, o->nfields, c->fields, c->nfields, false,
+		                      fp);
 	}
 	for (size_t i = 0; i < frozen->nerrors; i++) {
 		bool found = false;

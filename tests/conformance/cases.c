@@ -1926,6 +1926,12 @@ static void edit_cases(conf_ctx *ctx)
 	LIST(ctx->dir, &l);
 	CONF_CHECKF(ctx, l.entries.count == 1, "%zu entries (a temp file left behind?)",
 	            l.entries.count);
+	/* any name: a space, a newline, quotes, $ and a byte that is not UTF-8 */
+	const char *odd = P("we ird\n'q'$x\xff");
+	PUT_MODE(odd, "one two", 0600);
+	CONF_OK(ctx, do_edit(ctx, odd, "two", "2", false, &r, &err), &err);
+	READ_ALL(odd, &got);
+	CONF_CHECKF(ctx, bytes_is(got, "one 2"), "'%s'", show(ctx, got));
 }
 
 #define CASE(name, what)                                                                           \

@@ -272,6 +272,19 @@ try {
     assert.equal(r.text, 'seen');
   });
 
+  await test('eight waiting commands hold back no other call', async () => {
+    // A harness may run several long commands at once (a server, a slow test run): each
+    // waits here for a file that only the write after them creates. With a fixed pool
+    // smaller than eight, the write would queue behind them until they give up.
+    const waits = [];
+    for (let i = 0; i < 8; i++)
+      waits.push(call(client, 'bash', { command:
+        'for i in $(seq 1 300); do [ -e many.flag ] && echo seen && exit 0; sleep 0.1; done; exit 1' }));
+    const w = await call(client, 'write', { file_path: 'many.flag', content: 'go' });
+    assert.equal(w.isError, false);
+    for (const r of await Promise.all(waits)) assert.equal(r.text, 'seen');
+  });
+
   await test('a cancelled long bash kills its process group', async () => {
     const ac = new AbortController();
     const p = call(client, 'bash', { command: 'sleep 300 & echo $! > child.pid; wait' }, { signal: ac.signal });

@@ -64,6 +64,32 @@ await test("fromConfig: cwd, relative paths, env merged under the call's, timeou
   }
 });
 
+await test("glob, grep, edit (protocol 2): the generated methods against asp-agent", async () => {
+  const c = await asp.Client.fromConfig(cfg);
+  try {
+    await c.mkdir({ path: "srch" });
+    await c.write({ path: "srch/a.c", data: "int a;\nint b;\n" });
+    await c.write({ path: "srch/b.h", data: "int a;\n" });
+    const a = `${work}/srch/a.c`, b = `${work}/srch/b.h`;
+    const g = await c.glob({ path: "srch", pattern: "*.c" }); // relative: against the config's cwd
+    assert(JSON.stringify(g.paths) === JSON.stringify([a]) && !g.truncated, JSON.stringify(g));
+    let r = await c.grep({ path: "srch", regex: "\\bint\\s+a\\b", mode: "content" });
+    const got = r.matches.map((m) => `${m.path}:${m.line}:${m.text}`).join("|");
+    assert(got === `${a}:1:int a;|${b}:1:int a;`, got);
+    r = await c.grep({ path: "srch", regex: "int", mode: "count" });
+    const counts = r.counts.map((n) => `${n.path}:${n.count}`).join("|");
+    assert(counts === `${a}:2|${b}:1`, counts);
+    const amb = await expectError("invalid_argument", c.edit({ path: "srch/a.c", old: "int", new: "long" }));
+    assert(/2/.test(amb.message), amb.message);
+    const e = await c.edit({ path: "srch/a.c", old: "int", new: "long", replace_all: true });
+    assert(Number(e.replacements) === 2, JSON.stringify(e));
+    assert(fs.readFileSync(path.join(work, "srch/a.c"), "utf8") === "long a;\nlong b;\n");
+    await expectError("not_found", c.edit({ path: "srch/a.c", old: "int", new: "x" }));
+  } finally {
+    await c.close();
+  }
+});
+
 await test("fromConfig(): .asp.json found in a parent of the working directory", async () => {
   const old = process.cwd();
   const saved = process.env.ASP_CONFIG;

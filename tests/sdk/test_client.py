@@ -73,6 +73,28 @@ def config_defaults():
 
 
 @case
+def search_and_edit():
+    """glob, grep, edit (protocol 2): the generated methods against asp-agent"""
+    with asp.Client.from_config(cfg) as c:
+        c.mkdir("srch")
+        c.write("srch/a.c", b"int a;\nint b;\n")
+        c.write("srch/b.h", b"int a;\n")
+        a, b = os.path.join(work, "srch/a.c"), os.path.join(work, "srch/b.h")
+        g = c.glob(path="srch", pattern="*.c")  # relative: against the config's cwd
+        assert g.paths == [a] and not g.truncated, g
+        r = c.grep(path="srch", regex=r"\bint\s+a\b", mode="content")
+        assert [(m.path, m.line, m.text) for m in r.matches] == [
+            (a, 1, "int a;"), (b, 1, "int a;")], r
+        r = c.grep(path="srch", regex="int", mode="count")
+        assert [(n.path, n.count) for n in r.counts] == [(a, 2), (b, 1)], r
+        e = expect_error("invalid_argument", c.edit, path="srch/a.c", old="int", new="long")
+        assert "2" in e.message, e.message
+        assert c.edit(path="srch/a.c", old="int", new="long", replace_all=True).replacements == 2
+        assert c.read("srch/a.c").data == b"long a;\nlong b;\n"
+        expect_error("not_found", c.edit, path="srch/a.c", old="int", new="x")
+
+
+@case
 def discovery_from_cwd():
     """from_config(): .asp.json found in a parent of the working directory"""
     old = os.getcwd()

@@ -48,6 +48,14 @@ mutate changed-type 'o = [o for o in s["ops"] if o["name"] == "write"][0]; o["re
 mutate new-required 'o = [o for o in s["ops"] if o["name"] == "list"][0]; o["params"].append({"name": "depth", "type": "uint", "since": 1, "doc": "x"})' "new field list params.depth is required"
 mutate changed-default 'o = [o for o in s["ops"] if o["name"] == "exec"][0]; [f for f in o["params"] if f["name"] == "max_output"][0]["default"] = 1' "changed its default"
 mutate removed-error 's["errors"] = s["errors"][1:]' "error code not_found was removed"
+# Ops, fields, records and error codes added after protocol 1 (glob, grep, edit, ...) must
+# say so: since 1 would claim that protocol 1 responders have them.
+mutate new-op-since-1 'o = [o for o in s["ops"] if o["name"] == "glob"][0]; o["since"] = 1' "op glob is not in protocol 1 but says since 1"
+mutate new-op-field-since-1 'o = [o for o in s["ops"] if o["name"] == "grep"][0]; [f for f in o["params"] if f["name"] == "multiline"][0]["since"] = 1' "field grep.multiline is not in protocol 1"
+mutate new-result-since-1 'o = [o for o in s["ops"] if o["name"] == "edit"][0]; o["result"][0]["since"] = 1' "field edit result.replacements is not in protocol 1"
+mutate new-record-since-1 'r = [r for r in s["records"] if r["name"] == "grep_match"][0]; r["since"] = 1' "record grep_match is not in protocol 1"
+mutate new-field-since-1 'o = [o for o in s["ops"] if o["name"] == "read"][0]; o["params"].append({"name": "hint", "type": "str", "optional": True, "since": 1, "doc": "x"})' "field read params.hint is not in protocol 1"
+mutate new-error-since-1 's["errors"].append({"code": "brand_new", "status": 99, "since": 1, "doc": "x"})' "error code brand_new is not in protocol 1"
 
 # 5. Entries without "since" are refused; a compatible addition is accepted.
 python3 - "$spec" "$tmp/nosince.json" <<'PY'
@@ -61,7 +69,7 @@ elif grep -q 'no "since"' "$tmp/err"; then ok "field without since refused"; els
 python3 - "$spec" "$tmp/added.json" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
-s["ops"][2]["params"].append({"name": "hint", "type": "str", "optional": True, "since": 1, "doc": "x"})
+s["ops"][2]["params"].append({"name": "hint", "type": "str", "optional": True, "since": s["protocol"], "doc": "x"})
 json.dump(s, open(sys.argv[2], "w"))
 PY
 if "$sdkgen" --spec "$tmp/added.json" --check-compat "$frozen" 2>"$tmp/err"; then ok "optional field addition accepted"

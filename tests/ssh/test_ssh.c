@@ -1518,6 +1518,47 @@ static void test_attach_unsupported_native(void)
 }
 
 /*
+ * Native mode has edit (read + atomic write) but not glob and grep: hello leaves them out
+ * and a call answers unsupported naming agent mode, the way to get them.
+ */
+static void test_search_unsupported_native(void)
+{
+	asp_arena *a = asp_arena_new();
+	asp_error err;
+	asp_hello_params hp;
+	asp_hello_params_init(&hp);
+	asp_hello_result hr;
+	CU_ASSERT_EQUAL_FATAL(native.ops->hello(native.self, &hp, &hr, a, &err), ASP_OK);
+	bool edit = false, search = false;
+	for (size_t i = 0; i < hr.ops.count; i++) {
+		edit = edit || strcmp(hr.ops.items[i], "edit") == 0;
+		search = search || strcmp(hr.ops.items[i], "glob") == 0 ||
+		         strcmp(hr.ops.items[i], "grep") == 0;
+	}
+	CU_ASSERT_TRUE(edit && !search);
+	asp_config *cfg;
+	asp_client *c = client_for(NULL, &cfg);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	asp_glob_params gp;
+	asp_glob_params_init(&gp);
+	gp.path = "/";
+	gp.pattern = "*";
+	asp_glob_result gr;
+	CU_ASSERT_EQUAL(asp_glob(c, &gp, &gr, a, &err), ASP_E_UNSUPPORTED);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "agent mode"));
+	asp_grep_params rp;
+	asp_grep_params_init(&rp);
+	rp.path = "/";
+	rp.regex = "x";
+	asp_grep_result rr;
+	CU_ASSERT_EQUAL(asp_grep(c, &rp, &rr, a, &err), ASP_E_UNSUPPORTED);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "agent mode"));
+	asp_client_free(c);
+	asp_config_free(cfg);
+	asp_arena_free(a);
+}
+
+/*
  * A spawned process holds one of the connection's sessions while it runs. Against a stock
  * sshd (MaxSessions 10) a connection runs at most 8 at once, keeping one session for exec
  * and sftp and one for kills: a 9th spawn gives up after the connect timeout saying why,
@@ -1805,6 +1846,7 @@ int main(int argc, char **argv)
 	ok = ok && CU_add_test(s, "spawn_stdin_binary_eof", test_spawn_stdin_binary_eof);
 	ok = ok && CU_add_test(s, "spawn_timeout_kill", test_spawn_timeout_kill);
 	ok = ok && CU_add_test(s, "attach_unsupported_native", test_attach_unsupported_native);
+	ok = ok && CU_add_test(s, "search_unsupported_native", test_search_unsupported_native);
 	ok = ok && CU_add_test(s, "spawn_channel_budget", test_spawn_channel_budget);
 	ok = ok && CU_add_test(s, "chunk_latency", test_chunk_latency);
 	ok = ok && CU_add_test(s, "unread_follower_native", test_unread_follower_native);

@@ -129,6 +129,15 @@ static void test_list(void)
 	free(text);
 }
 
+/* Characters of valid UTF-8: the bytes that are not continuation bytes. */
+static size_t utf8_chars(const char *s, size_t len)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < len; i++)
+		n += ((unsigned char)s[i] & 0xC0) != 0x80;
+	return n;
+}
+
 /* 30000 characters at most: the first and last 15000 around a note of the cut. */
 static void test_bash_cap(void)
 {
@@ -149,6 +158,27 @@ static void test_bash_cap(void)
 	/* exactly at the limit: nothing cut */
 	t = call("bash", "{\"command\": \"head -c 30000 /dev/zero | tr '\\\\0' b\"}", &e);
 	CU_ASSERT_EQUAL(strlen(t), 30000);
+	free(t);
+	/* characters, not bytes: 20000 three-byte euro signs fit whole */
+	t = call("bash", "{\"command\": \"yes € | head -n 20000 | tr -d '\\\\n'\"}", &e);
+	CU_ASSERT_EQUAL(strlen(t), 60000);
+	CU_ASSERT_EQUAL(utf8_chars(t, strlen(t)), 20000);
+	free(t);
+	/* 40000 of them are cut between characters, 15000 on each side */
+	t = call("bash", "{\"command\": \"yes € | head -n 40000 | tr -d '\\\\n'; printf END\"}",
+	         &e);
+	note = strstr(t, "\n\n... [");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(note);
+	CU_ASSERT_EQUAL(utf8_chars(t, (size_t)(note - t)), 15000);
+	CU_ASSERT_EQUAL(note - t, 45000);
+	CU_ASSERT_PTR_NOT_NULL(
+	    strstr(note, "10003 characters of output cut from the middle, of 40003"));
+	tail = strstr(note, "] ...\n\n");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(tail);
+	tail += 7;
+	CU_ASSERT_EQUAL(utf8_chars(tail, strlen(tail)), 15000);
+	CU_ASSERT_EQUAL(strlen(tail), 3 + 14997 * 3);
+	CU_ASSERT_PTR_NULL(strstr(t, "\xEF\xBF\xBD")); /* no character was split */
 	free(t);
 }
 
@@ -181,6 +211,56 @@ static void test_read_lines(void)
 	free(t);
 	free(longline);
 	free(content);
+	/* characters, not bytes: 1500 euro signs (4500 bytes) stay whole; 2500 are cut at
+	 * 2000 and counted as 2500 */
+	tbuf b = {0};
+	for (int i = 0; i < 1500; i++)
+		tb_puts(&b, "€");
+	tb_puts(&b, "\n");
+	for (int i = 0; i < 2500; i++)
+		tb_puts(&b, "€");
+	char *u = tb_take(&b);
+	put("euro.txt", u);
+	t = call("read", "{\"file_path\": \"euro.txt\"}", &e);
+	CU_ASSERT_FALSE(e);
+	CU_ASSERT_EQUAL(strncmp(t, "     1\t", 7), 0);
+	CU_ASSERT_EQUAL(strncmp(t + 7, u, 4500), 0);
+	CU_ASSERT_EQUAL(strncmp(t + 7 + 4500, "\n     2\t", 8), 0);
+	CU_ASSERT_EQUAL(strncmp(t + 15 + 4500, u + 4501, 6000), 0);
+	CU_ASSERT_STRING_EQUAL(t + 15 + 4500 + 6000, "... [line cut: 2500 characters in all]");
+	free(t);
+	free(u);
+}
+
+/* A file past the size read whole (64 MiB) is read in pieces, as far as the lines shown. */
+static void test_read_large(void)
+{
+	char p[512];
+	snprintf(p, sizeof p, "%s/large.log", root);
+	FILE *f = fopen(p, "wb");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	for (int i = 1; i <= 3000; i++)
+		fprintf(f, "entry %d\n", i);
+	fclose(f);
+	/* the rest a hole: no disk, and never read, since the lines asked for come first */
+	CU_ASSERT_EQUAL_FATAL(truncate(p, (off_t)TOOLS_FILE_MAX + 4096), 0);
+	bool e;
+	char *t =
+	    call("read", "{\"file_path\": \"large.log\", \"offset\": 2999, \"limit\": 2}", &e);
+	CU_ASSERT_FALSE(e);
+	char want[256];
+	snprintf(want, sizeof want,
+	         "  2999\tentry 2999\n  3000\tentry 3000\n(Showed lines 2999-3000 of a file of %u "
+	         "bytes, more follow; use offset=3001 to read on.)",
+	         TOOLS_FILE_MAX + 4096);
+	CU_ASSERT_STRING_EQUAL(t, want);
+	free(t);
+	t = call("read", "{\"file_path\": \"large.log\"}", &e);
+	CU_ASSERT_FALSE(e);
+	CU_ASSERT_EQUAL(strncmp(t, "     1\tentry 1\n     2\tentry 2\n", 30), 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(t, "  2000\tentry 2000\n(Showed lines 1-2000 of a file of "));
+	free(t);
+	unlink(p);
 }
 
 static void test_edit(void)
@@ -421,6 +501,7 @@ int main(void)
 	CU_add_test(s, "bash output cap: head and tail around a note", test_bash_cap);
 	CU_add_test(s, "invalid UTF-8 becomes U+FFFD", test_utf8);
 	CU_add_test(s, "read: long lines cut, CRLF, relative cwd", test_read_lines);
+	CU_add_test(s, "read: a file over 64 MiB in pieces, offset and limit", test_read_large);
 	CU_add_test(s, "edit: replace_all, create, refuse", test_edit);
 	CU_add_test(s, "apply_patch: fuzzy context, end of file, move, all or nothing",
 	            test_patch_forms);

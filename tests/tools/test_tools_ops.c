@@ -53,7 +53,21 @@ COUNTED(list, C_LIST)
 COUNTED(glob, C_GLOB)
 COUNTED(grep, C_GREP)
 COUNTED(edit, C_EDIT)
+
 COUNTED(spawn, C_SPAWN)
+
+/* A followed spawn (bash in the foreground): how many, and the timeout it asked for. */
+static atomic_int follows;
+static _Atomic uint64_t last_follow_timeout;
+static asp_status counted_subscribe(void *self, asp_op_id op, const void *params, void *result,
+                                    asp_arena *a, asp_proc_sub *sub, asp_error *err)
+{
+	if (op == ASP_OP_SPAWN) {
+		atomic_fetch_add(&follows, 1);
+		atomic_store(&last_follow_timeout, ((const asp_spawn_params *)params)->timeout_ms);
+	}
+	return real_stdio->subscribe(self, op, params, result, a, sub, err);
+}
 
 static asp_status counting_open(const asp_config_view *cfg, const asp_ops **ops, void **self,
                                 asp_error *err)
@@ -221,6 +235,8 @@ static void make_tree(void)
 	put_at(".cfg/hidden.c", "zzz_hidden\n", t0 + 12);
 	put_at(".git/config", "foo = 42\n", t0 + 13);
 	put_bytes("bin.dat", "foo\0bin\n", 8, t0 + 14);
+	/* a name with a space, a newline, quotes, $ and a byte that is not UTF-8 */
+	put_at("odd/we ird\n'q'$x\xff.txt", "foo odd\nbar\n", t0 + 15);
 	for (int i = 0; i < 120; i++) {
 		char rel[64], text[64];
 		snprintf(rel, sizeof rel, "many/f%03d.log", i);
@@ -262,6 +278,7 @@ static int suite_init(void)
 		return -1;
 	counting = *real_stdio;
 	counting.open = counting_open;
+	counting.subscribe = counted_subscribe;
 	asp_error err;
 	if (asp_transport_register(&counting, &err) != ASP_OK)
 		return -1;
@@ -336,6 +353,86 @@ static void test_one_op_call(void)
 	free(s);
 }
 
+/* bash's timeout: 120000 ms unless given (0 too), refused past 600000 before anything runs. */
+static void test_bash_timeout(void)
+{
+	static const struct {
+		const char *args;
+		uint64_t timeout; /* 0: refused */
+	} cases[] = {
+	    {"{\"command\": \"true\"}", 120000},
+	    {"{\"command\": \"true\", \"timeout\": 0}", 120000},
+	    {"{\"command\": \"true\", \"timeout\": 5000}", 5000},
+	    {"{\"command\": \"true\", \"timeout\": 600000}", 600000},
+	    {"{\"command\": \"true\", \"timeout\": 600001}", 0},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		atomic_store(&follows, 0);
+		atomic_store(&last_follow_timeout, 1);
+		bool e;
+		char *s = call(counted_side.t, "bash", cases[i].args, &e);
+		if (cases[i].timeout) {
+			CU_ASSERT(atomic_load(&follows) >= 1);
+			CU_ASSERT_EQUAL(atomic_load(&last_follow_timeout), cases[i].timeout);
+		} else {
+			CU_ASSERT(e);
+			CU_ASSERT_PTR_NOT_NULL(strstr(s, "timeout must be at most 600000 ms"));
+			CU_ASSERT_EQUAL(atomic_load(&follows), 0);
+		}
+		free(s);
+	}
+}
+
+/* hello names the grep dialect: PCRE2 in asp-agent, POSIX ERE in asp-agent-static. */
+static bool has_feature(asp_client *c, const char *name)
+{
+	asp_arena *a = asp_arena_new();
+	asp_hello_params p;
+	asp_hello_params_init(&p);
+	asp_hello_result r;
+	asp_error err;
+	bool found = false;
+	CU_ASSERT_EQUAL_FATAL(asp_hello(c, &p, &r, a, &err), ASP_OK);
+	for (size_t i = 0; i < r.features.count; i++)
+		found = found || !strcmp(r.features.items[i], name);
+	asp_arena_free(a);
+	return found;
+}
+
+static void test_grep_dialect(void)
+{
+	CU_ASSERT(has_feature(op_side.c, "grep-pcre2"));
+	CU_ASSERT_FALSE(has_feature(op_side.c, "grep-ere"));
+	if (!have_static) {
+		fprintf(stderr, "(asp-agent-static not built)\n");
+		return;
+	}
+	CU_ASSERT(has_feature(static_op.c, "grep-ere"));
+	CU_ASSERT_FALSE(has_feature(static_op.c, "grep-pcre2"));
+	/* towards ERE the tools layer makes a leading (?i) ignore-case, as PCRE2 reads it */
+	put_at("dialect.txt", "x7\nMiXeD case\n", 1600000000);
+	bool e1, e2;
+	const char *icase = "{\"pattern\": \"(?i)mixed CASE\", \"glob\": \"dialect.txt\", "
+	                    "\"output_mode\": \"content\"}";
+	char *ere = call(static_op.t, "grep", icase, &e1);
+	char *pcre = call(op_side.t, "grep", icase, &e2);
+	CU_ASSERT_FALSE(e1 || e2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(ere, "dialect.txt:2:MiXeD case"));
+	CU_ASSERT_STRING_EQUAL(ere, pcre);
+	free(ere);
+	free(pcre);
+	/* what it cannot make ERE is an error naming the dialect; PCRE2 takes it */
+	const char *look = "{\"pattern\": \"x(?=7)\", \"glob\": \"dialect.txt\"}";
+	ere = call(static_op.t, "grep", look, &e1);
+	CU_ASSERT(e1);
+	CU_ASSERT_PTR_NOT_NULL(strstr(ere, "speaks POSIX extended regular expressions"));
+	free(ere);
+	pcre = call(op_side.t, "grep", look, &e2);
+	CU_ASSERT_FALSE(e2);
+	CU_ASSERT_PTR_NOT_NULL(strstr(pcre, "dialect.txt"));
+	free(pcre);
+}
+
 /* The call on both handles: the same text and error flag. */
 static void same(side *op, side *bare, const char *name, const char *args)
 {
@@ -375,6 +472,8 @@ static const char *const grep_cases[] = {
     "{\"pattern\": \"no such text\", \"output_mode\": \"content\"}",
     "{\"pattern\": \"foo\", \"path\": \"nope\"}",
     "{\"pattern\": \"(\", \"output_mode\": \"content\"}",
+    "{\"pattern\": \"foo\", \"path\": \"odd\", \"output_mode\": \"content\", \"-A\": 1}",
+    "{\"pattern\": \"odd\", \"glob\": \"*.txt\", \"output_mode\": \"count\"}",
 };
 
 static const char *const glob_cases[] = {
@@ -391,6 +490,8 @@ static const char *const glob_cases[] = {
     "{\"pattern\": \"a\\\\-b.txt\"}",
     "{\"pattern\": \"*\", \"path\": \"nope\"}",
     "{\"pattern\": \"*\", \"path\": \"README.md\"}",
+    "{\"pattern\": \"odd/*\"}",
+    "{\"pattern\": \"**/we*.txt\"}",
 };
 
 static void edit_cases(side *op, side *bare)
@@ -700,6 +801,8 @@ int main(void)
 	CU_add_test(s, "grep op: the whole-buffer search finds what line-by-line does (PCRE2)",
 	            test_grep_buffer_pcre2);
 	CU_add_test(s, "grep op: ERE on the whole buffer agrees with PCRE2", test_grep_buffer_ere);
+	CU_add_test(s, "bash timeout: default 120000 ms, at most 600000", test_bash_timeout);
+	CU_add_test(s, "hello names the grep dialect (grep-pcre2, grep-ere)", test_grep_dialect);
 	CU_add_test(s, "grep op: an answer past max_message is cut, not refused",
 	            test_grep_answer_fits);
 	CU_basic_set_mode(CU_BRM_VERBOSE);

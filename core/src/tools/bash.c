@@ -11,7 +11,10 @@
 #include <string.h>
 #include <time.h>
 
-/* Output kept while a command runs: the first HEAD_KEEP bytes and the last TAIL_KEEP. */
+/*
+ * Output kept while a command runs: the first HEAD_KEEP bytes and the last TAIL_KEEP, each
+ * enough for TOOLS_OUTPUT_MAX / 2 characters of up to 4 bytes.
+ */
 #define HEAD_KEEP (64u << 10)
 #define TAIL_KEEP (64u << 10)
 /* Unread output of a background command beyond this is dropped from the front. */
@@ -21,15 +24,47 @@
 /* Slack over the command's own timeout (the responder enforces that one). */
 #define TIMEOUT_SLACK_MS 30000
 
-/* head and tail of a stream, and its total */
+/* head and tail of a stream, and its total in bytes and in characters */
 typedef struct keep {
 	tbuf head, tail;
-	uint64_t total;
+	uint64_t total, chars;
 } keep;
+
+/*
+ * Characters are counted as UTF-8 sequences: every byte but a continuation byte
+ * (10xxxxxx) starts one, so a cut at such a byte splits no character.
+ */
+static bool char_start(char c)
+{
+	return ((unsigned char)c & 0xC0) != 0x80;
+}
+
+/* Bytes of the first n characters of s[0..len). */
+static size_t first_chars(const char *s, size_t len, size_t n)
+{
+	size_t i = 0;
+	for (size_t seen = 0; i < len; i++)
+		if (char_start(s[i]) && seen++ == n)
+			break;
+	return i;
+}
+
+/* Where the last n characters of s[0..len) start (0 when it has no more than n). */
+static size_t last_chars(const char *s, size_t len, size_t n, size_t *got)
+{
+	size_t i = len;
+	*got = 0;
+	while (i > 0 && *got < n)
+		if (char_start(s[--i]))
+			++*got;
+	return i;
+}
 
 static void keep_add(keep *k, const uint8_t *data, size_t len)
 {
 	k->total += len;
+	for (size_t i = 0; i < len; i++)
+		k->chars += char_start((char)data[i]);
 	if (k->head.len < HEAD_KEEP) {
 		size_t n = HEAD_KEEP - k->head.len;
 		if (n > len)
@@ -55,25 +90,26 @@ static void keep_add(keep *k, const uint8_t *data, size_t len)
 static void keep_render(const keep *k, tbuf *out)
 {
 	const size_t half = TOOLS_OUTPUT_MAX / 2;
-	if (k->total <= TOOLS_OUTPUT_MAX) {
+	if (k->chars <= TOOLS_OUTPUT_MAX) {
+		/* at most 4 * TOOLS_OUTPUT_MAX bytes: nothing was discarded */
 		tb_add(out, k->head.p ? k->head.p : "", k->head.len);
 		tb_add(out, k->tail.p ? k->tail.p : "", k->tail.len);
 		return;
 	}
-	tb_add(out, k->head.p, half);
+	tb_add(out, k->head.p, first_chars(k->head.p, k->head.len, half));
 	tb_printf(out,
 	          "\n\n... [%" PRIu64 " characters of output cut from the middle, of %" PRIu64
 	          " in all: redirect the output to a file and read parts of it to see more] "
 	          "...\n\n",
-	          k->total - 2 * half, k->total);
-	if (k->tail.len >= half) {
-		tb_add(out, k->tail.p + k->tail.len - half, half);
-	} else {
-		/* nothing was discarded yet: the rest comes from the head's end */
-		size_t need = half - k->tail.len;
-		tb_add(out, k->head.p + k->head.len - need, need);
-		tb_add(out, k->tail.p ? k->tail.p : "", k->tail.len);
+	          k->chars - 2 * half, k->chars);
+	size_t got;
+	size_t at = last_chars(k->tail.p ? k->tail.p : "", k->tail.len, half, &got);
+	if (got < half) {
+		/* nothing was discarded yet (a full tail holds more): the rest is the head's end */
+		size_t from = last_chars(k->head.p, k->head.len, half - got, &got);
+		tb_add(out, k->head.p + from, k->head.len - from);
 	}
+	tb_add(out, k->tail.p ? k->tail.p + at : "", k->tail.len - at);
 }
 
 static void keep_free(keep *k)

@@ -30,13 +30,130 @@ static asp_status stat_path(asp_tools *t, const char *abs, char *type, size_t ca
 	return st;
 }
 
-/* Backs `n` off so that data[0..n) does not end inside a UTF-8 sequence. */
-static size_t utf8_cut(const char *data, size_t n)
+/*
+ * The characters of data[0..n) (UTF-8 sequences: every byte but a continuation byte
+ * starts one), and in *cut the bytes of the first `max` of them.
+ */
+static size_t utf8_count(const char *data, size_t n, size_t max, size_t *cut)
 {
-	size_t k = n;
-	while (k > 0 && n - k < 4 && ((unsigned char)data[k] & 0xC0) == 0x80)
-		k--;
-	return k;
+	size_t chars = 0;
+	*cut = n;
+	for (size_t i = 0; i < n; i++)
+		if (((unsigned char)data[i] & 0xC0) != 0x80 && chars++ == max)
+			*cut = i;
+	return chars;
+}
+
+/* One line of read's output: its number, its text (cut past TOOLS_READ_LINE_MAX). */
+static void read_line_out(tresult *r, uint64_t line, const char *s, size_t n, size_t chars)
+{
+	size_t keep = n;
+	if (chars > TOOLS_READ_LINE_MAX)
+		utf8_count(s, n, TOOLS_READ_LINE_MAX, &keep);
+	if (keep && s[keep - 1] == '\r')
+		keep--;
+	tb_printf(&r->text, "%6" PRIu64 "\t", line);
+	tb_add(&r->text, s, keep);
+	if (chars > TOOLS_READ_LINE_MAX)
+		tb_printf(&r->text, "... [line cut: %zu characters in all]", chars);
+	tb_puts(&r->text, "\n");
+}
+
+/* Bytes of a line kept while reading in pieces: TOOLS_READ_LINE_MAX characters of up to 4. */
+#define READ_LINE_KEEP (4 * TOOLS_READ_LINE_MAX + 4)
+#define READ_PIECE     (1u << 20)
+
+/*
+ * A file too large to read whole: read in pieces from the start, counting lines, until
+ * `limit` lines from `offset` are shown and one more byte is seen (or the end).
+ */
+static bool read_in_pieces(asp_tools *t, const char *abs, uint64_t size, uint64_t offset,
+                           uint64_t limit, tresult *r)
+{
+	asp_arena *a = asp_arena_new();
+	if (!a)
+		return tools_fail(r, "Error: out of memory.");
+	tbuf cur = {0};       /* the start of the current line, when it is shown */
+	size_t cur_chars = 0; /* its characters so far */
+	bool pending = false; /* bytes of the current line seen */
+	uint64_t line = 1, shown = 0, pos = 0;
+	bool more = false, ok = true;
+	for (;;) {
+		asp_read_params p;
+		asp_read_params_init(&p);
+		p.path = abs;
+		p.offset = pos;
+		p.has_length = true;
+		p.length = READ_PIECE;
+		asp_read_result res;
+		asp_error err;
+		if (asp_read(t->c, &p, &res, a, &err) != ASP_OK) {
+			ok = tools_fail_asp(r, &err, "reading", abs);
+			goto out;
+		}
+		const char *d = (const char *)res.data.data;
+		size_t n = res.data.len;
+		if (pos == 0 && memchr(d, '\0', n < BINARY_PROBE ? n : BINARY_PROBE)) {
+			tb_printf(&r->text,
+			          "(%s is a binary file of %" PRIu64
+			          " bytes; it is not shown. Use bash, e.g. "
+			          "`file` or `xxd | head`, to inspect it.)",
+			          abs, size);
+			goto out;
+		}
+		pos += n;
+		for (size_t i = 0; i < n && !more;) {
+			if (shown == limit) {
+				more = true; /* a byte past the last line shown */
+				break;
+			}
+			const char *nl = memchr(d + i, '\n', n - i);
+			size_t e = nl ? (size_t)(nl - d) : n;
+			pending = pending || e > i;
+			if (line >= offset) {
+				size_t room = READ_LINE_KEEP - cur.len;
+				tb_add(&cur, d + i, e - i < room ? e - i : room);
+				for (size_t q = i; q < e; q++)
+					cur_chars += ((unsigned char)d[q] & 0xC0) != 0x80;
+			}
+			i = e;
+			if (nl) {
+				if (line >= offset) {
+					read_line_out(r, line, cur.p ? cur.p : "", cur.len,
+					              cur_chars);
+					shown++;
+				}
+				cur.len = 0;
+				cur_chars = 0;
+				pending = false;
+				line++;
+				i++;
+			}
+		}
+		asp_arena_reset(a);
+		if (more || res.eof || n == 0)
+			break;
+	}
+	if (!more && pending && line >= offset && shown < limit) {
+		read_line_out(r, line, cur.p ? cur.p : "", cur.len, cur_chars);
+		shown++;
+	}
+	uint64_t total = line - 1 + (pending ? 1 : 0);
+	if (more)
+		tb_printf(&r->text,
+		          "(Showed lines %" PRIu64 "-%" PRIu64 " of a file of %" PRIu64
+		          " bytes, more follow; use offset=%" PRIu64 " to read on.)",
+		          offset, offset - 1 + shown, size, offset + shown);
+	else if (offset > total)
+		tb_printf(&r->text,
+		          "(%s has %" PRIu64 " lines; offset %" PRIu64 " is past its end.)", abs,
+		          total, offset);
+	else if (r->text.len && r->text.p[r->text.len - 1] == '\n')
+		r->text.p[--r->text.len] = '\0';
+out:
+	tb_free(&cur);
+	asp_arena_free(a);
+	return ok;
 }
 
 bool tool_read(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
@@ -76,15 +193,12 @@ bool tool_read(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 		tools_fail(r, "Error: %s is a directory, not a file. Use ls to list it.", abs);
 		goto out;
 	}
+	if (size > TOOLS_FILE_MAX) {
+		ok = read_in_pieces(t, abs, size, offset, limit, r);
+		goto out;
+	}
 	if (!tools_read_file(t, abs, &data, &len, &err)) {
-		if (err.code == ASP_E_TOO_LARGE)
-			tools_fail(r,
-			           "Error: %s has %" PRIu64
-			           " bytes, too large to read here. Use bash "
-			           "(head, tail, sed -n 'A,Bp') or grep to see parts of it.",
-			           abs, size);
-		else
-			tools_fail_asp(r, &err, "reading", abs);
+		tools_fail_asp(r, &err, "reading", abs);
 		goto out;
 	}
 	if (len == 0) {
@@ -109,15 +223,10 @@ bool tool_read(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 		pos += n + (nl ? 1 : 0);
 		total++;
 		if (line >= offset && shown < limit) {
-			size_t keep =
-			    n > TOOLS_READ_LINE_MAX ? utf8_cut(s, TOOLS_READ_LINE_MAX) : n;
-			if (keep && s[keep - 1] == '\r')
-				keep--;
-			tb_printf(&r->text, "%6" PRIu64 "\t", line);
-			tb_add(&r->text, s, keep);
+			size_t chars = n, cut;
 			if (n > TOOLS_READ_LINE_MAX)
-				tb_printf(&r->text, "... [line cut: %zu characters in all]", n);
-			tb_puts(&r->text, "\n");
+				chars = utf8_count(s, n, TOOLS_READ_LINE_MAX, &cut);
+			read_line_out(r, line, s, n, chars);
 			shown++;
 		}
 		line++;

@@ -399,7 +399,14 @@ static asp_status run_grep(asp_tools *t, const char *abs, const grep_opts *o, bo
 	argv[n++] = "-Z";
 	argv[n++] = "--exclude-dir=.git";
 	argv[n++] = pcre ? "-P" : "-E";
-	if (o->icase)
+	/* ERE has no inline flags; the leading (?i) models write is -i */
+	const char *pattern = o->pattern;
+	bool icase = o->icase;
+	if (!pcre && !strncmp(pattern, "(?i)", 4)) {
+		pattern += 4;
+		icase = true;
+	}
+	if (icase)
 		argv[n++] = "-i";
 	if (o->multiline)
 		argv[n++] = "-z";
@@ -452,7 +459,7 @@ static asp_status run_grep(asp_tools *t, const char *abs, const grep_opts *o, bo
 		}
 	}
 	argv[n++] = "--";
-	argv[n++] = pat ? pat : o->pattern;
+	argv[n++] = pat ? pat : pattern;
 	argv[n++] = abs;
 	return tools_exec_argv(t, argv, n, NULL, res, a, err);
 }
@@ -629,7 +636,13 @@ static bool grep_fail_regex(tresult *r, const char *msg)
 	if (paren && paren > s && paren[-1] == ' ' && strstr(paren, " syntax)") &&
 	    paren[strlen(paren) - 1] == ')')
 		len = (size_t)(paren - 1 - s);
-	return tools_fail(r, "Error: the search failed: grep: %.*s", (int)len, s);
+	/* the model wrote Perl (the tool says so): tell it what this responder lacks */
+	const char *hint = strstr(msg, "(POSIX extended syntax)")
+	                       ? " (this sandbox's grep speaks POSIX extended regular expressions, "
+	                         "not Perl's: no lookaround, no inline flags but a leading (?i), "
+	                         "no possessive quantifiers)"
+	                       : "";
+	return tools_fail(r, "Error: the search failed: grep: %.*s%s", (int)len, s, hint);
 }
 
 /*
@@ -658,7 +671,15 @@ static bool grep_op(asp_tools *t, const char *abs, const grep_opts *o, uint64_t 
 	p.max_matches = UINT32_MAX; /* all (the message size bounds it): head_limit counts them */
 	asp_grep_result res;
 	asp_error err;
-	if (asp_grep(t->c, &p, &res, a, &err) != ASP_OK) {
+	asp_status st = asp_grep(t->c, &p, &res, a, &err);
+	if (st == ASP_E_INVALID_ARGUMENT && !strncmp(p.regex, "(?i)", 4) &&
+	    strstr(err.message, "(POSIX extended syntax)")) {
+		/* ERE has no inline flags; the leading (?i) models write is ignore_case */
+		p.regex += 4;
+		p.ignore_case = true;
+		st = asp_grep(t->c, &p, &res, a, &err);
+	}
+	if (st != ASP_OK) {
 		asp_arena_free(a);
 		switch (err.code) {
 		case ASP_E_UNSUPPORTED: *done = false; return false;
@@ -763,8 +784,10 @@ static bool grep_exec(asp_tools *t, const char *abs, const grep_opts *o, uint64_
 	while (!gs.oom && p < end) {
 		const char *z = memchr(p, '\0', (size_t)(end - p));
 		const char *nl = memchr(p, rec_end, (size_t)(end - p));
-		if (!o->multiline && o->mode != MODE_FILES && nl && (!z || nl < z)) {
-			/* no NUL before the newline: a "--" group separator */
+		if (!o->multiline && o->mode != MODE_FILES && nl && (!z || nl < z) && nl - p == 2 &&
+		    p[0] == '-' && p[1] == '-') {
+			/* a "--" group separator; anything else before a NUL is a path, newlines
+			 * included (paths are absolute, so none is "--") */
 			pending_sep = true;
 			p = nl + 1;
 			continue;

@@ -18,7 +18,7 @@
 #define TOOLS_BASH_TIMEOUT_MAX     600000u
 #define TOOLS_READ_LIMIT_DEFAULT   2000u
 #define TOOLS_READ_LINE_MAX        2000u
-/* Files larger than this are not read whole (edit, read without offset/limit). */
+/* Files larger than this are not read whole: edit refuses them, read reads them in pieces. */
 #define TOOLS_FILE_MAX (64u << 20)
 #define TOOLS_GLOB_MAX 100u
 
