@@ -143,13 +143,15 @@ int cli_usage(cli *c, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	if (strcmp(c->cmd, "asp") == 0) {
-		snprintf(full, sizeof full, "%s (see asp --help)", msg);
-		snprintf(what, sizeof what, "usage");
-	} else {
-		snprintf(full, sizeof full, "%s (see asp %s --help)", msg, c->cmd);
-		snprintf(what, sizeof what, "%s", c->cmd);
-	}
+	bool top = strcmp(c->cmd, "asp") == 0;
+	snprintf(what, sizeof what, "%s", top ? "usage" : c->cmd);
+	/* A message ending in its own "(...)" takes the pointer inside it: one bracket. */
+	size_t n = strlen(msg);
+	bool bracketed = n > 0 && msg[n - 1] == ')';
+	if (bracketed)
+		msg[n - 1] = '\0';
+	snprintf(full, sizeof full, "%s%s%s%s --help)", msg, bracketed ? "; see asp" : " (see asp",
+	         top ? "" : " ", top ? "" : c->cmd);
 	report(c, ASP_E_INVALID_ARGUMENT, full, what);
 	return c->fail_code;
 }

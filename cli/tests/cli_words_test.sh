@@ -47,6 +47,10 @@ run 1 "unknown command" -- "$ASP" frobnicate
 expect_out "unknown command: nothing on stdout" ""
 if [ "$(grep -o 'asp --help' "$ERR" | wc -l)" -eq 1 ]; then ok "unknown command: one pointer to --help"
 else not_ok "unknown command: one pointer to --help"; fi
+run 1 "attach of something that is not a handle" -- "$ASP" attach abc
+if grep -q ') (' "$ERR"; then not_ok "a usage error with its own bracket: one bracket"
+else ok "a usage error with its own bracket: one bracket"; fi
+expect_grep "it still points at asp ps and --help" "$ERR" 'asp ps lists them; see asp attach --help\)$'
 run 1 "refused connection" -- "$ASP" --config "$WORK/refused.json" hello
 expect_grep "a connection failure says connect" "$ERR" '^asp: hello: connect: transport_error: '
 if grep -q 'open ' "$ERR"; then not_ok "a connection failure is not a config failure"
@@ -104,6 +108,12 @@ run 143 "exec of a command killed by TERM" -- "$ASP" --config "$WORK/relay.json"
 	sh -c 'kill -TERM $$'
 run 0 "ps" -- "$ASP" --config "$WORK/relay.json" ps
 expect_grep "ps shows the signal" "$OUT" '^[0-9]+ +TERM '
+if awk 'NR == 1 { col = index($0, "STATE") }
+	NR > 1 { match($0, /^[0-9]+ +/); if (RLENGTH + 1 != col) bad = 1 }
+	END { exit bad }' "$OUT"; then ok "ps: the STATE column lines up under its header"
+else not_ok "ps: the STATE column lines up under its header"; fi
+run 0 "ps --help" -- "$ASP" ps --help
+expect_grep "ps --help says --json has the signal" "$OUT" '"signal"'
 run 0 "ps --json" -- "$ASP" --config "$WORK/relay.json" --json ps
 expect_grep "ps --json has the signal" "$OUT" '"exit_code":-1,"signal":"TERM"'
 kill "$agent_pid" 2>/dev/null
