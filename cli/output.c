@@ -118,8 +118,8 @@ static const char *in_cli_words(const char *msg, char *out, size_t cap)
 
 int cli_fail(cli *c, const asp_error *err, const char *what, ...)
 {
-	char buf[2048], words[ASP_ERROR_MESSAGE_MAX + 256],
-	    withpath[sizeof words + ASP_ERROR_PATH_MAX + 4];
+	char buf[2048], words[ASP_ERROR_MESSAGE_MAX + 256], cwd[4096],
+	    full[sizeof cwd + ASP_ERROR_PATH_MAX + 2], withpath[sizeof words + sizeof full + 4];
 	va_list ap;
 	va_start(ap, what);
 	vsnprintf(buf, sizeof buf, what, ap);
@@ -127,9 +127,16 @@ int cli_fail(cli *c, const asp_error *err, const char *what, ...)
 	asp_status code = err->code == ASP_OK ? ASP_E_INTERNAL : err->code;
 	const char *msg = err->message[0] ? without_repeat(err->message, buf, err->path) : "failed";
 	msg = in_cli_words(msg, words, sizeof words);
-	/* Every file error names the full path, even when the sandbox's message left it out. */
-	if (err->path[0] && !strstr(msg, err->path) && !strstr(buf, err->path)) {
-		snprintf(withpath, sizeof withpath, "%s: %s", err->path, msg);
+	/* Every file error names the full path, even when the sandbox's message left it out;
+	 * a relative one is joined to the directory the sandbox resolved it against. */
+	const char *path = err->path;
+	if (c->sandbox_paths && path[0] && path[0] != '/' && cli_sandbox_cwd(c, cwd, sizeof cwd)) {
+		size_t n = strlen(cwd);
+		snprintf(full, sizeof full, "%s%s%s", cwd, n && cwd[n - 1] == '/' ? "" : "/", path);
+		path = full;
+	}
+	if (path[0] && !strstr(msg, path) && !strstr(buf, path)) {
+		snprintf(withpath, sizeof withpath, "%s: %s", path, msg);
 		msg = withpath;
 	}
 	report(c, code, msg, buf);

@@ -63,6 +63,15 @@ expect_grep "a config failure says open" "$ERR" '^asp: hello: open .*none.json: 
 run 1 "terse permission error" -- "$ASP" --config "$WORK/terse.json" read locked.txt
 expect_grep "the error names the full path" "$ERR" \
 	'^asp: read locked.txt: permission_denied: /box/locked.txt: Permission denied$'
+# without a cwd in the config, a relative path resolves where the sandbox says (hello's cwd)
+cat > "$WORK/nocwd.json" <<EOF2
+{"version": 1, "transport": "stdio", "stdio": {"command": ["$AGENT", "--stdio"]}}
+EOF2
+for cmd in "read" "ls" "rm"; do
+	run 1 "$cmd of a missing relative path" -- "$ASP" --config "$WORK/nocwd.json" $cmd nosuch
+	expect_grep "$cmd: the error names the full path" "$ERR" \
+		"^asp: $cmd nosuch: not_found: $(pwd -P)/nosuch: No such file or directory\$"
+done
 run 1 "terse stat" -- "$ASP" --config "$WORK/terse.json" stat /box/s
 expect_grep "a path already named is not repeated" "$ERR" \
 	'^asp: stat /box/s: permission_denied: Permission denied$'
