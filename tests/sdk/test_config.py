@@ -165,6 +165,7 @@ CASES = [
     ("v0-identity-env-empty", b'{"version":"0","transport":"ssh","connection":{"host":"h",'
      b'"identity":{"env":""}}}'),
     ("v0-version-int-0", b'{"version": 0, "transport": "ssh", "connection": {"host": "h"}}'),
+    ("v1-body-version-int-0", b'{"version": 0, "transport": "ssh", "ssh": {"host": "h"}}'),
     ("v0-transport-stdio", b'{"version": "0", "transport": "stdio", "connection": {"host": "h"}}'),
     ("v0-transport-missing", b'{"version": "0", "connection": {"host": "h"}}'),
     ("v0-connection-missing", b'{"version": "0", "transport": "ssh"}'),
