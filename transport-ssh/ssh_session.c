@@ -129,7 +129,15 @@ static asp_status verify_host_key(sshc *c, asp_error *err)
 	enum ssh_known_hosts_e known = ssh_session_is_known_server(c->s);
 	switch (known) {
 	case SSH_KNOWN_HOSTS_OK: break;
-	case SSH_KNOWN_HOSTS_CHANGED:
+	case SSH_KNOWN_HOSTS_CHANGED: {
+		/* known_hosts names a host on another port than 22 "[host]:port", and
+		 * ssh-keygen -R finds the entry only by that name */
+		char name[300];
+		if (c->cfg->ssh.port == 22)
+			snprintf(name, sizeof name, "%s", c->cfg->ssh.host);
+		else
+			snprintf(name, sizeof name, "[%s]:%u", c->cfg->ssh.host,
+			         (unsigned)c->cfg->ssh.port);
 		st = asp_error_set(
 		    err, ASP_E_UNAUTHORIZED, NULL,
 		    "ssh %s: HOST KEY CHANGED: the server's %s key is now %s, which "
@@ -137,8 +145,9 @@ static asp_status verify_host_key(sshc *c, asp_error *err)
 		    "the sandbox was rebuilt: check the fingerprint out of band, then "
 		    "remove the old entry (ssh-keygen -R '%s' -f %s) or pin the new key "
 		    "with host_key_sha256",
-		    c->target, type_name, fp, kh, c->cfg->ssh.host, kh);
+		    c->target, type_name, fp, kh, name, kh);
 		break;
+	}
 	case SSH_KNOWN_HOSTS_OTHER:
 		st = asp_error_set(
 		    err, ASP_E_UNAUTHORIZED, NULL,
