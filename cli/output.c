@@ -46,6 +46,22 @@ static const char *without_repeat(const char *msg, const char *what, const char 
 	return msg;
 }
 
+/*
+ * A message that starts with a process op's name ("proc_signal: no process 9") names the
+ * protocol's call; the prefix "asp: kill 9 TERM:" already says what the command did.
+ */
+static const char *without_op_name(const char *msg)
+{
+	static const char *const ops[] = {
+	    "proc_signal: ", "proc_attach: ", "proc_wait: ", "proc_write: ", "proc_list: "};
+	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+		size_t n = strlen(ops[i]);
+		if (strncmp(msg, ops[i], n) == 0 && msg[n])
+			return msg + n;
+	}
+	return msg;
+}
+
 static void report(cli *c, asp_status code, const char *message, const char *what)
 {
 	const char *h = hint(code);
@@ -54,8 +70,9 @@ static void report(cli *c, asp_status code, const char *message, const char *wha
 	put_line_part(stderr, what);
 	fprintf(stderr, ": %s: ", asp_strerror(code));
 	put_line_part(stderr, message);
-	/* A message that already says what to check, or asks, needs no second opinion. */
-	if (h && !strstr(message, "check") && !strstr(message, "try ") && !strchr(message, '?'))
+	/* A message that already says what to check or set, or asks, needs no second opinion. */
+	if (h && !strstr(message, "check") && !strstr(message, "try ") && !strchr(message, '?') &&
+	    !strstr(message, " set ") && !strstr(message, " Set "))
 		fprintf(stderr, " (%s)", h);
 	fputc('\n', stderr);
 	if (c->json) {
@@ -126,6 +143,7 @@ int cli_fail(cli *c, const asp_error *err, const char *what, ...)
 	va_end(ap);
 	asp_status code = err->code == ASP_OK ? ASP_E_INTERNAL : err->code;
 	const char *msg = err->message[0] ? without_repeat(err->message, buf, err->path) : "failed";
+	msg = without_op_name(msg);
 	msg = in_cli_words(msg, words, sizeof words);
 	/* Every file error names the full path, even when the sandbox's message left it out;
 	 * a relative one is joined to the directory the sandbox resolved it against. */

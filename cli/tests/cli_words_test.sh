@@ -39,6 +39,8 @@ run 1 "mv -n onto an existing file" -- "$ASP" mv -n m1 m2
 expect_grep "mv hint names -n" "$ERR" '-n forbids replacing it$'
 run 1 "kill of an unknown process" -- "$ASP" kill 999
 expect_grep "kill hint names asp ps" "$ERR" 'see asp ps$'
+expect_grep "kill: no op name, the command's own words" "$ERR" \
+	'^asp: kill 999 TERM: not_found: no process 999 '
 if grep -Eq "'(mkdirs|parents|recursive|overwrite)'|proc_list" "$WORK/err"; then
 	not_ok "no protocol field names left"; else ok "no protocol field names left"; fi
 
@@ -127,6 +129,28 @@ run 0 "ps --json" -- "$ASP" --config "$WORK/relay.json" --json ps
 expect_grep "ps --json has the signal" "$OUT" '"exit_code":-1,"signal":"TERM"'
 kill "$agent_pid" 2>/dev/null
 wait "$agent_pid" 2>/dev/null
+
+# --- a listener that wants a token the config does not give: the message says what to set,
+# once, without a generic hint after it
+ASP_TOKEN=words-test-token "$AGENT" --listen 127.0.0.1:0 2> "$WORK/tok.log" &
+tok_pid=$!
+url=
+for _ in $(seq 1 600); do
+	url=$(sed -n 's/^asp-agent: listening on \([^ ]*\).*/\1/p' "$WORK/tok.log" 2>/dev/null)
+	[ -n "$url" ] && break
+	kill -0 "$tok_pid" 2>/dev/null || break
+	sleep 0.1 # polling a condition (the listening line), bounded at 60 s
+done
+cat > "$WORK/notoken.json" <<EOF2
+{"version": 1, "transport": "http", "http": {"url": "$url"}}
+EOF2
+run 1 "http without the token it wants" -- "$ASP" --config "$WORK/notoken.json" hello
+expect_grep "unauthorized names what to set" "$ERR" \
+	'^asp: hello: connect: unauthorized: .*set http.token_env or http.token_file in '
+if grep -q '(check the credentials' "$ERR"; then not_ok "no second hint after it"
+else ok "no second hint after it"; fi
+kill "$tok_pid" 2>/dev/null
+wait "$tok_pid" 2>/dev/null
 
 echo "1..$n"
 [ "$failed" -eq 0 ]
