@@ -7,10 +7,12 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 /* Dead peers are noticed within ~30 s even when nothing is being sent. */
 #define KEEPALIVE_IDLE_S     15
@@ -412,7 +414,13 @@ asp_status sshc_connect(sshc *c, const asp_config_view *cfg, asp_error *err)
 	ssh_options_set(c->s, SSH_OPTIONS_NODELAY, &yes);
 	char *user = NULL;
 	ssh_options_get(c->s, SSH_OPTIONS_USER, &user);
-	snprintf(c->target, sizeof c->target, "%s@%s:%u", user ? user : "?", sc->host, port);
+	/* no user in the config: libssh logs in as the local user, so messages name that one */
+	const struct passwd *pw = user ? NULL : getpwuid(getuid());
+	snprintf(c->target, sizeof c->target, "%s@%s:%u",
+	         user                ? user
+	         : pw && pw->pw_name ? pw->pw_name
+	                             : "?",
+	         sc->host, port);
 	ssh_string_free_char(user);
 
 	if (ssh_connect(c->s) != SSH_OK) {

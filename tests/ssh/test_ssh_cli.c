@@ -14,6 +14,7 @@
 #include <CUnit/Basic.h>
 #include <CUnit/CUnit.h>
 
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,6 +145,38 @@ static void test_v0_no_host_key_accepts_new(void)
 	CU_ASSERT_EQUAL(stat(kh, &st), 0);
 	CU_ASSERT_TRUE(st.st_size > 0);
 	CU_ASSERT_EQUAL(exec_pwd(path, out, sizeof out, &err), ASP_OK); /* now known */
+	if (old)
+		setenv("HOME", saved, 1);
+	else
+		unsetenv("HOME");
+}
+
+/* v0's user is optional: the local user logs in, and messages name that user. */
+static void test_v0_no_user_named_in_messages(void)
+{
+	char home[400], path[400], out[512], hkj[300], want[300];
+	snprintf(home, sizeof home, "%s/home-empty", work);
+	mkdir(home, 0700);
+	const char *old = getenv("HOME");
+	char saved[400];
+	snprintf(saved, sizeof saved, "%s", old ? old : "");
+	setenv("HOME", home, 1); /* no default keys there: authentication fails */
+	snprintf(hkj, sizeof hkj, "\"host_key\": \"%s\"", fx.fingerprint);
+	char text[1024];
+	snprintf(text, sizeof text,
+	         "{\"version\": \"0\", \"transport\": \"ssh\", \"connection\": "
+	         "{\"host\": \"127.0.0.1\", \"port\": %u, %s}}",
+	         fx.port, hkj);
+	snprintf(path, sizeof path, "%s/nouser.json", work);
+	put(path, text);
+	asp_error err;
+	CU_ASSERT_EQUAL(exec_pwd(path, out, sizeof out, &err), ASP_E_UNAUTHORIZED);
+	const struct passwd *pw = getpwuid(getuid());
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pw);
+	snprintf(want, sizeof want, "ssh %s@127.0.0.1:%u: ", pw->pw_name, fx.port);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, want));
+	if (!strstr(err.message, want))
+		fprintf(stderr, "want '%s' in: %s\n", want, err.message);
 	if (old)
 		setenv("HOME", saved, 1);
 	else
@@ -319,6 +352,8 @@ int main(int argc, char **argv)
 	CU_add_test(s, "v0: a host_key line that is not the server's is refused",
 	            test_v0_wrong_key_line);
 	CU_add_test(s, "v0: no host_key trusts on first use", test_v0_no_host_key_accepts_new);
+	CU_add_test(s, "v0: without user, messages name the local user",
+	            test_v0_no_user_named_in_messages);
 	CU_add_test(s, "v0: asp conformance passes, asp init --from-v0 converts",
 	            test_v0_cli_conformance_and_convert);
 	CU_add_test(s, "agent upload from the build tree", test_upload_from_build_tree);
