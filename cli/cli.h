@@ -31,6 +31,9 @@ typedef struct cli {
 	int fail_code;           /* exit code when ASP fails: 1, or 255 for exec */
 	asp_client *client;      /* opened by cli_client() */
 	uint64_t max_message;    /* from hello, 0 until cli_chunk_size() asked */
+	/* Set by commands whose errors name sandbox paths only (read, write, stat, ls, mkdir,
+	 * rm, mv): a relative path in an error is shown joined to the sandbox's cwd. */
+	bool sandbox_paths;
 } cli;
 
 typedef struct cli_command {
@@ -135,6 +138,12 @@ asp_client *cli_client(cli *c);
 
 /* The transfer chunk size the responder's max_message allows (asks hello once). */
 size_t cli_chunk_size(cli *c);
+
+/*
+ * The directory the sandbox resolves relative paths against (hello's cwd: no round trip
+ * on a connection that already said hello) into `out`; false when there is none to ask.
+ */
+bool cli_sandbox_cwd(cli *c, char *out, size_t cap);
 
 /* Frees the client. */
 void cli_close(cli *c);

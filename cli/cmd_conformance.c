@@ -220,8 +220,15 @@ int cmd_conformance(cli *c, int argc, char **argv)
 	if (c->json) {
 		failed = run_json(root, client, &st, only);
 	} else {
-		printf("conformance: %s, scratch %s\n", c->config_path ? c->config_path : "config",
-		       root);
+		/* the file discovery found, as the client just opened it */
+		char found[4096];
+		asp_error ferr;
+		const char *name = c->config_path;
+		if (!name)
+			name = asp_config_find(NULL, found, sizeof found, &ferr) == ASP_OK
+			           ? found
+			           : "config";
+		printf("conformance: %s, scratch %s\n", name, root);
 		fflush(stdout);
 		failed = conf_run_filtered_st(&cli_client_ops, client, &st, root, only, stdout);
 	}

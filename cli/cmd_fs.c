@@ -114,6 +114,7 @@ static void json_stat(jw *w, const asp_stat_result *r)
 
 int cmd_stat(cli *c, int argc, char **argv)
 {
+	c->sandbox_paths = true;
 	static const struct option longopts[] = {
 	    CLI_COMMON_LONGOPTS,
 	    {"no-follow", no_argument, NULL, OPT_NO_FOLLOW},
@@ -164,6 +165,7 @@ int cmd_stat(cli *c, int argc, char **argv)
 
 int cmd_ls(cli *c, int argc, char **argv)
 {
+	c->sandbox_paths = true;
 	static const struct option longopts[] = {
 	    CLI_COMMON_LONGOPTS,
 	    {"all", no_argument, NULL, 'a'},
@@ -273,6 +275,7 @@ static int done_json(cli *c)
 
 int cmd_mkdir(cli *c, int argc, char **argv)
 {
+	c->sandbox_paths = true;
 	static const struct option longopts[] = {
 	    CLI_COMMON_LONGOPTS,
 	    {"parents", no_argument, NULL, 'p'},
@@ -309,6 +312,7 @@ int cmd_mkdir(cli *c, int argc, char **argv)
 
 int cmd_rm(cli *c, int argc, char **argv)
 {
+	c->sandbox_paths = true;
 	static const struct option longopts[] = {
 	    CLI_COMMON_LONGOPTS,
 	    {"recursive", no_argument, NULL, 'r'},
@@ -351,6 +355,7 @@ int cmd_rm(cli *c, int argc, char **argv)
 
 int cmd_mv(cli *c, int argc, char **argv)
 {
+	c->sandbox_paths = true;
 	static const struct option longopts[] = {
 	    CLI_COMMON_LONGOPTS,
 	    {"no-clobber", no_argument, NULL, 'n'},

@@ -78,7 +78,8 @@ int cmd_ps(cli *c, int argc, char **argv)
 		jw_obj_end(&w);
 		jw_end(&w);
 	} else {
-		printf("%-8s %-8s %-12s %s\n", "PROC", "STATE", "TAG", "COMMAND");
+		/* handles reach 2^30 + 2^16 (docs/decisions.md): ten digits */
+		printf("%-10s %-8s %-12s %s\n", "PROC", "STATE", "TAG", "COMMAND");
 		for (size_t i = 0; i < r.procs.count; i++) {
 			const asp_proc_info *e = &r.procs.items[i];
 			char state[24];
@@ -88,7 +89,7 @@ int cmd_ps(cli *c, int argc, char **argv)
 				snprintf(state, sizeof state, "%s", e->signal);
 			else
 				snprintf(state, sizeof state, "exit %lld", (long long)e->exit_code);
-			printf("%-8llu %-8s %-12s ", (unsigned long long)e->proc, state,
+			printf("%-10llu %-8s %-12s ", (unsigned long long)e->proc, state,
 			       e->tag ? e->tag : "-");
 			/* One line per process whatever the command holds. */
 			for (const char *s = e->command; *s; s++)

@@ -84,6 +84,7 @@ static int read_json(cli *c, xfer *x)
 
 int cmd_read(cli *c, int argc, char **argv)
 {
+	c->sandbox_paths = true;
 	static const struct option longopts[] = {
 	    CLI_COMMON_LONGOPTS,
 	    {"offset", required_argument, NULL, OPT_OFFSET},
@@ -131,6 +132,7 @@ int cmd_read(cli *c, int argc, char **argv)
 
 int cmd_write(cli *c, int argc, char **argv)
 {
+	c->sandbox_paths = true;
 	static const struct option longopts[] = {
 	    CLI_COMMON_LONGOPTS,
 	    {"append", no_argument, NULL, OPT_APPEND},

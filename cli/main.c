@@ -48,7 +48,9 @@ static const cli_command commands[] = {
      "usage: asp ps\n"
      "\nLists the processes spawned in the sandbox (by asp exec, or any client) that it still\n"
      "retains: the running ones and the last 64 that finished, with their tag and command.\n"
-     "With --json: {\"procs\": [{\"proc\", \"tag\", \"command\", \"running\", \"exit_code\"}]}.\n"},
+     "STATE is running, exit N, or the signal that ended it (TERM, KILL, ...).\n"
+     "With --json: {\"procs\": [{\"proc\", \"tag\", \"command\", \"running\", \"exit_code\",\n"
+     "\"signal\"}]} (exit_code -1 and signal \"TERM\" for a process TERM ended).\n"},
     {"attach", cmd_attach, "follow a spawned process's output",
      "usage: asp attach PROC [--stdout-offset N] [--stderr-offset N]\n"
      "\nReplays what the sandbox holds of the process's output (its last 1 MiB per stream)\n"

@@ -46,6 +46,22 @@ static const char *without_repeat(const char *msg, const char *what, const char 
 	return msg;
 }
 
+/*
+ * A message that starts with a process op's name ("proc_signal: no process 9") names the
+ * protocol's call; the prefix "asp: kill 9 TERM:" already says what the command did.
+ */
+static const char *without_op_name(const char *msg)
+{
+	static const char *const ops[] = {
+	    "proc_signal: ", "proc_attach: ", "proc_wait: ", "proc_write: ", "proc_list: "};
+	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+		size_t n = strlen(ops[i]);
+		if (strncmp(msg, ops[i], n) == 0 && msg[n])
+			return msg + n;
+	}
+	return msg;
+}
+
 static void report(cli *c, asp_status code, const char *message, const char *what)
 {
 	const char *h = hint(code);
@@ -54,8 +70,9 @@ static void report(cli *c, asp_status code, const char *message, const char *wha
 	put_line_part(stderr, what);
 	fprintf(stderr, ": %s: ", asp_strerror(code));
 	put_line_part(stderr, message);
-	/* A message that already says what to check, or asks, needs no second opinion. */
-	if (h && !strstr(message, "check") && !strstr(message, "try ") && !strchr(message, '?'))
+	/* A message that already says what to check or set, or asks, needs no second opinion. */
+	if (h && !strstr(message, "check") && !strstr(message, "try ") && !strchr(message, '?') &&
+	    !strstr(message, " set ") && !strstr(message, " Set "))
 		fprintf(stderr, " (%s)", h);
 	fputc('\n', stderr);
 	if (c->json) {
@@ -118,18 +135,26 @@ static const char *in_cli_words(const char *msg, char *out, size_t cap)
 
 int cli_fail(cli *c, const asp_error *err, const char *what, ...)
 {
-	char buf[2048], words[ASP_ERROR_MESSAGE_MAX + 256],
-	    withpath[sizeof words + ASP_ERROR_PATH_MAX + 4];
+	char buf[2048], words[ASP_ERROR_MESSAGE_MAX + 256], cwd[4096],
+	    full[sizeof cwd + ASP_ERROR_PATH_MAX + 2], withpath[sizeof words + sizeof full + 4];
 	va_list ap;
 	va_start(ap, what);
 	vsnprintf(buf, sizeof buf, what, ap);
 	va_end(ap);
 	asp_status code = err->code == ASP_OK ? ASP_E_INTERNAL : err->code;
 	const char *msg = err->message[0] ? without_repeat(err->message, buf, err->path) : "failed";
+	msg = without_op_name(msg);
 	msg = in_cli_words(msg, words, sizeof words);
-	/* Every file error names the full path, even when the sandbox's message left it out. */
-	if (err->path[0] && !strstr(msg, err->path) && !strstr(buf, err->path)) {
-		snprintf(withpath, sizeof withpath, "%s: %s", err->path, msg);
+	/* Every file error names the full path, even when the sandbox's message left it out;
+	 * a relative one is joined to the directory the sandbox resolved it against. */
+	const char *path = err->path;
+	if (c->sandbox_paths && path[0] && path[0] != '/' && cli_sandbox_cwd(c, cwd, sizeof cwd)) {
+		size_t n = strlen(cwd);
+		snprintf(full, sizeof full, "%s%s%s", cwd, n && cwd[n - 1] == '/' ? "" : "/", path);
+		path = full;
+	}
+	if (path[0] && !strstr(msg, path) && !strstr(buf, path)) {
+		snprintf(withpath, sizeof withpath, "%s: %s", path, msg);
 		msg = withpath;
 	}
 	report(c, code, msg, buf);
@@ -143,13 +168,15 @@ int cli_usage(cli *c, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	if (strcmp(c->cmd, "asp") == 0) {
-		snprintf(full, sizeof full, "%s (see asp --help)", msg);
-		snprintf(what, sizeof what, "usage");
-	} else {
-		snprintf(full, sizeof full, "%s (see asp %s --help)", msg, c->cmd);
-		snprintf(what, sizeof what, "%s", c->cmd);
-	}
+	bool top = strcmp(c->cmd, "asp") == 0;
+	snprintf(what, sizeof what, "%s", top ? "usage" : c->cmd);
+	/* A message ending in its own "(...)" takes the pointer inside it: one bracket. */
+	size_t n = strlen(msg);
+	bool bracketed = n > 0 && msg[n - 1] == ')';
+	if (bracketed)
+		msg[n - 1] = '\0';
+	snprintf(full, sizeof full, "%s%s%s%s --help)", msg, bracketed ? "; see asp" : " (see asp",
+	         top ? "" : " ", top ? "" : c->cmd);
 	report(c, ASP_E_INVALID_ARGUMENT, full, what);
 	return c->fail_code;
 }

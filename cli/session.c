@@ -62,6 +62,24 @@ size_t cli_chunk_size(cli *c)
 	return (size_t)chunk;
 }
 
+bool cli_sandbox_cwd(cli *c, char *out, size_t cap)
+{
+	asp_arena *a = c->client ? asp_arena_new() : NULL;
+	if (!a)
+		return false;
+	asp_hello_params p;
+	asp_hello_result r;
+	asp_error err;
+	asp_hello_params_init(&p);
+	p.client = "asp/" ASP_VERSION;
+	p.has_protocol = true;
+	p.protocol = ASP_PROTOCOL;
+	bool ok = asp_hello(c->client, &p, &r, a, &err) == ASP_OK && r.cwd && r.cwd[0] == '/' &&
+	          (size_t)snprintf(out, cap, "%s", r.cwd) < cap;
+	asp_arena_free(a);
+	return ok;
+}
+
 void cli_close(cli *c)
 {
 	asp_client_free(c->client);

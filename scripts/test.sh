@@ -11,14 +11,18 @@ jobs=$(nproc)
 run_suite() { # builddir, meson options...
   local dir=$1
   shift
+  # Each step returns on failure itself: called as `run_suite ... || status=1`, the
+  # function runs without set -e, and a failed build would otherwise pass whenever no
+  # test depends on the target that failed.
   if [ ! -f "$dir/build.ninja" ]; then
-    meson setup "$dir" --werror "$@" >/dev/null
+    meson setup "$dir" --werror "$@" >/dev/null || return 1
   else
     # a folder left by the quick start (or by hand) still builds with warnings as errors
-    meson configure "$dir" -Dwerror=true "$@" >/dev/null
+    meson configure "$dir" -Dwerror=true "$@" >/dev/null || return 1
   fi
   rm -f "$dir/meson-logs/testlog.json" # a build that fails must not count old results
-  ninja -C "$dir" >/dev/null
+  # quiet when it builds; the compiler's words when it does not
+  ninja -C "$dir" >"$dir/ninja.log" 2>&1 || { cat "$dir/ninja.log"; return 1; }
   meson test -C "$dir" --num-processes "$jobs" --print-errorlogs
 }
 

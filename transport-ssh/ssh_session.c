@@ -7,10 +7,12 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 /* Dead peers are noticed within ~30 s even when nothing is being sent. */
 #define KEEPALIVE_IDLE_S     15
@@ -129,7 +131,15 @@ static asp_status verify_host_key(sshc *c, asp_error *err)
 	enum ssh_known_hosts_e known = ssh_session_is_known_server(c->s);
 	switch (known) {
 	case SSH_KNOWN_HOSTS_OK: break;
-	case SSH_KNOWN_HOSTS_CHANGED:
+	case SSH_KNOWN_HOSTS_CHANGED: {
+		/* known_hosts names a host on another port than 22 "[host]:port", and
+		 * ssh-keygen -R finds the entry only by that name */
+		char name[300];
+		if (c->cfg->ssh.port == 22)
+			snprintf(name, sizeof name, "%s", c->cfg->ssh.host);
+		else
+			snprintf(name, sizeof name, "[%s]:%u", c->cfg->ssh.host,
+			         (unsigned)c->cfg->ssh.port);
 		st = asp_error_set(
 		    err, ASP_E_UNAUTHORIZED, NULL,
 		    "ssh %s: HOST KEY CHANGED: the server's %s key is now %s, which "
@@ -137,8 +147,9 @@ static asp_status verify_host_key(sshc *c, asp_error *err)
 		    "the sandbox was rebuilt: check the fingerprint out of band, then "
 		    "remove the old entry (ssh-keygen -R '%s' -f %s) or pin the new key "
 		    "with host_key_sha256",
-		    c->target, type_name, fp, kh, c->cfg->ssh.host, kh);
+		    c->target, type_name, fp, kh, name, kh);
 		break;
+	}
 	case SSH_KNOWN_HOSTS_OTHER:
 		st = asp_error_set(
 		    err, ASP_E_UNAUTHORIZED, NULL,
@@ -403,7 +414,13 @@ asp_status sshc_connect(sshc *c, const asp_config_view *cfg, asp_error *err)
 	ssh_options_set(c->s, SSH_OPTIONS_NODELAY, &yes);
 	char *user = NULL;
 	ssh_options_get(c->s, SSH_OPTIONS_USER, &user);
-	snprintf(c->target, sizeof c->target, "%s@%s:%u", user ? user : "?", sc->host, port);
+	/* no user in the config: libssh logs in as the local user, so messages name that one */
+	const struct passwd *pw = user ? NULL : getpwuid(getuid());
+	snprintf(c->target, sizeof c->target, "%s@%s:%u",
+	         user                ? user
+	         : pw && pw->pw_name ? pw->pw_name
+	                             : "?",
+	         sc->host, port);
 	ssh_string_free_char(user);
 
 	if (ssh_connect(c->s) != SSH_OK) {

@@ -370,6 +370,8 @@ run 1 "init bad url" -- "$ASP" --config "$WORK/init/bad.json" init --http ftp://
 # --- conformance ----------------------------------------------------------------------------
 run 0 "conformance" -- "$ASP" conformance
 scratch=$(sed -n 's/^conformance: .*, scratch \(.*\)$/\1/p' "$OUT")
+expect_grep "conformance names the config discovery found" "$OUT" \
+	"^conformance: $(realpath "$WORK")/\\.asp\\.json, scratch "
 if [ -n "$scratch" ] && [ ! -e "$scratch" ]; then ok "conformance removed its scratch directory"
 else not_ok "conformance removed its scratch directory" "scratch '$scratch'"; fi
 run 0 "conformance --json" -- "$ASP" --json conformance --only read_

@@ -39,6 +39,8 @@ run 1 "mv -n onto an existing file" -- "$ASP" mv -n m1 m2
 expect_grep "mv hint names -n" "$ERR" '-n forbids replacing it$'
 run 1 "kill of an unknown process" -- "$ASP" kill 999
 expect_grep "kill hint names asp ps" "$ERR" 'see asp ps$'
+expect_grep "kill: no op name, the command's own words" "$ERR" \
+	'^asp: kill 999 TERM: not_found: no process 999 '
 if grep -Eq "'(mkdirs|parents|recursive|overwrite)'|proc_list" "$WORK/err"; then
 	not_ok "no protocol field names left"; else ok "no protocol field names left"; fi
 
@@ -47,6 +49,10 @@ run 1 "unknown command" -- "$ASP" frobnicate
 expect_out "unknown command: nothing on stdout" ""
 if [ "$(grep -o 'asp --help' "$ERR" | wc -l)" -eq 1 ]; then ok "unknown command: one pointer to --help"
 else not_ok "unknown command: one pointer to --help"; fi
+run 1 "attach of something that is not a handle" -- "$ASP" attach abc
+if grep -q ') (' "$ERR"; then not_ok "a usage error with its own bracket: one bracket"
+else ok "a usage error with its own bracket: one bracket"; fi
+expect_grep "it still points at asp ps and --help" "$ERR" 'asp ps lists them; see asp attach --help\)$'
 run 1 "refused connection" -- "$ASP" --config "$WORK/refused.json" hello
 expect_grep "a connection failure says connect" "$ERR" '^asp: hello: connect: transport_error: '
 if grep -q 'open ' "$ERR"; then not_ok "a connection failure is not a config failure"
@@ -59,6 +65,15 @@ expect_grep "a config failure says open" "$ERR" '^asp: hello: open .*none.json: 
 run 1 "terse permission error" -- "$ASP" --config "$WORK/terse.json" read locked.txt
 expect_grep "the error names the full path" "$ERR" \
 	'^asp: read locked.txt: permission_denied: /box/locked.txt: Permission denied$'
+# without a cwd in the config, a relative path resolves where the sandbox says (hello's cwd)
+cat > "$WORK/nocwd.json" <<EOF2
+{"version": 1, "transport": "stdio", "stdio": {"command": ["$AGENT", "--stdio"]}}
+EOF2
+for cmd in "read" "ls" "rm"; do
+	run 1 "$cmd of a missing relative path" -- "$ASP" --config "$WORK/nocwd.json" $cmd nosuch
+	expect_grep "$cmd: the error names the full path" "$ERR" \
+		"^asp: $cmd nosuch: not_found: $(pwd -P)/nosuch: No such file or directory\$"
+done
 run 1 "terse stat" -- "$ASP" --config "$WORK/terse.json" stat /box/s
 expect_grep "a path already named is not repeated" "$ERR" \
 	'^asp: stat /box/s: permission_denied: Permission denied$'
@@ -104,10 +119,38 @@ run 143 "exec of a command killed by TERM" -- "$ASP" --config "$WORK/relay.json"
 	sh -c 'kill -TERM $$'
 run 0 "ps" -- "$ASP" --config "$WORK/relay.json" ps
 expect_grep "ps shows the signal" "$OUT" '^[0-9]+ +TERM '
+if awk 'NR == 1 { col = index($0, "STATE") }
+	NR > 1 { match($0, /^[0-9]+ +/); if (RLENGTH + 1 != col) bad = 1 }
+	END { exit bad }' "$OUT"; then ok "ps: the STATE column lines up under its header"
+else not_ok "ps: the STATE column lines up under its header"; fi
+run 0 "ps --help" -- "$ASP" ps --help
+expect_grep "ps --help says --json has the signal" "$OUT" '"signal"'
 run 0 "ps --json" -- "$ASP" --config "$WORK/relay.json" --json ps
 expect_grep "ps --json has the signal" "$OUT" '"exit_code":-1,"signal":"TERM"'
 kill "$agent_pid" 2>/dev/null
 wait "$agent_pid" 2>/dev/null
+
+# --- a listener that wants a token the config does not give: the message says what to set,
+# once, without a generic hint after it
+ASP_TOKEN=words-test-token "$AGENT" --listen 127.0.0.1:0 2> "$WORK/tok.log" &
+tok_pid=$!
+url=
+for _ in $(seq 1 600); do
+	url=$(sed -n 's/^asp-agent: listening on \([^ ]*\).*/\1/p' "$WORK/tok.log" 2>/dev/null)
+	[ -n "$url" ] && break
+	kill -0 "$tok_pid" 2>/dev/null || break
+	sleep 0.1 # polling a condition (the listening line), bounded at 60 s
+done
+cat > "$WORK/notoken.json" <<EOF2
+{"version": 1, "transport": "http", "http": {"url": "$url"}}
+EOF2
+run 1 "http without the token it wants" -- "$ASP" --config "$WORK/notoken.json" hello
+expect_grep "unauthorized names what to set" "$ERR" \
+	'^asp: hello: connect: unauthorized: .*set http.token_env or http.token_file in '
+if grep -q '(check the credentials' "$ERR"; then not_ok "no second hint after it"
+else ok "no second hint after it"; fi
+kill "$tok_pid" 2>/dev/null
+wait "$tok_pid" 2>/dev/null
 
 echo "1..$n"
 [ "$failed" -eq 0 ]

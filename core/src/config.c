@@ -1029,10 +1029,19 @@ static asp_status syntax_error(const char *file, const char *file_path, const js
 
 /* ---- version 0 ------------------------------------------------------------------------- */
 
+/*
+ * A v0 file: "version": "0". Also "version": 0 beside v0's "connection", so that the v0
+ * schema's answer names the version (expected "0") rather than calling the v0 keys
+ * unknown ones of version 1.
+ */
 static bool is_v0(json_t *doc)
 {
-	const char *v = json_string_value(json_object_get(doc, "version"));
-	return v && strcmp(v, "0") == 0;
+	json_t *ver = json_object_get(doc, "version");
+	const char *v = json_string_value(ver);
+	if (v)
+		return strcmp(v, "0") == 0;
+	return json_is_integer(ver) && json_integer_value(ver) == 0 &&
+	       json_object_get(doc, "connection");
 }
 
 static int set_copy(json_t *dst, const char *key, json_t *src)

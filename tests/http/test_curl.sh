@@ -37,6 +37,9 @@ while [ "$(date +%s)" -lt "$deadline" ]; do
 	sleep 0.05
 done
 [ -n "$url" ] || { echo "the agent did not start:"; cat agent.log; exit 1; }
+# the line exactly as docs/http.md gives it, with a token checked
+grep -qxF "asp-agent: listening on $url (token required)" agent.log ||
+	{ echo "the listening line is not the documented one:"; cat agent.log; exit 1; }
 
 # 1. hello, the request written byte by byte: [0, 1, "hello", {}]
 printf '\224\000\001\245hello\200' > hello.bin

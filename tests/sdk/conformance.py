@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""The conformance cases of tests/conformance/cases.c, run through the generated Python
+"""The conformance cases of tests/conformance/cases.c and cases_proc.c (the spawn and proc_
+cases but proc_attach's), run through the generated Python
 SDK against a real responder: the same names, inputs, expected results and error codes,
 case for case, so a difference between the C core and the SDK shows up as a failure here.
 
@@ -934,6 +935,146 @@ def hostile_exec_args(ctx):
     expect_exists(ctx, d + "/pwned", False)
 
 
+
+# ---- spawned processes (tests/conformance/cases_proc.c) ----
+
+def spawn(ctx, **kw):
+    """A Process; Skip where the transport carries no notifications (HTTP in the SDKs)."""
+    try:
+        return ctx.c.spawn(**kw)
+    except asp.AspError as e:
+        if e.code == "unsupported":
+            raise Skip("spawn: " + e.message)
+        raise Fail("spawn %r: %s: %s" % (kw, e.code, e.message))
+
+
+def follow(proc):
+    """Reads the process to its exit: stdout, stderr, the exit event, the chunks seen
+    (stream, offset, size, when) and the time the exit came."""
+    out, err, chunks = bytearray(), bytearray(), []
+    while True:
+        ev = proc.next_event(timeout=SAFETY_TIMEOUT_MS / 1000)
+        if ev is None:
+            return bytes(out), bytes(err), proc.exit, chunks, mono_ms()
+        if getattr(ev, "stream", None) is not None:
+            check(ev.proc == proc.proc, "output names process %s, spawn %s" % (ev.proc, proc.proc))
+            acc = out if ev.stream == "stdout" else err
+            check(ev.offset == len(acc), "%s chunk at offset %d after %d bytes" %
+                  (ev.stream, ev.offset, len(acc)))
+            acc += ev.data
+            chunks.append((ev.stream, ev.offset, len(ev.data), mono_ms()))
+
+
+def spawn_output_live(ctx):
+    t0 = mono_ms()
+    p = spawn(ctx, command="for i in 1 2 3 4 5; do echo line$i; sleep 0.2; done")
+    out, _, ex, chunks, t_end = follow(p)
+    check(out == b"line1\nline2\nline3\nline4\nline5\n", "stdout '%s'" % show(out))
+    check(ex.exit_code == 0 and not ex.signal, "exit %s signal %s" % (ex.exit_code, ex.signal))
+    outs = [c for c in chunks if c[0] == "stdout"]
+    check(len(outs) >= 4, "%d chunks: the output came in one piece, not live" % len(outs))
+    check(t_end - outs[0][3] >= 500, "first chunk %.0f ms after the spawn, exit %.0f ms after:"
+          " not live" % (outs[0][3] - t0, t_end - t0))
+
+
+def spawn_output_order(ctx):
+    p = spawn(ctx, command="printf out1; printf err1 >&2; head -c 2097152 /dev/zero | "
+              "tr '\\000' x; printf err2 >&2; printf end; exit 5")
+    out, err_, ex, _, _ = follow(p)
+    check(out == b"out1" + b"x" * (2 * MIB) + b"end", "stdout %d bytes" % len(out))
+    check(err_ == b"err1err2", "stderr '%s'" % show(err_))
+    check(ex.exit_code == 5 and not ex.timed_out and ex.proc == p.proc, "exit %r" % (ex,))
+    w = ok(ctx.c.proc_wait, p.proc, timeout_ms=5000)
+    check(w.exit_code == 5 and not w.signal, "proc_wait %r" % (w,))
+
+
+def spawn_stdin_binary(ctx):
+    n = 256 + 300 * 1024
+    data = bytes(range(256)) + bytes((i * 7 + (i >> 9)) & 0xFF for i in range(256, n))
+    p = spawn(ctx, argv=["cat"])
+    ok(ctx.c.proc_write, p.proc, data=data[:256])
+    ok(ctx.c.proc_write, p.proc, data=data[256:256 + 100 * 1024])
+    ok(ctx.c.proc_write, p.proc, data=data[256 + 100 * 1024:], eof=True)
+    out, _, ex, _, _ = follow(p)
+    check(out == data, "cat gave back %d of %d bytes, or other bytes" % (len(out), n))
+    check(ex.exit_code == 0, "exit %s" % ex.exit_code)
+    err("invalid_argument", ctx.c.proc_write, p.proc, data=b"x")
+    err("invalid_argument", ctx.c.proc_write, p.proc, eof=True)
+    err("not_found", ctx.c.proc_write, 0x7fffffffffff, data=b"x")
+
+
+def spawn_timeout_kills_group(ctx):
+    t0 = mono_ms()
+    p = spawn(ctx, command="sleep 30 & echo $! > bg.pid; sleep 30", cwd=ctx.dir,
+              timeout_ms=300)
+    _, _, ex, _, t_end = follow(p)
+    check(ex.timed_out and ex.exit_code == -1 and ex.signal == "TERM",
+          "timed_out %s exit %s signal %s" % (ex.timed_out, ex.exit_code, ex.signal))
+    check(250 <= t_end - t0 < SLOW_MS, "ended after %.0f ms" % (t_end - t0))
+    check(ok(ctx.c.proc_wait, p.proc, timeout_ms=5000).timed_out, "proc_wait: not timed_out")
+    for _ in range(20):
+        if sh(ctx, 'kill -0 "$(cat bg.pid)" 2>/dev/null && echo alive || echo dead').stdout \
+                == b"dead\n":
+            return
+        time.sleep(0.5)  # polling the condition, bounded at 10 s
+    raise Fail("a process of the timed-out group survived")
+
+
+def spawn_errors(ctx):
+    follow(spawn(ctx, command="true"))  # Skip where nothing can spawn
+    err("not_found", ctx.c.spawn, argv=["/nonexistent/asp-conf-prog"])
+    err("not_found", ctx.c.spawn, command="true", cwd="/nonexistent/asp-conf-dir")
+    err("invalid_argument", ctx.c.spawn, command="true", argv=["true"])
+
+
+def proc_signal_each(ctx):
+    for name in ("TERM", "KILL", "INT", "HUP", "QUIT", "USR1", "USR2"):
+        p = spawn(ctx, command="ulimit -c 0 2>/dev/null; exec sleep 30", cwd=ctx.dir)
+        ok(ctx.c.proc_signal, p.proc, name)
+        w = ok(ctx.c.proc_wait, p.proc, timeout_ms=10000)
+        check(w.exit_code == -1 and w.signal == name,
+              "%s: exit %s signal %s" % (name, w.exit_code, w.signal))
+        ok(ctx.c.proc_signal, p.proc, name)  # a finished process: a no-op
+        if name == "TERM":
+            err("invalid_argument", ctx.c.proc_signal, p.proc, "FOO")
+            err("invalid_argument", ctx.c.proc_signal, p.proc, "STOP")
+        p.close()
+    err("not_found", ctx.c.proc_signal, 0x7fffffffffff, "TERM")
+
+
+def proc_wait_timeout(ctx):
+    p = spawn(ctx, command="exec sleep 30")
+    t0 = mono_ms()
+    err("timeout", ctx.c.proc_wait, p.proc, timeout_ms=300)
+    took = mono_ms() - t0
+    check(250 <= took < SLOW_MS, "the timeout came after %.0f ms" % took)
+    ok(ctx.c.proc_signal, p.proc, "KILL")
+    w = ok(ctx.c.proc_wait, p.proc)
+    check(w.signal == "KILL" and not w.timed_out, "signal %s" % w.signal)
+    err("not_found", ctx.c.proc_wait, 0x7fffffffffff, timeout_ms=10)
+    p.close()
+
+
+def proc_list_fields(ctx):
+    done = spawn(ctx, argv=["sh", "-c", "exit 3"], tag="conf-done")
+    ok(ctx.c.proc_wait, done.proc, timeout_ms=10000)
+    running = spawn(ctx, command="exec sleep 30", tag="conf-running")
+    procs = {e.proc: e for e in ok(ctx.c.proc_list).procs}
+    d, r = procs.get(done.proc), procs.get(running.proc)
+    check(d is not None and r is not None,
+          "proc_list lacks %s" % ("the running one" if d else "the finished one"))
+    check(d.tag == "conf-done", "tag %s" % d.tag)
+    check(d.command == "sh -c 'exit 3'", "argv shown as [%s]" % d.command)
+    check(not d.running and d.exit_code == 3, "finished: running %s exit %s" %
+          (d.running, d.exit_code))
+    check(r.command == "exec sleep 30" and r.running and r.exit_code is None
+          and r.tag == "conf-running", "running: %r" % (r,))
+    ok(ctx.c.proc_signal, running.proc, "KILL")
+    ok(ctx.c.proc_wait, running.proc, timeout_ms=10000)
+    done.close()
+    running.close()
+
+
 CASES = [
     ("hello_fields", hello_fields, "hello: protocol 2, the unary ops, os, arch, absolute cwd"),
     ("exec_command_shell", exec_command_shell, "exec command runs through /bin/sh -c; stdout/stderr apart"),
@@ -992,6 +1133,14 @@ CASES = [
     ("rename_errors_and_dirs", rename_errors_and_dirs, "rename missing is not_found; directories move"),
     ("hostile_names", hostile_names, "names with shell metacharacters, newlines, raw bytes"),
     ("hostile_exec_args", hostile_exec_args, "argv, cwd and env values with shell metacharacters"),
+    ("spawn_output_live", spawn_output_live, "spawn: output arrives while the process runs"),
+    ("spawn_output_order", spawn_output_order, "spawn: offsets in order per stream, 2 MiB, exit after all output"),
+    ("spawn_stdin_binary", spawn_stdin_binary, "spawn: proc_write binary stdin in pieces, eof, then invalid_argument"),
+    ("spawn_timeout_kills_group", spawn_timeout_kills_group, "spawn timeout TERMs the whole group, timed_out in exit"),
+    ("spawn_errors", spawn_errors, "spawn: invalid params, a missing program or cwd"),
+    ("proc_signal_each", proc_signal_each, "proc_signal: each signal by name ends the group and is reported"),
+    ("proc_wait_timeout", proc_wait_timeout, "proc_wait timeout is a timeout error; the process keeps running"),
+    ("proc_list_fields", proc_list_fields, "proc_list: tag, command (argv shell-quoted), running, exit_code"),
 ]
 
 
@@ -1023,6 +1172,44 @@ def run_case(client, root, name, fn):
     return status, msg, mono_ms() - t0
 
 
+class AioProcess:
+    """An asp.aio Process behind the synchronous one's surface: the case bodies' events
+    come from its `async for` protocol (__anext__), awaited on the facade's loop."""
+
+    def __init__(self, facade, proc):
+        self._f, self._p = facade, proc
+        self.proc, self.result = proc.proc, proc.result
+
+    @property
+    def exit(self):
+        return self._p.exit
+
+    def next_event(self, timeout=None):
+        async def step():
+            try:
+                return await asyncio.wait_for(self._p.__anext__(), timeout)
+            except StopAsyncIteration:
+                return None
+        try:
+            return self._f._run(step())
+        except asyncio.TimeoutError:
+            raise TimeoutError("no event from process %s in %s s" % (self.proc, timeout))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        ev = self.next_event()
+        if ev is None:
+            raise StopIteration
+        return ev
+
+    def close(self):
+        async def stop():
+            self._p.close()
+        self._f._run(stop())
+
+
 class AioFacade:
     """asp.aio.Client behind the synchronous surface the case bodies call: each method
     runs as a coroutine on one event loop in its own thread, so calls from a case's
@@ -1040,7 +1227,10 @@ class AioFacade:
     def __getattr__(self, name):
         attr = getattr(self._client, name)
         if asyncio.iscoroutinefunction(attr):
-            return lambda *a, **kw: self._run(attr(*a, **kw))
+            def call(*a, **kw):
+                r = self._run(attr(*a, **kw))
+                return AioProcess(self, r) if hasattr(r, "__anext__") else r
+            return call
         return attr
 
     def close(self):

@@ -165,6 +165,7 @@ CASES = [
     ("v0-identity-env-empty", b'{"version":"0","transport":"ssh","connection":{"host":"h",'
      b'"identity":{"env":""}}}'),
     ("v0-version-int-0", b'{"version": 0, "transport": "ssh", "connection": {"host": "h"}}'),
+    ("v1-body-version-int-0", b'{"version": 0, "transport": "ssh", "ssh": {"host": "h"}}'),
     ("v0-transport-stdio", b'{"version": "0", "transport": "stdio", "connection": {"host": "h"}}'),
     ("v0-transport-missing", b'{"version": "0", "connection": {"host": "h"}}'),
     ("v0-connection-missing", b'{"version": "0", "transport": "ssh"}'),
@@ -176,9 +177,13 @@ CASES = [
     ("v0-user-empty", b'{"version":"0","transport":"ssh","connection":{"host":"h","user":""}}'),
     ("v0-host-key-empty", b'{"version":"0","transport":"ssh","connection":{"host":"h",'
      b'"host_key":""}}'),
-    # valid v0, refused by version 1's stricter pattern once mapped: the path is v1's
+    # a host_key that is neither form: refused where it stands, under its v0 name
     ("v0-host-key-short-fingerprint", b'{"version":"0","transport":"ssh","connection":{'
      b'"host":"h","host_key":"SHA256:abc"}}'),
+    ("v0-host-key-garbage", b'{"version":"0","transport":"ssh","connection":{'
+     b'"host":"h",\n"host_key":"not a key"}}'),
+    ("v0-host-key-line", b'{"version":"0","transport":"ssh","connection":{'
+     b'"host":"h","host_key":"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5 box"}}'),
     ("v0-workspace-relative", b'{"version":"0","transport":"ssh","connection":{"host":"h"},'
      b'"workspace":"work"}'),
     ("v0-workspace-int", b'{"version":"0","transport":"ssh","connection":{"host":"h"},'

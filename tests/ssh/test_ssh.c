@@ -205,6 +205,10 @@ static void test_hostkey_changed_refused(void)
 			close_backend(&b);
 		CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "CHANGED"));
 		CU_ASSERT_PTR_NOT_NULL(strstr(err.message, fx.fingerprint));
+		/* the entry's name on a port other than 22, which ssh-keygen -R needs */
+		char rm[128];
+		snprintf(rm, sizeof rm, "ssh-keygen -R '[127.0.0.1]:%u' -f ", fx.port);
+		CU_ASSERT_PTR_NOT_NULL(strstr(err.message, rm));
 	}
 	/* pinning the new key is the way through */
 	char extra[300];

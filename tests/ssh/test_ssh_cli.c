@@ -14,6 +14,7 @@
 #include <CUnit/Basic.h>
 #include <CUnit/CUnit.h>
 
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,6 +151,38 @@ static void test_v0_no_host_key_accepts_new(void)
 		unsetenv("HOME");
 }
 
+/* v0's user is optional: the local user logs in, and messages name that user. */
+static void test_v0_no_user_named_in_messages(void)
+{
+	char home[400], path[400], out[512], hkj[300], want[300];
+	snprintf(home, sizeof home, "%s/home-empty", work);
+	mkdir(home, 0700);
+	const char *old = getenv("HOME");
+	char saved[400];
+	snprintf(saved, sizeof saved, "%s", old ? old : "");
+	setenv("HOME", home, 1); /* no default keys there: authentication fails */
+	snprintf(hkj, sizeof hkj, "\"host_key\": \"%s\"", fx.fingerprint);
+	char text[1024];
+	snprintf(text, sizeof text,
+	         "{\"version\": \"0\", \"transport\": \"ssh\", \"connection\": "
+	         "{\"host\": \"127.0.0.1\", \"port\": %u, %s}}",
+	         fx.port, hkj);
+	snprintf(path, sizeof path, "%s/nouser.json", work);
+	put(path, text);
+	asp_error err;
+	CU_ASSERT_EQUAL(exec_pwd(path, out, sizeof out, &err), ASP_E_UNAUTHORIZED);
+	const struct passwd *pw = getpwuid(getuid());
+	CU_ASSERT_PTR_NOT_NULL_FATAL(pw);
+	snprintf(want, sizeof want, "ssh %s@127.0.0.1:%u: ", pw->pw_name, fx.port);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, want));
+	if (!strstr(err.message, want))
+		fprintf(stderr, "want '%s' in: %s\n", want, err.message);
+	if (old)
+		setenv("HOME", saved, 1);
+	else
+		unsetenv("HOME");
+}
+
 /* asp conformance with a v0 file, then asp init --from-v0 and the v1 file it wrote. */
 static void test_v0_cli_conformance_and_convert(void)
 {
@@ -213,6 +246,77 @@ static void test_upload_from_build_tree(void)
 		fprintf(stderr, "asp exec with agent upload:\n%s\n", out);
 }
 
+static int copy_file(const char *from, const char *to)
+{
+	FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
+	char buf[65536];
+	size_t n;
+	int rc = in && out ? 0 : -1;
+	while (rc == 0 && (n = fread(buf, 1, sizeof buf, in)) > 0)
+		if (fwrite(buf, 1, n, out) != n)
+			rc = -1;
+	if (in && ferror(in))
+		rc = -1;
+	if (in)
+		fclose(in);
+	if (out && fclose(out) != 0)
+		rc = -1;
+	return rc == 0 ? chmod(to, 0755) : -1;
+}
+
+/*
+ * "agent": "upload" from an installed layout: asp and asp-agent-static side by side in a
+ * bin/ with no build tree above it (meson install puts both in <prefix>/bin).
+ */
+static void test_upload_beside_asp(void)
+{
+	char bin[400], asp_copy[450], agent_copy[450], static_agent[500], cfg[4096], path[400];
+	static char out[8192];
+	snprintf(static_agent, sizeof static_agent, "%s", asp_cli);
+	char *slash = strrchr(static_agent, '/');
+	CU_ASSERT_PTR_NOT_NULL_FATAL(slash);
+	snprintf(slash, sizeof static_agent - (size_t)(slash - static_agent),
+	         "/../sandbox-agent/asp-agent-static");
+	snprintf(bin, sizeof bin, "%s/installed/bin", work);
+	snprintf(asp_copy, sizeof asp_copy, "%s/asp", bin);
+	snprintf(agent_copy, sizeof agent_copy, "%s/asp-agent-static", bin);
+	char parent[400];
+	snprintf(parent, sizeof parent, "%s/installed", work);
+	mkdir(parent, 0755);
+	mkdir(bin, 0755);
+	CU_ASSERT_EQUAL_FATAL(access(bin, W_OK), 0);
+	CU_ASSERT_EQUAL_FATAL(copy_file(asp_cli, asp_copy), 0);
+	CU_ASSERT_EQUAL_FATAL(copy_file(static_agent, agent_copy), 0);
+	sshd_config_json(&fx, "upload", NULL, cfg, sizeof cfg);
+	snprintf(path, sizeof path, "%s/upload-beside.json", work);
+	put(path, cfg);
+	char saved[600] = "";
+	const char *env = getenv("ASP_AGENT_STATIC");
+	if (env)
+		snprintf(saved, sizeof saved, "%s", env);
+	unsetenv("ASP_AGENT_STATIC");
+	const char *argv[] = {asp_copy, "--config", path, "exec", "--", "echo", "beside", NULL};
+	int rc = sshd_run(argv, out, sizeof out);
+	CU_ASSERT_EQUAL(rc, 0);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "beside"));
+	if (rc != 0)
+		fprintf(stderr, "installed asp exec with agent upload:\n%s\n", out);
+	/* without the copy beside it there is nothing to upload, and the message says where
+	 * it looked, beside asp first */
+	CU_ASSERT_EQUAL(unlink(agent_copy), 0);
+	const char *json_argv[] = {asp_copy, "--json", "--config", path, "exec",
+	                           "--",     "echo",   "beside",   NULL}; /* the error on stdout */
+	rc = sshd_run(json_argv, out, sizeof out);
+	CU_ASSERT_NOT_EQUAL(rc, 0);
+	char want[500];
+	snprintf(want, sizeof want, "tried %s,", agent_copy);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
+	if (!strstr(out, want))
+		fprintf(stderr, "without asp-agent-static beside asp:\n%s\n", out);
+	if (saved[0])
+		setenv("ASP_AGENT_STATIC", saved, 1);
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
@@ -248,9 +352,12 @@ int main(int argc, char **argv)
 	CU_add_test(s, "v0: a host_key line that is not the server's is refused",
 	            test_v0_wrong_key_line);
 	CU_add_test(s, "v0: no host_key trusts on first use", test_v0_no_host_key_accepts_new);
+	CU_add_test(s, "v0: without user, messages name the local user",
+	            test_v0_no_user_named_in_messages);
 	CU_add_test(s, "v0: asp conformance passes, asp init --from-v0 converts",
 	            test_v0_cli_conformance_and_convert);
 	CU_add_test(s, "agent upload from the build tree", test_upload_from_build_tree);
+	CU_add_test(s, "agent upload beside an installed asp", test_upload_beside_asp);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	unsigned failed = CU_get_number_of_failures();

@@ -106,6 +106,17 @@ static void test_strict_errors(void)
 	             "/cfg/.asp.json:1:31: transport: expected \"ssh\", got \"stdio\"");
 	expect_error("{\"version\": \"0\", \"transport\": \"ssh\"}",
 	             "/cfg/.asp.json:1:1: connection: required key missing");
+	/* the draft's version is the string "0": a number 0 beside connection says so */
+	expect_error("{\"version\": 0, \"transport\": \"ssh\", \"connection\": {\"host\": \"h\"}}",
+	             "/cfg/.asp.json:1:13: version: expected \"0\", got 0");
+	expect_error("{\"version\": 0, \"transport\": \"ssh\", \"ssh\": {\"host\": \"h\"}}",
+	             "/cfg/.asp.json:1:13: version: expected 1, got 0");
+	/* a host_key of neither form: at its place in the file, under its v0 name */
+	expect_error("{\"version\": \"0\", \"transport\": \"ssh\", \"connection\": {\"host\": "
+	             "\"h\",\n \"host_key\": \"SHA256:abc\"}}",
+	             "/cfg/.asp.json:2:14: connection.host_key: expected a string matching "
+	             "^(SHA256:[A-Za-z0-9+/]{43}=?|[a-z0-9@.-]+ [A-Za-z0-9+/]+=*( .*)?)$, got "
+	             "\"SHA256:abc\"");
 	/* a version 1 key in a v0 file: a v1 feature needs a v1 file */
 	expect_error("{\"version\": \"0\", \"transport\": \"ssh\", \"connection\": {\"host\": "
 	             "\"h\"}, \"env\": {}}",

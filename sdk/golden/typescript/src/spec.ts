@@ -737,7 +737,7 @@ const CONFIG_V0_SCHEMA =
   "        \"host_key\": {\n" +
   "          \"description\": \"Pins the server's key: its public key line (TYPE BASE64 [comment]) or its SHA256: fingerprint. Absent: trust on first use (accept-new with ~/.ssh/known_hosts).\",\n" +
   "          \"type\": \"string\",\n" +
-  "          \"minLength\": 1\n" +
+  "          \"pattern\": \"^(SHA256:[A-Za-z0-9+/]{43}=?|[a-z0-9@.-]+ [A-Za-z0-9+/]+=*( .*)?)$\"\n" +
   "        }\n" +
   "      }\n" +
   "    },\n" +

@@ -322,7 +322,11 @@ def _load_schema(text, v1=True):
 # ---- version 0 (core/src/config.c map_v0, docs/decisions.md "Files of the ASP v0 draft") -
 
 def _is_v0(doc):
-    return isinstance(doc, dict) and doc.get("version") == "0"
+    """"version": "0"; also 0 beside "connection", so the v0 schema names the version."""
+    if not isinstance(doc, dict):
+        return False
+    v = doc.get("version")
+    return v == "0" or (_is_int(v) and v == 0 and "connection" in doc)
 
 
 def _v0_to_v1(v0):

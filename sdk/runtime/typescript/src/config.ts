@@ -313,8 +313,11 @@ function loadSchema(text: string, v1 = true): JsonObject {
 
 // ---- version 0 (core/src/config.c map_v0, docs/decisions.md "Files of the ASP v0 draft") --
 
+/** "version": "0"; also 0 beside "connection", so the v0 schema names the version. */
 function isV0(doc: JsonValue): boolean {
-  return isObj(doc) && doc.get("version") === "0";
+  if (!isObj(doc)) return false;
+  const v = doc.get("version");
+  return v === "0" || (isInt(v) && v === 0n && doc.has("connection"));
 }
 
 /** The version 1 document a valid v0 document means, keys in the C core's order. */
