@@ -459,8 +459,8 @@ static const char *const grep_cases[] = {
     "{\"pattern\": \"foo\", \"output_mode\": \"count\"}",
     "{\"pattern\": \"foo\", \"-i\": true, \"output_mode\": \"count\"}",
     "{\"pattern\": \"return\", \"output_mode\": \"content\", \"-C\": 1, \"glob\": \"*.c\"}",
-    "{\"pattern\": \"util_[a-z]+\", \"output_mode\": \"content\", \"path\": \"src\", "
-    "\"glob\": \"*.{c,h}\", \"head_limit\": 2}",
+    ("{\"pattern\": \"util_[a-z]+\", \"output_mode\": \"content\", \"path\": \"src\", "
+     "\"glob\": \"*.{c,h}\", \"head_limit\": 2}"),
     "{\"pattern\": \"foo\", \"glob\": \"a/*.txt\"}",
     "{\"pattern\": \"foo\", \"glob\": \"many/f00?.log\", \"output_mode\": \"content\"}",
     "{\"pattern\": \"foo\", \"output_mode\": \"content\", \"head_limit\": 7, \"-C\": 1}",
@@ -499,8 +499,8 @@ static void edit_cases(side *op, side *bare)
 	static const char *const cases[] = {
 	    "{\"file_path\": \"e.txt\", \"old_string\": \"two\", \"new_string\": \"2\"}",
 	    "{\"file_path\": \"e.txt\", \"old_string\": \"one\", \"new_string\": \"1\"}",
-	    "{\"file_path\": \"e.txt\", \"old_string\": \"one\", \"new_string\": \"1\", "
-	    "\"replace_all\": true}",
+	    ("{\"file_path\": \"e.txt\", \"old_string\": \"one\", \"new_string\": \"1\", "
+	     "\"replace_all\": true}"),
 	    "{\"file_path\": \"e.txt\", \"old_string\": \"three\", \"new_string\": \"3\"}",
 	    "{\"file_path\": \"nope/e.txt\", \"old_string\": \"x\", \"new_string\": \"y\"}",
 	    "{\"file_path\": \"src\", \"old_string\": \"x\", \"new_string\": \"y\"}",
