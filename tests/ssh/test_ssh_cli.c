@@ -85,6 +85,20 @@ static asp_status exec_pwd(const char *path, char *out, size_t cap, asp_error *e
 
 static char host_line[1024], client_key_text[8192];
 
+/* Runs asp without ASP_AGENT_STATIC, so that upload finds the static agent itself. */
+static int run_found_agent(const char *const argv[], char *out, size_t cap)
+{
+	char saved[600] = "";
+	const char *env = getenv("ASP_AGENT_STATIC");
+	if (env)
+		snprintf(saved, sizeof saved, "%s", env);
+	unsetenv("ASP_AGENT_STATIC");
+	int rc = sshd_run(argv, out, cap);
+	if (saved[0])
+		setenv("ASP_AGENT_STATIC", saved, 1);
+	return rc;
+}
+
 /* identity.env holding the key's text; host_key as the server's public key line. */
 static void test_v0_key_in_env_and_key_line(void)
 {
@@ -231,15 +245,8 @@ static void test_upload_from_build_tree(void)
 	sshd_config_json(&fx, "upload", NULL, cfg, sizeof cfg);
 	snprintf(path, sizeof path, "%s/upload.json", work);
 	put(path, cfg);
-	char saved[600] = "";
-	const char *env = getenv("ASP_AGENT_STATIC");
-	if (env)
-		snprintf(saved, sizeof saved, "%s", env);
-	unsetenv("ASP_AGENT_STATIC");
 	const char *argv[] = {asp_cli, "--config", path, "exec", "--", "echo", "uploaded", NULL};
-	int rc = sshd_run(argv, out, sizeof out);
-	if (saved[0])
-		setenv("ASP_AGENT_STATIC", saved, 1);
+	int rc = run_found_agent(argv, out, sizeof out);
 	CU_ASSERT_EQUAL(rc, 0);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, "uploaded"));
 	if (rc != 0)
@@ -290,13 +297,8 @@ static void test_upload_beside_asp(void)
 	sshd_config_json(&fx, "upload", NULL, cfg, sizeof cfg);
 	snprintf(path, sizeof path, "%s/upload-beside.json", work);
 	put(path, cfg);
-	char saved[600] = "";
-	const char *env = getenv("ASP_AGENT_STATIC");
-	if (env)
-		snprintf(saved, sizeof saved, "%s", env);
-	unsetenv("ASP_AGENT_STATIC");
 	const char *argv[] = {asp_copy, "--config", path, "exec", "--", "echo", "beside", NULL};
-	int rc = sshd_run(argv, out, sizeof out);
+	int rc = run_found_agent(argv, out, sizeof out);
 	CU_ASSERT_EQUAL(rc, 0);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, "beside"));
 	if (rc != 0)
@@ -306,15 +308,13 @@ static void test_upload_beside_asp(void)
 	CU_ASSERT_EQUAL(unlink(agent_copy), 0);
 	const char *json_argv[] = {asp_copy, "--json", "--config", path, "exec",
 	                           "--",     "echo",   "beside",   NULL}; /* the error on stdout */
-	rc = sshd_run(json_argv, out, sizeof out);
+	rc = run_found_agent(json_argv, out, sizeof out);
 	CU_ASSERT_NOT_EQUAL(rc, 0);
 	char want[500];
 	snprintf(want, sizeof want, "tried %s,", agent_copy);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
 	if (!strstr(out, want))
 		fprintf(stderr, "without asp-agent-static beside asp:\n%s\n", out);
-	if (saved[0])
-		setenv("ASP_AGENT_STATIC", saved, 1);
 }
 
 int main(int argc, char **argv)
