@@ -26,12 +26,23 @@
 /* Newest first: the answer to a version we do not know. */
 static const char *const mcp_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
 
+/*
+ * The stateless revision: no initialize; every request names its version in _meta, every
+ * result says resultType, and server/discover tells what the server speaks.
+ */
+#define MCP_STATELESS "2026-07-28"
+#define META_VERSION  "io.modelcontextprotocol/protocolVersion"
+/* How long a client may keep tools/list's and server/discover's answers: the tool set is
+ * fixed for the life of the process (--tools). */
+#define MCP_LIST_TTL_MS 3600000
+
 /* JSON-RPC error codes. */
 enum {
 	RPC_PARSE_ERROR = -32700,
 	RPC_INVALID_REQUEST = -32600,
 	RPC_METHOD_NOT_FOUND = -32601,
 	RPC_INVALID_PARAMS = -32602,
+	RPC_UNSUPPORTED_VERSION = -32022, /* MCP's own range (2026-07-28) */
 };
 
 typedef struct job {
@@ -41,6 +52,7 @@ typedef struct job {
 	char *args;
 	asp_tools_cancel *cancel;
 	bool cancelled;
+	bool stateless; /* the result says resultType */
 } job;
 
 typedef struct mcp {
@@ -158,11 +170,14 @@ static void *worker(void *arg)
 			}
 		bool cancelled = j->cancelled;
 		pthread_mutex_unlock(&m->mu);
-		if (!cancelled)
-			send_result(m, j->id,
-			            json_pack("{s:[{s:s, s:s}], s:b}", "content", "type", "text",
-			                      "text", text ? text : "Error: out of memory.",
-			                      "isError", is_error));
+		if (!cancelled) {
+			json_t *r =
+			    json_pack("{s:[{s:s, s:s}], s:b}", "content", "type", "text", "text",
+			              text ? text : "Error: out of memory.", "isError", is_error);
+			if (r && j->stateless)
+				json_object_set_new(r, "resultType", json_string("complete"));
+			send_result(m, j->id, r);
+		}
 		free(text);
 		json_decref(j->id);
 		free(j->name);
@@ -170,6 +185,20 @@ static void *worker(void *arg)
 		asp_tools_cancel_free(j->cancel);
 		free(j);
 	}
+}
+
+/* A stateless request's result: resultType, and for a list the time it may be kept. */
+static json_t *stateless_result(json_t *r, bool cacheable)
+{
+	if (!r)
+		return NULL;
+	json_object_set_new(r, "resultType", json_string("complete"));
+	if (cacheable) {
+		json_object_set_new(r, "ttlMs", json_integer(MCP_LIST_TTL_MS));
+		/* what the sandbox holds is this user's: no cache shared across users */
+		json_object_set_new(r, "cacheScope", json_string("private"));
+	}
+	return r;
 }
 
 static json_t *tools_list_result(const mcp *m)
@@ -212,7 +241,7 @@ static void on_cancelled(mcp *m, json_t *params)
 	pthread_mutex_unlock(&m->mu);
 }
 
-static void on_call(mcp *m, json_t *id, json_t *params)
+static void on_call(mcp *m, json_t *id, json_t *params, bool stateless)
 {
 	const char *name = json_string_value(json_object_get(params, "name"));
 	json_t *args = json_object_get(params, "arguments");
@@ -238,6 +267,7 @@ static void on_call(mcp *m, json_t *id, json_t *params)
 		j->args =
 		    args && json_is_object(args) ? json_dumps(args, JSON_COMPACT) : strdup("{}");
 		j->cancel = asp_tools_cancel_new();
+		j->stateless = stateless;
 	}
 	if (!j || !j->name || !j->args || !j->cancel) {
 		if (j) {
@@ -266,6 +296,11 @@ static void on_call(mcp *m, json_t *id, json_t *params)
 	pthread_mutex_unlock(&m->mu);
 }
 
+static const char *const server_title = "ASP sandbox tools";
+static const char *const server_instructions =
+    "These tools act inside a remote sandbox, not on the machine running the harness: files, "
+    "commands and searches all happen there.";
+
 static void on_initialize(mcp *m, json_t *id, json_t *params)
 {
 	const char *want = json_string_value(json_object_get(params, "protocolVersion"));
@@ -276,10 +311,51 @@ static void on_initialize(mcp *m, json_t *id, json_t *params)
 	send_result(m, id,
 	            json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", ver,
 	                      "capabilities", "tools", "listChanged", 0, "serverInfo", "name",
-	                      "asp", "title", "ASP sandbox tools", "version", ASP_VERSION,
-	                      "instructions",
-	                      "These tools act inside a remote sandbox, not on the machine running "
-	                      "the harness: files, commands and searches all happen there."));
+	                      "asp", "title", server_title, "version", ASP_VERSION, "instructions",
+	                      server_instructions));
+}
+
+/* server/discover: answered with or without _meta, before or instead of initialize. */
+static void on_discover(mcp *m, json_t *id)
+{
+	json_t *versions = json_array();
+	json_array_append_new(versions, json_string(MCP_STATELESS));
+	for (size_t i = 0; i < sizeof mcp_versions / sizeof mcp_versions[0]; i++)
+		json_array_append_new(versions, json_string(mcp_versions[i]));
+	json_t *r = json_pack("{s:o, s:{s:{s:b}}, s:s, s:{s:{s:s, s:s, s:s}}}", "supportedVersions",
+	                      versions, "capabilities", "tools", "listChanged", 0, "instructions",
+	                      server_instructions, "_meta", "io.modelcontextprotocol/serverInfo",
+	                      "name", "asp", "title", server_title, "version", ASP_VERSION);
+	send_result(m, id, stateless_result(r, true));
+}
+
+/*
+ * The version a request names in _meta (the stateless revision), NULL for none. One we do
+ * not speak is answered here with the versions we do, and *refused is set.
+ */
+static const char *request_version(mcp *m, json_t *id, json_t *params, bool *refused)
+{
+	*refused = false;
+	json_t *v = json_object_get(json_object_get(params, "_meta"), META_VERSION);
+	if (!v)
+		return NULL;
+	const char *want = json_string_value(v);
+	if (want && !strcmp(want, MCP_STATELESS))
+		return want;
+	*refused = true;
+	if (id) {
+		char text[300];
+		snprintf(text, sizeof text,
+		         "Unsupported protocol version %.100s: this server speaks " MCP_STATELESS
+		         " without initialize, and 2025-11-25 and earlier through initialize",
+		         want ? want : "(not a string)");
+		json_t *supported = json_array();
+		json_array_append_new(supported, json_string(MCP_STATELESS));
+		send_msg(m, json_pack("{s:s, s:O, s:{s:i, s:s, s:{s:o, s:O}}}", "jsonrpc", "2.0",
+		                      "id", id, "error", "code", RPC_UNSUPPORTED_VERSION, "message",
+		                      text, "data", "supported", supported, "requested", v));
+	}
+	return NULL;
 }
 
 static void handle(mcp *m, const char *line, size_t len)
@@ -305,18 +381,27 @@ static void handle(mcp *m, const char *line, size_t len)
 		json_decref(msg);
 		return;
 	}
-	if (!id) {
+	bool refused = false;
+	bool stateless = id && strcmp(method, "server/discover") &&
+	                 request_version(m, id, params, &refused) != NULL;
+	if (id && strcmp(method, "server/discover") && refused) {
+		/* answered with the versions we speak */
+	} else if (!id) {
 		if (!strcmp(method, "notifications/cancelled"))
 			on_cancelled(m, params);
 		/* notifications/initialized and others need nothing */
+	} else if (!strcmp(method, "server/discover")) {
+		on_discover(m, id);
 	} else if (!strcmp(method, "initialize")) {
 		on_initialize(m, id, params);
 	} else if (!strcmp(method, "ping")) {
-		send_result(m, id, json_object());
+		json_t *r = json_object();
+		send_result(m, id, stateless ? stateless_result(r, false) : r);
 	} else if (!strcmp(method, "tools/list")) {
-		send_result(m, id, tools_list_result(m));
+		json_t *r = tools_list_result(m);
+		send_result(m, id, stateless ? stateless_result(r, true) : r);
 	} else if (!strcmp(method, "tools/call")) {
-		on_call(m, id, params);
+		on_call(m, id, params, stateless);
 	} else {
 		char msgtext[300];
 		snprintf(msgtext, sizeof msgtext, "Method not found: %.200s", method);

@@ -81,7 +81,8 @@ function golden(name, got) {
   assert.equal(got, fs.readFileSync(file, 'utf8'), `golden ${name}`);
 }
 
-// Raw JSON-RPC: version negotiation, ping, unknown method and tool, without the SDK.
+// Raw JSON-RPC: version negotiation, ping, unknown method and tool, the stateless
+// revision, without the SDK.
 async function raw(lines) {
   const p = spawn(asp, ['--config', cfgPath, 'mcp'], { stdio: ['pipe', 'pipe', 'inherit'] });
   const rl = createInterface({ input: p.stdout });
@@ -119,6 +120,36 @@ try {
     assert.equal(r2[0].result.protocolVersion, '2025-11-25');
     const r3 = await raw([init('b', '1999-01-01')]);
     assert.equal(r3[0].result.protocolVersion, '2025-11-25');
+  });
+
+  await test('2026-07-28 without initialize: server/discover, resultType, ttlMs, -32022', async () => {
+    const meta = (v) => ({ _meta: { 'io.modelcontextprotocol/protocolVersion': v,
+      'io.modelcontextprotocol/clientCapabilities': {} } });
+    const r = await raw([
+      { jsonrpc: '2.0', id: 1, method: 'server/discover', params: meta('2026-07-28') },
+      { jsonrpc: '2.0', id: 2, method: 'tools/list', params: meta('2026-07-28') },
+      { jsonrpc: '2.0', id: 3, method: 'tools/call',
+        params: { name: 'bash', arguments: { command: 'echo stateless' }, ...meta('2026-07-28') } },
+      { jsonrpc: '2.0', id: 4, method: 'tools/list', params: meta('2099-01-01') },
+      { jsonrpc: '2.0', id: 5, method: 'tools/list' }]);
+    const byId = Object.fromEntries(r.map((m) => [m.id, m]));
+    const d = byId[1].result;
+    assert.equal(d.supportedVersions[0], '2026-07-28');
+    assert.ok(d.supportedVersions.includes('2025-11-25') && d.supportedVersions.includes('2025-06-18'));
+    assert.ok(d.capabilities.tools);
+    assert.equal(d.resultType, 'complete');
+    assert.equal(d._meta['io.modelcontextprotocol/serverInfo'].name, 'asp');
+    assert.equal(d.cacheScope, 'private');
+    assert.ok(d.ttlMs >= 0);
+    const l = byId[2].result;
+    assert.equal(l.resultType, 'complete');
+    assert.ok(l.tools.some((t) => t.name === 'read'));
+    assert.ok(l.ttlMs >= 0 && l.cacheScope === 'private');
+    assert.equal(byId[3].result.resultType, 'complete');
+    assert.equal(byId[3].result.content[0].text, 'stateless');
+    assert.equal(byId[4].error.code, -32022);
+    assert.deepEqual(byId[4].error.data, { supported: ['2026-07-28'], requested: '2099-01-01' });
+    assert.equal(byId[5].result.resultType, undefined); // 2025-11-25 and earlier: as before
   });
 
   const client = await connect();
