@@ -30,32 +30,13 @@ typedef struct keep {
 	uint64_t total, chars;
 } keep;
 
-/*
- * Characters are counted as UTF-8 sequences: every byte but a continuation byte
- * (10xxxxxx) starts one, so a cut at such a byte splits no character.
- */
-static bool char_start(char c)
-{
-	return ((unsigned char)c & 0xC0) != 0x80;
-}
-
-/* Bytes of the first n characters of s[0..len). */
-static size_t first_chars(const char *s, size_t len, size_t n)
-{
-	size_t i = 0;
-	for (size_t seen = 0; i < len; i++)
-		if (char_start(s[i]) && seen++ == n)
-			break;
-	return i;
-}
-
 /* Where the last n characters of s[0..len) start (0 when it has no more than n). */
 static size_t last_chars(const char *s, size_t len, size_t n, size_t *got)
 {
 	size_t i = len;
 	*got = 0;
 	while (i > 0 && *got < n)
-		if (char_start(s[--i]))
+		if (tools_char_start(s[--i]))
 			++*got;
 	return i;
 }
@@ -63,8 +44,8 @@ static size_t last_chars(const char *s, size_t len, size_t n, size_t *got)
 static void keep_add(keep *k, const uint8_t *data, size_t len)
 {
 	k->total += len;
-	for (size_t i = 0; i < len; i++)
-		k->chars += char_start((char)data[i]);
+	size_t all;
+	k->chars += tools_chars((const char *)data, len, SIZE_MAX, &all);
 	if (k->head.len < HEAD_KEEP) {
 		size_t n = HEAD_KEEP - k->head.len;
 		if (n > len)
@@ -96,7 +77,9 @@ static void keep_render(const keep *k, tbuf *out)
 		tb_add(out, k->tail.p ? k->tail.p : "", k->tail.len);
 		return;
 	}
-	tb_add(out, k->head.p, first_chars(k->head.p, k->head.len, half));
+	size_t head;
+	tools_chars(k->head.p, k->head.len, half, &head);
+	tb_add(out, k->head.p, head);
 	tb_printf(out,
 	          "\n\n... [%" PRIu64 " characters of output cut from the middle, of %" PRIu64
 	          " in all: redirect the output to a file and read parts of it to see more] "

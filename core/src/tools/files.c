@@ -30,26 +30,12 @@ static asp_status stat_path(asp_tools *t, const char *abs, char *type, size_t ca
 	return st;
 }
 
-/*
- * The characters of data[0..n) (UTF-8 sequences: every byte but a continuation byte
- * starts one), and in *cut the bytes of the first `max` of them.
- */
-static size_t utf8_count(const char *data, size_t n, size_t max, size_t *cut)
-{
-	size_t chars = 0;
-	*cut = n;
-	for (size_t i = 0; i < n; i++)
-		if (((unsigned char)data[i] & 0xC0) != 0x80 && chars++ == max)
-			*cut = i;
-	return chars;
-}
-
 /* One line of read's output: its number, its text (cut past TOOLS_READ_LINE_MAX). */
 static void read_line_out(tresult *r, uint64_t line, const char *s, size_t n, size_t chars)
 {
 	size_t keep = n;
 	if (chars > TOOLS_READ_LINE_MAX)
-		utf8_count(s, n, TOOLS_READ_LINE_MAX, &keep);
+		tools_chars(s, n, TOOLS_READ_LINE_MAX, &keep);
 	if (keep && s[keep - 1] == '\r')
 		keep--;
 	tb_printf(&r->text, "%6" PRIu64 "\t", line);
@@ -113,8 +99,8 @@ static bool read_in_pieces(asp_tools *t, const char *abs, uint64_t size, uint64_
 			if (line >= offset) {
 				size_t room = READ_LINE_KEEP - cur.len;
 				tb_add(&cur, d + i, e - i < room ? e - i : room);
-				for (size_t q = i; q < e; q++)
-					cur_chars += ((unsigned char)d[q] & 0xC0) != 0x80;
+				size_t all;
+				cur_chars += tools_chars(d + i, e - i, SIZE_MAX, &all);
 			}
 			i = e;
 			if (nl) {
@@ -225,7 +211,7 @@ bool tool_read(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 		if (line >= offset && shown < limit) {
 			size_t chars = n, cut;
 			if (n > TOOLS_READ_LINE_MAX)
-				chars = utf8_count(s, n, TOOLS_READ_LINE_MAX, &cut);
+				chars = tools_chars(s, n, TOOLS_READ_LINE_MAX, &cut);
 			read_line_out(r, line, s, n, chars);
 			shown++;
 		}

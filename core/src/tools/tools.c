@@ -581,6 +581,16 @@ const asp_tool_desc *asp_tools_find(const char *name)
 	return e ? &d[e - tools_table] : NULL;
 }
 
+size_t tools_chars(const char *s, size_t n, size_t max, size_t *cut)
+{
+	size_t chars = 0;
+	*cut = n;
+	for (size_t i = 0; i < n; i++)
+		if (tools_char_start(s[i]) && chars++ == max)
+			*cut = i;
+	return chars;
+}
+
 /* Length of the valid UTF-8 sequence at s (n bytes left), or 0 when it is not one. */
 static size_t utf8_seq(const unsigned char *s, size_t n)
 {

@@ -33,6 +33,17 @@ void tb_add(tbuf *b, const char *s, size_t n);
 void tb_puts(tbuf *b, const char *s);
 void tb_printf(tbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void tb_free(tbuf *b);
+
+/*
+ * Characters are counted as UTF-8 sequences: every byte but a continuation byte
+ * (10xxxxxx) starts one, so a cut before such a byte splits no character.
+ */
+static inline bool tools_char_start(char c)
+{
+	return ((unsigned char)c & 0xC0) != 0x80;
+}
+/* The characters of s[0..n), and in *cut the bytes of the first `max` of them (n if fewer). */
+size_t tools_chars(const char *s, size_t n, size_t max, size_t *cut);
 /* Gives the text away (never NULL unless oom). */
 char *tb_take(tbuf *b);
 
