@@ -662,6 +662,11 @@ static bool grep_op(asp_tools *t, const char *abs, const grep_opts *o, uint64_t 
 	p.regex = o->pattern;
 	p.glob = o->glob;
 	p.ignore_case = o->icase;
+	if (t->grep_ere && !strncmp(p.regex, "(?i)", 4)) {
+		/* ERE has no inline flags; the leading (?i) models write is ignore_case */
+		p.regex += 4;
+		p.ignore_case = true;
+	}
 	p.multiline = o->multiline;
 	p.mode = o->mode == MODE_FILES ? "files" : o->mode == MODE_CONTENT ? "content" : "count";
 	if (o->mode == MODE_CONTENT) {
@@ -671,15 +676,7 @@ static bool grep_op(asp_tools *t, const char *abs, const grep_opts *o, uint64_t 
 	p.max_matches = UINT32_MAX; /* all (the message size bounds it): head_limit counts them */
 	asp_grep_result res;
 	asp_error err;
-	asp_status st = asp_grep(t->c, &p, &res, a, &err);
-	if (st == ASP_E_INVALID_ARGUMENT && !strncmp(p.regex, "(?i)", 4) &&
-	    strstr(err.message, "(POSIX extended syntax)")) {
-		/* ERE has no inline flags; the leading (?i) models write is ignore_case */
-		p.regex += 4;
-		p.ignore_case = true;
-		st = asp_grep(t->c, &p, &res, a, &err);
-	}
-	if (st != ASP_OK) {
+	if (asp_grep(t->c, &p, &res, a, &err) != ASP_OK) {
 		asp_arena_free(a);
 		switch (err.code) {
 		case ASP_E_UNSUPPORTED: *done = false; return false;

@@ -345,6 +345,8 @@ asp_status asp_tools_new(asp_client *c, asp_tools **out, asp_error *err)
 	for (size_t i = 0; t->ops && i < hr.ops.count; i++)
 		if ((t->ops[t->n_ops] = strdup(hr.ops.items[i])))
 			t->n_ops++;
+	for (size_t i = 0; hr.has_features && i < hr.features.count; i++)
+		t->grep_ere = t->grep_ere || !strcmp(hr.features.items[i], "grep-ere");
 	asp_arena_free(a);
 	if (!t->base || !t->ops) {
 		asp_tools_free(t);

@@ -54,6 +54,7 @@ struct asp_tools {
 	char *base; /* absolute directory relative paths resolve against */
 	char **ops; /* the responder's ops from hello */
 	size_t n_ops;
+	bool grep_ere;      /* hello says the grep op speaks POSIX ERE (grep-ere), not PCRE2 */
 	pthread_mutex_t mu; /* guards the background shells */
 	struct bg_shell *bg;
 };
