@@ -330,8 +330,8 @@ static void on_discover(mcp *m, json_t *id)
 }
 
 /*
- * The version a request names in _meta (the stateless revision), NULL for none. One we do
- * not speak is answered here with the versions we do, and *refused is set.
+ * The version a request (one with an id) names in _meta, NULL for none. One we do not
+ * speak is answered here with the versions we do, and *refused is set.
  */
 static const char *request_version(mcp *m, json_t *id, json_t *params, bool *refused)
 {
@@ -343,18 +343,14 @@ static const char *request_version(mcp *m, json_t *id, json_t *params, bool *ref
 	if (want && !strcmp(want, MCP_STATELESS))
 		return want;
 	*refused = true;
-	if (id) {
-		char text[300];
-		snprintf(text, sizeof text,
-		         "Unsupported protocol version %.100s: this server speaks " MCP_STATELESS
-		         " without initialize, and 2025-11-25 and earlier through initialize",
-		         want ? want : "(not a string)");
-		json_t *supported = json_array();
-		json_array_append_new(supported, json_string(MCP_STATELESS));
-		send_msg(m, json_pack("{s:s, s:O, s:{s:i, s:s, s:{s:o, s:O}}}", "jsonrpc", "2.0",
-		                      "id", id, "error", "code", RPC_UNSUPPORTED_VERSION, "message",
-		                      text, "data", "supported", supported, "requested", v));
-	}
+	char text[300];
+	snprintf(text, sizeof text,
+	         "Unsupported protocol version %.100s: this server speaks " MCP_STATELESS
+	         " without initialize, and 2025-11-25 and earlier through initialize",
+	         want ? want : "(not a string)");
+	send_msg(m, json_pack("{s:s, s:O, s:{s:i, s:s, s:{s:[s], s:O}}}", "jsonrpc", "2.0", "id",
+	                      id, "error", "code", RPC_UNSUPPORTED_VERSION, "message", text, "data",
+	                      "supported", MCP_STATELESS, "requested", v));
 	return NULL;
 }
 
@@ -381,10 +377,10 @@ static void handle(mcp *m, const char *line, size_t len)
 		json_decref(msg);
 		return;
 	}
-	bool refused = false;
-	bool stateless = id && strcmp(method, "server/discover") &&
-	                 request_version(m, id, params, &refused) != NULL;
-	if (id && strcmp(method, "server/discover") && refused) {
+	bool refused = false, stateless = false;
+	if (id && strcmp(method, "server/discover"))
+		stateless = request_version(m, id, params, &refused) != NULL;
+	if (refused) {
 		/* answered with the versions we speak */
 	} else if (!id) {
 		if (!strcmp(method, "notifications/cancelled"))
