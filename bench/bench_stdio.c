@@ -1,6 +1,7 @@
 /*
  * The stdio transport against its floor, in one run (issue 3's benchmark):
- *   - exec of `true`: asp over stdio vs posix_spawn + waitpid of the same program here;
+ *   - exec of `true`: asp over stdio vs posix_spawn + waitpid of the same program here,
+ *     and vs the least an exec with exec's guarantees costs without ASP (start floor);
  *   - 4 KiB read and write round trips;
  *   - 1, 8 and 64 concurrent execs on one client;
  *   - 256 MiB upload and download with `asp cp`.
@@ -15,6 +16,7 @@
 #include "asp/asp.h"
 #include "asp/transport.h"
 #include "bench_util.h"
+#include "spawn_floor.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -181,16 +183,6 @@ static void sleeps_line(const struct threads *a, const struct threads *b, int ex
 	}
 }
 
-static double floor_spawn_true(void)
-{
-	char *argv[] = {"true", NULL};
-	pid_t pid;
-	if (posix_spawnp(&pid, "true", NULL, NULL, argv, environ) != 0)
-		die("posix_spawnp true", NULL);
-	waitpid(pid, NULL, 0);
-	return 0;
-}
-
 static void exec_true(asp_client *c, asp_arena *a)
 {
 	static const char *const argv[] = {"true"};
@@ -341,15 +333,20 @@ int main(int argc, char **argv)
 	static struct threads before, after;
 	if (agent_pid > 0)
 		read_threads(agent_pid, &before);
-	for (int i = 0; i < iters; i++) {
-		double t0 = now_us();
-		floor_spawn_true();
-		double t1 = now_us();
-		exec_true(c, a);
-		double t2 = now_us();
-		exec_true(local, a);
-		vf[i] = t1 - t0, v[i] = t2 - t1, vl[i] = now_us() - t2;
-	}
+	/* Each iteration runs the four in a rotated order: none always follows another. */
+	double *vs = calloc((size_t)iters, sizeof *vs), *cols[4] = {vf, v, vl, vs};
+	for (int i = 0; i < iters; i++)
+		for (int j = 0; j < 4; j++) {
+			int which = (i + j) % 4;
+			double t0 = now_us();
+			switch (which) {
+			case 0: spawn_floor_true(); break;
+			case 1: exec_true(c, a); break;
+			case 2: exec_true(local, a); break;
+			default: spawn_start_floor_true(); break;
+			}
+			cols[which][i] = now_us() - t0;
+		}
 	char sleeps[1024] = "unknown (agent not found)";
 	if (agent_pid > 0) {
 		read_threads(agent_pid, &after);
@@ -357,7 +354,8 @@ int main(int argc, char **argv)
 	}
 	const char *how = agent_pid > 0 ? spawn_path(agent_pid) : "unknown";
 	double floor_us = median(vf, iters), exec_us = median(v, iters);
-	double lexec_us = median(vl, iters);
+	double lexec_us = median(vl, iters), start_us = median(vs, iters);
+	free(vs);
 	free(vl);
 	free(vf);
 
@@ -374,10 +372,13 @@ int main(int argc, char **argv)
 	double c8 = concurrent_execs(c, 8, 100);
 	double c64 = concurrent_execs(c, 64, 20);
 	if (quick) {
-		printf("exec %.0f floor %.0f ratio %.3f in-process %.3f stat %.1f write %.1f read "
-		       "%.1f c1 %.0f c8 %.0f c64 %.0f spawn %s sleeps/exec %s\n",
-		       exec_us, floor_us, exec_us / floor_us, lexec_us / floor_us, stat_us,
-		       write_us, read_us, c1, c8, c64, how, sleeps);
+		printf(
+		    "exec %.0f floor %.0f ratio %.3f in-process %.3f start-floor %.3f bound %.3f "
+		    "stat %.1f write %.1f read %.1f c1 %.0f c8 %.0f c64 %.0f spawn %s "
+		    "sleeps/exec %s\n",
+		    exec_us, floor_us, exec_us / floor_us, lexec_us / floor_us, start_us / floor_us,
+		    (start_us + stat_us) / floor_us, stat_us, write_us, read_us, c1, c8, c64, how,
+		    sleeps);
 		asp_arena_free(a);
 		free(v);
 		asp_client_free(c);
@@ -423,6 +424,12 @@ int main(int argc, char **argv)
 	       exec_us, floor_us, exec_us / floor_us);
 	printf("| exec `true`, in-process local backend (no transport) | %.0f µs | | %.2f× |\n",
 	       lexec_us, lexec_us / floor_us);
+	printf("| start floor: posix_spawn with exec's pipes and session, pidfd wait (no ASP) | "
+	       "%.0f µs | | %.2f× |\n",
+	       start_us, start_us / floor_us);
+	printf("| start floor + one stat round trip over stdio (the least an exec can cost "
+	       "here) | %.0f µs | | %.2f× |\n",
+	       start_us + stat_us, (start_us + stat_us) / floor_us);
 	printf("| 4 KiB write round trip, median | %.1f µs (%.0f ops/s) | %.1f µs (in-process) | "
 	       "+%.1f µs |\n",
 	       write_us, 1e6 / write_us, lwrite_us, write_us - lwrite_us);

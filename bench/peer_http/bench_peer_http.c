@@ -6,9 +6,11 @@
  * what a plain client gets.
  *
  * Ops: exec `true` (argv, no shell, on both), 4 KiB read, stat, 4 KiB write, 1 MiB upload
- * in one request. The servers take turns each iteration (who goes first alternates), so
+ * in one request. The servers take turns each iteration (who goes first rotates), so
  * load from elsewhere hits both alike. Prints medians, ASP/peer ratios, MiB/s for the
- * upload and each server's VmRSS after the run, and a Markdown table.
+ * upload and each server's VmRSS after the run, and a Markdown table. With exec, each
+ * iteration also times `true` started here without a server (spawn_floor.h), so both
+ * servers' exec is also given over that floor, which the load moves less than the ratio.
  *
  *   bench_peer_http ASP_AGENT [SANDBOX_AGENT] [iterations] [ops]
  *
@@ -19,6 +21,7 @@
  * program says how to get it and exits 77 (skipped).
  */
 #include "bench_util.h"
+#include "spawn_floor.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -575,6 +578,9 @@ int main(int argc, char **argv)
 	double med[NOP][NS], p90[NOP][NS], cpu[NOP][NS], sleeps[NOP][NS];
 	double *v[NS] = {malloc(sizeof(double) * (size_t)iters),
 	                 malloc(sizeof(double) * (size_t)iters)};
+	double *vfloor = malloc(sizeof(double) * (size_t)iters);
+	double *vstart = malloc(sizeof(double) * (size_t)iters);
+	double floor_us = 0, start_us = 0;
 	for (int op = 0; op < NOP; op++) {
 		if (!want[op])
 			continue;
@@ -585,13 +591,29 @@ int main(int argc, char **argv)
 		double c0[NS], s0[NS];
 		for (int k = 0; k < NS; k++)
 			sched_totals(sv[k].pid, &c0[k], &s0[k]);
+		/*
+		 * Each iteration the servers take turns, and with exec the two floors too
+		 * (spawn_floor.h): the order rotates, so that none always follows another.
+		 */
+		int turns = op == OP_EXEC ? NS + 2 : NS;
 		for (int i = 0; i < n; i++)
-			for (int k = 0; k < NS; k++) {
-				int s = (i & 1) ? NS - 1 - k : k; /* who goes first alternates */
+			for (int k = 0; k < turns; k++) {
+				int s = (i + k) % turns;
 				double t0 = now_us();
-				call(&sv[s], s, op);
-				v[s][i] = now_us() - t0;
+				if (s < NS)
+					call(&sv[s], s, op);
+				else if (s == NS)
+					spawn_floor_true();
+				else
+					spawn_start_floor_true();
+				double t = now_us() - t0;
+				if (s < NS)
+					v[s][i] = t;
+				else
+					(s == NS ? vfloor : vstart)[i] = t;
 			}
+		if (op == OP_EXEC)
+			floor_us = median(vfloor, n), start_us = median(vstart, n);
 		for (int s = 0; s < NS; s++) {
 			double c1, s1;
 			sched_totals(sv[s].pid, &c1, &s1);
@@ -612,6 +634,20 @@ int main(int argc, char **argv)
 			printf("| %s | %.1f µs (%.1f) | %.1f µs (%.1f) | %.2f× |\n", op_name[op],
 			       med[op][S_ASP], p90[op][S_ASP], med[op][S_PEER], p90[op][S_PEER],
 			       med[op][S_ASP] / med[op][S_PEER]);
+	if (want[OP_EXEC]) {
+		printf("\n| exec `true` over the floor (posix_spawn + waitpid here, %.0f µs) | "
+		       "asp-agent | sandbox-agent |\n|---|---|---|\n",
+		       floor_us);
+		printf("| the server's exec | %.2f× | %.2f× |\n", med[OP_EXEC][S_ASP] / floor_us,
+		       med[OP_EXEC][S_PEER] / floor_us);
+		printf("| start floor: exec's pipes and session, no server | %.2f× | |\n",
+		       start_us / floor_us);
+		if (want[OP_STAT])
+			printf("| start floor + ASP's stat round trip | %.2f× | |\n",
+			       (start_us + med[OP_STAT][S_ASP]) / floor_us);
+		printf("| 0.8× the peer's exec | %.2f× | |\n",
+		       0.8 * med[OP_EXEC][S_PEER] / floor_us);
+	}
 	printf("\nServer side, per call: CPU time of the server's threads, and how often they "
 	       "slept (voluntary context switches)\n\n");
 	printf("| op | asp-agent CPU | sleeps | sandbox-agent CPU | sleeps |\n");
@@ -646,6 +682,8 @@ int main(int argc, char **argv)
 	rmdir(dir);
 	free(v[0]);
 	free(v[1]);
+	free(vfloor);
+	free(vstart);
 	free(payload);
 	free(req.b);
 	return 0;
