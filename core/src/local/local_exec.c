@@ -3,7 +3,8 @@
  * poll loop (so large input and large output cannot deadlock), with the timeout's
  * TERM-then-KILL to the whole process group.
  */
-#include "local_exec.h"
+#include "local_impl.h"
+#include "spawn_util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +20,21 @@
 
 #define FIRST_BUF (16u * 1024)
 #define SCRATCH   (64u * 1024)
+
+struct stream {
+	int fd; /* -1 at EOF */
+	uint8_t *buf;
+	size_t len, cap, keep;
+	uint64_t total;
+	bool big_pipe;
+};
+
+struct feed {
+	int fd; /* -1 once all written or the reader went away */
+	const uint8_t *data;
+	size_t len, off;
+	bool epipe;
+};
 
 /* This thread's asp_local_watch_input: fd -1 when none (or once it fired). */
 static _Thread_local asp_local_watch watch = {.fd = -1};
@@ -37,7 +53,7 @@ static void close_fd(int *fd)
 }
 
 /* One read of what is available. Bytes past `keep` are counted and dropped. */
-static void stream_read(struct local_stream *s, uint8_t **scratch)
+static void stream_read(struct stream *s, uint8_t **scratch)
 {
 	uint8_t small[512];
 	uint8_t *dst;
@@ -81,7 +97,7 @@ static void stream_read(struct local_stream *s, uint8_t **scratch)
 	close_fd(&s->fd); /* EOF, or an error that ends the stream just the same */
 }
 
-static void feed_write(struct local_feed *f)
+static void feed_write(struct feed *f)
 {
 	ssize_t n = write(f->fd, f->data + f->off, f->len - f->off);
 	if (n > 0) {
@@ -114,155 +130,128 @@ static void fit_budget(size_t *a, size_t *b, size_t budget)
 		*a = half, *b = budget - half;
 }
 
-asp_status local_exec_begin(asp_local *l, const asp_exec_params *p,
-                            bool (*path_ok)(void *ctx, const char *path), void *ctx,
-                            local_exec_run *x, asp_error *err)
+asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result *r, asp_arena *a,
+                          asp_error *err)
 {
-	memset(x, 0, sizeof *x);
-	x->l = l;
+	asp_local *l = self;
+	memset(r, 0, sizeof *r);
 	/*
 	 * Holding the write ends of stdout and stderr until the command has exited: its exit
 	 * then wakes this thread once (the pidfd), not twice (the pipes' EOF first: the
 	 * kernel closes a process's files a few steps before it turns zombie, and 4 in 10
 	 * execs of `true` woke for each).
 	 */
-	local_child_spec spec = {
-	    "exec", p->command,           p->has_argv,        p->argv,        p->cwd, p->has_env,
-	    p->env, .hold_outputs = true, .path_ok = path_ok, .path_ctx = ctx};
+	local_child_spec spec = {"exec", p->command, p->has_argv, p->argv,
+	                         p->cwd, p->has_env, p->env,      .hold_outputs = true};
 	if (p->stdin_data.len && !p->stdin_data.data)
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
 		                     "exec: 'stdin' has no bytes");
-	x->t0 = local_now_ns();
-	asp_status st = local_child_start(&spec, &x->c, err);
+	uint64_t t0 = local_now_ns();
+	local_child c;
+	asp_status st = local_child_start(&spec, &c, err);
 	if (st != ASP_OK)
 		return st;
 
 	size_t keep = p->max_output < l->payload_budget ? (size_t)p->max_output : l->payload_budget;
-	x->out = (struct local_stream){.fd = x->c.out_fd, .keep = keep};
-	x->errs = (struct local_stream){.fd = x->c.err_fd, .keep = keep};
-	x->in = (struct local_feed){
-	    .fd = x->c.in_fd, .data = p->stdin_data.data, .len = p->stdin_data.len};
-	x->c.out_fd = x->c.err_fd = x->c.in_fd = -1;
+	struct stream out = {.fd = c.out_fd, .keep = keep};
+	struct stream errs = {.fd = c.err_fd, .keep = keep};
+	struct feed in = {.fd = c.in_fd, .data = p->stdin_data.data, .len = p->stdin_data.len};
+	c.out_fd = c.err_fd = c.in_fd = -1;
+	uint8_t *scratch = NULL;
+	local_pipe_guard guard = {0};
 
-	if (x->in.len == 0) {
-		close_fd(&x->in.fd);
+	if (in.len == 0) {
+		close_fd(&in.fd);
 	} else {
-		local_pipe_guard_on(&x->guard);
-		if (x->in.len <= PIPE_BUF)
-			feed_write(&x->in); /* fits a fresh pipe at once: no poll round needed */
-		else if (fcntl(x->in.fd, F_SETFL, O_NONBLOCK) < 0)
-			close_fd(&x->in.fd);
+		local_pipe_guard_on(&guard);
+		if (in.len <= PIPE_BUF)
+			feed_write(&in); /* fits a fresh pipe at once: no poll round needed */
+		else if (fcntl(in.fd, F_SETFL, O_NONBLOCK) < 0)
+			close_fd(&in.fd);
 	}
 
 	uint64_t timeout = p->timeout_ms < MAX_TIMEOUT_MS ? p->timeout_ms : MAX_TIMEOUT_MS;
-	x->term_at = timeout ? x->t0 + timeout * NS_PER_MS : UINT64_MAX;
-	x->kill_at = x->give_up_at = UINT64_MAX;
-	x->backoff_ms = 1;
-	return ASP_OK;
-}
+	uint64_t term_at = timeout ? t0 + timeout * NS_PER_MS : UINT64_MAX;
+	uint64_t kill_at = UINT64_MAX, give_up_at = UINT64_MAX, t_end = 0;
+	bool exited = false, timed_out = false, killed = false;
+	int backoff_ms = 1;
+	for (;;) {
+		if (!exited && c.pidfd < 0)
+			exited = local_child_exited(&c);
+		if (exited)
+			local_child_release_outputs(&c); /* from now on EOF can come */
+		uint64_t now = local_now_ns();
+		if (exited && out.fd < 0 && errs.fd < 0) {
+			t_end = now;
+			break;
+		}
+		if (!timed_out && now >= term_at) {
+			timed_out = true;
+			local_child_signal_tree(&c, SIGTERM);
+			kill_at = now + KILL_GRACE_NS;
+		}
+		if (timed_out && !killed && now >= kill_at) {
+			killed = true;
+			local_child_signal_tree(&c, SIGKILL);
+			give_up_at = now + GIVE_UP_NS;
+		}
+		if (exited && killed && now >= give_up_at) {
+			t_end = now;
+			break;
+		}
 
-static uint64_t next_due(const local_exec_run *x)
-{
-	return !x->timed_out ? x->term_at : !x->killed ? x->kill_at : x->give_up_at;
-}
+		uint64_t until = !timed_out ? term_at : !killed ? kill_at : give_up_at;
+		int ms = local_poll_ms(now, until);
+		if (!exited && c.pidfd < 0) {
+			/* no pidfd: look for the exit again soon, less often as time goes by */
+			if (ms < 0 || ms > backoff_ms)
+				ms = backoff_ms;
+			if (backoff_ms < 50)
+				backoff_ms *= 2;
+		}
+		struct pollfd pfd[5];
+		int n = 0, i_out = -1, i_err = -1, i_in = -1, i_pid = -1, i_watch = -1;
+		if (out.fd >= 0)
+			i_out = n, pfd[n++] = (struct pollfd){out.fd, POLLIN, 0};
+		if (errs.fd >= 0)
+			i_err = n, pfd[n++] = (struct pollfd){errs.fd, POLLIN, 0};
+		if (in.fd >= 0)
+			i_in = n, pfd[n++] = (struct pollfd){in.fd, POLLOUT, 0};
+		if (!exited && c.pidfd >= 0)
+			i_pid = n, pfd[n++] = (struct pollfd){c.pidfd, POLLIN, 0};
+		if (watch.fd >= 0)
+			i_watch = n, pfd[n++] = (struct pollfd){watch.fd, POLLIN, 0};
+		if (poll(pfd, (nfds_t)n, ms) <= 0)
+			continue; /* timer or EINTR: the checks above run again */
+		if (i_watch >= 0 && pfd[i_watch].revents) {
+			asp_local_watch w = watch;
+			watch.fd = -1; /* once */
+			w.ready(w.ctx);
+		}
+		if (i_out >= 0 && pfd[i_out].revents)
+			stream_read(&out, &scratch);
+		if (i_err >= 0 && pfd[i_err].revents)
+			stream_read(&errs, &scratch);
+		if (i_in >= 0 && pfd[i_in].revents)
+			feed_write(&in);
+		if (i_pid >= 0 && pfd[i_pid].revents)
+			exited = true;
+	}
+	if (timed_out)
+		local_child_signal_tree(&c, SIGKILL); /* nothing it started survives a timeout */
+	close_fd(&in.fd);
+	close_fd(&out.fd);
+	close_fd(&errs.fd);
+	int status = local_child_reap(&c);
+	local_child_close(&c);
+	if (in.len)
+		local_pipe_guard_off(&guard, in.epipe);
+	free(scratch);
 
-int local_exec_due_ms(const local_exec_run *x)
-{
-	int ms = local_poll_ms(local_now_ns(), next_due(x));
-	if (!x->exited && x->c.pidfd < 0 && (ms < 0 || ms > x->backoff_ms))
-		ms = x->backoff_ms; /* no pidfd: look for the exit again soon */
-	return ms;
-}
-
-bool local_exec_pass(local_exec_run *x, bool block)
-{
-	local_child *c = &x->c;
-	if (!x->exited && c->pidfd < 0)
-		x->exited = local_child_exited(c);
-	if (x->exited)
-		local_child_release_outputs(c); /* from now on EOF can come */
-	uint64_t now = local_now_ns();
-	if (x->exited && x->out.fd < 0 && x->errs.fd < 0) {
-		x->t_end = now;
-		return true;
-	}
-	if (!x->timed_out && now >= x->term_at) {
-		x->timed_out = true;
-		local_child_signal_tree(c, SIGTERM);
-		x->kill_at = now + KILL_GRACE_NS;
-	}
-	if (x->timed_out && !x->killed && now >= x->kill_at) {
-		x->killed = true;
-		local_child_signal_tree(c, SIGKILL);
-		x->give_up_at = now + GIVE_UP_NS;
-	}
-	if (x->exited && x->killed && now >= x->give_up_at) {
-		x->t_end = now;
-		return true;
-	}
-
-	int ms = local_poll_ms(now, next_due(x));
-	if (!x->exited && c->pidfd < 0) {
-		/* no pidfd: look for the exit again soon, less often as time goes by */
-		if (ms < 0 || ms > x->backoff_ms)
-			ms = x->backoff_ms;
-		if (x->backoff_ms < 50)
-			x->backoff_ms *= 2;
-	}
-	if (!block)
-		ms = 0;
-	struct pollfd pfd[5];
-	int n = 0, i_out = -1, i_err = -1, i_in = -1, i_pid = -1, i_watch = -1;
-	if (x->out.fd >= 0)
-		i_out = n, pfd[n++] = (struct pollfd){x->out.fd, POLLIN, 0};
-	if (x->errs.fd >= 0)
-		i_err = n, pfd[n++] = (struct pollfd){x->errs.fd, POLLIN, 0};
-	if (x->in.fd >= 0)
-		i_in = n, pfd[n++] = (struct pollfd){x->in.fd, POLLOUT, 0};
-	if (!x->exited && c->pidfd >= 0)
-		i_pid = n, pfd[n++] = (struct pollfd){c->pidfd, POLLIN, 0};
-	if (block && watch.fd >= 0)
-		i_watch = n, pfd[n++] = (struct pollfd){watch.fd, POLLIN, 0};
-	if (poll(pfd, (nfds_t)n, ms) <= 0)
-		return false; /* timer or EINTR: the checks above run again */
-	if (i_watch >= 0 && pfd[i_watch].revents) {
-		asp_local_watch w = watch;
-		watch.fd = -1; /* once */
-		w.ready(w.ctx);
-	}
-	if (i_out >= 0 && pfd[i_out].revents)
-		stream_read(&x->out, &x->scratch);
-	if (i_err >= 0 && pfd[i_err].revents)
-		stream_read(&x->errs, &x->scratch);
-	if (i_in >= 0 && pfd[i_in].revents)
-		feed_write(&x->in);
-	if (i_pid >= 0 && pfd[i_pid].revents)
-		x->exited = true;
-	return false;
-}
-
-asp_status local_exec_end(local_exec_run *x, asp_exec_result *r, asp_arena *a, asp_error *err)
-{
-	memset(r, 0, sizeof *r);
-	asp_status st = ASP_OK;
-	if (x->timed_out)
-		local_child_signal_tree(&x->c, SIGKILL); /* nothing it started survives a timeout */
-	close_fd(&x->in.fd);
-	close_fd(&x->out.fd);
-	close_fd(&x->errs.fd);
-	int status = local_child_reap(&x->c);
-	local_child_close(&x->c);
-	if (x->in.len)
-		local_pipe_guard_off(&x->guard, x->in.epipe);
-	free(x->scratch);
-	x->scratch = NULL;
-	if (!x->t_end)
-		x->t_end = local_now_ns();
-
-	r->timed_out = x->timed_out;
-	r->duration_ms = (x->t_end - x->t0) / NS_PER_MS;
-	r->stdout_bytes = x->out.total;
-	r->stderr_bytes = x->errs.total;
+	r->timed_out = timed_out;
+	r->duration_ms = (t_end - t0) / NS_PER_MS;
+	r->stdout_bytes = out.total;
+	r->stderr_bytes = errs.total;
 	r->exit_code = -1;
 	if (status != -1 && WIFEXITED(status)) {
 		r->exit_code = WEXITSTATUS(status);
@@ -273,26 +262,12 @@ asp_status local_exec_end(local_exec_run *x, asp_exec_result *r, asp_arena *a, a
 		if (!r->signal)
 			st = ASP_E_INTERNAL;
 	}
-	fit_budget(&x->out.len, &x->errs.len, x->l->payload_budget);
-	if (local_bytes_give(a, x->out.buf, x->out.len, x->out.cap, &r->stdout_data) < 0)
+	fit_budget(&out.len, &errs.len, l->payload_budget);
+	if (local_bytes_give(a, out.buf, out.len, out.cap, &r->stdout_data) < 0)
 		st = ASP_E_INTERNAL;
-	if (local_bytes_give(a, x->errs.buf, x->errs.len, x->errs.cap, &r->stderr_data) < 0)
+	if (local_bytes_give(a, errs.buf, errs.len, errs.cap, &r->stderr_data) < 0)
 		st = ASP_E_INTERNAL;
-	x->out.buf = x->errs.buf = NULL;
 	if (st != ASP_OK)
 		return local_oom("exec", err);
 	return ASP_OK;
-}
-
-asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result *r, asp_arena *a,
-                          asp_error *err)
-{
-	local_exec_run x;
-	memset(r, 0, sizeof *r);
-	asp_status st = local_exec_begin(self, p, NULL, NULL, &x, err);
-	if (st != ASP_OK)
-		return st;
-	while (!local_exec_pass(&x, true))
-		;
-	return local_exec_end(&x, r, a, err);
 }

@@ -275,41 +275,6 @@ static int search_path(const char *path_var, const char *prog, char **out)
 	return found_noexec ? EACCES : ENOENT;
 }
 
-/*
- * Whether the spec's path_ok accepts every path starting the child reads before its
- * program runs: the cwd, and `prog` alone or, searched, in each directory of the PATH
- * the search uses (the request's, else ours, else glibc's default), relative ones
- * refused.
- */
-static bool paths_allowed(const local_child_spec *s, const char *prog, bool search)
-{
-	if (s->cwd && !s->path_ok(s->path_ctx, s->cwd))
-		return false;
-	if (!search)
-		return prog[0] == '/' && s->path_ok(s->path_ctx, prog);
-	const char *dirs = s->has_env ? request_path(&s->env) : NULL;
-	if (!dirs)
-		dirs = getenv("PATH");
-	if (!dirs)
-		dirs = "/bin:/usr/bin";
-	char cand[PATH_MAX];
-	size_t plen = strlen(prog);
-	for (const char *p = dirs;;) {
-		const char *end = strchr(p, ':');
-		size_t dlen = end ? (size_t)(end - p) : strlen(p);
-		if (dlen == 0 || p[0] != '/' || dlen + plen + 2 > sizeof cand)
-			return false;
-		memcpy(cand, p, dlen);
-		cand[dlen] = '/';
-		memcpy(cand + dlen + 1, prog, plen + 1);
-		if (!s->path_ok(s->path_ctx, cand))
-			return false;
-		if (!end)
-			return true;
-		p = end + 1;
-	}
-}
-
 static asp_status validate(const local_child_spec *s, asp_error *err)
 {
 	if ((s->command != NULL) == s->has_argv)
@@ -1088,7 +1053,6 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 	c->job = 0;
 	c->cg = 0;
 	c->pidfd = c->in_fd = c->out_fd = c->err_fd = c->out_w = c->err_w = -1;
-	c->refused = false;
 	asp_status st = validate(s, err);
 	if (st != ASP_OK)
 		return st;
@@ -1114,11 +1078,6 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 		argv = argv_block;
 		prog = argv[0];
 		search = strchr(prog, '/') == NULL;
-	}
-	if (s->path_ok && !paths_allowed(s, prog, search)) {
-		c->refused = true;
-		st = asp_error_set(err, ASP_E_UNSUPPORTED, NULL, "%s: not started here", s->op);
-		goto out;
 	}
 	envp = build_env(s->has_env ? &s->env : NULL, marker, &env_block);
 	if (!envp)

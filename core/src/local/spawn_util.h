@@ -25,14 +25,6 @@ typedef struct local_child_spec {
 	/* keep our copies of stdout's and stderr's write ends (out_w, err_w) until
 	 * local_child_release_outputs, so their EOF comes only after that */
 	bool hold_outputs;
-	/*
-	 * With path_ok: the child starts only if path_ok(path_ctx, path) accepts the cwd and
-	 * every program path its exec may try (each PATH candidate in turn, or the one path
-	 * given); else local_child_start touches none of them and fails with
-	 * local_child.refused set. For a caller that must not wait on a hung mount.
-	 */
-	bool (*path_ok)(void *ctx, const char *path);
-	void *path_ctx;
 } local_child_spec;
 
 typedef struct local_child {
@@ -45,7 +37,6 @@ typedef struct local_child {
 	int out_w;    /* with hold_outputs: our copy of stdout's write end, else -1 */
 	int err_w;    /* the same for stderr */
 	unsigned cg;  /* the job cgroup it was born in (cgroup.h), 0 for none */
-	bool refused; /* not started: the spec's path_ok refused a path */
 } local_child;
 
 /*
