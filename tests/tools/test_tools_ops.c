@@ -592,6 +592,74 @@ static void test_op_differences(void)
 	free(a);
 }
 
+/* A text file of `size` bytes, sparse after its first lines (`text`). */
+static void put_sized(const char *rel, const char *text, off_t size)
+{
+	put_at(rel, text, 1600000000);
+	char p[600];
+	snprintf(p, sizeof p, "%s/%s", work, rel);
+	CU_ASSERT_EQUAL_FATAL(truncate(p, size), 0);
+}
+
+/*
+ * Files over 64 MiB are not read by the op: it lists them and the tool says so, rather
+ * than "No files found" of a file holding a match. A binary one (a NUL in its first
+ * 8 KiB) is skipped as binary, whatever its size.
+ */
+static void test_grep_too_large(void)
+{
+	char head[9000];
+	memset(head, 'x', sizeof head - 1);
+	head[sizeof head - 1] = '\0';
+	memcpy(head, "foo big\n", 8);
+	head[200] = '\n';
+	put_sized("big/huge.log", head, ((off_t)64 << 20) + 1);
+	put_sized("big/blob.bin", "foo\n", ((off_t)64 << 20) + 1); /* NULs after the line */
+	put_sized("big/edge.log", head, (off_t)64 << 20);          /* at the limit: searched */
+	put_at("big/small.txt", "nothing here\n", 1600000000);
+	bool e;
+	char *a = call(op_side.t, "grep", "{\"pattern\": \"foo big\", \"path\": \"big\"}", &e);
+	char want[1400];
+	snprintf(want, sizeof want,
+	         "%s/big/edge.log\n(Not searched, over 64 MiB: %s/big/huge.log. Search them "
+	         "with grep through the bash tool.)",
+	         work, work);
+	CU_ASSERT_FALSE(e);
+	CU_ASSERT_STRING_EQUAL(a, want);
+	free(a);
+	a = call(op_side.t, "grep", "{\"pattern\": \"zzz\", \"path\": \"big\"}", &e);
+	snprintf(want, sizeof want,
+	         "No files found\n(Not searched, over 64 MiB: %s/big/huge.log. Search them "
+	         "with grep through the bash tool.)",
+	         work);
+	CU_ASSERT_STRING_EQUAL(a, want);
+	free(a);
+	/* the op's own answer: the file named, alone, when it is the path searched */
+	asp_arena *ar = asp_arena_new();
+	asp_grep_params p;
+	asp_grep_params_init(&p);
+	char path[600];
+	snprintf(path, sizeof path, "%s/big/huge.log", work);
+	p.path = path;
+	p.regex = "foo";
+	asp_grep_result r;
+	asp_error err;
+	CU_ASSERT_EQUAL_FATAL(asp_grep(op_side.c, &p, &r, ar, &err), ASP_OK);
+	CU_ASSERT_EQUAL(r.files.count, 0);
+	CU_ASSERT_TRUE(r.has_too_large);
+	CU_ASSERT_EQUAL_FATAL(r.too_large.count, 1);
+	CU_ASSERT_STRING_EQUAL(r.too_large.items[0], path);
+	CU_ASSERT_FALSE(r.truncated);
+	/* none too large: the field is absent */
+	snprintf(path, sizeof path, "%s/big/small.txt", work);
+	CU_ASSERT_EQUAL_FATAL(asp_grep(op_side.c, &p, &r, ar, &err), ASP_OK);
+	CU_ASSERT_FALSE(r.has_too_large);
+	asp_arena_free(ar);
+	char cmd[700];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s/big'", work);
+	CU_ASSERT_EQUAL(system(cmd), 0);
+}
+
 /* ---- the grep op: whole-buffer search gives what line-by-line matching gives ------- */
 
 /* grep's answer as text (mode "count" or "content"), for comparing. */
@@ -798,6 +866,8 @@ int main(void)
 	CU_add_test(s, "op and fallback give the same text (asp-agent-static, ERE)",
 	            test_same_as_fallback_static);
 	CU_add_test(s, "hidden files and multiline content: the op's own", test_op_differences);
+	CU_add_test(s, "grep op: files over 64 MiB are listed, not left unsaid",
+	            test_grep_too_large);
 	CU_add_test(s, "grep op: the whole-buffer search finds what line-by-line does (PCRE2)",
 	            test_grep_buffer_pcre2);
 	CU_add_test(s, "grep op: ERE on the whole buffer agrees with PCRE2", test_grep_buffer_ere);

@@ -487,6 +487,8 @@ typedef struct grep_ctx {
 	asp_grep_match *matches;
 	asp_grep_count *counts;
 	size_t n, cap;
+	const char **too_large; /* files over GREP_MAX_FILE, not read: reported */
+	size_t nlarge, caplarge;
 	size_t bytes, budget;
 	bool truncated, oom;
 } grep_ctx;
@@ -815,12 +817,48 @@ static int grep_buf(grep_ctx *g, const char *rel, const char *buf, size_t len)
 	return 1;
 }
 
-/* Reads a file (skipping binary and huge ones) and searches it. */
+/*
+ * A file too large to read whole: listed in too_large, so that "no match" is never said
+ * of a file nobody searched. 0 stops the walk.
+ */
+static int note_too_large(grep_ctx *g, const char *rel)
+{
+	const char *path = g->root_is_file ? g->root : join(g->a, g->root, rel);
+	if (!path)
+		return g->oom = true, 0;
+	size_t need = strlen(path) + 16;
+	if (g->bytes + need > g->budget) {
+		g->truncated = true;
+		return 0;
+	}
+	if (g->nlarge == g->caplarge) {
+		size_t nc = g->caplarge ? 2 * g->caplarge : 16;
+		const char **nv = realloc(g->too_large, nc * sizeof *nv);
+		if (!nv)
+			return g->oom = true, 0;
+		g->too_large = nv;
+		g->caplarge = nc;
+	}
+	g->too_large[g->nlarge++] = path;
+	g->bytes += need;
+	return 1;
+}
+
+/* Reads a file (skipping binary ones, listing huge ones) and searches it. */
 static int grep_fd(grep_ctx *g, int fd, const char *rel)
 {
 	struct stat st;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > GREP_MAX_FILE)
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
 		return close(fd), 1;
+	if ((uint64_t)st.st_size > GREP_MAX_FILE) {
+		/* a binary one would be skipped whatever its size: not worth a mention */
+		char head[BINARY_PROBE];
+		ssize_t got;
+		while ((got = read(fd, head, sizeof head)) < 0 && errno == EINTR)
+			;
+		close(fd);
+		return got > 0 && memchr(head, '\0', (size_t)got) ? 1 : note_too_large(g, rel);
+	}
 	/* one byte more than its size to see it grow, one for the NUL regexec needs */
 	size_t cap = (size_t)st.st_size + 1, n = 0;
 	size_t probe = (size_t)st.st_size < BINARY_PROBE ? (size_t)st.st_size : BINARY_PROBE;
@@ -1030,11 +1068,17 @@ asp_status asp_local_grep(void *self, const asp_grep_params *p, asp_grep_result 
 		free(v);
 		g.oom = true;
 	}
+	if (g.too_large && asp_arena_adopt(a, g.too_large) < 0) {
+		free(g.too_large);
+		g.oom = true;
+	}
 	if (st)
 		return st;
 	if (g.oom)
 		return local_oom("grep", err);
 	r->truncated = g.truncated;
+	r->has_too_large = g.nlarge > 0;
+	r->too_large = (asp_strv){g.too_large, g.nlarge};
 	if (g.mode == MODE_FILES) {
 		r->has_files = true;
 		r->files = (asp_strv){g.files, g.n};

@@ -646,6 +646,24 @@ static bool grep_fail_regex(tresult *r, const char *msg)
 }
 
 /*
+ * The files the op did not read (over 64 MiB), after the answer: without this the model
+ * would take "No matches found" as true of them.
+ */
+static void grep_note_large(tresult *r, const asp_grep_result *res)
+{
+	enum { NAMED = 10 };
+	size_t n = res->has_too_large ? res->too_large.count : 0;
+	if (!n)
+		return;
+	tb_printf(&r->text, "\n(Not searched, over 64 MiB: ");
+	for (size_t i = 0; i < n && i < NAMED; i++)
+		tb_printf(&r->text, "%s%s", i ? ", " : "", res->too_large.items[i]);
+	if (n > NAMED)
+		tb_printf(&r->text, " and %zu more", n - NAMED);
+	tb_puts(&r->text, ". Search them with grep through the bash tool.)");
+}
+
+/*
  * The `grep` op: the search runs in the sandbox in one round trip, and its answer is laid
  * out as grep(1)'s would be. false with *done false: no op after all.
  */
@@ -730,6 +748,8 @@ static bool grep_op(asp_tools *t, const char *abs, const grep_opts *o, uint64_t 
 		gs.n = k;
 	}
 	bool ok = grep_emit(r, &gs, o, head_limit, res.truncated);
+	if (ok)
+		grep_note_large(r, &res);
 	gl_free(&gs);
 	asp_arena_free(a);
 	return ok;

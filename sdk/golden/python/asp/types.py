@@ -614,10 +614,10 @@ class GrepParams:
     Params of grep: Search the contents of files under a path (or one file) with a
     regular expression. hello's features say the dialect: grep-pcre2 (Perl-compatible,
     PCRE2) or grep-ere (POSIX extended). Binary files (a NUL byte in the first 8 KiB),
-    files over 64 MiB, directories named .git and, unless the glob names them, hidden
-    names are skipped; symlinks are not followed. Files are searched in bytewise path
-    order. Running out of time or max_matches stops the search with truncated set, not
-    an error.
+    files over 64 MiB (listed in too_large), directories named .git and, unless the glob
+    names them, hidden names are skipped; symlinks are not followed. Files are searched
+    in bytewise path order. Running out of time or max_matches stops the search with
+    truncated set, not an error.
     """
 
     path: str
@@ -679,6 +679,13 @@ class GrepResult:
 
     truncated: bool
     """Stopped early: max_matches, max_message or the time limit. (since 2)"""
+
+    too_large: list[str] | None
+    """
+    Files the search would have read but did not because they are over 64 MiB, bytewise
+    by path (joined as files are); absent when there were none. A caller that must cover
+    them searches them another way (grep(1) through exec). Optional. (since 2)
+    """
 
 
 @dataclass(kw_only=True)

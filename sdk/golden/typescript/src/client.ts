@@ -158,10 +158,10 @@ export class Client extends ClientBase {
   /**
    * Search the contents of files under a path (or one file) with a regular expression. hello's
    * features say the dialect: grep-pcre2 (Perl-compatible, PCRE2) or grep-ere (POSIX extended).
-   * Binary files (a NUL byte in the first 8 KiB), files over 64 MiB, directories named .git and,
-   * unless the glob names them, hidden names are skipped; symlinks are not followed. Files are
-   * searched in bytewise path order. Running out of time or max_matches stops the search with
-   * truncated set, not an error.
+   * Binary files (a NUL byte in the first 8 KiB), files over 64 MiB (listed in too_large),
+   * directories named .git and, unless the glob names them, hidden names are skipped; symlinks are
+   * not followed. Files are searched in bytewise path order. Running out of time or max_matches
+   * stops the search with truncated set, not an error.
    */
   async grep(params: GrepParams): Promise<GrepResult> {
     return (await this._call("grep", params)) as GrepResult;

@@ -417,6 +417,7 @@ const OPS: Record<string, OpDesc> = {
         { name: "matches", type: "records", optional: true, record: grep_match },
         { name: "counts", type: "records", optional: true, record: grep_count },
         { name: "truncated", type: "bool" },
+        { name: "too_large", type: "strv", optional: true },
       ],
     },
   },

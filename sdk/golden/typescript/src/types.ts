@@ -412,10 +412,10 @@ export interface GlobResult {
 /**
  * Params of grep: Search the contents of files under a path (or one file) with a regular
  * expression. hello's features say the dialect: grep-pcre2 (Perl-compatible, PCRE2) or grep-ere
- * (POSIX extended). Binary files (a NUL byte in the first 8 KiB), files over 64 MiB, directories
- * named .git and, unless the glob names them, hidden names are skipped; symlinks are not followed.
- * Files are searched in bytewise path order. Running out of time or max_matches stops the search
- * with truncated set, not an error.
+ * (POSIX extended). Binary files (a NUL byte in the first 8 KiB), files over 64 MiB (listed in
+ * too_large), directories named .git and, unless the glob names them, hidden names are skipped;
+ * symlinks are not followed. Files are searched in bytewise path order. Running out of time or
+ * max_matches stops the search with truncated set, not an error.
  */
 export interface GrepParams {
   /** File or directory to search. (since 2) */
@@ -459,6 +459,12 @@ export interface GrepResult {
   counts?: GrepCount[];
   /** Stopped early: max_matches, max_message or the time limit. (since 2) */
   truncated: boolean;
+  /**
+   * Files the search would have read but did not because they are over 64 MiB, bytewise by path
+   * (joined as files are); absent when there were none. A caller that must cover them searches them
+   * another way (grep(1) through exec). Optional. (since 2)
+   */
+  too_large?: string[];
 }
 
 /**
