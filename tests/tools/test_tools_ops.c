@@ -613,23 +613,23 @@ static void test_grep_too_large(void)
 	head[sizeof head - 1] = '\0';
 	memcpy(head, "foo big\n", 8);
 	head[200] = '\n';
-	put_sized("big/huge.log", head, ((off_t)64 << 20) + 1);
-	put_sized("big/blob.bin", "foo\n", ((off_t)64 << 20) + 1); /* NULs after the line */
-	put_sized("big/edge.log", head, (off_t)64 << 20);          /* at the limit: searched */
-	put_at("big/small.txt", "nothing here\n", 1600000000);
+	put_sized("large/huge.log", head, ((off_t)64 << 20) + 1);
+	put_sized("large/blob.bin", "foo\n", ((off_t)64 << 20) + 1); /* NULs after the line */
+	put_sized("large/edge.log", head, (off_t)64 << 20);          /* at the limit: searched */
+	put_at("large/small.txt", "nothing here\n", 1600000000);
 	bool e;
-	char *a = call(op_side.t, "grep", "{\"pattern\": \"foo big\", \"path\": \"big\"}", &e);
+	char *a = call(op_side.t, "grep", "{\"pattern\": \"foo big\", \"path\": \"large\"}", &e);
 	char want[1400];
 	snprintf(want, sizeof want,
-	         "%s/big/edge.log\n(Not searched, over 64 MiB: %s/big/huge.log. Search them "
+	         "%s/large/edge.log\n(Not searched, over 64 MiB: %s/large/huge.log. Search them "
 	         "with grep through the bash tool.)",
 	         work, work);
 	CU_ASSERT_FALSE(e);
 	CU_ASSERT_STRING_EQUAL(a, want);
 	free(a);
-	a = call(op_side.t, "grep", "{\"pattern\": \"zzz\", \"path\": \"big\"}", &e);
+	a = call(op_side.t, "grep", "{\"pattern\": \"zzz\", \"path\": \"large\"}", &e);
 	snprintf(want, sizeof want,
-	         "No files found\n(Not searched, over 64 MiB: %s/big/huge.log. Search them "
+	         "No files found\n(Not searched, over 64 MiB: %s/large/huge.log. Search them "
 	         "with grep through the bash tool.)",
 	         work);
 	CU_ASSERT_STRING_EQUAL(a, want);
@@ -639,7 +639,7 @@ static void test_grep_too_large(void)
 	asp_grep_params p;
 	asp_grep_params_init(&p);
 	char path[600];
-	snprintf(path, sizeof path, "%s/big/huge.log", work);
+	snprintf(path, sizeof path, "%s/large/huge.log", work);
 	p.path = path;
 	p.regex = "foo";
 	asp_grep_result r;
@@ -651,12 +651,12 @@ static void test_grep_too_large(void)
 	CU_ASSERT_STRING_EQUAL(r.too_large.items[0], path);
 	CU_ASSERT_FALSE(r.truncated);
 	/* none too large: the field is absent */
-	snprintf(path, sizeof path, "%s/big/small.txt", work);
+	snprintf(path, sizeof path, "%s/large/small.txt", work);
 	CU_ASSERT_EQUAL_FATAL(asp_grep(op_side.c, &p, &r, ar, &err), ASP_OK);
 	CU_ASSERT_FALSE(r.has_too_large);
 	asp_arena_free(ar);
 	char cmd[700];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s/big'", work);
+	snprintf(cmd, sizeof cmd, "rm -rf '%s/large'", work);
 	CU_ASSERT_EQUAL(system(cmd), 0);
 }
 
