@@ -493,16 +493,17 @@ typedef struct grep_ctx {
 	bool truncated, oom;
 } grep_ctx;
 
-static int grow(grep_ctx *g, void **v, size_t elem)
+/* Room in *v (n used of *cap) for one more; -1 (g->oom) when out of memory. */
+static int grow(grep_ctx *g, void **v, size_t n, size_t *cap, size_t elem)
 {
-	if (g->n < g->cap)
+	if (n < *cap)
 		return 0;
-	size_t nc = g->cap ? 2 * g->cap : 64;
+	size_t nc = *cap ? 2 * *cap : 64;
 	void *nv = realloc(*v, nc * elem);
 	if (!nv)
 		return g->oom = true, -1;
 	*v = nv;
-	g->cap = nc;
+	*cap = nc;
 	return 0;
 }
 
@@ -620,7 +621,7 @@ static int add_match(grep_ctx *g, const char *path, const char *buf, const size_
 		g->truncated = true;
 		return 0;
 	}
-	if (grow(g, (void **)&g->matches, sizeof *g->matches) < 0)
+	if (grow(g, (void **)&g->matches, g->n, &g->cap, sizeof *g->matches) < 0)
 		return 0;
 	asp_grep_match *m = &g->matches[g->n++];
 	memset(m, 0, sizeof *m);
@@ -698,9 +699,15 @@ static bool scan_lines(grep_ctx *g, file_scan *f)
 	return f->ls != NULL;
 }
 
+/* The path reported for the file at rel (the root itself when it is a file). */
+static const char *reported_path(grep_ctx *g, const char *rel)
+{
+	return g->root_is_file ? g->root : join(g->a, g->root, rel);
+}
+
 static bool scan_path(grep_ctx *g, file_scan *f)
 {
-	if (!f->path && !(f->path = g->root_is_file ? g->root : join(g->a, g->root, f->rel)))
+	if (!f->path && !(f->path = reported_path(g, f->rel)))
 		g->oom = true;
 	return f->path != NULL;
 }
@@ -805,11 +812,11 @@ static int grep_buf(grep_ctx *g, const char *rel, const char *buf, size_t len)
 		return 0;
 	g->bytes += strlen(f.path) + 16;
 	if (g->mode == MODE_FILES) {
-		if (grow(g, (void **)&g->files, sizeof *g->files) < 0)
+		if (grow(g, (void **)&g->files, g->n, &g->cap, sizeof *g->files) < 0)
 			return 0;
 		g->files[g->n++] = f.path;
 	} else {
-		if (grow(g, (void **)&g->counts, sizeof *g->counts) < 0)
+		if (grow(g, (void **)&g->counts, g->n, &g->cap, sizeof *g->counts) < 0)
 			return 0;
 		g->counts[g->n].path = f.path;
 		g->counts[g->n++].count = f.count;
@@ -823,7 +830,7 @@ static int grep_buf(grep_ctx *g, const char *rel, const char *buf, size_t len)
  */
 static int note_too_large(grep_ctx *g, const char *rel)
 {
-	const char *path = g->root_is_file ? g->root : join(g->a, g->root, rel);
+	const char *path = reported_path(g, rel);
 	if (!path)
 		return g->oom = true, 0;
 	size_t need = strlen(path) + 16;
@@ -831,14 +838,8 @@ static int note_too_large(grep_ctx *g, const char *rel)
 		g->truncated = true;
 		return 0;
 	}
-	if (g->nlarge == g->caplarge) {
-		size_t nc = g->caplarge ? 2 * g->caplarge : 16;
-		const char **nv = realloc(g->too_large, nc * sizeof *nv);
-		if (!nv)
-			return g->oom = true, 0;
-		g->too_large = nv;
-		g->caplarge = nc;
-	}
+	if (grow(g, (void **)&g->too_large, g->nlarge, &g->caplarge, sizeof *g->too_large) < 0)
+		return 0;
 	g->too_large[g->nlarge++] = path;
 	g->bytes += need;
 	return 1;
