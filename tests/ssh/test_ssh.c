@@ -500,8 +500,29 @@ static void test_hostile_agent(void)
 
 /* ---- a dropped connection ---------------------------------------------------------- */
 
+/* The pid a command wrote to a file in scratch, once it is there (0 after 10 s). */
+static pid_t read_pid(const char *name)
+{
+	char path[400];
+	snprintf(path, sizeof path, "%s/%s", scratch, name);
+	for (int i = 0; i < 500; i++) { /* 10 s: a loaded machine is slow to start it */
+		FILE *f = fopen(path, "r");
+		long pid = 0;
+		if (f) {
+			if (fscanf(f, "%ld", &pid) != 1)
+				pid = 0;
+			fclose(f);
+		}
+		if (pid > 0)
+			return (pid_t)pid;
+		usleep(20 * 1000);
+	}
+	return 0;
+}
+
 struct slow_call {
 	asp_client *c;
+	const char *pidfile; /* in scratch: the sleep's pid, once it runs */
 	asp_status st;
 	long long ms;
 	asp_error err;
@@ -513,7 +534,10 @@ static void *slow_exec(void *v)
 	asp_arena *a = asp_arena_new();
 	asp_exec_params p;
 	asp_exec_params_init(&p);
-	p.command = "sleep 30";
+	char cmd[400];
+	snprintf(cmd, sizeof cmd, "echo $$ > %s; exec sleep 30", s->pidfile);
+	p.command = cmd;
+	p.cwd = scratch;
 	asp_exec_result r;
 	long long t0 = now_ms();
 	s->st = asp_exec(s->c, &p, &r, a, &s->err);
@@ -536,10 +560,10 @@ static void killed_session(const char *agent_path)
 	asp_exec_result r;
 	CU_ASSERT_EQUAL_FATAL(asp_exec(c, &p, &r, a, &err), ASP_OK);
 
-	struct slow_call s = {.c = c};
+	struct slow_call s = {.c = c, .pidfile = agent_path ? "slow-agent.pid" : "slow-native.pid"};
 	pthread_t th;
 	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, slow_exec, &s), 0);
-	usleep(700 * 1000); /* the sleep is running */
+	CU_ASSERT_TRUE(read_pid(s.pidfile) > 0); /* the sleep is running */
 	long long t_kill = now_ms();
 	CU_ASSERT_TRUE(sshd_kill_sessions(&fx) > 0);
 	pthread_join(th, NULL);
@@ -1039,25 +1063,6 @@ static bool pid_alive(pid_t pid)
 	buf[n] = '\0';
 	const char *rp = strrchr(buf, ')');
 	return rp && rp[1] == ' ' && rp[2] != 'Z'; /* a zombie is dead */
-}
-
-static pid_t read_pid(const char *name)
-{
-	char path[400];
-	snprintf(path, sizeof path, "%s/%s", scratch, name);
-	for (int i = 0; i < 100; i++) {
-		FILE *f = fopen(path, "r");
-		long pid = 0;
-		if (f) {
-			if (fscanf(f, "%ld", &pid) != 1)
-				pid = 0;
-			fclose(f);
-		}
-		if (pid > 0)
-			return (pid_t)pid;
-		usleep(20 * 1000);
-	}
-	return 0;
 }
 
 static size_t log_count(const char *needle)
