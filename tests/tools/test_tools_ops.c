@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static char root[256];
@@ -725,6 +726,47 @@ static void make_grep_tree(void)
 }
 
 /*
+ * The grep op's timeout holds inside a file too: each of these lines takes PCRE2 to its
+ * match limit (about 20 ms), 1,000 of them some 20 s, far past a 300 ms timeout.
+ */
+static void test_grep_time_bound(void)
+{
+	size_t line = 31, n = 1000;
+	char *text = malloc(n * line + 4);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+	for (size_t i = 0; i < n; i++)
+		memcpy(text + i * line, "aaaaaaaaaaaaaaaaaaaaaaaaaaaacb\n", line);
+	memcpy(text + n * line, "ab\n", 4); /* a match, after the time is up */
+	put_at("slow/lines.txt", text, 1600000000);
+	free(text);
+	asp_arena *ar = asp_arena_new();
+	asp_grep_params p;
+	asp_grep_params_init(&p);
+	char path[600];
+	snprintf(path, sizeof path, "%s/slow", work);
+	p.path = path;
+	p.regex = "(a+)+b";
+	p.timeout_ms = 300;
+	asp_grep_result r;
+	asp_error err;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CU_ASSERT_EQUAL_FATAL(asp_grep(op_side.c, &p, &r, ar, &err), ASP_OK);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+	CU_ASSERT_TRUE(r.truncated);
+	CU_ASSERT_EQUAL(r.files.count, 0);
+	/* a loaded machine's 300 ms may be several times that; 20 s would be a miss */
+	CU_ASSERT_TRUE(ms < 8000);
+	if (ms >= 8000)
+		fprintf(stderr, "grep with a 300 ms timeout took %ld ms\n", ms);
+	asp_arena_free(ar);
+	char cmd[700];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s/slow'", work);
+	CU_ASSERT_EQUAL(system(cmd), 0);
+}
+
+/*
  * PCRE2: each pattern against itself behind "(?=)", an empty lookahead that changes no
  * match but makes the agent go line by line (a lookaround is not safe for the buffer).
  */
@@ -868,6 +910,8 @@ int main(void)
 	CU_add_test(s, "hidden files and multiline content: the op's own", test_op_differences);
 	CU_add_test(s, "grep op: files over 64 MiB are listed, not left unsaid",
 	            test_grep_too_large);
+	CU_add_test(s, "grep op: the timeout holds inside a file of slow lines",
+	            test_grep_time_bound);
 	CU_add_test(s, "grep op: the whole-buffer search finds what line-by-line does (PCRE2)",
 	            test_grep_buffer_pcre2);
 	CU_add_test(s, "grep op: ERE on the whole buffer agrees with PCRE2", test_grep_buffer_ere);

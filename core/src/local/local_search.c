@@ -490,7 +490,10 @@ typedef struct grep_ctx {
 	const char **too_large; /* files over GREP_MAX_FILE, not read: reported */
 	size_t nlarge, caplarge;
 	size_t bytes, budget;
-	bool truncated, oom;
+	uint64_t deadline_ns; /* the walk's: checked inside a file too (out_of_time) */
+	unsigned tick;        /* pattern calls since the clock was last read */
+	bool slow_call;       /* the last call ran into a match limit: it took long */
+	bool truncated, oom, timed_out;
 } grep_ctx;
 
 /* Room in *v (n used of *cap) for one more; -1 (g->oom) when out of memory. */
@@ -512,8 +515,10 @@ static bool re_find(grep_ctx *g, const char *s, size_t len, size_t *mstart, size
 {
 #ifdef ASP_HAVE_PCRE2
 	int rc = pcre2_match(g->re, (PCRE2_SPTR)s, len, 0, 0, g->md, NULL);
-	if (rc < 0)
+	if (rc < 0) {
+		g->slow_call = rc != PCRE2_ERROR_NOMATCH; /* a limit: tens of ms were spent */
 		return false;
+	}
 	PCRE2_SIZE *ov = pcre2_get_ovector_pointer(g->md);
 	*mstart = ov[0];
 	*mend = ov[1] > ov[0] ? ov[1] : ov[0];
@@ -552,7 +557,7 @@ static int buf_find(grep_ctx *g, const char *buf, size_t len, size_t start, size
 	if (rc == PCRE2_ERROR_NOMATCH)
 		return 0;
 	if (rc < 0)
-		return -1;
+		return g->slow_call = true, -1;
 	*at = pcre2_get_ovector_pointer(g->md)[0];
 	return 1;
 #else
@@ -565,6 +570,23 @@ static int buf_find(grep_ctx *g, const char *buf, size_t len, size_t start, size
 	*at = start + (size_t)m.rm_so;
 	return 1;
 #endif
+}
+
+/*
+ * Whether the search's time is up. Read every 16 pattern calls, and after each call that
+ * ran into a match limit: a file of such lines (tens of ms each) would otherwise keep
+ * the answer long past the deadline, which the walk checks only between files.
+ */
+static bool out_of_time(grep_ctx *g)
+{
+	if (++g->tick < 16 && !g->slow_call)
+		return false;
+	g->tick = 0;
+	g->slow_call = false;
+	if (local_now_ns() < g->deadline_ns)
+		return false;
+	g->timed_out = true;
+	return true;
 }
 
 static bool have_buf_re(const grep_ctx *g)
@@ -741,6 +763,8 @@ static int grep_buf(grep_ctx *g, const char *rel, const char *buf, size_t len)
 		size_t off = 0, last_line = SIZE_MAX; /* a line matched already: once */
 		while (go && off <= len) {
 			size_t ms, me;
+			if (out_of_time(g))
+				return free(f.ls), 0;
 			if (!re_find(g, buf + off, len - off, &ms, &me))
 				break;
 			ms += off, me += off;
@@ -768,6 +792,8 @@ static int grep_buf(grep_ctx *g, const char *rel, const char *buf, size_t len)
 		while (go && !by_line) {
 			if (f.ls && from >= f.nlines)
 				break;
+			if (out_of_time(g))
+				return free(f.ls), 0;
 			size_t at, start = f.ls ? f.ls[from] : 0;
 			int rc = buf_find(g, buf, len, start, &at);
 			if (rc == 0)
@@ -792,6 +818,8 @@ static int grep_buf(grep_ctx *g, const char *rel, const char *buf, size_t len)
 				return 0;
 			for (size_t i = from; go && i < f.nlines; i++) {
 				bool hit;
+				if (out_of_time(g))
+					return free(f.ls), 0;
 				go = scan_line(g, &f, i, &hit);
 			}
 		}
@@ -1044,10 +1072,11 @@ asp_status asp_local_grep(void *self, const asp_grep_params *p, asp_grep_result 
 	st = open_root("grep", p->path, &fd, &is_dir, err);
 	if (!st) {
 		uint64_t ms = p->timeout_ms ? p->timeout_ms : GREP_DEFAULT_MS;
+		g.deadline_ns = local_now_ns() + ms * NS_PER_MS;
 		/* hidden names are entered only when the glob names one */
 		walker w = {.hidden = g.has_glob && g.ps.any_hid,
 		            .sorted = true,
-		            .deadline_ns = local_now_ns() + ms * NS_PER_MS,
+		            .deadline_ns = g.deadline_ns,
 		            .visit = grep_visit,
 		            .ctx = &g};
 		if (is_dir) {
@@ -1057,7 +1086,7 @@ asp_status asp_local_grep(void *self, const asp_grep_params *p, asp_grep_result 
 			g.root_is_file = true;
 			grep_fd(&g, fd, "");
 		}
-		if (w.timed_out)
+		if (w.timed_out || g.timed_out)
 			g.truncated = true;
 	}
 	grep_free_re(&g);
