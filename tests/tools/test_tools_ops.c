@@ -726,6 +726,63 @@ static void make_grep_tree(void)
 }
 
 /*
+ * A line on which PCRE2 reaches its match limit is neither a match nor a miss: the file
+ * is listed in undecided and the tool says so, rather than "No files found".
+ */
+static void test_grep_undecided(void)
+{
+	static const char limit_line[] = "aaaaaaaaaaaaaaaaaaaaaaaaaaaacb\n"; /* (a+)+b: the limit */
+	char text[200];
+	snprintf(text, sizeof text, "%s%s", limit_line, limit_line);
+	put_at("open/limit.txt", text, 1600000000);
+	snprintf(text, sizeof text, "%sab\n", limit_line);
+	put_at("open/mixed.txt", text, 1600000000);
+	put_at("open/plain.txt", "nothing here\n", 1600000000);
+	bool e;
+	char *a = call(op_side.t, "grep", "{\"pattern\": \"(a+)+b\", \"path\": \"open\"}", &e);
+	char want[1400];
+	snprintf(want, sizeof want,
+	         "%s/open/mixed.txt\n(Not decided, the pattern hit the regex engine's "
+	         "backtracking limit on a line of: %s/open/limit.txt. Simplify the pattern (fewer "
+	         "nested quantifiers) to search them.)",
+	         work, work);
+	CU_ASSERT_FALSE(e);
+	CU_ASSERT_STRING_EQUAL(a, want);
+	free(a);
+	/* content mode: mixed.txt's match is shown, and its other line is undecided too */
+	asp_arena *ar = asp_arena_new();
+	asp_grep_params p;
+	asp_grep_params_init(&p);
+	char path[600], l[600], m[600];
+	snprintf(path, sizeof path, "%s/open", work);
+	snprintf(l, sizeof l, "%s/open/limit.txt", work);
+	snprintf(m, sizeof m, "%s/open/mixed.txt", work);
+	p.path = path;
+	p.regex = "(a+)+b";
+	p.mode = "content";
+	asp_grep_result r;
+	asp_error err;
+	CU_ASSERT_EQUAL_FATAL(asp_grep(op_side.c, &p, &r, ar, &err), ASP_OK);
+	CU_ASSERT_EQUAL_FATAL(r.matches.count, 1);
+	CU_ASSERT_STRING_EQUAL(r.matches.items[0].path, m);
+	CU_ASSERT_EQUAL(r.matches.items[0].line, 2);
+	CU_ASSERT_TRUE(r.has_undecided);
+	CU_ASSERT_EQUAL_FATAL(r.undecided.count, 2);
+	CU_ASSERT_STRING_EQUAL(r.undecided.items[0], l);
+	CU_ASSERT_STRING_EQUAL(r.undecided.items[1], m);
+	CU_ASSERT_FALSE(r.truncated);
+	/* a pattern that decides every line: the field is absent */
+	p.regex = "a+cb";
+	CU_ASSERT_EQUAL_FATAL(asp_grep(op_side.c, &p, &r, ar, &err), ASP_OK);
+	CU_ASSERT_FALSE(r.has_undecided);
+	CU_ASSERT_EQUAL(r.matches.count, 3);
+	asp_arena_free(ar);
+	char cmd[700];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s/open'", work);
+	CU_ASSERT_EQUAL(system(cmd), 0);
+}
+
+/*
  * The grep op's timeout holds inside a file too: each of these lines takes PCRE2 to its
  * match limit (about 20 ms), 1,000 of them some 20 s, far past a 300 ms timeout.
  */
@@ -910,6 +967,8 @@ int main(void)
 	CU_add_test(s, "hidden files and multiline content: the op's own", test_op_differences);
 	CU_add_test(s, "grep op: files over 64 MiB are listed, not left unsaid",
 	            test_grep_too_large);
+	CU_add_test(s, "grep op: a line the match limit leaves open is said, not missed",
+	            test_grep_undecided);
 	CU_add_test(s, "grep op: the timeout holds inside a file of slow lines",
 	            test_grep_time_bound);
 	CU_add_test(s, "grep op: the whole-buffer search finds what line-by-line does (PCRE2)",

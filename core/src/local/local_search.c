@@ -489,10 +489,13 @@ typedef struct grep_ctx {
 	size_t n, cap;
 	const char **too_large; /* files over GREP_MAX_FILE, not read: reported */
 	size_t nlarge, caplarge;
+	const char **undecided; /* files with a line the match limit left undecided */
+	size_t nundecided, capundecided;
 	size_t bytes, budget;
 	uint64_t deadline_ns; /* the walk's: checked inside a file too (out_of_time) */
 	unsigned tick;        /* pattern calls since the clock was last read */
 	bool slow_call;       /* the last call ran into a match limit: it took long */
+	bool undecided_here;  /* a line of this file did (re_find): it is listed */
 	bool truncated, oom, timed_out;
 } grep_ctx;
 
@@ -516,7 +519,8 @@ static bool re_find(grep_ctx *g, const char *s, size_t len, size_t *mstart, size
 #ifdef ASP_HAVE_PCRE2
 	int rc = pcre2_match(g->re, (PCRE2_SPTR)s, len, 0, 0, g->md, NULL);
 	if (rc < 0) {
-		g->slow_call = rc != PCRE2_ERROR_NOMATCH; /* a limit: tens of ms were spent */
+		if (rc != PCRE2_ERROR_NOMATCH) /* a limit: tens of ms spent, and no answer */
+			g->slow_call = g->undecided_here = true;
 		return false;
 	}
 	PCRE2_SIZE *ov = pcre2_get_ovector_pointer(g->md);
@@ -752,8 +756,29 @@ static int scan_line(grep_ctx *g, file_scan *f, size_t i, bool *hit)
 	return 1;
 }
 
+/*
+ * A file reported beside the results (too_large, undecided): so that "no match" is never
+ * said of a file, or a line, nobody could search. 0 stops the walk.
+ */
+static int note_path(grep_ctx *g, const char *rel, const char ***v, size_t *n, size_t *cap)
+{
+	const char *path = reported_path(g, rel);
+	if (!path)
+		return g->oom = true, 0;
+	size_t need = strlen(path) + 16;
+	if (g->bytes + need > g->budget) {
+		g->truncated = true;
+		return 0;
+	}
+	if (grow(g, (void **)v, *n, cap, sizeof **v) < 0)
+		return 0;
+	(*v)[(*n)++] = path;
+	g->bytes += need;
+	return 1;
+}
+
 /* Searches one file's bytes; 0 stops the walk. */
-static int grep_buf(grep_ctx *g, const char *rel, const char *buf, size_t len)
+static int grep_scan(grep_ctx *g, const char *rel, const char *buf, size_t len)
 {
 	file_scan f = {.rel = rel, .buf = buf, .len = len};
 	int go = 1;
@@ -852,25 +877,17 @@ static int grep_buf(grep_ctx *g, const char *rel, const char *buf, size_t len)
 	return 1;
 }
 
-/*
- * A file too large to read whole: listed in too_large, so that "no match" is never said
- * of a file nobody searched. 0 stops the walk.
- */
-static int note_too_large(grep_ctx *g, const char *rel)
+/* grep_scan, and the file listed in undecided when the match limit left a line open. */
+static int grep_buf(grep_ctx *g, const char *rel, const char *buf, size_t len)
 {
-	const char *path = reported_path(g, rel);
-	if (!path)
-		return g->oom = true, 0;
-	size_t need = strlen(path) + 16;
-	if (g->bytes + need > g->budget) {
-		g->truncated = true;
+	g->undecided_here = false;
+	size_t n0 = g->n;
+	int go = grep_scan(g, rel, buf, len);
+	bool listed = g->mode == MODE_FILES && g->n > n0; /* it matched: that is decided */
+	if (g->undecided_here && !listed && !g->oom &&
+	    !note_path(g, rel, &g->undecided, &g->nundecided, &g->capundecided))
 		return 0;
-	}
-	if (grow(g, (void **)&g->too_large, g->nlarge, &g->caplarge, sizeof *g->too_large) < 0)
-		return 0;
-	g->too_large[g->nlarge++] = path;
-	g->bytes += need;
-	return 1;
+	return go;
 }
 
 /* Reads a file (skipping binary ones, listing huge ones) and searches it. */
@@ -886,7 +903,9 @@ static int grep_fd(grep_ctx *g, int fd, const char *rel)
 		while ((got = read(fd, head, sizeof head)) < 0 && errno == EINTR)
 			;
 		close(fd);
-		return got > 0 && memchr(head, '\0', (size_t)got) ? 1 : note_too_large(g, rel);
+		return got > 0 && memchr(head, '\0', (size_t)got)
+		           ? 1
+		           : note_path(g, rel, &g->too_large, &g->nlarge, &g->caplarge);
 	}
 	/* one byte more than its size to see it grow, one for the NUL regexec needs */
 	size_t cap = (size_t)st.st_size + 1, n = 0;
@@ -1102,6 +1121,10 @@ asp_status asp_local_grep(void *self, const asp_grep_params *p, asp_grep_result 
 		free(g.too_large);
 		g.oom = true;
 	}
+	if (g.undecided && asp_arena_adopt(a, g.undecided) < 0) {
+		free(g.undecided);
+		g.oom = true;
+	}
 	if (st)
 		return st;
 	if (g.oom)
@@ -1109,6 +1132,8 @@ asp_status asp_local_grep(void *self, const asp_grep_params *p, asp_grep_result 
 	r->truncated = g.truncated;
 	r->has_too_large = g.nlarge > 0;
 	r->too_large = (asp_strv){g.too_large, g.nlarge};
+	r->has_undecided = g.nundecided > 0;
+	r->undecided = (asp_strv){g.undecided, g.nundecided};
 	if (g.mode == MODE_FILES) {
 		r->has_files = true;
 		r->files = (asp_strv){g.files, g.n};

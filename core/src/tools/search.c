@@ -645,22 +645,33 @@ static bool grep_fail_regex(tresult *r, const char *msg)
 	return tools_fail(r, "Error: the search failed: grep: %.*s%s", (int)len, s, hint);
 }
 
-/*
- * The files the op did not read (over 64 MiB), after the answer: without this the model
- * would take "No matches found" as true of them.
- */
-static void grep_note_large(tresult *r, const asp_grep_result *res)
+/* Up to ten of the n paths after `lead`, then "and N more", then `tail`. */
+static void grep_note(tresult *r, const asp_strv *v, bool has, const char *lead, const char *tail)
 {
 	enum { NAMED = 10 };
-	size_t n = res->has_too_large ? res->too_large.count : 0;
+	size_t n = has ? v->count : 0;
 	if (!n)
 		return;
-	tb_printf(&r->text, "\n(Not searched, over 64 MiB: ");
+	tb_printf(&r->text, "\n(%s", lead);
 	for (size_t i = 0; i < n && i < NAMED; i++)
-		tb_printf(&r->text, "%s%s", i ? ", " : "", res->too_large.items[i]);
+		tb_printf(&r->text, "%s%s", i ? ", " : "", v->items[i]);
 	if (n > NAMED)
 		tb_printf(&r->text, " and %zu more", n - NAMED);
-	tb_puts(&r->text, ". Search them with grep through the bash tool.)");
+	tb_puts(&r->text, tail);
+}
+
+/*
+ * The files the op could not search, after the answer: without this the model would
+ * take "No matches found" as true of them.
+ */
+static void grep_note_unsearched(tresult *r, const asp_grep_result *res)
+{
+	grep_note(r, &res->too_large, res->has_too_large,
+	          "Not searched, over 64 MiB: ", ". Search them with grep through the bash tool.)");
+	grep_note(r, &res->undecided, res->has_undecided,
+	          "Not decided, the pattern hit the regex engine's backtracking limit on a line "
+	          "of: ",
+	          ". Simplify the pattern (fewer nested quantifiers) to search them.)");
 }
 
 /*
@@ -749,7 +760,7 @@ static bool grep_op(asp_tools *t, const char *abs, const grep_opts *o, uint64_t 
 	}
 	bool ok = grep_emit(r, &gs, o, head_limit, res.truncated);
 	if (ok)
-		grep_note_large(r, &res);
+		grep_note_unsearched(r, &res);
 	gl_free(&gs);
 	asp_arena_free(a);
 	return ok;

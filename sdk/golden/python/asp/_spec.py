@@ -238,6 +238,7 @@ OPS = {
             Field("counts", "counts", "records", optional=True, record=_grep_count),
             Field("truncated", "truncated", "bool"),
             Field("too_large", "too_large", "strv", optional=True),
+            Field("undecided", "undecided", "strv", optional=True),
         ), _t.GrepResult)),
     "edit": Op("edit", 2, False,
         Record("edit params", (

@@ -418,6 +418,7 @@ const OPS: Record<string, OpDesc> = {
         { name: "counts", type: "records", optional: true, record: grep_count },
         { name: "truncated", type: "bool" },
         { name: "too_large", type: "strv", optional: true },
+        { name: "undecided", type: "strv", optional: true },
       ],
     },
   },

@@ -465,6 +465,14 @@ export interface GrepResult {
    * another way (grep(1) through exec). Optional. (since 2)
    */
   too_large?: string[];
+  /**
+   * Files where the pattern ran into the regex engine's match limit (PCRE2's backtracking limit) on
+   * a line, so whether that line matches is not known (in multiline mode: whether anything after
+   * that point does); their other lines were searched. Bytewise by path (joined as files are);
+   * absent when there were none. A file that matched elsewhere is not listed in files mode.
+   * Optional. (since 2)
+   */
+  undecided?: string[];
 }
 
 /**
