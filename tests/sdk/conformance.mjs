@@ -1,7 +1,8 @@
 #!/usr/bin/env node
-// The conformance cases of tests/conformance/cases.c, run through the generated
-// TypeScript SDK (its built dist/) against a real responder: the same names, inputs,
-// expected results and error codes, case for case.
+// The conformance cases of tests/conformance/cases.c and cases_proc.c (the spawn and proc_
+// cases but proc_attach's), run through the generated TypeScript SDK (its built dist/)
+// against a real responder: the same names, inputs, expected results and error codes, case
+// for case, as conformance.py runs them through the Python SDK.
 //
 // usage: node conformance.mjs --sdk DIR (--stdio ARGV... | --http URL [--token T] |
 //                                        --config F) [--only SUBSTRING]
@@ -927,6 +928,175 @@ async function hostile_exec_args(ctx) {
   await expectExists(ctx, `${d}/pwned`, false);
 }
 
+// ---- spawned processes (tests/conformance/cases_proc.c) ----
+
+// Events and results printed whole in a message; integers past 2^53 arrive as bigint.
+const repr = (o) => JSON.stringify(o, (_, v) => (typeof v === "bigint" ? `${v}n` : v));
+
+/** A Process; Skip where the transport carries no notifications (HTTP in the SDKs). */
+async function spawn(ctx, p) {
+  try {
+    return await ctx.c.spawn(p);
+  } catch (e) {
+    if (!(e instanceof asp.AspError)) throw e;
+    if (e.code === "unsupported") throw new Skip(`spawn: ${e.message}`);
+    throw new Fail(`spawn ${repr(p)}: ${e.code}: ${e.message}`);
+  }
+}
+
+/** The next event, or undefined once the exit has been returned. The TS Process has no
+ * timeout of its own (Python's next_event takes one), so a race against SAFETY_TIMEOUT_MS
+ * makes a silent process fail the case instead of hanging it. */
+async function nextEvent(proc) {
+  let timer;
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Fail(`no event from process ${proc.proc} in ${SAFETY_TIMEOUT_MS} ms`)), SAFETY_TIMEOUT_MS);
+  });
+  try {
+    const r = await Promise.race([proc.next(), late]);
+    return r.done ? undefined : r.value;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Reads the process to its exit: stdout, stderr, the exit event, the chunks seen
+ * (stream, offset, size, when) and the time the exit came. */
+async function follow(proc) {
+  const acc = { stdout: [], stderr: [] },
+    len = { stdout: 0, stderr: 0 },
+    chunks = [];
+  for (;;) {
+    const ev = await nextEvent(proc);
+    if (ev === undefined)
+      return { stdout: Buffer.concat(acc.stdout), stderr: Buffer.concat(acc.stderr), exit: proc.exit, chunks, tEnd: monoMs() };
+    if (ev.stream !== undefined && ev.stream !== null) {
+      check(ev.proc === proc.proc, `output names process ${ev.proc}, spawn ${proc.proc}`);
+      const s = ev.stream === "stdout" ? "stdout" : "stderr";
+      check(ev.offset === len[s], `${ev.stream} chunk at offset ${ev.offset} after ${len[s]} bytes`);
+      acc[s].push(ev.data);
+      len[s] += ev.data.length;
+      chunks.push({ stream: ev.stream, offset: ev.offset, size: ev.data.length, when: monoMs() });
+    }
+  }
+}
+
+async function spawn_output_live(ctx) {
+  const t0 = monoMs();
+  const p = await spawn(ctx, { command: "for i in 1 2 3 4 5; do echo line$i; sleep 0.2; done" });
+  const f = await follow(p);
+  check(eq(f.stdout, "line1\nline2\nline3\nline4\nline5\n"), `stdout '${show(f.stdout)}'`);
+  check(f.exit.exit_code === 0 && !f.exit.signal, `exit ${f.exit.exit_code} signal ${f.exit.signal}`);
+  const outs = f.chunks.filter((c) => c.stream === "stdout");
+  check(outs.length >= 4, `${outs.length} chunks: the output came in one piece, not live`);
+  check(
+    f.tEnd - outs[0].when >= 500,
+    `first chunk ${(outs[0].when - t0).toFixed(0)} ms after the spawn, exit ${(f.tEnd - t0).toFixed(0)} ms after: not live`,
+  );
+}
+
+async function spawn_output_order(ctx) {
+  const p = await spawn(ctx, {
+    command: "printf out1; printf err1 >&2; head -c 2097152 /dev/zero | tr '\\000' x; printf err2 >&2; printf end; exit 5",
+  });
+  const f = await follow(p);
+  const want = Buffer.concat([Buffer.from("out1"), Buffer.alloc(2 * MIB, "x"), Buffer.from("end")]);
+  check(eq(f.stdout, want), `stdout ${f.stdout.length} bytes`);
+  check(eq(f.stderr, "err1err2"), `stderr '${show(f.stderr)}'`);
+  const ex = f.exit;
+  check(ex.exit_code === 5 && !ex.timed_out && ex.proc === p.proc, `exit ${repr(ex)}`);
+  const w = await ok(ctx.c.proc_wait({ proc: p.proc, timeout_ms: 5000 }));
+  check(w.exit_code === 5 && !w.signal, `proc_wait ${repr(w)}`);
+}
+
+async function spawn_stdin_binary(ctx) {
+  const n = 256 + 300 * 1024;
+  const data = new Uint8Array(n);
+  for (let i = 0; i < n; i++) data[i] = i < 256 ? i : (i * 7 + (i >> 9)) & 0xff;
+  const p = await spawn(ctx, { argv: ["cat"] });
+  // Pieces as views into one buffer, as exec stdin takes a Uint8Array: the SDK must send
+  // each view's bytes, not its whole backing buffer.
+  await ok(ctx.c.proc_write({ proc: p.proc, data: data.subarray(0, 256) }));
+  await ok(ctx.c.proc_write({ proc: p.proc, data: data.subarray(256, 256 + 100 * 1024) }));
+  await ok(ctx.c.proc_write({ proc: p.proc, data: data.subarray(256 + 100 * 1024), eof: true }));
+  const f = await follow(p);
+  check(eq(f.stdout, data), `cat gave back ${f.stdout.length} of ${n} bytes, or other bytes`);
+  check(f.exit.exit_code === 0, `exit ${f.exit.exit_code}`);
+  await err("invalid_argument", ctx.c.proc_write({ proc: p.proc, data: enc.encode("x") }));
+  await err("invalid_argument", ctx.c.proc_write({ proc: p.proc, eof: true }));
+  await err("not_found", ctx.c.proc_write({ proc: 0x7fffffffffff, data: enc.encode("x") }));
+}
+
+async function spawn_timeout_kills_group(ctx) {
+  const t0 = monoMs();
+  const p = await spawn(ctx, { command: "sleep 30 & echo $! > bg.pid; sleep 30", cwd: ctx.dir, timeout_ms: 300 });
+  const f = await follow(p);
+  const ex = f.exit;
+  check(ex.timed_out && ex.exit_code === -1 && ex.signal === "TERM", `timed_out ${ex.timed_out} exit ${ex.exit_code} signal ${ex.signal}`);
+  check(f.tEnd - t0 >= 250 && f.tEnd - t0 < SLOW_MS, `ended after ${(f.tEnd - t0).toFixed(0)} ms`);
+  check((await ok(ctx.c.proc_wait({ proc: p.proc, timeout_ms: 5000 }))).timed_out, "proc_wait: not timed_out");
+  for (let i = 0; i < 20; i++) {
+    if (eq((await sh(ctx, 'kill -0 "$(cat bg.pid)" 2>/dev/null && echo alive || echo dead')).stdout, "dead\n")) return;
+    await sleep(500); // polling the condition, bounded at 10 s
+  }
+  throw new Fail("a process of the timed-out group survived");
+}
+
+async function spawn_errors(ctx) {
+  await follow(await spawn(ctx, { command: "true" })); // Skip where nothing can spawn
+  await err("not_found", ctx.c.spawn({ argv: ["/nonexistent/asp-conf-prog"] }));
+  await err("not_found", ctx.c.spawn({ command: "true", cwd: "/nonexistent/asp-conf-dir" }));
+  await err("invalid_argument", ctx.c.spawn({ command: "true", argv: ["true"] }));
+}
+
+async function proc_signal_each(ctx) {
+  for (const name of ["TERM", "KILL", "INT", "HUP", "QUIT", "USR1", "USR2"]) {
+    const p = await spawn(ctx, { command: "ulimit -c 0 2>/dev/null; exec sleep 30", cwd: ctx.dir });
+    await ok(ctx.c.proc_signal({ proc: p.proc, signal: name }));
+    const w = await ok(ctx.c.proc_wait({ proc: p.proc, timeout_ms: 10000 }));
+    check(w.exit_code === -1 && w.signal === name, `${name}: exit ${w.exit_code} signal ${w.signal}`);
+    await ok(ctx.c.proc_signal({ proc: p.proc, signal: name })); // a finished process: a no-op
+    if (name === "TERM") {
+      await err("invalid_argument", ctx.c.proc_signal({ proc: p.proc, signal: "FOO" }));
+      await err("invalid_argument", ctx.c.proc_signal({ proc: p.proc, signal: "STOP" }));
+    }
+    p.close();
+  }
+  await err("not_found", ctx.c.proc_signal({ proc: 0x7fffffffffff, signal: "TERM" }));
+}
+
+async function proc_wait_timeout(ctx) {
+  const p = await spawn(ctx, { command: "exec sleep 30" });
+  const t0 = monoMs();
+  await err("timeout", ctx.c.proc_wait({ proc: p.proc, timeout_ms: 300 }));
+  const took = monoMs() - t0;
+  check(took >= 250 && took < SLOW_MS, `the timeout came after ${took.toFixed(0)} ms`);
+  await ok(ctx.c.proc_signal({ proc: p.proc, signal: "KILL" }));
+  const w = await ok(ctx.c.proc_wait({ proc: p.proc }));
+  check(w.signal === "KILL" && !w.timed_out, `signal ${w.signal}`);
+  await err("not_found", ctx.c.proc_wait({ proc: 0x7fffffffffff, timeout_ms: 10 }));
+  p.close();
+}
+
+async function proc_list_fields(ctx) {
+  const done = await spawn(ctx, { argv: ["sh", "-c", "exit 3"], tag: "conf-done" });
+  await ok(ctx.c.proc_wait({ proc: done.proc, timeout_ms: 10000 }));
+  const running = await spawn(ctx, { command: "exec sleep 30", tag: "conf-running" });
+  const procs = new Map((await ok(ctx.c.proc_list())).procs.map((e) => [e.proc, e]));
+  const d = procs.get(done.proc),
+    r = procs.get(running.proc);
+  check(d !== undefined && r !== undefined, `proc_list lacks ${d ? "the running one" : "the finished one"}`);
+  check(d.tag === "conf-done", `tag ${d.tag}`);
+  check(d.command === "sh -c 'exit 3'", `argv shown as [${d.command}]`);
+  check(!d.running && d.exit_code === 3, `finished: running ${d.running} exit ${d.exit_code}`);
+  // exit_code is optional, not nullable: a running process's is absent (undefined).
+  check(r.command === "exec sleep 30" && r.running && r.exit_code === undefined && r.tag === "conf-running", `running: ${repr(r)}`);
+  await ok(ctx.c.proc_signal({ proc: running.proc, signal: "KILL" }));
+  await ok(ctx.c.proc_wait({ proc: running.proc, timeout_ms: 10000 }));
+  done.close();
+  running.close();
+}
+
 const CASES = [
   hello_fields, exec_command_shell, exec_argv_direct, exec_invalid_params, exec_missing_program,
   exec_exit_codes, exec_signal_name, exec_stdin_binary, exec_stdin_closed, exec_large_io,
@@ -939,6 +1109,8 @@ const CASES = [
   list_sorted_bytewise, list_types, list_errors, mkdir_basic, mkdir_parents, mkdir_errors,
   remove_file_and_dir, remove_not_empty, remove_recursive, remove_symlink_to_dir,
   rename_overwrite, rename_no_overwrite, rename_errors_and_dirs, hostile_names, hostile_exec_args,
+  spawn_output_live, spawn_output_order, spawn_stdin_binary, spawn_timeout_kills_group, spawn_errors,
+  proc_signal_each, proc_wait_timeout, proc_list_fields,
 ];
 
 async function runCase(client, root, fn) {
