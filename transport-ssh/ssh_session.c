@@ -344,8 +344,9 @@ static asp_status authenticate(sshc *c, asp_error *err)
 		note(offered, sizeof offered, "keyboard-interactive");
 	return asp_error_set(err, ASP_E_UNAUTHORIZED, NULL,
 	                     "ssh %s: authentication failed (%s); the server accepts: %s. Set "
-	                     "ssh.identity_file to a key in the user's authorized_keys, run an "
-	                     "ssh-agent holding one, or set ssh.password_env",
+	                     "ssh.identity_file to a key in the user's authorized_keys "
+	                     "(identity.file in a version 0 file), run an ssh-agent holding "
+	                     "one, or set ssh.password_env (version 1 only)",
 	                     c->target, tried[0] ? tried : "no method configured",
 	                     offered[0] ? offered : "nothing we support");
 lost:

@@ -232,6 +232,8 @@ static void test_auth_refused(void)
 		close_backend(&b);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "authentication failed"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "identity_file"));
+	/* the same message serves a v0 file, whose key is elsewhere */
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "identity.file in a version 0 file"));
 	/* a password from an unset variable: named in the message */
 	snprintf(extra, sizeof extra,
 	         "\"identity_file\": \"%s\", \"password_env\": \"ASP_TEST_NO_SUCH_VAR\"",
