@@ -944,19 +944,14 @@ async function spawn(ctx, p) {
   }
 }
 
-/** The next event, or undefined once the exit has been returned. The TS Process has no
- * timeout of its own (Python's next_event takes one), so a race against SAFETY_TIMEOUT_MS
- * makes a silent process fail the case instead of hanging it. */
+/** The next event, or undefined once the exit has been returned; a silent process fails
+ * the case after SAFETY_TIMEOUT_MS instead of hanging it. */
 async function nextEvent(proc) {
-  let timer;
-  const late = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Fail(`no event from process ${proc.proc} in ${SAFETY_TIMEOUT_MS} ms`)), SAFETY_TIMEOUT_MS);
-  });
   try {
-    const r = await Promise.race([proc.next(), late]);
-    return r.done ? undefined : r.value;
-  } finally {
-    clearTimeout(timer);
+    return await proc.nextEvent(SAFETY_TIMEOUT_MS);
+  } catch (e) {
+    if (e instanceof asp.AspError && e.code === "timeout") throw new Fail(e.message);
+    throw e;
   }
 }
 

@@ -213,6 +213,14 @@ await test("spawn: an async iterator of output chunks then the exit (or unsuppor
     ({ stdout, exit } = await p.collect());
     assert(dec.decode(stdout) === "hello there" && exit.exit_code === 0);
     p = await c.spawn({ command: "sleep 30" });
+    // nextEvent with a timeout: "timeout" when nothing comes, and the process still followed
+    const t0 = Date.now();
+    const late = await expectError("timeout", p.nextEvent(200));
+    assert(Date.now() - t0 >= 190 && late.message.includes(`process ${p.proc}`), late.message);
+    await p.signal("KILL");
+    const ev = await p.nextEvent(20000);
+    assert(ev.event === "exit" && ev.signal === "KILL" && (await p.nextEvent(10)) === undefined);
+    p = await c.spawn({ command: "sleep 30" });
     await p.signal("KILL");
     const evs = [];
     for await (const ev of p) evs.push(ev);

@@ -105,6 +105,35 @@ export class Process<E extends { proc?: number | bigint } = Record<string, unkno
 
   async next(): Promise<IteratorResult<E, undefined>> {
     while (!this.queue.length && !this.ended) await new Promise<void>((r) => this.waiters.push(r));
+    return this.take();
+  }
+
+  /**
+   * The next event, or undefined once the exit has been returned (Python's next_event).
+   * With timeoutMs, rejects with AspError "timeout" when nothing came in time; the
+   * process is still followed, and a later call gets what comes next.
+   */
+  async nextEvent(timeoutMs?: number): Promise<E | undefined> {
+    if (timeoutMs !== undefined && !this.queue.length && !this.ended) {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      let wake: (() => void) | undefined;
+      const came = await new Promise<boolean>((resolve) => {
+        wake = () => resolve(true);
+        this.waiters.push(wake);
+        timer = setTimeout(() => resolve(false), Math.max(0, timeoutMs));
+      });
+      clearTimeout(timer);
+      if (!came) {
+        this.waiters = this.waiters.filter((w) => w !== wake);
+        if (!this.queue.length && !this.ended)
+          throw new AspError("timeout", `no event from process ${this.proc} in ${timeoutMs} ms`);
+      }
+    }
+    const r = this.queue.length || this.ended ? this.take() : await this.next();
+    return r.done ? undefined : r.value;
+  }
+
+  private take(): IteratorResult<E, undefined> {
     if (this.queue.length) return { value: this.queue.shift() as E, done: false };
     if (this.error) throw copyError(this.error);
     return { value: undefined, done: true };
