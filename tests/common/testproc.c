@@ -30,6 +30,24 @@ const char *t_env(const char *name)
 	return v && v[0] ? v : NULL;
 }
 
+pid_t t_pid_from_file(const char *path, pid_t old, int ms)
+{
+	for (int64_t end = t_now_ms() + ms;;) {
+		FILE *f = fopen(path, "r");
+		long pid = 0;
+		if (f) {
+			if (fscanf(f, "%ld", &pid) != 1)
+				pid = 0;
+			fclose(f);
+		}
+		if (pid > 0 && pid != old)
+			return (pid_t)pid;
+		if (t_now_ms() >= end)
+			return 0;
+		usleep(10 * 1000); /* polling the condition, bounded by ms */
+	}
+}
+
 bool t_pid_alive(pid_t pid)
 {
 	char path[64], buf[512];

@@ -67,6 +67,12 @@ int64_t t_now_ms(void);
 /* $NAME or skip-worthy NULL. */
 const char *t_env(const char *name);
 
+/*
+ * The pid a process wrote to `path` (as `echo $$ > path` does), once it is there and is not
+ * `old`; 0 after `ms`. A partly written file reads as not there yet.
+ */
+pid_t t_pid_from_file(const char *path, pid_t old, int ms);
+
 /* Whether `pid` is alive and not a zombie (from /proc/PID/stat). */
 bool t_pid_alive(pid_t pid);
 

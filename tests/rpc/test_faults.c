@@ -46,24 +46,6 @@ static asp_status stat_root(asp_client *c, asp_error *err)
 	return st;
 }
 
-/* The pid the wrapper wrote, waiting for it to change from `old`. */
-static pid_t agent_pid(const char *file, pid_t old)
-{
-	for (int64_t end = t_now_ms() + 10000; t_now_ms() < end;) {
-		FILE *f = fopen(file, "r");
-		long pid = 0;
-		if (f) {
-			if (fscanf(f, "%ld", &pid) != 1)
-				pid = 0;
-			fclose(f);
-		}
-		if (pid > 0 && pid != old)
-			return (pid_t)pid;
-		usleep(10 * 1000);
-	}
-	return 0;
-}
-
 /*
  * A stopped agent: the first call fails with timeout after call_timeout_ms, naming the
  * op and the limit; the second closes the connection (transport_error); the next call
@@ -80,7 +62,7 @@ static void test_stopped_agent(void)
 	asp_error err;
 	CU_ASSERT_EQUAL_FATAL(asp_client_open_view(&v, &c, &err), ASP_OK);
 	CU_ASSERT_EQUAL(stat_root(c, &err), ASP_OK);
-	pid_t pid = agent_pid(pidfile, 0);
+	pid_t pid = t_pid_from_file(pidfile, 0, 10000);
 	CU_ASSERT_FATAL(pid > 0);
 	if (!t_stop(pid, 10000)) {
 		CU_FAIL("the agent did not stop within 10 s of SIGSTOP");
@@ -104,7 +86,7 @@ static void test_stopped_agent(void)
 	if (st != ASP_OK)
 		fprintf(stderr, "\nstat after the reconnect: %s\n", err.message);
 	CU_ASSERT_EQUAL(st, ASP_OK);
-	pid_t pid2 = agent_pid(pidfile, pid);
+	pid_t pid2 = t_pid_from_file(pidfile, pid, 10000);
 	/* fatal: kill(0, ...) below would stop this test's whole group, a hang till timeout */
 	CU_ASSERT_FATAL(pid2 > 0 && pid2 != pid);
 

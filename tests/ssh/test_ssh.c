@@ -12,6 +12,7 @@
 #include "asp_ssh.h"
 #include "conformance.h"
 #include "sshd_fixture.h"
+#include "testproc.h"
 
 #include <CUnit/Basic.h>
 #include <CUnit/CUnit.h>
@@ -507,19 +508,7 @@ static pid_t read_pid(const char *name)
 {
 	char path[400];
 	snprintf(path, sizeof path, "%s/%s", scratch, name);
-	for (int i = 0; i < 500; i++) { /* 10 s: a loaded machine is slow to start it */
-		FILE *f = fopen(path, "r");
-		long pid = 0;
-		if (f) {
-			if (fscanf(f, "%ld", &pid) != 1)
-				pid = 0;
-			fclose(f);
-		}
-		if (pid > 0)
-			return (pid_t)pid;
-		usleep(20 * 1000);
-	}
-	return 0;
+	return t_pid_from_file(path, 0, 10000); /* a loaded machine is slow to start it */
 }
 
 struct slow_call {
