@@ -48,18 +48,40 @@ pid_t t_pid_from_file(const char *path, pid_t old, int ms)
 	}
 }
 
-bool t_pid_alive(pid_t pid)
+/* The state letter of a /proc/.../stat file (R, S, D, T, Z, ...); 0 if unreadable. */
+static char stat_state(const char *path)
 {
-	char path[64], buf[512];
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	char buf[512];
 	FILE *f = fopen(path, "r");
 	if (!f)
-		return false;
+		return 0;
 	size_t n = fread(buf, 1, sizeof buf - 1, f);
 	fclose(f);
 	buf[n] = '\0';
 	const char *s = strrchr(buf, ')');
-	return s && s[1] == ' ' && s[2] != 'Z' && s[2] != 'X';
+	return s && s[1] == ' ' ? s[2] : 0;
+}
+
+bool t_pid_alive(pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	char st = stat_state(path);
+	return st && st != 'Z' && st != 'X';
+}
+
+bool t_thread_asleep(pid_t tid, int ms)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+	for (int64_t end = t_now_ms() + ms;;) {
+		char st = stat_state(path);
+		if (st == 'S' || st == 'D')
+			return true;
+		if (!st || t_now_ms() >= end)
+			return false;
+		usleep(1000); /* polling the condition, bounded by ms */
+	}
 }
 
 /* Whether every thread of `pid` is stopped (state T or t in /proc/PID/task/TID/stat). */

@@ -77,6 +77,13 @@ pid_t t_pid_from_file(const char *path, pid_t old, int ms);
 bool t_pid_alive(pid_t pid);
 
 /*
+ * Whether thread `tid` of this process is asleep (state S or D), polled for up to `ms`: a
+ * thread that announced it is about to make a blocking call is then inside it. false once
+ * `ms` passed, or if there is no such thread.
+ */
+bool t_thread_asleep(pid_t tid, int ms);
+
+/*
  * SIGSTOP to `pid`, returning once every thread of it has stopped (true) or after `ms`
  * (false). kill() returns when the signal is queued: a thread not yet reached can still
  * answer a request, which under load made "the call to a stopped agent" succeed.

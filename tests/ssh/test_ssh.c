@@ -21,10 +21,12 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1243,6 +1245,7 @@ static void test_spawn_timeout_kill(void)
 struct waiter {
 	asp_client *c;
 	uint64_t proc;
+	atomic_int tid; /* set just before the call */
 	asp_status st;
 	long long done_at;
 };
@@ -1256,6 +1259,7 @@ static void *wait_main(void *v)
 	p.proc = wt->proc; /* timeout 0: for ever */
 	asp_proc_wait_result r;
 	asp_error err;
+	atomic_store(&wt->tid, (int)syscall(SYS_gettid));
 	wt->st = asp_proc_wait(wt->c, &p, &r, a, &err);
 	wt->done_at = now_ms();
 	asp_arena_free(a);
@@ -1280,7 +1284,10 @@ static void killed_mid_stream(const char *agent_path)
 	struct waiter wt = {.c = c, .proc = proc};
 	pthread_t th;
 	CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, wait_main, &wt), 0);
-	usleep(200 * 1000);
+	/* the wait must be pending when the session dies: a later one is not_found */
+	for (long long until = now_ms() + 10000; !atomic_load(&wt.tid) && now_ms() < until;)
+		usleep(1000);
+	CU_ASSERT_TRUE(t_thread_asleep(atomic_load(&wt.tid), 10000));
 	long long t_kill = now_ms();
 	CU_ASSERT_TRUE(sshd_kill_sessions(&fx) > 0);
 	CU_ASSERT_TRUE(SEEN_WAIT(&w, w.lost || w.exited, 5000));
