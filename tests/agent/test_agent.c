@@ -531,22 +531,6 @@ static long rss_kb(pid_t pid)
 	return kb;
 }
 
-/* The pid a spawned command wrote to `path`, waiting for it to appear. */
-static pid_t read_pid_file(const char *path, int ms)
-{
-	int64_t until = t_now_ms() + ms;
-	do {
-		size_t len;
-		uint8_t *d = t_read_file(path, &len);
-		pid_t pid = d && len ? (pid_t)atol((const char *)d) : 0;
-		free(d);
-		if (pid > 0)
-			return pid;
-		usleep(10 * 1000);
-	} while (t_now_ms() < until);
-	return 0;
-}
-
 /*
  * Makes `dir` (a mkdtemp template), starts an agent and sends it, as request 1, a spawn
  * that writes its pid to `pidfile` (set here) and then execs `what`.
@@ -575,7 +559,7 @@ static void test_nonreader_bounded(void)
 	char dir[] = "/tmp/asp-agent-nr-XXXXXX", pidfile[128];
 	tproc p;
 	start_spawning(&p, dir, "head -c 1073741824 /dev/zero", pidfile, sizeof pidfile);
-	pid_t producer = read_pid_file(pidfile, WAIT_MS);
+	pid_t producer = t_pid_from_file(pidfile, 0, WAIT_MS);
 	CU_ASSERT_FATAL(producer > 0);
 	usleep(500 * 1000);
 	long base = rss_kb(p.pid), peak = base;
@@ -626,7 +610,7 @@ static void test_eof_ends_spawned(void)
 	add_spawn(&b, 2, c2);
 	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
 	asp_buf_free(&b);
-	pid_t bg = read_pid_file(f1, WAIT_MS), stubborn = read_pid_file(f2, WAIT_MS);
+	pid_t bg = t_pid_from_file(f1, 0, WAIT_MS), stubborn = t_pid_from_file(f2, 0, WAIT_MS);
 	CU_ASSERT_FATAL(bg > 0 && stubborn > 0);
 	int64_t t0 = t_now_ms();
 	tproc_close_in(&p);
@@ -702,7 +686,7 @@ static void test_eof_with_waits_in_flight(void)
 	t_resp r;
 	CU_ASSERT_FATAL(t_parse_response(body, len, ASP_OP_SPAWN, &sr, a, &r) && r.st == ASP_OK);
 	free(body);
-	pid_t child = read_pid_file(pidfile, WAIT_MS);
+	pid_t child = t_pid_from_file(pidfile, 0, WAIT_MS);
 	CU_ASSERT_FATAL(child > 0);
 	/* Enough waits that every thread the agent has, its first one too, serves one. */
 	asp_buf b;

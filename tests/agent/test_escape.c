@@ -75,22 +75,6 @@ static uint32_t read_exec_sig(tproc *p, int ms, int64_t *code, char sig[16])
 	return read_exec_full(p, ms, code, NULL, sig);
 }
 
-/* The pid a command wrote to `path`, waiting up to `ms` for it. */
-static pid_t read_pid_file(const char *path, int ms)
-{
-	int64_t until = t_now_ms() + ms;
-	do {
-		size_t len;
-		uint8_t *d = t_read_file(path, &len);
-		pid_t pid = d && len && d[len - 1] == '\n' ? (pid_t)atol((const char *)d) : 0;
-		free(d);
-		if (pid > 0)
-			return pid;
-		usleep(10 * 1000);
-	} while (t_now_ms() < until);
-	return 0;
-}
-
 /* Waits up to `ms` for `pid` to be gone (or a zombie). */
 static bool wait_dead(pid_t pid, int ms)
 {
@@ -157,7 +141,7 @@ static void test_timeout_kills_setsid(void)
 	tproc p;
 	start(&p);
 	send_exec(&p, 1, cmd, 1000);
-	pid_t esc = read_pid_file(file, 10000);
+	pid_t esc = t_pid_from_file(file, 0, 10000);
 	CU_ASSERT_FATAL(esc > 0);
 	bool timed_out = false;
 	CU_ASSERT_EQUAL(read_exec(&p, 20000, NULL, &timed_out), 1);
@@ -179,7 +163,7 @@ static void test_timeout_kills_setsid_holding_stdout(void)
 	tproc p;
 	start(&p);
 	send_exec(&p, 1, cmd, 1000);
-	pid_t esc = read_pid_file(file, 10000);
+	pid_t esc = t_pid_from_file(file, 0, 10000);
 	CU_ASSERT_FATAL(esc > 0);
 	bool timed_out = false;
 	CU_ASSERT_EQUAL(read_exec(&p, 20000, NULL, &timed_out), 1);
@@ -224,7 +208,7 @@ static void test_proc_kill_kills_setsid(void)
 	}
 	asp_arena_free(a);
 	CU_ASSERT_FATAL(proc != 0);
-	pid_t esc = read_pid_file(file, 10000);
+	pid_t esc = t_pid_from_file(file, 0, 10000);
 	CU_ASSERT_FATAL(esc > 0);
 	asp_proc_signal_params sg;
 	asp_proc_signal_params_init(&sg);
@@ -252,7 +236,7 @@ static void test_eof_kills_setsid(void)
 	int64_t code = -2;
 	CU_ASSERT_EQUAL(read_exec(&p, 10000, &code, NULL), 1);
 	CU_ASSERT_EQUAL(code, 0);
-	pid_t esc = read_pid_file(file, 10000);
+	pid_t esc = t_pid_from_file(file, 0, 10000);
 	CU_ASSERT_FATAL(esc > 0);
 	CU_ASSERT(t_pid_alive(esc)); /* a finished command's daemon lives until we exit */
 	tproc_close_in(&p);
@@ -277,7 +261,7 @@ static void test_agent_sigkill_kills_setsid(void)
 	send_exec(&p, 1, cmd, 0);
 	CU_ASSERT_EQUAL(read_exec(&p, 10000, NULL, NULL), 1);
 	send_exec(&p, 2, cmd2, 0); /* still running when the agent dies */
-	pid_t esc = read_pid_file(file, 10000), running = read_pid_file(file2, 10000);
+	pid_t esc = t_pid_from_file(file, 0, 10000), running = t_pid_from_file(file2, 0, 10000);
 	CU_ASSERT_FATAL(esc > 0 && running > 0);
 	CU_ASSERT(t_pid_alive(esc) && t_pid_alive(running));
 	kill(p.pid, SIGKILL);
@@ -312,7 +296,7 @@ static void test_double_fork(void)
 	start(&p);
 	send_exec(&p, 1, cmd, 1500);
 	send_exec(&p, 2, cmd2, 0);
-	pid_t d1 = read_pid_file(file, 10000), d2 = read_pid_file(file2, 10000);
+	pid_t d1 = t_pid_from_file(file, 0, 10000), d2 = t_pid_from_file(file2, 0, 10000);
 	CU_ASSERT_FATAL(d1 > 0 && d2 > 0);
 	/* Adopted by the agent once the middle process is gone (bounded wait). */
 	int64_t until = t_now_ms() + 5000;
@@ -516,7 +500,7 @@ static void test_agent_sigkill_kills_cleared_escapee(void)
 	CU_ASSERT_EQUAL(in, writable);
 	send_exec(&p, 1, cmd, 0);
 	CU_ASSERT_EQUAL(read_exec(&p, 10000, NULL, NULL), 1);
-	pid_t esc = read_pid_file(file, 10000), marked = read_pid_file(file2, 10000);
+	pid_t esc = t_pid_from_file(file, 0, 10000), marked = t_pid_from_file(file2, 0, 10000);
 	CU_ASSERT_FATAL(esc > 0 && marked > 0);
 	CU_ASSERT(wait_comm(esc, "sleep", 10000)); /* past `env -i`: no marker left */
 	if (in) {
@@ -577,7 +561,7 @@ static void test_nested_agents(void)
 	CU_ASSERT_FATAL(t_write_all(fifo, b.data, b.len) == 0);
 	asp_buf_free(&b);
 	send_exec(&p, 1, cmd, 0);
-	pid_t inner = read_pid_file(inner_file, 10000), esc = read_pid_file(file, 10000);
+	pid_t inner = t_pid_from_file(inner_file, 0, 10000), esc = t_pid_from_file(file, 0, 10000);
 	CU_ASSERT_FATAL(inner > 0 && esc > 0);
 	CU_ASSERT(wait_comm(esc, "sleep", 10000));
 	if (in) {
@@ -736,7 +720,7 @@ static void test_timeout_kills_cleared_escapee(void)
 	uint32_t id = 0;
 	bool checked = wait_job_cgroups(&p, &id, 10000);
 	send_exec(&p, ++id, cmd, 3000);
-	pid_t esc = read_pid_file(file, 10000);
+	pid_t esc = t_pid_from_file(file, 0, 10000);
 	CU_ASSERT_FATAL(esc > 0);
 	CU_ASSERT(wait_comm(esc, "sleep", 10000)); /* past `env -i`, before the timeout */
 	bool timed_out = false;
@@ -795,7 +779,7 @@ static void test_proc_kill_kills_cleared_escapee(void)
 	bool checked = wait_job_cgroups(&p, &id, 10000);
 	uint64_t proc = spawn_cmd(&p, ++id, cmd);
 	CU_ASSERT_FATAL(proc != 0);
-	pid_t esc = read_pid_file(file, 10000);
+	pid_t esc = t_pid_from_file(file, 0, 10000);
 	CU_ASSERT_FATAL(esc > 0);
 	CU_ASSERT(wait_comm(esc, "sleep", 10000));
 	asp_proc_signal_params sg;
@@ -836,7 +820,7 @@ static void test_finished_command_leaves_job(void)
 	bool checked = wait_job_cgroups(&p, &id, 10000);
 	id++;
 	CU_ASSERT_EQUAL(exec_out(&p, id, cmd, out, sizeof out), id);
-	pid_t esc = read_pid_file(file, 10000);
+	pid_t esc = t_pid_from_file(file, 0, 10000);
 	CU_ASSERT_FATAL(esc > 0);
 	CU_ASSERT(wait_comm(esc, "sleep", 10000));
 	if (checked) {

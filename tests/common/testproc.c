@@ -33,15 +33,13 @@ const char *t_env(const char *name)
 pid_t t_pid_from_file(const char *path, pid_t old, int ms)
 {
 	for (int64_t end = t_now_ms() + ms;;) {
-		FILE *f = fopen(path, "r");
-		long pid = 0;
-		if (f) {
-			if (fscanf(f, "%ld", &pid) != 1)
-				pid = 0;
-			fclose(f);
-		}
+		size_t len;
+		uint8_t *d = t_read_file(path, &len);
+		/* whole once its newline is there: "12" of a "1234\n" being written is no pid */
+		pid_t pid = d && len && d[len - 1] == '\n' ? (pid_t)atol((const char *)d) : 0;
+		free(d);
 		if (pid > 0 && pid != old)
-			return (pid_t)pid;
+			return pid;
 		if (t_now_ms() >= end)
 			return 0;
 		usleep(10 * 1000); /* polling the condition, bounded by ms */

@@ -68,8 +68,8 @@ int64_t t_now_ms(void);
 const char *t_env(const char *name);
 
 /*
- * The pid a process wrote to `path` (as `echo $$ > path` does), once it is there and is not
- * `old`; 0 after `ms`. A partly written file reads as not there yet.
+ * The pid a process wrote to `path` (as `echo $$ > path` does: digits and a newline), once
+ * it is there and is not `old`; 0 after `ms`. A partly written file reads as not there yet.
  */
 pid_t t_pid_from_file(const char *path, pid_t old, int ms);
 
