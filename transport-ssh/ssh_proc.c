@@ -79,7 +79,7 @@ struct ssh_procs {
 	sshc *c;
 	asp_proc_routes *routes; /* the followers; its own lock, never held with c->mu */
 	sproc *head, **tail;
-	uint64_t last_id;  /* ids count from 1 per connection */
+	uint64_t last_id;  /* from asp_proc_first_id(): not reused by the next connection */
 	uint64_t done_seq; /* finishing order */
 	unsigned done;     /* listed processes that finished */
 	pthread_t thread;
@@ -464,6 +464,7 @@ ssh_procs *ssh_procs_new(sshc *c)
 		return NULL;
 	ps->c = c;
 	ps->tail = &ps->head;
+	ps->last_id = asp_proc_first_id() - 1; /* the first is ++last_id */
 	ps->routes = asp_proc_routes_new();
 	if (!ps->routes) {
 		free(ps);

@@ -1306,6 +1306,29 @@ static void killed_mid_stream(const char *agent_path)
 	ep.command = "echo again";
 	asp_exec_result er;
 	CU_ASSERT_EQUAL(asp_exec(c, &ep, &er, a, &err), ASP_OK);
+	/*
+	 * ... and the old handle names nothing on the new one, not even its first process:
+	 * numbered from 1 per connection, a wait or a signal for the lost process reached
+	 * the new process with its number.
+	 */
+	asp_spawn_params sp;
+	asp_spawn_params_init(&sp);
+	sp.command = "exec sleep 30";
+	asp_spawn_result sr;
+	CU_ASSERT_EQUAL_FATAL(asp_spawn(c, &sp, &sr, a, &err), ASP_OK);
+	CU_ASSERT_NOT_EQUAL(sr.proc, proc);
+	asp_proc_wait_params pw;
+	asp_proc_wait_params_init(&pw);
+	pw.proc = proc;
+	pw.timeout_ms = 100;
+	asp_proc_wait_result pr;
+	CU_ASSERT_EQUAL(asp_proc_wait(c, &pw, &pr, a, &err), ASP_E_NOT_FOUND);
+	asp_proc_signal_params ps;
+	asp_proc_signal_params_init(&ps);
+	ps.proc = sr.proc;
+	ps.signal = "KILL";
+	asp_proc_signal_result psr;
+	CU_ASSERT_EQUAL(asp_proc_signal(c, &ps, &psr, a, &err), ASP_OK);
 	asp_arena_free(a);
 	asp_client_free(c);
 	asp_config_free(cfg);

@@ -204,6 +204,15 @@ void asp_proc_routes_lost(asp_proc_routes *t, const asp_error *why);
 /* Unlists `proc`'s follower and closes it (asp_proc_detach). */
 void asp_proc_routes_remove(asp_proc_routes *t, uint64_t proc);
 
+/*
+ * The first process handle a backend hands out (then counting up): a random point in
+ * [2^16, 2^30 + 2^16), so that a handle from a connection that died names nothing on the
+ * next one. Numbered from 1, a client that reconnected waited on, signalled or detached
+ * another process under the old number (bench/soak found it). Below 2^32: the TypeScript
+ * SDK sends larger numbers as floats.
+ */
+uint64_t asp_proc_first_id(void);
+
 /* The transport's plain call of `op`. */
 typedef asp_status (*asp_proc_call_fn)(void *ctx, asp_op_id op, const void *params, void *result,
                                        asp_arena *a, asp_error *err);

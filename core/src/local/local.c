@@ -1,4 +1,5 @@
 /* The local backend's op table, its state, hello, and helpers its files share. */
+#include "asp/transport.h"
 #include "local_impl.h"
 #include "local_proc.h"
 
@@ -30,13 +31,7 @@ const asp_ops asp_local_ops = {
     .edit = asp_local_edit,
 };
 
-/*
- * Process handles start at a random point in [2^16, 2^30 + 2^16), so that a handle from
- * a responder that died names nothing on the next one: numbered from 1, a client that
- * reconnected waited on, or detached the follower of, another caller's process (the
- * soak, bench/soak). Below 2^32: the TypeScript SDK sends larger numbers as floats.
- */
-static uint64_t first_proc_id(void)
+uint64_t asp_proc_first_id(void)
 {
 	uint64_t r = 0;
 	if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
@@ -53,7 +48,7 @@ asp_local *asp_local_new(size_t max_message)
 	if (!l)
 		return NULL;
 	l->max_message = max_message ? max_message : ASP_MAX_MESSAGE_DEFAULT;
-	l->last_id = first_proc_id() - 1; /* the first is ++last_id */
+	l->last_id = asp_proc_first_id() - 1; /* the first is ++last_id */
 	/* A tiny max_message (tests) still leaves half of it for data. */
 	l->payload_budget = l->max_message > 2 * LOCAL_ENVELOPE_HEADROOM
 	                        ? l->max_message - LOCAL_ENVELOPE_HEADROOM
