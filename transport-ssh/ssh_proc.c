@@ -161,9 +161,10 @@ static sproc *find(ssh_procs *ps, uint64_t id, const char *op, asp_error *err)
 		if (p->id == id && p->listed)
 			return p;
 	asp_error_set(err, ASP_E_NOT_FOUND, NULL,
-	              "%s: no process %llu (never spawned on this connection, or finished and no "
-	              "longer retained: the last %d finished ones are); see proc_list. Over plain "
-	              "SSH each connection has its own processes",
+	              "%s: no process %llu on this connection: never spawned on it, finished and "
+	              "no longer retained (the last %d finished ones are), or started on an "
+	              "earlier connection that was lost (over plain SSH a connection's processes "
+	              "end with it); see proc_list",
 	              op, (unsigned long long)id, PROC_KEEP_DONE);
 	return NULL;
 }
