@@ -85,7 +85,7 @@ bool t_thread_asleep(pid_t tid, int ms)
 /* Whether every thread of `pid` is stopped (state T or t in /proc/PID/task/TID/stat). */
 static bool all_stopped(pid_t pid)
 {
-	char path[64], buf[512];
+	char path[64];
 	snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
 	DIR *d = opendir(path);
 	if (!d)
@@ -96,15 +96,11 @@ static bool all_stopped(pid_t pid)
 		if (de->d_name[0] == '.')
 			continue;
 		snprintf(path, sizeof path, "/proc/%d/task/%.16s/stat", (int)pid, de->d_name);
-		FILE *f = fopen(path, "r");
-		if (!f)
+		char st = stat_state(path);
+		if (!st)
 			continue; /* a thread that just exited */
-		size_t n = fread(buf, 1, sizeof buf - 1, f);
-		fclose(f);
-		buf[n] = '\0';
-		const char *s = strrchr(buf, ')');
 		any = true;
-		all = s && s[1] == ' ' && (s[2] == 'T' || s[2] == 't');
+		all = st == 'T' || st == 't';
 	}
 	closedir(d);
 	return any && all;

@@ -105,7 +105,9 @@ export class Process<E extends { proc?: number | bigint } = Record<string, unkno
 
   async next(): Promise<IteratorResult<E, undefined>> {
     while (!this.queue.length && !this.ended) await new Promise<void>((r) => this.waiters.push(r));
-    return this.take();
+    if (this.queue.length) return { value: this.queue.shift() as E, done: false };
+    if (this.error) throw copyError(this.error);
+    return { value: undefined, done: true };
   }
 
   /**
@@ -129,14 +131,8 @@ export class Process<E extends { proc?: number | bigint } = Record<string, unkno
           throw new AspError("timeout", `no event from process ${this.proc} in ${timeoutMs} ms`);
       }
     }
-    const r = this.queue.length || this.ended ? this.take() : await this.next();
+    const r = await this.next();
     return r.done ? undefined : r.value;
-  }
-
-  private take(): IteratorResult<E, undefined> {
-    if (this.queue.length) return { value: this.queue.shift() as E, done: false };
-    if (this.error) throw copyError(this.error);
-    return { value: undefined, done: true };
   }
 
   async return(): Promise<IteratorResult<E, undefined>> {
