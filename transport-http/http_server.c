@@ -438,10 +438,16 @@ static int on_body_done(struct lws *wsi, http_pss *pss)
 	if (len <= SRV_INLINE_MAX) {
 		asp_error err;
 		asp_error_clear(&err);
+		bool proc = len <= PIPE_BUF && memmem(msg, len, "/proc", 5); /* see srv_exec.c */
 		asp_request_new(msg, len, &r, NULL, &err); /* takes msg; r NULL: refused */
 		msg = NULL;
 		if (r)
 			asp_request_decode(r, NULL);
+		if (r && srv_exec_ok(c, r, len, proc)) {
+			if (!srv_exec_start(c, r))
+				return answer(c, 500, "internal: out of memory\n", true);
+			return 0;
+		}
 		if (r && srv_inline_ok(c->s, r)) {
 			if (!srv_serve_inline(c, r))
 				return answer(c, 500, "internal: out of memory\n", true);
@@ -726,6 +732,7 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
 static const struct lws_protocols protocols[] = {
     {"http", http_cb, sizeof(http_pss), 0, 0, NULL, 0},
     {"asp.v1", srv_ws_callback, sizeof(void *), 128 * 1024, 0, NULL, SRV_CHUNK + 64},
+    {"asp-exec", srv_exec_callback, 0, 0, 0, NULL, 0}, /* srv_exec.c's epoll set */
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
@@ -826,6 +833,7 @@ static int setup(srv *s, const asp_http_listen_opts *o, const http_addr *a)
 		    o->addr);
 		return 1;
 	}
+	srv_exec_init(s, vh); /* without it, every exec goes to a worker */
 	const char *scheme = o->tls_cert ? "https" : "http";
 	if (a->unix_sock)
 		snprintf(s->url, sizeof s->url, "%s+unix:%s", scheme, a->path);
@@ -862,6 +870,7 @@ int asp_http_listen(const asp_http_listen_opts *o)
 		free(s);
 		return 1;
 	}
+	s->exec_ep = -1;
 	pthread_mutex_init(&s->ctx_mu, NULL);
 	atomic_init(&s->signals, 0);
 	atomic_init(&s->quit_sig_thread, false);
@@ -904,6 +913,7 @@ int asp_http_listen(const asp_http_listen_opts *o)
 		s->ctx = NULL; /* workers still running (forced) must not wake a freed context */
 		pthread_mutex_unlock(&s->ctx_mu);
 		lws_context_destroy(ctx); /* closes every connection: their bindings go */
+		srv_exec_stop(s);         /* the execs the service thread ran: killed, reaped */
 		while (s->live)           /* any lws closed without telling us */
 			srv_conn_detach(s->live);
 		free(awaiting);

@@ -122,8 +122,12 @@ struct srv {
 	int mountinfo_fd;         /* /proc/self/mountinfo, polled for changes */
 	struct srv_mount *mounts; /* its lines, for srv_inline_ok */
 	size_t n_mounts;
-	const char *token; /* NULL: no auth */
-	char url[300];     /* what we listen on, for messages */
+	bool mounts_bounded;    /* every one local or the kernel's own: for srv_exec_ok */
+	int exec_ep;            /* srv_exec.c: the epoll fd of its execs, -1 for none */
+	struct lws *exec_wsi;   /* lws's raw-file wsi over a dup of it */
+	struct srv_exec *execs; /* the execs it runs */
+	const char *token;      /* NULL: no auth */
+	char url[300];          /* what we listen on, for messages */
 
 	pthread_mutex_t ctx_mu; /* ctx, for lws_cancel_service from other threads */
 
@@ -216,6 +220,29 @@ int srv_backend_init(srv *s);
  * is stuck in a sink (then the backend is left for the process's exit to end).
  */
 bool srv_backend_free(srv *s);
+
+/* The answer asp_local_serve left in `out` (rc) as an HTTP answer (a 500 without one). */
+srv_out *srv_out_of_reply(asp_serve_result rc, asp_reply *out);
+/* Queues an HTTP answer made on the service thread (freed if `c` is gone). */
+void srv_push_answer(srv_conn *c, srv_out *o);
+/* Whether every mount is local or the kernel's own (the table re-read if it changed). */
+bool srv_mounts_bounded(srv *s);
+
+/* ---- srv_exec.c ------------------------------------------------------------------- */
+
+/*
+ * Execs the service thread runs itself. srv_exec_init (after the vhost is made; on
+ * failure there are none) and srv_exec_stop (after the context is gone: ends what
+ * still runs, killing it). srv_exec_ok: whether request `r` of `c`, whose message of
+ * `len` bytes names /proc or not (`proc`), may run so. srv_exec_start takes `r`; false
+ * when out of memory (no answer was made).
+ */
+void srv_exec_init(srv *s, struct lws_vhost *vh);
+void srv_exec_stop(srv *s);
+bool srv_exec_ok(srv_conn *c, const asp_request *r, size_t len, bool proc);
+bool srv_exec_start(srv_conn *c, asp_request *r);
+int srv_exec_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                      size_t len);
 
 /* ---- ws_server.c ------------------------------------------------------------------ */
 

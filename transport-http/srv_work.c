@@ -348,7 +348,6 @@ static srv_out *serve(srv *s, srv_job *j, asp_reply *out)
 	if (!r)
 		asp_request_new(j->msg, j->len, &r, NULL, &err); /* takes the message */
 	j->msg = NULL;
-	srv_out *o = NULL;
 	if (!r || (asp_request_decode(r, &err) && !asp_request_has_id(r))) {
 		/* Undecodable: 400 over HTTP; a WebSocket closes (1002) without writing. */
 		asp_request_free(r);
@@ -370,9 +369,15 @@ static srv_out *serve(srv *s, srv_job *j, asp_reply *out)
 			asp_reply_trim(out, SRV_CHUNK); /* a large answer's buffer is not kept */
 		return NULL;
 	}
+	return srv_out_of_reply(rc, out);
+}
+
+srv_out *srv_out_of_reply(asp_serve_result rc, asp_reply *out)
+{
 	size_t len = 0;
 	uint8_t *frame = rc == ASP_SERVE_REPLY ? asp_reply_take(out, &len) : NULL;
-	if (!frame || !(o = calloc(1, sizeof *o))) {
+	srv_out *o = frame ? calloc(1, sizeof *o) : NULL;
+	if (!o) {
 		free(frame);
 		if (out)
 			asp_reply_trim(out, 0);
@@ -385,6 +390,16 @@ static srv_out *serve(srv *s, srv_job *j, asp_reply *out)
 	o->status = 200;
 	o->ctype = "application/msgpack";
 	return o;
+}
+
+void srv_push_answer(srv_conn *c, srv_out *o)
+{
+	pthread_mutex_lock(&c->s->mu);
+	if (!c->gone)
+		push_out_locked(c, o);
+	else
+		out_free(o);
+	pthread_mutex_unlock(&c->s->mu);
 }
 
 /* ---- serving on the service thread ------------------------------------------------- */
@@ -406,6 +421,24 @@ static srv_out *serve(srv *s, srv_job *j, asp_reply *out)
 static const char *const local_fs[] = {"ext2",  "ext3",    "ext4",  "xfs", "btrfs",    "tmpfs",
                                        "ramfs", "overlay", "f2fs",  "zfs", "bcachefs", "squashfs",
                                        "erofs", "vfat",    "exfat", "jfs", "reiserfs"};
+
+/*
+ * And the kernel's own, which no disk or server backs: a path may lead through them (an
+ * exec's cwd or PATH lookup) without a wait that could last, though reading their files
+ * (a /proc file that blocks) is another matter.
+ */
+static const char *const kernel_fs[] = {
+    "proc",       "sysfs",   "devtmpfs", "devpts",    "cgroup",     "cgroup2",   "mqueue",
+    "securityfs", "debugfs", "tracefs",  "pstore",    "bpf",        "hugetlbfs", "configfs",
+    "fusectl",    "nsfs",    "efivarfs", "selinuxfs", "binfmt_misc"};
+
+static bool named_in(const char *type, const char *const *names, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(type, names[i]))
+			return true;
+	return false;
+}
 
 struct srv_mount {
 	char *dir;
@@ -431,6 +464,7 @@ static void unescape(char *s)
 
 static void mounts_clear(srv *s)
 {
+	s->mounts_bounded = false;
 	for (size_t i = 0; i < s->n_mounts; i++)
 		free(s->mounts[i].dir);
 	free(s->mounts);
@@ -450,7 +484,7 @@ static void mounts_load(srv *s)
 	char *line = NULL;
 	size_t cap = 0, n = 0, room = 0;
 	struct srv_mount *m = NULL;
-	bool ok = true;
+	bool ok = true, bounded = true;
 	while (ok && getline(&line, &cap, f) > 0) {
 		/* id parent maj:min root mountpoint options [optional...] - fstype source ... */
 		char *save = NULL, *dir = NULL, *type = NULL;
@@ -483,17 +517,33 @@ static void mounts_load(srv *s)
 			break;
 		}
 		m[n].len = strlen(dir);
-		m[n].local = false;
-		for (size_t i = 0; i < sizeof local_fs / sizeof local_fs[0]; i++)
-			m[n].local = m[n].local || !strcmp(type, local_fs[i]);
+		m[n].local = named_in(type, local_fs, sizeof local_fs / sizeof local_fs[0]);
+		bounded =
+		    bounded && (m[n].local ||
+		                named_in(type, kernel_fs, sizeof kernel_fs / sizeof kernel_fs[0]));
 		n++;
 	}
 	free(line);
 	fclose(f);
 	s->mounts = m;
 	s->n_mounts = n;
+	s->mounts_bounded = ok && n > 0 && bounded;
 	if (!ok)
 		mounts_clear(s);
+}
+
+/* The kernel flags the table as changed (POLLPRI) after a mount or an unmount. */
+static void mounts_fresh(srv *s)
+{
+	struct pollfd pfd = {.fd = s->mountinfo_fd, .events = POLLPRI};
+	if (s->mountinfo_fd >= 0 && poll(&pfd, 1, 0) > 0)
+		mounts_load(s);
+}
+
+bool srv_mounts_bounded(srv *s)
+{
+	mounts_fresh(s);
+	return s->mounts_bounded;
 }
 
 void srv_inline_init(srv *s)
@@ -515,10 +565,7 @@ void srv_inline_free(srv *s)
 /* Whether `path` (absolute, no "..") lies on a local filesystem: its last mount decides. */
 static bool path_is_local(srv *s, const char *path)
 {
-	/* The kernel flags the table as changed (POLLPRI) after a mount or an unmount. */
-	struct pollfd pfd = {.fd = s->mountinfo_fd, .events = POLLPRI};
-	if (s->mountinfo_fd >= 0 && poll(&pfd, 1, 0) > 0)
-		mounts_load(s);
+	mounts_fresh(s);
 	const struct srv_mount *best = NULL;
 	for (size_t i = 0; i < s->n_mounts; i++) {
 		const struct srv_mount *m = &s->mounts[i];
@@ -596,9 +643,7 @@ bool srv_serve_inline(srv_conn *c, asp_request *r)
 		asp_reply_trim(s->inline_reply, SRV_CHUNK);
 	if (!o)
 		return false;
-	pthread_mutex_lock(&s->mu);
-	push_out_locked(c, o);
-	pthread_mutex_unlock(&s->mu);
+	srv_push_answer(c, o);
 	return true;
 }
 
@@ -740,7 +785,7 @@ void srv_drain_ready(srv *s)
 bool srv_idle(srv *s)
 {
 	pthread_mutex_lock(&s->mu);
-	bool idle = s->queued == 0 && s->running == 0;
+	bool idle = s->queued == 0 && s->running == 0 && !s->execs;
 	for (srv_conn *c = s->live; idle && c; c = c->next)
 		idle = c->out_head == NULL && c->inflight == 0;
 	pthread_mutex_unlock(&s->mu);

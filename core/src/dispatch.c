@@ -37,6 +37,32 @@ void asp_dispatch(const asp_ops *ops, void *self, const asp_msg *req, asp_buf *o
 	out->ref_min = ref_min;
 }
 
+asp_status asp_dispatch_params(const asp_op_desc *d, const asp_msg *req, void *p, asp_arena *a,
+                               asp_error *err)
+{
+	if (req->params)
+		return asp_record_decode(d->params, req->params, p, a, err);
+	msgpack_object empty = {.type = MSGPACK_OBJECT_MAP};
+	return asp_record_decode(d->params, &empty, p, a, err);
+}
+
+void asp_dispatch_answer(asp_buf *out, uint32_t id, const asp_op_desc *d, const void *r,
+                         asp_status st, asp_error *err, size_t max_message)
+{
+	if (st) {
+		answer_error(out, id, err);
+	} else if (asp_wire_response_ok(out, id, d->result, r) < 0) {
+		asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory encoding the %s result",
+		              d->name);
+		answer_error(out, id, err);
+	} else if (asp_buf_frame_len(out) - ASP_FRAME_HEADER > max_message) {
+		asp_error_set(err, ASP_E_TOO_LARGE, NULL,
+		              "%s: the result is %zu bytes, more than max_message (%zu)", d->name,
+		              asp_buf_frame_len(out) - ASP_FRAME_HEADER, max_message);
+		answer_error(out, id, err);
+	}
+}
+
 void asp_dispatch_in(const asp_ops *ops, void *self, const asp_msg *req, asp_buf *out,
                      size_t max_message, asp_arena *a)
 {
@@ -57,29 +83,12 @@ void asp_dispatch_in(const asp_ops *ops, void *self, const asp_msg *req, asp_buf
 		answer_error(out, req->id, &err);
 		return;
 	}
-	asp_status st;
-	if (req->params) {
-		st = asp_record_decode(d->params, req->params, p, a, &err);
-	} else {
-		msgpack_object empty = {.type = MSGPACK_OBJECT_MAP};
-		st = asp_record_decode(d->params, &empty, p, a, &err);
-	}
+	asp_status st = asp_dispatch_params(d, req, p, a, &err);
 	if (!st) {
 		asp_record_init(d->result, r);
 		st = d->call(ops, self, p, r, a, &err);
 		if (st && err.code != st) /* a backend that forgot to fill err still says what */
 			asp_error_set(&err, st, NULL, "%s failed", d->name);
 	}
-	if (st) {
-		answer_error(out, req->id, &err);
-	} else if (asp_wire_response_ok(out, req->id, d->result, r) < 0) {
-		asp_error_set(&err, ASP_E_INTERNAL, NULL, "out of memory encoding the %s result",
-		              d->name);
-		answer_error(out, req->id, &err);
-	} else if (asp_buf_frame_len(out) - ASP_FRAME_HEADER > max_message) {
-		asp_error_set(&err, ASP_E_TOO_LARGE, NULL,
-		              "%s: the result is %zu bytes, more than max_message (%zu)", d->name,
-		              asp_buf_frame_len(out) - ASP_FRAME_HEADER, max_message);
-		answer_error(out, req->id, &err);
-	}
+	asp_dispatch_answer(out, req->id, d, r, st, &err, max_message);
 }

@@ -165,6 +165,17 @@ void asp_dispatch(const asp_ops *ops, void *self, const asp_msg *req, asp_buf *o
 void asp_dispatch_in(const asp_ops *ops, void *self, const asp_msg *req, asp_buf *out,
                      size_t max_message, asp_arena *a);
 
+/*
+ * asp_dispatch_in's two halves, for a server that runs an op itself (an exec driven by
+ * an event loop): decoding `req`'s params for `d` into `p`; and the answer `out` to
+ * request `id` once the op returned `st`: its result `r`, or `err` (which a result too
+ * large for `max_message` becomes).
+ */
+asp_status asp_dispatch_params(const asp_op_desc *d, const asp_msg *req, void *p, asp_arena *a,
+                               asp_error *err);
+void asp_dispatch_answer(asp_buf *out, uint32_t id, const asp_op_desc *d, const void *r,
+                         asp_status st, asp_error *err, size_t max_message);
+
 /* Decodes a response's result map into `result` with the op's descriptor. */
 asp_status asp_wire_result_decode(asp_op_id op, const asp_msg *resp, void *result, asp_arena *a,
                                   asp_error *err);

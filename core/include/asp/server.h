@@ -11,6 +11,7 @@
 #ifndef ASP_SERVER_H
 #define ASP_SERVER_H
 
+#include <poll.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -233,6 +234,7 @@ typedef enum asp_serve_result {
 	ASP_SERVE_GONE = 0,    /* the sink failed: the connection is gone */
 	ASP_SERVE_SENT = 1,    /* the answer went out through the sink */
 	ASP_SERVE_REPLY = 2,   /* no sink: the answer is in `b` (asp_reply_take) */
+	ASP_SERVE_RUNNING = 3, /* asp_local_exec_begin: the exec runs; no answer yet */
 } asp_serve_result;
 
 /*
@@ -243,6 +245,39 @@ typedef enum asp_serve_result {
  * answer). Without a sink the answer is left in `b`. `r` stays the caller's.
  */
 asp_serve_result asp_local_serve(asp_local_conn *c, asp_request *r, asp_reply *b);
+
+/*
+ * An exec driven by a server's event loop, for a connection without a sink (the HTTP
+ * listener's POSTs): started on the loop's thread and followed there, so no other thread
+ * wakes up for it (two wake-ups, a large part of an exec of `true`: docs/benchmarks.md).
+ * Starting blocks the thread until the command is running (a vfork): the cwd and the
+ * program's path are looked up meanwhile, so a server does this only where they cannot
+ * hang (local filesystems) and hands other execs to asp_local_serve on a worker. One
+ * thread at a time per exec; any number of execs at once.
+ *
+ * asp_local_exec_begin serves `r` (decoded or refused; it stays the caller's):
+ *   ASP_SERVE_RUNNING: *x is the running exec, its command started; no answer yet.
+ *   Otherwise as asp_local_serve: the answer is in `b` (params refused, a command that
+ *     could not start), or ASP_SERVE_FAILED. A request that is not an exec, and an exec
+ *     whose stdin is over PIPE_BUF bytes (feeding it takes turns of a loop), are served
+ *     at once by asp_local_serve, on this thread, to their end.
+ * asp_local_exec_wants: the fds to wait for now (at most ASP_LOCAL_EXEC_FDS, a subset of
+ *   the first call's; each stays open until the exec closes it in a step or its end) and
+ *   their events; *until is when to step even without an event (CLOCK_MONOTONIC ns,
+ *   UINT64_MAX for never). 0 fds and *until 0 once it has ended.
+ * asp_local_exec_step: serves `pfd` (as wants filled it, revents set; entries may be in
+ *   any order and a subset) and the time; true once the answer can be made.
+ * asp_local_exec_end: makes the answer in `b` (as asp_local_serve would have) and frees
+ *   *x: ASP_SERVE_REPLY, or ASP_SERVE_FAILED when out of memory. Before the exec ended
+ *   (a server going away) its command's whole tree is killed first.
+ */
+typedef struct asp_local_exec_job asp_local_exec_job;
+#define ASP_LOCAL_EXEC_FDS 4
+asp_serve_result asp_local_exec_begin(asp_local_conn *c, asp_request *r, asp_reply *b,
+                                      asp_local_exec_job **x);
+int asp_local_exec_wants(asp_local_exec_job *x, struct pollfd *pfd, uint64_t *until);
+bool asp_local_exec_step(asp_local_exec_job *x, const struct pollfd *pfd, int n);
+asp_serve_result asp_local_exec_end(asp_local_exec_job *x, asp_reply *b);
 
 /*
  * For a server that reads requests on the thread that serves them: while this thread

@@ -3,7 +3,9 @@
  * poll loop (so large input and large output cannot deadlock), with the timeout's
  * TERM-then-KILL to the whole process group.
  */
+#include "edge.h"
 #include "local_impl.h"
+#include "local_proc.h"
 #include "spawn_util.h"
 
 #include <errno.h>
@@ -130,11 +132,22 @@ static void fit_budget(size_t *a, size_t *b, size_t budget)
 		*a = half, *b = budget - half;
 }
 
-asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result *r, asp_arena *a,
-                          asp_error *err)
+/* One exec: its child, its streams and where its timeout stands. */
+typedef struct exec_job {
+	local_child c;
+	struct stream out, errs;
+	struct feed in;
+	uint8_t *scratch;
+	local_pipe_guard guard;
+	size_t payload_budget;
+	uint64_t t0, term_at, kill_at, give_up_at, t_end;
+	bool exited, timed_out, killed, done;
+	int backoff_ms;
+} exec_job;
+
+static asp_status job_start(asp_local *l, const asp_exec_params *p, exec_job *j, asp_error *err)
 {
-	asp_local *l = self;
-	memset(r, 0, sizeof *r);
+	memset(j, 0, sizeof *j);
 	/*
 	 * Holding the write ends of stdout and stderr until the command has exited: its exit
 	 * then wakes this thread once (the pidfd), not twice (the pipes' EOF first: the
@@ -146,112 +159,136 @@ asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result 
 	if (p->stdin_data.len && !p->stdin_data.data)
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
 		                     "exec: 'stdin' has no bytes");
-	uint64_t t0 = local_now_ns();
-	local_child c;
-	asp_status st = local_child_start(&spec, &c, err);
+	j->t0 = local_now_ns();
+	asp_status st = local_child_start(&spec, &j->c, err);
 	if (st != ASP_OK)
 		return st;
 
 	size_t keep = p->max_output < l->payload_budget ? (size_t)p->max_output : l->payload_budget;
-	struct stream out = {.fd = c.out_fd, .keep = keep};
-	struct stream errs = {.fd = c.err_fd, .keep = keep};
-	struct feed in = {.fd = c.in_fd, .data = p->stdin_data.data, .len = p->stdin_data.len};
-	c.out_fd = c.err_fd = c.in_fd = -1;
-	uint8_t *scratch = NULL;
-	local_pipe_guard guard = {0};
-
-	if (in.len == 0) {
-		close_fd(&in.fd);
+	j->payload_budget = l->payload_budget;
+	j->out = (struct stream){.fd = j->c.out_fd, .keep = keep};
+	j->errs = (struct stream){.fd = j->c.err_fd, .keep = keep};
+	j->in =
+	    (struct feed){.fd = j->c.in_fd, .data = p->stdin_data.data, .len = p->stdin_data.len};
+	j->c.out_fd = j->c.err_fd = j->c.in_fd = -1;
+	if (j->in.len == 0) {
+		close_fd(&j->in.fd);
 	} else {
-		local_pipe_guard_on(&guard);
-		if (in.len <= PIPE_BUF)
-			feed_write(&in); /* fits a fresh pipe at once: no poll round needed */
-		else if (fcntl(in.fd, F_SETFL, O_NONBLOCK) < 0)
-			close_fd(&in.fd);
+		local_pipe_guard_on(&j->guard);
+		if (j->in.len <= PIPE_BUF)
+			feed_write(&j->in); /* fits a fresh pipe at once: no poll round needed */
+		else if (fcntl(j->in.fd, F_SETFL, O_NONBLOCK) < 0)
+			close_fd(&j->in.fd);
 	}
-
 	uint64_t timeout = p->timeout_ms < MAX_TIMEOUT_MS ? p->timeout_ms : MAX_TIMEOUT_MS;
-	uint64_t term_at = timeout ? t0 + timeout * NS_PER_MS : UINT64_MAX;
-	uint64_t kill_at = UINT64_MAX, give_up_at = UINT64_MAX, t_end = 0;
-	bool exited = false, timed_out = false, killed = false;
-	int backoff_ms = 1;
-	for (;;) {
-		if (!exited && c.pidfd < 0)
-			exited = local_child_exited(&c);
-		if (exited)
-			local_child_release_outputs(&c); /* from now on EOF can come */
-		uint64_t now = local_now_ns();
-		if (exited && out.fd < 0 && errs.fd < 0) {
-			t_end = now;
-			break;
-		}
-		if (!timed_out && now >= term_at) {
-			timed_out = true;
-			local_child_signal_tree(&c, SIGTERM);
-			kill_at = now + KILL_GRACE_NS;
-		}
-		if (timed_out && !killed && now >= kill_at) {
-			killed = true;
-			local_child_signal_tree(&c, SIGKILL);
-			give_up_at = now + GIVE_UP_NS;
-		}
-		if (exited && killed && now >= give_up_at) {
-			t_end = now;
-			break;
-		}
+	j->term_at = timeout ? j->t0 + timeout * NS_PER_MS : UINT64_MAX;
+	j->kill_at = j->give_up_at = UINT64_MAX;
+	j->backoff_ms = 1;
+	return ASP_OK;
+}
 
-		uint64_t until = !timed_out ? term_at : !killed ? kill_at : give_up_at;
-		int ms = local_poll_ms(now, until);
-		if (!exited && c.pidfd < 0) {
-			/* no pidfd: look for the exit again soon, less often as time goes by */
-			if (ms < 0 || ms > backoff_ms)
-				ms = backoff_ms;
-			if (backoff_ms < 50)
-				backoff_ms *= 2;
-		}
-		struct pollfd pfd[5];
-		int n = 0, i_out = -1, i_err = -1, i_in = -1, i_pid = -1, i_watch = -1;
-		if (out.fd >= 0)
-			i_out = n, pfd[n++] = (struct pollfd){out.fd, POLLIN, 0};
-		if (errs.fd >= 0)
-			i_err = n, pfd[n++] = (struct pollfd){errs.fd, POLLIN, 0};
-		if (in.fd >= 0)
-			i_in = n, pfd[n++] = (struct pollfd){in.fd, POLLOUT, 0};
-		if (!exited && c.pidfd >= 0)
-			i_pid = n, pfd[n++] = (struct pollfd){c.pidfd, POLLIN, 0};
-		if (watch.fd >= 0)
-			i_watch = n, pfd[n++] = (struct pollfd){watch.fd, POLLIN, 0};
-		if (poll(pfd, (nfds_t)n, ms) <= 0)
-			continue; /* timer or EINTR: the checks above run again */
-		if (i_watch >= 0 && pfd[i_watch].revents) {
-			asp_local_watch w = watch;
-			watch.fd = -1; /* once */
-			w.ready(w.ctx);
-		}
-		if (i_out >= 0 && pfd[i_out].revents)
-			stream_read(&out, &scratch);
-		if (i_err >= 0 && pfd[i_err].revents)
-			stream_read(&errs, &scratch);
-		if (i_in >= 0 && pfd[i_in].revents)
-			feed_write(&in);
-		if (i_pid >= 0 && pfd[i_pid].revents)
-			exited = true;
+/* Moves the job on at `now` (the exit, the timeout's signals); true once it has ended. */
+static bool job_tick(exec_job *j, uint64_t now)
+{
+	if (j->done)
+		return true;
+	if (!j->exited && j->c.pidfd < 0)
+		j->exited = local_child_exited(&j->c);
+	if (j->exited)
+		local_child_release_outputs(&j->c); /* from now on EOF can come */
+	if (j->exited && j->out.fd < 0 && j->errs.fd < 0)
+		goto done;
+	if (!j->timed_out && now >= j->term_at) {
+		j->timed_out = true;
+		local_child_signal_tree(&j->c, SIGTERM);
+		j->kill_at = now + KILL_GRACE_NS;
 	}
-	if (timed_out)
-		local_child_signal_tree(&c, SIGKILL); /* nothing it started survives a timeout */
-	close_fd(&in.fd);
-	close_fd(&out.fd);
-	close_fd(&errs.fd);
-	int status = local_child_reap(&c);
-	local_child_close(&c);
-	if (in.len)
-		local_pipe_guard_off(&guard, in.epipe);
-	free(scratch);
+	if (j->timed_out && !j->killed && now >= j->kill_at) {
+		j->killed = true;
+		local_child_signal_tree(&j->c, SIGKILL);
+		j->give_up_at = now + GIVE_UP_NS;
+	}
+	if (j->exited && j->killed && now >= j->give_up_at)
+		goto done;
+	return false;
+done:
+	j->t_end = now;
+	j->done = true;
+	return true;
+}
 
-	r->timed_out = timed_out;
-	r->duration_ms = (t_end - t0) / NS_PER_MS;
-	r->stdout_bytes = out.total;
-	r->stderr_bytes = errs.total;
+/* When job_tick must run again without an event (UINT64_MAX: only on events). */
+static uint64_t job_until(exec_job *j, uint64_t now)
+{
+	uint64_t until = !j->timed_out ? j->term_at : !j->killed ? j->kill_at : j->give_up_at;
+	if (!j->exited && j->c.pidfd < 0) {
+		/* no pidfd: look for the exit again soon, less often as time goes by */
+		uint64_t soon = now + (uint64_t)j->backoff_ms * NS_PER_MS;
+		if (soon < until)
+			until = soon;
+		if (j->backoff_ms < 50)
+			j->backoff_ms *= 2;
+	}
+	return until;
+}
+
+/* The fds the job waits on now (at most EXEC_FDS), with their events. */
+#define EXEC_FDS 4
+static int job_fds(const exec_job *j, struct pollfd *pfd)
+{
+	int n = 0;
+	if (j->out.fd >= 0)
+		pfd[n++] = (struct pollfd){j->out.fd, POLLIN, 0};
+	if (j->errs.fd >= 0)
+		pfd[n++] = (struct pollfd){j->errs.fd, POLLIN, 0};
+	if (j->in.fd >= 0)
+		pfd[n++] = (struct pollfd){j->in.fd, POLLOUT, 0};
+	if (!j->exited && j->c.pidfd >= 0)
+		pfd[n++] = (struct pollfd){j->c.pidfd, POLLIN, 0};
+	return n;
+}
+
+/* Serves what `pfd` (from job_fds, revents filled) says is ready. */
+static void job_serve(exec_job *j, const struct pollfd *pfd, int n)
+{
+	for (int i = 0; i < n; i++) {
+		if (!pfd[i].revents)
+			continue;
+		int fd = pfd[i].fd;
+		if (fd == j->out.fd)
+			stream_read(&j->out, &j->scratch);
+		else if (fd == j->errs.fd)
+			stream_read(&j->errs, &j->scratch);
+		else if (fd == j->in.fd)
+			feed_write(&j->in);
+		else if (fd == j->c.pidfd && !j->exited)
+			j->exited = true;
+	}
+}
+
+/* Reaps the child, fills `r` and frees what the job holds. */
+static asp_status job_end(exec_job *j, asp_exec_result *r, asp_arena *a, asp_error *err)
+{
+	asp_status st = ASP_OK;
+	memset(r, 0, sizeof *r);
+	if (j->timed_out || !j->done)
+		local_child_signal_tree(&j->c, SIGKILL); /* nothing it started survives a timeout */
+	close_fd(&j->in.fd);
+	close_fd(&j->out.fd);
+	close_fd(&j->errs.fd);
+	int status = local_child_reap(&j->c);
+	local_child_close(&j->c);
+	if (j->in.len)
+		local_pipe_guard_off(&j->guard, j->in.epipe);
+	free(j->scratch);
+	j->scratch = NULL;
+	if (!j->done)
+		j->t_end = local_now_ns();
+
+	r->timed_out = j->timed_out;
+	r->duration_ms = (j->t_end - j->t0) / NS_PER_MS;
+	r->stdout_bytes = j->out.total;
+	r->stderr_bytes = j->errs.total;
 	r->exit_code = -1;
 	if (status != -1 && WIFEXITED(status)) {
 		r->exit_code = WEXITSTATUS(status);
@@ -262,12 +299,136 @@ asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result 
 		if (!r->signal)
 			st = ASP_E_INTERNAL;
 	}
-	fit_budget(&out.len, &errs.len, l->payload_budget);
-	if (local_bytes_give(a, out.buf, out.len, out.cap, &r->stdout_data) < 0)
+	fit_budget(&j->out.len, &j->errs.len, j->payload_budget);
+	if (local_bytes_give(a, j->out.buf, j->out.len, j->out.cap, &r->stdout_data) < 0)
 		st = ASP_E_INTERNAL;
-	if (local_bytes_give(a, errs.buf, errs.len, errs.cap, &r->stderr_data) < 0)
+	if (local_bytes_give(a, j->errs.buf, j->errs.len, j->errs.cap, &r->stderr_data) < 0)
 		st = ASP_E_INTERNAL;
+	j->out.buf = j->errs.buf = NULL;
 	if (st != ASP_OK)
 		return local_oom("exec", err);
 	return ASP_OK;
+}
+
+asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result *r, asp_arena *a,
+                          asp_error *err)
+{
+	exec_job j;
+	asp_status st = job_start(self, p, &j, err);
+	if (st != ASP_OK) {
+		memset(r, 0, sizeof *r);
+		return st;
+	}
+	for (;;) {
+		uint64_t now = local_now_ns();
+		if (job_tick(&j, now))
+			break;
+		struct pollfd pfd[EXEC_FDS + 1];
+		int nj = job_fds(&j, pfd), n = nj, i_watch = -1;
+		int ms = local_poll_ms(now, job_until(&j, now));
+		if (watch.fd >= 0)
+			i_watch = n, pfd[n++] = (struct pollfd){watch.fd, POLLIN, 0};
+		if (poll(pfd, (nfds_t)n, ms) <= 0)
+			continue; /* timer or EINTR: the checks above run again */
+		if (i_watch >= 0 && pfd[i_watch].revents) {
+			asp_local_watch w = watch;
+			watch.fd = -1; /* once */
+			w.ready(w.ctx);
+		}
+		job_serve(&j, pfd, nj);
+	}
+	return job_end(&j, r, a, err);
+}
+
+/* ---- an exec driven by a server's event loop (asp/server.h) ----------------------- */
+
+struct asp_local_exec_job {
+	exec_job j;
+	asp_arena *a; /* the params, the result */
+	asp_exec_result *r;
+	const asp_op_desc *d;
+	uint32_t id;
+	size_t max_message;
+};
+
+asp_serve_result asp_local_exec_begin(asp_local_conn *c, asp_request *r, asp_reply *b,
+                                      asp_local_exec_job **out)
+{
+	*out = NULL;
+	const asp_msg *m = c->has_sink ? NULL : asp_request_msg(r);
+	int op = m ? asp_op_lookup(m->method, m->method_len) : -1;
+	if (op != ASP_OP_EXEC)
+		return asp_local_serve(c, r, b); /* not an exec for us: served as any request */
+	asp_local_exec_job *x = calloc(1, sizeof *x);
+	asp_arena *a = x ? asp_arena_new() : NULL;
+	asp_exec_params *p = a ? asp_arena_alloc(a, sizeof *p) : NULL;
+	if (p)
+		x->r = asp_arena_alloc(a, sizeof *x->r);
+	if (!p || !x->r) {
+		asp_arena_free(a);
+		free(x);
+		return asp_local_serve(c, r, b); /* answers the out of memory itself */
+	}
+	x->a = a;
+	x->d = &asp_op_descs[op];
+	x->id = m->id;
+	x->max_message = c->l->max_message;
+	asp_error err;
+	asp_error_clear(&err);
+	asp_status st = asp_dispatch_params(x->d, m, p, a, &err);
+	if (!st && p->stdin_data.len > PIPE_BUF) {
+		st = asp_local_exec(c->l, p, x->r, a, &err); /* feeding it takes polls: here */
+	} else if (!st) {
+		st = job_start(c->l, p, &x->j, &err);
+		if (!st) {
+			if (x->j.in.len) /* written at once (or refused): the SIGPIPE guard ends */
+				local_pipe_guard_off(&x->j.guard, x->j.in.epipe);
+			x->j.in.len = 0;
+			*out = x;
+			return ASP_SERVE_RUNNING;
+		}
+	}
+	asp_buf *buf = asp_reply_buf(b);
+	asp_dispatch_answer(buf, x->id, x->d, x->r, st, &err, x->max_message);
+	asp_arena_free(a);
+	free(x);
+	return buf->len > ASP_FRAME_HEADER ? ASP_SERVE_REPLY : ASP_SERVE_FAILED;
+}
+
+int asp_local_exec_wants(asp_local_exec_job *x, struct pollfd *pfd, uint64_t *until)
+{
+	*until = x->j.done ? 0 : job_until(&x->j, local_now_ns());
+	return x->j.done ? 0 : job_fds(&x->j, pfd);
+}
+
+bool asp_local_exec_step(asp_local_exec_job *x, const struct pollfd *pfd, int n)
+{
+	job_serve(&x->j, pfd, n);
+	/*
+	 * After the exit the pipes' EOF is due at once (the job held their write ends till
+	 * then): read it here rather than on another turn of the caller's loop. A few
+	 * rounds at most: a process the command left behind may still be writing.
+	 */
+	for (int round = 0; round < 4; round++) {
+		if (job_tick(&x->j, local_now_ns()) || !x->j.exited)
+			return x->j.done;
+		struct pollfd now[EXEC_FDS];
+		int k = job_fds(&x->j, now);
+		if (k == 0 || poll(now, (nfds_t)k, 0) <= 0)
+			return false;
+		job_serve(&x->j, now, k);
+	}
+	return job_tick(&x->j, local_now_ns());
+}
+
+asp_serve_result asp_local_exec_end(asp_local_exec_job *x, asp_reply *b)
+{
+	asp_error err;
+	asp_error_clear(&err);
+	asp_status st = job_end(&x->j, x->r, x->a, &err);
+	asp_buf *buf = asp_reply_buf(b);
+	asp_dispatch_answer(buf, x->id, x->d, x->r, st, &err, x->max_message);
+	asp_arena_free(x->a);
+	free(x);
+	return buf->len > ASP_FRAME_HEADER ? ASP_SERVE_REPLY : ASP_SERVE_FAILED;
 }
