@@ -62,8 +62,8 @@ void srv_exec_init(srv *s, struct lws_vhost *vh)
 	lws_sock_file_fd_type u;
 	u.filefd = fcntl(s->exec_ep, F_DUPFD_CLOEXEC, 0);
 	if (u.filefd >= 0)
-		s->exec_wsi = lws_adopt_descriptor_vhost(vh, LWS_ADOPT_RAW_FILE_DESC, u,
-		                                         "asp-exec", NULL);
+		s->exec_wsi =
+		    lws_adopt_descriptor_vhost(vh, LWS_ADOPT_RAW_FILE_DESC, u, "asp-exec", NULL);
 	if (!s->exec_wsi) {
 		if (u.filefd >= 0)
 			close(u.filefd);

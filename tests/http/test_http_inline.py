@@ -187,7 +187,6 @@ def run(agent, work):
         ("a stat through a symlink", "stat", [("path", mp_str(work + "/link"))]),
         ("a read through a symlinked directory", "read",
          [("path", mp_str(work + "/dirlink/f"))]),
-        ("an exec", "exec", [("argv", b"\x91" + mp_str("true"))]),
     ]
     for what, method, pairs in to_worker:
         p, addr = start_inline_agent(agent)
