@@ -927,8 +927,14 @@ int asp_http_listen(const asp_http_listen_opts *o)
 		pthread_kill(s->sig_thread, SIGTERM); /* blocked, so sigwait takes it */
 		pthread_join(s->sig_thread, NULL);
 	}
-	if (s->forced) /* a request still runs: its thread keeps s; the process exits anyway */
+	/*
+	 * A worker's request still runs: its thread keeps s; the process exits anyway. The
+	 * execs the service thread ran are gone by now, so with none in a worker we free all.
+	 */
+	if (s->forced && srv_workers_busy(s))
 		return 1;
+	if (s->forced)
+		rc = 1;
 	srv_work_stop(s);
 	if (s->backend && !srv_backend_free(s)) {
 		asp_server_log(

@@ -209,6 +209,8 @@ void srv_drain_ready(srv *s);
 void srv_update_rx(srv_conn *c);
 /* Jobs queued or running, and output not yet written, over every connection. */
 bool srv_idle(srv *s);
+/* Whether a worker holds or will take a request (which then keeps `s` alive). */
+bool srv_workers_busy(srv *s);
 
 /* Binds a WebSocket to the backend (notifications reach it). false: out of memory. */
 bool srv_conn_bind(srv_conn *c);

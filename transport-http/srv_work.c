@@ -782,6 +782,14 @@ void srv_drain_ready(srv *s)
 	}
 }
 
+bool srv_workers_busy(srv *s)
+{
+	pthread_mutex_lock(&s->mu);
+	bool busy = s->queued > 0 || s->running > 0;
+	pthread_mutex_unlock(&s->mu);
+	return busy;
+}
+
 bool srv_idle(srv *s)
 {
 	pthread_mutex_lock(&s->mu);
