@@ -23,7 +23,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_http_inline import (Conn, check, failures, logs, mp_bin, mp_str,  # noqa: E402
+from test_http_inline import (Conn, check, logs, mp_bin, mp_str, report,  # noqa: E402
                               start_inline_agent)
 
 BOUND_S = 30
@@ -219,12 +219,7 @@ def main(agent):
         for name in os.listdir(work):
             os.unlink(os.path.join(work, name))
         os.rmdir(work)
-    if failures:
-        print("%d failed:\n  " % len(failures) + "\n  ".join(failures))
-        for log in logs:
-            print(open(log.name).read())
-        return 1
-    return 0
+    return report()
 
 
 if __name__ == "__main__":

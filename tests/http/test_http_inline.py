@@ -33,6 +33,16 @@ def check(cond, what):
         failures.append(what)
 
 
+def report():
+    """The exit code: 1 with the failures and the agents' logs printed, else 0."""
+    if failures:
+        print("%d failed:\n  " % len(failures) + "\n  ".join(failures))
+        for log in logs:
+            print(open(log.name).read())
+        return 1
+    return 0
+
+
 def start_inline_agent(agent):
     log = tempfile.NamedTemporaryFile("w+", prefix="asp-inline-log-")
     logs.append(log)
@@ -200,12 +210,7 @@ def run(agent, work):
             p.terminate()
             check(p.wait(30) == 0, "the agent exited 0 on SIGTERM")
 
-    if failures:
-        print("%d failed:\n  " % len(failures) + "\n  ".join(failures))
-        for log in logs:
-            print(open(log.name).read())
-        return 1
-    return 0
+    return report()
 
 
 if __name__ == "__main__":
