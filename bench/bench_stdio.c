@@ -1,7 +1,8 @@
 /*
  * The stdio transport against its floor, in one run (issue 3's benchmark):
  *   - exec of `true`: asp over stdio vs posix_spawn + waitpid of the same program here,
- *     and vs the least an exec with exec's guarantees costs without ASP (start floor);
+ *     vs the least an exec with exec's guarantees costs without ASP (start floor), and
+ *     vs that start run by another process over a pipe (relay floor);
  *   - 4 KiB read and write round trips;
  *   - 1, 8 and 64 concurrent execs on one client;
  *   - 256 MiB upload and download with `asp cp`.
@@ -314,6 +315,8 @@ int main(int argc, char **argv)
 	        dir, agent);
 	fclose(f);
 
+	spawn_relay relay; /* forked before any thread starts */
+	spawn_relay_start(&relay);
 	asp_client *c;
 	asp_error err;
 	if (asp_client_open_path(cfg, &c, &err))
@@ -333,17 +336,19 @@ int main(int argc, char **argv)
 	static struct threads before, after;
 	if (agent_pid > 0)
 		read_threads(agent_pid, &before);
-	/* Each iteration runs the four in a rotated order: none always follows another. */
-	double *vs = calloc((size_t)iters, sizeof *vs), *cols[4] = {vf, v, vl, vs};
+	/* Each iteration runs the five in a rotated order: none always follows another. */
+	double *vs = calloc((size_t)iters, sizeof *vs), *vr = calloc((size_t)iters, sizeof *vr);
+	double *cols[5] = {vf, v, vl, vs, vr};
 	for (int i = 0; i < iters; i++)
-		for (int j = 0; j < 4; j++) {
-			int which = (i + j) % 4;
+		for (int j = 0; j < 5; j++) {
+			int which = (i + j) % 5;
 			double t0 = now_us();
 			switch (which) {
 			case 0: spawn_floor_true(); break;
 			case 1: exec_true(c, a); break;
 			case 2: exec_true(local, a); break;
-			default: spawn_start_floor_true(); break;
+			case 3: spawn_start_floor_true(); break;
+			default: spawn_relay_true(&relay); break;
 			}
 			cols[which][i] = now_us() - t0;
 		}
@@ -355,6 +360,9 @@ int main(int argc, char **argv)
 	const char *how = agent_pid > 0 ? spawn_path(agent_pid) : "unknown";
 	double floor_us = median(vf, iters), exec_us = median(v, iters);
 	double lexec_us = median(vl, iters), start_us = median(vs, iters);
+	double relay_us = median(vr, iters);
+	spawn_relay_stop(&relay);
+	free(vr);
 	free(vs);
 	free(vl);
 	free(vf);
@@ -374,11 +382,11 @@ int main(int argc, char **argv)
 	if (quick) {
 		printf(
 		    "exec %.0f floor %.0f ratio %.3f in-process %.3f start-floor %.3f bound %.3f "
-		    "stat %.1f write %.1f read %.1f c1 %.0f c8 %.0f c64 %.0f spawn %s "
-		    "sleeps/exec %s\n",
+		    "relay-floor %.3f over-relay %.3f stat %.1f write %.1f read %.1f c1 %.0f "
+		    "c8 %.0f c64 %.0f spawn %s sleeps/exec %s\n",
 		    exec_us, floor_us, exec_us / floor_us, lexec_us / floor_us, start_us / floor_us,
-		    (start_us + stat_us) / floor_us, stat_us, write_us, read_us, c1, c8, c64, how,
-		    sleeps);
+		    (start_us + stat_us) / floor_us, relay_us / floor_us, exec_us / relay_us,
+		    stat_us, write_us, read_us, c1, c8, c64, how, sleeps);
 		asp_arena_free(a);
 		free(v);
 		asp_client_free(c);
@@ -430,6 +438,12 @@ int main(int argc, char **argv)
 	printf("| start floor + one stat round trip over stdio (the least an exec can cost "
 	       "here) | %.0f µs | | %.2f× |\n",
 	       start_us + stat_us, (start_us + stat_us) / floor_us);
+	printf("| relay floor: the start floor run by another process, a byte over a pipe each "
+	       "way (no ASP) | %.0f µs | | %.2f× |\n",
+	       relay_us, relay_us / floor_us);
+	printf("| exec `true` over stdio / relay floor (what ASP adds to a pipe's exec) | | | "
+	       "%.2f× |\n",
+	       exec_us / relay_us);
 	printf("| 4 KiB write round trip, median | %.1f µs (%.0f ops/s) | %.1f µs (in-process) | "
 	       "+%.1f µs |\n",
 	       write_us, 1e6 / write_us, lwrite_us, write_us - lwrite_us);

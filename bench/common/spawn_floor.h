@@ -17,4 +17,22 @@ void spawn_floor_true(void);
  */
 void spawn_start_floor_true(void);
 
+/*
+ * The relay floor: the start floor run by another process on a request over a pipe, its
+ * answer back over another, one byte each way. The least an exec over a stdio pipe can
+ * cost here: the caller sleeps across the command's run and is woken by another process,
+ * as a client of asp-agent is, with nothing of ASP (no frames, no decoding).
+ */
+typedef struct spawn_relay {
+	int pid;
+	int to, from; /* the request and answer pipes' ends */
+} spawn_relay;
+
+/* Starts the relay process: before any thread starts. Exits the program on failure. */
+void spawn_relay_start(spawn_relay *r);
+/* One exec of `true` through the relay. Exits the program if the relay is gone. */
+void spawn_relay_true(spawn_relay *r);
+/* Ends the relay process and waits for it. */
+void spawn_relay_stop(spawn_relay *r);
+
 #endif
