@@ -782,10 +782,16 @@ void srv_drain_ready(srv *s)
 	}
 }
 
+/* Under mu. */
+static bool workers_busy_locked(const srv *s)
+{
+	return s->queued > 0 || s->running > 0;
+}
+
 bool srv_workers_busy(srv *s)
 {
 	pthread_mutex_lock(&s->mu);
-	bool busy = s->queued > 0 || s->running > 0;
+	bool busy = workers_busy_locked(s);
 	pthread_mutex_unlock(&s->mu);
 	return busy;
 }
@@ -793,7 +799,7 @@ bool srv_workers_busy(srv *s)
 bool srv_idle(srv *s)
 {
 	pthread_mutex_lock(&s->mu);
-	bool idle = s->queued == 0 && s->running == 0 && !s->execs;
+	bool idle = !workers_busy_locked(s) && !s->execs;
 	for (srv_conn *c = s->live; idle && c; c = c->next)
 		idle = c->out_head == NULL && c->inflight == 0;
 	pthread_mutex_unlock(&s->mu);

@@ -6,6 +6,8 @@
 #ifndef ASP_BENCH_SPAWN_FLOOR_H
 #define ASP_BENCH_SPAWN_FLOOR_H
 
+#include <sys/types.h>
+
 /* posix_spawnp of `true`, then waitpid. Exits the program if the spawn fails. */
 void spawn_floor_true(void);
 
@@ -24,7 +26,7 @@ void spawn_start_floor_true(void);
  * as a client of asp-agent is, with nothing of ASP (no frames, no decoding).
  */
 typedef struct spawn_relay {
-	int pid;
+	pid_t pid;
 	int to, from; /* the request and answer pipes' ends */
 } spawn_relay;
 
