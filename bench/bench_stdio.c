@@ -336,12 +336,15 @@ int main(int argc, char **argv)
 	static struct threads before, after;
 	if (agent_pid > 0)
 		read_threads(agent_pid, &before);
-	/* Each iteration runs the five in a rotated order: none always follows another. */
+	/* Each iteration runs the five in a fresh random order (bench_order). */
 	double *vs = calloc((size_t)iters, sizeof *vs), *vr = calloc((size_t)iters, sizeof *vr);
 	double *cols[5] = {vf, v, vl, vs, vr};
-	for (int i = 0; i < iters; i++)
+	unsigned long long seed = 1;
+	for (int i = 0; i < iters; i++) {
+		int order[5];
+		bench_order(order, 5, &seed);
 		for (int j = 0; j < 5; j++) {
-			int which = (i + j) % 5;
+			int which = order[j];
 			double t0 = now_us();
 			switch (which) {
 			case 0: spawn_floor_true(); break;
@@ -352,6 +355,7 @@ int main(int argc, char **argv)
 			}
 			cols[which][i] = now_us() - t0;
 		}
+	}
 	char sleeps[1024] = "unknown (agent not found)";
 	if (agent_pid > 0) {
 		read_threads(agent_pid, &after);

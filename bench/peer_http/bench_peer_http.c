@@ -6,8 +6,8 @@
  * what a plain client gets.
  *
  * Ops: exec `true` (argv, no shell, on both), 4 KiB read, stat, 4 KiB write, 1 MiB upload
- * in one request. The servers take turns each iteration (who goes first rotates), so
- * load from elsewhere hits both alike. Prints medians, ASP/peer ratios, MiB/s for the
+ * in one request. The servers take turns each iteration, in a fresh random order
+ * (bench_order), so load from elsewhere hits both alike. Prints medians, ASP/peer ratios, MiB/s for the
  * upload and each server's VmRSS after the run, and a Markdown table. With exec, each
  * iteration also times `true` started here without a server (spawn_floor.h), so both
  * servers' exec is also given over that floor, which the load moves less than the ratio.
@@ -593,12 +593,15 @@ int main(int argc, char **argv)
 			sched_totals(sv[k].pid, &c0[k], &s0[k]);
 		/*
 		 * Each iteration the servers take turns, and with exec the two floors too
-		 * (spawn_floor.h): the order rotates, so that none always follows another.
+		 * (spawn_floor.h), in a fresh random order (bench_order).
 		 */
 		int turns = op == OP_EXEC ? NS + 2 : NS;
-		for (int i = 0; i < n; i++)
+		unsigned long long seed = 1;
+		for (int i = 0; i < n; i++) {
+			int order[NS + 2];
+			bench_order(order, turns, &seed);
 			for (int k = 0; k < turns; k++) {
-				int s = (i + k) % turns;
+				int s = order[k];
 				double t0 = now_us();
 				if (s < NS)
 					call(&sv[s], s, op);
@@ -612,6 +615,7 @@ int main(int argc, char **argv)
 				else
 					(s == NS ? vfloor : vstart)[i] = t;
 			}
+		}
 		if (op == OP_EXEC)
 			floor_us = median(vfloor, n), start_us = median(vstart, n);
 		for (int s = 0; s < NS; s++) {

@@ -939,7 +939,8 @@ static double pct(double *v, int n, int p)
 	return v[i < 0 ? 0 : i];
 }
 
-/* The whole streaming section, transports taking turns (the order rotates each round). */
+/* The whole streaming section, transports taking turns (a fresh random order each round,
+ * bench_order). */
 static void streaming(asp_client *nat, asp_client *agt, const char *cm, stream_figures *sf)
 {
 	double t_start = now_ms();
@@ -949,17 +950,22 @@ static void streaming(asp_client *nat, asp_client *agt, const char *cm, stream_f
 		fprintf(stderr, "stream: paramiko not measured (is python3-paramiko installed?)\n");
 	static double lat[T_COUNT][LAT_RUNS * LAT_CAP];
 	int nl[T_COUNT] = {0};
-	for (int run = 0; run < LAT_RUNS; run++)
+	unsigned long long seed = 1;
+	int order[T_COUNT];
+	for (int run = 0; run < LAT_RUNS; run++) {
+		bench_order(order, T_COUNT, &seed);
 		for (int j = 0; j < T_COUNT; j++) {
-			int t = (run + j) % T_COUNT;
+			int t = order[j];
 			if (t != T_PARAMIKO || have_pk)
 				lat_run(t, nat, agt, cm, &pk, lat[t], &nl[t]);
 		}
+	}
 	double first[T_COUNT][SPAWN_N], ex[T_COUNT][SPAWN_N];
 	int ns[T_COUNT] = {0};
-	for (int i = 0; i < SPAWN_WARM + SPAWN_N; i++)
+	for (int i = 0; i < SPAWN_WARM + SPAWN_N; i++) {
+		bench_order(order, T_COUNT, &seed);
 		for (int j = 0; j < T_COUNT; j++) {
-			int t = (i + j) % T_COUNT;
+			int t = order[j];
 			if (t == T_PARAMIKO && !have_pk)
 				continue;
 			double a, b;
@@ -971,6 +977,7 @@ static void streaming(asp_client *nat, asp_client *agt, const char *cm, stream_f
 				ex[t][ns[t]++] = b;
 			}
 		}
+	}
 	pk_stop(&pk);
 	for (int t = 0; t < T_COUNT; t++) {
 		sf->lat_n[t] = nl[t];

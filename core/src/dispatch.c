@@ -1,5 +1,6 @@
 /* The server side of one request: decode params, call the op, encode the answer. */
 #include "wire.h"
+#include "spare.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
@@ -25,15 +26,31 @@ static void answer_error(asp_buf *out, uint32_t id, const asp_error *err)
 		out->len = 0; /* out of memory: the caller sees an empty frame and closes */
 }
 
+static asp_spare spare_arena;
+
+asp_arena *asp_dispatch_arena(void)
+{
+	asp_arena *a = asp_spare_take(&spare_arena);
+	return a ? a : asp_arena_new();
+}
+
+void asp_dispatch_arena_done(asp_arena *a)
+{
+	if (!a)
+		return;
+	asp_arena_reset(a); /* keeps its first block only */
+	asp_arena_free(asp_spare_keep(&spare_arena, a));
+}
+
 void asp_dispatch(const asp_ops *ops, void *self, const asp_msg *req, asp_buf *out,
                   size_t max_message)
 {
 	/* The arena dies here, so nothing of it may stay referenced by the frame. */
 	size_t ref_min = out->ref_min;
 	out->ref_min = 0;
-	asp_arena *a = asp_arena_new();
+	asp_arena *a = asp_dispatch_arena();
 	asp_dispatch_in(ops, self, req, out, max_message, a);
-	asp_arena_free(a);
+	asp_dispatch_arena_done(a);
 	out->ref_min = ref_min;
 }
 

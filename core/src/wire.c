@@ -1,5 +1,6 @@
 /* Frames and messages of DESIGN §2: prescan, decode, and the frame builders. */
 #include "wire.h"
+#include "spare.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -286,12 +287,40 @@ asp_status asp_wire_decode(const uint8_t *data, size_t len, msgpack_unpacked *u,
 	return asp_wire_unpack(data, len, u, msg, err);
 }
 
+static asp_spare spare_zone;
+
+void asp_wire_unpacked_init(msgpack_unpacked *u)
+{
+	msgpack_unpacked_init(u);
+	u->zone = asp_spare_take(&spare_zone);
+	if (!u->zone) /* NULL (out of memory): msgpack_unpack_next makes its own */
+		u->zone = msgpack_zone_new(MSGPACK_ZONE_CHUNK_SIZE);
+}
+
+void asp_wire_unpacked_done(msgpack_unpacked *u)
+{
+	msgpack_zone *z = u->zone;
+	u->zone = NULL;
+	if (!z)
+		return;
+	msgpack_zone_clear(z); /* frees all but its first chunk: what it keeps is bounded */
+	z = asp_spare_keep(&spare_zone, z);
+	if (z)
+		msgpack_zone_free(z);
+}
+
 asp_status asp_wire_unpack(const uint8_t *data, size_t len, msgpack_unpacked *u, asp_msg *msg,
                            asp_error *err)
 {
 	memset(msg, 0, sizeof *msg);
 	size_t off = 0;
-	msgpack_unpack_return r = msgpack_unpack_next(u, (const char *)data, len, &off);
+	/*
+	 * Into the zone asp_wire_unpacked_init gave `u`: msgpack_unpack_next would free it
+	 * and make a new one.
+	 */
+	msgpack_unpack_return r =
+	    u->zone ? msgpack_unpack((const char *)data, len, &off, u->zone, &u->data)
+	            : msgpack_unpack_next(u, (const char *)data, len, &off);
 	if (r != MSGPACK_UNPACK_SUCCESS || off != len)
 		return asp_error_set(err, ASP_E_PROTOCOL_ERROR, NULL,
 		                     "malformed message: msgpack could not decode it");

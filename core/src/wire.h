@@ -124,7 +124,16 @@ asp_status asp_wire_unpack(const uint8_t *data, size_t len, msgpack_unpacked *u,
                            asp_error *err);
 
 /*
- * Prescans, unpacks into `u` (msgpack_unpacked_init'ed by the caller, destroyed by the
+ * For the `u` of asp_wire_unpack and asp_wire_decode, in place of msgpack_unpacked_init
+ * and msgpack_unpacked_destroy: the zone its objects live in is kept between messages
+ * (spare.h), cleared back to its first 8 KiB chunk. (With a `u` from
+ * msgpack_unpacked_init the unpack makes a zone of its own, for msgpack_unpacked_destroy.)
+ */
+void asp_wire_unpacked_init(msgpack_unpacked *u);
+void asp_wire_unpacked_done(msgpack_unpacked *u);
+
+/*
+ * Prescans, unpacks into `u` (asp_wire_unpacked_init'ed by the caller, done by the
  * caller after use) and checks the message's shape. protocol_error when it cannot be
  * decoded as far as a request id; a request with a valid id but a bad method or params
  * gives invalid_argument with msg->has_id set, so the caller can answer that id.
@@ -156,6 +165,13 @@ int asp_op_lookup(const char *name, size_t len);
  */
 void asp_dispatch(const asp_ops *ops, void *self, const asp_msg *req, asp_buf *out,
                   size_t max_message);
+
+/*
+ * An arena for one request's params and result, kept between requests (spare.h):
+ * asp_dispatch_arena_done resets it for the next one. NULL when out of memory.
+ */
+asp_arena *asp_dispatch_arena(void);
+void asp_dispatch_arena_done(asp_arena *a);
 
 /*
  * As asp_dispatch, with the caller's arena (NULL: out of memory is answered) for the

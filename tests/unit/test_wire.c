@@ -515,6 +515,52 @@ static void test_refs_same_bytes(void)
 	asp_buf_free(&ref);
 }
 
+/*
+ * The zone asp_wire_unpacked_done keeps serves the next message, and a message that
+ * needed more than its first chunk leaves it a working zone (spare.h).
+ */
+static void test_kept_zone(void)
+{
+	static const char *argv[3000];
+	for (size_t i = 0; i < sizeof argv / sizeof argv[0]; i++)
+		argv[i] = "x";
+	asp_exec_params p;
+	asp_exec_params_init(&p);
+	p.has_argv = true;
+	p.argv.items = argv;
+	p.argv.count = sizeof argv / sizeof argv[0]; /* 3,000 objects: past 8 KiB of them */
+	asp_buf big, small;
+	asp_buf_init(&big);
+	asp_buf_init(&small);
+	CU_ASSERT_EQUAL_FATAL(asp_wire_request(&big, 1, ASP_OP_EXEC, &p), 0);
+	asp_exec_params_init(&p);
+	p.command = "true";
+	CU_ASSERT_EQUAL_FATAL(asp_wire_request(&small, 2, ASP_OP_EXEC, &p), 0);
+
+	msgpack_unpacked u;
+	asp_msg m;
+	asp_error err;
+	asp_wire_unpacked_init(&u);
+	msgpack_zone *z = u.zone;
+	CU_ASSERT_PTR_NOT_NULL_FATAL(z);
+	CU_ASSERT_EQUAL_FATAL(asp_wire_decode(big.data + 4, big.len - 4, &u, &m, &err), ASP_OK);
+	CU_ASSERT_EQUAL(m.id, 1);
+	CU_ASSERT_PTR_EQUAL(u.zone, z); /* unpacked into it, not into one of msgpack's */
+	asp_wire_unpacked_done(&u);
+	CU_ASSERT_PTR_NULL(u.zone);
+
+	void *decoy = malloc(8192); /* would take a freed zone's chunk */
+	asp_wire_unpacked_init(&u);
+	CU_ASSERT_PTR_EQUAL(u.zone, z);
+	CU_ASSERT_EQUAL_FATAL(asp_wire_decode(small.data + 4, small.len - 4, &u, &m, &err), 0);
+	CU_ASSERT_EQUAL(m.id, 2);
+	CU_ASSERT_EQUAL(m.method_len, 4);
+	asp_wire_unpacked_done(&u);
+	free(decoy);
+	asp_buf_free(&big);
+	asp_buf_free(&small);
+}
+
 int main(void)
 {
 	asp_ops_complete(&test_ops);
@@ -534,6 +580,7 @@ int main(void)
 	CU_add_test(s, "asp_error_set with err's own message as an argument", test_error_aliasing);
 	CU_add_test(s, "dispatch: too large, unsupported", test_dispatch_too_large);
 	CU_add_test(s, "large bins by reference", test_refs_same_bytes);
+	CU_add_test(s, "a message's zone is kept for the next", test_kept_zone);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();

@@ -1,5 +1,6 @@
 /* clone3 into a cgroup, vfork-style: see clone_into.h. */
 #include "clone_into.h"
+#include "spare.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -159,10 +160,19 @@ bool local_clone_available(void)
 /* The child's own stack: its frames are small (no recursion, no arrays). */
 #define CHILD_STACK (32 * 1024)
 
+/* One stack kept between spawns (spare.h). */
+static asp_spare spare_stack;
+
+static char *stack_take(void)
+{
+	char *st = asp_spare_take(&spare_stack);
+	return st ? st : malloc(CHILD_STACK); /* 16-byte aligned, as the child's sp must be */
+}
+
 int local_clone_spawn(int cg_fd, const local_clone_spec *s, pid_t *pid, bool *clone_failed)
 {
 	*clone_failed = false;
-	char *stack = malloc(CHILD_STACK); /* 16-byte aligned, as the child's sp must be */
+	char *stack = stack_take();
 	if (!stack)
 		return ENOMEM;
 	struct child_arg a = {.s = s, .rtmin = SIGRTMIN, .err = 0};
@@ -188,7 +198,7 @@ int local_clone_spawn(int cg_fd, const local_clone_spec *s, pid_t *pid, bool *cl
 	long r = clone3_call(&ca, child_main, &a);
 	int e = r < 0 ? (int)-r : 0;
 	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &saved, NULL, KSIGSET_SIZE);
-	free(stack); /* the child has exec'd or exited: CLONE_VFORK */
+	free(asp_spare_keep(&spare_stack, stack)); /* it exec'd or exited: CLONE_VFORK */
 	if (r < 0) {
 		*clone_failed = true;
 		return e;

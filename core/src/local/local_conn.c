@@ -183,7 +183,7 @@ int asp_local_conn_serve(asp_local_conn *c, const struct asp_msg *req, struct as
 	hold h;
 	hold_begin(&h, c);
 	int rc;
-	asp_arena *a = c->has_sink && c->sink.sendv ? asp_arena_new() : NULL;
+	asp_arena *a = c->has_sink && c->sink.sendv ? asp_dispatch_arena() : NULL;
 	if (a) {
 		/* The frame references the result's bins in `a` until it is written. */
 		out->ref_min = ASP_BUF_REF_MIN;
@@ -193,7 +193,7 @@ int asp_local_conn_serve(asp_local_conn *c, const struct asp_msg *req, struct as
 			rc = -1;
 		else
 			rc = local_conn_send_buf(c, out);
-		asp_arena_free(a);
+		asp_dispatch_arena_done(a);
 	} else {
 		asp_dispatch(&asp_local_conn_ops, c, req, out, c->l->max_message);
 		rc = out->len == 0 ? -1 : local_conn_send(c, out->data, out->len) ? 1 : 0;

@@ -54,12 +54,45 @@ static void close_fd(int *fd)
 	}
 }
 
+/* Bytes first read onto the stack: most commands' output fits, and an EOF allocates
+ * nothing (musl unmaps a freed 16 KiB buffer at once: two per exec of a quiet command). */
+#define FIRST_READ 4096
+
+/* The first read of a stream that keeps bytes but has no buffer yet. */
+static void stream_first_read(struct stream *s)
+{
+	uint8_t first[FIRST_READ];
+	ssize_t n = read(s->fd, first, sizeof first);
+	if (n < 0 && (errno == EINTR || errno == EAGAIN))
+		return;
+	if (n <= 0) {
+		close_fd(&s->fd); /* EOF, or an error that ends the stream just the same */
+		return;
+	}
+	size_t cap = FIRST_BUF < s->keep ? FIRST_BUF : s->keep, kept = (size_t)n;
+	if (kept > cap)
+		kept = cap;
+	s->buf = cap ? malloc(cap) : NULL;
+	if (s->buf) {
+		s->cap = cap;
+		memcpy(s->buf, first, kept);
+		s->len = kept;
+	} else {
+		s->keep = 0; /* out of memory (or nothing kept): the rest is counted only */
+	}
+	s->total += (uint64_t)n;
+}
+
 /* One read of what is available. Bytes past `keep` are counted and dropped. */
 static void stream_read(struct stream *s, uint8_t **scratch)
 {
 	uint8_t small[512];
 	uint8_t *dst;
 	size_t room;
+	if (s->cap == 0 && s->keep > 0) {
+		stream_first_read(s);
+		return;
+	}
 	if (s->len < s->keep && s->len == s->cap) {
 		size_t ncap = s->cap ? s->cap * 2 : FIRST_BUF;
 		if (ncap > s->keep)

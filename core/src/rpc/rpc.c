@@ -328,7 +328,7 @@ static void notify(asp_rpc *rpc, const asp_msg *msg)
 static bool handle_other(asp_rpc *rpc, uint8_t *m, size_t len, asp_error *err)
 {
 	msgpack_unpacked u;
-	msgpack_unpacked_init(&u);
+	asp_wire_unpacked_init(&u);
 	asp_msg msg;
 	asp_status st = asp_wire_decode(m, len, &u, &msg, err);
 	bool ok = false;
@@ -336,7 +336,7 @@ static bool handle_other(asp_rpc *rpc, uint8_t *m, size_t len, asp_error *err)
 		asp_error_prefix(err, ASP_E_PROTOCOL_ERROR,
 		                 "the responder sent an undecodable message");
 	} else if (msg.type == ASP_MSG_RESPONSE) {
-		msgpack_unpacked_destroy(&u);
+		asp_wire_unpacked_done(&u);
 		return deliver(rpc, msg.id, m, len, err);
 	} else if (msg.type == ASP_MSG_NOTIFY) {
 		notify(rpc, &msg);
@@ -345,7 +345,7 @@ static bool handle_other(asp_rpc *rpc, uint8_t *m, size_t len, asp_error *err)
 		asp_error_set(err, ASP_E_PROTOCOL_ERROR, NULL,
 		              "the responder sent a request where a response belongs");
 	}
-	msgpack_unpacked_destroy(&u);
+	asp_wire_unpacked_done(&u);
 	free(m);
 	return ok;
 }
@@ -715,7 +715,7 @@ static asp_status finish(asp_rpc *rpc, asp_op_id op, uint8_t *frame, size_t len,
                          asp_arena *a, asp_error *err)
 {
 	msgpack_unpacked u;
-	msgpack_unpacked_init(&u);
+	asp_wire_unpacked_init(&u);
 	asp_msg msg;
 	size_t objects = 0;
 	asp_status st = asp_wire_check(frame, len, &objects, &msg, err);
@@ -729,14 +729,14 @@ static asp_status finish(asp_rpc *rpc, asp_op_id op, uint8_t *frame, size_t len,
 		asp_error_prefix(err, ASP_E_PROTOCOL_ERROR,
 		                 "the responder's answer to %s is undecodable",
 		                 asp_op_descs[op].name);
-		msgpack_unpacked_destroy(&u);
+		asp_wire_unpacked_done(&u);
 		free(frame);
 		rpc_die(rpc, err); /* a responder that sends garbage cannot be trusted further */
 		err->code = ASP_E_PROTOCOL_ERROR;
 		return ASP_E_PROTOCOL_ERROR;
 	}
 	st = asp_wire_result_decode(op, &msg, result, a, err);
-	msgpack_unpacked_destroy(&u);
+	asp_wire_unpacked_done(&u);
 	decode_budget_give(rpc, cost);
 	if (st == ASP_OK && has_bins(asp_op_descs[op].result)) {
 		if (asp_arena_adopt(a, frame) < 0) /* frees the frame */

@@ -58,7 +58,7 @@ asp_status asp_rpc_decode(asp_op_id op, uint32_t id, uint8_t *msg, size_t len, v
                           asp_arena *a, const char *who, asp_error *err)
 {
 	msgpack_unpacked u;
-	msgpack_unpacked_init(&u);
+	asp_wire_unpacked_init(&u);
 	asp_msg m;
 	asp_status st = asp_wire_decode(msg, len, &u, &m, err);
 	if (st || m.type != ASP_MSG_RESPONSE || m.id != id) {
@@ -70,12 +70,12 @@ asp_status asp_rpc_decode(asp_op_id op, uint32_t id, uint8_t *msg, size_t len, v
 		st = asp_error_set(err, ASP_E_PROTOCOL_ERROR, NULL,
 		                   "the %s's answer to %s is undecodable (%s)", who ? who : "peer",
 		                   asp_op_name(op), why);
-		msgpack_unpacked_destroy(&u);
+		asp_wire_unpacked_done(&u);
 		free(msg);
 		return st;
 	}
 	st = asp_wire_result_decode(op, &m, result, a, err);
-	msgpack_unpacked_destroy(&u);
+	asp_wire_unpacked_done(&u);
 	if (st == ASP_OK && asp_arena_adopt(a, msg) < 0) /* results point into it; frees it */
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
 	if (st)
