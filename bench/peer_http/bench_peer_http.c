@@ -7,10 +7,11 @@
  *
  * Ops: exec `true` (argv, no shell, on both), 4 KiB read, stat, 4 KiB write, 1 MiB upload
  * in one request. The servers take turns each iteration, in a fresh random order
- * (bench_order), so load from elsewhere hits both alike. Prints medians, ASP/peer ratios, MiB/s for the
- * upload and each server's VmRSS after the run, and a Markdown table. With exec, each
- * iteration also times `true` started here without a server (spawn_floor.h), so both
- * servers' exec is also given over that floor, which the load moves less than the ratio.
+ * (bench_order), so load from elsewhere hits both alike. Prints medians, ASP/peer
+ * ratios, MiB/s for the upload and each server's VmRSS after the run, and a Markdown
+ * table. With exec, each iteration also times `true` started here without a server
+ * (spawn_floor.h), so both servers' exec is also given over that floor, which the load
+ * moves less than the ratio.
  *
  *   bench_peer_http ASP_AGENT [SANDBOX_AGENT] [iterations] [ops]
  *
