@@ -22,6 +22,7 @@
 #define SYS_close_range 436
 #endif
 #define ASP_CLONE_INTO_CGROUP 0x200000000ULL
+#define ASP_CLONE_PIDFD       0x1000ULL
 
 struct asp_clone_args {
 	uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
@@ -169,16 +170,21 @@ static char *stack_take(void)
 	return st ? st : malloc(CHILD_STACK); /* 16-byte aligned, as the child's sp must be */
 }
 
-int local_clone_spawn(int cg_fd, const local_clone_spec *s, pid_t *pid, bool *clone_failed)
+int local_clone_spawn(int cg_fd, const local_clone_spec *s, pid_t *pid, int *pidfd,
+                      bool *clone_failed)
 {
 	*clone_failed = false;
+	*pidfd = -1;
 	char *stack = stack_take();
 	if (!stack)
 		return ENOMEM;
 	struct child_arg a = {.s = s, .rtmin = SIGRTMIN, .err = 0};
 	struct asp_clone_args ca;
 	memset(&ca, 0, sizeof ca);
-	ca.flags = CLONE_VM | CLONE_VFORK | ASP_CLONE_INTO_CGROUP;
+	/* the pidfd too, close-on-exec: no pidfd_open after */
+	int fd = -1;
+	ca.flags = CLONE_VM | CLONE_VFORK | ASP_CLONE_INTO_CGROUP | ASP_CLONE_PIDFD;
+	ca.pidfd = (uint64_t)(uintptr_t)&fd;
 	/* (an exit signal of 0 would not last: execve makes it SIGCHLD again) */
 	ca.exit_signal = SIGCHLD;
 	ca.stack = (uint64_t)(uintptr_t)stack;
@@ -207,9 +213,12 @@ int local_clone_spawn(int cg_fd, const local_clone_spec *s, pid_t *pid, bool *cl
 		int st;
 		while (waitpid((pid_t)r, &st, 0) < 0 && errno == EINTR)
 			;
+		if (fd >= 0)
+			close(fd);
 		return a.err;
 	}
 	*pid = (pid_t)r;
+	*pidfd = fd;
 	return 0;
 }
 
@@ -220,9 +229,11 @@ bool local_clone_available(void)
 	return false;
 }
 
-int local_clone_spawn(int cg_fd, const local_clone_spec *s, pid_t *pid, bool *clone_failed)
+int local_clone_spawn(int cg_fd, const local_clone_spec *s, pid_t *pid, int *pidfd,
+                      bool *clone_failed)
 {
 	(void)cg_fd, (void)s, (void)pid;
+	*pidfd = -1;
 	*clone_failed = true;
 	return ENOSYS;
 }

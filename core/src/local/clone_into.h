@@ -27,9 +27,12 @@ bool local_clone_available(void);
 /*
  * Starts the child in the cgroup open at `cg_fd` (O_PATH of its directory): its own
  * session, the signal mask empty, handlers reset, fds from 3 up closed. Returns 0 with
- * *pid; the errno of a failed chdir or exec (the child reaped, as posix_spawn reports
- * it); or, with *clone_failed set, the errno of clone3 itself (nothing started).
+ * *pid and *pidfd (its pidfd, close-on-exec, the caller's to close); the errno of a
+ * failed chdir or exec (the child reaped, as posix_spawn reports it); or, with
+ * *clone_failed set, the errno of clone3 itself (nothing started). *pidfd is -1 unless
+ * it returns 0.
  */
-int local_clone_spawn(int cg_fd, const local_clone_spec *s, pid_t *pid, bool *clone_failed);
+int local_clone_spawn(int cg_fd, const local_clone_spec *s, pid_t *pid, int *pidfd,
+                      bool *clone_failed);
 
 #endif

@@ -1125,7 +1125,7 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 		                       reset_signals,
 		                       sizeof reset_signals / sizeof *reset_signals};
 		bool clone_failed = false;
-		rc = local_clone_spawn(cg_fd, &cs, &pid, &clone_failed);
+		rc = local_clone_spawn(cg_fd, &cs, &pid, &c->pidfd, &clone_failed);
 		started = !clone_failed;
 		if (clone_failed && rc != EAGAIN && rc != ENOMEM && rc != EINTR)
 			atomic_store(&jobcg_state, -1); /* seccomp, an old kernel: not again */
@@ -1163,7 +1163,7 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 		close(errp[1]);
 	}
 	in[0] = in[1] = out[0] = out[1] = errp[0] = errp[1] = -1;
-	if (atomic_load_explicit(&pidfd_state, memory_order_relaxed) >= 0) {
+	if (c->pidfd < 0 && atomic_load_explicit(&pidfd_state, memory_order_relaxed) >= 0) {
 		/* The child is unreaped, so its pid is still ours even if it already exited. */
 		c->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 		if (c->pidfd < 0 && errno == ENOSYS)
