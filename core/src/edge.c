@@ -68,10 +68,7 @@ asp_status asp_request_new(uint8_t *msg, size_t len, asp_request **out, size_t *
 		free(msg);
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
 	}
-	r->msg = NULL;
-	r->len = 0;
-	r->unpacked = r->decoded = false;
-	r->st = ASP_OK;
+	r->unpacked = r->decoded = false; /* msg, len and st are set below */
 	memset(&r->u, 0, sizeof r->u);
 	memset(&r->m, 0, sizeof r->m);
 	size_t objects = 0;

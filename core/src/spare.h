@@ -10,7 +10,6 @@
 #define ASP_SPARE_H
 
 #include <stdatomic.h>
-#include <stddef.h>
 
 typedef struct asp_spare {
 	_Atomic(void *) p;

@@ -54,47 +54,36 @@ static void close_fd(int *fd)
 	}
 }
 
-/* Bytes first read onto the stack: most commands' output fits, and an EOF allocates
- * nothing (musl unmaps a freed 16 KiB buffer at once: two per exec of a quiet command). */
+/*
+ * A stream's first read goes onto the stack: most commands' output fits, and an EOF
+ * allocates nothing (musl unmaps a freed 16 KiB buffer at once: two per exec of a quiet
+ * command). The buffer is made for the bytes that came.
+ */
 #define FIRST_READ 4096
 
-/* The first read of a stream that keeps bytes but has no buffer yet. */
-static void stream_first_read(struct stream *s)
+/* The first `n` bytes of a stream that keeps some, read into `first`: into a new buffer. */
+static void stream_start(struct stream *s, const uint8_t *first, size_t n)
 {
-	uint8_t first[FIRST_READ];
-	ssize_t n = read(s->fd, first, sizeof first);
-	if (n < 0 && (errno == EINTR || errno == EAGAIN))
-		return;
-	if (n <= 0) {
-		close_fd(&s->fd); /* EOF, or an error that ends the stream just the same */
+	size_t cap = FIRST_BUF < s->keep ? FIRST_BUF : s->keep;
+	s->buf = malloc(cap);
+	if (!s->buf) {
+		s->keep = 0; /* out of memory: the rest is counted only */
 		return;
 	}
-	size_t cap = FIRST_BUF < s->keep ? FIRST_BUF : s->keep, kept = (size_t)n;
-	if (kept > cap)
-		kept = cap;
-	s->buf = cap ? malloc(cap) : NULL;
-	if (s->buf) {
-		s->cap = cap;
-		memcpy(s->buf, first, kept);
-		s->len = kept;
-	} else {
-		s->keep = 0; /* out of memory (or nothing kept): the rest is counted only */
-	}
-	s->total += (uint64_t)n;
+	s->cap = cap;
+	s->len = n < cap ? n : cap;
+	memcpy(s->buf, first, s->len);
 }
 
 /* One read of what is available. Bytes past `keep` are counted and dropped. */
 static void stream_read(struct stream *s, uint8_t **scratch)
 {
-	uint8_t small[512];
+	uint8_t small[FIRST_READ];
 	uint8_t *dst;
 	size_t room;
-	if (s->cap == 0 && s->keep > 0) {
-		stream_first_read(s);
-		return;
-	}
-	if (s->len < s->keep && s->len == s->cap) {
-		size_t ncap = s->cap ? s->cap * 2 : FIRST_BUF;
+	bool first = s->cap == 0 && s->keep > 0;
+	if (!first && s->len < s->keep && s->len == s->cap) {
+		size_t ncap = s->cap * 2;
 		if (ncap > s->keep)
 			ncap = s->keep;
 		uint8_t *nb = realloc(s->buf, ncap);
@@ -105,7 +94,10 @@ static void stream_read(struct stream *s, uint8_t **scratch)
 			s->keep = s->len; /* out of memory: keep what we have, count the rest */
 		}
 	}
-	if (s->len < s->keep) {
+	if (first) {
+		dst = small;
+		room = sizeof small;
+	} else if (s->len < s->keep) {
 		dst = s->buf + s->len;
 		room = s->cap - s->len;
 	} else {
@@ -116,7 +108,9 @@ static void stream_read(struct stream *s, uint8_t **scratch)
 	}
 	ssize_t n = read(s->fd, dst, room);
 	if (n > 0) {
-		if (dst == s->buf + s->len)
+		if (first)
+			stream_start(s, small, (size_t)n);
+		else if (dst == s->buf + s->len)
 			s->len += (size_t)n;
 		s->total += (uint64_t)n;
 #ifdef F_SETPIPE_SZ
