@@ -10,8 +10,12 @@
 
 static const char *c_type(const field *f, char *buf, size_t cap)
 {
+	if (f->one_record) {
+		snprintf(buf, cap, "const asp_%s *", f->record);
+		return buf;
+	}
 	if (f->record) {
-		snprintf(buf, cap, "asp_%s_array", f->record);
+		snprintf(buf, cap, "asp_%s_array ", f->record);
 		return buf;
 	}
 	if (!strcmp(f->type, "str"))
@@ -31,6 +35,8 @@ static const char *c_type(const field *f, char *buf, size_t cap)
 
 static const char *ft_enum(const field *f)
 {
+	if (f->one_record)
+		return "ASP_FT_RECORD";
 	if (f->record)
 		return "ASP_FT_RECORDS";
 	if (!strcmp(f->type, "str"))
@@ -48,10 +54,11 @@ static const char *ft_enum(const field *f)
 	return "ASP_FT_STRMAP";
 }
 
-/* Optional non-string fields without a default carry a has_ flag. */
+/* Optional fields without a default carry a has_ flag, but for strings and nested
+ * records, whose NULL says absent. */
 static bool has_flag(const field *f)
 {
-	return f->optional && !f->has_default && strcmp(f->type, "str") != 0;
+	return f->optional && !f->has_default && strcmp(f->type, "str") != 0 && !f->one_record;
 }
 
 static void upper(char *dst, const char *src, size_t cap)
@@ -73,7 +80,7 @@ static void emit_struct(FILE *h, const char *tname, const char *doc, const field
 		if (has_flag(f))
 			fprintf(h, "\tbool has_%s;\n", f->c_name);
 		const char *t = c_type(f, buf, sizeof buf);
-		fprintf(h, "\t%s%s%s; /* %s%s%s */\n", t, f->record ? " " : "", f->c_name, f->doc,
+		fprintf(h, "\t%s%s; /* %s%s%s */\n", t, f->c_name, f->doc,
 		        f->nullable ? " NULL = nil." : "",
 		        f->optional && !f->has_default ? " Optional." : "");
 	}

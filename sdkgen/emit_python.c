@@ -101,7 +101,8 @@ static void annotation_str(char *dst, size_t cap, const field *f, bool maybe_non
 	const char *t;
 	if (f->record) {
 		sdk_class(rec, sizeof rec, "record", f->record);
-		snprintf(dst, cap, "list[%s]%s", rec, maybe_none ? " | None" : "");
+		snprintf(dst, cap, f->one_record ? "%s%s" : "list[%s]%s", rec,
+		         maybe_none ? " | None" : "");
 		return;
 	}
 	if (!strcmp(f->type, "str"))

@@ -251,7 +251,7 @@ bool sdk_required(const field *f)
 const char *sdk_wire_type(const field *f)
 {
 	if (f->record)
-		return "records";
+		return f->one_record ? "record" : "records";
 	if (!strcmp(f->type, "array<str>"))
 		return "strv";
 	if (!strcmp(f->type, "map<str,str>"))
@@ -330,6 +330,18 @@ static void text_lines(const sdk_lang *L, FILE *o, const char *text, size_t len)
 
 /* ---- the files every SDK has ---------------------------------------------------------- */
 
+/* Whether an op takes the record as a param (spawn's tty): then callers build it, and it
+ * is declared as params are, with defaults. */
+static bool record_is_param(const spec *s, const char *name)
+{
+	for (size_t i = 0; i < s->nops; i++)
+		for (size_t j = 0; j < s->ops[i].nfields; j++)
+			if (s->ops[i].fields[j].one_record &&
+			    strcmp(s->ops[i].fields[j].record, name) == 0)
+				return true;
+	return false;
+}
+
 static int emit_types(const sdk_lang *L, const spec *s, const sdk_options *opt)
 {
 	FILE *o = sdk_open(opt, L->types_path);
@@ -340,7 +352,8 @@ static int emit_types(const sdk_lang *L, const spec *s, const sdk_options *opt)
 	for (size_t i = 0; i < s->nrecords; i++) {
 		const record *r = &s->records[i];
 		sdk_class(name, sizeof name, "record", r->name);
-		L->type_decl(o, name, r->doc, r->fields, r->nfields, false, NULL);
+		L->type_decl(o, name, r->doc, r->fields, r->nfields, record_is_param(s, r->name),
+		             NULL);
 	}
 	for (size_t i = 0; i < s->nops; i++) {
 		const record *op = &s->ops[i];

@@ -35,7 +35,7 @@ static void ts_type(FILE *o, const field *f, bool param)
 	char rec[96];
 	if (f->record) {
 		sdk_class(rec, sizeof rec, "record", f->record);
-		fprintf(o, "%s[]", rec);
+		fprintf(o, "%s%s", rec, f->one_record ? "" : "[]");
 	} else if (!strcmp(f->type, "str")) {
 		fputs("string", o);
 	} else if (!strcmp(f->type, "bin")) {

@@ -82,6 +82,21 @@ static int load_fields(const spec *s, const char *where, json_t *arr, field **ou
 			r[len - 7] = '\0';
 			f->record = r;
 			ok = known_record(s, r);
+		} else if (!ok && known_record(s, f->type)) {
+			if (strlen(f->type) >= sizeof f->record_name) {
+				fprintf(stderr, "asp-sdkgen: %s.%s: bad type %s\n", where, f->name,
+				        f->type);
+				return -1;
+			}
+			strcpy(f->record_name, f->type);
+			f->record = f->record_name;
+			f->one_record = ok = true;
+			if (!f->optional) {
+				fprintf(stderr,
+				        "asp-sdkgen: %s.%s: a nested record must be optional\n",
+				        where, f->name);
+				return -1;
+			}
 		}
 		if (!ok) {
 			fprintf(stderr, "asp-sdkgen: %s.%s: unknown type %s\n", where, f->name,

@@ -8,7 +8,8 @@
 
 typedef struct field {
 	const char *name, *c_name, *type, *doc, *role;
-	const char *record; /* for array<R>: R (in record_name), else NULL */
+	const char *record; /* for array<R> or R: R (in record_name), else NULL */
+	bool one_record;    /* type R (one nested record), not array<R> */
 	char record_name[64];
 	bool optional, nullable, has_default;
 	json_t *def; /* the default value, or NULL */

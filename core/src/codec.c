@@ -36,6 +36,7 @@ static const char *const expected_names[] = {
     [ASP_FT_STRV] = "array of str",
     [ASP_FT_STRMAP] = "map of str to str",
     [ASP_FT_RECORDS] = "array of maps",
+    [ASP_FT_RECORD] = "map",
 };
 
 static void set_has(const asp_field_desc *f, void *out, bool v)
@@ -183,6 +184,18 @@ static asp_status decode_field(const asp_record_desc *d, const asp_field_desc *f
 		memcpy(p, &arr, sizeof arr);
 		return ASP_OK;
 	}
+	case ASP_FT_RECORD: {
+		if (o->type != MSGPACK_OBJECT_MAP)
+			return bad_type(d, f, "", o, err);
+		void *rec = asp_arena_alloc(a, f->record->size);
+		if (!rec)
+			return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+		asp_status st = asp_record_decode(f->record, o, rec, a, err);
+		if (st)
+			return st;
+		memcpy(p, &rec, sizeof rec);
+		return ASP_OK;
+	}
 	}
 	return asp_error_set(err, ASP_E_INTERNAL, NULL, "unknown field type");
 }
@@ -255,8 +268,8 @@ static bool omit_field(const asp_field_desc *f, const void *in)
 		return false;
 	if (f->has_offset >= 0)
 		return !*(const bool *)((const char *)in + f->has_offset);
-	if (f->type == ASP_FT_STR && (f->flags & ASP_FF_OPTIONAL))
-		return *(const char *const *)p == NULL;
+	if ((f->type == ASP_FT_STR || f->type == ASP_FT_RECORD) && (f->flags & ASP_FF_OPTIONAL))
+		return *(const void *const *)p == NULL;
 	if (!(f->flags & ASP_FF_DEFAULT))
 		return false;
 	switch (f->type) {
@@ -321,6 +334,11 @@ static int encode_field(const asp_field_desc *f, msgpack_packer *pk, const void 
 			                      (const char *)arr.items + i * f->record->size))
 				return -1;
 		return 0;
+	}
+	case ASP_FT_RECORD: {
+		const void *rec;
+		memcpy(&rec, p, sizeof rec);
+		return asp_record_encode(f->record, pk, rec);
 	}
 	}
 	return -1;

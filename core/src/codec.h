@@ -20,6 +20,7 @@ enum asp_field_type {
 	ASP_FT_STRV,
 	ASP_FT_STRMAP,
 	ASP_FT_RECORDS, /* array of `record`, stored as {T *items; size_t count;} */
+	ASP_FT_RECORD,  /* one `record`, stored as const T * (NULL: absent; always optional) */
 };
 
 enum asp_field_flags {

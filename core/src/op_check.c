@@ -17,3 +17,13 @@ asp_status asp_check_write_params(const asp_write_params *p, asp_error *err)
 		                     (unsigned long long)p->offset);
 	return ASP_OK;
 }
+
+asp_status asp_check_tty_size(const char *what, uint64_t rows, uint64_t cols, asp_error *err)
+{
+	if (rows < 1 || rows > ASP_TTY_MAX || cols < 1 || cols > ASP_TTY_MAX)
+		return asp_error_set(
+		    err, ASP_E_INVALID_ARGUMENT, NULL,
+		    "%s: a terminal of %llu rows and %llu cols: each must be 1 to %d", what,
+		    (unsigned long long)rows, (unsigned long long)cols, ASP_TTY_MAX);
+	return ASP_OK;
+}

@@ -118,6 +118,18 @@ size_t asp_ops_filled(const asp_ops *const *tables, size_t n, const char **out);
  */
 asp_status asp_check_write_params(const asp_write_params *p, asp_error *err);
 
+/* The largest rows and cols a terminal may have (spawn's tty, proc_resize). */
+#define ASP_TTY_MAX 4096
+
+/*
+ * A terminal's size as every backend checks it: rows and cols from 1 to ASP_TTY_MAX, else
+ * invalid_argument naming `what` ("spawn", "proc_resize") and the bad value.
+ */
+asp_status asp_check_tty_size(const char *what, uint64_t rows, uint64_t cols, asp_error *err);
+
+/* The TERM a terminal gets when spawn's tty names none. */
+#define ASP_TTY_TERM_DEFAULT "xterm-256color"
+
 /*
  * invalid_argument "OP: field 'FIELD' is required" when `value` is NULL (a direct caller
  * may leave a required string out), else ASP_OK.

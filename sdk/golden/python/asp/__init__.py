@@ -41,6 +41,8 @@ from .types import (
     ProcInfo,
     ProcListParams,
     ProcListResult,
+    ProcResizeParams,
+    ProcResizeResult,
     ProcSignalParams,
     ProcSignalResult,
     ProcWaitParams,
@@ -57,6 +59,7 @@ from .types import (
     SpawnResult,
     StatParams,
     StatResult,
+    Tty,
     WriteParams,
     WriteResult,
 )
@@ -93,6 +96,8 @@ __all__ = [
     "ProcInfo",
     "ProcListParams",
     "ProcListResult",
+    "ProcResizeParams",
+    "ProcResizeResult",
     "ProcSignalParams",
     "ProcSignalResult",
     "ProcWaitParams",
@@ -110,6 +115,7 @@ __all__ = [
     "SpawnResult",
     "StatParams",
     "StatResult",
+    "Tty",
     "WriteParams",
     "WriteResult",
 ]

@@ -36,6 +36,12 @@ _list_entry = Record("list_entry", (
     Field("mtime_ns", "mtime_ns", "int"),
 ), _t.ListEntry)
 
+_tty = Record("tty", (
+    Field("rows", "rows", "uint", default=24),
+    Field("cols", "cols", "uint", default=80),
+    Field("term", "term", "str", optional=True),
+), _t.Tty)
+
 _proc_info = Record("proc_info", (
     Field("proc", "proc", "uint"),
     Field("tag", "tag", "str", nullable=True),
@@ -169,6 +175,7 @@ OPS = {
             Field("timeout_ms", "timeout_ms", "uint", default=0, role="timeout"),
             Field("tag", "tag", "str", optional=True),
             Field("stdin_eof", "stdin_eof", "bool", default=False),
+            Field("tty", "tty", "record", optional=True, record=_tty),
         ), _t.SpawnParams, one_of=("command", "argv")),
         Record("spawn result", (
             Field("proc", "proc", "uint"),
@@ -186,6 +193,13 @@ OPS = {
             Field("signal", "signal", "str"),
         ), _t.ProcSignalParams),
         Record("proc_signal result", (), _t.ProcSignalResult)),
+    "proc_resize": Op("proc_resize", 2, True,
+        Record("proc_resize params", (
+            Field("proc", "proc", "uint"),
+            Field("rows", "rows", "uint"),
+            Field("cols", "cols", "uint"),
+        ), _t.ProcResizeParams),
+        Record("proc_resize result", (), _t.ProcResizeResult)),
     "proc_wait": Op("proc_wait", 1, True,
         Record("proc_wait params", (
             Field("proc", "proc", "uint"),

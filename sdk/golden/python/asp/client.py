@@ -29,6 +29,8 @@ from .types import (
     ProcWriteResult,
     ProcSignalParams,
     ProcSignalResult,
+    ProcResizeParams,
+    ProcResizeResult,
     ProcWaitParams,
     ProcWaitResult,
     ProcListParams,
@@ -238,6 +240,7 @@ class Client(ClientBase):
         timeout_ms: int = 0,
         tag: str | None = None,
         stdin_eof: bool = False,
+        tty: Tty | None = None,
     ) -> Process:
         """
         Start a process and stream its output as output notifications, then exit. It
@@ -259,6 +262,13 @@ class Client(ClientBase):
             stdin_eof: Close the process's stdin as soon as it starts, as a proc_write
                 with eof would, saving that round trip when there is nothing to send. A
                 protocol 1 responder ignores it: send proc_write eof instead.
+            tty: Run the process on a pseudo-terminal of this size: it is the session
+                leader, the terminal is its controlling terminal and its stdin, stdout
+                and stderr, and all of its output arrives on stream stdout. proc_write
+                types into the terminal (\"\\u0003\" interrupts the foreground job
+                through the line discipline) and proc_resize changes the size. A
+                responder without terminals (no \"pty\" in hello's features) answers
+                unsupported.
         """
         params = SpawnParams(
             command=command,
@@ -268,6 +278,7 @@ class Client(ClientBase):
             timeout_ms=timeout_ms,
             tag=tag,
             stdin_eof=stdin_eof,
+            tty=tty,
         )
         return self._stream("spawn", params, "result")
 
@@ -285,7 +296,11 @@ class Client(ClientBase):
         Args:
             proc: Process handle.
             data: Bytes for stdin.
-            eof: Close stdin after the data.
+            eof: Close stdin after the data. On a terminal (spawn with tty) nothing is
+                closed: the terminal's end-of-file character (VEOF, Ctrl-D) is typed
+                after the data, which a program reading a line takes as end of input;
+                later writes are invalid_argument as for any process, so send
+                \"\\u0004\" as data to type it more than once.
         """
         params = ProcWriteParams(proc=proc, data=data, eof=eof)
         return self._call("proc_write", params)
@@ -300,6 +315,20 @@ class Client(ClientBase):
         """
         params = ProcSignalParams(proc=proc, signal=signal)
         return self._call("proc_signal", params)
+
+    def proc_resize(self, proc: int, rows: int, cols: int) -> ProcResizeResult:
+        """
+        Set the window size of a spawned process's terminal; its foreground process
+        group gets SIGWINCH. A process spawned without tty, or one that has finished, is
+        invalid_argument; an unknown handle is not_found.
+
+        Args:
+            proc: Process handle.
+            rows: Window height in character cells, 1 to 4096.
+            cols: Window width in character cells, 1 to 4096.
+        """
+        params = ProcResizeParams(proc=proc, rows=rows, cols=cols)
+        return self._call("proc_resize", params)
 
     def proc_wait(self, proc: int, *, timeout_ms: int = 0) -> ProcWaitResult:
         """

@@ -33,6 +33,20 @@ class ListEntry:
     """Modification time, nanoseconds since the epoch. (since 1)"""
 
 
+@dataclass(kw_only=True)
+class Tty:
+    """A pseudo-terminal for spawn: its window size and terminal type."""
+
+    rows: int = 24
+    """Window height in character cells, 1 to 4096. (since 2)"""
+
+    cols: int = 80
+    """Window width in character cells, 1 to 4096. (since 2)"""
+
+    term: str | None = None
+    """TERM in the process's environment; absent: xterm-256color. Optional. (since 2)"""
+
+
 @dataclass
 class ProcInfo:
     """One spawned process as proc_list shows it."""
@@ -137,7 +151,8 @@ class HelloResult:
     follow: spawn and proc_attach send the process's output and exit as notifications on
     this connection. reattach: spawned processes outlive this connection, and another
     connection to the same responder can proc_attach to them. concurrent: calls on this
-    connection run at once, so a slow exec delays no other call. Absent: none of these.
+    connection run at once, so a slow exec delays no other call. pty: spawn takes tty
+    and proc_resize works (processes on a pseudo-terminal). Absent: none of these.
     Optional. (since 2)
     """
 
@@ -439,6 +454,16 @@ class SpawnParams:
     it: send proc_write eof instead. (since 2)
     """
 
+    tty: Tty | None = None
+    """
+    Run the process on a pseudo-terminal of this size: it is the session leader, the
+    terminal is its controlling terminal and its stdin, stdout and stderr, and all of
+    its output arrives on stream stdout. proc_write types into the terminal (\"\\u0003\"
+    interrupts the foreground job through the line discipline) and proc_resize changes
+    the size. A responder without terminals (no \"pty\" in hello's features) answers
+    unsupported. Optional. (since 2)
+    """
+
 
 @dataclass
 class SpawnResult:
@@ -462,7 +487,12 @@ class ProcWriteParams:
     """Bytes for stdin. (since 1)"""
 
     eof: bool = False
-    """Close stdin after the data. (since 1)"""
+    """
+    Close stdin after the data. On a terminal (spawn with tty) nothing is closed: the
+    terminal's end-of-file character (VEOF, Ctrl-D) is typed after the data, which a
+    program reading a line takes as end of input; later writes are invalid_argument as
+    for any process, so send \"\\u0004\" as data to type it more than once. (since 1)
+    """
 
 
 @dataclass
@@ -489,6 +519,31 @@ class ProcSignalParams:
 @dataclass
 class ProcSignalResult:
     """Result of proc_signal."""
+
+    pass
+
+
+@dataclass(kw_only=True)
+class ProcResizeParams:
+    """
+    Params of proc_resize: Set the window size of a spawned process's terminal; its
+    foreground process group gets SIGWINCH. A process spawned without tty, or one that
+    has finished, is invalid_argument; an unknown handle is not_found.
+    """
+
+    proc: int
+    """Process handle. (since 2)"""
+
+    rows: int
+    """Window height in character cells, 1 to 4096. (since 2)"""
+
+    cols: int
+    """Window width in character cells, 1 to 4096. (since 2)"""
+
+
+@dataclass
+class ProcResizeResult:
+    """Result of proc_resize."""
 
     pass
 

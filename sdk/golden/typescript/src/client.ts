@@ -26,6 +26,8 @@ import type {
   ProcWriteResult,
   ProcSignalParams,
   ProcSignalResult,
+  ProcResizeParams,
+  ProcResizeResult,
   ProcWaitParams,
   ProcWaitResult,
   ProcListParams,
@@ -122,6 +124,15 @@ export class Client extends ClientBase {
   /** Signal a spawned process's group; a finished process is a no-op. */
   async proc_signal(params: ProcSignalParams): Promise<ProcSignalResult> {
     return (await this._call("proc_signal", params)) as ProcSignalResult;
+  }
+
+  /**
+   * Set the window size of a spawned process's terminal; its foreground process group gets
+   * SIGWINCH. A process spawned without tty, or one that has finished, is invalid_argument; an
+   * unknown handle is not_found.
+   */
+  async proc_resize(params: ProcResizeParams): Promise<ProcResizeResult> {
+    return (await this._call("proc_resize", params)) as ProcResizeResult;
   }
 
   /** Wait until a spawned process has exited and its output reached EOF. */

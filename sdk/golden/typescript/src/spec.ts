@@ -37,6 +37,15 @@ const list_entry: RecordDesc = {
   ],
 };
 
+const tty: RecordDesc = {
+  label: "tty",
+  fields: [
+    { name: "rows", type: "uint", default: 24 },
+    { name: "cols", type: "uint", default: 80 },
+    { name: "term", type: "str", optional: true },
+  ],
+};
+
 const proc_info: RecordDesc = {
   label: "proc_info",
   fields: [
@@ -275,6 +284,7 @@ const OPS: Record<string, OpDesc> = {
         { name: "timeout_ms", type: "uint", default: 0, role: "timeout" },
         { name: "tag", type: "str", optional: true },
         { name: "stdin_eof", type: "bool", default: false },
+        { name: "tty", type: "record", optional: true, record: tty },
       ],
       oneOf: ["command", "argv"],
     },
@@ -315,6 +325,23 @@ const OPS: Record<string, OpDesc> = {
     },
     result: {
       label: "proc_signal result",
+      fields: [],
+    },
+  },
+  proc_resize: {
+    name: "proc_resize",
+    since: 2,
+    streaming: true,
+    params: {
+      label: "proc_resize params",
+      fields: [
+        { name: "proc", type: "uint" },
+        { name: "rows", type: "uint" },
+        { name: "cols", type: "uint" },
+      ],
+    },
+    result: {
+      label: "proc_resize result",
       fields: [],
     },
   },

@@ -18,6 +18,16 @@ export interface ListEntry {
   mtime_ns: number | bigint;
 }
 
+/** A pseudo-terminal for spawn: its window size and terminal type. */
+export interface Tty {
+  /** Window height in character cells, 1 to 4096. (since 2) */
+  rows?: number | bigint;
+  /** Window width in character cells, 1 to 4096. (since 2) */
+  cols?: number | bigint;
+  /** TERM in the process's environment; absent: xterm-256color. Optional. (since 2) */
+  term?: string;
+}
+
 /** One spawned process as proc_list shows it. */
 export interface ProcInfo {
   /** Process handle from spawn. (since 1) */
@@ -88,7 +98,8 @@ export interface HelloResult {
    * and proc_attach send the process's output and exit as notifications on this connection.
    * reattach: spawned processes outlive this connection, and another connection to the same
    * responder can proc_attach to them. concurrent: calls on this connection run at once, so a slow
-   * exec delays no other call. Absent: none of these. Optional. (since 2)
+   * exec delays no other call. pty: spawn takes tty and proc_resize works (processes on a
+   * pseudo-terminal). Absent: none of these. Optional. (since 2)
    */
   features?: string[];
 }
@@ -295,6 +306,14 @@ export interface SpawnParams {
    * eof instead. (since 2)
    */
   stdin_eof?: boolean;
+  /**
+   * Run the process on a pseudo-terminal of this size: it is the session leader, the terminal is
+   * its controlling terminal and its stdin, stdout and stderr, and all of its output arrives on
+   * stream stdout. proc_write types into the terminal ("\u0003" interrupts the foreground job
+   * through the line discipline) and proc_resize changes the size. A responder without terminals
+   * (no "pty" in hello's features) answers unsupported. Optional. (since 2)
+   */
+  tty?: Tty;
 }
 
 /** Result of spawn. */
@@ -312,7 +331,12 @@ export interface ProcWriteParams {
   proc: number | bigint;
   /** Bytes for stdin. (since 1) */
   data?: Uint8Array | string;
-  /** Close stdin after the data. (since 1) */
+  /**
+   * Close stdin after the data. On a terminal (spawn with tty) nothing is closed: the terminal's
+   * end-of-file character (VEOF, Ctrl-D) is typed after the data, which a program reading a line
+   * takes as end of input; later writes are invalid_argument as for any process, so send "\u0004"
+   * as data to type it more than once. (since 1)
+   */
   eof?: boolean;
 }
 
@@ -330,6 +354,24 @@ export interface ProcSignalParams {
 
 /** Result of proc_signal. */
 export interface ProcSignalResult {
+}
+
+/**
+ * Params of proc_resize: Set the window size of a spawned process's terminal; its foreground
+ * process group gets SIGWINCH. A process spawned without tty, or one that has finished, is
+ * invalid_argument; an unknown handle is not_found.
+ */
+export interface ProcResizeParams {
+  /** Process handle. (since 2) */
+  proc: number | bigint;
+  /** Window height in character cells, 1 to 4096. (since 2) */
+  rows: number | bigint;
+  /** Window width in character cells, 1 to 4096. (since 2) */
+  cols: number | bigint;
+}
+
+/** Result of proc_resize. */
+export interface ProcResizeResult {
 }
 
 /** Params of proc_wait: Wait until a spawned process has exited and its output reached EOF. */

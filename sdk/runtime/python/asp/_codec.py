@@ -23,12 +23,12 @@ class Field:
                  default=NO_DEFAULT, role=None, record=None):
         self.name = name
         self.attr = attr
-        self.type = type_  # str bin uint int bool strv strmap records
+        self.type = type_  # str bin uint int bool strv strmap records record
         self.optional = optional
         self.nullable = nullable
         self.default = default
         self.role = role
-        self.record = record  # for records: the Record of the items
+        self.record = record  # for records: the Record of the items; record: its Record
 
     @property
     def has_default(self):
@@ -65,7 +65,7 @@ class Op:
 
 _EXPECTED = {"str": "str", "bin": "bin", "uint": "uint", "int": "int", "bool": "bool",
              "strv": "array of str", "strmap": "map of str to str",
-             "records": "array of maps"}
+             "records": "array of maps", "record": "map"}
 
 
 def type_name(v):
@@ -164,6 +164,10 @@ def _encode_value(rec, f, v):
         if not isinstance(v, (list, tuple)):
             raise _bad(rec, f, "", v)
         return [encode_record(f.record, item) for item in v]
+    if t == "record":
+        if isinstance(v, (str, bytes, list, tuple, int, float)):
+            raise _bad(rec, f, "", v)
+        return encode_record(f.record, v)
     raise _Bad("%s: field '%s': unknown field type" % (rec.label, f.name))
 
 
@@ -245,6 +249,8 @@ def _decode_value(rec, f, v):
         if not isinstance(v, list):
             raise _bad(rec, f, "", v)
         return [_decode_record(f.record, item) for item in v]
+    if t == "record":
+        return _decode_record(f.record, v)
     raise _Bad("%s: field '%s': unknown field type" % (rec.label, f.name))
 
 

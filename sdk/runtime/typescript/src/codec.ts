@@ -7,7 +7,7 @@
 import { AspError } from "./errors.js";
 import { type WireMap, isMap, strFromBytes } from "./wire.js";
 
-export type FieldType = "str" | "bin" | "uint" | "int" | "bool" | "strv" | "strmap" | "records";
+export type FieldType = "str" | "bin" | "uint" | "int" | "bool" | "strv" | "strmap" | "records" | "record";
 
 export interface FieldDesc {
   name: string;
@@ -51,6 +51,7 @@ const EXPECTED: Record<FieldType, string> = {
   strv: "array of str",
   strmap: "map of str to str",
   records: "array of maps",
+  record: "map",
 };
 
 const mayBeAbsent = (f: FieldDesc) => !!(f.optional || f.nullable || f.default !== undefined);
@@ -129,6 +130,9 @@ function encodeValue(rec: RecordDesc, f: FieldDesc, v: unknown): unknown {
     case "records":
       if (!Array.isArray(v)) throw bad(rec, f, "", v);
       return v.map((item) => encodeRecord(f.record as RecordDesc, item));
+    case "record":
+      if (!isMap(v)) throw bad(rec, f, "", v);
+      return encodeRecord(f.record as RecordDesc, v);
   }
 }
 
@@ -222,6 +226,8 @@ function decodeValue(rec: RecordDesc, f: FieldDesc, v: unknown): unknown {
     case "records":
       if (!Array.isArray(v)) throw bad(rec, f, "", v);
       return v.map((item) => decodeRecordOrThrow(f.record as RecordDesc, item));
+    case "record":
+      return decodeRecordOrThrow(f.record as RecordDesc, v);
   }
 }
 
