@@ -24,6 +24,7 @@ def probe(args):
         d["ssh"]["port"] = d["ssh"]["port"] or 0
         d["ssh"]["connect_timeout_ms"] = d["ssh"]["connect_timeout_ms"] or 0
         d["ssh"]["strict_host_key_checking"] = v.ssh.get("strict_host_key_checking", False)
+        d["document"] = v.document
         return {"view": d}
     except asp.AspError as e:
         return {"code": e.code, "message": e.message, "path": e.path}
