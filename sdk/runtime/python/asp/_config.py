@@ -7,7 +7,6 @@ asp._config_check, so a file gets the C core's messages, word for word.
 import errno as _errno
 import os
 import pwd
-import re
 import stat as _stat
 
 from . import _config_check, _config_tables, _json
