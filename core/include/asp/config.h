@@ -160,7 +160,8 @@ const char *asp_config_json(const asp_config *cfg);
 asp_status asp_config_secret(const char *env_name, const char *file_path, char **out,
                              asp_error *err);
 
-/* The JSON Schema the validator interprets (spec/asp.schema.json, embedded at build). */
+/* spec/asp.schema.json as embedded at build; the validator reads the tables asp-sdkgen
+ * compiled from it. */
 const char *asp_config_schema(void);
 
 #ifdef __cplusplus
