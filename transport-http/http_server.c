@@ -567,7 +567,7 @@ static int hand_over_rest(struct lws *wsi, srv_conn *c)
  * here, on the service thread, as far as the socket takes it; only a socket that is
  * full resumes reading and leaves the rest to WRITEABLE.
  */
-void srv_http_kick(srv_conn *c)
+static void http_kick(srv_conn *c)
 {
 	struct lws *wsi = c->wsi;
 	http_pss *pss = lws_wsi_user(wsi);
@@ -736,14 +736,6 @@ static const struct lws_protocols protocols[] = {
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
-void srv_wake(srv *s)
-{
-	pthread_mutex_lock(&s->ctx_mu);
-	if (s->ctx)
-		lws_cancel_service(s->ctx);
-	pthread_mutex_unlock(&s->ctx_mu);
-}
-
 /* ---- setting up ------------------------------------------------------------------- */
 
 static void on_sigpipe(int sig)
@@ -871,6 +863,7 @@ int asp_http_listen(const asp_http_listen_opts *o)
 		return 1;
 	}
 	s->exec_ep = -1;
+	s->http_kick = http_kick;
 	pthread_mutex_init(&s->ctx_mu, NULL);
 	atomic_init(&s->signals, 0);
 	atomic_init(&s->quit_sig_thread, false);

@@ -143,6 +143,13 @@ typedef struct asp_config_view {
 const asp_config_view *asp_config_get(const asp_config *cfg);
 
 /*
+ * The whole validated document as compact JSON, in its version 1 form (a v0 file
+ * mapped), keys in file order; valid until asp_config_free(cfg). Every key the schema
+ * defines is here, those the view has no field for included.
+ */
+const char *asp_config_json(const asp_config *cfg);
+
+/*
  * Reads a secret named by an *_env key (a variable name) or an *_file key (a path);
  * either may be NULL. The variable wins when it is set; the file is read otherwise. One
  * trailing newline is stripped. *out is malloc'd (the caller frees it), or NULL with
@@ -153,7 +160,8 @@ const asp_config_view *asp_config_get(const asp_config *cfg);
 asp_status asp_config_secret(const char *env_name, const char *file_path, char **out,
                              asp_error *err);
 
-/* The JSON Schema the validator interprets (spec/asp.schema.json, embedded at build). */
+/* spec/asp.schema.json as embedded at build; the validator reads the tables asp-sdkgen
+ * compiled from it. */
 const char *asp_config_schema(void);
 
 #ifdef __cplusplus

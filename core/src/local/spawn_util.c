@@ -6,6 +6,7 @@
 #include "asp/server.h"
 #include "cgroup.h"
 #include "clone_into.h"
+#include "thread.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -798,18 +799,6 @@ static int reaper_setup(void)
 #else
 	return -1;
 #endif
-}
-
-int local_thread_detached(void *(*fn)(void *), void *arg, size_t stack)
-{
-	pthread_t t;
-	pthread_attr_t at;
-	pthread_attr_init(&at);
-	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&at, stack);
-	int e = pthread_create(&t, &at, fn, arg);
-	pthread_attr_destroy(&at);
-	return e;
 }
 
 /* The reaper on a thread of its own. */

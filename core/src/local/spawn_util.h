@@ -101,8 +101,4 @@ typedef struct local_pipe_guard {
 void local_pipe_guard_on(local_pipe_guard *g);
 void local_pipe_guard_off(local_pipe_guard *g, bool epipe);
 
-/* Starts fn(arg) on a detached thread with a stack of `stack` bytes: pthread_create's 0 or
- * error. */
-int local_thread_detached(void *(*fn)(void *), void *arg, size_t stack);
-
 #endif

@@ -148,7 +148,7 @@ class AioClientBase(ClientBase):
     @classmethod
     async def from_config(cls, path=None):
         """A client for the sandbox ``.asp.json`` names, as ``asp.Client.from_config``."""
-        cfg = _config.load(path, cls._spec.CONFIG_SCHEMA, cls._spec.CONFIG_V0_SCHEMA)
+        cfg = _config.load(path)
         if cfg.transport == "stdio":
             c = await cls.stdio(cfg.stdio_command, cwd=cfg.cwd, env=cfg.env,
                                 timeout_ms=cfg.timeout_ms,

@@ -226,7 +226,7 @@ export class ClientBase {
   /** A client for the sandbox .asp.json names: the file at `path`, else $ASP_CONFIG,
    * else .asp.json in the working directory or a parent. */
   static async fromConfig<T extends ClientBase>(this: Ctor<T> & typeof ClientBase, path?: string): Promise<T> {
-    const cfg = loadConfig(path, this.spec.CONFIG_SCHEMA, this.spec.CONFIG_V0_SCHEMA);
+    const cfg = loadConfig(path);
     const options: HttpOptions = { cwd: cfg.cwd, env: Object.fromEntries(cfg.env), timeout_ms: cfg.timeout_ms };
     if (cfg.transport === "stdio") {
       let self: T | undefined;
@@ -254,7 +254,7 @@ export class ClientBase {
 
   /** Finds and validates a config without connecting. */
   static loadConfig(path?: string): Config {
-    return loadConfig(path, this.spec.CONFIG_SCHEMA, this.spec.CONFIG_V0_SCHEMA);
+    return loadConfig(path);
   }
 
   /** Closes the connection: a stdio responder gets EOF, answers what is in flight and
