@@ -98,8 +98,8 @@ static void tp_prune(asp_tools *t)
 	}
 }
 
-asp_status tools_proc_spawn(asp_tools *t, const asp_spawn_params *sp, bool session, tools_proc **out,
-                       asp_error *err)
+asp_status tools_proc_spawn(asp_tools *t, const asp_spawn_params *sp, bool session,
+                            tools_proc **out, asp_error *err)
 {
 	tools_proc *p = calloc(1, sizeof *p);
 	if (!p)
@@ -259,7 +259,8 @@ asp_status tools_proc_signal(asp_tools *t, uint64_t proc, const char *sig, asp_e
 	return st;
 }
 
-asp_status tools_proc_write(asp_tools *t, uint64_t proc, const char *data, size_t len, asp_error *err)
+asp_status tools_proc_write(asp_tools *t, uint64_t proc, const char *data, size_t len,
+                            asp_error *err)
 {
 	asp_arena *a = asp_arena_new();
 	if (!a)

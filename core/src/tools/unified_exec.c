@@ -16,12 +16,12 @@
 #include <unistd.h>
 
 /* Codex's bounds on how long a call waits for output (core/src/unified_exec/mod.rs). */
-#define YIELD_MIN_MS            250u
-#define YIELD_MAX_MS            30000u
-#define YIELD_EMPTY_MIN_MS      5000u   /* an empty write_stdin is a poll: it waits longer */
-#define YIELD_EMPTY_MAX_MS      300000u /* background_terminal_max_timeout's default */
-#define EXEC_YIELD_DEFAULT_MS   10000u
-#define STDIN_YIELD_DEFAULT_MS  250u
+#define YIELD_MIN_MS              250u
+#define YIELD_MAX_MS              30000u
+#define YIELD_EMPTY_MIN_MS        5000u   /* an empty write_stdin is a poll: it waits longer */
+#define YIELD_EMPTY_MAX_MS        300000u /* background_terminal_max_timeout's default */
+#define EXEC_YIELD_DEFAULT_MS     10000u
+#define STDIN_YIELD_DEFAULT_MS    250u
 #define MAX_OUTPUT_TOKENS_DEFAULT 10000u
 /* Codex estimates a token as 4 bytes. */
 #define BYTES_PER_TOKEN 4u
@@ -30,9 +30,9 @@
 
 /* Codex's environment for these commands: plain output, no pagers. */
 static const asp_strmap_entry exec_env[] = {
-    {"NO_COLOR", "1"},        {"TERM", "dumb"},      {"LANG", "C.UTF-8"},
-    {"LC_CTYPE", "C.UTF-8"},  {"LC_ALL", "C.UTF-8"}, {"COLORTERM", ""},
-    {"PAGER", "cat"},         {"GIT_PAGER", "cat"},  {"GH_PAGER", "cat"},
+    {"NO_COLOR", "1"},       {"TERM", "dumb"},      {"LANG", "C.UTF-8"},
+    {"LC_CTYPE", "C.UTF-8"}, {"LC_ALL", "C.UTF-8"}, {"COLORTERM", ""},
+    {"PAGER", "cat"},        {"GIT_PAGER", "cat"},  {"GH_PAGER", "cat"},
 };
 
 static uint64_t clamp_u64(uint64_t v, uint64_t lo, uint64_t hi)
@@ -91,8 +91,8 @@ static int64_t signal_code(const char *name)
  */
 void tools_codex_truncate(const char *s, size_t len, uint64_t max_tokens, tbuf *out)
 {
-	uint64_t budget = max_tokens > UINT64_MAX / BYTES_PER_TOKEN ? UINT64_MAX
-	                                                             : max_tokens * BYTES_PER_TOKEN;
+	uint64_t budget =
+	    max_tokens > UINT64_MAX / BYTES_PER_TOKEN ? UINT64_MAX : max_tokens * BYTES_PER_TOKEN;
 	if (len <= budget) {
 		tb_add(out, s, len);
 		return;
@@ -169,10 +169,10 @@ bool tool_exec_command(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel 
 	yield = clamp_u64(yield, YIELD_MIN_MS, YIELD_MAX_MS);
 	/* a responder without terminals might ignore tty: ask its hello first */
 	if (tty && !t->pty)
-		return tools_fail(r,
-		                  "exec_command failed: CreateProcess { message: \"this sandbox has "
-		                  "no terminals (its hello lists no pty feature); rerun exec_command "
-		                  "with tty=false\" }");
+		return tools_fail(
+		    r, "exec_command failed: CreateProcess { message: \"this sandbox has "
+		       "no terminals (its hello lists no pty feature); rerun exec_command "
+		       "with tty=false\" }");
 	char *cwd = workdir && *workdir ? tools_abs(t, workdir) : NULL;
 	if (workdir && *workdir && !cwd)
 		return tools_fail(r, "Error: out of memory.");
@@ -205,11 +205,12 @@ bool tool_exec_command(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel 
 	if (st != ASP_OK) {
 		const char *why = err.message[0] ? err.message : asp_strerror(st);
 		if (st == ASP_E_UNSUPPORTED && tty)
-			return tools_fail(r,
-			                  "exec_command failed: CreateProcess { message: \"this "
-			                  "sandbox has no terminals (%s); rerun exec_command without "
-			                  "tty\" }",
-			                  why);
+			return tools_fail(
+			    r,
+			    "exec_command failed: CreateProcess { message: \"this "
+			    "sandbox has no terminals (%s); rerun exec_command without "
+			    "tty\" }",
+			    why);
 		if (st == ASP_E_UNSUPPORTED)
 			return tools_fail(r,
 			                  "exec_command failed: CreateProcess { message: \"this "
@@ -241,8 +242,10 @@ bool tool_write_stdin(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *
 	uint64_t sid, yield, max_tokens;
 	json_t *sv = json_object_get(args, "session_id");
 	if (!sv || json_is_null(sv))
-		return tools_fail(r, "failed to parse function arguments: missing field `session_id`");
-	if (!arg_uint(r, args, "session_id", 0, &sid) || !arg_str(r, args, "chars", false, &chars) ||
+		return tools_fail(r,
+		                  "failed to parse function arguments: missing field `session_id`");
+	if (!arg_uint(r, args, "session_id", 0, &sid) ||
+	    !arg_str(r, args, "chars", false, &chars) ||
 	    !arg_uint(r, args, "yield_time_ms", STDIN_YIELD_DEFAULT_MS, &yield) ||
 	    !arg_uint(r, args, "max_output_tokens", MAX_OUTPUT_TOKENS_DEFAULT, &max_tokens))
 		return false;
@@ -271,8 +274,9 @@ bool tool_write_stdin(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *
 			pthread_mutex_unlock(&t->mu);
 			if (!done) {
 				tools_proc_put(p);
-				return tools_fail(r, "write_stdin failed: failed to write to stdin (%s)",
-				                  err.message);
+				return tools_fail(
+				    r, "write_stdin failed: failed to write to stdin (%s)",
+				    err.message);
 			}
 			/* it exited before the write: its exit and last output are the answer */
 		} else {
