@@ -123,14 +123,16 @@ static void test_exit_code(void)
 	free(t);
 	/* workdir, relative to the working directory */
 	char args[512];
-	snprintf(args, sizeof args, "{\"cmd\": \"pwd\", \"workdir\": \"%s\", \"login\": false}", root);
+	snprintf(args, sizeof args, "{\"cmd\": \"pwd\", \"workdir\": \"%s\", \"login\": false}",
+	         root);
 	t = call("exec_command", args, &e);
 	CU_ASSERT_FATAL(parse(t, &a));
 	CU_ASSERT_PTR_NOT_NULL(strstr(a.output, root));
 	CU_ASSERT_EQUAL(a.code, 0);
 	free(t);
 	/* Codex's environment: no colours, no pager */
-	t = call("exec_command", "{\"cmd\": \"echo $NO_COLOR:$PAGER:$TERM\", \"login\": false}", &e);
+	t = call("exec_command", "{\"cmd\": \"echo $NO_COLOR:$PAGER:$TERM\", \"login\": false}",
+	         &e);
 	CU_ASSERT_PTR_NOT_NULL(strstr(t, "1:cat:dumb"));
 	free(t);
 	/* a signal is the shell's 128 + N */
@@ -151,8 +153,8 @@ static char *poll_for(uint64_t sid, const char *want, answer *last)
 	double end = now_s() + 30;
 	while (now_s() < end) {
 		char args[128];
-		snprintf(args, sizeof args, "{\"session_id\": %" PRIu64 ", \"yield_time_ms\": 5000}",
-		         sid);
+		snprintf(args, sizeof args,
+		         "{\"session_id\": %" PRIu64 ", \"yield_time_ms\": 5000}", sid);
 		char *t = call("write_stdin", args, NULL);
 		CU_ASSERT_FATAL(parse(t, last));
 		size_t n = strlen(last->output);
@@ -211,8 +213,8 @@ static void test_session(void)
 static void test_cat_shared_table(void)
 {
 	bool e;
-	char *t = call("exec_command", "{\"cmd\": \"cat\", \"login\": false, \"yield_time_ms\": 250}",
-	               &e);
+	char *t = call("exec_command",
+	               "{\"cmd\": \"cat\", \"login\": false, \"yield_time_ms\": 250}", &e);
 	answer a;
 	CU_ASSERT_FATAL(parse(t, &a));
 	CU_ASSERT_FALSE_FATAL(a.exited);
@@ -244,8 +246,8 @@ static void test_cat_shared_table(void)
 	CU_ASSERT(a.exited);
 	CU_ASSERT_EQUAL(a.code, 130);
 
-	t = call("exec_command", "{\"cmd\": \"sleep 300\", \"login\": false, \"yield_time_ms\": 250}",
-	         &e);
+	t = call("exec_command",
+	         "{\"cmd\": \"sleep 300\", \"login\": false, \"yield_time_ms\": 250}", &e);
 	CU_ASSERT_FATAL(parse(t, &a));
 	sid = a.session;
 	free(t);
@@ -262,8 +264,9 @@ static void test_cat_shared_table(void)
 static void test_truncation(void)
 {
 	bool e;
-	char *t = call("exec_command",
-	               "{\"cmd\": \"seq 1 2000\", \"login\": false, \"max_output_tokens\": 10}", &e);
+	char *t =
+	    call("exec_command",
+	         "{\"cmd\": \"seq 1 2000\", \"login\": false, \"max_output_tokens\": 10}", &e);
 	answer a;
 	CU_ASSERT_FATAL(parse(t, &a));
 	CU_ASSERT_EQUAL(a.tokens, 2224); /* 8893 bytes */
@@ -290,8 +293,8 @@ static void test_yield_bounds(void)
 	bool e;
 	/* yield_time_ms below Codex's 250 ms floor waits the floor */
 	double t0 = now_s();
-	char *t = call("exec_command", "{\"cmd\": \"sleep 60\", \"login\": false, \"yield_time_ms\": 1}",
-	               &e);
+	char *t = call("exec_command",
+	               "{\"cmd\": \"sleep 60\", \"login\": false, \"yield_time_ms\": 1}", &e);
 	double took = now_s() - t0;
 	answer a;
 	CU_ASSERT_FATAL(parse(t, &a));
@@ -312,7 +315,8 @@ static void test_yield_bounds(void)
 	free(t);
 	/* a command that ends returns at its exit, not at the yield time */
 	t0 = now_s();
-	t = call("exec_command", "{\"cmd\": \"true\", \"login\": false, \"yield_time_ms\": 30000}", &e);
+	t = call("exec_command", "{\"cmd\": \"true\", \"login\": false, \"yield_time_ms\": 30000}",
+	         &e);
 	CU_ASSERT(now_s() - t0 < 15);
 	CU_ASSERT_PTR_NOT_NULL(strstr(t, "Process exited with code 0"));
 	free(t);
@@ -337,9 +341,9 @@ static void test_unknown_session(void)
 static void test_tty(void)
 {
 	bool e;
-	char *t = call("exec_command",
-	               "{\"cmd\": \"tty; stty size; echo T=$TERM\", \"login\": false, \"tty\": true}",
-	               &e);
+	char *t = call(
+	    "exec_command",
+	    "{\"cmd\": \"tty; stty size; echo T=$TERM\", \"login\": false, \"tty\": true}", &e);
 	if (e && strstr(t, "no terminals")) {
 		printf("n/a (the agent's hello lists no pty) ");
 		CU_ASSERT_PTR_NOT_NULL(strstr(t, "tty=false"));
