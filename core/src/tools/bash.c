@@ -455,7 +455,7 @@ bool tool_bash_output(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *
 		return false;
 	tools_proc *p;
 	asp_error err;
-	asp_status st = tools_proc_get(t, proc, &p, &err);
+	asp_status st = tools_proc_get(t, proc, false, &p, &err);
 	if (st == ASP_E_NOT_FOUND)
 		return tools_fail(r,
 		                  "Error: no background shell bash_%" PRIu64

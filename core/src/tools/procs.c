@@ -130,7 +130,8 @@ asp_status tools_proc_spawn(asp_tools *t, const asp_spawn_params *sp, bool sessi
 	return ASP_OK;
 }
 
-asp_status tools_proc_get(asp_tools *t, uint64_t proc, tools_proc **out, asp_error *err)
+asp_status tools_proc_get(asp_tools *t, uint64_t proc, bool session, tools_proc **out,
+                          asp_error *err)
 {
 	*out = NULL;
 	pthread_mutex_lock(&t->mu);
@@ -152,6 +153,7 @@ asp_status tools_proc_get(asp_tools *t, uint64_t proc, tools_proc **out, asp_err
 		}
 		p->t = t;
 		p->proc = proc;
+		p->session = session;
 		p->next = t->procs;
 		t->procs = p;
 	}

@@ -166,9 +166,10 @@ asp_status tools_proc_spawn(asp_tools *t, const asp_spawn_params *sp, bool sessi
  * The entry for `proc`, held (tools_proc_put it). One this handle does not know (started by
  * another client, or before a reconnect) is followed with proc_attach from the start;
  * not_found when the responder does not know it either, or when it is a session that
- * is over.
+ * is over. `session`: one found that way is an exec_command session (write_stdin asks).
  */
-asp_status tools_proc_get(asp_tools *t, uint64_t proc, tools_proc **out, asp_error *err);
+asp_status tools_proc_get(asp_tools *t, uint64_t proc, bool session, tools_proc **out,
+                          asp_error *err);
 void tools_proc_put(tools_proc *p);
 /* Waits up to `ms` for the exit (or the subscription's loss); false when cancelled. */
 bool tools_proc_wait(tools_proc *p, uint64_t ms, asp_tools_cancel *k);

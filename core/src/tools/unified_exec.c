@@ -257,7 +257,7 @@ bool tool_write_stdin(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *
 	tools_proc *p;
 	asp_error err;
 	asp_error_clear(&err);
-	asp_status st = tools_proc_get(t, sid, &p, &err);
+	asp_status st = tools_proc_get(t, sid, true, &p, &err);
 	if (st == ASP_E_NOT_FOUND)
 		return tools_fail(r, "write_stdin failed: Unknown process id %" PRIu64, sid);
 	if (st != ASP_OK)
