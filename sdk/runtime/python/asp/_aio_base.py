@@ -102,6 +102,10 @@ class AioProcess:
         """Signals the process group (proc_signal)."""
         return await self._client.proc_signal(self.proc, signal)
 
+    async def resize(self, rows, cols):
+        """Sets the terminal's window size (proc_resize): for a process spawned with tty."""
+        return await self._client.proc_resize(self.proc, rows, cols)
+
     async def wait(self, timeout_ms=0):
         """Waits for the exit on the responder (proc_wait) and returns its result."""
         return await self._client.proc_wait(self.proc, timeout_ms=timeout_ms)

@@ -107,6 +107,10 @@ class Process:
         """Signals the process group (proc_signal)."""
         return self._client.proc_signal(self.proc, signal)
 
+    def resize(self, rows, cols):
+        """Sets the terminal's window size (proc_resize): for a process spawned with tty."""
+        return self._client.proc_resize(self.proc, rows, cols)
+
     def wait(self, timeout_ms=0):
         """Waits for the exit on the responder (proc_wait) and returns its result."""
         return self._client.proc_wait(self.proc, timeout_ms=timeout_ms)

@@ -162,6 +162,11 @@ export class Process<E extends { proc?: number | bigint } = Record<string, unkno
     return this.client._call("proc_signal", { proc: this.proc, signal });
   }
 
+  /** Sets the terminal's window size (proc_resize): for a process spawned with tty. */
+  resize(rows: number, cols: number): Promise<unknown> {
+    return this.client._call("proc_resize", { proc: this.proc, rows, cols });
+  }
+
   /** Waits for the exit on the responder (proc_wait). */
   wait(timeout_ms = 0): Promise<unknown> {
     return this.client._call("proc_wait", { proc: this.proc, timeout_ms });
