@@ -957,9 +957,9 @@ async function nextEvent(proc) {
 
 /** Reads the process to its exit: stdout, stderr, the exit event, the chunks seen
  * (stream, offset, size, when) and the time the exit came. */
-async function follow(proc) {
-  const acc = { stdout: [], stderr: [] },
-    len = { stdout: 0, stderr: 0 },
+async function follow(proc, seen = Buffer.alloc(0)) {
+  const acc = { stdout: [seen], stderr: [] },
+    len = { stdout: seen.length, stderr: 0 },
     chunks = [];
   for (;;) {
     const ev = await nextEvent(proc);
@@ -1118,9 +1118,16 @@ async function tty_spawn(ctx) {
 async function tty_resize(ctx) {
   await needPty(ctx);
   const p = await spawn(ctx, { argv: ["sh", "-c", "stty size; read x; stty size"], tty: { term: "dumb" } });
+  let first = Buffer.alloc(0);
+  while (!first.toString("latin1").includes("24 80")) {
+    // resized only once the first size is out
+    const ev = await nextEvent(p);
+    check(ev !== undefined && ev.stream === "stdout", `no first size: '${first.toString("latin1")}'`);
+    first = Buffer.concat([first, ev.data]);
+  }
   await ok(p.resize(50, 132));
   await ok(p.write("go\n"));
-  const r = await follow(p);
+  const r = await follow(p, first);
   const out = r.stdout.toString("latin1");
   check(out.includes("24 80") && out.includes("50 132"), `sizes: '${out}'`);
   check(r.exit.exit_code === 0, `exit ${r.exit.exit_code}`);

@@ -948,10 +948,11 @@ def spawn(ctx, **kw):
         raise Fail("spawn %r: %s: %s" % (kw, e.code, e.message))
 
 
-def follow(proc):
+def follow(proc, seen=b""):
     """Reads the process to its exit: stdout, stderr, the exit event, the chunks seen
-    (stream, offset, size, when) and the time the exit came."""
-    out, err, chunks = bytearray(), bytearray(), []
+    (stream, offset, size, when) and the time the exit came. `seen`: the stdout already
+    read from it."""
+    out, err, chunks = bytearray(seen), bytearray(), []
     while True:
         ev = proc.next_event(timeout=SAFETY_TIMEOUT_MS / 1000)
         if ev is None:
@@ -1101,9 +1102,15 @@ def tty_spawn(ctx):
 def tty_resize(ctx):
     need_pty(ctx)
     p = spawn(ctx, argv=["sh", "-c", "stty size; read x; stty size"], tty=asp.Tty(term="dumb"))
+    first = bytearray()
+    while b"24 80" not in first:  # resized only once the first size is out
+        ev = p.next_event(timeout=SAFETY_TIMEOUT_MS / 1000)
+        check(ev is not None and getattr(ev, "stream", None) == "stdout",
+              "no first size: '%s'" % show(bytes(first)))
+        first += ev.data
     ok(p.resize, 50, 132)
     ok(p.write, b"go\n")
-    out, _, ex, _, _ = follow(p)
+    out, _, ex, _, _ = follow(p, bytes(first))
     check(b"24 80" in out and b"50 132" in out, "sizes: '%s'" % show(out))
     check(ex.exit_code == 0, "exit %s" % ex.exit_code)
     err("invalid_argument", ctx.c.proc_resize, p.proc, 50, 132)  # finished
