@@ -1,6 +1,6 @@
 /*
- * asp-agent: the responder that runs inside the sandbox (docs/design.md, "Parts and where
- * they live", "Concurrency and lifetime").
+ * asp-agent: the responder that runs inside the sandbox (docs/design.md,
+ * "Parts and where they live", "Concurrency and lifetime").
  */
 #include "serve.h"
 #ifdef ASP_AGENT_HTTP
