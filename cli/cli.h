@@ -11,7 +11,10 @@
 
 #include "asp/asp.h"
 
-/* Exit codes of every command but exec; exec exits with its command's (DESIGN §7). */
+/*
+ * Exit codes of every command but exec; exec exits with its command's
+ * (docs/design.md, "The `asp` command line").
+ */
 #define CLI_EXIT_OK   0
 #define CLI_EXIT_FAIL 1
 /* exec: ASP itself failed, as ssh does. */
@@ -221,7 +224,10 @@ int cli_signal_number(const char *name);
 
 /* --- follow.c: following a spawned process ------------------------------------------------- */
 
-/* DESIGN §7: 124 on timeout, 128+N for signal N, else the exit status (`cmd` for warnings). */
+/*
+ * 124 on timeout, 128+N for signal N, else the exit status (`cmd` for warnings):
+ * docs/design.md, "The `asp` command line".
+ */
 int cli_exit_code_of(const char *cmd, int64_t exit_code, const char *signal, bool timed_out);
 
 /*

@@ -1,7 +1,8 @@
 /*
- * asp-agent --listen: the lws context, the service loop, graceful shutdown, and the
- * HTTP side of DESIGN §2 (POST /v1/rpc, GET /v1/health, the WebSocket upgrade's
- * checks). The WebSocket itself is ws_server.c; requests run in srv_work.c.
+ * asp-agent --listen: the lws context, the service loop, graceful shutdown, and the HTTP
+ * side of the wire format (docs/design.md, "Wire format": POST /v1/rpc, GET /v1/health,
+ * the WebSocket upgrade's checks). The WebSocket itself is ws_server.c; requests run in
+ * srv_work.c.
  */
 #include "asp_http.h"
 #include "http_addr.h"

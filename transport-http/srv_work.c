@@ -242,7 +242,8 @@ int srv_backend_init(srv *s)
 
 bool srv_backend_free(srv *s)
 {
-	/* DESIGN §5: spawned processes end with the responder (TERM, KILL 2 s later). */
+	/* Spawned processes end with the responder (TERM, KILL 2 s later):
+	 * docs/design.md, "Concurrency and lifetime". */
 	bool ended = asp_local_shutdown(s->backend);
 	asp_local_disconnect(s->http_bound);
 	if (ended)

@@ -1,6 +1,6 @@
 /*
  * .asp.json: discovery, the view transports read, and the few rules a schema cannot say
- * (DESIGN §4).
+ * (docs/design.md, ".asp.json").
  *
  * The rules live in one place, spec/asp.schema.json (and spec/asp.v0.schema.json), which
  * asp-sdkgen compiles into the tables config_schema.c walks. The view is filled from a
@@ -427,7 +427,7 @@ static int set_copy(json_t *dst, const char *key, json_t *src)
 }
 
 /*
- * The version 1 document a valid v0 document means (DESIGN §4): workspace -> cwd,
+ * The version 1 document a valid v0 document means (docs/design.md, ".asp.json"): workspace -> cwd,
  * identity.file -> identity_file, identity.env -> identity_env, host_key -> host_key_sha256
  * or host_key, and without host_key trust on first use (accept-new).
  */

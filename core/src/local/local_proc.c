@@ -427,8 +427,9 @@ asp_status asp_local_proc_signal(void *self, const asp_proc_signal_params *p,
 	if (!pr)
 		return err->code;
 	pthread_mutex_lock(&pr->mu);
-	/* KILL reaches what left the group too (DESIGN §5); the others go to the group, as
-	 * sshd does. Finished: a no-op (DESIGN §3). */
+	/* KILL reaches what left the group too (docs/design.md,
+	 * "Concurrency and lifetime"); the others go to the group, as sshd does.
+	 * Finished: a no-op (docs/design.md, "Operations"). */
 	if (!pr->reaped && sig == SIGKILL)
 		local_child_signal_tree(&pr->child, sig);
 	else if (!pr->reaped)

@@ -35,7 +35,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#define PROC_RING_BYTES   (1024u * 1024u) /* DESIGN §3: the last 1 MiB of each stream */
+#define PROC_RING_BYTES   (1024u * 1024u) /* the last 1 MiB of each stream */
 #define PROC_KEEP_DONE    64              /* finished processes retained */
 #define PROC_CHUNK        (64u * 1024u)   /* bytes read, and sent, at most at a time */
 #define PROC_STREAM_COUNT 2               /* 0 stdout, 1 stderr */

@@ -1,7 +1,8 @@
 """.asp.json: discovery, the view the client reads, and the few rules a schema cannot say
-(DESIGN section 4), as core/src/config.c. The rules themselves are the tables asp-sdkgen
-made from spec/asp.schema.json and spec/asp.v0.schema.json (asp._config_tables), walked by
-asp._config_check, so a file gets the C core's messages, word for word.
+(docs/design.md, ".asp.json"), as core/src/config.c. The rules themselves are the tables
+asp-sdkgen made from spec/asp.schema.json and spec/asp.v0.schema.json
+(asp._config_tables), walked by asp._config_check, so a file gets the C core's messages,
+word for word.
 """
 
 import errno as _errno

@@ -1,8 +1,9 @@
 /**
  * .asp.json: discovery, the view the client reads, and the few rules a schema cannot say
- * (DESIGN §4), as core/src/config.c. The rules themselves are the tables asp-sdkgen made
- * from spec/asp.schema.json and spec/asp.v0.schema.json (configTables.ts), walked by
- * configCheck.ts, so a file gets the C core's messages, word for word.
+ * (docs/design.md, ".asp.json"), as core/src/config.c. The rules themselves are the
+ * tables asp-sdkgen made from spec/asp.schema.json and spec/asp.v0.schema.json
+ * (configTables.ts), walked by configCheck.ts, so a file gets the C core's messages, word
+ * for word.
  */
 import * as fs from "node:fs";
 import * as os from "node:os";
