@@ -889,9 +889,10 @@ asp_status ssh_proc_write(ssh_procs *ps, const asp_proc_write_params *w, asp_err
 		 * A terminal's end of input is its VEOF character, typed. We cannot read the
 		 * remote termios (no responder there), so it is Ctrl-D, the default that sshd's
 		 * and Dropbear's ptys start with (we send no terminal modes). The channel's EOF
-		 * is not sent: OpenSSH's sshd ignores it on a pty session (its write end is a
-		 * dup of the pty master, closing it closes nothing), and Dropbear closes the pty
-		 * master itself, hanging the terminal up under the running command.
+		 * is not sent: neither server passes it on to a pty session (sshd closes only a
+		 * dup of the pty master; Dropbear 2022.83 leaves the pty as it is: `cat` keeps
+		 * reading on both, tested), and libssh refuses every write after it, so
+		 * the Ctrl-D could not even follow it.
 		 */
 		p->stdin_eof = true;
 		if (st == ASP_OK && sshc_channel_write(c, p->ch, "\x04", 1, SSH_NO_DEADLINE) != 1)

@@ -114,8 +114,12 @@ static bool wait_for(tty_seen *w, const char *needle)
 		if (done || w->lost || (needle && w->exited) || mono_ms() >= until) {
 			pthread_mutex_unlock(&w->mu);
 			if (!done)
-				fprintf(stderr, "\n  waited for %s; output so far: [%s]\n",
-				        needle ? needle : "the exit", w->out ? w->out : "");
+				fprintf(stderr,
+				        "\n  waited for %s (exited %d, code %lld, signal '%s', "
+				        "lost %d); output so far: [%s]\n",
+				        needle ? needle : "the exit", w->exited,
+				        (long long)w->exit_code, w->signal, w->lost,
+				        w->out ? w->out : "");
 			return done;
 		}
 		struct timespec ts;
@@ -339,9 +343,8 @@ void ssh_tty_eof(const ssh_tty_target *t)
 	seen_init(&w);
 	uint64_t proc = 0;
 	asp_error err;
-	CU_ASSERT_EQUAL_FATAL(spawn_tty(t, "cat; echo \"cat-ended-$((3*3))\"", &tty, &w, &proc,
-	                                &err),
-	                      ASP_OK);
+	CU_ASSERT_EQUAL_FATAL(
+	    spawn_tty(t, "cat; echo \"cat-ended-$((3*3))\"", &tty, &w, &proc, &err), ASP_OK);
 	CU_ASSERT_EQUAL(type(t, proc, "hello\n", false, &err), ASP_OK);
 	/* echoed by the terminal, then written back by cat */
 	CU_ASSERT_TRUE(wait_for(&w, "hello\r\nhello\r\n"));
@@ -422,9 +425,8 @@ void ssh_tty_bad_input(const ssh_tty_target *t)
 	/* an unknown handle */
 	CU_ASSERT_EQUAL(resize(t, 987654321, 24, 80, &err), ASP_E_NOT_FOUND);
 	/* a process without a terminal */
-	CU_ASSERT_EQUAL_FATAL(spawn_tty(t, "echo \"plain-$((1+2))\"; exec cat", NULL, &w, &proc,
-	                                &err),
-	                      ASP_OK);
+	CU_ASSERT_EQUAL_FATAL(
+	    spawn_tty(t, "echo \"plain-$((1+2))\"; exec cat", NULL, &w, &proc, &err), ASP_OK);
 	CU_ASSERT_TRUE(wait_for(&w, "plain-3"));
 	CU_ASSERT_EQUAL(resize(t, proc, 24, 80, &err), ASP_E_INVALID_ARGUMENT);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "no terminal"));
