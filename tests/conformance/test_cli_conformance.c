@@ -183,10 +183,6 @@ static void check_run(const char *label, const char *config, const expect_na *na
 	{                                                                                          \
 		"the feature \"follow\"", "not announce", "remove that key"                        \
 	}
-#define NEEDS_PTY                                                                                  \
-	{                                                                                          \
-		"the feature \"pty\"", "not announce", "pseudo-terminal"                           \
-	}
 #define NEEDS_ATTACH_POST                                                                          \
 	{                                                                                          \
 		"op \"proc_attach\"", "not announce", "remove that key"                            \
@@ -206,15 +202,7 @@ static void test_ssh_native(void)
 	    {"glob_order_and_patterns", {"op \"glob\"", "not announce", "set ssh.agent"}},
 	    {"grep_modes", {"op \"grep\"", "not announce", "set ssh.agent"}},
 	    {"grep_pcre2", {"op \"grep\"", "not announce", "set ssh.agent"}},
-	    {"tty_spawn_basics", NEEDS_PTY},
-	    {"tty_resize_winch", {"op \"proc_resize\"", "not announce"}},
-	    {"tty_ctrl_c", NEEDS_PTY},
-	    {"tty_repl", NEEDS_PTY},
-	    {"tty_large_output", NEEDS_PTY},
-	    {"tty_exit_and_signal", NEEDS_PTY},
-	    {"tty_eof", NEEDS_PTY},
 	    {"tty_reattach", NEEDS_ATTACH_NATIVE},
-	    {"tty_bad_input", {"op \"proc_resize\"", "not announce"}},
 	};
 	check_run("ssh native", path, na, sizeof na / sizeof na[0]);
 }
