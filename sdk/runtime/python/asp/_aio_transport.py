@@ -29,8 +29,23 @@ class _Waiter(_rpc.Waiter):
 
 class _Pipelined:
     """Calls over a pipelined connection (stdio, the WebSocket), as the synchronous
-    transports' _Pipelined: its subclass gives ``connection()``; the connection gives
-    ``send(data)`` and ``die(err, kill)``, coroutines."""
+    transports' _Pipelined: its subclass gives ``_open()``, ``_conn`` and
+    ``closed_error()``; the connection gives ``send(data)`` and ``die(err, kill)``,
+    coroutines."""
+
+    async def connection(self):
+        """The connection, opened now (by _open) if there is none or it died."""
+        if self._open_lock is None:
+            self._open_lock = asyncio.Lock()
+        async with self._open_lock:
+            err = self.closed_error()
+            if err is not None:
+                raise err
+            c = self._conn
+            if c is None or c.dying:
+                c = await self._open()
+                self._conn = c
+            return c
 
     async def _call_pipelined(self, method, params, on_result, before_send):
         conn = await self.connection()
@@ -206,37 +221,16 @@ class _AioStdioConn(_rpc.RpcConn):
             await asyncio.wait({self.stderr_task}, timeout=1.0)
 
 
-class AioStdioTransport(_Pipelined):
+class AioStdioTransport(_rpc.StdioSettings, _Pipelined):
     """Speaks the RPC over a child's stdin/stdout from one event loop. A dead responder
     fails every pending call with transport_error; the next call starts a new one."""
 
-    carries_notifications = True
+    _open_lock = None
 
-    def __init__(self, argv, max_message, on_notify, call_timeout_ms=60000):
-        if isinstance(argv, (str, bytes)) or not argv:
-            raise AspError("invalid_argument", "stdio needs an argv list, such as "
-                           "['asp-agent', '--stdio']")
-        self.argv = [os.fsdecode(a) if isinstance(a, bytes) else str(a) for a in argv]
-        self.max_message = max_message
-        self.on_notify = on_notify
-        self.call_timeout_ms = call_timeout_ms or 60000
-        self._lock = None
-        self._conn = None
-        self._closed = False
-        self.describe = "stdio %s" % " ".join(self.argv)
-
-    async def connection(self):
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
-            if self._closed:
-                raise AspError("transport_error", "the client was closed")
-            c = self._conn
-            if c is None or c.dying:
-                c = _AioStdioConn(self)
-                await c.start()
-                self._conn = c
-            return c
+    async def _open(self):
+        c = _AioStdioConn(self)
+        await c.start()
+        return c
 
     async def call(self, method, params, on_result=None, before_send=None):
         return await self._call_pipelined(method, params, on_result, before_send)
@@ -347,8 +341,8 @@ class AioHttpTransport(_Pipelined):
         self._t = HttpTransport(url, token, max_message, ca_file=ca_file,
                                 call_timeout_ms=call_timeout_ms, websocket=websocket,
                                 on_notify=on_notify)
-        self._lock = None
-        self._ws = None
+        self._open_lock = None
+        self._conn = None  # the WebSocket, opened by the first call that needs it
         self._closed = False
 
     def __getattr__(self, name):
@@ -363,18 +357,15 @@ class AioHttpTransport(_Pipelined):
     def max_message(self, n):
         self._t.max_message = n
 
-    async def connection(self):
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
-            if self._closed:
-                raise AspError("transport_error", "the client was closed")
-            c = self._ws
-            if c is None or c.dying:
-                c = _AioWsConn(self)
-                await c.open()
-                self._ws = c
-            return c
+    async def _open(self):
+        c = _AioWsConn(self)
+        await c.open()
+        return c
+
+    def closed_error(self):
+        if self._closed:
+            return AspError("transport_error", "the client was closed")
+        return None
 
     async def call(self, method, params, on_result=None, before_send=None):
         stream = on_result is not None or before_send is not None
@@ -385,7 +376,7 @@ class AioHttpTransport(_Pipelined):
 
     async def close(self):
         self._closed = True
-        ws, self._ws = self._ws, None
+        ws, self._conn = self._conn, None
         self._t.close()
         if ws is not None:
             await ws.close()

@@ -9,6 +9,7 @@ rules are a generator, ``deadlines``, whose requests ("wait", "probe", "die") th
 synchronous and the asyncio shells carry out."""
 
 import contextlib
+import os
 import signal as _signal
 
 from . import _wire, _ws
@@ -237,6 +238,29 @@ class RpcConn:
                 p._fail(err)
 
 
+
+class StdioSettings:
+    """What a stdio transport is given, checked once for the sync and asyncio ones."""
+
+    carries_notifications = True
+
+    def __init__(self, argv, max_message, on_notify, call_timeout_ms=60000):
+        if isinstance(argv, (str, bytes)) or not argv:
+            raise AspError("invalid_argument", "stdio needs an argv list, such as "
+                           "['asp-agent', '--stdio']")
+        self.argv = [os.fsdecode(a) if isinstance(a, bytes) else str(a) for a in argv]
+        self.max_message = max_message
+        self.on_notify = on_notify
+        self.call_timeout_ms = call_timeout_ms or 60000
+        self._conn = None
+        self._closed = False
+        self.describe = "stdio %s" % " ".join(self.argv)
+
+    def closed_error(self):
+        """The error of a call after close, or None while open."""
+        if self._closed:
+            return AspError("transport_error", "the client was closed")
+        return None
 
 class WsRpcConn(RpcConn):
     """An RpcConn over a WebSocket (docs/http.md): bytes from the socket go in through

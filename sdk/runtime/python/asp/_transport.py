@@ -6,7 +6,6 @@ many threads at once; stdio and the WebSocket pipeline every call over one conne
 
 import collections
 import http.client
-import os
 import select
 import socket
 import ssl
@@ -36,7 +35,19 @@ class _Waiter(_rpc.Waiter):
 
 class _Pipelined:
     """Calls over a pipelined connection (stdio, the WebSocket): its subclass gives
-    ``connection()``; the connection gives ``send(data)`` and ``die(err, kill)``."""
+    ``_open()``, ``_open_lock``, ``_conn`` and ``closed_error()``; the connection gives
+    ``send(data)`` and ``die(err, kill)``."""
+
+    def connection(self):
+        """The connection, opened now (by _open) if there is none or it died."""
+        with self._open_lock:
+            err = self.closed_error()
+            if err is not None:
+                raise err
+            c = self._conn
+            if c is None or c.dying:
+                c = self._conn = self._open()
+            return c
 
     def _call_pipelined(self, method, params, on_result, before_send):
         conn = self.connection()
@@ -215,39 +226,22 @@ class _StdioConn(_rpc.RpcConn):
                 pass
 
 
-class StdioTransport(_Pipelined):
+class StdioTransport(_rpc.StdioSettings, _Pipelined):
     """Speaks the RPC over a child's stdin/stdout. A dead responder fails every pending
     call with transport_error; the next call starts a new one."""
 
-    carries_notifications = True
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self._open_lock = threading.Lock()
 
-    def __init__(self, argv, max_message, on_notify, call_timeout_ms=60000):
-        if isinstance(argv, (str, bytes)) or not argv:
-            raise AspError("invalid_argument", "stdio needs an argv list, such as "
-                           "['asp-agent', '--stdio']")
-        self.argv = [os.fsdecode(a) if isinstance(a, bytes) else str(a) for a in argv]
-        self.max_message = max_message
-        self.on_notify = on_notify
-        self.call_timeout_ms = call_timeout_ms or 60000
-        self._lock = threading.Lock()
-        self._conn = None
-        self._closed = False
-        self.describe = "stdio %s" % " ".join(self.argv)
-
-    def connection(self):
-        with self._lock:
-            if self._closed:
-                raise AspError("transport_error", "the client was closed")
-            c = self._conn
-            if c is None or c.dying:
-                c = self._conn = _StdioConn(self)
-            return c
+    def _open(self):
+        return _StdioConn(self)
 
     def call(self, method, params, on_result=None, before_send=None):
         return self._call_pipelined(method, params, on_result, before_send)
 
     def close(self):
-        with self._lock:
+        with self._open_lock:
             self._closed = True
             c, self._conn = self._conn, None
         if c is not None:
@@ -404,7 +398,8 @@ class HttpTransport(_Pipelined):
         self._lock = threading.Lock()
         self._next_id = 0
         self._conns = []
-        self._ws = None
+        self._conn = None  # the WebSocket, opened by the first call that needs it
+        self._open_lock = threading.Lock()
         self._hello = None  # the server's hello answer, kept until a transport_error
         self._closed = False
         self.call_timeout_ms = call_timeout_ms or 60000
@@ -417,15 +412,13 @@ class HttpTransport(_Pipelined):
     def streams_refused(self, name):
         return _rpc.streams_refused(name, self.url, self.websocket)
 
-    def connection(self):
-        """The WebSocket, opened now if there is none or it died."""
-        with self._lock:
-            if self._closed:
-                raise AspError("transport_error", "the client was closed")
-            c = self._ws
-            if c is None or c.dying:
-                c = self._ws = _WsConn(self)
-            return c
+    def _open(self):
+        return _WsConn(self)
+
+    def closed_error(self):
+        if self._closed:
+            return AspError("transport_error", "the client was closed")
+        return None
 
     def _new_conn(self, keep=True):
         t = self.call_timeout_ms / 1000.0
@@ -584,7 +577,7 @@ class HttpTransport(_Pipelined):
         self._closed = True
         with self._lock:
             conns, self._conns = self._conns, []
-            ws, self._ws = self._ws, None
+            ws, self._conn = self._conn, None
         for c in conns:
             try:
                 c.close()
