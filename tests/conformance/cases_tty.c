@@ -311,7 +311,8 @@ PROC_CASE(tty_eof)
 {
 	COLL(c, MIB);
 	asp_spawn_params p;
-	tty_params(ctx, &p, "echo READY; cat; echo \"cat-ended $?\"; read x; echo \"read-ended $?\"");
+	tty_params(ctx, &p,
+	           "echo READY; cat; echo \"cat-ended $?\"; read x; echo \"read-ended $?\"");
 	uint64_t proc;
 	SPAWN(&p, c, &proc);
 	size_t at = 0;
@@ -381,8 +382,9 @@ PROC_CASE(tty_reattach)
 /* sh: polls (up to 10 s) until the pid in FILE is dead, then prints its state. */
 #define DEAD_SH(file)                                                                              \
 	"i=0; while :; do " CONF_PID_STATE_SH(file) " >/dev/null; "                                \
-	"if [ \"$st\" = dead ] || [ $i -ge 200 ]; then break; fi; sleep 0.05; i=$((i+1)); "      \
-	"done; printf %s \"$st\""
+	                                            "if [ \"$st\" = dead ] || [ $i -ge 200 ]; "    \
+	                                            "then break; fi; sleep 0.05; i=$((i+1)); "     \
+	                                            "done; printf %s \"$st\""
 
 static bool h_dead(conf_ctx *ctx, int line, const char *cmd, const char *file)
 {
@@ -463,7 +465,8 @@ PROC_CASE(tty_bad_input)
 {
 	asp_error err;
 	/* sizes out of range: spawn starts nothing */
-	static const uint64_t sizes[][2] = {{0, 80}, {24, 0}, {100000, 80}, {24, 100000}, {4097, 1}};
+	static const uint64_t sizes[][2] = {
+	    {0, 80}, {24, 0}, {100000, 80}, {24, 100000}, {4097, 1}};
 	for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
 		asp_spawn_params p;
 		tty_params(ctx, &p, "echo started > bad.txt");

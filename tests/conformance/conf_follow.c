@@ -217,8 +217,8 @@ void fx_done(fx *f)
 
 /* ---- helpers: each records a failure at the caller's line ------------------------- */
 
-asp_status do_spawn(conf_ctx *ctx, fx *f, void *self, asp_spawn_params *p, coll *c,
-                           uint64_t *proc, asp_error *err)
+asp_status do_spawn(conf_ctx *ctx, fx *f, void *self, asp_spawn_params *p, coll *c, uint64_t *proc,
+                    asp_error *err)
 {
 	if (!p->timeout_ms)
 		p->timeout_ms = SAFETY_TIMEOUT_MS;
@@ -279,7 +279,7 @@ bool h_end(conf_ctx *ctx, int line, coll *c)
 }
 
 asp_status do_wait(conf_ctx *ctx, uint64_t proc, uint64_t ms, asp_proc_wait_result *r,
-                          asp_error *err)
+                   asp_error *err)
 {
 	asp_proc_wait_params p;
 	asp_proc_wait_params_init(&p);
@@ -299,7 +299,7 @@ asp_status do_signal(conf_ctx *ctx, uint64_t proc, const char *sig, asp_error *e
 }
 
 asp_status do_write(conf_ctx *ctx, uint64_t proc, const void *data, size_t len, bool eof,
-                           asp_error *err)
+                    asp_error *err)
 {
 	asp_proc_write_params p;
 	asp_proc_write_params_init(&p);
@@ -310,8 +310,8 @@ asp_status do_write(conf_ctx *ctx, uint64_t proc, const void *data, size_t len, 
 	return ctx->ops->proc_write(ctx->self, &p, &r, ctx->a, err);
 }
 
-asp_status do_attach(conf_ctx *ctx, void *self, uint64_t proc, uint64_t out_off,
-                            uint64_t err_off, coll *c, asp_error *err)
+asp_status do_attach(conf_ctx *ctx, void *self, uint64_t proc, uint64_t out_off, uint64_t err_off,
+                     coll *c, asp_error *err)
 {
 	asp_proc_attach_params p;
 	asp_proc_attach_params_init(&p);

@@ -86,8 +86,8 @@ void fx_done(fx *f);
 /* ---- helpers: each records a failure at the caller's line ------------------------- */
 
 /* Spawns on `self`, followed by `c` (NULL: not followed); the fixture will KILL it. */
-asp_status do_spawn(conf_ctx *ctx, fx *f, void *self, asp_spawn_params *p, coll *c,
-                    uint64_t *proc, asp_error *err);
+asp_status do_spawn(conf_ctx *ctx, fx *f, void *self, asp_spawn_params *p, coll *c, uint64_t *proc,
+                    asp_error *err);
 bool h_spawn(conf_ctx *ctx, fx *f, int line, asp_spawn_params *p, coll *c, uint64_t *proc);
 /* A collector's end within END_WAIT_MS, with no broken promise. */
 bool h_end(conf_ctx *ctx, int line, coll *c);
@@ -96,8 +96,8 @@ asp_status do_wait(conf_ctx *ctx, uint64_t proc, uint64_t ms, asp_proc_wait_resu
 asp_status do_signal(conf_ctx *ctx, uint64_t proc, const char *sig, asp_error *err);
 asp_status do_write(conf_ctx *ctx, uint64_t proc, const void *data, size_t len, bool eof,
                     asp_error *err);
-asp_status do_attach(conf_ctx *ctx, void *self, uint64_t proc, uint64_t out_off,
-                     uint64_t err_off, coll *c, asp_error *err);
+asp_status do_attach(conf_ctx *ctx, void *self, uint64_t proc, uint64_t out_off, uint64_t err_off,
+                     coll *c, asp_error *err);
 asp_strv strv_of(conf_ctx *ctx, const char *const *items, size_t n);
 /* exec of `cmd` through sh in the case's directory. */
 bool h_sh(conf_ctx *ctx, int line, const char *cmd, asp_exec_result *r);
