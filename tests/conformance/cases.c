@@ -6,6 +6,7 @@
  * id) are POSIX and exist in any sandbox image that can run an agent's commands.
  */
 #include "cases_proc.h"
+#include "cases_tty.h"
 #include "conformance.h"
 
 #include <pthread.h>
@@ -2038,6 +2039,26 @@ const conf_case conf_cases[] = {
                "proc_attach: the last 1 MiB, starting later than asked"),
     CASE_NEEDS(proc_attach_after_close, "spawn proc_attach", "follow reattach",
                "proc_attach from another connection after a close"),
+    CASE_NEEDS(tty_isatty_one_stream, "spawn", "follow pty",
+               "spawn tty: stdin, stdout, stderr are the terminal; all output on stdout"),
+    CASE_NEEDS(tty_size_and_term, "spawn", "follow pty",
+               "spawn tty: stty size and TERM as asked, 24x80 and xterm-256color by default"),
+    CASE_NEEDS(tty_resize_winch, "spawn proc_resize proc_signal", "follow pty",
+               "proc_resize: the process gets SIGWINCH and sees the new size"),
+    CASE_NEEDS(tty_ctrl_c, "spawn proc_write", "follow pty",
+               "tty: ^C ends sleep in an interactive sh, which answers the next command"),
+    CASE_NEEDS(tty_repl, "spawn proc_write", "follow pty",
+               "tty: a REPL (python3, else sh -i) round trip, ^D ends it"),
+    CASE_NEEDS(tty_large_output, "spawn", "follow pty",
+               "tty: 4.5 MB of output through the terminal, every byte in order"),
+    CASE_NEEDS(tty_eof, "spawn proc_write proc_signal", "follow pty",
+               "tty: proc_write eof types VEOF (cat sees the end), then invalid_argument"),
+    CASE_NEEDS(tty_reattach, "spawn proc_write proc_attach", "follow pty",
+               "tty: proc_attach replays the terminal's output, then live"),
+    CASE_NEEDS(tty_exit_codes, "spawn proc_wait proc_signal", "pty",
+               "tty: exit codes, signals to the whole group, timeout"),
+    CASE_NEEDS(tty_bad_input, "spawn proc_resize proc_wait proc_signal proc_list", "pty",
+               "tty: bad sizes, resize of unknown, plain, finished; nothing left running"),
 };
 
 const size_t conf_case_count = sizeof conf_cases / sizeof conf_cases[0];
