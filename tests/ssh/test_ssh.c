@@ -2,7 +2,8 @@
  * The SSH transport against a real OpenSSH server (tests/ssh/sshd_fixture.c): the
  * conformance table over native mode and over agent mode (asp-agent --stdio on one
  * channel), then what only SSH has: host key trust, authentication, hostile quoting
- * through the login shell, a killed session, bulk transfer and many threads.
+ * through the login shell, a killed session, bulk transfer, many threads, and terminals
+ * (tests/ssh/ssh_tty.c) in both modes.
  *
  *   test_ssh              run everything
  *   test_ssh NAME...      run only the named suites or tests

@@ -6,7 +6,8 @@
  * and the pipes are empty, so the wrapper must give the command a group of its own
  * (timeouts and signals reach background children) and keep the channel until every
  * writer closed (output written after the command exited is not lost); and Debian's
- * 2022.83 aborts a connection on some orders of channel close under load.
+ * 2022.83 aborts a connection on some orders of channel close under load. Terminals
+ * (tests/ssh/ssh_tty.c) in native mode as both users and in agent mode.
  *
  *   test_ssh_dropbear              run everything
  *   test_ssh_dropbear NAME...      run only the named suites or tests
