@@ -119,7 +119,7 @@ static bool has_program(conf_ctx *ctx, const char *prog, bool *ok)
 	return *ok && r.exit_code == 0;
 }
 
-/* A shell variable assignment for the interactive shells: a prompt to wait for. */
+/* The environment of the interactive shells: PS1, a prompt to wait for. */
 static asp_strmap prompt_env(conf_ctx *ctx)
 {
 	asp_strmap_entry *e = asp_arena_alloc(ctx->a, sizeof *e);
