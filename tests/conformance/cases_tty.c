@@ -119,7 +119,7 @@ static bool has_program(conf_ctx *ctx, const char *prog, bool *ok)
 	return *ok && r.exit_code == 0;
 }
 
-/* A shell variable assignment for the interactive shells: a prompt to wait for. */
+/* The environment of the interactive shells: PS1, a prompt to wait for. */
 static asp_strmap prompt_env(conf_ctx *ctx)
 {
 	asp_strmap_entry *e = asp_arena_alloc(ctx->a, sizeof *e);
@@ -153,16 +153,17 @@ PROC_CASE(tty_isatty_one_stream)
 
 PROC_CASE(tty_size_and_term)
 {
-	/* The requested size and TERM; env still sets other variables. */
+	/* The requested size and TERM, whatever env says of TERM; env sets other variables. */
 	COLL(c, MIB);
 	asp_spawn_params p;
 	tty_params(ctx, &p, "stty size; echo \"T=$TERM X=$ASP_CONF_X\"");
 	p.tty = tty_of(ctx, 33, 101, "vt100");
-	asp_strmap_entry *e = asp_arena_alloc(ctx->a, sizeof *e);
+	asp_strmap_entry *e = asp_arena_alloc(ctx->a, 2 * sizeof *e);
 	CONF_CHECK(ctx, e != NULL);
-	*e = (asp_strmap_entry){"ASP_CONF_X", "x1"};
+	e[0] = (asp_strmap_entry){"TERM", "dumb"};
+	e[1] = (asp_strmap_entry){"ASP_CONF_X", "x1"};
 	p.has_env = true;
-	p.env = (asp_strmap){e, 1};
+	p.env = (asp_strmap){e, 2};
 	uint64_t proc;
 	SPAWN(&p, c, &proc);
 	END(c);

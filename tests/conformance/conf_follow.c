@@ -70,10 +70,16 @@ static void on_output(void *user, uint64_t proc, asp_stream stream, uint64_t off
 	c->chunks[s]++;
 	if (c->len[s] < c->keep) {
 		size_t n = c->keep - c->len[s] < len ? c->keep - c->len[s] : len;
-		uint8_t *nb = realloc(c->data[s], c->len[s] + n + 1);
+		/* doubling: a terminal's output comes in small chunks, and copying the whole
+		 * buffer for each (as realloc does under ASan) is quadratic */
+		size_t cap = c->cap[s];
+		while (cap < c->len[s] + n + 1)
+			cap = cap ? 2 * cap : 4096;
+		uint8_t *nb = cap == c->cap[s] ? c->data[s] : realloc(c->data[s], cap);
 		if (nb) {
 			memcpy(nb + c->len[s], data, n);
 			c->data[s] = nb;
+			c->cap[s] = cap;
 			c->len[s] += n;
 		}
 	}

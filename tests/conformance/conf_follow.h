@@ -26,6 +26,7 @@ typedef struct coll {
 	bool followed;
 	uint8_t *data[2];
 	size_t len[2], keep; /* bytes kept per stream (the rest only counted) */
+	size_t cap[2];       /* data's allocated size */
 	uint64_t total[2], first[2], next[2];
 	bool got[2];
 	uint64_t seen_proc; /* the proc the callbacks named */
