@@ -57,6 +57,7 @@ typedef struct sproc {
 	long pid, pgid;
 	bool relayed; /* the wrapper stays as the channel's process (ssh_quote.c) */
 	bool tty;     /* on a pseudo-terminal: one stream (stdout), writes are typed */
+	bool started; /* the exec request went out: a process may run (ssh_exit_settle) */
 	pend pend[2];
 	uint64_t sent[2]; /* bytes of each stream delivered (or being delivered) */
 	bool eof[2];
@@ -132,7 +133,8 @@ static void drop_channel(sshc *c, sproc *p)
 {
 	if (!p->ch)
 		return;
-	ssh_exit_settle(c, p->ch, &p->xi);
+	if (p->started) /* (a refused pty-req started nothing: no exit to wait for) */
+		ssh_exit_settle(c, p->ch, &p->xi);
 	ssh_remove_channel_callbacks(p->ch, &p->cb);
 	sshc_channel_free(c, p->ch, SSHC_COMMAND);
 	p->ch = NULL;
@@ -778,8 +780,10 @@ asp_status ssh_proc_spawn(ssh_procs *ps, const asp_spawn_params *sp, asp_spawn_r
 	ssh_exit_watch(p->ch, &p->cb, &p->xi);
 	if (p->tty)
 		st = sshc_channel_pty(c, p->ch, &pty, setup, err);
-	if (st == ASP_OK)
+	if (st == ASP_OK) {
+		p->started = true;
 		st = sshc_channel_exec(c, p->ch, cmd.p, false, setup, err);
+	}
 	if (st == ASP_OK)
 		st = await_wrapper(ps, p, &ep, setup, buf, err);
 	if (st != ASP_OK)

@@ -718,6 +718,199 @@ static void test_eof_with_waits_in_flight(void)
 	rmdir(dir);
 }
 
+/* ---- terminals -------------------------------------------------------------------- */
+
+/*
+ * Open fds of `pid` whose target holds `kind` ("/dev/pt": a terminal's master or slave,
+ * "pidfd", "pipe:"), or -1. Counted by kind: the job cgroups the agent keeps ready come
+ * and go with their own fds, whatever the processes do.
+ */
+static int fds_of(pid_t pid, const char *kind)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return -1;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		char fd[320], target[256];
+		snprintf(fd, sizeof fd, "%s/%s", path, e->d_name);
+		ssize_t len = readlink(fd, target, sizeof target - 1);
+		if (len < 0)
+			continue;
+		target[len] = '\0';
+		n += strstr(target, kind) != NULL;
+	}
+	closedir(d);
+	return n;
+}
+
+/* Polls (bounded) until fds_of(pid, kind) is at most `most`; the last count. */
+static int fds_settle(pid_t pid, const char *kind, int most)
+{
+	int n = fds_of(pid, kind);
+	for (int64_t end = t_now_ms() + WAIT_MS; n > most && t_now_ms() < end;) {
+		usleep(10 * 1000); /* polling the condition, bounded */
+		n = fds_of(pid, kind);
+	}
+	return n;
+}
+
+/*
+ * One request, and its answer's status: the frames before it (a process's notifications)
+ * are skipped. The result of `op` goes to `result` (may be NULL).
+ */
+static asp_status call(tproc *p, uint32_t id, asp_op_id op, const void *params, void *result,
+                       asp_arena *a)
+{
+	asp_buf b;
+	asp_buf_init(&b);
+	t_add_request(&b, id, op, params);
+	CU_ASSERT_FATAL(t_write_all(p->in, b.data, b.len) == 0);
+	asp_buf_free(&b);
+	for (;;) {
+		uint8_t *body;
+		size_t len;
+		int got = t_read_frame(p->out, WAIT_MS, &body, &len);
+		CU_ASSERT_EQUAL_FATAL(got, 1);
+		t_resp r;
+		bool resp = t_parse_response(body, len, op, result, a, &r);
+		free(body);
+		if (resp && r.id == id)
+			return r.st;
+	}
+}
+
+static asp_status tty_spawn(tproc *p, uint32_t id, const char *command, const char *cwd,
+                            uint64_t rows, uint64_t timeout_ms, uint64_t *proc, asp_arena *a)
+{
+	asp_tty tty = {rows, 80, NULL};
+	const char *argv[] = {command};
+	asp_spawn_params sp;
+	asp_spawn_params_init(&sp);
+	if (command[0] == '/') { /* a program, run without a shell */
+		sp.has_argv = true;
+		sp.argv = (asp_strv){argv, 1};
+	} else {
+		sp.command = command;
+	}
+	sp.cwd = cwd;
+	sp.tty = &tty;
+	sp.timeout_ms = timeout_ms;
+	asp_spawn_result sr = {0};
+	asp_status st = call(p, id, ASP_OP_SPAWN, &sp, &sr, a);
+	*proc = sr.proc;
+	return st;
+}
+
+static asp_status wait_proc(tproc *p, uint32_t id, uint64_t proc, asp_proc_wait_result *w,
+                            asp_arena *a)
+{
+	asp_proc_wait_params wp;
+	asp_proc_wait_params_init(&wp);
+	wp.proc = proc;
+	wp.timeout_ms = WAIT_MS;
+	return call(p, id, ASP_OP_PROC_WAIT, &wp, w, a);
+}
+
+/*
+ * Terminal processes of every kind of end (exit, signal, timeout, VEOF, failed starts)
+ * give back every fd: the master closes once the process is reaped and its output read.
+ * Then EOF on stdin ends a terminal process as any other.
+ */
+static void test_tty_fds(void)
+{
+	char dir[] = "/tmp/asp-agent-tty-XXXXXX", pidfile[128];
+	CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+	snprintf(pidfile, sizeof pidfile, "%s/pid", dir);
+	tproc p;
+	start(&p);
+	asp_arena *a = asp_arena_new();
+	uint32_t id = 1;
+	uint64_t proc;
+	asp_proc_wait_result w;
+	/* warm up: what the agent opens once (the reaper, a worker) is open before counting */
+	CU_ASSERT_FATAL(tty_spawn(&p, id++, "exit 0", NULL, 24, 0, &proc, a) == ASP_OK);
+	CU_ASSERT_FATAL(wait_proc(&p, id++, proc, &w, a) == ASP_OK);
+	int pidfds = fds_of(p.pid, "pidfd"), pipes = fds_of(p.pid, "pipe:");
+	CU_ASSERT_EQUAL(fds_settle(p.pid, "/dev/pt", 0), 0);
+	/* the count sees a running terminal's master */
+	CU_ASSERT_FATAL(tty_spawn(&p, id++, "exec sleep 30", NULL, 24, 0, &proc, a) == ASP_OK);
+	CU_ASSERT(fds_of(p.pid, "/dev/pt") >= 1);
+	asp_proc_signal_params kill_it = {.proc = proc, .signal = "KILL"};
+	CU_ASSERT(call(&p, id++, ASP_OP_PROC_SIGNAL, &kill_it, NULL, a) == ASP_OK);
+	CU_ASSERT(wait_proc(&p, id++, proc, &w, a) == ASP_OK);
+	for (int i = 0; i < 40; i++) {
+		asp_status st;
+		switch (i % 6) {
+		case 0:
+			CU_ASSERT(tty_spawn(&p, id++, "printf hello; exit 3", NULL, 24, 0, &proc,
+			                    a) == ASP_OK);
+			CU_ASSERT(wait_proc(&p, id++, proc, &w, a) == ASP_OK && w.exit_code == 3);
+			break;
+		case 1: {
+			CU_ASSERT(tty_spawn(&p, id++, "exec sleep 30", NULL, 24, 0, &proc, a) ==
+			          ASP_OK);
+			asp_proc_resize_params rp = {.proc = proc, .rows = 30, .cols = 100};
+			CU_ASSERT(call(&p, id++, ASP_OP_PROC_RESIZE, &rp, NULL, a) == ASP_OK);
+			asp_proc_signal_params sp = {.proc = proc, .signal = "KILL"};
+			CU_ASSERT(call(&p, id++, ASP_OP_PROC_SIGNAL, &sp, NULL, a) == ASP_OK);
+			CU_ASSERT(wait_proc(&p, id++, proc, &w, a) == ASP_OK && w.signal);
+			break;
+		}
+		case 2: {
+			CU_ASSERT(tty_spawn(&p, id++, "cat", NULL, 24, 0, &proc, a) == ASP_OK);
+			asp_proc_write_params wp;
+			asp_proc_write_params_init(&wp);
+			wp.proc = proc;
+			wp.data = (asp_bytes){(const uint8_t *)"x\n", 2};
+			wp.eof = true;
+			CU_ASSERT(call(&p, id++, ASP_OP_PROC_WRITE, &wp, NULL, a) == ASP_OK);
+			CU_ASSERT(wait_proc(&p, id++, proc, &w, a) == ASP_OK && w.exit_code == 0);
+			break;
+		}
+		case 3:
+			CU_ASSERT(tty_spawn(&p, id++, "exec sleep 30", NULL, 24, 100, &proc, a) ==
+			          ASP_OK);
+			CU_ASSERT(wait_proc(&p, id++, proc, &w, a) == ASP_OK && w.timed_out);
+			break;
+		case 4:
+			st = tty_spawn(&p, id++, "true", "/nonexistent/asp-dir", 24, 0, &proc, a);
+			CU_ASSERT_EQUAL(st, ASP_E_NOT_FOUND);
+			st = tty_spawn(&p, id++, "/nonexistent/asp-prog", NULL, 24, 0, &proc, a);
+			CU_ASSERT_EQUAL(st, ASP_E_NOT_FOUND);
+			break;
+		default:
+			st = tty_spawn(&p, id++, "true", NULL, 0, 0, &proc, a);
+			CU_ASSERT_EQUAL(st, ASP_E_INVALID_ARGUMENT);
+			break;
+		}
+		asp_arena_reset(a);
+	}
+	/* closed as each process ended: at most a moment after the last proc_wait */
+	CU_ASSERT_EQUAL(fds_settle(p.pid, "/dev/pt", 0), 0);
+	CU_ASSERT(fds_settle(p.pid, "pidfd", pidfds) <= pidfds);
+	CU_ASSERT(fds_settle(p.pid, "pipe:", pipes) <= pipes);
+	/* EOF: the agent ends a terminal's process too, and exits 0 */
+	char cmd[256];
+	snprintf(cmd, sizeof cmd, "echo $$ > %s; exec sleep 30", pidfile);
+	CU_ASSERT(tty_spawn(&p, id++, cmd, NULL, 24, 0, &proc, a) == ASP_OK);
+	pid_t child = t_pid_from_file(pidfile, 0, WAIT_MS);
+	CU_ASSERT(child > 0);
+	tproc_close_in(&p);
+	int wst = tproc_wait(&p, WAIT_MS, NULL);
+	CU_ASSERT(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+	CU_ASSERT(child > 0 && !t_pid_alive(child));
+	if (child > 0 && t_pid_alive(child))
+		kill(child, SIGKILL);
+	tproc_close(&p);
+	asp_arena_free(a);
+	unlink(pidfile);
+	rmdir(dir);
+}
+
 /* ---- options ---------------------------------------------------------------------- */
 
 static char *run(char *const argv[], int *status, bool want_stderr)
@@ -799,6 +992,7 @@ static void add_suite(const char *name, int (*init)(void))
 	            test_eof_ends_spawned);
 	CU_add_test(s, "EOF while every worker waits on a process: it ends, exit 0",
 	            test_eof_with_waits_in_flight);
+	CU_add_test(s, "terminals: every end gives back its fds; EOF ends them", test_tty_fds);
 }
 
 int main(void)

@@ -9,7 +9,7 @@
  * spawned and detaches what it follows before the collectors on its stack go away.
  */
 #include "cases_proc.h"
-#include "proc_fixture.h"
+#include "conf_follow.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -28,7 +28,7 @@ PROC_CASE(spawn_output_live)
 	asp_spawn_params_init(&p);
 	p.command = "for i in 1 2 3 4 5; do echo line$i; sleep 0.2; done";
 	uint64_t proc;
-	double t0 = fx_mono_ms();
+	double t0 = mono_ms();
 	SPAWN(&p, c, &proc);
 	END(c);
 	CONF_CHECKF(ctx, coll_is(c, 0, "line1\nline2\nline3\nline4\nline5\n"), "stdout '%s'",
@@ -94,25 +94,25 @@ PROC_CASE(spawn_stdin_binary)
 	uint64_t proc;
 	SPAWN(&p, c, &proc);
 	asp_error err;
-	CONF_OK(ctx, fx_write(ctx, proc, in, 256, false, &err), &err);
-	CONF_OK(ctx, fx_write(ctx, proc, in + 256, 100 * 1024, false, &err), &err);
-	CONF_OK(ctx, fx_write(ctx, proc, in + 256 + 100 * 1024, n - 256 - 100 * 1024, true, &err),
+	CONF_OK(ctx, do_write(ctx, proc, in, 256, false, &err), &err);
+	CONF_OK(ctx, do_write(ctx, proc, in + 256, 100 * 1024, false, &err), &err);
+	CONF_OK(ctx, do_write(ctx, proc, in + 256 + 100 * 1024, n - 256 - 100 * 1024, true, &err),
 	        &err);
 	END(c);
 	CONF_CHECKF(ctx, c->len[0] == n && memcmp(c->data[0], in, n) == 0,
 	            "cat gave back %zu of %zu bytes, or other bytes", c->len[0], n);
 	CONF_CHECK(ctx, c->ev.exit_code == 0);
 	/* after eof, and on a finished process: invalid_argument */
-	CONF_ERR(ctx, fx_write(ctx, proc, "x", 1, false, &err), ASP_E_INVALID_ARGUMENT, &err);
-	CONF_ERR(ctx, fx_write(ctx, proc, NULL, 0, true, &err), ASP_E_INVALID_ARGUMENT, &err);
-	CONF_ERR(ctx, fx_write(ctx, 0x7fffffffffffull, "x", 1, false, &err), ASP_E_NOT_FOUND, &err);
+	CONF_ERR(ctx, do_write(ctx, proc, "x", 1, false, &err), ASP_E_INVALID_ARGUMENT, &err);
+	CONF_ERR(ctx, do_write(ctx, proc, NULL, 0, true, &err), ASP_E_INVALID_ARGUMENT, &err);
+	CONF_ERR(ctx, do_write(ctx, 0x7fffffffffffull, "x", 1, false, &err), ASP_E_NOT_FOUND, &err);
 }
 
 static bool h_pid_dead(conf_ctx *ctx, int line)
 {
 	for (int i = 0; i < 20; i++) {
 		asp_exec_result r;
-		if (!fx_sh(ctx, line, CONF_PID_STATE_SH("bg.pid"), &r))
+		if (!h_sh(ctx, line, CONF_PID_STATE_SH("bg.pid"), &r))
 			return false;
 		if (r.stdout_data.len == 4 && memcmp(r.stdout_data.data, "dead", 4) == 0)
 			return true;
@@ -131,7 +131,7 @@ PROC_CASE(spawn_timeout_kills_group)
 	p.cwd = ctx->dir;
 	p.timeout_ms = 300;
 	uint64_t proc;
-	double t0 = fx_mono_ms();
+	double t0 = mono_ms();
 	SPAWN(&p, c, &proc);
 	END(c);
 	double took = c->t_end - t0;
@@ -187,9 +187,9 @@ PROC_CASE(proc_wait_timeout)
 	SPAWN(&p, NULL, &proc);
 	asp_proc_wait_result w;
 	asp_error err;
-	double t0 = fx_mono_ms();
+	double t0 = mono_ms();
 	CONF_ERR(ctx, do_wait(ctx, proc, 300, &w, &err), ASP_E_TIMEOUT, &err);
-	double took = fx_mono_ms() - t0;
+	double took = mono_ms() - t0;
 	CONF_CHECKF(ctx, took >= 250 && took < CONF_SLOW_MS, "the timeout came after %.0f ms",
 	            took);
 	CONF_OK(ctx, do_signal(ctx, proc, "KILL", &err), &err);
@@ -419,7 +419,7 @@ static uint64_t responder_rss_kb(conf_ctx *ctx, unsigned long pid)
 	snprintf(cmd, sizeof cmd, "sed -n 's/^VmRSS:[^0-9]*\\([0-9]*\\).*/\\1/p' /proc/%lu/status",
 	         pid);
 	asp_exec_result r;
-	if (!fx_sh(ctx, __LINE__, cmd, &r) || r.stdout_data.len == 0)
+	if (!h_sh(ctx, __LINE__, cmd, &r) || r.stdout_data.len == 0)
 		return 0;
 	return strtoull((const char *)r.stdout_data.data, NULL, 10);
 }
@@ -430,7 +430,7 @@ PROC_CASE(spawn_slow_reader_bounded)
 	c->delay_ms = 20; /* ~3 MB/s: far slower than the producer */
 	c->slow = true;
 	/* Generous: on a loaded machine each call below waits seconds behind the output. */
-	c->slow_until = fx_mono_ms() + 30000;
+	c->slow_until = mono_ms() + 30000;
 	asp_spawn_params p;
 	asp_spawn_params_init(&p);
 	p.command = "echo $PPID; exec head -c 1073741824 /dev/zero";

@@ -4,14 +4,15 @@
 
 #include "conformance.h"
 
-void tty_spawn_basics(conf_ctx *ctx);
+void tty_isatty_one_stream(conf_ctx *ctx);
+void tty_size_and_term(conf_ctx *ctx);
 void tty_resize_winch(conf_ctx *ctx);
 void tty_ctrl_c(conf_ctx *ctx);
 void tty_repl(conf_ctx *ctx);
 void tty_large_output(conf_ctx *ctx);
-void tty_exit_and_signal(conf_ctx *ctx);
 void tty_eof(conf_ctx *ctx);
 void tty_reattach(conf_ctx *ctx);
+void tty_exit_codes(conf_ctx *ctx);
 void tty_bad_input(conf_ctx *ctx);
 
 #endif

@@ -59,10 +59,10 @@ static const char *feature_meaning(const char *w, size_t n)
 		return "a process's output and exit as notifications";
 	if (word_is(w, n, CONF_FEATURE_REATTACH))
 		return "processes outliving their connection";
+	if (word_is(w, n, CONF_FEATURE_PTY))
+		return "spawn with tty and proc_resize: processes on a pseudo-terminal";
 	if (word_is(w, n, "concurrent"))
 		return "calls on one connection running at once";
-	if (word_is(w, n, CONF_FEATURE_PTY))
-		return "processes on a pseudo-terminal (spawn's tty, proc_resize)";
 	return "a feature this suite does not know";
 }
 

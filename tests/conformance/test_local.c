@@ -341,6 +341,10 @@ static void test_claims_are_judged(void)
 	conf_run_case(conf_find("spawn_output_live"), &lying, backend, scratch, &o);
 	CU_ASSERT_TRUE(o.passed && o.na);
 	CU_ASSERT_PTR_NOT_NULL(strstr(o.msg, "registered without a way to follow"));
+	/* every op a terminal case needs, but no "pty" in hello: n/a, naming it */
+	conf_run_case(conf_find("tty_exit_codes"), &lying, backend, scratch, &o);
+	CU_ASSERT_TRUE(o.passed && o.na);
+	CU_ASSERT_PTR_NOT_NULL(strstr(o.msg, "needs the feature \"pty\" (spawn with tty"));
 	/* a case without needs runs whatever hello says */
 	conf_run_case(conf_find("read_ranges"), &lying, backend, scratch, &o);
 	CU_ASSERT_TRUE(o.passed && !o.skipped);

@@ -166,6 +166,40 @@ static void test_garbage(void)
 	fake_case("garbage", "undecodable");
 }
 
+/*
+ * A responder of protocol 1 (no "pty" in its hello) would ignore spawn's tty and run the
+ * command on pipes: the client refuses the spawn, naming the missing feature, and a spawn
+ * without tty still goes through.
+ */
+static void test_tty_needs_pty(void)
+{
+	char counter[128];
+	snprintf(counter, sizeof counter, "%s/counter-pty", tmp);
+	unlink(counter);
+	const char *argv[] = {"/usr/bin/python3", fake, counter, "ok", NULL};
+	asp_config_view v = view_of(argv, 4, 60000);
+	asp_client *c;
+	asp_error err;
+	CU_ASSERT_EQUAL_FATAL(asp_client_open_view(&v, &c, &err), ASP_OK);
+	asp_arena *a = asp_arena_new();
+	asp_tty tty = {24, 80, NULL};
+	asp_spawn_params p;
+	asp_spawn_params_init(&p);
+	p.command = "sh";
+	p.tty = &tty;
+	asp_spawn_result r;
+	for (int i = 0; i < 2; i++) { /* the answer is kept for the connection */
+		CU_ASSERT_EQUAL(asp_spawn(c, &p, &r, a, &err), ASP_E_UNSUPPORTED);
+		CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "no feature \"pty\""));
+	}
+	p.tty = NULL;
+	CU_ASSERT_EQUAL(asp_spawn(c, &p, &r, a, &err), ASP_OK);
+	CU_ASSERT_EQUAL(r.proc, 7);
+	asp_arena_free(a);
+	asp_client_free(c);
+	unlink(counter);
+}
+
 /* Runs `asp --config CFG ARGS...`; returns its exit status, stderr in `err`. */
 static int run_cli(const char *cfg, const char *const *args, char *err, size_t cap, int64_t *ms)
 {
@@ -324,6 +358,8 @@ int main(void)
 	            test_long_exec_probed);
 	CU_add_test(s, "a responder answering the wrong id: protocol_error", test_wrong_id);
 	CU_add_test(s, "a responder answering garbage: protocol_error", test_garbage);
+	CU_add_test(s, "spawn with tty to a responder without pty: unsupported",
+	            test_tty_needs_pty);
 	CU_add_test(s, "asp stat against wedged and confused responders", test_cli);
 	CU_add_test(s, "asp exec -- true: two requests on a fresh connection", test_exec_requests);
 	CU_basic_set_mode(CU_BRM_VERBOSE);

@@ -444,3 +444,23 @@ void ssh_tty_bad_input(const ssh_tty_target *t)
 	unfollow(t, proc);
 	seen_free(&w);
 }
+
+/* A server that refuses terminals: spawn with tty is unsupported naming the reason, and the
+ * connection goes on (a spawn without tty runs). */
+void ssh_tty_refused(const ssh_tty_target *t)
+{
+	asp_tty tty = {.rows = 24, .cols = 80};
+	tty_seen w;
+	seen_init(&w);
+	uint64_t proc = 0;
+	asp_error err;
+	CU_ASSERT_EQUAL(spawn_tty(t, "true", &tty, &w, &proc, &err), ASP_E_UNSUPPORTED);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "refused a terminal"));
+	CU_ASSERT_EQUAL_FATAL(spawn_tty(t, "echo \"still-$((1+1))\"", NULL, &w, &proc, &err),
+	                      ASP_OK);
+	CU_ASSERT_TRUE(wait_for(&w, NULL));
+	CU_ASSERT_PTR_NOT_NULL(w.out && strstr(w.out, "still-2"));
+	CU_ASSERT_EQUAL(w.exit_code, 0);
+	unfollow(t, proc);
+	seen_free(&w);
+}

@@ -27,5 +27,7 @@ void ssh_tty_eof(const ssh_tty_target *t);
 void ssh_tty_signal_timeout(const ssh_tty_target *t);
 /* Bad sizes and terms, an unknown handle, a process without a terminal. */
 void ssh_tty_bad_input(const ssh_tty_target *t);
+/* On a connection whose server refuses terminals: unsupported, and the connection goes on. */
+void ssh_tty_refused(const ssh_tty_target *t);
 
 #endif

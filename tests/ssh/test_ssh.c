@@ -2,7 +2,8 @@
  * The SSH transport against a real OpenSSH server (tests/ssh/sshd_fixture.c): the
  * conformance table over native mode and over agent mode (asp-agent --stdio on one
  * channel), then what only SSH has: host key trust, authentication, hostile quoting
- * through the login shell, a killed session, bulk transfer and many threads.
+ * through the login shell, a killed session, bulk transfer, many threads, and terminals
+ * (tests/ssh/ssh_tty.c) in both modes.
  *
  *   test_ssh              run everything
  *   test_ssh NAME...      run only the named suites or tests
@@ -1788,6 +1789,34 @@ TTY_TEST(signal_timeout)
 TTY_TEST(bad_input)
 #undef TTY_TEST
 
+/* authorized_keys' no-pty: sshd refuses the pty-req, spawn with tty is unsupported. */
+static void test_tty_refused(void)
+{
+	char ak[400], saved[4096] = "", line[4200];
+	snprintf(ak, sizeof ak, "%s/authorized_keys", fx.dir);
+	FILE *f = fopen(ak, "r");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	size_t n = fread(saved, 1, sizeof saved - 1, f);
+	fclose(f);
+	saved[n] = '\0';
+	snprintf(line, sizeof line, "no-pty %s", saved);
+	f = fopen(ak, "w");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	fputs(line, f);
+	fclose(f);
+	backend b;
+	asp_error err;
+	asp_status st = open_backend(&b, NULL, NULL, &err);
+	f = fopen(ak, "w"); /* the key as it was, for every other test */
+	if (f) {
+		fputs(saved, f);
+		fclose(f);
+	}
+	CU_ASSERT_EQUAL_FATAL(st, ASP_OK);
+	ssh_tty_refused(&(ssh_tty_target){b.ops, b.self});
+	close_backend(&b);
+}
+
 static int run_named(int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++) {
@@ -1908,6 +1937,7 @@ int main(int argc, char **argv)
 	ok = ok && CU_add_test(s, "tty_eof", test_tty_eof);
 	ok = ok && CU_add_test(s, "tty_signal_timeout", test_tty_signal_timeout);
 	ok = ok && CU_add_test(s, "tty_bad_input", test_tty_bad_input);
+	ok = ok && CU_add_test(s, "tty_refused", test_tty_refused);
 	if (have_agent) {
 		ok = ok && CU_add_test(s, "tty_hello_agent", test_tty_hello_agent);
 		ok = ok && CU_add_test(s, "tty_basics_agent", test_tty_basics_agent);

@@ -6,7 +6,8 @@
  * and the pipes are empty, so the wrapper must give the command a group of its own
  * (timeouts and signals reach background children) and keep the channel until every
  * writer closed (output written after the command exited is not lost); and Debian's
- * 2022.83 aborts a connection on some orders of channel close under load.
+ * 2022.83 aborts a connection on some orders of channel close under load. Terminals
+ * (tests/ssh/ssh_tty.c) in native mode as both users and in agent mode.
  *
  *   test_ssh_dropbear              run everything
  *   test_ssh_dropbear NAME...      run only the named suites or tests
@@ -506,6 +507,34 @@ TTY_TEST(signal_timeout)
 TTY_TEST(bad_input)
 #undef TTY_TEST
 
+/* authorized_keys' no-pty: Dropbear refuses the pty-req, spawn with tty is unsupported. */
+static void test_tty_refused(void)
+{
+	char ak[440], saved[4096] = "", line[4200];
+	snprintf(ak, sizeof ak, "%s/.ssh/authorized_keys", fxs[0].home);
+	FILE *f = fopen(ak, "r");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	size_t n = fread(saved, 1, sizeof saved - 1, f);
+	fclose(f);
+	saved[n] = '\0';
+	snprintf(line, sizeof line, "no-pty %s", saved);
+	f = fopen(ak, "w");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+	fputs(line, f);
+	fclose(f);
+	backend b;
+	asp_error err;
+	asp_status st = open_backend(&b, 0, NULL, &err);
+	f = fopen(ak, "w"); /* the key as it was, for every other test */
+	if (f) {
+		fputs(saved, f);
+		fclose(f);
+	}
+	CU_ASSERT_EQUAL_FATAL(st, ASP_OK);
+	ssh_tty_refused(&(ssh_tty_target){b.ops, b.self});
+	close_backend(&b);
+}
+
 static int run_named(int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++) {
@@ -651,6 +680,7 @@ int main(int argc, char **argv)
 	TTY_ADD(signal_timeout);
 	TTY_ADD(bad_input);
 #undef TTY_ADD
+	ok = ok && CU_add_test(s, "tty_refused", test_tty_refused);
 	/* these kill every session of a fixture's server (the shared backends' too) */
 	ok = ok && CU_add_test(s, "killed_connection_native", test_killed_connection_native);
 	ok = ok && CU_add_test(s, "killed_connection_agent", test_killed_connection_agent);

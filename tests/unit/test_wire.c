@@ -65,6 +65,12 @@ static void fill_field(const asp_field_desc *f, void *rec, int seed)
 		memcpy(p, &arr, sizeof arr);
 		break;
 	}
+	case ASP_FT_RECORD: {
+		void *rec = asp_arena_alloc(arena, f->record->size);
+		fill(f->record, rec, seed + 1);
+		memcpy(p, &rec, sizeof rec);
+		break;
+	}
 	}
 }
 
@@ -142,6 +148,14 @@ static int same(const asp_record_desc *d, const void *x, const void *y)
 				if (!same(f->record, s.items + k * f->record->size,
 				          t.items + k * f->record->size))
 					return 0;
+			break;
+		}
+		case ASP_FT_RECORD: {
+			const void *s, *t;
+			memcpy(&s, a, sizeof s);
+			memcpy(&t, b, sizeof t);
+			if ((!s) != (!t) || (s && !same(f->record, s, t)))
+				return 0;
 			break;
 		}
 		}
@@ -284,6 +298,106 @@ static void test_decode_names_field(void)
 	    ASP_E_INVALID_ARGUMENT);
 	CU_ASSERT_STRING_EQUAL(err.message, "read params: field 'path': expected str, got uint");
 	msgpack_unpacked_destroy(&u);
+	asp_arena_reset(arena);
+}
+
+/* msgpack for the pair "command": "x" */
+#define COMMAND_X 0xa7, 'c', 'o', 'm', 'm', 'a', 'n', 'd', 0xa1, 'x'
+
+/* Decodes the msgpack map in `bytes` as spawn params. */
+static asp_status decode_spawn(const uint8_t *bytes, size_t len, asp_spawn_params *p,
+                               asp_error *err)
+{
+	msgpack_unpacked u;
+	msgpack_unpacked_init(&u);
+	size_t off = 0;
+	asp_status st = ASP_E_PROTOCOL_ERROR;
+	if (msgpack_unpack_next(&u, (const char *)bytes, len, &off) == MSGPACK_UNPACK_SUCCESS)
+		st = asp_record_decode(asp_op_descs[ASP_OP_SPAWN].params, &u.data, p, arena, err);
+	msgpack_unpacked_destroy(&u);
+	return st;
+}
+
+/* spawn's tty, the one nested record: through a request and back, absent, defaults. */
+static void test_tty_record(void)
+{
+	asp_tty tty = {40, 132, "screen"};
+	asp_spawn_params in, out;
+	asp_spawn_params_init(&in);
+	in.command = "sh";
+	in.tty = &tty;
+	asp_buf b;
+	asp_buf_init(&b);
+	CU_ASSERT_EQUAL_FATAL(asp_wire_request(&b, 9, ASP_OP_SPAWN, &in), 0);
+	msgpack_unpacked u;
+	msgpack_unpacked_init(&u);
+	asp_msg m;
+	asp_error err;
+	CU_ASSERT_EQUAL_FATAL(asp_wire_decode(b.data + 4, b.len - 4, &u, &m, &err), ASP_OK);
+	CU_ASSERT_EQUAL_FATAL(
+	    asp_record_decode(asp_op_descs[ASP_OP_SPAWN].params, m.params, &out, arena, &err),
+	    ASP_OK);
+	CU_ASSERT_STRING_EQUAL(out.command, "sh");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(out.tty);
+	CU_ASSERT_PTR_NOT_EQUAL(out.tty, &tty);
+	CU_ASSERT_EQUAL(out.tty->rows, 40);
+	CU_ASSERT_EQUAL(out.tty->cols, 132);
+	CU_ASSERT_STRING_EQUAL(out.tty->term, "screen");
+	asp_wire_unpacked_done(&u);
+	asp_buf_free(&b);
+
+	/* absent: NULL, and the key is not sent */
+	asp_spawn_params_init(&in);
+	in.command = "sh";
+	asp_buf_init(&b);
+	CU_ASSERT_EQUAL_FATAL(asp_wire_request(&b, 9, ASP_OP_SPAWN, &in), 0);
+	CU_ASSERT_PTR_NULL(memmem(b.data, b.len, "tty", 3));
+	msgpack_unpacked_init(&u);
+	CU_ASSERT_EQUAL_FATAL(asp_wire_decode(b.data + 4, b.len - 4, &u, &m, &err), ASP_OK);
+	CU_ASSERT_EQUAL(
+	    asp_record_decode(asp_op_descs[ASP_OP_SPAWN].params, m.params, &out, arena, &err),
+	    ASP_OK);
+	CU_ASSERT_PTR_NULL(out.tty);
+	asp_wire_unpacked_done(&u);
+	asp_buf_free(&b);
+
+	/* {"command": "x", "tty": {}}: the spec's defaults, 24 x 80, term absent */
+	const uint8_t empty[] = {0x82, COMMAND_X, 0xa3, 't', 't', 'y', 0x80};
+	CU_ASSERT_EQUAL_FATAL(decode_spawn(empty, sizeof empty, &out, &err), ASP_OK);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(out.tty);
+	CU_ASSERT_EQUAL(out.tty->rows, 24);
+	CU_ASSERT_EQUAL(out.tty->cols, 80);
+	CU_ASSERT_PTR_NULL(out.tty->term);
+	asp_arena_reset(arena);
+}
+
+/* A tty of the wrong type, or with a field of the wrong type, is refused by name. */
+static void test_tty_wrong_types(void)
+{
+	asp_spawn_params p;
+	asp_error err;
+	/* {"command": "x", "tty": "big"} */
+	const uint8_t str[] = {0x82, COMMAND_X, 0xa3, 't', 't', 'y', 0xa3, 'b', 'i', 'g'};
+	CU_ASSERT_EQUAL(decode_spawn(str, sizeof str, &p, &err), ASP_E_INVALID_ARGUMENT);
+	CU_ASSERT_STRING_EQUAL(err.message, "spawn params: field 'tty': expected map, got str");
+	/* {"command": "x", "tty": [24, 80]} */
+	const uint8_t arr[] = {0x82, COMMAND_X, 0xa3, 't', 't', 'y', 0x92, 0x18, 0x50};
+	CU_ASSERT_EQUAL(decode_spawn(arr, sizeof arr, &p, &err), ASP_E_INVALID_ARGUMENT);
+	CU_ASSERT_STRING_EQUAL(err.message, "spawn params: field 'tty': expected map, got array");
+	/* {"command": "x", "tty": {"rows": "24"}} */
+	const uint8_t rows[] = {0x82, COMMAND_X, 0xa3, 't', 't',  'y', 0x81, 0xa4,
+	                        'r',  'o',       'w',  's', 0xa2, '2', '4'};
+	CU_ASSERT_EQUAL(decode_spawn(rows, sizeof rows, &p, &err), ASP_E_INVALID_ARGUMENT);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "'rows': expected uint, got str"));
+	/* {"command": "x", "tty": {"term": 7}} */
+	const uint8_t term[] = {0x82, COMMAND_X, 0xa3, 't', 't', 'y', 0x81,
+	                        0xa4, 't',       'e',  'r', 'm', 0x07};
+	CU_ASSERT_EQUAL(decode_spawn(term, sizeof term, &p, &err), ASP_E_INVALID_ARGUMENT);
+	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "'term': expected str, got uint"));
+	/* nil: absent, as for every optional field */
+	const uint8_t nil[] = {0x82, COMMAND_X, 0xa3, 't', 't', 'y', 0xc0};
+	CU_ASSERT_EQUAL(decode_spawn(nil, sizeof nil, &p, &err), ASP_OK);
+	CU_ASSERT_PTR_NULL(p.tty);
 	asp_arena_reset(arena);
 }
 
@@ -574,6 +688,9 @@ int main(void)
 	CU_add_test(s, "error response round trip", test_error_response_round_trip);
 	CU_add_test(s, "nesting limit of 32", test_depth_limit);
 	CU_add_test(s, "decode errors name the field", test_decode_names_field);
+	CU_add_test(s, "spawn's tty: a nested record through the codec", test_tty_record);
+	CU_add_test(s, "spawn's tty: wrong types are invalid_argument naming the field",
+	            test_tty_wrong_types);
 	CU_add_test(s, "hostile vectors", test_vectors);
 	CU_add_test(s, "object limit: too_large for a request, counted for a response",
 	            test_object_limit);

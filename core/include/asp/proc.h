@@ -2,9 +2,9 @@
  * Spawned processes with live output (spawn and proc_*, docs/design.md, "Operations"): start a
  * process or attach to one, and get its output and exit through callbacks as they happen.
  *
- * proc_write, proc_signal, proc_wait and proc_list are the plain calls of asp/proto.h
- * (asp_proc_write, ...). The generated asp_spawn and asp_proc_attach work too, but
- * nothing receives the notifications they cause; use the two calls below.
+ * proc_write, proc_signal, proc_resize, proc_wait and proc_list are the plain calls of
+ * asp/proto.h (asp_proc_write, ...). The generated asp_spawn and asp_proc_attach work too,
+ * but nothing receives the notifications they cause; use the two calls below.
  *
  * Threads. Callbacks run on the thread reading the connection: for stdio one of the
  * engine's pool workers, shared by all connections (asp/channel.h); the connection's

@@ -21,6 +21,7 @@ typedef struct conn {
 	const asp_ops *ops;
 	void *self;
 	atomic_uint refs; /* 1 while it is the client's current one, +1 per call inside */
+	atomic_int pty;   /* hello lists "pty": 0 not asked yet, 1 it does, -1 it does not */
 } conn;
 
 struct asp_client {
@@ -214,6 +215,7 @@ static conn *conn_open(asp_client *c, asp_error *err)
 	}
 	k->t = c->t;
 	atomic_init(&k->refs, 1);
+	atomic_init(&k->pty, 0);
 	if (c->t->open(&c->view, &k->ops, &k->self, err)) {
 		free(k);
 		return NULL;
@@ -267,6 +269,38 @@ static void call_done(asp_client *c, conn *k, asp_status st)
 	}
 }
 
+/*
+ * A spawn with tty goes only to a responder whose hello lists "pty": one without
+ * terminals (protocol 1) would ignore the field and run the command on pipes. Asked once
+ * per connection, on its first spawn with tty; other calls pay nothing.
+ */
+static asp_status tty_check(conn *k, const void *params, asp_arena *a, asp_error *err)
+{
+	if (!((const asp_spawn_params *)params)->tty)
+		return ASP_OK;
+	int pty = atomic_load(&k->pty);
+	if (!pty) {
+		asp_hello_params hp;
+		asp_hello_params_init(&hp);
+		asp_hello_result hr;
+		asp_status st = k->ops->hello(k->self, &hp, &hr, a, err);
+		if (st)
+			return st;
+		pty = -1;
+		for (size_t i = 0; hr.has_features && i < hr.features.count; i++)
+			if (hr.features.items[i] && strcmp(hr.features.items[i], "pty") == 0)
+				pty = 1;
+		atomic_store(&k->pty, pty);
+	}
+	if (pty > 0)
+		return ASP_OK;
+	return asp_error_set(err, ASP_E_UNSUPPORTED, NULL,
+	                     "spawn: this responder (over %s) has no terminals: its hello lists "
+	                     "no feature \"pty\"; spawn without tty, or use an asp-agent of "
+	                     "protocol 2",
+	                     k->t->name);
+}
+
 asp_status asp_client_call(asp_client *c, asp_op_id op, const void *params, void *result,
                            asp_arena *a, asp_error *err)
 {
@@ -285,6 +319,10 @@ asp_status asp_client_call(asp_client *c, asp_op_id op, const void *params, void
 	conn *k = acquire(c, err);
 	if (!k)
 		return err->code;
+	if (op == ASP_OP_SPAWN && (st = tty_check(k, p, a, err)) != ASP_OK) {
+		call_done(c, k, st);
+		return st;
+	}
 	asp_record_init(d->result, result);
 	st = d->call(k->ops, k->self, p, result, a, err);
 	if (st && err->code != st) /* a backend that forgot to fill err still says what */
@@ -313,6 +351,10 @@ static asp_status stream_call(asp_client *c, asp_op_id op, const void *params, v
 		                   "exec, or a transport with notifications (stdio, WebSocket, SSH "
 		                   "agent mode)",
 		                   d->name, k->t->name);
+		call_done(c, k, st);
+		return st;
+	}
+	if (op == ASP_OP_SPAWN && (st = tty_check(k, p, a, err)) != ASP_OK) {
 		call_done(c, k, st);
 		return st;
 	}

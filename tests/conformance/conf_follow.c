@@ -1,5 +1,5 @@
-/* The streaming cases' fixture: see proc_fixture.h. */
-#include "proc_fixture.h"
+/* The streaming cases' collector, fixture and helpers: see conf_follow.h. */
+#include "conf_follow.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -7,9 +7,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-/* ---- a collector: what one follower received ------------------------------------- */
 
-double fx_mono_ms(void)
+double mono_ms(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -49,7 +48,7 @@ static void on_output(void *user, uint64_t proc, asp_stream stream, uint64_t off
 	coll *c = user;
 	pthread_mutex_lock(&c->mu);
 	int s = stream == ASP_STREAM_STDERR;
-	double now = fx_mono_ms();
+	double now = mono_ms();
 	if (c->ended)
 		coll_bad(c, "output (offset %llu, %zu bytes) after the end",
 		         (unsigned long long)offset, len);
@@ -71,10 +70,16 @@ static void on_output(void *user, uint64_t proc, asp_stream stream, uint64_t off
 	c->chunks[s]++;
 	if (c->len[s] < c->keep) {
 		size_t n = c->keep - c->len[s] < len ? c->keep - c->len[s] : len;
-		uint8_t *nb = realloc(c->data[s], c->len[s] + n + 1);
+		/* doubling: a terminal's output comes in small chunks, and copying the whole
+		 * buffer for each (as realloc does under ASan) is quadratic */
+		size_t cap = c->cap[s];
+		while (cap < c->len[s] + n + 1)
+			cap = cap ? 2 * cap : 4096;
+		uint8_t *nb = cap == c->cap[s] ? c->data[s] : realloc(c->data[s], cap);
 		if (nb) {
 			memcpy(nb + c->len[s], data, n);
 			c->data[s] = nb;
+			c->cap[s] = cap;
 			c->len[s] += n;
 		}
 	}
@@ -93,7 +98,7 @@ static void on_exit_ev(void *user, const asp_exit_event *ev)
 	if (c->ended)
 		coll_bad(c, "a second end (an exit after %s)", c->lost ? "lost" : "the exit");
 	c->ended = c->exited = true;
-	c->t_end = fx_mono_ms();
+	c->t_end = mono_ms();
 	c->ev = *ev;
 	c->ev.signal = NULL;
 	if (ev->signal) {
@@ -113,19 +118,19 @@ static void on_lost(void *user, uint64_t proc, const asp_error *err)
 	if (c->ended)
 		coll_bad(c, "a second end (lost after %s)", c->lost ? "lost" : "the exit");
 	c->ended = c->lost = true;
-	c->t_end = fx_mono_ms();
+	c->t_end = mono_ms();
 	pthread_cond_broadcast(&c->cv);
 	pthread_mutex_unlock(&c->mu);
 }
 
-const asp_proc_callbacks coll_cb = {on_output, on_exit_ev, on_lost};
+static const asp_proc_callbacks coll_cb = {on_output, on_exit_ev, on_lost};
 
 /* Waits until the follower ended; false after `ms`. */
 bool coll_wait_end(coll *c, int ms)
 {
-	double until = fx_mono_ms() + ms;
+	double until = mono_ms() + ms;
 	pthread_mutex_lock(&c->mu);
-	while (!c->ended && fx_mono_ms() < until) {
+	while (!c->ended && mono_ms() < until) {
 		pthread_mutex_unlock(&c->mu);
 		usleep(2000);
 		pthread_mutex_lock(&c->mu);
@@ -138,9 +143,9 @@ bool coll_wait_end(coll *c, int ms)
 /* Waits until stream `s` has at least `n` bytes; false after `ms`. */
 bool coll_wait_bytes(coll *c, int s, uint64_t n, int ms)
 {
-	double until = fx_mono_ms() + ms;
+	double until = mono_ms() + ms;
 	pthread_mutex_lock(&c->mu);
-	while (c->total[s] < n && !c->ended && fx_mono_ms() < until) {
+	while (c->total[s] < n && !c->ended && mono_ms() < until) {
 		pthread_mutex_unlock(&c->mu);
 		usleep(2000);
 		pthread_mutex_lock(&c->mu);
@@ -175,8 +180,6 @@ const char *coll_show(conf_ctx *ctx, coll *c, int s)
 	*w = '\0';
 	return out;
 }
-
-/* ---- the fixture ------------------------------------------------------------------ */
 
 coll *fx_coll(fx *f, size_t keep)
 {
@@ -301,7 +304,7 @@ asp_status do_signal(conf_ctx *ctx, uint64_t proc, const char *sig, asp_error *e
 	return ctx->ops->proc_signal(ctx->self, &p, &r, ctx->a, err);
 }
 
-asp_status fx_write(conf_ctx *ctx, uint64_t proc, const void *data, size_t len, bool eof,
+asp_status do_write(conf_ctx *ctx, uint64_t proc, const void *data, size_t len, bool eof,
                     asp_error *err)
 {
 	asp_proc_write_params p;
@@ -340,7 +343,7 @@ asp_strv strv_of(conf_ctx *ctx, const char *const *items, size_t n)
 	return (asp_strv){v, v ? n : 0};
 }
 
-bool fx_sh(conf_ctx *ctx, int line, const char *cmd, asp_exec_result *r)
+bool h_sh(conf_ctx *ctx, int line, const char *cmd, asp_exec_result *r)
 {
 	asp_exec_params p;
 	asp_exec_params_init(&p);
