@@ -44,8 +44,10 @@ int main(int argc, char **argv)
 	sshd_config_json(&fx, agent, NULL, text, sizeof text);
 	if (port_file) {
 		FILE *pf = fopen(port_file, "w");
-		if (!pf || fprintf(pf, "%u %s %s %s\n", fx.port, fx.user, fx.client_key,
-		                   fx.known_hosts) < 0 || fclose(pf) != 0) {
+		if (!pf ||
+		    fprintf(pf, "%u %s %s %s\n", fx.port, fx.user, fx.client_key, fx.known_hosts) <
+		        0 ||
+		    fclose(pf) != 0) {
 			fprintf(stderr, "sshd_helper: cannot write %s\n", port_file);
 			sshd_stop(&fx);
 			return 1;

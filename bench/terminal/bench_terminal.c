@@ -1,0 +1,327 @@
+/*
+ * Terminals: asp shell against `ssh -tt` over an OpenSSH ControlMaster connection, on one
+ * loopback sshd (the test fixture's). Each path runs as a child on a local pseudo-terminal
+ * (forkpty) that this program drives as a person's terminal emulator would, so both sides
+ * are measured the same way (raw mode, the pty's own costs):
+ *   keystroke → echo: one byte written to our pty's master, until the remote terminal's
+ *     echo of it is read back. The remote runs `stty -icanon; cat >/dev/null`, so the
+ *     echo is the remote line discipline's: no program's scheduling is in the figure.
+ *   64 MiB through the terminal: one line typed, the remote runs
+ *     `head -c 48M /dev/zero | base64 -w0` (64 MiB of text) and a marker; from the
+ *     keystroke until the marker arrived.
+ * Paths: asp shell over stdio (asp-agent --stdio), SSH agent mode and native SSH, and
+ * `ssh -tt` over a ControlMaster (`ssh -o ControlMaster=yes -N -f` first). All sessions
+ * stay open for the whole run; each round times every path once, in a fresh random order
+ * (bench_order), and the medians and ratios to ControlMaster come from one run.
+ *
+ *   bench_terminal ASP_AGENT ASP [ROUNDS]
+ *
+ * A path whose sandbox has no terminals (its hello lacks "pty") is shown as n/a.
+ */
+#include "bench_util.h"
+#include "sshd_fixture.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#define ECHO_PER_ROUND 40
+#define BULK_BYTES     (64u << 20)            /* base64 output of the 48 MiB below */
+#define BULK_CMD       "head -c 50331648 /dev/zero | base64 -w0; echo; echo END-OF-CAT"
+#define ECHO_SCRIPT    "stty -icanon; echo READY-ECHO; exec cat >/dev/null"
+#define BULK_SCRIPT    "stty -echo; echo READY-BULK; while read x; do " BULK_CMD "; done"
+#define BOUND_MS       60000.0
+
+static sshd_fixture fx;
+static char dir[256];
+
+enum { P_STDIO, P_AGENT, P_NATIVE, P_CM, P_COUNT };
+static const char *const names[P_COUNT] = {"asp shell, stdio (asp-agent --stdio)",
+                                           "asp shell, SSH agent mode", "asp shell, native SSH",
+                                           "ssh -tt, ControlMaster"};
+
+typedef struct session {
+	pid_t pid;
+	int fd; /* our pty's master */
+	bool ok;
+} session;
+
+/* Starts argv on a new 50x160 pty; the child's output is read from s->fd. */
+static int session_start(session *s, char *const argv[])
+{
+	struct winsize ws = {.ws_row = 50, .ws_col = 160};
+	s->pid = forkpty(&s->fd, NULL, NULL, &ws);
+	if (s->pid < 0)
+		return -1;
+	if (s->pid == 0) {
+		setenv("TERM", "xterm-256color", 1);
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	return 0;
+}
+
+/*
+ * Reads the master until `marker` was seen (it may span reads) or the bound passed;
+ * *bytes gets the count read. 0 or -1.
+ */
+static int read_until(session *s, const char *marker, double bound_ms, size_t *bytes)
+{
+	static char buf[1 << 16];
+	char tail[64] = "";
+	size_t ml = strlen(marker), total = 0;
+	double end = now_ms() + bound_ms;
+	for (;;) {
+		int left = (int)(end - now_ms());
+		if (left <= 0)
+			return -1;
+		struct pollfd p = {s->fd, POLLIN, 0};
+		if (poll(&p, 1, left) <= 0)
+			continue;
+		ssize_t n = read(s->fd, buf, sizeof buf);
+		if (n <= 0)
+			return -1; /* EIO: the child is gone */
+		total += (size_t)n;
+		/* the marker may span this read and the last: look in tail + the start */
+		char join[128];
+		size_t tl = strlen(tail), head = (size_t)n < ml ? (size_t)n : ml;
+		memcpy(join, tail, tl);
+		memcpy(join + tl, buf, head);
+		join[tl + head] = '\0';
+		if (strstr(join, marker) || memmem(buf, (size_t)n, marker, ml)) {
+			if (bytes)
+				*bytes = total;
+			return 0;
+		}
+		size_t keep = (size_t)n < ml ? (size_t)n : ml - 1;
+		memcpy(tail, buf + n - keep, keep);
+		tail[keep] = '\0';
+	}
+}
+
+static void session_stop(session *s)
+{
+	if (s->pid <= 0)
+		return;
+	kill(s->pid, SIGTERM);
+	int status;
+	while (waitpid(s->pid, &status, 0) < 0 && errno == EINTR)
+		;
+	close(s->fd);
+	s->pid = 0;
+}
+
+/* One byte typed → its echo; µs, or -1. */
+static double echo_once(session *s)
+{
+	double t0 = now_us();
+	if (write(s->fd, "a", 1) != 1)
+		return -1;
+	char c;
+	double end = now_ms() + BOUND_MS;
+	while (now_ms() < end) {
+		struct pollfd p = {s->fd, POLLIN, 0};
+		if (poll(&p, 1, 1000) <= 0)
+			continue;
+		ssize_t n = read(s->fd, &c, 1);
+		if (n <= 0)
+			return -1;
+		if (c == 'a')
+			return now_us() - t0;
+	}
+	return -1;
+}
+
+/* One 64 MiB cat: MB/s, or -1. */
+static double bulk_once(session *s)
+{
+	double t0 = now_ms();
+	if (write(s->fd, "g\r", 2) != 2)
+		return -1;
+	size_t bytes = 0;
+	if (read_until(s, "END-OF-CAT", BOUND_MS, &bytes) < 0)
+		return -1;
+	double ms = now_ms() - t0;
+	if (bytes < BULK_BYTES)
+		return -1;
+	return BULK_BYTES / 1e6 / (ms / 1e3);
+}
+
+/* The argv of path `p` running `script` on a terminal. */
+static void path_argv(int p, const char *asp, const char *script, char *argv[], char *cm)
+{
+	static char cfgs[P_COUNT][320], kh[3][400], port[3][16], cp[3][440], dest[3][100];
+	static int slot;
+	int k = 0, i = slot++ % 3;
+	if (p != P_CM) {
+		snprintf(cfgs[p], sizeof cfgs[p], "%s/asp-%d.json", dir, p);
+		argv[k++] = (char *)asp;
+		argv[k++] = "--config";
+		argv[k++] = cfgs[p];
+		argv[k++] = "shell";
+		argv[k++] = "--";
+		argv[k++] = "sh";
+		argv[k++] = "-c";
+		argv[k++] = (char *)script;
+		argv[k] = NULL;
+		return;
+	}
+	snprintf(kh[i], sizeof kh[i], "UserKnownHostsFile=%s", fx.known_hosts);
+	snprintf(port[i], sizeof port[i], "%u", fx.port);
+	snprintf(cp[i], sizeof cp[i], "ControlPath=%s", cm);
+	snprintf(dest[i], sizeof dest[i], "%s@127.0.0.1", fx.user);
+	static char cmd[3][512];
+	snprintf(cmd[i], sizeof cmd[i], "sh -c '%s'", script);
+	const char *v[] = {"ssh", "-tt", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+	                   "-o", kh[i], "-o", "LogLevel=ERROR", "-i", fx.client_key, "-p",
+	                   port[i], "-o", cp[i], dest[i], cmd[i], NULL};
+	for (k = 0; v[k]; k++)
+		argv[k] = (char *)v[k];
+	argv[k] = NULL;
+}
+
+static int write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return -1;
+	int rc = fputs(text, f) < 0 ? -1 : 0;
+	return fclose(f) != 0 ? -1 : rc;
+}
+
+static int run(const char *cmd)
+{
+	int rc = system(cmd);
+	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 3) {
+		fprintf(stderr, "usage: bench_terminal ASP_AGENT ASP [ROUNDS]\n");
+		return 2;
+	}
+	const char *agent = argv[1], *asp = argv[2];
+	int rounds = argc > 3 ? atoi(argv[3]) : 15;
+	if (rounds < 1)
+		rounds = 1;
+	signal(SIGPIPE, SIG_IGN);
+	if (sshd_start(&fx) != 0) {
+		fprintf(stderr, "bench_terminal: %s\n", fx.why);
+		return 1;
+	}
+	snprintf(dir, sizeof dir, "%s", fx.dir);
+	char text[4096], path[400], cm[400], line[4096];
+	snprintf(path, sizeof path, "%s/asp-%d.json", dir, P_STDIO);
+	snprintf(text, sizeof text,
+	         "{\"version\": 1, \"transport\": \"stdio\", \"stdio\": {\"command\": [\"%s\", "
+	         "\"--stdio\"]}}",
+	         agent);
+	write_file(path, text);
+	snprintf(path, sizeof path, "%s/asp-%d.json", dir, P_AGENT);
+	sshd_config_json(&fx, agent, NULL, text, sizeof text);
+	write_file(path, text);
+	snprintf(path, sizeof path, "%s/asp-%d.json", dir, P_NATIVE);
+	sshd_config_json(&fx, NULL, NULL, text, sizeof text);
+	write_file(path, text);
+	snprintf(cm, sizeof cm, "%s/cm.sock", dir);
+	snprintf(line, sizeof line,
+	         "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile=%s "
+	         "-o LogLevel=ERROR -i %s -p %u -o ControlMaster=yes -o ControlPath=%s "
+	         "-o ControlPersist=300 -N -f %s@127.0.0.1 </dev/null >/dev/null 2>&1",
+	         fx.known_hosts, fx.client_key, fx.port, cm, fx.user);
+	if (run(line) != 0)
+		fprintf(stderr, "bench_terminal: the ControlMaster did not start\n");
+
+	session echo_s[P_COUNT], bulk_s[P_COUNT];
+	memset(echo_s, 0, sizeof echo_s);
+	memset(bulk_s, 0, sizeof bulk_s);
+	for (int p = 0; p < P_COUNT; p++) {
+		char *av[24];
+		path_argv(p, asp, ECHO_SCRIPT, av, cm);
+		echo_s[p].ok = session_start(&echo_s[p], av) == 0 &&
+		               read_until(&echo_s[p], "READY-ECHO", BOUND_MS, NULL) == 0;
+		path_argv(p, asp, BULK_SCRIPT, av, cm);
+		bulk_s[p].ok = session_start(&bulk_s[p], av) == 0 &&
+		               read_until(&bulk_s[p], "READY-BULK", BOUND_MS, NULL) == 0;
+		if (!echo_s[p].ok || !bulk_s[p].ok)
+			fprintf(stderr, "bench_terminal: %s: no terminal session (n/a)\n", names[p]);
+	}
+
+	static double echo_v[P_COUNT][ECHO_PER_ROUND * 64], bulk_v[P_COUNT][64];
+	int ne[P_COUNT] = {0}, nb[P_COUNT] = {0};
+	if (rounds > 64)
+		rounds = 64;
+	unsigned long long seed = 0x5eed7e57ull;
+	int order[P_COUNT];
+	/* a warm-up round, not counted: first faults, caches */
+	for (int p = 0; p < P_COUNT; p++)
+		if (echo_s[p].ok)
+			for (int i = 0; i < 5; i++)
+				echo_once(&echo_s[p]);
+	for (int r = 0; r < rounds; r++) {
+		bench_order(order, P_COUNT, &seed);
+		for (int k = 0; k < P_COUNT; k++) {
+			int p = order[k];
+			if (!echo_s[p].ok)
+				continue;
+			for (int i = 0; i < ECHO_PER_ROUND; i++) {
+				double us = echo_once(&echo_s[p]);
+				if (us >= 0)
+					echo_v[p][ne[p]++] = us;
+			}
+		}
+		bench_order(order, P_COUNT, &seed);
+		for (int k = 0; k < P_COUNT; k++) {
+			int p = order[k];
+			if (!bulk_s[p].ok)
+				continue;
+			double mbs = bulk_once(&bulk_s[p]);
+			if (mbs >= 0)
+				bulk_v[p][nb[p]++] = mbs;
+			else
+				fprintf(stderr, "bench_terminal: %s: a 64 MiB cat failed\n", names[p]);
+		}
+	}
+	double e[P_COUNT], p99[P_COUNT], b[P_COUNT];
+	for (int p = 0; p < P_COUNT; p++) {
+		e[p] = median(echo_v[p], ne[p]); /* sorts: p99 next */
+		p99[p] = ne[p] ? echo_v[p][(int)(ne[p] * 0.99)] : -1;
+		b[p] = median(bulk_v[p], nb[p]);
+	}
+	printf("## Terminals (one sshd on 127.0.0.1, %d rounds, medians; ratio to ssh -tt over "
+	       "a ControlMaster)\n\n",
+	       rounds);
+	printf("| path | echo µs | p99 µs | ratio | 64 MiB cat MB/s | ratio |\n"
+	       "|---|---|---|---|---|---|\n");
+	for (int p = 0; p < P_COUNT; p++) {
+		if (ne[p] == 0 && nb[p] == 0) {
+			printf("| %s | n/a | | | n/a | |\n", names[p]);
+			continue;
+		}
+		printf("| %s | %.0f | %.0f | %.2f | %.0f | %.2f |\n", names[p], e[p], p99[p],
+		       e[P_CM] > 0 ? e[p] / e[P_CM] : 0, b[p], b[P_CM] > 0 ? b[p] / b[P_CM] : 0);
+	}
+	printf("\necho: %d keystrokes per path per round; cat: one 64 MiB run per path per round "
+	       "(`%s`).\n",
+	       ECHO_PER_ROUND, BULK_CMD);
+
+	for (int p = 0; p < P_COUNT; p++) {
+		session_stop(&echo_s[p]);
+		session_stop(&bulk_s[p]);
+	}
+	snprintf(line, sizeof line,
+	         "ssh -o ControlPath=%s -O exit x@127.0.0.1 </dev/null >/dev/null 2>&1", cm);
+	run(line);
+	sshd_stop(&fx);
+	return 0;
+}
