@@ -35,7 +35,7 @@
 #include <unistd.h>
 
 #define ECHO_PER_ROUND 40
-#define BULK_BYTES     (64u << 20)            /* base64 output of the 48 MiB below */
+#define BULK_BYTES     (64u << 20) /* base64 output of the 48 MiB below */
 #define BULK_CMD       "head -c 50331648 /dev/zero | base64 -w0; echo; echo END-OF-CAT"
 #define ECHO_SCRIPT    "stty -icanon; echo READY-ECHO; exec cat >/dev/null"
 #define BULK_SCRIPT    "stty -echo; echo READY-BULK; while read x; do " BULK_CMD "; done"
@@ -156,17 +156,19 @@ static double bulk_once(session *s)
 	return BULK_BYTES / 1e6 / (ms / 1e3);
 }
 
-/* The argv of path `p` running `script` on a terminal. */
+/*
+ * The argv of path `p` running `script` on a terminal, in static storage: valid until the
+ * next call, which is after session_start forked.
+ */
 static void path_argv(int p, const char *asp, const char *script, char *argv[], char *cm)
 {
-	static char cfgs[P_COUNT][320], kh[3][400], port[3][16], cp[3][440], dest[3][100];
-	static int slot;
-	int k = 0, i = slot++ % 3;
+	static char cfg[320], kh[400], port[16], cp[440], dest[100], cmd[512];
+	int k = 0;
 	if (p != P_CM) {
-		snprintf(cfgs[p], sizeof cfgs[p], "%s/asp-%d.json", dir, p);
+		snprintf(cfg, sizeof cfg, "%s/asp-%d.json", dir, p);
 		argv[k++] = (char *)asp;
 		argv[k++] = "--config";
-		argv[k++] = cfgs[p];
+		argv[k++] = cfg;
 		argv[k++] = "shell";
 		argv[k++] = "--";
 		argv[k++] = "sh";
@@ -175,15 +177,21 @@ static void path_argv(int p, const char *asp, const char *script, char *argv[], 
 		argv[k] = NULL;
 		return;
 	}
-	snprintf(kh[i], sizeof kh[i], "UserKnownHostsFile=%s", fx.known_hosts);
-	snprintf(port[i], sizeof port[i], "%u", fx.port);
-	snprintf(cp[i], sizeof cp[i], "ControlPath=%s", cm);
-	snprintf(dest[i], sizeof dest[i], "%s@127.0.0.1", fx.user);
-	static char cmd[3][512];
-	snprintf(cmd[i], sizeof cmd[i], "sh -c '%s'", script);
-	const char *v[] = {"ssh", "-tt", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-	                   "-o", kh[i], "-o", "LogLevel=ERROR", "-i", fx.client_key, "-p",
-	                   port[i], "-o", cp[i], dest[i], cmd[i], NULL};
+	snprintf(kh, sizeof kh, "UserKnownHostsFile=%s", fx.known_hosts);
+	snprintf(port, sizeof port, "%u", fx.port);
+	snprintf(cp, sizeof cp, "ControlPath=%s", cm);
+	snprintf(dest, sizeof dest, "%s@127.0.0.1", fx.user);
+	snprintf(cmd, sizeof cmd, "sh -c '%s'", script); /* the scripts hold no quote */
+	const char *v[] = {"ssh", "-tt",
+	                   "-o",  "BatchMode=yes",
+	                   "-o",  "StrictHostKeyChecking=yes",
+	                   "-o",  kh,
+	                   "-o",  "LogLevel=ERROR",
+	                   "-i",  fx.client_key,
+	                   "-p",  port,
+	                   "-o",  cp,
+	                   dest,  cmd,
+	                   NULL};
 	for (k = 0; v[k]; k++)
 		argv[k] = (char *)v[k];
 	argv[k] = NULL;
@@ -254,7 +262,8 @@ int main(int argc, char **argv)
 		bulk_s[p].ok = session_start(&bulk_s[p], av) == 0 &&
 		               read_until(&bulk_s[p], "READY-BULK", BOUND_MS, NULL) == 0;
 		if (!echo_s[p].ok || !bulk_s[p].ok)
-			fprintf(stderr, "bench_terminal: %s: no terminal session (n/a)\n", names[p]);
+			fprintf(stderr, "bench_terminal: %s: no terminal session (n/a)\n",
+			        names[p]);
 	}
 
 	static double echo_v[P_COUNT][ECHO_PER_ROUND * 64], bulk_v[P_COUNT][64];
@@ -289,7 +298,8 @@ int main(int argc, char **argv)
 			if (mbs >= 0)
 				bulk_v[p][nb[p]++] = mbs;
 			else
-				fprintf(stderr, "bench_terminal: %s: a 64 MiB cat failed\n", names[p]);
+				fprintf(stderr, "bench_terminal: %s: a 64 MiB cat failed\n",
+				        names[p]);
 		}
 	}
 	double e[P_COUNT], p99[P_COUNT], b[P_COUNT];
