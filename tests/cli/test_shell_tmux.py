@@ -28,6 +28,11 @@ transport = sys.argv[3]
 helper = os.path.abspath(sys.argv[4]) if len(sys.argv) > 4 else None
 tmp = tempfile.mkdtemp(prefix="asp-shell-tmux-")
 sock = os.path.join(tmp, "tmux.sock")
+conf = os.path.join(tmp, "tmux.conf")
+with open(conf, "w") as f:
+    # No status line: the pane is the window's full size from its start (a later change
+    # would be a resize racing asp's start).
+    f.write("set -g status off\n")
 failures = []
 cleanups = []
 
@@ -45,7 +50,7 @@ def check(cond, msg):
 
 
 def tmux(*args, check_rc=True):
-    p = subprocess.run(["tmux", "-S", sock, "-f", "/dev/null"] + list(args),
+    p = subprocess.run(["tmux", "-S", sock, "-f", conf] + list(args),
                        capture_output=True, text=True, timeout=60)
     if check_rc and p.returncode != 0:
         raise RuntimeError("tmux %s: %s" % (" ".join(args), p.stderr.strip()))
@@ -122,7 +127,6 @@ class Pane:
             env_args += ["-e", "%s=%s" % (k, v)]
         tmux("new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height),
              *env_args, "sh", "-c", script)
-        tmux("set-option", "-t", self.name, "status", "off")
         cleanups.append(lambda: tmux("kill-session", "-t", self.name, check_rc=False))
 
     def keys(self, *keys):
