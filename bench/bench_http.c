@@ -1,5 +1,5 @@
 /*
- * The http transport against stdio, in one run (issue 5's benchmark), on loopback:
+ * The http transport against stdio, in one run, on loopback:
  *   - stat /, exec `true` and 4 KiB read round trips over stdio, HTTP (one POST per call,
  *     "websocket": false), the WebSocket ("websocket": true) and both-mode (the default:
  *     POST, and a WebSocket for streams), interleaved so that load from elsewhere hits

@@ -1,5 +1,5 @@
 /*
- * The stdio transport against its floor, in one run (issue 3's benchmark):
+ * The stdio transport against its floor, in one run:
  *   - exec of `true`: asp over stdio vs posix_spawn + waitpid of the same program here,
  *     vs the least an exec with exec's guarantees costs without ASP (start floor), and
  *     vs that start run by another process over a pipe (relay floor);

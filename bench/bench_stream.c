@@ -1,5 +1,5 @@
 /*
- * Streaming a spawned process's output (issue 13 item 3): a spawn of `head -c N
+ * Streaming a spawned process's output: a spawn of `head -c N
  * /dev/zero` followed with asp_spawn_start, from the call to on_exit with every byte
  * counted, through the in-process local backend and over stdio (asp-agent), against the
  * floor: the same command spawned here and its pipe read to EOF. Interleaved rounds,

@@ -11,7 +11,10 @@
 
 #include "asp/asp.h"
 
-/* Exit codes of every command but exec; exec exits with its command's (DESIGN §7). */
+/*
+ * Exit codes of every command but exec; exec exits with its command's
+ * (docs/design.md, "The `asp` command line").
+ */
 #define CLI_EXIT_OK   0
 #define CLI_EXIT_FAIL 1
 /* exec: ASP itself failed, as ssh does. */
@@ -28,6 +31,7 @@ typedef struct cli {
 	const char *config_path; /* --config, or NULL for discovery */
 	bool json;               /* --json */
 	const char *cmd;         /* the command's name, for messages */
+	const char *usage;       /* the command's `--help` text, NULL for none */
 	int fail_code;           /* exit code when ASP fails: 1, or 255 for exec */
 	asp_client *client;      /* opened by cli_client() */
 	uint64_t max_message;    /* from hello, 0 until cli_chunk_size() asked */
@@ -62,15 +66,18 @@ int cmd_mcp(cli *c, int argc, char **argv);
 int cmd_tool(cli *c, int argc, char **argv);
 int cmd_shell(cli *c, int argc, char **argv);
 
-/* --- main.c ------------------------------------------------------------------------------ */
-
-/* The table entry of a command, or NULL. */
-const cli_command *cli_find_command(const char *name);
-
-/* Prints the help of c->cmd on stdout. */
-void cli_print_help(const cli *c);
-
 /* --- opts.c: option parsing shared by every command ----------------------------------------- */
+
+/* The options every command takes, as its help lists them. */
+#define CLI_COMMON_HELP                                                                            \
+	"\nGlobal options (before or after the command):\n"                                        \
+	"  --config FILE   use this .asp.json instead of discovery ($ASP_CONFIG, then\n"           \
+	"                  .asp.json in the working directory and its parents)\n"                  \
+	"  --json          print results as JSON on stdout\n"                                      \
+	"  --help          this help\n"
+
+/* Prints c->usage (the command's help), then the common options, on stdout. */
+void cli_print_help(const cli *c);
 
 /* Long options every command accepts; getopt_long returns these values for them. */
 enum { CLI_OPT_CONFIG = 0x100, CLI_OPT_JSON, CLI_OPT_HELP, CLI_OPT_FIRST_PRIVATE };
@@ -106,6 +113,18 @@ int cli_parse_seconds(cli *c, const char *opt, const char *s, uint64_t *out_ms);
 /* --env NAME=VALUE into *out, splitting `arg` in place; -1 after reporting a usage error. */
 int cli_parse_env(cli *c, char *arg, asp_strmap_entry *out);
 
+/* --- sandbox_info.c: what hello says, below output.c (which names full paths) ------------- */
+
+/* The transfer chunk size the responder's max_message allows (asks hello once). */
+size_t cli_chunk_size(cli *c);
+
+/*
+ * The directory the sandbox resolves relative paths against (hello's cwd: no round trip
+ * on a connection that already said hello) into `out`; false when there is none to ask,
+ * or the client is not open.
+ */
+bool cli_sandbox_cwd(cli *c, char *out, size_t cap);
+
 /* --- output.c: errors, exit codes and binary-safe output ------------------------------------ */
 
 /*
@@ -135,19 +154,10 @@ int cli_read_all(int fd, uint8_t **out, size_t *len);
 /* Flushes stdout; on failure reports it and returns c->fail_code, else `code`. */
 int cli_finish(cli *c, int code);
 
-/* --- session.c: the client and the sizes it allows ----------------------------------------- */
+/* --- session.c: the client ---------------------------------------------------------------- */
 
 /* The client for the configured sandbox, opened on first use; NULL after reporting why. */
 asp_client *cli_client(cli *c);
-
-/* The transfer chunk size the responder's max_message allows (asks hello once). */
-size_t cli_chunk_size(cli *c);
-
-/*
- * The directory the sandbox resolves relative paths against (hello's cwd: no round trip
- * on a connection that already said hello) into `out`; false when there is none to ask.
- */
-bool cli_sandbox_cwd(cli *c, char *out, size_t cap);
 
 /* Frees the client. */
 void cli_close(cli *c);
@@ -218,7 +228,10 @@ int cli_signal_number(const char *name);
 
 /* --- follow.c: following a spawned process ------------------------------------------------- */
 
-/* DESIGN §7: 124 on timeout, 128+N for signal N, else the exit status (`cmd` for warnings). */
+/*
+ * 124 on timeout, 128+N for signal N, else the exit status (`cmd` for warnings):
+ * docs/design.md, "The `asp` command line".
+ */
 int cli_exit_code_of(const char *cmd, int64_t exit_code, const char *signal, bool timed_out);
 
 /*

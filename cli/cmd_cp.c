@@ -58,6 +58,17 @@ static const char *side(const loc *l)
 	return l->remote ? ":" : "";
 }
 
+/* stat of a sandbox path into `r`, whose strings live in `a`. */
+static asp_status remote_stat(cp *k, const char *path, bool follow, asp_stat_result *r,
+                              asp_arena *a, asp_error *err)
+{
+	asp_stat_params p;
+	asp_stat_params_init(&p);
+	p.path = path;
+	p.follow = follow;
+	return asp_stat(k->client, &p, r, a, err);
+}
+
 /* Fills *n (type N_NONE when the path does not exist); -1 after reporting other failures. */
 static int node_stat(cp *k, const loc *l, bool follow, node *n)
 {
@@ -78,14 +89,10 @@ static int node_stat(cp *k, const loc *l, bool follow, node *n)
 	asp_arena *a = cli_arena(k->c);
 	if (!a)
 		return -1;
-	asp_stat_params p;
 	asp_stat_result r;
 	asp_error err;
-	asp_stat_params_init(&p);
-	p.path = l->path;
-	p.follow = follow;
 	int rc = 0;
-	if (asp_stat(k->client, &p, &r, a, &err) != ASP_OK) {
+	if (remote_stat(k, l->path, follow, &r, a, &err) != ASP_OK) {
 		if (err.code != ASP_E_NOT_FOUND) {
 			cli_fail(k->c, &err, "cp: stat :%s", l->path);
 			rc = -1;
@@ -319,14 +326,10 @@ static int copy_link(cp *k, const loc *src, const loc *dst)
 		asp_arena *a = cli_arena(k->c);
 		if (!a)
 			return -1;
-		asp_stat_params p;
 		asp_stat_result r;
 		asp_error err;
-		asp_stat_params_init(&p);
-		p.path = src->path;
-		p.follow = false;
 		int rc = 0;
-		if (asp_stat(k->client, &p, &r, a, &err) != ASP_OK) {
+		if (remote_stat(k, src->path, false, &r, a, &err) != ASP_OK) {
 			rc = CP_ERR(cli_fail(k->c, &err, "cp: stat :%s", src->path));
 		} else if (!r.target) {
 			cli_warn("cp: skipping :%s: the sandbox did not say where it points",

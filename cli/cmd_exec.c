@@ -12,7 +12,10 @@
 
 enum { OPT_CWD = CLI_OPT_FIRST_PRIVATE, OPT_ENV, OPT_TIMEOUT, OPT_STDIN, OPT_MAX_OUTPUT };
 
-/* DESIGN §7: 124 on timeout, 128+N for signal N, else the exit status. */
+/*
+ * 124 on timeout, 128+N for signal N, else the exit status
+ * (docs/design.md, "The `asp` command line").
+ */
 static int exit_code_of(const asp_exec_result *r)
 {
 	return cli_exit_code_of("exec", r->exit_code, r->signal, r->timed_out);

@@ -31,7 +31,8 @@ typedef struct init_opts {
 	const char *ssh_spec, *identity;
 	const char *host_key, *known_hosts; /* --host-key-sha256, --known-hosts */
 	bool accept_new;
-	const char *websocket; /* "true", "false" or NULL (absent: both, DESIGN §4) */
+	/* "true", "false" or NULL (absent: both; docs/design.md, ".asp.json") */
+	const char *websocket;
 	const char *url, *token_env, *token_file;
 	const char *cwd;
 	char **env; /* K=V strings */
@@ -230,7 +231,7 @@ static void report_written(cli *c, const char *path, const char *transport)
 	}
 }
 
-/* --from-v0 FILE: the version 1 file a v0 draft file means (DESIGN §4). */
+/* --from-v0 FILE: the version 1 file a v0 draft file means (docs/design.md, ".asp.json"). */
 static int init_from_v0(cli *c, const char *v0_path, bool force)
 {
 	const char *path = c->config_path ? c->config_path : ".asp.json";

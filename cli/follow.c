@@ -209,7 +209,10 @@ static void *stdin_main(void *arg)
 
 /* ---- the main loop ---------------------------------------------------------------- */
 
-/* DESIGN §7: 124 on timeout, 128+N for signal N, else the exit status. */
+/*
+ * 124 on timeout, 128+N for signal N, else the exit status
+ * (docs/design.md, "The `asp` command line").
+ */
 int cli_exit_code_of(const char *cmd, int64_t exit_code, const char *signal, bool timed_out)
 {
 	if (timed_out) {

@@ -12,13 +12,6 @@
 #define ASP_VERSION "0.0.0"
 #endif
 
-#define COMMON_HELP                                                                                \
-	"\nGlobal options (before or after the command):\n"                                        \
-	"  --config FILE   use this .asp.json instead of discovery ($ASP_CONFIG, then\n"           \
-	"                  .asp.json in the working directory and its parents)\n"                  \
-	"  --json          print results as JSON on stdout\n"                                      \
-	"  --help          this help\n"
-
 static const cli_command commands[] = {
     {"hello", cmd_hello, "agent info and round-trip time",
      "usage: asp hello\n"
@@ -172,7 +165,7 @@ static const cli_command commands[] = {
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
-const cli_command *cli_find_command(const char *name)
+static const cli_command *find_command(const char *name)
 {
 	for (size_t i = 0; i < NCOMMANDS; i++) {
 		if (strcmp(commands[i].name, name) == 0)
@@ -189,20 +182,11 @@ static void usage(FILE *f)
 	        "Commands:\n");
 	for (size_t i = 0; i < NCOMMANDS; i++)
 		fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
-	fprintf(f, COMMON_HELP
+	fprintf(f, CLI_COMMON_HELP
 	        "  --version       print the version\n"
 	        "\n`asp COMMAND --help` describes a command. Commands exit 0, or 1 with a message\n"
 	        "on stderr; exec and shell exit with their command's exit code, or 255 when ASP\n"
 	        "failed.\n");
-}
-
-/* Prints a command's help (for -h/--help); the common options come after it. */
-void cli_print_help(const cli *c)
-{
-	const cli_command *cmd = cli_find_command(c->cmd);
-	if (cmd)
-		fputs(cmd->usage, stdout);
-	fputs(COMMON_HELP, stdout);
 }
 
 int main(int argc, char **argv)
@@ -253,20 +237,21 @@ int main(int argc, char **argv)
 	}
 	const char *name = argv[optind];
 	if (strcmp(name, "help") == 0) {
-		const cli_command *cmd =
-		    optind + 1 < argc ? cli_find_command(argv[optind + 1]) : NULL;
+		const cli_command *cmd = optind + 1 < argc ? find_command(argv[optind + 1]) : NULL;
 		if (cmd) {
 			c.cmd = cmd->name;
+			c.usage = cmd->usage;
 			cli_print_help(&c);
 		} else {
 			usage(stdout);
 		}
 		return cli_finish(&c, CLI_EXIT_OK);
 	}
-	const cli_command *cmd = cli_find_command(name);
+	const cli_command *cmd = find_command(name);
 	if (!cmd)
 		return cli_usage(&c, "unknown command '%s'", name);
 	c.cmd = cmd->name;
+	c.usage = cmd->usage;
 	if (cmd->run == cmd_exec || cmd->run == cmd_shell)
 		c.fail_code = CLI_EXIT_EXEC_FAIL;
 	int first = optind;

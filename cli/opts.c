@@ -6,6 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+void cli_print_help(const cli *c)
+{
+	if (c->usage)
+		fputs(c->usage, stdout);
+	fputs(CLI_COMMON_HELP, stdout);
+}
+
 void cli_getopt_reset(void)
 {
 	optind = 0; /* glibc: 0 re-initializes the scanner */

@@ -1,4 +1,7 @@
-/* asp-agent: the responder that runs inside the sandbox (DESIGN §1, §5). */
+/*
+ * asp-agent: the responder that runs inside the sandbox (docs/design.md,
+ * "Parts and where they live", "Concurrency and lifetime").
+ */
 #include "serve.h"
 #ifdef ASP_AGENT_HTTP
 #include "listen.h"
@@ -19,7 +22,7 @@
 static const char usage[] =
     "usage: asp-agent [--stdio | --listen ADDR | --relay unix:PATH | --version | --help]\n"
     "\n"
-    "Serves ASP requests (DESIGN section 2) with this machine's files and processes.\n"
+    "Serves ASP requests with this machine's files and processes.\n"
     "  --stdio        frames on stdin, answers on stdout, logs on stderr (the default);\n"
     "                 exits 0 at the end of stdin once every request in flight is answered\n"
     "  --listen ADDR  serve HTTP/WebSocket on ADDR (when built with HTTP support):\n"
@@ -68,7 +71,10 @@ int main(int argc, char **argv)
 	sigaction(SIGPIPE, &sa, NULL);
 #ifdef ASP_AGENT_HTTP
 	if (asp_agent_listen_wanted(argc, argv)) {
-		/* --relay runs no command; --listen does (DESIGN §5: nothing outlives us). */
+		/*
+		 * --relay runs no command; --listen does (nothing outlives us: docs/design.md,
+		 * "Concurrency and lifetime").
+		 */
 		struct args a = {argc, argv};
 		if (!asp_agent_relay_wanted(argc, argv))
 			return asp_local_reaper_run(serve_listen, &a);

@@ -181,8 +181,9 @@ static bool stop_locked(server *s, int exit_code)
 }
 
 /*
- * End of input (DESIGN §5): end the spawned processes (TERM, KILL 2 s later) while the
- * requests in flight finish, so a proc_wait among them is answered too. Outside mu.
+ * End of input (docs/design.md, "Concurrency and lifetime"): end the spawned processes
+ * (TERM, KILL 2 s later) while the requests in flight finish, so a proc_wait among them
+ * is answered too. Outside mu.
  */
 static void end_processes(server *s)
 {
@@ -426,8 +427,9 @@ static int serve_conn(asp_local *backend, int in, int out, size_t max_message, s
 	for (unsigned i = 0; i < n; i++) /* no thread is created once stop is set */
 		pthread_join(s->threads[i], NULL);
 	/*
-	 * After a protocol error (DESIGN §5) the requests read before the bad frame have been
-	 * answered by now; only then does the client see EOF, and not one byte more.
+	 * After a protocol error (docs/design.md, "Faults and budgets") the requests read
+	 * before the bad frame have been answered by now; only then does the client see
+	 * EOF, and not one byte more.
 	 */
 	if (s->failed)
 		close_output(s);

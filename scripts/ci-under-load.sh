@@ -1,20 +1,14 @@
 #!/usr/bin/env bash
 # CI as it runs, N times over (default 5), on a machine kept busy: each run is a fresh
-# clone of the committed HEAD with a copy of ../shared beside it (as CI has it), running
-# `CI=true bash .ci/run` while two busy loops take CPU. Prints each run's closing summary
-# line and wall time; exits non-zero if any run failed. A flake shows up here.
+# clone of the committed HEAD, running `CI=true bash .ci/run` while two busy loops take
+# CPU. Prints each run's closing summary line and wall time; exits non-zero if any run
+# failed. A flake shows up here.
 #
 # usage: scripts/ci-under-load.sh [N]
 set -euo pipefail
 n=${1:-5}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 head=$(git -C "$repo" rev-parse HEAD)
-# shared/ beside the repository; for a git worktree, beside its main checkout.
-shared=${SHARED:-$repo/../shared}
-if [ ! -d "$shared" ]; then
-	common=$(cd "$repo" && cd "$(git rev-parse --git-common-dir)/.." && pwd)
-	shared=$common/../shared
-fi
 case $n in '' | *[!0-9]*) echo "usage: $0 [N]" >&2; exit 2 ;; esac
 
 tmp=$(mktemp -d /tmp/asp-ci-load-XXXXXX)
@@ -42,7 +36,6 @@ for i in $(seq "$n"); do
 	mkdir -p "$dir"
 	git clone -q "$repo" "$dir/repo"
 	git -C "$dir/repo" checkout -q --detach "$head"
-	[ -d "$shared" ] && cp -r "$shared" "$dir/shared"
 	start=$(date +%s)
 	rc=0
 	# In its own process group, so that an interrupted script stops it too; every signal at

@@ -46,7 +46,7 @@ int emit_markdown(const spec *s, FILE *o)
 	        "`[1, id, error, result]`, notification `[2, method, params]`. Default "
 	        "`max_message`: %ld bytes. Receivers ignore unknown keys and apply the "
 	        "defaults below for missing ones; `bin` is msgpack bin, `str` is msgpack str. "
-	        "See DESIGN §2 for framing per transport.\n\n",
+	        "Framing per transport: docs/design.md, \"Wire format\".\n\n",
 	        s->max_message);
 	fprintf(o, "## Operations\n\n");
 	for (size_t i = 0; i < s->nops; i++) {

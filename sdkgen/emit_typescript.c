@@ -389,6 +389,12 @@ static void readme_head(FILE *o, const spec *s)
 	    "- `.asp.json` is found and validated as the C core does it, with the same "
 	    "messages; the SDK serves the `stdio` and `http` transports and says so for "
 	    "`ssh` (use the `asp` CLI or the C library there).\n"
+	    "- A `Process` (from `spawn`, `proc_attach`) has `write(data, eof)`, "
+	    "`signal(name)`, `wait()`, `resize(rows, cols)` and `close()`. A terminal: "
+	    "`spawn({ argv: [\"bash\"], tty: { rows: 24, cols: 80 } })` runs the process on a "
+	    "pseudo-terminal (all output on stdout; `write(\"\\x03\")` interrupts), "
+	    "`resize(50, 132)` changes its size; a responder without \"pty\" in hello's "
+	    "`features` answers `unsupported`.\n"
 	    "- HTTP carries no notifications: `spawn` and `proc_attach` need stdio; with "
 	    "`\"websocket\": true` the SDK still calls `POST /v1/rpc`.\n\n"
 	    "## Operations\n\n| method | resolves to | what it does |\n|---|---|---|\n",

@@ -6,7 +6,9 @@
  *   asp-sdkgen --spec S --check-compat FROZEN
  *   asp-sdkgen --spec S --lang python|typescript --out DIR [--config-schema F]
  *              [--sdk-version V] [--stamp FILE]
+ *   asp-sdkgen --config-c OUT [--config-schema F]   (the .asp.json tables of the C core)
  */
+#include "emit_config.h"
 #include "spec.h"
 
 #include <stdlib.h>
@@ -31,6 +33,7 @@ static int usage(void)
 	        "                  [--markdown OUT] [--check-compat FROZEN]\n"
 	        "                  [--lang python|typescript --out DIR [--config-schema F]\n"
 	        "                   [--sdk-version V] [--stamp FILE]]\n"
+	        "                  [--config-c OUT [--config-schema F]]\n"
 	        "Without --spec, the spec asp-sdkgen was built from (protocol %d); "
 	        "--config-schema\ndefaults to asp.schema.json beside --spec, or the "
 	        "built-in one.\n",
@@ -74,6 +77,8 @@ static int emit_sdk(const spec *s, const char *lang, const char *out, const char
 			return 1;
 	}
 	int rc = strcmp(lang, "python") == 0 ? emit_python(s, &o) : emit_typescript(s, &o);
+	if (rc == 0)
+		rc = emit_config_sdk(&o, lang);
 	if (o.stamp) {
 		if (close_out(o.stamp, tmp) || (rc == 0 && rename(tmp, stamp) != 0)) {
 			perror(stamp);
@@ -89,7 +94,7 @@ int main(int argc, char **argv)
 {
 	const char *spec_path = NULL, *h = NULL, *c = NULL, *k = NULL, *md = NULL, *frozen = NULL;
 	const char *lang = NULL, *out = NULL, *schema = NULL, *version = ASP_SDK_VERSION;
-	const char *stamp = NULL;
+	const char *stamp = NULL, *config_c = NULL;
 	for (int i = 1; i < argc; i++) {
 		const char **slot = NULL;
 		if (!strcmp(argv[i], "--spec"))
@@ -114,11 +119,13 @@ int main(int argc, char **argv)
 			slot = &version;
 		else if (!strcmp(argv[i], "--stamp"))
 			slot = &stamp;
+		else if (!strcmp(argv[i], "--config-c"))
+			slot = &config_c;
 		if (!slot || i + 1 >= argc)
 			return usage();
 		*slot = argv[++i];
 	}
-	if ((!h && !c && !k && !md && !frozen && !lang) || (!lang != !out))
+	if ((!h && !c && !k && !md && !frozen && !lang && !config_c) || (!lang != !out))
 		return usage();
 	if (lang && strcmp(lang, "python") && strcmp(lang, "typescript")) {
 		fprintf(stderr, "asp-sdkgen: --lang %s: expected python or typescript\n", lang);
@@ -159,6 +166,12 @@ int main(int argc, char **argv)
 			}
 		}
 		spec_free(&old);
+	}
+	if (config_c && !rc) {
+		sdk_options o = {.schema_path = schema};
+		FILE *f = open_out(config_c);
+		if (!f || emit_config_c(&o, f) < 0 || close_out(f, config_c))
+			rc = 1;
 	}
 	if (lang && !rc)
 		rc = emit_sdk(&s, lang, out, spec_path, schema, version, stamp);

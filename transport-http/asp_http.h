@@ -1,6 +1,7 @@
 /*
- * The HTTP/WebSocket listener and the relay, for asp-agent (DESIGN §2, §5). Built only
- * with the transport_http option; nothing here is part of libasp.
+ * The HTTP/WebSocket listener and the relay, for asp-agent (docs/design.md,
+ * "Wire format", "Concurrency and lifetime"). Built only with the transport_http option;
+ * nothing here is part of libasp.
  */
 #ifndef ASP_HTTP_H
 #define ASP_HTTP_H

@@ -1,7 +1,8 @@
 /*
- * asp-agent --listen: the lws context, the service loop, graceful shutdown, and the
- * HTTP side of DESIGN §2 (POST /v1/rpc, GET /v1/health, the WebSocket upgrade's
- * checks). The WebSocket itself is ws_server.c; requests run in srv_work.c.
+ * asp-agent --listen: the lws context, the service loop, graceful shutdown, and the HTTP
+ * side of the wire format (docs/design.md, "Wire format": POST /v1/rpc, GET /v1/health,
+ * the WebSocket upgrade's checks). The WebSocket itself is ws_server.c; requests run in
+ * srv_work.c.
  */
 #include "asp_http.h"
 #include "http_addr.h"
@@ -567,7 +568,7 @@ static int hand_over_rest(struct lws *wsi, srv_conn *c)
  * here, on the service thread, as far as the socket takes it; only a socket that is
  * full resumes reading and leaves the rest to WRITEABLE.
  */
-void srv_http_kick(srv_conn *c)
+static void http_kick(srv_conn *c)
 {
 	struct lws *wsi = c->wsi;
 	http_pss *pss = lws_wsi_user(wsi);
@@ -736,14 +737,6 @@ static const struct lws_protocols protocols[] = {
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
-void srv_wake(srv *s)
-{
-	pthread_mutex_lock(&s->ctx_mu);
-	if (s->ctx)
-		lws_cancel_service(s->ctx);
-	pthread_mutex_unlock(&s->ctx_mu);
-}
-
 /* ---- setting up ------------------------------------------------------------------- */
 
 static void on_sigpipe(int sig)
@@ -871,6 +864,7 @@ int asp_http_listen(const asp_http_listen_opts *o)
 		return 1;
 	}
 	s->exec_ep = -1;
+	s->http_kick = http_kick;
 	pthread_mutex_init(&s->ctx_mu, NULL);
 	atomic_init(&s->signals, 0);
 	atomic_init(&s->quit_sig_thread, false);

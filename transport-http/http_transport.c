@@ -1,9 +1,11 @@
 /*
- * The "http" transport (DESIGN §2, §4), three ways by http.websocket:
+ * The "http" transport (docs/design.md, "Wire format", ".asp.json"), three ways by
+ * http.websocket:
  *   absent  both: unary calls and bulk data are POST /v1/rpc over libcurl (keep-alive,
  *           ~4x the WebSocket's bulk rate); the first spawn or attach opens the /v1/ws
  *           WebSocket and the streams go over it, so the responder routes their
- *           notifications there (DESIGN §3: to the connection that spawned or attached).
+ *           notifications there (to the connection that spawned or attached:
+ *           docs/design.md, "Operations").
  *           A WebSocket that dies tells its followers lost; the next stream opens another.
  *   true    every call on the WebSocket, driven by the core's RPC engine.
  *   false   every call a POST; nothing streams.

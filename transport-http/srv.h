@@ -130,6 +130,12 @@ struct srv {
 	char url[300];          /* what we listen on, for messages */
 
 	pthread_mutex_t ctx_mu; /* ctx, for lws_cancel_service from other threads */
+	/*
+	 * Service thread: writes an HTTP request's queued output (http_server.c sets it). A
+	 * hook, so that the queues here reach the HTTP writer without depending on the file
+	 * of routes above them.
+	 */
+	void (*http_kick)(srv_conn *c);
 
 	/* service thread only */
 	srv_conn *live; /* connections lws still has */
@@ -166,6 +172,8 @@ struct srv {
 int srv_work_init(srv *s);
 /* Lets the workers finish what is queued, then joins them. */
 void srv_work_stop(srv *s);
+/* lws_cancel_service from any thread, unless the context is gone. */
+void srv_wake(srv *s);
 
 /* A new connection with one reference (the lws side's), on the live list. */
 srv_conn *srv_conn_new(srv *s, struct lws *wsi, bool ws);
@@ -250,12 +258,5 @@ int srv_exec_callback(struct lws *wsi, enum lws_callback_reasons reason, void *u
 
 int srv_ws_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                     size_t len);
-
-/* ---- http_server.c ---------------------------------------------------------------- */
-
-/* Service thread: an HTTP request has output queued (or must close): write it. */
-void srv_http_kick(srv_conn *c);
-/* lws_cancel_service from any thread, unless the context is gone. */
-void srv_wake(srv *s);
 
 #endif

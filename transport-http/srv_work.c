@@ -184,7 +184,7 @@ bool srv_respond(srv_conn *c, const srv_out *head, const void *body, size_t len)
 	if (c->ws)
 		lws_callback_on_writable(c->wsi); /* we are the service thread */
 	else
-		srv_wake(c->s); /* written from srv_drain_ready: see srv_http_kick */
+		srv_wake(c->s); /* written from srv_drain_ready: see http_server.c's http_kick */
 	return true;
 }
 
@@ -242,7 +242,8 @@ int srv_backend_init(srv *s)
 
 bool srv_backend_free(srv *s)
 {
-	/* DESIGN §5: spawned processes end with the responder (TERM, KILL 2 s later). */
+	/* Spawned processes end with the responder (TERM, KILL 2 s later):
+	 * docs/design.md, "Concurrency and lifetime". */
 	bool ended = asp_local_shutdown(s->backend);
 	asp_local_disconnect(s->http_bound);
 	if (ended)
@@ -758,6 +759,14 @@ void srv_update_rx(srv_conn *c)
 	}
 }
 
+void srv_wake(srv *s)
+{
+	pthread_mutex_lock(&s->ctx_mu);
+	if (s->ctx)
+		lws_cancel_service(s->ctx);
+	pthread_mutex_unlock(&s->ctx_mu);
+}
+
 void srv_drain_ready(srv *s)
 {
 	for (;;) {
@@ -776,7 +785,7 @@ void srv_drain_ready(srv *s)
 			srv_update_rx(c);
 			lws_callback_on_writable(c->wsi);
 		} else if (c->wsi) {
-			srv_http_kick(c);
+			s->http_kick(c);
 		}
 		srv_conn_unref(c);
 	}

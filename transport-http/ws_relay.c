@@ -1,8 +1,8 @@
 /*
- * asp-agent --relay unix:PATH (DESIGN §5): stdio frames in, WebSocket messages to the
- * daemon (asp-agent --listen unix:PATH), and back. The bytes of each message pass
- * unchanged, so pipelining and notifications work as over stdio, while the processes
- * the daemon runs survive this relay's end.
+ * asp-agent --relay unix:PATH (docs/design.md, "Concurrency and lifetime"): stdio frames
+ * in, WebSocket messages to the daemon (asp-agent --listen unix:PATH), and back. The
+ * bytes of each message pass unchanged, so pipelining and notifications work as over
+ * stdio, while the processes the daemon runs survive this relay's end.
  */
 #include "asp_http.h"
 #include "http_addr.h"

@@ -1,8 +1,9 @@
 /*
  * Agent mode: `<agent> --stdio` on one exec channel, and the core's RPC engine speaking
- * the stdio framing (DESIGN §2) through it, every op pipelined on that channel. This
- * file is the frame channel over an SSH channel: reads wait on the connection's
- * condition variable (the pump brings the bytes), writes go out under the session lock.
+ * the stdio framing (docs/design.md, "Wire format") through it, every op pipelined on
+ * that channel. This file is the frame channel over an SSH channel: reads wait on the
+ * connection's condition variable (the pump brings the bytes), writes go out under the
+ * session lock.
  */
 #include "ssh_internal.h"
 

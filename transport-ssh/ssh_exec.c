@@ -12,7 +12,8 @@
 #include <string.h>
 #include <sys/random.h>
 
-#define KILL_GRACE_NS (2000ull * SSH_NS_PER_MS) /* DESIGN: KILL 2 s after TERM */
+/* exec's timeout: KILL 2 s after TERM (docs/design.md, "Operations"). */
+#define KILL_GRACE_NS (2000ull * SSH_NS_PER_MS)
 /* After the KILL, stop waiting for pipes held by processes that left the group. */
 #define GIVE_UP_NS (2000ull * SSH_NS_PER_MS)
 /* How long a command's end is awaited before its channel goes (ssh_exit_settle). */

@@ -101,7 +101,7 @@ bool ssh_fragile_open_banner(const char *banner);
 /* ---- ssh_session.c: connect, host key, authentication ------------------------------- */
 
 /*
- * Connects, verifies the host key (DESIGN §4), authenticates and starts the pump.
+ * Connects, verifies the host key (docs/design.md, ".asp.json"), authenticates and starts the pump.
  * Errors: transport_error (cannot reach or lost), unauthorized (host key refused or no
  * authentication method accepted), invalid_argument (config). On failure *c is torn down.
  */

@@ -1,5 +1,5 @@
 /*
- * Spawned processes in native mode (DESIGN §3, "Over SSH without a responder"): one exec
+ * Spawned processes in native mode (docs/design.md, "Over SSH without a responder"): one exec
  * channel per process, running exec's wrapper, whose output goes out as `output`
  * notifications as it is read and whose end is an `exit`.
  *
@@ -27,7 +27,7 @@
 #include <string.h>
 
 #define PROC_CHUNK     (64u * 1024u)             /* bytes per output notification, at most */
-#define PROC_KEEP_DONE 64                        /* finished processes still listed (DESIGN §3) */
+#define PROC_KEEP_DONE 64                        /* finished processes still listed */
 #define KILL_GRACE_NS  (2000ull * SSH_NS_PER_MS) /* timeout: KILL 2 s after TERM */
 /* After the KILL, stop waiting for pipes held by processes that left the group. */
 #define GIVE_UP_NS (2000ull * SSH_NS_PER_MS)
@@ -525,7 +525,7 @@ void ssh_procs_free(ssh_procs *ps)
 	asp_proc_routes_free(ps->routes);
 	sshc_lock(c);
 	if (!atomic_load(&c->dead))
-		end_running(ps); /* as a responder does at its end (DESIGN §5) */
+		end_running(ps); /* as a responder does at its end */
 	while (ps->head) {
 		sproc *p = ps->head;
 		ps->head = p->next;
@@ -848,7 +848,7 @@ asp_status ssh_proc_signal(ssh_procs *ps, const asp_proc_signal_params *sp, asp_
 		sshc_unlock(c);
 		return err->code;
 	}
-	if (p->finished) { /* a no-op (DESIGN §3) */
+	if (p->finished) { /* a no-op (docs/design.md, "Operations") */
 		sshc_unlock(c);
 		return ASP_OK;
 	}

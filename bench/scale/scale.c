@@ -1,5 +1,5 @@
 /*
- * Many stdio sandboxes in one harness process (issue 13's scale target): for each N,
+ * Many stdio sandboxes in one harness process: for each N,
  * opens N clients, each with its own `asp-agent-static --stdio` child, from T threads;
  * execs `true` once in each from the same T threads; then closes them all. Prints the
  * open, call and close rates, and what the client holds per idle sandbox: RSS delta / N,

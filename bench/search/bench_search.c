@@ -1,5 +1,5 @@
 /*
- * Search in the sandbox (issue 14's benchmark), in one run over one tree of ~20,000 files
+ * Search in the sandbox, in one run over one tree of ~20,000 files
  * (a copy of /usr/include and /usr/share/perl* in a temp folder, page cache warm):
  *   - grep: the `grep` op in content mode (every matching line with its number) against
  *     GNU `grep -rn` run here on the same tree;

@@ -1,5 +1,5 @@
 /*
- * The soak (issue 12): many mixed calls from many threads against one client over the
+ * The soak: many mixed calls from many threads against one client over the
  * stdio transport, while a killer thread SIGKILLs the current asp-agent at random
  * intervals. Every call is classified afterwards:
  *

@@ -1,5 +1,5 @@
 /*
- * What the soak found (issue 12): a process handle from a responder that died must not
+ * What the soak found: a process handle from a responder that died must not
  * name another process on the next one. Each asp-agent numbered its processes from 1, so
  * after a reconnect the old handle was the new responder's first spawn: asp_proc_detach
  * of the old handle (the thread that saw on_lost tidying up) silently took another

@@ -296,8 +296,9 @@ rc=${PIPESTATUS[0]}
 if [ "$rc" -eq 141 ]; then ok "exec with a closed stdout ends"
 else not_ok "exec with a closed stdout ends" "exit $rc"; fi
 
-# Processes outlive a dropped connection when the sandbox runs a daemon (DESIGN §5):
-# asp-agent --listen unix:PATH, and a stdio.command that relays to it.
+# Processes outlive a dropped connection when the sandbox runs a daemon (docs/design.md,
+# "Concurrency and lifetime"): asp-agent --listen unix:PATH, and a stdio.command that
+# relays to it.
 "$AGENT" --listen "unix:$WORK/d.sock" > "$WORK/d.log" 2>&1 &
 dpid=$!
 wait_for 30 sh -c '[ -S "$1" ] || ! kill -0 "$2" 2> /dev/null' - "$WORK/d.sock" $dpid

@@ -1,7 +1,7 @@
 /*
- * A server edge's requests and answers (asp/server.h): the wire checks of DESIGN §2 in
- * front of asp_local_conn_serve, so an edge needs no msgpack and no core header; and the
- * one encoding of the backend's typed events into notification frames.
+ * A server edge's requests and answers (asp/server.h): the wire checks of docs/design.md,
+ * "Wire format" in front of asp_local_conn_serve, so an edge needs no msgpack and no core
+ * header; and the one encoding of the backend's typed events into notification frames.
  */
 #include "edge.h"
 #include "spare.h"

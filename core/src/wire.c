@@ -1,4 +1,4 @@
-/* Frames and messages of DESIGN §2: prescan, decode, and the frame builders. */
+/* Frames and messages (docs/design.md, "Wire format"): prescan, decode, and the frame builders. */
 #include "wire.h"
 #include "spare.h"
 

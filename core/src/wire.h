@@ -1,5 +1,5 @@
 /*
- * The wire format of DESIGN §2: msgpack-rpc messages in 4-byte big-endian
+ * The wire format (docs/design.md, "Wire format"): msgpack-rpc messages in 4-byte big-endian
  * length-prefixed frames. Decoding checks a message before msgpack-c allocates.
  */
 #ifndef ASP_WIRE_H

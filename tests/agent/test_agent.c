@@ -355,8 +355,8 @@ static void test_response_to_agent_closes(void)
 
 /*
  * Writes pipelined just before an undecodable frame are all answered before the agent
- * closes (DESIGN §5): N answers, then EOF. Twenty rounds, since the old agent lost
- * answers only sometimes (11 of 20 came back).
+ * closes (docs/design.md, "Faults and budgets"): N answers, then EOF. Twenty rounds,
+ * since the old agent lost answers only sometimes (11 of 20 came back).
  */
 static void test_answers_before_close(void)
 {
@@ -591,7 +591,8 @@ static void test_nonreader_bounded(void)
 
 /*
  * EOF with spawned processes running (one ignores TERM, one has a background child):
- * their exits come out, all of their groups end, the agent exits 0 (DESIGN §5).
+ * their exits come out, all of their groups end, the agent exits 0 (docs/design.md,
+ * "Concurrency and lifetime").
  */
 static void test_eof_ends_spawned(void)
 {

@@ -1,7 +1,8 @@
 /*
  * Nothing a command starts outlives its timeout, proc_signal KILL or its responder
- * (DESIGN §5), even when it left the process group (setsid, a double fork, a cleared
- * environment): real asp-agent processes, pids checked in /proc with bounded waits.
+ * (docs/design.md, "Concurrency and lifetime"), even when it left the process group
+ * (setsid, a double fork, a cleared environment): real asp-agent processes, pids checked
+ * in /proc with bounded waits.
  */
 #include "testproc.h"
 

@@ -1,9 +1,9 @@
 /*
- * The conformance cases: DESIGN §3 semantics and error codes of every unary op, checked
- * only through the op table (the streaming ones, listed in the same table, are in
- * cases_proc.c). Each case works in its own directory ctx->dir; shell tools
- * it relies on (sh, cat, printf, head, tr, sleep, kill, ln, mkfifo, touch, umask, id) are
- * POSIX and exist in any sandbox image that can run an agent's commands.
+ * The conformance cases: the semantics and error codes of every unary op (docs/design.md,
+ * "Operations"), checked only through the op table (the streaming ones, listed in the
+ * same table, are in cases_proc.c). Each case works in its own directory ctx->dir; shell
+ * tools it relies on (sh, cat, printf, head, tr, sleep, kill, ln, mkfifo, touch, umask,
+ * id) are POSIX and exist in any sandbox image that can run an agent's commands.
  */
 #include "cases_proc.h"
 #include "conformance.h"

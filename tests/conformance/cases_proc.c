@@ -1,9 +1,9 @@
 /*
  * The streaming conformance cases: spawn with live output, proc_write, proc_signal,
- * proc_wait, proc_list, proc_attach (DESIGN §3). The table (cases.c) says which ops and
- * hello features each needs; the runner makes a case n/a when hello does not announce
- * them, so a case that runs may use them: "follow" means ctx->st can follow, "reattach"
- * that ctx->st->peer_open opens a second connection.
+ * proc_wait, proc_list, proc_attach (docs/design.md, "Operations"). The table (cases.c)
+ * says which ops and hello features each needs; the runner makes a case n/a when hello
+ * does not announce them, so a case that runs may use them: "follow" means ctx->st can
+ * follow, "reattach" that ctx->st->peer_open opens a second connection.
  *
  * Every case runs inside a fixture that, whatever happened, KILLs the processes it
  * spawned and detaches what it follows before the collectors on its stack go away.

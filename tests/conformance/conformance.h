@@ -1,9 +1,10 @@
 /*
- * The cross-transport conformance suite: one table of named cases, each exercising the
- * op semantics of DESIGN §3 through an op table only (never local POSIX calls), so the
- * same cases run against the local backend, stdio, SSH, HTTP and a real sandbox.
- * No test framework inside: a case records its first failure (file:line and a message)
- * and returns; runners (conf_run_all, conf_cunit.c, `asp conformance`) report it.
+ * The cross-transport conformance suite: one table of named cases, each exercising the op
+ * semantics of docs/design.md, "Operations" through an op table only (never local POSIX
+ * calls), so the same cases run against the local backend, stdio, SSH, HTTP and a real
+ * sandbox. No test framework inside: a case records its first failure (file:line and a
+ * message) and returns; runners (conf_run_all, conf_cunit.c, `asp conformance`) report
+ * it.
  *
  * Verdicts judge only what the responder claims. A case declares the ops it needs beyond
  * protocol 1's unary ones (which every responder has; hello_fields checks that hello

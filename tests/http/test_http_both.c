@@ -1,6 +1,6 @@
 /*
- * The http transport's default, both-mode (http.websocket absent, DESIGN §4): unary calls
- * and bulk data over POST, a process's output over a WebSocket opened by the first
+ * The http transport's default, both-mode (http.websocket absent, docs/design.md, ".asp.json"):
+ * unary calls and bulk data over POST, a process's output over a WebSocket opened by the first
  * stream. A real asp-agent --listen sits behind a counting TCP relay (tcp_relay.h), so
  * what each connection carried is measured on the wire: no WebSocket before the first
  * spawn, one for many streams and threads, 64 MiB each way over POST and none of it over

@@ -157,7 +157,7 @@ try {
   await test('tools/list: every tool with an object JSON Schema and a description', async () => {
     const { tools } = await client.listTools();
     assert.deepEqual(tools.map((t) => t.name).sort(), ['apply_patch', 'bash', 'bash_output',
-      'edit', 'glob', 'grep', 'kill_bash', 'ls', 'read', 'write']);
+      'edit', 'exec_command', 'glob', 'grep', 'kill_bash', 'ls', 'read', 'write', 'write_stdin']);
     for (const t of tools) {
       assert.equal(t.inputSchema.type, 'object', t.name);
       assert.ok(t.description.length > 40, t.name);
@@ -349,6 +349,76 @@ try {
     await until('the kill', async () => /killed by signal KILL/.test((await call(client, 'bash_output', { bash_id: lid })).text));
     const bad = await call(client, 'bash_output', { bash_id: 'shell-x' });
     assert.equal(bad.isError, true);
+  });
+
+  // Codex's unified exec: exec_command starts, write_stdin continues.
+  const answer = (t) => {
+    const m = t.match(/^Chunk ID: [0-9a-f]{6}\nWall time: \d+\.\d{4} seconds\n(?:Process exited with code (-?\d+)|Process running with session ID (\d+))\nOriginal token count: \d+\nOutput:\n([^]*)$/);
+    assert.ok(m, `not a unified exec answer: ${t}`);
+    return { code: m[1] === undefined ? null : Number(m[1]), session: m[2] && Number(m[2]), output: m[3] };
+  };
+  await test('--tools exec_command,write_stdin: Codex\'s schemas, exit codes, a session into cat', async () => {
+    const cx = await connect(['--tools', 'exec_command,write_stdin']);
+    const { tools } = await cx.listTools();
+    assert.deepEqual(tools.map((t) => t.name).sort(), ['exec_command', 'write_stdin']);
+    const ec = tools.find((t) => t.name === 'exec_command');
+    assert.equal(ec.description.split('.')[0], 'Runs a command in a PTY, returning output or a session ID for ongoing interaction');
+    assert.deepEqual(Object.keys(ec.inputSchema.properties).sort(),
+      ['cmd', 'login', 'max_output_tokens', 'shell', 'tty', 'workdir', 'yield_time_ms']);
+    assert.deepEqual(ec.inputSchema.required, ['cmd']);
+    const ws = tools.find((t) => t.name === 'write_stdin');
+    assert.deepEqual(Object.keys(ws.inputSchema.properties).sort(), ['chars', 'max_output_tokens', 'session_id', 'yield_time_ms']);
+    const done = answer((await call(cx, 'exec_command', { cmd: 'echo hello; exit 4', login: false })).text);
+    assert.equal(done.code, 4);
+    assert.equal(done.output, 'hello\n');
+    const s = answer((await call(cx, 'exec_command', { cmd: 'cat', login: false, yield_time_ms: 250 })).text);
+    assert.ok(s.session > 0);
+    let seen = answer((await call(cx, 'write_stdin', { session_id: s.session, chars: 'meow\n' })).text).output;
+    await until('cat to answer', async () => {
+      seen += answer((await call(cx, 'write_stdin', { session_id: s.session, yield_time_ms: 5000 })).text).output;
+      return seen.includes('meow');
+    });
+    const end = answer((await call(cx, 'write_stdin', { session_id: s.session, chars: '\u0003' })).text);
+    let code = end.code;
+    await until('cat to end', async () => {
+      if (code === null) code = answer((await call(cx, 'write_stdin', { session_id: s.session })).text).code;
+      return code !== null;
+    });
+    assert.equal(code, 130);
+    const gone = await call(cx, 'write_stdin', { session_id: s.session });
+    assert.equal(gone.isError, true);
+    assert.equal(gone.text, `write_stdin failed: Unknown process id ${s.session}`);
+  });
+
+  await test('exec_command with tty drives a Python REPL through write_stdin', async () => {
+    const cx = await connect(['--tools', 'exec_command,write_stdin']);
+    const r = await call(cx, 'exec_command', { cmd: 'python3', tty: true, yield_time_ms: 1000 });
+    if (r.isError && /no terminals/.test(r.text)) {
+      console.log(`# n/a: ${r.text}`);
+      return;
+    }
+    let a = answer(r.text);
+    assert.equal(a.code, null, r.text);
+    const sid = a.session;
+    let seen = a.output;
+    await until('the prompt', async () => {
+      if (seen.includes('>>> ')) return true;
+      seen += answer((await call(cx, 'write_stdin', { session_id: sid })).text).output;
+      return false;
+    });
+    seen = answer((await call(cx, 'write_stdin', { session_id: sid, chars: 'print(6*7)\n' })).text).output;
+    await until('42', async () => {
+      if (/^42\r?$/m.test(seen)) return true;
+      seen += answer((await call(cx, 'write_stdin', { session_id: sid })).text).output;
+      return false;
+    });
+    a = answer((await call(cx, 'write_stdin', { session_id: sid, chars: 'exit()\n', yield_time_ms: 5000 })).text);
+    await until('the exit', async () => {
+      if (a.code !== null) return true;
+      a = answer((await call(cx, 'write_stdin', { session_id: sid })).text);
+      return false;
+    });
+    assert.equal(a.code, 0);
   });
 
   await test('replay of a coding session over a small C project ends with the expected tree', async () => {

@@ -385,7 +385,7 @@ static int count_entries(const char *dir)
 }
 
 /*
- * Many connections at once (issue 13's scale target, small): each holds at most 3 of the
+ * Many connections at once (bench/scale's shape, small): each holds at most 3 of the
  * client's descriptors and no thread of its own (the shared pool has at most 8 workers),
  * and every one works from many threads at once.
  */

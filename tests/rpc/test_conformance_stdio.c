@@ -1,9 +1,10 @@
 /*
- * The conformance table over the stdio transport: the RPC engine driving a real
- * asp-agent child ($ASP_AGENT, suite "stdio"), and the static build ($ASP_AGENT_STATIC,
- * suite "stdio_static") when it was built. When the agent has --listen unix:, also
- * through `asp-agent --relay` to one daemon (suite "stdio_relay", DESIGN §5), where a
- * second connection can reattach to a process after the first one closed.
+ * The conformance table over the stdio transport: the RPC engine driving a real asp-agent
+ * child ($ASP_AGENT, suite "stdio"), and the static build ($ASP_AGENT_STATIC, suite
+ * "stdio_static") when it was built. When the agent has --listen unix:, also through
+ * `asp-agent --relay` to one daemon (suite "stdio_relay", docs/design.md,
+ * "Concurrency and lifetime"), where a second connection can reattach to a process after
+ * the first one closed.
  */
 #include "asp/transport.h"
 #include "conformance.h"

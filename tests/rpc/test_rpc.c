@@ -764,8 +764,9 @@ static void test_call_timeout(void)
 }
 
 /*
- * A response for an id nobody waits for (DESIGN §5): the connection closes and every
- * pending call fails at once with protocol_error, whose message names the id.
+ * A response for an id nobody waits for (docs/design.md, "Faults and budgets"): the
+ * connection closes and every pending call fails at once with protocol_error, whose
+ * message names the id.
  */
 static void test_fake_stray_id(void)
 {

@@ -4,7 +4,7 @@
  * Python and TypeScript SDKs make of the same file:
  *   {"code": "invalid_argument", "message": "...", "path": "..."}   or
  *   {"view": {"path", "transport", "cwd", "env", "timeout_ms", "call_timeout_ms", "ssh": {...},
- *             "stdio": {"command"}, "http": {...}}}
+ *             "stdio": {"command"}, "http": {...}, "document": the whole file as version 1}}
  * usage: config_probe [FILE]
  */
 #include "asp/config.h"
@@ -74,6 +74,7 @@ int main(int argc, char **argv)
 		                        ? json_null()
 		                        : json_boolean(v->http.websocket == ASP_HTTP_WS_ONLY));
 		json_object_set_new(view, "http", http);
+		json_object_set_new(view, "document", json_loads(asp_config_json(cfg), 0, NULL));
 		json_object_set_new(out, "view", view);
 	}
 	char *s = json_dumps(out, JSON_SORT_KEYS | JSON_ENSURE_ASCII);

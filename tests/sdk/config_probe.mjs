@@ -10,6 +10,10 @@ const asp = await import(pathToFileURL(`${sdk}/dist/index.js`).href);
 const SSH_KEYS = ["host", "port", "user", "identity_file", "identity_env", "password_env",
   "known_hosts", "host_key_sha256", "host_key", "strict_host_key_checking",
   "connect_timeout_ms", "agent"];
+// the SDK's JSON (Maps, bigints) as plain JSON
+const plain = (x) =>
+  x instanceof Map ? Object.fromEntries([...x].map(([k, y]) => [k, plain(y)]))
+    : Array.isArray(x) ? x.map(plain) : typeof x === "bigint" ? Number(x) : x;
 function probe(file) {
 let out;
 try {
@@ -25,6 +29,7 @@ try {
       timeout_ms: v.timeout_ms, call_timeout_ms: v.call_timeout_ms, ssh, stdio: { command: v.stdio.command ?? null },
       http: { url: v.http.url ?? null, token_env: v.http.token_env ?? null, token_file: v.http.token_file ?? null,
         ca_file: v.http.ca_file ?? null, websocket: v.http.websocket ?? null },
+      document: plain(v.document),
     },
   };
 } catch (e) {

@@ -9,7 +9,7 @@ import sys
 
 sys.path.insert(0, sys.argv[1])
 import asp  # noqa: E402
-from asp import _config, _spec  # noqa: E402
+from asp import _config  # noqa: E402
 
 SSH_KEYS = ("host", "port", "user", "identity_file", "identity_env", "password_env",
             "known_hosts", "host_key_sha256", "host_key", "strict_host_key_checking",
@@ -18,12 +18,13 @@ SSH_KEYS = ("host", "port", "user", "identity_file", "identity_env", "password_e
 
 def probe(args):
     try:
-        v = _config.load(args[0] if args else None, _spec.CONFIG_SCHEMA, _spec.CONFIG_V0_SCHEMA)
+        v = _config.load(args[0] if args else None)
         d = v.as_dict()
         d["ssh"] = {k: v.ssh.get(k) for k in SSH_KEYS}
         d["ssh"]["port"] = d["ssh"]["port"] or 0
         d["ssh"]["connect_timeout_ms"] = d["ssh"]["connect_timeout_ms"] or 0
         d["ssh"]["strict_host_key_checking"] = v.ssh.get("strict_host_key_checking", False)
+        d["document"] = v.document
         return {"view": d}
     except asp.AspError as e:
         return {"code": e.code, "message": e.message, "path": e.path}

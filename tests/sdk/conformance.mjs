@@ -957,9 +957,9 @@ async function nextEvent(proc) {
 
 /** Reads the process to its exit: stdout, stderr, the exit event, the chunks seen
  * (stream, offset, size, when) and the time the exit came. */
-async function follow(proc) {
-  const acc = { stdout: [], stderr: [] },
-    len = { stdout: 0, stderr: 0 },
+async function follow(proc, seen = Buffer.alloc(0)) {
+  const acc = { stdout: [seen], stderr: [] },
+    len = { stdout: seen.length, stderr: 0 },
     chunks = [];
   for (;;) {
     const ev = await nextEvent(proc);
@@ -1092,6 +1092,58 @@ async function proc_list_fields(ctx) {
   running.close();
 }
 
+// ---- terminals (spawn with tty, proc_resize) ----
+
+/** Skip (n/a) where the responder's hello lists no "pty" feature. */
+async function needPty(ctx) {
+  const h = await ok(ctx.c.hello({}));
+  if (!(h.features || []).includes("pty")) throw new Skip("n/a: the responder's hello lists no pty feature");
+}
+
+async function tty_spawn(ctx) {
+  await needPty(ctx);
+  const p = await spawn(ctx, {
+    argv: ["sh", "-c", "test -t 0 && test -t 1 && test -t 2 && echo isatty; stty size; echo err >&2; echo T=$TERM"],
+    tty: { rows: 30, cols: 100 },
+  });
+  const r = await follow(p);
+  const out = r.stdout.toString("latin1");
+  check(out.includes("isatty"), `not on a terminal: '${out}'`);
+  check(out.includes("30 100"), `stty size: '${out}'`);
+  check(out.includes("err") && r.stderr.length === 0, `stderr not on the terminal: '${out}'`);
+  check(out.includes("T=xterm-256color"), `TERM: '${out}'`);
+  check(r.exit.exit_code === 0, `exit ${r.exit.exit_code}`);
+}
+
+async function tty_resize(ctx) {
+  await needPty(ctx);
+  const p = await spawn(ctx, { argv: ["sh", "-c", "stty size; read x; stty size"], tty: { term: "dumb" } });
+  let first = Buffer.alloc(0);
+  while (!first.toString("latin1").includes("24 80")) {
+    // resized only once the first size is out
+    const ev = await nextEvent(p);
+    check(ev !== undefined && ev.stream === "stdout", `no first size: '${first.toString("latin1")}'`);
+    first = Buffer.concat([first, ev.data]);
+  }
+  await ok(p.resize(50, 132));
+  await ok(p.write("go\n"));
+  const r = await follow(p, first);
+  const out = r.stdout.toString("latin1");
+  check(out.includes("24 80") && out.includes("50 132"), `sizes: '${out}'`);
+  check(r.exit.exit_code === 0, `exit ${r.exit.exit_code}`);
+  await err("invalid_argument", ctx.c.proc_resize({ proc: p.proc, rows: 50, cols: 132 })); // finished
+  await err("not_found", ctx.c.proc_resize({ proc: 0x7fffffffffff, rows: 24, cols: 80 }));
+  const q = await spawn(ctx, { command: "exec sleep 30" });
+  await err("invalid_argument", ctx.c.proc_resize({ proc: q.proc, rows: 24, cols: 80 })); // no terminal
+  await ok(ctx.c.proc_signal({ proc: q.proc, signal: "KILL" }));
+  q.close();
+  const t = await spawn(ctx, { command: "exec sleep 30", tty: {} });
+  await err("invalid_argument", t.resize(0, 80));
+  await err("invalid_argument", t.resize(24, 4097));
+  await ok(ctx.c.proc_signal({ proc: t.proc, signal: "KILL" }));
+  t.close();
+}
+
 const CASES = [
   hello_fields, exec_command_shell, exec_argv_direct, exec_invalid_params, exec_missing_program,
   exec_exit_codes, exec_signal_name, exec_stdin_binary, exec_stdin_closed, exec_large_io,
@@ -1105,7 +1157,7 @@ const CASES = [
   remove_file_and_dir, remove_not_empty, remove_recursive, remove_symlink_to_dir,
   rename_overwrite, rename_no_overwrite, rename_errors_and_dirs, hostile_names, hostile_exec_args,
   spawn_output_live, spawn_output_order, spawn_stdin_binary, spawn_timeout_kills_group, spawn_errors,
-  proc_signal_each, proc_wait_timeout, proc_list_fields,
+  proc_signal_each, proc_wait_timeout, proc_list_fields, tty_spawn, tty_resize,
 ];
 
 async function runCase(client, root, fn) {

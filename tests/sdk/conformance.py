@@ -948,10 +948,11 @@ def spawn(ctx, **kw):
         raise Fail("spawn %r: %s: %s" % (kw, e.code, e.message))
 
 
-def follow(proc):
+def follow(proc, seen=b""):
     """Reads the process to its exit: stdout, stderr, the exit event, the chunks seen
-    (stream, offset, size, when) and the time the exit came."""
-    out, err, chunks = bytearray(), bytearray(), []
+    (stream, offset, size, when) and the time the exit came. `seen`: the stdout already
+    read from it."""
+    out, err, chunks = bytearray(seen), bytearray(), []
     while True:
         ev = proc.next_event(timeout=SAFETY_TIMEOUT_MS / 1000)
         if ev is None:
@@ -1075,6 +1076,56 @@ def proc_list_fields(ctx):
     running.close()
 
 
+# ---- terminals (spawn with tty, proc_resize) ----
+
+def need_pty(ctx):
+    """Skip (n/a) where the responder's hello lists no "pty" feature."""
+    h = ok(ctx.c.hello)
+    if "pty" not in (h.features or []):
+        raise Skip("n/a: the responder's hello lists no pty feature")
+
+
+def tty_spawn(ctx):
+    need_pty(ctx)
+    p = spawn(ctx, argv=["sh", "-c", "test -t 0 && test -t 1 && test -t 2 && echo isatty; "
+                         "stty size; echo err >&2; echo T=$TERM"],
+              tty=asp.Tty(rows=30, cols=100))
+    out, err_, ex, _, _ = follow(p)
+    check(b"isatty" in out, "not on a terminal: '%s'" % show(out))
+    check(b"30 100" in out, "stty size: '%s'" % show(out))
+    check(b"err" in out and err_ == b"", "stderr not on the terminal: out '%s' err '%s'" %
+          (show(out), show(err_)))
+    check(b"T=xterm-256color" in out, "TERM: '%s'" % show(out))
+    check(ex.exit_code == 0, "exit %s" % ex.exit_code)
+
+
+def tty_resize(ctx):
+    need_pty(ctx)
+    p = spawn(ctx, argv=["sh", "-c", "stty size; read x; stty size"], tty=asp.Tty(term="dumb"))
+    first = bytearray()
+    while b"24 80" not in first:  # resized only once the first size is out
+        ev = p.next_event(timeout=SAFETY_TIMEOUT_MS / 1000)
+        check(ev is not None and getattr(ev, "stream", None) == "stdout",
+              "no first size: '%s'" % show(bytes(first)))
+        first += ev.data
+    ok(p.resize, 50, 132)
+    ok(p.write, b"go\n")
+    out, _, ex, _, _ = follow(p, bytes(first))
+    check(b"24 80" in out and b"50 132" in out, "sizes: '%s'" % show(out))
+    check(ex.exit_code == 0, "exit %s" % ex.exit_code)
+    err("invalid_argument", ctx.c.proc_resize, p.proc, 50, 132)  # finished
+    err("not_found", ctx.c.proc_resize, 0x7fffffffffff, 24, 80)
+    q = spawn(ctx, command="exec sleep 30")
+    err("invalid_argument", ctx.c.proc_resize, q.proc, 24, 80)  # no terminal
+    ok(ctx.c.proc_signal, q.proc, "KILL")
+    q.close()
+    r = spawn(ctx, command="exec sleep 30", tty=asp.Tty())
+    err("invalid_argument", r.resize, 0, 80)
+    err("invalid_argument", r.resize, 24, 4097)
+    ok(ctx.c.proc_signal, r.proc, "KILL")
+    r.close()
+
+
 CASES = [
     ("hello_fields", hello_fields, "hello: protocol 2, the unary ops, os, arch, absolute cwd"),
     ("exec_command_shell", exec_command_shell, "exec command runs through /bin/sh -c; stdout/stderr apart"),
@@ -1141,6 +1192,8 @@ CASES = [
     ("proc_signal_each", proc_signal_each, "proc_signal: each signal by name ends the group and is reported"),
     ("proc_wait_timeout", proc_wait_timeout, "proc_wait timeout is a timeout error; the process keeps running"),
     ("proc_list_fields", proc_list_fields, "proc_list: tag, command (argv shell-quoted), running, exit_code"),
+    ("tty_spawn", tty_spawn, "spawn with tty: isatty on 0, 1, 2, its size, TERM, all output on stdout"),
+    ("tty_resize", tty_resize, "Process.resize: the new size; finished, unknown, no terminal, bad sizes"),
 ]
 
 
@@ -1203,6 +1256,12 @@ class AioProcess:
         if ev is None:
             raise StopIteration
         return ev
+
+    def write(self, *a, **kw):
+        return self._f._run(self._p.write(*a, **kw))
+
+    def resize(self, rows, cols):
+        return self._f._run(self._p.resize(rows, cols))
 
     def close(self):
         async def stop():

@@ -97,7 +97,7 @@ def main():
             write_frame(out, msgpack.packb([1, id_, None, {"proc": 7}], use_bin_type=True))
             for ev in scripted_events(7):
                 write_frame(out, ev)
-        elif method == "proc_attach":  # replay before the response, as DESIGN says
+        elif method == "proc_attach":  # replay before the response: docs/design.md, "Operations"
             for ev in scripted_events(params["proc"], truncated=True):
                 write_frame(out, ev)
             write_frame(out, msgpack.packb([1, id_, None, {}], use_bin_type=True))

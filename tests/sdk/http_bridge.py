@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """A stand-in for `asp-agent --listen` while the agent has no HTTP support: the HTTP side
-of DESIGN section 2 (POST /v1/rpc with one msgpack request per body, Bearer token, status
-200 for every RPC answer, 400 for a body that is not a request, 401 for a missing or
-wrong token, 413 above max_message, GET /v1/health) in front of one `asp-agent --stdio`
-that every request is relayed to (pipelined, ids remapped). It lets the SDKs' HTTP
-clients run the conformance cases against the real responder's semantics.
+of the wire format (docs/design.md, "Wire format": POST /v1/rpc with one msgpack request
+per body, Bearer token, status 200 for every RPC answer, 400 for a body that is not a
+request, 401 for a missing or wrong token, 413 above max_message, GET /v1/health) in front
+of one `asp-agent --stdio` that every request is relayed to (pipelined, ids remapped). It
+lets the SDKs' HTTP clients run the conformance cases against the real responder's
+semantics.
 
 usage: http_bridge.py AGENT [--token T] -- COMMAND ARGS...   ({url} in ARGS is replaced)
 """

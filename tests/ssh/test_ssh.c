@@ -1705,9 +1705,9 @@ static void relay_peer_close(void *ctx, void *peer)
 }
 
 /*
- * With ssh.agent running `asp-agent --relay` to one long-lived daemon (DESIGN §5), a
- * process outlives the SSH connection that spawned it and is reattached from another:
- * the conformance case, over SSH.
+ * With ssh.agent running `asp-agent --relay` to one long-lived daemon (docs/design.md,
+ * "Concurrency and lifetime"), a process outlives the SSH connection that spawned it and
+ * is reattached from another: the conformance case, over SSH.
  */
 static void test_agent_reattach_after_close(void)
 {

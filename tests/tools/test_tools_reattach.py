@@ -69,6 +69,21 @@ try:
     until("the sleep to die", lambda: not os.path.exists("/proc/%d" % pid) or
           open("/proc/%d/stat" % pid).read().split(") ")[1].startswith("Z"))
     print("ok - background bash re-attached from other asp tool processes, then killed")
+
+    # an exec_command session continued by write_stdin from other asp tool processes
+    rc, out = tool("exec_command", {"cmd": "cat", "login": False, "yield_time_ms": 250})
+    assert rc == 0, out
+    sid = int(re.search(r"Process running with session ID (\d+)", out).group(1))
+    rc, out = tool("write_stdin", {"session_id": sid, "chars": "purr\n"})
+    assert rc == 0, out
+    seen = out
+    seen = until("cat's echo", lambda: (lambda r: "purr\n" in seen + r[1] and seen + r[1])(
+        tool("write_stdin", {"session_id": sid, "yield_time_ms": 5000})))
+    rc, out = tool("kill_bash", {"bash_id": str(sid)})
+    assert rc == 0, out
+    until("the session's exit", lambda: "Process exited with code 137" in
+          tool("write_stdin", {"session_id": sid})[1])
+    print("ok - an exec_command session continued by write_stdin from other asp tool processes")
 except Exception as e:  # noqa: BLE001 -- report every failure
     failed = 1
     print("FAIL - %r" % e)

@@ -1,7 +1,8 @@
 /*
  * .asp.json files of the public ASP v0 draft ("version": "0"): read with their own strict
  * schema (messages with line:col and the key path, as for version 1) and mapped onto the
- * SSH transport (DESIGN §4); asp_config_v0_to_v1 writes the version 1 text they mean.
+ * SSH transport (docs/design.md, ".asp.json"); asp_config_v0_to_v1 writes the version 1
+ * text they mean.
  */
 #include "asp/config.h"
 

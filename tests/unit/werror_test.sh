@@ -1,5 +1,5 @@
 #!/bin/bash
-# Builds the docs and scripts give are warnings-as-errors builds (issue 15):
+# Builds the docs and scripts give are warnings-as-errors builds:
 #  - scripts/test.sh's run_suite, given a build folder configured without --werror (as the
 #    quick start or a hand-made `meson setup build` leaves it), still fails on a warning:
 #    it is run on a tiny project whose one source warns;

@@ -1,9 +1,9 @@
 /*
- * For transport authors: the frame channel and the RPC engine that drives it. A
- * message transport (stdio pipes, an SSH exec channel, a WebSocket, a Unix socket)
- * only moves frames; the engine does the rest of DESIGN §2: ids, pipelining from many
- * threads, deadlines, hello's max_message, notifications and their routing to
- * asp_proc_sub followers. docs/transports.md shows how the pieces fit.
+ * For transport authors: the frame channel and the RPC engine that drives it. A message
+ * transport (stdio pipes, an SSH exec channel, a WebSocket, a Unix socket) only moves
+ * frames; the engine does the rest of the wire format (docs/design.md, "Wire format"):
+ * ids, pipelining from many threads, deadlines, hello's max_message, notifications and
+ * their routing to asp_proc_sub followers. docs/transports.md shows how the pieces fit.
  *
  * A frame is a 4-byte big-endian length, then that many bytes of msgpack (one message).
  *
@@ -214,13 +214,13 @@ asp_status asp_stream_channel_new(const asp_stream_ops *io, void *ctx, asp_chann
 /* ---- the RPC engine --------------------------------------------------------------- */
 
 /*
- * The client side of DESIGN §2 over one channel. Calls from many threads are pipelined
- * on the connection, and one thread at a time reads it. On a channel from
- * asp_fd_channel_new that has ready, there is no thread per connection: a calling
- * thread that finds nobody reading reads until its own answer comes (handing other
- * callers theirs), and while nobody calls, one process-wide poller thread watches the
- * connection and a small pool of worker threads (at most 8, shared by every connection)
- * reads what arrives; notifications are routed on those workers, in order per
+ * The client side of the wire format (docs/design.md, "Wire format") over one channel.
+ * Calls from many threads are pipelined on the connection, and one thread at a time reads
+ * it. On a channel from asp_fd_channel_new that has ready, there is no thread per
+ * connection: a calling thread that finds nobody reading reads until its own answer comes
+ * (handing other callers theirs), and while nobody calls, one process-wide poller thread
+ * watches the connection and a small pool of worker threads (at most 8, shared by every
+ * connection) reads what arrives; notifications are routed on those workers, in order per
  * connection. On any other channel a reader thread of its own reads everything.
  */
 typedef struct asp_rpc asp_rpc;
@@ -233,8 +233,8 @@ typedef struct asp_rpc asp_rpc;
 asp_status asp_rpc_new(asp_channel *ch, size_t max_message, asp_rpc **out, asp_error *err);
 
 /*
- * The deadline of calls without a time limit of their own (DESIGN §4 call_timeout_ms;
- * 0: ASP_CALL_TIMEOUT_DEFAULT). Set before the first call.
+ * The deadline of calls without a time limit of their own (call_timeout_ms,
+ * docs/design.md, ".asp.json"; 0: ASP_CALL_TIMEOUT_DEFAULT). Set before the first call.
  */
 void asp_rpc_set_call_timeout(asp_rpc *rpc, unsigned ms);
 

@@ -16,7 +16,10 @@ extern "C" {
  */
 asp_status asp_client_open(const asp_config *cfg, asp_client **out, asp_error *err);
 
-/* Loads the config at `config_path` (NULL: discovery, DESIGN §4) and opens a client. */
+/*
+ * Loads the config at `config_path` (NULL: discovery, docs/design.md, ".asp.json") and opens a
+ * client.
+ */
 asp_status asp_client_open_path(const char *config_path, asp_client **out, asp_error *err);
 
 /* Fails every call in flight with transport_error, closes, frees. NULL is a no-op. */

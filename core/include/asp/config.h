@@ -57,9 +57,10 @@ asp_status asp_config_parse(const char *text, size_t len, const char *filename, 
                             asp_error *err);
 
 /*
- * The version 1 text of a version 0 file (the public v0 draft, DESIGN §4), checked as
- * asp_config_parse checks it; *out is malloc'd JSON, the caller frees it. Errors as for
- * asp_config_parse, and invalid_argument when the text is not version 0.
+ * The version 1 text of a version 0 file (the public v0 draft, docs/design.md,
+ * ".asp.json"), checked as asp_config_parse checks it; *out is malloc'd JSON, the caller
+ * frees it. Errors as for asp_config_parse, and invalid_argument when the text is not
+ * version 0.
  */
 asp_status asp_config_v0_to_v1(const char *text, size_t len, const char *filename, char **out,
                                asp_error *err);
@@ -95,9 +96,9 @@ typedef struct asp_config_stdio {
 } asp_config_stdio;
 
 /*
- * http.websocket (DESIGN §4). The values line up with the key's JSON: a view filled in
- * memory with `websocket = true` still means the WebSocket, and a zeroed one means the
- * key is absent.
+ * http.websocket (docs/design.md, ".asp.json"). The values line up with the key's JSON: a
+ * view filled in memory with `websocket = true` still means the WebSocket, and a zeroed
+ * one means the key is absent.
  */
 typedef enum asp_http_websocket {
 	ASP_HTTP_WS_BOTH = 0,  /* absent: POST for calls and bulk, a WebSocket for streams */
@@ -118,7 +119,7 @@ typedef struct asp_config_env {
 	const char *value;
 } asp_config_env;
 
-/* call_timeout_ms when the config does not say (DESIGN §4). */
+/* call_timeout_ms when the config does not say (docs/design.md, ".asp.json"). */
 #define ASP_CALL_TIMEOUT_DEFAULT 60000u
 
 typedef struct asp_config_view {
@@ -143,6 +144,13 @@ typedef struct asp_config_view {
 const asp_config_view *asp_config_get(const asp_config *cfg);
 
 /*
+ * The whole validated document as compact JSON, in its version 1 form (a v0 file
+ * mapped), keys in file order; valid until asp_config_free(cfg). Every key the schema
+ * defines is here, those the view has no field for included.
+ */
+const char *asp_config_json(const asp_config *cfg);
+
+/*
  * Reads a secret named by an *_env key (a variable name) or an *_file key (a path);
  * either may be NULL. The variable wins when it is set; the file is read otherwise. One
  * trailing newline is stripped. *out is malloc'd (the caller frees it), or NULL with
@@ -153,7 +161,8 @@ const asp_config_view *asp_config_get(const asp_config *cfg);
 asp_status asp_config_secret(const char *env_name, const char *file_path, char **out,
                              asp_error *err);
 
-/* The JSON Schema the validator interprets (spec/asp.schema.json, embedded at build). */
+/* spec/asp.schema.json as embedded at build; the validator reads the tables asp-sdkgen
+ * compiled from it. */
 const char *asp_config_schema(void);
 
 #ifdef __cplusplus

@@ -1,6 +1,6 @@
 /*
- * Spawned processes with live output (DESIGN §3 spawn, proc_*): start a process or attach
- * to one, and get its output and exit through callbacks as they happen.
+ * Spawned processes with live output (spawn and proc_*, docs/design.md, "Operations"): start a
+ * process or attach to one, and get its output and exit through callbacks as they happen.
  *
  * proc_write, proc_signal, proc_wait and proc_list are the plain calls of asp/proto.h
  * (asp_proc_write, ...). The generated asp_spawn and asp_proc_attach work too, but

@@ -1,9 +1,10 @@
 /*
  * For a server edge: serving this machine's files and processes (the local backend) to
- * connections that speak DESIGN §2. asp-agent's stdio server and its HTTP/WebSocket
- * listener are built on it. An edge reads a request message from its connection,
- * makes it an asp_request, and serves it on the connection's binding; answers and the
- * notifications of spawned processes go out through the binding's sink.
+ * connections that speak the wire format (docs/design.md, "Wire format"). asp-agent's
+ * stdio server and its HTTP/WebSocket listener are built on it. An edge reads a request
+ * message from its connection, makes it an asp_request, and serves it on the connection's
+ * binding; answers and the notifications of spawned processes go out through the
+ * binding's sink.
  *
  * Ownership: handles are opaque; each *_new has one matching *_free, and free(NULL) is a
  * no-op. Arguments are borrowed unless a comment says the call takes them.
@@ -58,10 +59,11 @@ void asp_local_set_shared(asp_local *l, bool shared);
 
 /*
  * Ends every spawned process (TERM to its group, KILL 2 s later) and waits for them: a
- * responder calls it at the end of its input or on SIGTERM before it exits (DESIGN §5).
- * Later spawns fail. false when some process's output could not be delivered in time (a
- * connection's sink stays blocked): the backend must then not be freed (exit instead).
- * Any thread; may run while calls are in flight (a proc_wait among them is answered).
+ * responder calls it at the end of its input or on SIGTERM before it exits
+ * (docs/design.md, "Concurrency and lifetime"). Later spawns fail. false when some
+ * process's output could not be delivered in time (a connection's sink stays blocked):
+ * the backend must then not be freed (exit instead). Any thread; may run while calls are
+ * in flight (a proc_wait among them is answered).
  */
 bool asp_local_shutdown(asp_local *l);
 
@@ -137,10 +139,10 @@ typedef struct asp_conn_sink {
 
 /*
  * The edges' encoding of a typed event: one notification frame [2, method, params]
- * (DESIGN §2) through s->sendv when set (large output bytes then go out from where the
- * event points instead of being copied) else s->send. `scratch` is a buffer to build
- * the frame in (reused from call to call by one thread), or NULL for a temporary one.
- * What the sink returned; false too when out of memory. Any thread.
+ * (docs/design.md, "Wire format") through s->sendv when set (large output bytes then go
+ * out from where the event points instead of being copied) else s->send. `scratch` is a
+ * buffer to build the frame in (reused from call to call by one thread), or NULL for a
+ * temporary one. What the sink returned; false too when out of memory. Any thread.
  */
 bool asp_conn_sink_notify(const asp_conn_sink *s, asp_reply *scratch, asp_notice_id n,
                           const void *params);
@@ -157,7 +159,8 @@ asp_local_conn *asp_local_connect(asp_local *l, const asp_conn_sink *sink);
 
 /*
  * Unbinds: when it returns, the sink is never called again (processes the connection
- * spawned keep running, DESIGN §3). No call on `c` may be in flight. NULL is a no-op.
+ * spawned keep running, docs/design.md, "Operations"). No call on `c` may be in flight.
+ * NULL is a no-op.
  */
 void asp_local_disconnect(asp_local_conn *c);
 
@@ -181,8 +184,9 @@ typedef struct asp_request asp_request;
  *   ASP_OK: *out is the request.
  *   Another status with *out set: the message names a request id but is refused
  *     (too_large); serving it answers that id with the error in `err`.
- *   Another status with *out NULL: protocol_error (the connection must close; DESIGN
- *     §5), or internal when out of memory. `msg` has been freed.
+ *   Another status with *out NULL: protocol_error (the connection must close;
+ *     docs/design.md, "Faults and budgets"), or internal when out of memory. `msg` has
+ *     been freed.
  */
 asp_status asp_request_new(uint8_t *msg, size_t len, asp_request **out, size_t *cost,
                            asp_error *err);
@@ -239,10 +243,10 @@ typedef enum asp_serve_result {
 
 /*
  * Serves one decoded (or refused, with an id) request on `c` from any thread, many at
- * once: runs the op, or takes the refusal, and answers it through the sink; only then
- * do the processes it spawned or attached send notifications (DESIGN §3: the spawn
- * answer comes before the process's first notification; proc_attach replays before its
- * answer). Without a sink the answer is left in `b`. `r` stays the caller's.
+ * once: runs the op, or takes the refusal, and answers it through the sink; only then do
+ * the processes it spawned or attached send notifications (docs/design.md, "Operations":
+ * the spawn answer comes before the process's first notification; proc_attach replays
+ * before its answer). Without a sink the answer is left in `b`. `r` stays the caller's.
  */
 asp_serve_result asp_local_serve(asp_local_conn *c, asp_request *r, asp_reply *b);
 

@@ -70,7 +70,8 @@ asp_status asp_error_set(asp_error *err, asp_status code, const char *path, cons
 asp_status asp_error_prefix(asp_error *err, asp_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* As asp_error_set, for an errno: maps it (DESIGN §3) and records it in sys_errno. */
+/* As asp_error_set, for an errno: maps it (docs/design.md, "Operations") and records
+ * it in sys_errno. */
 asp_status asp_error_errno(asp_error *err, int errnum, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

@@ -1,8 +1,9 @@
 /*
- * The tools layer (DESIGN §8): the tools a coding agent calls — bash, read, write, edit,
- * glob, grep, ls, apply_patch — with the arguments, output formats and error texts models
- * are trained on, built on the client API so they work over every transport. Bindings
- * (`asp mcp`, `asp tool`) only expose them. docs/tools.md describes each tool.
+ * The tools layer (docs/design.md, "The tools layer and the MCP binding"): the tools a
+ * coding agent calls — bash, exec_command and write_stdin, read, write, edit, glob, grep,
+ * ls, apply_patch — with the arguments, output formats and error texts models are trained
+ * on, built on the client API so they work over every transport. Bindings (`asp mcp`,
+ * `asp tool`) only expose them. docs/tools.md describes each tool.
  *
  * Threads: one asp_tools may be called from many threads at once.
  */

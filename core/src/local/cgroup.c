@@ -1,6 +1,6 @@
 /* The responder's own cgroup v2 child: every command is born in it; cgroup.kill ends all. */
 #include "cgroup.h"
-#include "spawn_util.h"
+#include "thread.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -104,6 +105,8 @@ CHILD_CODE __attribute__((noreturn)) static void child_main(void *p)
 	for (int i = 0; i < 3; i++)
 		if (syscall(SYS_dup3, s->fds[i], i, 0) < 0) /* the fds are > 2: never equal */
 			child_fail(a, errno);
+	if (s->ctty && syscall(SYS_ioctl, 0, TIOCSCTTY, 0) != 0) /* a session leader now */
+		child_fail(a, errno);
 	/* Nothing but 0-2 for the command (closefrom in posix_spawn terms). */
 	if (syscall(SYS_close_range, 3, ~0U, 0) != 0)
 		for (int fd = 3; fd < 65536; fd++)

@@ -17,6 +17,7 @@ typedef struct local_clone_spec {
 	char *const *envp;
 	const char *cwd;  /* NULL: ours */
 	int fds[3];       /* become the child's 0, 1, 2 (all > 2) */
+	bool ctty;        /* fd 0 (a terminal) becomes its controlling terminal */
 	const int *deflt; /* signals set to SIG_DFL whatever their disposition */
 	size_t ndeflt;
 } local_clone_spec;

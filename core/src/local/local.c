@@ -124,7 +124,7 @@ asp_status local_hello(asp_local *l, bool streaming, bool follow, asp_hello_resu
 	r->arch = arena_str(a, l->arch);
 	r->cwd = arena_str(a, cwd);
 	r->max_message = l->max_message;
-	const char **features = asp_arena_alloc(a, 4 * sizeof *features);
+	const char **features = asp_arena_alloc(a, 5 * sizeof *features);
 	if (!features)
 		return local_oom("hello", err);
 	size_t nf = 0;
@@ -133,6 +133,8 @@ asp_status local_hello(asp_local *l, bool streaming, bool follow, asp_hello_resu
 		features[nf++] = "follow";
 	if (streaming && l->shared)
 		features[nf++] = "reattach";
+	if (streaming && local_stream_ops.proc_resize)
+		features[nf++] = "pty"; /* spawn's tty: posix_openpt is POSIX, always here */
 	if (asp_local_ops.grep)
 		features[nf++] = local_grep_dialect();
 	r->has_features = true;

@@ -37,14 +37,14 @@ extern const asp_ops asp_local_ops;
 extern const asp_ops asp_local_conn_ops;
 
 /*
- * Serves one request read from a connection with a sink: runs it with
- * asp_local_conn_ops, sends the response through the sink, and only then lets the
- * processes it spawned or attached send notifications (DESIGN §3: the spawn response
- * comes before the process's first notification; proc_attach replays before its
- * response and live output follows it). `out` is the caller's reusable scratch buffer.
- * 1: sent; 0: the sink failed (the connection is gone); -1: out of memory, nothing sent
- * (the server should close the connection). Servers use this rather than asp_dispatch
- * plus their own write; a connection without a sink uses asp_dispatch and answers itself.
+ * Serves one request read from a connection with a sink: runs it with asp_local_conn_ops,
+ * sends the response through the sink, and only then lets the processes it spawned or
+ * attached send notifications (docs/design.md, "Operations": the spawn response comes
+ * before the process's first notification; proc_attach replays before its response and
+ * live output follows it). `out` is the caller's reusable scratch buffer. 1: sent; 0: the
+ * sink failed (the connection is gone); -1: out of memory, nothing sent (the server
+ * should close the connection). Servers use this rather than asp_dispatch plus their own
+ * write; a connection without a sink uses asp_dispatch and answers itself.
  */
 struct asp_msg;
 struct asp_buf;

@@ -218,6 +218,7 @@ const asp_ops local_stream_ops = {
     .spawn = asp_local_spawn,
     .proc_write = asp_local_proc_write,
     .proc_signal = asp_local_proc_signal,
+    .proc_resize = asp_local_proc_resize,
     .proc_wait = asp_local_proc_wait,
     .proc_list = asp_local_proc_list,
     .proc_attach = asp_local_proc_attach,

@@ -79,7 +79,7 @@ const char *local_grep_dialect(void);
 /* ---- time, for exec and the pumps of spawned processes --------------------------- */
 
 #define NS_PER_MS     1000000ull
-#define KILL_GRACE_NS (2000ull * NS_PER_MS) /* DESIGN: KILL 2 s after TERM */
+#define KILL_GRACE_NS (2000ull * NS_PER_MS) /* KILL 2 s after TERM (design.md, "Operations") */
 /* After the KILL, pipes still open belong to processes that left the group (setsid):
  * stop waiting for them. */
 #define GIVE_UP_NS     (500ull * NS_PER_MS)

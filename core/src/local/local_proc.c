@@ -3,6 +3,7 @@
  * proc_signal, proc_wait, proc_list, proc_attach; and the shutdown that ends them all.
  */
 #include "local_proc.h"
+#include "pty.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -154,8 +155,17 @@ asp_status asp_local_spawn(void *self, const asp_spawn_params *p, asp_spawn_resu
 	asp_local_conn *c = self;
 	asp_local *l = c->l;
 	r->proc = 0;
-	local_child_spec spec = {"spawn", p->command, p->has_argv, p->argv,
-	                         p->cwd,  p->has_env, p->env};
+	local_child_spec spec = {"spawn",    p->command, p->has_argv, p->argv, p->cwd,
+	                         p->has_env, p->env,     false,       p->tty};
+	if (p->tty) {
+		asp_status st = asp_check_tty_size("spawn", p->tty->rows, p->tty->cols, err);
+		if (st != ASP_OK)
+			return st;
+		if (p->tty->term && (!p->tty->term[0] || strlen(p->tty->term) > 128))
+			return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+			                     "spawn: tty.term must be 1 to 128 bytes, got %zu",
+			                     strlen(p->tty->term));
+	}
 	local_proc *pr = calloc(1, sizeof *pr);
 	local_sub *sub = c->has_sink ? local_sub_new(c) : NULL;
 	if (!pr || (c->has_sink && !sub)) {
@@ -209,8 +219,14 @@ asp_status asp_local_spawn(void *self, const asp_spawn_params *p, asp_spawn_resu
 	/* stdin is the requests' to feed, without blocking a thread for ever. */
 	pr->in_fd = pr->child.in_fd;
 	pr->child.in_fd = -1;
+	pr->tty = pr->child.tty;
 	fcntl(pr->in_fd, F_SETFL, fcntl(pr->in_fd, F_GETFL) | O_NONBLOCK);
-	if (p->stdin_eof) { /* nothing to send: saves the caller a proc_write(eof) */
+	if (p->stdin_eof && pr->tty) { /* a terminal is not closed: see proc_write */
+		unsigned char veof = local_pty_veof(pr->in_fd);
+		ssize_t w = write(pr->in_fd, &veof, 1);
+		(void)w; /* an empty terminal's input always takes one byte */
+		pr->stdin_eof = true;
+	} else if (p->stdin_eof) { /* nothing to send: saves the caller a proc_write(eof) */
 		close(pr->in_fd);
 		pr->in_fd = -1;
 		pr->stdin_eof = true;
@@ -357,7 +373,27 @@ asp_status asp_local_proc_write(void *self, const asp_proc_write_params *p,
 		break;
 	}
 	local_pipe_guard_off(&guard, epipe);
-	if (p->eof) { /* even after a failed write: the caller asked for the end */
+	if (p->eof && pr->tty) {
+		/* A terminal has no end of input to close: its EOF character ends a reading
+		 * program's input, as Ctrl-D typed by a person does; the master stays open
+		 * for proc_resize and the output. */
+		unsigned char veof = local_pty_veof(pr->in_fd);
+		struct pollfd pfd = {pr->in_fd, POLLOUT, 0};
+		while (st == ASP_OK && write(pr->in_fd, &veof, 1) != 1) {
+			if (errno != EAGAIN && errno != EINTR) {
+				st = asp_error_errno(
+				    err, errno, NULL,
+				    "proc_write: cannot type EOF into process %llu's "
+				    "terminal",
+				    (unsigned long long)p->proc);
+				break;
+			}
+			if (proc_finished(pr))
+				break;
+			poll(&pfd, 1, STDIN_SLICE_MS);
+		}
+		pr->stdin_eof = true;
+	} else if (p->eof) { /* even after a failed write: the caller asked for the end */
 		close(pr->in_fd);
 		pr->in_fd = -1;
 		pr->stdin_eof = true;
@@ -391,8 +427,9 @@ asp_status asp_local_proc_signal(void *self, const asp_proc_signal_params *p,
 	if (!pr)
 		return err->code;
 	pthread_mutex_lock(&pr->mu);
-	/* KILL reaches what left the group too (DESIGN §5); the others go to the group, as
-	 * sshd does. Finished: a no-op (DESIGN §3). */
+	/* KILL reaches what left the group too (docs/design.md,
+	 * "Concurrency and lifetime"); the others go to the group, as sshd does.
+	 * Finished: a no-op (docs/design.md, "Operations"). */
 	if (!pr->reaped && sig == SIGKILL)
 		local_child_signal_tree(&pr->child, sig);
 	else if (!pr->reaped)
@@ -400,6 +437,41 @@ asp_status asp_local_proc_signal(void *self, const asp_proc_signal_params *p,
 	pthread_mutex_unlock(&pr->mu);
 	local_proc_unref(pr);
 	return ASP_OK;
+}
+
+/* ---- proc_resize ------------------------------------------------------------------ */
+
+asp_status asp_local_proc_resize(void *self, const asp_proc_resize_params *p,
+                                 asp_proc_resize_result *r, asp_arena *a, asp_error *err)
+{
+	(void)a;
+	(void)r;
+	asp_local_conn *c = self;
+	asp_status st = asp_check_tty_size("proc_resize", p->rows, p->cols, err);
+	if (st != ASP_OK)
+		return st;
+	local_proc *pr = local_proc_find(c->l, p->proc, "proc_resize", err);
+	if (!pr)
+		return err->code;
+	pthread_mutex_lock(&pr->in_mu);
+	if (!pr->tty) {
+		st = asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                   "proc_resize: process %llu has no terminal (spawn it with tty)",
+		                   (unsigned long long)p->proc);
+	} else if (pr->in_fd < 0 || proc_finished(pr)) {
+		st = asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                   "proc_resize: process %llu has finished: its terminal is gone",
+		                   (unsigned long long)p->proc);
+	} else {
+		int e = local_pty_resize(pr->in_fd, p->rows, p->cols);
+		if (e)
+			st = asp_error_errno(err, e, NULL,
+			                     "proc_resize: cannot resize process %llu's terminal",
+			                     (unsigned long long)p->proc);
+	}
+	pthread_mutex_unlock(&pr->in_mu);
+	local_proc_unref(pr);
+	return st;
 }
 
 /* ---- proc_wait -------------------------------------------------------------------- */

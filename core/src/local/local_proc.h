@@ -35,7 +35,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#define PROC_RING_BYTES   (1024u * 1024u) /* DESIGN §3: the last 1 MiB of each stream */
+#define PROC_RING_BYTES   (1024u * 1024u) /* the last 1 MiB of each stream */
 #define PROC_KEEP_DONE    64              /* finished processes retained */
 #define PROC_CHUNK        (64u * 1024u)   /* bytes read, and sent, at most at a time */
 #define PROC_STREAM_COUNT 2               /* 0 stdout, 1 stderr */
@@ -90,8 +90,10 @@ struct local_proc {
 	local_sub *subs;
 
 	pthread_mutex_t in_mu; /* one proc_write at a time; in_fd and stdin_eof */
-	int in_fd;             /* non-blocking write end of its stdin; -1 after eof */
+	int in_fd;             /* non-blocking write end of its stdin; -1 after eof; tty: the
+	                        * terminal's master, kept open after eof (for proc_resize) */
 	bool stdin_eof;
+	bool tty; /* on a pseudo-terminal (child.tty): proc_resize works, eof types VEOF */
 };
 
 /* ---- the table (local_proc.c) ---- */
@@ -168,6 +170,8 @@ asp_status asp_local_proc_write(void *self, const asp_proc_write_params *p,
                                 asp_proc_write_result *r, asp_arena *a, asp_error *err);
 asp_status asp_local_proc_signal(void *self, const asp_proc_signal_params *p,
                                  asp_proc_signal_result *r, asp_arena *a, asp_error *err);
+asp_status asp_local_proc_resize(void *self, const asp_proc_resize_params *p,
+                                 asp_proc_resize_result *r, asp_arena *a, asp_error *err);
 asp_status asp_local_proc_wait(void *self, const asp_proc_wait_params *p, asp_proc_wait_result *r,
                                asp_arena *a, asp_error *err);
 asp_status asp_local_proc_list(void *self, const asp_proc_list_params *p, asp_proc_list_result *r,

@@ -6,6 +6,7 @@
  * and once the process is dead and its output at EOF, reaps it and sends `exit`.
  */
 #include "local_proc.h"
+#include "thread.h"
 
 #include <errno.h>
 #include <fcntl.h>

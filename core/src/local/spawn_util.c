@@ -4,8 +4,11 @@
  */
 #include "spawn_util.h"
 #include "asp/server.h"
+#include "asp/transport.h"
 #include "cgroup.h"
 #include "clone_into.h"
+#include "pty.h"
+#include "thread.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -800,18 +803,6 @@ static int reaper_setup(void)
 #endif
 }
 
-int local_thread_detached(void *(*fn)(void *), void *arg, size_t stack)
-{
-	pthread_t t;
-	pthread_attr_t at;
-	pthread_attr_init(&at);
-	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&at, stack);
-	int e = pthread_create(&t, &at, fn, arg);
-	pthread_attr_destroy(&at);
-	return e;
-}
-
 /* The reaper on a thread of its own. */
 static int reaper_thread_start(void)
 {
@@ -931,9 +922,12 @@ void asp_local_reaper_finish(void)
 static const int reset_signals[] = {SIGPIPE, SIGINT,  SIGQUIT, SIGTERM, SIGHUP,  SIGCHLD, SIGUSR1,
                                     SIGUSR2, SIGALRM, SIGTSTP, SIGTTIN, SIGTTOU, SIGXFSZ};
 
-/* posix_spawn(p) with the child in its own session, the three pipes, the request's cwd. */
+/*
+ * posix_spawn(p) with the child in its own session, the three pipes (or the terminal at
+ * tty_path), the request's cwd.
+ */
 static int start_posix(const local_child_spec *s, const char *prog, bool search, char **argv,
-                       char **envp, const int fds[3], pid_t *pid)
+                       char **envp, const int fds[3], const char *tty_path, pid_t *pid)
 {
 	posix_spawnattr_t attr;
 	posix_spawn_file_actions_t fa;
@@ -951,8 +945,16 @@ static int start_posix(const local_child_spec *s, const char *prog, bool search,
 	int fa_rc = 0;
 	if (s->cwd)
 		fa_rc |= posix_spawn_file_actions_addchdir_np(&fa, s->cwd);
-	for (int i = 0; i < 3; i++)
-		fa_rc |= posix_spawn_file_actions_adddup2(&fa, fds[i], i);
+	if (tty_path) {
+		/* Opened in the child after its setsid (which posix_spawn does before the file
+		 * actions) and without O_NOCTTY, the terminal becomes its controlling one. */
+		fa_rc |= posix_spawn_file_actions_addopen(&fa, 0, tty_path, O_RDWR, 0);
+		fa_rc |= posix_spawn_file_actions_adddup2(&fa, 0, 1);
+		fa_rc |= posix_spawn_file_actions_adddup2(&fa, 0, 2);
+	} else {
+		for (int i = 0; i < 3; i++)
+			fa_rc |= posix_spawn_file_actions_adddup2(&fa, fds[i], i);
+	}
 #ifdef HAVE_ADDCLOSEFROM
 	fa_rc |= posix_spawn_file_actions_addclosefrom_np(&fa, 3);
 #else
@@ -1052,6 +1054,7 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 	c->pid = -1;
 	c->job = 0;
 	c->cg = 0;
+	c->tty = false;
 	c->pidfd = c->in_fd = c->out_fd = c->err_fd = c->out_w = c->err_w = -1;
 	asp_status st = validate(s, err);
 	if (st != ASP_OK)
@@ -1067,6 +1070,9 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 	uint64_t job = atomic_fetch_add(&next_job, 1) + 1;
 	job_entry(marker, sizeof marker, getpid(), job);
 	int in[2] = {-1, -1}, out[2] = {-1, -1}, errp[2] = {-1, -1};
+	int pty_m = -1, pty_m2 = -1, pty_s = -1; /* tty: master, its dup, slave */
+	char pty_path[64];
+	asp_strmap_entry *tty_env = NULL;
 	int rc = 0;
 
 	if (s->has_argv) {
@@ -1079,7 +1085,18 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 		prog = argv[0];
 		search = strchr(prog, '/') == NULL;
 	}
-	envp = build_env(s->has_env ? &s->env : NULL, marker, &env_block);
+	asp_strmap env = s->has_env ? s->env : (asp_strmap){NULL, 0};
+	if (s->tty) { /* TERM after the request's entries: a later duplicate wins */
+		tty_env = malloc((env.count + 1) * sizeof *tty_env);
+		if (!tty_env)
+			goto oom;
+		if (env.count)
+			memcpy(tty_env, env.items, env.count * sizeof *tty_env);
+		tty_env[env.count].key = "TERM";
+		tty_env[env.count].value = s->tty->term ? s->tty->term : ASP_TTY_TERM_DEFAULT;
+		env = (asp_strmap){tty_env, env.count + 1};
+	}
+	envp = build_env(env.count ? &env : NULL, marker, &env_block);
 	if (!envp)
 		goto oom;
 	if (s->has_env) {
@@ -1096,7 +1113,17 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 			search = false;
 		}
 	}
-	if (make_pipe(in) < 0 || make_pipe(out) < 0 || make_pipe(errp) < 0) {
+	if (s->tty) {
+		rc = local_pty_open(s->tty->rows, s->tty->cols, &pty_m, &pty_s, pty_path,
+		                    sizeof pty_path);
+		if (!rc && (pty_m2 = fcntl(pty_m, F_DUPFD_CLOEXEC, 3)) < 0)
+			rc = errno;
+		if (rc) {
+			st = asp_error_errno(err, rc, NULL, "%s: cannot open a pseudo-terminal",
+			                     s->op);
+			goto out;
+		}
+	} else if (make_pipe(in) < 0 || make_pipe(out) < 0 || make_pipe(errp) < 0) {
 		st = asp_error_errno(err, errno, NULL, "%s: cannot create pipes", s->op);
 		goto out;
 	}
@@ -1106,6 +1133,8 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 	char **progs = NULL;
 	int cg_fd = jobcg_on() ? take_job_cgroup(search ? NULL : prog, prog, &progs, &cg) : -1;
 	int fds[3] = {in[0], out[1], errp[1]};
+	if (s->tty)
+		fds[0] = fds[1] = fds[2] = pty_s;
 	/*
 	 * A reaper on a thread of its own sees the child as soon as it exits: held across the
 	 * start, so the child is listed before that reaper can look and it never takes its
@@ -1122,6 +1151,7 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 		                       envp,
 		                       s->cwd,
 		                       {fds[0], fds[1], fds[2]},
+		                       s->tty != NULL,
 		                       reset_signals,
 		                       sizeof reset_signals / sizeof *reset_signals};
 		bool clone_failed = false;
@@ -1135,7 +1165,7 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 		}
 	}
 	if (!started)
-		rc = start_posix(s, prog, search, argv, envp, fds, &pid);
+		rc = start_posix(s, prog, search, argv, envp, fds, s->tty ? pty_path : NULL, &pid);
 	if (reaping)
 		reaper_own(held, rc ? -1 : pid);
 	if (reaping && !rc && !atomic_exchange(&reaper.armed, true))
@@ -1151,16 +1181,25 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 	c->pid = pid;
 	c->job = job;
 	c->cg = cg;
-	c->in_fd = in[1];
-	c->out_fd = out[0];
-	c->err_fd = errp[0];
-	close(in[0]);
-	if (s->hold_outputs) {
-		c->out_w = out[1];
-		c->err_w = errp[1];
+	if (s->tty) {
+		/* Our slave closes below, so the master's EOF is the child's (and what it
+		 * started on the terminal): nothing to hold. */
+		c->tty = true;
+		c->in_fd = pty_m;
+		c->out_fd = pty_m2;
+		pty_m = pty_m2 = -1;
 	} else {
-		close(out[1]);
-		close(errp[1]);
+		c->in_fd = in[1];
+		c->out_fd = out[0];
+		c->err_fd = errp[0];
+		close(in[0]);
+		if (s->hold_outputs) {
+			c->out_w = out[1];
+			c->err_w = errp[1];
+		} else {
+			close(out[1]);
+			close(errp[1]);
+		}
 	}
 	in[0] = in[1] = out[0] = out[1] = errp[0] = errp[1] = -1;
 	if (c->pidfd < 0 && atomic_load_explicit(&pidfd_state, memory_order_relaxed) >= 0) {
@@ -1178,6 +1217,11 @@ out:
 	close_pair(in);
 	close_pair(out);
 	close_pair(errp);
+	int ptys[] = {pty_m, pty_m2, pty_s};
+	for (size_t i = 0; i < sizeof ptys / sizeof *ptys; i++)
+		if (ptys[i] >= 0)
+			close(ptys[i]);
+	free(tty_env);
 	free(found);
 	free(env_block);
 	free(argv_block);

@@ -25,18 +25,23 @@ typedef struct local_child_spec {
 	/* keep our copies of stdout's and stderr's write ends (out_w, err_w) until
 	 * local_child_release_outputs, so their EOF comes only after that */
 	bool hold_outputs;
+	/* NULL, or a pseudo-terminal of this size for stdin, stdout and stderr, which is also
+	 * the child's controlling terminal; TERM is set to its term (hold_outputs unused) */
+	const asp_tty *tty;
 } local_child_spec;
 
 typedef struct local_child {
 	pid_t pid;    /* also its session and process group id */
 	uint64_t job; /* its environment's ASP_JOB=<our pid>.<job> marks all it starts */
 	int pidfd;    /* readable once the child exited; -1 where the kernel has no pidfd */
-	int in_fd;    /* write end of its stdin (close-on-exec, blocking) */
-	int out_fd;   /* read end of its stdout (close-on-exec, blocking) */
-	int err_fd;   /* read end of its stderr (close-on-exec, blocking) */
+	int in_fd;    /* write end of its stdin (close-on-exec, blocking); tty: the master */
+	int out_fd;   /* read end of its stdout (close-on-exec, blocking); tty: the master
+	               * again (a dup, non-blocking: one open file for both) */
+	int err_fd;   /* read end of its stderr (close-on-exec, blocking); tty: -1 */
 	int out_w;    /* with hold_outputs: our copy of stdout's write end, else -1 */
 	int err_w;    /* the same for stderr */
 	unsigned cg;  /* the job cgroup it was born in (cgroup.h), 0 for none */
+	bool tty;     /* it runs on a pseudo-terminal (in_fd, out_fd: its master) */
 } local_child;
 
 /*
@@ -100,9 +105,5 @@ typedef struct local_pipe_guard {
 
 void local_pipe_guard_on(local_pipe_guard *g);
 void local_pipe_guard_off(local_pipe_guard *g, bool epipe);
-
-/* Starts fn(arg) on a detached thread with a stack of `stack` bytes: pthread_create's 0 or
- * error. */
-int local_thread_detached(void *(*fn)(void *), void *arg, size_t stack);
 
 #endif

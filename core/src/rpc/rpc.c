@@ -253,8 +253,9 @@ void asp_rpc_close(asp_rpc *rpc)
 
 /*
  * Hands the frame to the caller waiting for `id`. A late answer to a call that timed out
- * is dropped; false when no call of this connection has that id (DESIGN §5: the
- * responder is confused, or not ours), with the frame freed and `err` set.
+ * is dropped; false when no call of this connection has that id (docs/design.md,
+ * "Faults and budgets": the responder is confused, or not ours), with the frame freed and
+ * `err` set.
  */
 static bool deliver_locked(asp_rpc *rpc, uint32_t id, uint8_t *m, size_t len, asp_error *err)
 {
@@ -960,12 +961,13 @@ asp_status asp_rpc_call(asp_rpc *rpc, asp_op_id op, const void *params, void *re
 }
 
 /*
- * Waits for the answer to `id` (DESIGN §4, docs/faults.md). `timeout_ms` set: that
- * deadline only. Else the deadline is call_timeout_ms plus the op's own limit; missing
- * it fails the call with timeout and makes the connection suspect, and a second miss
- * while suspect (no answer came in between) closes it. A call without a limit of its own
- * probes the responder every call_timeout_ms instead and closes the connection when the
- * probe is not answered. Returns the waiter's status (mu not held).
+ * Waits for the answer to `id` (docs/design.md, ".asp.json", docs/faults.md).
+ * `timeout_ms` set: that deadline only. Else the deadline is call_timeout_ms plus the
+ * op's own limit; missing it fails the call with timeout and makes the connection
+ * suspect, and a second miss while suspect (no answer came in between) closes it. A call
+ * without a limit of its own probes the responder every call_timeout_ms instead and
+ * closes the connection when the probe is not answered. Returns the waiter's status (mu
+ * not held).
  */
 static asp_status await(asp_rpc *rpc, const asp_op_desc *d, const void *params, waiter *w,
                         uint32_t id, unsigned timeout_ms, asp_error *err)

@@ -1,7 +1,8 @@
 /*
- * A frame channel over byte callbacks (asp_stream_channel_new): the framing of DESIGN
- * §2 on top of a stream the core cannot poll. Reads are buffered so that small
- * pipelined frames take one read; a large body is read straight into its own buffer.
+ * A frame channel over byte callbacks (asp_stream_channel_new): the framing of
+ * docs/design.md, "Wire format", on top of a stream the core cannot poll. Reads are
+ * buffered so that small pipelined frames take one read; a large body is read straight
+ * into its own buffer.
  */
 #include "channel.h"
 

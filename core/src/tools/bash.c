@@ -17,8 +17,6 @@
  */
 #define HEAD_KEEP (64u << 10)
 #define TAIL_KEEP (64u << 10)
-/* Unread output of a background command beyond this is dropped from the front. */
-#define BG_UNREAD_MAX (8u << 20)
 /* After a kill, how long to wait for the exit before giving up on it. */
 #define KILL_WAIT_MS 15000
 /* Slack over the command's own timeout (the responder enforces that one). */
@@ -209,16 +207,8 @@ static bool fg_wait(fg_run *f, const struct timespec *until, bool stop_on_cancel
 
 static void kill_group(asp_tools *t, uint64_t proc)
 {
-	asp_arena *a = asp_arena_new();
-	asp_proc_signal_params p;
-	asp_proc_signal_params_init(&p);
-	p.proc = proc;
-	p.signal = "KILL";
-	asp_proc_signal_result r;
 	asp_error err;
-	if (a)
-		asp_proc_signal(t->c, &p, &r, a, &err);
-	asp_arena_free(a);
+	tools_proc_signal(t, proc, "KILL", &err);
 }
 
 static asp_status start_shell(asp_tools *t, const char *script, uint64_t timeout, const char *tag,
@@ -361,123 +351,31 @@ out:
 
 /* --- background -------------------------------------------------------------------------- */
 
-typedef struct bg_shell {
-	struct bg_shell *next;
-	asp_tools *t;
-	uint64_t proc;
-	tbuf unread;
-	uint64_t dropped; /* unread bytes dropped for BG_UNREAD_MAX */
-	uint64_t offset;  /* bytes of stdout seen */
-	bool following;   /* a subscription is live */
-	bool done;
-	int64_t exit_code;
-	char signal[16];
-	bool timed_out;
-} bg_shell;
-
-static void bg_output(void *user, uint64_t proc, asp_stream stream, uint64_t offset,
-                      const uint8_t *data, size_t len)
-{
-	(void)proc;
-	bg_shell *b = user;
-	if (stream != ASP_STREAM_STDOUT)
-		return;
-	pthread_mutex_lock(&b->t->mu);
-	if (offset + len > b->offset) {
-		/* a replay may repeat what was seen: keep only what is new */
-		size_t skip = offset < b->offset ? (size_t)(b->offset - offset) : 0;
-		tb_add(&b->unread, (const char *)data + skip, len - skip);
-		b->offset = offset + len;
-		if (b->unread.len > BG_UNREAD_MAX) {
-			size_t cut = b->unread.len - BG_UNREAD_MAX / 2;
-			memmove(b->unread.p, b->unread.p + cut, b->unread.len - cut + 1);
-			b->unread.len -= cut;
-			b->dropped += cut;
-		}
-	}
-	pthread_mutex_unlock(&b->t->mu);
-}
-
-static void bg_exit(void *user, const asp_exit_event *ev)
-{
-	bg_shell *b = user;
-	pthread_mutex_lock(&b->t->mu);
-	b->done = true;
-	b->following = false;
-	b->exit_code = ev->exit_code;
-	snprintf(b->signal, sizeof b->signal, "%s", ev->signal ? ev->signal : "");
-	b->timed_out = ev->timed_out;
-	pthread_mutex_unlock(&b->t->mu);
-}
-
-static void bg_lost(void *user, uint64_t proc, const asp_error *err)
-{
-	(void)proc, (void)err;
-	bg_shell *b = user;
-	pthread_mutex_lock(&b->t->mu);
-	b->following = false;
-	pthread_mutex_unlock(&b->t->mu);
-}
-
-static const asp_proc_callbacks bg_cb = {
-    .on_output = bg_output, .on_exit = bg_exit, .on_lost = bg_lost};
-
-static bg_shell *bg_find(asp_tools *t, uint64_t proc)
-{
-	for (bg_shell *b = t->bg; b; b = b->next)
-		if (b->proc == proc)
-			return b;
-	return NULL;
-}
-
-void tools_bg_free(asp_tools *t)
-{
-	pthread_mutex_lock(&t->mu);
-	bg_shell *list = t->bg;
-	t->bg = NULL;
-	pthread_mutex_unlock(&t->mu);
-	/* detach outside the lock: a callback in progress may be waiting for it */
-	for (bg_shell *b = list; b; b = b->next)
-		asp_proc_detach(t->c, b->proc);
-	while (list) {
-		bg_shell *n = list->next;
-		tb_free(&list->unread);
-		free(list);
-		list = n;
-	}
-}
-
+/* A background run is an entry of the tools handle's table of running commands (procs.c). */
 static bool bash_background(asp_tools *t, const char *command, tresult *r)
 {
 	char *script = shell_script(command);
-	bg_shell *b = calloc(1, sizeof *b);
-	if (!script || !b) {
-		free(script);
-		free(b);
+	if (!script)
 		return tools_fail(r, "Error: out of memory.");
-	}
-	b->t = t;
-	b->following = true;
+	static const char *const shells[] = {"bash", "/bin/sh"};
 	asp_error err;
 	asp_error_clear(&err);
-	uint64_t proc;
-	/*
-	 * Not under t->mu: the reader thread that must deliver the spawn's answer may be
-	 * waiting for that lock in another shell's callback. Callbacks reach `b` through their
-	 * user pointer, so linking it afterwards is safe.
-	 */
-	asp_status st =
-	    start_shell(t, script, 0, "asp-tools bash (background)", &bg_cb, b, &proc, &err);
-	if (st == ASP_OK) {
-		pthread_mutex_lock(&t->mu);
-		b->proc = proc;
-		b->next = t->bg;
-		t->bg = b;
-		pthread_mutex_unlock(&t->mu);
+	asp_status st = ASP_E_INTERNAL;
+	tools_proc *p = NULL;
+	for (size_t i = 0; i < 2; i++) {
+		const char *argv[] = {shells[i], "-c", script};
+		asp_spawn_params sp;
+		asp_spawn_params_init(&sp);
+		sp.has_argv = true;
+		sp.argv.items = argv;
+		sp.argv.count = 3;
+		sp.tag = "asp-tools bash (background)";
+		st = tools_proc_spawn(t, &sp, false, &p, &err);
+		if (st != ASP_E_NOT_FOUND)
+			break;
 	}
 	free(script);
 	if (st != ASP_OK) {
-		free(b);
 		if (st == ASP_E_UNSUPPORTED)
 			return tools_fail(r,
 			                  "Error: this sandbox's transport cannot run background "
@@ -487,7 +385,8 @@ static bool bash_background(asp_tools *t, const char *command, tresult *r)
 	tb_printf(&r->text,
 	          "Command running in the background with ID: bash_%" PRIu64
 	          "\nUse bash_output with this bash_id to read its output, kill_bash to stop it.",
-	          proc);
+	          p->proc);
+	tools_proc_put(p);
 	return true;
 }
 
@@ -554,73 +453,40 @@ bool tool_bash_output(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *
 	uint64_t proc;
 	if (!arg_bash_id(r, args, &proc))
 		return false;
-	pthread_mutex_lock(&t->mu);
-	bg_shell *b = bg_find(t, proc);
-	bool follow = !b || (!b->following && !b->done);
-	if (!b) {
-		/* started by another client (another `asp tool`, a reconnect): follow from the
-		 * start */
-		b = calloc(1, sizeof *b);
-		if (b) {
-			b->t = t;
-			b->proc = proc;
-			b->next = t->bg;
-			t->bg = b;
-		}
-	}
-	uint64_t offset = b ? b->offset : 0;
-	pthread_mutex_unlock(&t->mu);
-	if (!b)
-		return tools_fail(r, "Error: out of memory.");
-	if (follow) {
-		/* attach replays what the responder holds from `offset` before it returns */
-		asp_proc_attach_params p;
-		asp_proc_attach_params_init(&p);
-		p.proc = proc;
-		p.stdout_offset = offset;
-		asp_error err;
-		asp_status st = asp_proc_attach_start(t->c, &p, &bg_cb, b, &err);
-		if (st == ASP_OK) {
-			pthread_mutex_lock(&t->mu);
-			if (!b->done)
-				b->following = true;
-			pthread_mutex_unlock(&t->mu);
-		} else if (st == ASP_E_NOT_FOUND) {
-			return tools_fail(r,
-			                  "Error: no background shell bash_%" PRIu64
-			                  " in the sandbox (finished long ago, or never started).",
-			                  proc);
-		} else if (st != ASP_E_INVALID_ARGUMENT) {
-			return tools_fail_asp(r, &err, "following the background command", "");
-		}
-	}
-	pthread_mutex_lock(&t->mu);
-	keep kp = {0};
-	if (b->dropped)
+	tools_proc *p;
+	asp_error err;
+	asp_status st = tools_proc_get(t, proc, false, &p, &err);
+	if (st == ASP_E_NOT_FOUND)
+		return tools_fail(r,
+		                  "Error: no background shell bash_%" PRIu64
+		                  " in the sandbox (finished long ago, or never started).",
+		                  proc);
+	if (st != ASP_OK)
+		return tools_fail_asp(r, &err, "following the background command", "");
+	tbuf out = {0};
+	tools_proc_state ps;
+	tools_proc_take(p, &out, &ps);
+	tools_proc_put(p);
+	if (ps.dropped)
 		tb_printf(&r->text, "[%" PRIu64 " earlier bytes of output were dropped]\n",
-		          b->dropped);
-	keep_add(&kp, (const uint8_t *)(b->unread.p ? b->unread.p : ""), b->unread.len);
-	b->unread.len = 0;
-	b->dropped = 0;
-	bool done = b->done;
-	int64_t code = b->exit_code;
-	char sig[16];
-	snprintf(sig, sizeof sig, "%s", b->signal);
-	bool timed_out = b->timed_out;
-	pthread_mutex_unlock(&t->mu);
+		          ps.dropped);
+	keep kp = {0};
+	keep_add(&kp, (const uint8_t *)(out.p ? out.p : ""), out.len);
+	tb_free(&out);
 	keep_render(&kp, &r->text);
 	trim_newlines(&r->text);
 	keep_free(&kp);
 	if (!r->text.len)
 		tb_puts(&r->text, "(no new output)");
-	if (!done)
+	if (!ps.done)
 		tb_puts(&r->text, "\n<status>running</status>");
-	else if (timed_out)
+	else if (ps.timed_out)
 		tb_puts(&r->text, "\n<status>timed out and killed</status>");
-	else if (sig[0])
-		tb_printf(&r->text, "\n<status>killed by signal %s</status>", sig);
+	else if (ps.signal[0])
+		tb_printf(&r->text, "\n<status>killed by signal %s</status>", ps.signal);
 	else
-		tb_printf(&r->text, "\n<status>exited with code %" PRId64 "</status>", code);
+		tb_printf(&r->text, "\n<status>exited with code %" PRId64 "</status>",
+		          ps.exit_code);
 	return true;
 }
 
@@ -630,17 +496,8 @@ bool tool_kill_bash(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 	uint64_t proc;
 	if (!arg_bash_id(r, args, &proc))
 		return false;
-	asp_arena *a = asp_arena_new();
-	if (!a)
-		return tools_fail(r, "Error: out of memory.");
-	asp_proc_signal_params p;
-	asp_proc_signal_params_init(&p);
-	p.proc = proc;
-	p.signal = "KILL";
-	asp_proc_signal_result res;
 	asp_error err;
-	asp_status st = asp_proc_signal(t->c, &p, &res, a, &err);
-	asp_arena_free(a);
+	asp_status st = tools_proc_signal(t, proc, "KILL", &err);
 	if (st == ASP_E_NOT_FOUND)
 		return tools_fail(r, "Error: no background shell bash_%" PRIu64 " in the sandbox.",
 		                  proc);

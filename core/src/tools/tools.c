@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* --- text buffers ------------------------------------------------------------------------ */
 
@@ -318,6 +319,11 @@ asp_status asp_tools_new(asp_client *c, asp_tools **out, asp_error *err)
 	}
 	t->c = c;
 	pthread_mutex_init(&t->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&t->cv, &ca);
+	pthread_condattr_destroy(&ca);
 	asp_hello_params hp;
 	asp_hello_params_init(&hp);
 	hp.client = "asp-tools";
@@ -345,8 +351,10 @@ asp_status asp_tools_new(asp_client *c, asp_tools **out, asp_error *err)
 	for (size_t i = 0; t->ops && i < hr.ops.count; i++)
 		if ((t->ops[t->n_ops] = strdup(hr.ops.items[i])))
 			t->n_ops++;
-	for (size_t i = 0; hr.has_features && i < hr.features.count; i++)
+	for (size_t i = 0; hr.has_features && i < hr.features.count; i++) {
 		t->grep_ere = t->grep_ere || !strcmp(hr.features.items[i], "grep-ere");
+		t->pty = t->pty || !strcmp(hr.features.items[i], "pty");
+	}
 	asp_arena_free(a);
 	if (!t->base || !t->ops) {
 		asp_tools_free(t);
@@ -360,11 +368,12 @@ void asp_tools_free(asp_tools *t)
 {
 	if (!t)
 		return;
-	tools_bg_free(t);
+	tools_procs_free(t);
 	for (size_t i = 0; i < t->n_ops; i++)
 		free(t->ops[i]);
 	free(t->ops);
 	free(t->base);
+	pthread_cond_destroy(&t->cv);
 	pthread_mutex_destroy(&t->mu);
 	free(t);
 }
@@ -458,6 +467,31 @@ static const tool_entry tools_table[] = {
       "\"bash_id\":{\"type\":\"string\",\"description\":\"The id of the background shell to kill\"}},"
       "\"required\":[\"bash_id\"],\"additionalProperties\":false}"},
      tool_kill_bash},
+    {{"exec_command",
+      "Runs a command in a PTY, returning output or a session ID for ongoing interaction. "
+      "The command runs in the sandbox as `shell -lc cmd`; the call waits up to "
+      "yield_time_ms for it to finish. If it is still running, the answer carries a "
+      "session ID: use write_stdin to send it input (tty: true for programs that need a "
+      "terminal, such as REPLs) or to poll for more output.",
+      "{\"type\":\"object\",\"properties\":{"
+      "\"cmd\":{\"type\":\"string\",\"description\":\"Shell command to execute.\"},"
+      "\"workdir\":{\"type\":\"string\",\"description\":\"Working directory for the command. Defaults to the sandbox's working directory.\"},"
+      "\"shell\":{\"type\":\"string\",\"description\":\"Shell binary to launch. Defaults to bash (/bin/sh where the sandbox has no bash).\"},"
+      "\"login\":{\"type\":\"boolean\",\"description\":\"True runs the shell with -l/-i semantics; false disables them. Defaults to true.\"},"
+      "\"tty\":{\"type\":\"boolean\",\"description\":\"True allocates a PTY for the command; false or omitted uses plain pipes.\"},"
+      "\"yield_time_ms\":{\"type\":\"number\",\"description\":\"Wait before yielding output. Defaults to 10000 ms; effective range is 250-30000 ms.\"},"
+      "\"max_output_tokens\":{\"type\":\"number\",\"description\":\"Output token budget. Defaults to 10000 tokens.\"}},"
+      "\"required\":[\"cmd\"],\"additionalProperties\":false}"},
+     tool_exec_command},
+    {{"write_stdin",
+      "Writes characters to an existing unified exec session and returns recent output.",
+      "{\"type\":\"object\",\"properties\":{"
+      "\"session_id\":{\"type\":\"number\",\"description\":\"Identifier of the running unified exec session.\"},"
+      "\"chars\":{\"type\":\"string\",\"description\":\"Bytes to write to stdin. Defaults to empty, which polls without writing.\"},"
+      "\"yield_time_ms\":{\"type\":\"number\",\"description\":\"Wait before yielding output. Non-empty writes default to 250 ms and cap at 30000 ms; empty polls wait 5000-300000 ms.\"},"
+      "\"max_output_tokens\":{\"type\":\"number\",\"description\":\"Output token budget. Defaults to 10000 tokens.\"}},"
+      "\"required\":[\"session_id\"],\"additionalProperties\":false}"},
+     tool_write_stdin},
     {{"read",
       "Reads a file in the sandbox. Returns up to 2000 lines from the start (or from "
       "`offset`, a 1-based line number, `limit` lines), in cat -n format: the line number "
@@ -612,7 +646,7 @@ static size_t utf8_seq(const unsigned char *s, size_t n)
 }
 
 /* Texts go into JSON strings: invalid UTF-8 (binary output, a cut sequence) becomes U+FFFD. */
-static void utf8_fix(tbuf *b)
+void tools_utf8_fix(tbuf *b)
 {
 	size_t i = 0;
 	while (i < b->len && utf8_seq((const unsigned char *)b->p + i, b->len - i))
@@ -664,7 +698,7 @@ asp_status asp_tools_call(asp_tools *t, const char *name, const char *args_json,
 out:
 	json_decref(args);
 	*is_error = r.is_error;
-	utf8_fix(&r.text);
+	tools_utf8_fix(&r.text);
 	*result_text = tb_take(&r.text);
 	if (!*result_text)
 		return ASP_E_INTERNAL;

@@ -47,7 +47,7 @@ size_t tools_chars(const char *s, size_t n, size_t max, size_t *cut);
 /* Gives the text away (never NULL unless oom). */
 char *tb_take(tbuf *b);
 
-struct bg_shell;
+struct tools_proc;
 
 struct asp_tools {
 	asp_client *c;
@@ -55,8 +55,10 @@ struct asp_tools {
 	char **ops; /* the responder's ops from hello */
 	size_t n_ops;
 	bool grep_ere;      /* hello says the grep op speaks POSIX ERE (grep-ere), not PCRE2 */
-	pthread_mutex_t mu; /* guards the background shells */
-	struct bg_shell *bg;
+	bool pty;           /* hello lists the feature pty: spawn takes tty */
+	pthread_mutex_t mu; /* guards the table of running commands */
+	pthread_cond_t cv;  /* broadcast when a command in the table has output or ends */
+	struct tools_proc *procs;
 };
 
 struct asp_tools_cancel {
@@ -115,8 +117,74 @@ bool tool_glob(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k);
 bool tool_grep(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k);
 bool tool_apply_patch(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k);
 
-/* Frees the background shells' bookkeeping (bash.c). */
-void tools_bg_free(asp_tools *t);
+bool tool_exec_command(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k);
+bool tool_write_stdin(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k);
+
+/*
+ * The table of running commands (procs.c): bash's background runs and exec_command's
+ * sessions, one implementation. An entry is found by the responder's process handle, is
+ * fed by its subscription (stdout and stderr into one unread buffer, in arrival order)
+ * and stays until the handle is freed, except an exec_command session, which is over
+ * once its exit was shown (tools_proc_take) and later lookups treat as unknown.
+ */
+typedef struct tools_proc {
+	struct tools_proc *next;
+	asp_tools *t;
+	uint64_t proc;
+	bool tty;           /* runs on a terminal */
+	bool session;       /* an exec_command session */
+	bool reported;      /* a session whose exit was shown: unknown from now on */
+	unsigned busy;      /* calls using the entry: not pruned meanwhile */
+	tbuf unread;        /* output not yet shown */
+	uint64_t dropped;   /* unread bytes dropped from the front for the cap */
+	uint64_t offset[2]; /* bytes seen of stdout, stderr (where an attach resumes) */
+	bool following;     /* a subscription is live */
+	bool done;
+	int64_t exit_code;
+	char signal[16];
+	bool timed_out;
+} tools_proc;
+
+/* What tools_proc_take saw besides the output. */
+typedef struct tools_proc_state {
+	uint64_t dropped;
+	bool done, following, tty, timed_out;
+	int64_t exit_code;
+	char signal[16];
+} tools_proc_state;
+
+/* One tools_proc_wait's cancellation flag (the token's wake sets it). */
+typedef struct tools_proc_wait_state {
+	asp_tools *t;
+	bool cancelled;
+} tools_proc_wait_state;
+
+/* Spawns `sp` with the table's callbacks and enters it; *out is held (tools_proc_put it). */
+asp_status tools_proc_spawn(asp_tools *t, const asp_spawn_params *sp, bool session,
+                            tools_proc **out, asp_error *err);
+/*
+ * The entry for `proc`, held (tools_proc_put it). One this handle does not know (started by
+ * another client, or before a reconnect) is followed with proc_attach from the start;
+ * not_found when the responder does not know it either, or when it is a session that
+ * is over. `session`: one found that way is an exec_command session (write_stdin asks).
+ */
+asp_status tools_proc_get(asp_tools *t, uint64_t proc, bool session, tools_proc **out,
+                          asp_error *err);
+void tools_proc_put(tools_proc *p);
+/* Waits up to `ms` for the exit (or the subscription's loss); false when cancelled. */
+bool tools_proc_wait(tools_proc *p, uint64_t ms, asp_tools_cancel *k);
+/* Moves the unread output to `out` and reports the state. */
+void tools_proc_take(tools_proc *p, tbuf *out, tools_proc_state *st);
+asp_status tools_proc_write(asp_tools *t, uint64_t proc, const char *data, size_t len,
+                            asp_error *err);
+asp_status tools_proc_signal(asp_tools *t, uint64_t proc, const char *sig, asp_error *err);
+/* Codex's head and tail truncation of `s` to `max_tokens` (unified_exec.c), onto `out`. */
+void tools_codex_truncate(const char *s, size_t len, uint64_t max_tokens, tbuf *out);
+/* Replaces invalid UTF-8 in `b` by U+FFFD. */
+void tools_utf8_fix(tbuf *b);
+
+/* Frees the table (at asp_tools_free): the processes keep running. */
+void tools_procs_free(asp_tools *t);
 
 /* Shell-style glob match of `pattern` against a relative path: *, ?, [..], ** across dirs, {a,b}.
  */

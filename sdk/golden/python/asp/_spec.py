@@ -287,7 +287,7 @@ CONFIG_SCHEMA = (
     "{\n"
     "  \"$schema\": \"https://json-schema.org/draft/2020-12/schema\",\n"
     "  \"title\": \".asp.json\",\n"
-    "  \"description\": \"Tells a harness which sandbox runs its tools and over which transport (DESIGN.md section 4). Found at $ASP_CONFIG, else in the working directory or a parent. Validated strictly: unknown keys are errors. Secrets never need to be in the file: each has an *_env or *_file form. Relative local paths resolve against this file's directory; a leading ~/ expands to $HOME.\",\n"
+    "  \"description\": \"Tells a harness which sandbox runs its tools and over which transport (see the .asp.json section of docs/design.md). Found at $ASP_CONFIG, else in the working directory or a parent. Validated strictly: unknown keys are errors. Secrets never need to be in the file: each has an *_env or *_file form. Relative local paths resolve against this file's directory; a leading ~/ expands to $HOME.\",\n"
     "  \"type\": \"object\",\n"
     "  \"additionalProperties\": false,\n"
     "  \"required\": [\"version\", \"transport\"],\n"

@@ -102,6 +102,10 @@ class AioProcess:
         """Signals the process group (proc_signal)."""
         return await self._client.proc_signal(self.proc, signal)
 
+    async def resize(self, rows, cols):
+        """Sets the terminal's window size (proc_resize): for a process spawned with tty."""
+        return await self._client.proc_resize(self.proc, rows, cols)
+
     async def wait(self, timeout_ms=0):
         """Waits for the exit on the responder (proc_wait) and returns its result."""
         return await self._client.proc_wait(self.proc, timeout_ms=timeout_ms)
@@ -148,7 +152,7 @@ class AioClientBase(ClientBase):
     @classmethod
     async def from_config(cls, path=None):
         """A client for the sandbox ``.asp.json`` names, as ``asp.Client.from_config``."""
-        cfg = _config.load(path, cls._spec.CONFIG_SCHEMA, cls._spec.CONFIG_V0_SCHEMA)
+        cfg = _config.load(path)
         if cfg.transport == "stdio":
             c = await cls.stdio(cfg.stdio_command, cwd=cfg.cwd, env=cfg.env,
                                 timeout_ms=cfg.timeout_ms,

@@ -107,6 +107,10 @@ class Process:
         """Signals the process group (proc_signal)."""
         return self._client.proc_signal(self.proc, signal)
 
+    def resize(self, rows, cols):
+        """Sets the terminal's window size (proc_resize): for a process spawned with tty."""
+        return self._client.proc_resize(self.proc, rows, cols)
+
     def wait(self, timeout_ms=0):
         """Waits for the exit on the responder (proc_wait) and returns its result."""
         return self._client.proc_wait(self.proc, timeout_ms=timeout_ms)
@@ -168,7 +172,7 @@ class ClientBase:
     def from_config(cls, path=None):
         """A client for the sandbox ``.asp.json`` names: the file at ``path``, else
         ``$ASP_CONFIG``, else ``.asp.json`` in the working directory or a parent."""
-        cfg = _config.load(path, cls._spec.CONFIG_SCHEMA, cls._spec.CONFIG_V0_SCHEMA)
+        cfg = _config.load(path)
         if cfg.transport == "stdio":
             c = cls.stdio(cfg.stdio_command, cwd=cfg.cwd, env=cfg.env,
                           timeout_ms=cfg.timeout_ms, call_timeout_ms=cfg.call_timeout_ms)
@@ -187,7 +191,7 @@ class ClientBase:
     @classmethod
     def load_config(cls, path=None):
         """Finds and validates a config without connecting; returns its view."""
-        return _config.load(path, cls._spec.CONFIG_SCHEMA, cls._spec.CONFIG_V0_SCHEMA)
+        return _config.load(path)
 
     def close(self):
         """Closes the connection: a stdio responder gets EOF, answers what is in flight

@@ -1,4 +1,4 @@
-"""The wire format of DESIGN section 2, as core/src/wire.c does it.
+"""The wire format (docs/design.md, "Wire format"), as core/src/wire.c does it.
 
 Messages are msgpack arrays: request [0, id, method, params], response
 [1, id, error, result], notification [2, method, params]. On stdio each travels in a

@@ -162,6 +162,11 @@ export class Process<E extends { proc?: number | bigint } = Record<string, unkno
     return this.client._call("proc_signal", { proc: this.proc, signal });
   }
 
+  /** Sets the terminal's window size (proc_resize): for a process spawned with tty. */
+  resize(rows: number, cols: number): Promise<unknown> {
+    return this.client._call("proc_resize", { proc: this.proc, rows, cols });
+  }
+
   /** Waits for the exit on the responder (proc_wait). */
   wait(timeout_ms = 0): Promise<unknown> {
     return this.client._call("proc_wait", { proc: this.proc, timeout_ms });
@@ -226,7 +231,7 @@ export class ClientBase {
   /** A client for the sandbox .asp.json names: the file at `path`, else $ASP_CONFIG,
    * else .asp.json in the working directory or a parent. */
   static async fromConfig<T extends ClientBase>(this: Ctor<T> & typeof ClientBase, path?: string): Promise<T> {
-    const cfg = loadConfig(path, this.spec.CONFIG_SCHEMA, this.spec.CONFIG_V0_SCHEMA);
+    const cfg = loadConfig(path);
     const options: HttpOptions = { cwd: cfg.cwd, env: Object.fromEntries(cfg.env), timeout_ms: cfg.timeout_ms };
     if (cfg.transport === "stdio") {
       let self: T | undefined;
@@ -254,7 +259,7 @@ export class ClientBase {
 
   /** Finds and validates a config without connecting. */
   static loadConfig(path?: string): Config {
-    return loadConfig(path, this.spec.CONFIG_SCHEMA, this.spec.CONFIG_V0_SCHEMA);
+    return loadConfig(path);
   }
 
   /** Closes the connection: a stdio responder gets EOF, answers what is in flight and

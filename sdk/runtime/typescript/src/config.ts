@@ -1,23 +1,21 @@
 /**
- * .asp.json: discovery, strict validation and the view the client reads (DESIGN §4).
- *
- * A port of core/src/config.c and config_locate.c: the same JSON Schema subset is
- * interpreted from the same schema (spec/asp.schema.json, embedded by asp-sdkgen), with
- * the same discovery rules and the same messages, "FILE:LINE:COL: KEY.PATH: what was
- * expected, got what", so a person sees one wording whichever language reads the file.
+ * .asp.json: discovery, the view the client reads, and the few rules a schema cannot say
+ * (docs/design.md, ".asp.json"), as core/src/config.c. The rules themselves are the
+ * tables asp-sdkgen made from spec/asp.schema.json and spec/asp.v0.schema.json
+ * (configTables.ts), walked by configCheck.ts, so a file gets the C core's messages, word
+ * for word.
  */
 import * as fs from "node:fs";
 import * as os from "node:os";
 
+import { Ctx, cut, validate, walk } from "./configCheck.js";
+import { V0, V1 } from "./configTables.js";
 import { AspError } from "./errors.js";
-import { JsonError, type JsonObject, type JsonValue, dumpReal, dumpString, parse as parseJson } from "./json.js";
+import { JsonError, type JsonObject, type JsonValue, parse as parseJson } from "./json.js";
 
 const CONFIG_MAX_BYTES = 1024 * 1024;
 const SECRET_MAX_BYTES = 64 * 1024;
-const MESSAGE_MAX = 1024;
 const PATH_MAX = 4096;
-const SHOW_MAX = 48;
-const MAX_STEPS = 8;
 
 const enc = new TextEncoder();
 const dec = new TextDecoder("utf-8", { fatal: false });
@@ -59,13 +57,6 @@ const ERRNO_CODES: Record<string, string> = {
   EINVAL: "invalid_argument",
 };
 
-/** As asp_error_set: a message longer than the C buffer ends in "...". */
-function cut(msg: string): string {
-  const b = enc.encode(msg);
-  if (b.length < MESSAGE_MAX) return msg;
-  return dec.decode(b.subarray(0, MESSAGE_MAX - 4)).replace(/\uFFFD$/, "") + "...";
-}
-
 function error(code: string, msg: string, path?: string): AspError {
   return new AspError(code, cut(msg), path === undefined ? undefined : { path });
 }
@@ -79,181 +70,8 @@ export function osError(e: unknown, what: string, path?: string): AspError {
   return new AspError(ERRNO_CODES[name] ?? "io_error", cut(`${what}: ${text}`), { errno, path });
 }
 
-/** A bounded string builder: output past the end is dropped, as sbuf does. */
-class SBuf {
-  private b: number[] = [];
-  constructor(private readonly cap: number) {}
-  add(s: string): void {
-    if (this.b.length + 1 >= this.cap) return;
-    const e = enc.encode(s);
-    const room = this.cap - 1 - this.b.length;
-    for (let i = 0; i < e.length && i < room; i++) this.b.push(e[i]);
-  }
-  get length(): number {
-    return this.b.length;
-  }
-  text(): string {
-    return dec.decode(new Uint8Array(this.b));
-  }
-}
-
 const isInt = (v: unknown): v is bigint => typeof v === "bigint";
 const isObj = (v: unknown): v is JsonObject => v instanceof Map;
-const get = (o: JsonValue | undefined, k: string): JsonValue | undefined =>
-  isObj(o) ? o.get(k) : undefined;
-
-// ---- text for messages -------------------------------------------------------------------
-
-function showString(b: SBuf, s: string): void {
-  const d = enc.encode(dumpString(s));
-  if (d.length > SHOW_MAX) {
-    let n = SHOW_MAX;
-    while (n > 1 && (d[n] & 0xc0) === 0x80) n--;
-    b.add(dec.decode(d.subarray(0, n)) + '..."');
-  } else {
-    b.add(dec.decode(d));
-  }
-}
-
-function showValue(b: SBuf, v: JsonValue): void {
-  if (typeof v === "string") showString(b, v);
-  else if (v === true) b.add("true");
-  else if (v === false) b.add("false");
-  else if (isInt(v)) b.add(v.toString());
-  else if (typeof v === "number") b.add(dumpReal(v));
-  else if (v === null) b.add("null");
-  else if (isObj(v)) b.add("an object");
-  else b.add(v.length ? "an array" : "[]");
-}
-
-const PLURAL: Record<string, string> = {
-  string: "strings",
-  integer: "integers",
-  boolean: "booleans",
-  object: "objects",
-  array: "arrays",
-  null: "nulls",
-};
-
-function describeType(b: SBuf, s: JsonObject, t: string): void {
-  const lo = s.get("minimum"),
-    hi = s.get("maximum");
-  const minLen = s.get("minLength"),
-    pattern = s.get("pattern");
-  const minItems = s.get("minItems"),
-    items = s.get("items");
-  if (t === "null") b.add("null");
-  else if (t === "boolean") b.add("true or false");
-  else if (t === "integer") {
-    b.add("an integer");
-    if (lo !== undefined && hi !== undefined) b.add(` from ${lo} to ${hi}`);
-    else if (lo !== undefined) b.add(` >= ${lo}`);
-    else if (hi !== undefined) b.add(` <= ${hi}`);
-  } else if (t === "string") {
-    const n = isInt(minLen) ? minLen : 0n;
-    if (pattern !== undefined) b.add(`a string matching ${pattern}`);
-    else if (n === 1n) b.add("a non-empty string");
-    else if (n > 1n) b.add(`a string of at least ${n} characters`);
-    else b.add("a string");
-  } else if (t === "array") {
-    const n = isInt(minItems) ? minItems : 0n;
-    if (n === 1n) b.add("a non-empty array");
-    else if (n > 1n) b.add(`an array of at least ${n} items`);
-    else b.add("an array");
-    const it = get(items, "type");
-    if (typeof it === "string") b.add(` of ${PLURAL[it] ?? "values"}`);
-  } else b.add("an object");
-}
-
-function describe(b: SBuf, s: JsonObject): void {
-  const t = s.get("type"),
-    e = s.get("enum");
-  if (s.has("const")) showValue(b, s.get("const") as JsonValue);
-  else if (e !== undefined) {
-    b.add("one of ");
-    (e as JsonValue[]).forEach((v, i) => {
-      b.add(i ? ", " : "");
-      showValue(b, v);
-    });
-  } else if (typeof t === "string") describeType(b, s, t);
-  else if (Array.isArray(t)) {
-    t.forEach((one, i) => {
-      b.add(i ? " or " : "");
-      describeType(b, s, one as string);
-    });
-  } else if (s.has("pattern") || s.has("minLength")) describeType(b, s, "string");
-  else b.add("any value");
-}
-
-// ---- the schema and the checks that keep it and this file in step ------------------------
-
-const KEYWORDS = new Set([
-  "$schema", "$comment", "title", "description", "default", "examples", "type", "const",
-  "enum", "minimum", "maximum", "minLength", "pattern", "minItems", "prefixItems", "items",
-  "properties", "additionalProperties", "required", "propertyNames", "allOf", "if", "then",
-]);
-const TYPE_NAMES = new Set(["null", "boolean", "integer", "string", "array", "object"]);
-
-function schemaBug(ptr: string, what: string, name = ""): AspError {
-  return error("internal", `spec/asp.schema.json at ${ptr || "/"}: ${what}${name}; the validator in the SDK must learn it`);
-}
-
-function validType(t: JsonValue | undefined): boolean {
-  if (typeof t === "string") return TYPE_NAMES.has(t);
-  if (!Array.isArray(t) || t.length === 0) return false;
-  return t.every((x) => typeof x === "string" && TYPE_NAMES.has(x));
-}
-
-const regexCache = new Map<string, RegExp>();
-/** A POSIX extended regex as a JavaScript one ('.' matches any character). */
-function regex(pattern: string): RegExp {
-  let r = regexCache.get(pattern);
-  if (!r) {
-    r = new RegExp(pattern, "su");
-    regexCache.set(pattern, r);
-  }
-  return r;
-}
-
-function checkSchema(s: JsonValue, ptr: string): void {
-  if (typeof s === "boolean") return;
-  if (!isObj(s)) throw schemaBug(ptr, "a schema must be an object or a boolean");
-  for (const [k, v] of s) {
-    let bad = false;
-    if (!KEYWORDS.has(k)) throw schemaBug(ptr, "unsupported keyword ", k);
-    if (k === "type") bad = !validType(v);
-    else if (k === "minimum" || k === "maximum") bad = !isInt(v);
-    else if (k === "minLength" || k === "minItems") bad = !isInt(v) || v < 0n;
-    else if (k === "pattern") {
-      try {
-        if (typeof v !== "string") bad = true;
-        else regex(v);
-      } catch {
-        bad = true;
-      }
-    } else if (k === "enum") bad = !Array.isArray(v) || v.length === 0;
-    else if (k === "required") bad = !Array.isArray(v) || !v.every((x) => typeof x === "string");
-    else if (k === "properties") {
-      bad = !isObj(v);
-      if (!bad) for (const [name, p] of v as JsonObject) checkSchema(p, `${ptr}/properties/${name}`);
-    } else if (k === "prefixItems" || k === "allOf") {
-      bad = !Array.isArray(v);
-      if (!bad) (v as JsonValue[]).forEach((p, i) => checkSchema(p, `${ptr}/${k}/${i}`));
-    } else if (["additionalProperties", "items", "propertyNames", "if", "then"].includes(k)) {
-      checkSchema(v, `${ptr}/${k}`);
-    }
-    if (bad) throw schemaBug(ptr, "malformed or unsupported value of ", k);
-  }
-}
-
-function walk(node: JsonValue | undefined, dotted: string, schema: boolean): JsonValue | undefined {
-  for (const seg of dotted.split(".")) {
-    const n = schema ? get(node, "properties") : node;
-    node = get(n, seg);
-    if (node === undefined) return undefined;
-  }
-  return node;
-}
 
 type Kind = "skip" | "transport" | "string" | "local_path" | "uint" | "u64" | "bool" | "hostkey" | "env" | "argv";
 const FIELDS: [string, Kind][] = [
@@ -269,46 +87,23 @@ const FIELDS: [string, Kind][] = [
 ];
 const TRANSPORTS = ["stdio", "ssh", "http"];
 
-function checkFields(schema: JsonObject): void {
-  const paths = new Set(FIELDS.map(([p]) => p));
+/** The view reads only what the schema defines, and knows every transport it names. */
+function checkFields(): void {
   for (const [p] of FIELDS)
-    if (walk(schema, p, true) === undefined)
+    if (walk(V1, p) === undefined)
       throw error("internal", `the SDK's config view reads ${p}, which spec/asp.schema.json does not define`);
-  const tenum = get(walk(schema, "transport", true), "enum");
-  for (const name of Array.isArray(tenum) ? tenum : [])
+  for (const name of walk(V1, "transport")?.values ?? [])
     if (typeof name !== "string" || !TRANSPORTS.includes(name))
       throw error("internal", `spec/asp.schema.json names a transport the SDK does not know: ${typeof name === "string" ? name : "(not a string)"}`);
-  const leaves = (props: JsonObject, prefix: string) => {
-    for (const [name, p] of props) {
-      const path = prefix ? `${prefix}.${name}` : name;
-      const sub = get(p, "properties");
-      if (isObj(sub)) leaves(sub, path);
-      else if (!paths.has(path))
-        throw error("internal", `spec/asp.schema.json defines ${path} but the SDK's config view has no place for it`);
-    }
-  };
-  const props = schema.get("properties");
-  if (isObj(props)) leaves(props, "");
 }
 
-const schemaCache = new Map<string, JsonObject>();
-function loadSchema(text: string, v1 = true): JsonObject {
-  let s = schemaCache.get(text);
-  if (!s) {
-    const name = v1 ? "spec/asp.schema.json" : "spec/asp.v0.schema.json";
-    let v: JsonValue;
-    try {
-      v = parseJson(enc.encode(text));
-    } catch (e) {
-      const j = e as JsonError;
-      throw error("internal", `${name}:${j.line}:${j.column}: ${j.text}`);
-    }
-    checkSchema(v, "");
-    s = v as JsonObject;
-    if (v1) checkFields(s); // a v0 file reaches the view only as its version 1 form
-    schemaCache.set(text, s);
+function docAt(doc: JsonValue, dotted: string): JsonValue | undefined {
+  let node: JsonValue | undefined = doc;
+  for (const seg of dotted.split(".")) {
+    node = isObj(node) ? node.get(seg) : undefined;
+    if (node === undefined) return undefined;
   }
-  return s;
+  return node;
 }
 
 // ---- version 0 (core/src/config.c map_v0, docs/decisions.md "Files of the ASP v0 draft") --
@@ -340,361 +135,6 @@ function v0ToV1(v0: JsonObject): JsonObject {
   else ssh.set(hk.startsWith("SHA256:") ? "host_key_sha256" : "host_key", hk);
   v1.set("ssh", ssh);
   return v1;
-}
-
-// ---- where a key or value sits in the text (config_locate.c) -----------------------------
-
-const isWs = (c: number) => c === 0x20 || c === 0x09 || c === 0x0a || c === 0x0d;
-
-function skipWs(t: Uint8Array, p: number): number {
-  while (p < t.length && isWs(t[p])) p++;
-  return p;
-}
-
-function skipString(t: Uint8Array, p: number): number {
-  for (p++; p < t.length; p++) {
-    if (t[p] === 0x5c) p++;
-    else if (t[p] === 0x22) return p + 1;
-  }
-  return t.length;
-}
-
-function skipValue(t: Uint8Array, p: number): number {
-  const n = t.length;
-  if (p >= n) return n;
-  if (t[p] === 0x22) return skipString(t, p);
-  if (t[p] === 0x7b || t[p] === 0x5b) {
-    let depth = 0;
-    while (p < n) {
-      const c = t[p];
-      if (c === 0x22) {
-        p = skipString(t, p);
-        continue;
-      }
-      if (c === 0x7b || c === 0x5b) depth++;
-      else if ((c === 0x7d || c === 0x5d) && --depth === 0) return p + 1;
-      p++;
-    }
-    return n;
-  }
-  while (p < n && ![0x2c, 0x5d, 0x7d, 0x20, 0x09, 0x0a, 0x0d].includes(t[p])) p++;
-  return p;
-}
-
-const isHex = (c: number) => (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x46) || (c >= 0x61 && c <= 0x66);
-
-function hex4(t: Uint8Array, p: number): number | null {
-  if (p > t.length || t.length - p < 4) return null;
-  for (let i = 0; i < 4; i++) if (!isHex(t[p + i])) return null;
-  return parseInt(String.fromCharCode(t[p], t[p + 1], t[p + 2], t[p + 3]), 16);
-}
-
-function utf8Encode(cp: number): number[] {
-  if (cp < 0x80) return [cp];
-  if (cp < 0x800) return [0xc0 | (cp >> 6), 0x80 | (cp & 0x3f)];
-  if (cp < 0x10000) return [0xe0 | (cp >> 12), 0x80 | ((cp >> 6) & 0x3f), 0x80 | (cp & 0x3f)];
-  return [0xf0 | (cp >> 18), 0x80 | ((cp >> 12) & 0x3f), 0x80 | ((cp >> 6) & 0x3f), 0x80 | (cp & 0x3f)];
-}
-
-function stringEquals(t: Uint8Array, p: number, key: Uint8Array): boolean {
-  const n = t.length;
-  let k = 0;
-  for (p++; p < n && t[p] !== 0x22; ) {
-    let b: number[];
-    if (t[p] !== 0x5c) {
-      b = [t[p++]];
-    } else if (p + 1 >= n) {
-      return false;
-    } else {
-      const e = t[p + 1];
-      p += 2;
-      if (e === 0x75) {
-        let cp = hex4(t, p);
-        if (cp === null) return false;
-        p += 4;
-        const lo = p + 1 < n && t[p] === 0x5c && t[p + 1] === 0x75 ? hex4(t, p + 2) : null;
-        if (cp >= 0xd800 && cp < 0xdc00 && lo !== null && lo >= 0xdc00 && lo < 0xe000) {
-          cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-          p += 6;
-        }
-        b = utf8Encode(cp);
-      } else {
-        const m: Record<number, number> = { 0x62: 8, 0x66: 12, 0x6e: 10, 0x72: 13, 0x74: 9 };
-        b = [m[e] ?? e];
-      }
-    }
-    if (b.length > key.length - k) return false;
-    for (let i = 0; i < b.length; i++) if (key[k + i] !== b[i]) return false;
-    k += b.length;
-  }
-  return k === key.length;
-}
-
-function findMember(t: Uint8Array, p: number, key: Uint8Array): [number, number] | null {
-  const n = t.length;
-  for (p++; ; ) {
-    p = skipWs(t, p);
-    if (p >= n || t[p] !== 0x22) return null;
-    const k = p;
-    const match = stringEquals(t, p, key);
-    p = skipWs(t, skipString(t, p));
-    if (p >= n || t[p] !== 0x3a) return null;
-    p = skipWs(t, p + 1);
-    if (match) return [p, k];
-    p = skipWs(t, skipValue(t, p));
-    if (p >= n || t[p] !== 0x2c) return null;
-    p++;
-  }
-}
-
-function findElement(t: Uint8Array, p: number, index: number): number | null {
-  const n = t.length;
-  for (let i = 0, q = p + 1; ; i++) {
-    q = skipWs(t, q);
-    if (q >= n || t[q] === 0x5d) return null;
-    if (i === index) return q;
-    q = skipWs(t, skipValue(t, q));
-    if (q >= n || t[q] !== 0x2c) return null;
-    q++;
-  }
-}
-
-type Step = string | number;
-
-/** [line, column] of the value at the key path, or of the key when atKey; the deepest
- * value found when the path is not all there. */
-export function locate(text: Uint8Array, steps: Step[], atKey: boolean): [number, number] {
-  let p = skipWs(text, 0);
-  let keyAt = 0;
-  let found = true;
-  for (const step of steps) {
-    let next: number | null = null;
-    if (p < text.length && typeof step === "string" && text[p] === 0x7b) {
-      const r = findMember(text, p, enc.encode(step));
-      if (r) [next, keyAt] = r;
-    } else if (p < text.length && typeof step === "number" && text[p] === 0x5b) {
-      next = findElement(text, p, step);
-    }
-    if (next === null) {
-      found = false;
-      break;
-    }
-    p = next;
-  }
-  if (found && atKey && steps.length && typeof steps[steps.length - 1] === "string") p = keyAt;
-  p = Math.min(p, text.length);
-  let line = 1,
-    col = 1;
-  for (let q = 0; q < p; q++) {
-    if (text[q] === 0x0a) {
-      line++;
-      col = 1;
-    } else if ((text[q] & 0xc0) !== 0x80) col++;
-  }
-  return [line, col];
-}
-
-// ---- the validator -----------------------------------------------------------------------
-
-class Invalid extends Error {}
-
-function plainKey(k: string): boolean {
-  if (!k || byteLength(k) > SHOW_MAX) return false;
-  return /^[A-Za-z0-9_-]+$/.test(k);
-}
-
-class V {
-  path: Step[] = [];
-  cond = "";
-  quiet = false;
-  constructor(
-    readonly text: Uint8Array,
-    readonly file: string,
-    readonly filePath: string | undefined,
-  ) {}
-
-  fail(where: "value" | "key" | "parent", what: string): Error {
-    if (this.quiet) return new Invalid();
-    let steps = this.path.slice(0, MAX_STEPS);
-    const shown = steps;
-    if (where === "parent" && steps.length) steps = steps.slice(0, -1);
-    const [line, col] = locate(this.text, steps, where === "key");
-    const pb = new SBuf(256);
-    shown.forEach((k, i) => {
-      if (typeof k === "number") pb.add(`[${k}]`);
-      else if (plainKey(k)) pb.add((i ? "." : "") + k);
-      else {
-        pb.add("[");
-        showString(pb, k);
-        pb.add("]");
-      }
-    });
-    const path = pb.text();
-    const wb = new SBuf(MESSAGE_MAX);
-    wb.add(what);
-    return error("invalid_argument", `${this.file}:${line}:${col}: ${path}${path ? ": " : ""}${wb.text()}`, this.filePath);
-  }
-}
-
-function jsonEqual(a: JsonValue | undefined, b: JsonValue | undefined): boolean {
-  if (a === null || b === null || typeof a === "boolean" || typeof b === "boolean") return a === b;
-  if (typeof a !== typeof b) return false;
-  if (isObj(a)) {
-    if (!isObj(b) || a.size !== b.size) return false;
-    for (const [k, v] of a) if (!b.has(k) || !jsonEqual(v, b.get(k))) return false;
-    return true;
-  }
-  if (Array.isArray(a)) return Array.isArray(b) && a.length === b.length && a.every((x, i) => jsonEqual(x, b[i]));
-  if (Array.isArray(b) || isObj(b)) return false;
-  return a === b;
-}
-
-function typeMatches(t: string, v: JsonValue): boolean {
-  if (v === null) return t === "null";
-  if (typeof v === "boolean") return t === "boolean";
-  if (isInt(v)) return t === "integer";
-  if (typeof v === "number") return false; // stricter than JSON Schema: 22.0 is not a port
-  if (typeof v === "string") return t === "string";
-  if (Array.isArray(v)) return t === "array";
-  return t === "object";
-}
-
-function valueOk(s: JsonObject, v: JsonValue): boolean {
-  const t = s.get("type");
-  if (typeof t === "string" && !typeMatches(t, v)) return false;
-  if (Array.isArray(t) && !t.some((x) => typeMatches(x as string, v))) return false;
-  if (s.has("const") && !jsonEqual(s.get("const"), v)) return false;
-  const e = s.get("enum");
-  if (Array.isArray(e) && !e.some((x) => jsonEqual(x, v))) return false;
-  if (isInt(v)) {
-    const lo = s.get("minimum"),
-      hi = s.get("maximum");
-    if (isInt(lo) && v < lo) return false;
-    if (isInt(hi) && v > hi) return false;
-  }
-  if (typeof v === "string") {
-    const ml = s.get("minLength");
-    if (isInt(ml) && BigInt([...v].length) < ml) return false;
-    const pat = s.get("pattern");
-    if (typeof pat === "string" && !regex(pat).test(v)) return false;
-  }
-  const mi = s.get("minItems");
-  if (Array.isArray(v) && isInt(mi) && BigInt(v.length) < mi) return false;
-  return true;
-}
-
-function validate(v: V, s: JsonValue, inst: JsonValue): void {
-  if (s === true) return;
-  if (s === false) throw v.fail("value", v.cond ? `not allowed when ${v.cond}` : "not allowed here");
-  const so = s as JsonObject;
-  if (!valueOk(so, inst)) {
-    const want = new SBuf(512),
-      got = new SBuf(128);
-    describe(want, so);
-    showValue(got, inst);
-    throw v.fail("value", `expected ${want.text()}, got ${got.text()}`);
-  }
-  if (isObj(inst)) validateObject(v, so, inst);
-  else if (Array.isArray(inst)) validateArray(v, so, inst);
-  const all = so.get("allOf");
-  if (Array.isArray(all)) for (const sub of all) validate(v, sub, inst);
-  if (so.has("if") && so.has("then")) {
-    const quiet = v.quiet;
-    v.quiet = true;
-    let holds = true;
-    try {
-      validate(v, so.get("if") as JsonValue, inst);
-    } catch (e) {
-      if (!(e instanceof Invalid) && !(e instanceof AspError)) throw e;
-      holds = false;
-    }
-    v.quiet = quiet;
-    if (holds) {
-      const saved = v.cond;
-      v.cond = describeCondition(so.get("if") as JsonObject);
-      try {
-        validate(v, so.get("then") as JsonValue, inst);
-      } finally {
-        v.cond = saved;
-      }
-    }
-  }
-}
-
-function validateObject(v: V, s: JsonObject, inst: JsonObject): void {
-  const propsV = s.get("properties");
-  const props: JsonObject = isObj(propsV) ? propsV : new Map();
-  const more = s.get("additionalProperties");
-  const names = s.get("propertyNames");
-  const required = s.get("required");
-  for (const key of inst.keys()) {
-    if (more === false && !props.has(key)) {
-      const b = new SBuf(512);
-      for (const name of props.keys()) b.add((b.length ? ", " : "") + name);
-      v.path.push(key);
-      const err = v.fail("key", `unknown key (expected one of: ${b.text()})`);
-      v.path.pop();
-      throw err;
-    }
-  }
-  for (const [key, val] of inst) {
-    v.path.push(key);
-    try {
-      if (isObj(names) && !valueOk(names, key)) {
-        const want = new SBuf(512);
-        describe(want, names);
-        throw v.fail("key", `invalid key: expected ${want.text()}`);
-      }
-      if (props.has(key)) validate(v, props.get(key) as JsonValue, val);
-      else if (isObj(more)) validate(v, more, val);
-    } finally {
-      v.path.pop();
-    }
-  }
-  for (const name of Array.isArray(required) ? required : []) {
-    if (!inst.has(name as string)) {
-      v.path.push(name as string);
-      const err = v.fail("parent", `required key missing${v.cond ? " when " : ""}${v.cond}`);
-      v.path.pop();
-      throw err;
-    }
-  }
-}
-
-function validateArray(v: V, s: JsonObject, inst: JsonValue[]): void {
-  const prefixV = s.get("prefixItems");
-  const prefix = Array.isArray(prefixV) ? prefixV : [];
-  const items = s.get("items");
-  inst.forEach((val, i) => {
-    const sub = i < prefix.length ? prefix[i] : items;
-    if (sub === undefined) return;
-    v.path.push(i);
-    try {
-      validate(v, sub, val);
-    } finally {
-      v.path.pop();
-    }
-  });
-}
-
-function describeCondition(cond: JsonObject): string {
-  const b = new SBuf(128);
-  const props = cond.get("properties");
-  if (isObj(props))
-    for (const [name, p] of props) {
-      if (!isObj(p) || !p.has("const")) continue;
-      b.add(b.length ? ` and ${name} is ` : `${name} is `);
-      showValue(b, p.get("const") as JsonValue);
-    }
-  // A required key the "if" does not also pin to a value: its presence is the condition.
-  const req = cond.get("required");
-  if (Array.isArray(req))
-    for (const k of req) {
-      if (typeof k !== "string") continue;
-      const p = isObj(props) ? props.get(k) : undefined;
-      if (!(isObj(p) && p.has("const"))) b.add(`${b.length ? " and " : ""}${k} is given`);
-    }
-  return b.text();
 }
 
 // ---- paths -------------------------------------------------------------------------------
@@ -732,7 +172,7 @@ function homeDir(): string | null {
   }
 }
 
-function localPath(v: V, base: string, p: string): string {
+function localPath(v: Ctx, base: string, p: string): string {
   let out: string;
   if (p.startsWith("~")) {
     if (p.length > 1 && p[1] !== "/") throw v.fail("value", "only ~/ is expanded, not ~user/; write the full path");
@@ -761,15 +201,21 @@ export interface Config {
   ssh: Record<string, string | number | boolean>;
   stdio: { command?: string[] };
   http: { url?: string; token_env?: string; token_file?: string; ca_file?: string; websocket?: boolean };
+  /** The whole validated file as version 1 (keys the view lacks too): objects are Maps,
+   * integers bigints. */
+  document: JsonObject;
 }
 
 function viewBug(path: string): AspError {
   return error("internal", `spec/asp.schema.json lets ${path} hold a value the SDK's config view cannot represent`);
 }
 
-function buildField(v: V, path: string, kind: Kind, schema: JsonObject, doc: JsonValue, cfg: Config, base: string): void {
-  let val = walk(doc, path, false);
-  if (val === undefined) val = get(walk(schema, path, true), "default");
+function buildField(v: Ctx, path: string, kind: Kind, doc: JsonValue, cfg: Config, base: string): void {
+  let val: JsonValue | undefined = docAt(doc, path);
+  if (val === undefined) {
+    const d = walk(V1, path)?.default;
+    val = typeof d === "number" ? BigInt(d) : d;
+  }
   if (val === undefined || val === null || kind === "skip") return;
   v.path = path.split(".");
   const dot = path.lastIndexOf(".");
@@ -843,7 +289,7 @@ function syntaxError(file: string, filePath: string | undefined, e: JsonError): 
 
 /** Validates config bytes. `filename` names the file in messages and its folder is the
  * base of relative paths; undefined means "<memory>" and the working directory. */
-export function parseConfig(data: Uint8Array, filename: string | undefined, schemaText: string, v0SchemaText?: string): Config {
+export function parseConfig(data: Uint8Array, filename: string | undefined): Config {
   let file = "<memory>",
     base: string;
   if (filename !== undefined) {
@@ -858,7 +304,7 @@ export function parseConfig(data: Uint8Array, filename: string | undefined, sche
   }
   if (data.length > CONFIG_MAX_BYTES)
     throw error("too_large", `${file}: ${data.length} bytes, more than a config may hold (${CONFIG_MAX_BYTES}); is it the right file?`, filename);
-  const schema = loadSchema(schemaText);
+  checkFields();
   const filePath = filename !== undefined ? file : undefined;
   let doc: JsonValue;
   try {
@@ -867,16 +313,16 @@ export function parseConfig(data: Uint8Array, filename: string | undefined, sche
     if (e instanceof JsonError) throw syntaxError(file, filePath, e);
     throw e;
   }
-  const v = new V(data, file, filePath);
-  // A file of the v0 draft is checked against its own schema, then read as what it means.
-  if (isV0(doc) && v0SchemaText !== undefined) {
-    validate(v, loadSchema(v0SchemaText, false), doc);
+  const v = new Ctx(data, file, filePath);
+  // A file of the v0 draft is checked against its own rules, then read as what it means.
+  if (isV0(doc)) {
+    validate(v, V0, doc);
     doc = v0ToV1(doc as JsonObject);
   }
-  validate(v, schema, doc);
-  const cfg: Config = { transport: "stdio", env: [], timeout_ms: 0, call_timeout_ms: 60000, ssh: {}, stdio: {}, http: {} };
+  validate(v, V1, doc);
+  const cfg: Config = { transport: "stdio", env: [], timeout_ms: 0, call_timeout_ms: 60000, ssh: {}, stdio: {}, http: {}, document: doc as JsonObject };
   if (filename !== undefined) cfg.path = file;
-  for (const [path, kind] of FIELDS) buildField(v, path, kind, schema, doc, cfg, base);
+  for (const [path, kind] of FIELDS) buildField(v, path, kind, doc, cfg, base);
   return cfg;
 }
 
@@ -951,9 +397,9 @@ export function findConfig(startDir?: string): string {
 }
 
 /** Reads and validates the config at path, or the one findConfig() finds. */
-export function loadConfig(path: string | undefined, schemaText: string, v0SchemaText?: string): Config {
+export function loadConfig(path?: string): Config {
   const p = path ?? findConfig();
-  return parseConfig(readFile(p, CONFIG_MAX_BYTES, "config"), p, schemaText, v0SchemaText);
+  return parseConfig(readFile(p, CONFIG_MAX_BYTES, "config"), p);
 }
 
 /** A secret named by an *_env key or an *_file key, as asp_config_secret reads it;

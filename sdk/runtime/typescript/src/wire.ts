@@ -1,9 +1,9 @@
 /**
- * The wire format of DESIGN §2, as core/src/wire.c does it: msgpack arrays — request
- * [0, id, method, params], response [1, id, error, result], notification [2, method,
- * params] — in 4-byte big-endian length-prefixed frames on stdio. Every incoming message
- * is prescanned before msgpack allocates: a container claiming more elements than bytes
- * remain, or nesting deeper than 32, is a protocol_error.
+ * The wire format (docs/design.md, "Wire format"), as core/src/wire.c does it: msgpack
+ * arrays — request [0, id, method, params], response [1, id, error, result], notification
+ * [2, method, params] — in 4-byte big-endian length-prefixed frames on stdio. Every
+ * incoming message is prescanned before msgpack allocates: a container claiming more
+ * elements than bytes remain, or nesting deeper than 32, is a protocol_error.
  */
 import { decode as mpDecode, encode as mpEncode } from "@msgpack/msgpack";
 
@@ -110,9 +110,9 @@ export const isMap = (v: unknown): v is WireMap =>
   typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof Uint8Array);
 
 /*
- * Paths are str holding raw bytes, not always UTF-8 (DESIGN §2). As Python's
- * surrogateescape does, a byte that is not part of valid UTF-8 is the lone surrogate
- * U+DC80..U+DCFF in a JavaScript string, both ways, so every name round-trips.
+ * Paths are str holding raw bytes, not always UTF-8 (docs/design.md, "Wire format"). As
+ * Python's surrogateescape does, a byte that is not part of valid UTF-8 is the lone
+ * surrogate U+DC80..U+DCFF in a JavaScript string, both ways, so every name round-trips.
  */
 const strict = new TextDecoder("utf-8", { fatal: true });
 const utf8 = new TextEncoder();
