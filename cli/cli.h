@@ -272,6 +272,9 @@ int cli_term_raw(int fd);
 /* Restores the mode saved by cli_term_raw; a no-op when not raw. Idempotent. */
 void cli_term_restore(void);
 
+/* The same, and a message printed next starts on a new line (when it was raw). */
+void cli_term_restore_for_message(void);
+
 /* --- client_ops.c ------------------------------------------------------------------------- */
 
 /* An op table whose self is an asp_client *: each op calls asp_<op> on it. */

@@ -242,7 +242,7 @@ static void send_signal(follow *f, const char *name)
 	asp_proc_signal_result r;
 	asp_error err;
 	if (a && asp_proc_signal(f->client, &p, &r, a, &err) != ASP_OK) {
-		cli_term_restore();
+		cli_term_restore_for_message();
 		cli_warn("%s: could not forward %s: %s: %s", f->c->cmd, name,
 		         asp_strerror(err.code), err.message);
 	}
@@ -265,7 +265,7 @@ static void send_resize(follow *f)
 	/* A process that just finished is invalid_argument: its exit is on the way. */
 	if (a && asp_proc_resize(f->client, &p, &r, a, &err) != ASP_OK &&
 	    err.code != ASP_E_INVALID_ARGUMENT && err.code != ASP_E_NOT_FOUND) {
-		cli_term_restore();
+		cli_term_restore_for_message();
 		cli_warn("%s: could not resize the terminal: %s: %s", f->c->cmd,
 		         asp_strerror(err.code), err.message);
 	}
@@ -366,7 +366,7 @@ static int follow_run(cli *c, asp_client *client, follow_start_fn start, void *c
 		if (ended)
 			break;
 		if (in_failed) {
-			cli_term_restore();
+			cli_term_restore_for_message();
 			rc = cli_fail(c, &f.stdin_err, "%s: forwarding stdin", o->what);
 			goto out_detach;
 		}
@@ -377,7 +377,7 @@ static int follow_run(cli *c, asp_client *client, follow_start_fn start, void *c
 			goto out_detach;
 		}
 		if (detach) {
-			cli_term_restore();
+			cli_term_restore_for_message();
 			cli_warn("%s: detached; process %llu keeps running", c->cmd,
 			         (unsigned long long)f.proc);
 			rc = CLI_EXIT_OK;
@@ -406,7 +406,7 @@ static int follow_run(cli *c, asp_client *client, follow_start_fn start, void *c
 			if (!name)
 				continue;
 			if (o->detach_on_int) {
-				cli_term_restore();
+				cli_term_restore_for_message();
 				cli_warn("%s: detached; process %llu keeps running", c->cmd,
 				         (unsigned long long)f.proc);
 				rc = 128 + b[i];
@@ -417,7 +417,7 @@ static int follow_run(cli *c, asp_client *client, follow_start_fn start, void *c
 				 * From outside (keys are bytes in raw mode): what a terminal's
 				 * closing does, which ends an interactive shell that ignores TERM.
 				 */
-				cli_term_restore();
+				cli_term_restore_for_message();
 				send_signal(&f, "HUP");
 				cli_warn("%s: got %s: hung up the remote terminal (process %llu)",
 				         c->cmd, name, (unsigned long long)f.proc);
@@ -435,14 +435,15 @@ static int follow_run(cli *c, asp_client *client, follow_start_fn start, void *c
 		if (winch && f.raw)
 			send_resize(&f);
 	}
-	cli_term_restore();
 	if (f.lost) {
+		cli_term_restore_for_message();
 		rc = cli_fail(c, &f.err,
 		              "%s: lost the connection (process %llu may still run; asp "
 		              "attach %llu)",
 		              o->what, (unsigned long long)f.proc, (unsigned long long)f.proc);
 		goto out;
 	}
+	cli_term_restore();
 	rc = cli_finish(c, cli_exit_code_of(c->cmd, f.ev.exit_code, f.ev.signal, f.ev.timed_out));
 	goto out;
 out_detach:

@@ -83,3 +83,15 @@ void cli_term_restore(void)
 	tcsetattr(raw_fd, TCSANOW, &saved); /* never wait on a stuck output queue */
 	raw_fd = -1;
 }
+
+void cli_term_restore_for_message(void)
+{
+	if (raw_fd < 0)
+		return;
+	cli_term_restore();
+	/* The remote screen left the cursor anywhere: the message gets a line of its own. */
+	if (isatty(STDERR_FILENO)) {
+		ssize_t w = write(STDERR_FILENO, "\n", 1);
+		(void)w;
+	}
+}

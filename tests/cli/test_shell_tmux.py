@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 BOUND = 40.0  # seconds for any one expected text on a loaded 2-core machine
 PROMPT = "asp-test-prompt$ "
+PROMPT_RX = re.escape(PROMPT.rstrip())  # capture-pane drops a line's trailing blanks
 
 asp, agent = (os.path.abspath(a) for a in sys.argv[1:3])
 transport = sys.argv[3]
@@ -198,7 +199,7 @@ shell_args = ["shell", "--env", "HOME=" + home]
 # ---- 1. the login shell: prompt, output, size, resize, Ctrl-C, job control, exit --------
 
 p = Pane(shell_args, env=SHELL_ENV)
-if p.wait(re.escape(PROMPT), "the login shell's prompt (PS1 from ~/.bash_profile)"):
+if p.wait(PROMPT_RX, "the login shell's prompt (PS1 from ~/.bash_profile)"):
     check(True, "the login shell shows the user's prompt")
     p.line("echo out-$((6*7)) TERM=$TERM")
     check(p.wait(r"^out-42 TERM=\S+", "a command's output") is not None,
@@ -244,7 +245,7 @@ if p.wait(re.escape(PROMPT), "the login shell's prompt (PS1 from ~/.bash_profile
 # ---- 2. asp shell -- ARGV: runs ARGV itself, no shell parsing --------------------------
 
 p = Pane(["shell", "--", "env", "PS1=argv-prompt> ", "bash", "--norc", "--noprofile", "-i"])
-if check(p.wait(r"argv-prompt> ", "the prompt of ARGV's bash") is not None,
+if check(p.wait(r"argv-prompt>", "the prompt of ARGV's bash") is not None,
          "asp shell -- ARGV runs ARGV (its PS1 shows)"):
     p.line("echo 'a  b' $0")
     check(p.wait(r"^a  b bash", "ARGV's output") is not None, "ARGV's shell runs commands")
@@ -256,7 +257,7 @@ if check(p.wait(r"argv-prompt> ", "the prompt of ARGV's bash") is not None,
 # ---- 3. SIGTERM to asp from outside: restored, 255, a one-line message ------------------
 
 p = Pane(shell_args, env=SHELL_ENV)
-if p.wait(re.escape(PROMPT), "the prompt before SIGTERM"):
+if p.wait(PROMPT_RX, "the prompt before SIGTERM"):
     pid = p.asp_pid()
     if check(pid is not None, "found asp's pid"):
         os.kill(pid, signal.SIGTERM)
@@ -271,13 +272,13 @@ if p.wait(re.escape(PROMPT), "the prompt before SIGTERM"):
 victim = None
 if transport == "stdio":
     p = Pane(shell_args, env=SHELL_ENV)
-    if p.wait(re.escape(PROMPT), "the prompt before the agent is killed"):
+    if p.wait(PROMPT_RX, "the prompt before the agent is killed"):
         pid = p.asp_pid()
         kids = wait_until(lambda: pid and children(pid), "asp's agent") or []
         victim = kids[0] if kids else None
 elif transport == "http":
     p = Pane(shell_args, env=SHELL_ENV)
-    if p.wait(re.escape(PROMPT), "the prompt before the agent is killed"):
+    if p.wait(PROMPT_RX, "the prompt before the agent is killed"):
         victim = listener.pid
 if victim:
     os.kill(victim, signal.SIGKILL)
@@ -335,14 +336,14 @@ if p.wait(r"^ready-for-int", "exec -t's command started"):
     p.keys("C-c")
     rc, stty = p.finished("exec -t Ctrl-C")
     check(rc == 9, "exec -t: Ctrl-C reaches the remote job (trap ran; status 9, got %s)" % rc)
-    check(re.search(r"^got-int", p.text(), re.M) is not None, "exec -t: the trap's output")
+    check(re.search(r"got-int", p.text()) is not None, "exec -t: the trap's output")
     check(restored(stty), "exec -t: the terminal is restored")
 
 # ---- 7. attach to a terminal process (a responder whose processes outlive connections) --
 
 if transport == "http":
     p = Pane(shell_args, env=SHELL_ENV)
-    if p.wait(re.escape(PROMPT), "the prompt of the shell to attach to"):
+    if p.wait(PROMPT_RX, "the prompt of the shell to attach to"):
         p.line("echo before-attach-$((2*3))")
         p.wait(r"^before-attach-6", "output before the attach")
         r = subprocess.run([asp, "--config", cfg, "ps"], capture_output=True, text=True,
