@@ -249,6 +249,14 @@ static int step_subsystem(ssh_channel ch, const void *arg)
 	return ssh_channel_request_subsystem(ch, arg);
 }
 
+static int step_pty(ssh_channel ch, const void *arg)
+{
+	const sshc_pty *t = arg;
+	/* libssh 0.10 sends no terminal modes (an empty list): the server's pty gets the
+	 * kernel's defaults, as a local openpty does, whatever terminal this process has */
+	return ssh_channel_request_pty_size(ch, t->term, t->cols, t->rows);
+}
+
 /* Under the lock: takes `w` out of the queue for channel slots. */
 static void slot_leave(sshc *c, struct slot_waiter *w)
 {
@@ -424,6 +432,25 @@ static void gate_open(sshc *c, ssh_channel ch)
 	c->gate = NULL;
 	c->gate_busy = false;
 	pthread_cond_broadcast(&c->cv);
+}
+
+asp_status sshc_channel_pty(sshc *c, ssh_channel ch, const sshc_pty *t, uint64_t deadline,
+                            asp_error *err)
+{
+	bool late;
+	int rc = run_steps(c, ch, step_pty, t, deadline, &late);
+	if (rc == SSH_OK)
+		return ASP_OK;
+	if (late)
+		return asp_error_set(
+		    err, ASP_E_TIMEOUT, NULL,
+		    "ssh %s: the server did not answer the terminal request in time", c->target);
+	if (!sshc_check(c))
+		return sshc_dead_error(c, "spawn", err);
+	return asp_error_set(err, ASP_E_UNSUPPORTED, NULL,
+	                     "spawn: ssh %s: the server refused a terminal (pty-req): %s; sshd's "
+	                     "PermitTTY or a no-pty option in authorized_keys forbids it",
+	                     c->target, ssh_get_error(c->s));
 }
 
 asp_status sshc_channel_exec(sshc *c, ssh_channel ch, const char *cmd, bool subsystem,

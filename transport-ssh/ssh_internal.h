@@ -147,6 +147,17 @@ asp_status sshc_channel_open(sshc *c, enum sshc_class k, uint64_t slot_deadline,
 /* Under the lock: sends "exec" with `cmd` (or a subsystem request) and waits for the reply. */
 asp_status sshc_channel_exec(sshc *c, ssh_channel ch, const char *cmd, bool subsystem,
                              uint64_t deadline, asp_error *err);
+/* A terminal for a command's channel (spawn with tty). */
+typedef struct sshc_pty {
+	const char *term;
+	int cols, rows;
+} sshc_pty;
+/*
+ * Under the lock, before sshc_channel_exec: asks for a pseudo-terminal (pty-req) and waits
+ * for the reply. unsupported when the server refuses (PermitTTY no).
+ */
+asp_status sshc_channel_pty(sshc *c, ssh_channel ch, const sshc_pty *t, uint64_t deadline,
+                            asp_error *err);
 /*
  * Under the lock: writes all of `data`, waiting for window as needed. Returns bytes
  * written; fewer than `len` when the channel closed, the deadline passed or the
@@ -304,6 +315,8 @@ asp_status ssh_proc_spawn(ssh_procs *ps, const asp_spawn_params *p, asp_spawn_re
                           asp_error *err);
 asp_status ssh_proc_write(ssh_procs *ps, const asp_proc_write_params *p, asp_error *err);
 asp_status ssh_proc_signal(ssh_procs *ps, const asp_proc_signal_params *p, asp_error *err);
+/* window-change on a terminal's channel: not_found, invalid_argument (no tty, finished). */
+asp_status ssh_proc_resize(ssh_procs *ps, const asp_proc_resize_params *p, asp_error *err);
 asp_status ssh_proc_wait(ssh_procs *ps, const asp_proc_wait_params *p, asp_proc_wait_result *r,
                          asp_arena *a, asp_error *err);
 asp_status ssh_proc_list(ssh_procs *ps, asp_proc_list_result *r, asp_arena *a, asp_error *err);

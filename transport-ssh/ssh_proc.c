@@ -56,6 +56,7 @@ typedef struct sproc {
 	char marker[2][40];
 	long pid, pgid;
 	bool relayed; /* the wrapper stays as the channel's process (ssh_quote.c) */
+	bool tty;     /* on a pseudo-terminal: one stream (stdout), writes are typed */
 	pend pend[2];
 	uint64_t sent[2]; /* bytes of each stream delivered (or being delivered) */
 	bool eof[2];
@@ -599,6 +600,10 @@ static asp_status await_wrapper(ssh_procs *ps, sproc *p, const asp_exec_params *
 			                &got, put_pend, &p->pend[s]);
 			if (!got || s != 0)
 				continue;
+			/* on a terminal the line discipline ended the line with "\r\n" */
+			size_t ll = strlen(line);
+			if (ll && line[ll - 1] == '\r')
+				line[ll - 1] = '\0';
 			char how[16] = "";
 			if (sscanf(line, "ok %ld %ld %15s", &p->pid, &p->pgid, how) >= 2 &&
 			    p->pid > 0) {
@@ -628,8 +633,10 @@ static asp_status await_wrapper(ssh_procs *ps, sproc *p, const asp_exec_params *
 				               !sshc_wait(c, dl)))
 					break;
 			}
+			/* (on a terminal the shell's complaint came on stdout, the one stream) */
+			const sstr *why = &p->mk[p->tty ? 0 : 1].pre;
 			return ssh_cmd_no_wrapper(c, "spawn", p->xi.has_status ? p->xi.status : -1,
-			                          p->mk[1].pre.p, p->mk[1].pre.len, err);
+			                          why->p, why->len, err);
 		}
 		if (ssh_now_ns() >= deadline)
 			return asp_error_set(
@@ -640,6 +647,46 @@ static asp_status await_wrapper(ssh_procs *ps, sproc *p, const asp_exec_params *
 		if (!progress && !sshc_wait(c, deadline))
 			return sshc_dead_error(c, "spawn", err);
 	}
+}
+
+/*
+ * spawn's tty: its size and TERM checked (invalid_argument), and the env the wrapper
+ * exports with TERM set to the terminal's type, whatever the request's env says (sshd and
+ * Dropbear set TERM from pty-req, but a login shell's startup files may change it).
+ * *env is malloc'd (NULL without tty).
+ */
+static asp_status tty_env(const asp_spawn_params *sp, sshc_pty *t, asp_strmap_entry **env,
+                          asp_exec_params *ep, asp_error *err)
+{
+	*env = NULL;
+	if (!sp->tty)
+		return ASP_OK;
+	asp_status st = asp_check_tty_size("spawn", sp->tty->rows, sp->tty->cols, err);
+	if (st != ASP_OK)
+		return st;
+	t->term = sp->tty->term ? sp->tty->term : ASP_TTY_TERM_DEFAULT;
+	t->rows = (int)sp->tty->rows;
+	t->cols = (int)sp->tty->cols;
+	size_t tl = strlen(t->term);
+	bool ok = tl > 0 && tl <= 64;
+	for (size_t i = 0; ok && i < tl; i++)
+		ok = t->term[i] > ' ' && t->term[i] < 0x7f;
+	if (!ok)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                     "spawn: tty term '%.64s' is not a terminal type (1 to 64 "
+		                     "printable characters, no spaces)",
+		                     t->term);
+	size_t n = sp->has_env ? sp->env.count : 0, k = 0;
+	*env = malloc((n + 1) * sizeof **env);
+	if (!*env)
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "spawn: out of memory");
+	for (size_t i = 0; i < n; i++)
+		if (!sp->env.items[i].key || strcmp(sp->env.items[i].key, "TERM") != 0)
+			(*env)[k++] = sp->env.items[i];
+	(*env)[k++] = (asp_strmap_entry){"TERM", t->term};
+	ep->has_env = true;
+	ep->env = (asp_strmap){*env, k};
+	return ASP_OK;
 }
 
 asp_status ssh_proc_spawn(ssh_procs *ps, const asp_spawn_params *sp, asp_spawn_result *r, bool hold,
@@ -655,9 +702,15 @@ asp_status ssh_proc_spawn(ssh_procs *ps, const asp_spawn_params *sp, asp_spawn_r
 	ep.cwd = sp->cwd;
 	ep.has_env = sp->has_env;
 	ep.env = sp->env;
+	sshc_pty pty = {0};
+	asp_strmap_entry *env = NULL;
+	asp_status st = tty_env(sp, &pty, &env, &ep, err);
+	if (st != ASP_OK)
+		return st;
 	char nonce[17];
 	sstr cmd = {0};
-	asp_status st = ssh_cmd_build("spawn", &ep, nonce, &cmd, err);
+	st = ssh_cmd_build("spawn", &ep, nonce, &cmd, err);
+	free(env); /* the command line holds its words now */
 	if (st != ASP_OK)
 		return st;
 	sproc *p = calloc(1, sizeof *p);
@@ -676,6 +729,16 @@ asp_status ssh_proc_spawn(ssh_procs *ps, const asp_spawn_params *sp, asp_spawn_r
 	p->term_at = ssh_deadline_ms(sp->timeout_ms);
 	p->kill_at = p->give_up_at = SSH_NO_DEADLINE;
 	p->held = hold;
+	if (sp->tty) {
+		/*
+		 * A pty merges stderr into stdout: the server sends no extended data, and the
+		 * wrapper's lines (and the login shell's noise) all come on stdout, where the
+		 * stdout marker still finds the "ok" line (ended "\r\n" by the line discipline).
+		 */
+		p->tty = true;
+		p->eof[1] = true;
+		p->mk[1].marked = true;
+	}
 	if (!sshc_check(c)) {
 		st = sshc_dead_error(c, "spawn", err);
 		goto fail;
@@ -717,14 +780,20 @@ asp_status ssh_proc_spawn(ssh_procs *ps, const asp_spawn_params *sp, asp_spawn_r
 	if (st != ASP_OK)
 		goto fail;
 	ssh_exit_watch(p->ch, &p->cb, &p->xi);
-	st = sshc_channel_exec(c, p->ch, cmd.p, false, setup, err);
+	if (p->tty)
+		st = sshc_channel_pty(c, p->ch, &pty, setup, err);
+	if (st == ASP_OK)
+		st = sshc_channel_exec(c, p->ch, cmd.p, false, setup, err);
 	if (st == ASP_OK)
 		st = await_wrapper(ps, p, &ep, setup, buf, err);
 	if (st != ASP_OK)
 		goto fail;
 	if (sp->stdin_eof) { /* the command runs: nothing will be written, say so now */
 		p->stdin_eof = true;
-		ssh_channel_send_eof(p->ch);
+		if (p->tty) /* typed: see proc_write's eof */
+			sshc_channel_write(c, p->ch, "\x04", 1, setup);
+		else
+			ssh_channel_send_eof(p->ch);
 	}
 	p->id = ++ps->last_id;
 	p->listed = true;
@@ -815,7 +884,25 @@ asp_status ssh_proc_write(ssh_procs *ps, const asp_proc_write_params *w, asp_err
 		}
 		done += (size_t)k;
 	}
-	if (w->eof) { /* even after a failed write: the caller asked for the end */
+	if (w->eof && p->tty) {
+		/*
+		 * A terminal's end of input is its VEOF character, typed. We cannot read the
+		 * remote termios (no responder there), so it is Ctrl-D, the default that sshd's
+		 * and Dropbear's ptys start with (we send no terminal modes). The channel's EOF
+		 * is not sent: neither server passes it on to a pty session (sshd closes only a
+		 * dup of the pty master; Dropbear 2022.83 leaves the pty as it is: `cat` keeps
+		 * reading on both, tested), and libssh refuses every write after it, so
+		 * the Ctrl-D could not even follow it.
+		 */
+		p->stdin_eof = true;
+		if (st == ASP_OK && sshc_channel_write(c, p->ch, "\x04", 1, SSH_NO_DEADLINE) != 1)
+			st = atomic_load(&c->dead)
+			         ? sshc_dead_error(c, "proc_write", err)
+			         : asp_error_set(err, ASP_E_IO_ERROR, NULL,
+			                         "proc_write: process %llu has exited before its "
+			                         "end of input was typed",
+			                         (unsigned long long)w->proc);
+	} else if (w->eof) { /* even after a failed write: the caller asked for the end */
 		p->stdin_eof = true;
 		if (p->ch && ssh_channel_is_open(p->ch) && !atomic_load(&c->dead))
 			ssh_channel_send_eof(p->ch);
@@ -823,6 +910,43 @@ asp_status ssh_proc_write(ssh_procs *ps, const asp_proc_write_params *w, asp_err
 	p->writing = false;
 out:
 	p->users--;
+	sshc_unlock(c);
+	return st;
+}
+
+asp_status ssh_proc_resize(ssh_procs *ps, const asp_proc_resize_params *rp, asp_error *err)
+{
+	sshc *c = ps->c;
+	sshc_lock(c);
+	sproc *p = find(ps, rp->proc, "proc_resize", err);
+	asp_status st = p ? asp_check_tty_size("proc_resize", rp->rows, rp->cols, err) : err->code;
+	if (st != ASP_OK)
+		goto out;
+	if (!p->tty) {
+		st = asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                   "proc_resize: process %llu has no terminal (spawn it with tty)",
+		                   (unsigned long long)rp->proc);
+		goto out;
+	}
+	if (!sshc_check(c)) {
+		st = sshc_dead_error(c, "proc_resize", err);
+		goto out;
+	}
+	if (p->finished || p->xi.has_status || p->xi.has_signal || !p->ch ||
+	    !ssh_channel_is_open(p->ch)) {
+		st = asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                   "proc_resize: process %llu has finished",
+		                   (unsigned long long)rp->proc);
+		goto out;
+	}
+	/* "window-change" (no reply): the server sets the pty's size (TIOCSWINSZ), and the
+	 * kernel sends SIGWINCH to the terminal's foreground process group */
+	if (ssh_channel_change_pty_size(p->ch, (int)rp->cols, (int)rp->rows) != SSH_OK)
+		st = !sshc_check(c) ? sshc_dead_error(c, "proc_resize", err)
+		                    : asp_error_set(err, ASP_E_IO_ERROR, NULL,
+		                                    "proc_resize: ssh %s: window-change failed: %s",
+		                                    c->target, ssh_get_error(c->s));
+out:
 	sshc_unlock(c);
 	return st;
 }

@@ -115,6 +115,12 @@ bool ssh_is_shell_name(const char *z)
  * end, and the wrapper exits with the command's status once both have (re-raising the
  * signal that killed it). It ignores the signals the server delivers to it, so that the
  * group kill (from a second channel) is what ends the command.
+ *
+ * On a terminal (spawn with tty: stdout is the pty) it always execs: both servers make a
+ * pty session's process a session leader with the pty as its controlling terminal, and
+ * a relay would put pipes between the command and its terminal. A server that did not
+ * would leave the command in its group, and the wrapper says so (PGID not PID): kills
+ * then reach that process alone.
  */
 static const char wrapper_head[] =
     "printf \"\\001ASP%s\\n\" \"$1\" >&2\n"
@@ -152,8 +158,8 @@ static const char wrapper_head[] =
     "t='while [ $# -gt ";
 static const char wrapper_tail[] =
     " ]; do export \"$1\"; shift; done\n'\n"
-    "if [ \"$g\" = $$ ]; then\n"
-    "printf \"\\001ASP%s ok %s %s\\n\" \"$n\" $$ $$\n"
+    "if [ \"$g\" = $$ ] || [ -t 1 ]; then\n"
+    "printf \"\\001ASP%s ok %s %s\\n\" \"$n\" $$ \"$g\"\n"
     "eval \"$t\"\n"
     "exec \"$@\"\n"
     "fi\n"

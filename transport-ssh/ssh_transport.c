@@ -125,11 +125,12 @@ static asp_status n_hello(void *self, const asp_hello_params *p, asp_hello_resul
 	/*
 	 * A spawn's output comes on its exec channel; it ends with this connection. Calls run
 	 * at once, except execs on a Dropbear that cannot take a channel open beside a
-	 * running command (fragile_open, ssh_internal.h): those run one at a time.
+	 * running command (fragile_open, ssh_internal.h): those run one at a time. Terminals
+	 * are the channel's pty-req and window-change.
 	 */
-	static const char *const features[] = {"follow", "concurrent"};
+	static const char *const features[] = {"follow", "pty", "concurrent"};
 	r->has_features = true;
-	r->features = (asp_strv){features, t->c.fragile_open ? 1 : 2};
+	r->features = (asp_strv){features, t->c.fragile_open ? 2 : 3};
 	if (!r->os || !r->arch || !r->cwd)
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "hello: out of memory");
 	return ASP_OK;
@@ -284,6 +285,15 @@ static asp_status n_proc_signal(void *self, const asp_proc_signal_params *p,
 	return ssh_proc_signal(t->procs, p, err);
 }
 
+static asp_status n_proc_resize(void *self, const asp_proc_resize_params *p,
+                                asp_proc_resize_result *r, asp_arena *a, asp_error *err)
+{
+	(void)a;
+	(void)r;
+	asp_ssh *t = self;
+	return ssh_proc_resize(t->procs, p, err);
+}
+
 static asp_status n_proc_wait(void *self, const asp_proc_wait_params *p, asp_proc_wait_result *r,
                               asp_arena *a, asp_error *err)
 {
@@ -339,6 +349,7 @@ static asp_ops native_ops = {
     .spawn = n_spawn,
     .proc_write = n_proc_write,
     .proc_signal = n_proc_signal,
+    .proc_resize = n_proc_resize,
     .proc_wait = n_proc_wait,
     .proc_list = n_proc_list,
     .edit = n_edit,

@@ -11,6 +11,7 @@
 #include "asp/transport.h"
 #include "asp_ssh.h"
 #include "conformance.h"
+#include "ssh_tty.h"
 #include "sshd_fixture.h"
 #include "testproc.h"
 
@@ -1765,6 +1766,21 @@ static void test_agent_reattach_after_close(void)
 
 /* ---- registration ------------------------------------------------------------------- */
 
+/* Terminals in native mode (tests/ssh/ssh_tty.c), logged in as whoever runs the tests. */
+#define TTY_TEST(name)                                                                             \
+	static void test_tty_##name(void)                                                          \
+	{                                                                                          \
+		ssh_tty_##name(&(ssh_tty_target){native.ops, native.self});                        \
+	}
+TTY_TEST(hello)
+TTY_TEST(basics)
+TTY_TEST(resize)
+TTY_TEST(interrupt)
+TTY_TEST(eof)
+TTY_TEST(signal_timeout)
+TTY_TEST(bad_input)
+#undef TTY_TEST
+
 static int run_named(int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++) {
@@ -1877,6 +1893,14 @@ int main(int argc, char **argv)
 	ok = ok && CU_add_test(s, "spawn_stdin_binary_eof", test_spawn_stdin_binary_eof);
 	ok = ok && CU_add_test(s, "spawn_timeout_kill", test_spawn_timeout_kill);
 	ok = ok && CU_add_test(s, "attach_unsupported_native", test_attach_unsupported_native);
+	/* terminals */
+	ok = ok && CU_add_test(s, "tty_hello", test_tty_hello);
+	ok = ok && CU_add_test(s, "tty_basics", test_tty_basics);
+	ok = ok && CU_add_test(s, "tty_resize", test_tty_resize);
+	ok = ok && CU_add_test(s, "tty_interrupt", test_tty_interrupt);
+	ok = ok && CU_add_test(s, "tty_eof", test_tty_eof);
+	ok = ok && CU_add_test(s, "tty_signal_timeout", test_tty_signal_timeout);
+	ok = ok && CU_add_test(s, "tty_bad_input", test_tty_bad_input);
 	ok = ok && CU_add_test(s, "search_unsupported_native", test_search_unsupported_native);
 	ok = ok && CU_add_test(s, "spawn_channel_budget", test_spawn_channel_budget);
 	ok = ok && CU_add_test(s, "chunk_latency", test_chunk_latency);

@@ -15,6 +15,7 @@
 #include "asp/transport.h"
 #include "asp_ssh.h"
 #include "conformance.h"
+#include "ssh_tty.h"
 #include "sshd_fixture.h"
 
 #include <CUnit/Basic.h>
@@ -477,6 +478,29 @@ static int copy_agent(const char *from, const char *to)
 
 /* ---- registration -------------------------------------------------------------------- */
 
+/*
+ * Terminals (tests/ssh/ssh_tty.c) in native mode, as root and as the run's user: Dropbear
+ * makes a pty session's process a session leader (setsid, the pty its controlling
+ * terminal), so the wrapper execs the command there as on OpenSSH and relays nothing.
+ */
+#define TTY_TEST(name)                                                                             \
+	static void test_tty_##name##_root(void)                                                   \
+	{                                                                                          \
+		ssh_tty_##name(&(ssh_tty_target){natives[0].ops, natives[0].self});                \
+	}                                                                                          \
+	static void test_tty_##name##_user(void)                                                   \
+	{                                                                                          \
+		ssh_tty_##name(&(ssh_tty_target){natives[1].ops, natives[1].self});                \
+	}
+TTY_TEST(hello)
+TTY_TEST(basics)
+TTY_TEST(resize)
+TTY_TEST(interrupt)
+TTY_TEST(eof)
+TTY_TEST(signal_timeout)
+TTY_TEST(bad_input)
+#undef TTY_TEST
+
 static int run_named(int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++) {
@@ -610,6 +634,17 @@ int main(int argc, char **argv)
 	ok = ok && CU_add_test(s, "concurrent_channels_root", test_concurrent_channels_root);
 	ok = ok && CU_add_test(s, "concurrent_channels_user", test_concurrent_channels_user);
 	ok = ok && CU_add_test(s, "concurrent_channels_agent", test_concurrent_channels_agent);
+#define TTY_ADD(name)                                                                              \
+	ok = ok && CU_add_test(s, "tty_" #name "_root", test_tty_##name##_root) &&                 \
+	     CU_add_test(s, "tty_" #name "_user", test_tty_##name##_user)
+	TTY_ADD(hello);
+	TTY_ADD(basics);
+	TTY_ADD(resize);
+	TTY_ADD(interrupt);
+	TTY_ADD(eof);
+	TTY_ADD(signal_timeout);
+	TTY_ADD(bad_input);
+#undef TTY_ADD
 	/* these kill every session of a fixture's server (the shared backends' too) */
 	ok = ok && CU_add_test(s, "killed_connection_native", test_killed_connection_native);
 	ok = ok && CU_add_test(s, "killed_connection_agent", test_killed_connection_agent);

@@ -25,8 +25,7 @@ int local_pty_resize(int master, uint64_t rows, uint64_t cols)
 	return ioctl(master, TIOCSWINSZ, &ws) < 0 ? errno : 0;
 }
 
-int local_pty_open(uint64_t rows, uint64_t cols, int *master, int *slave, char *path,
-                   size_t cap)
+int local_pty_open(uint64_t rows, uint64_t cols, int *master, int *slave, char *path, size_t cap)
 {
 	*master = *slave = -1;
 	int m = above_stdio(posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));

@@ -13,8 +13,7 @@
  * *slave (close-on-exec, not our controlling terminal), and the slave's path in `path`.
  * 0, or an errno with nothing left open.
  */
-int local_pty_open(uint64_t rows, uint64_t cols, int *master, int *slave, char *path,
-                   size_t cap);
+int local_pty_open(uint64_t rows, uint64_t cols, int *master, int *slave, char *path, size_t cap);
 
 /* Sets the window size through the master; the kernel signals the foreground group with
  * SIGWINCH. 0 or an errno. */

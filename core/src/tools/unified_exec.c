@@ -152,7 +152,7 @@ static void answer(tresult *r, tools_proc *p, uint64_t started_ns, uint64_t max_
 	if (!ps.done && !ps.following)
 		/* the connection went: the process may run on, but nothing more comes here */
 		tb_puts(&r->text, "\n(The connection to the sandbox was lost; write_stdin with "
-		                  "this session ID re-attaches where the transport allows.)");
+		                  "the same session ID re-attaches where the transport allows.)");
 }
 
 bool tool_exec_command(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
