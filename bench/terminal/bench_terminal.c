@@ -23,6 +23,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pty.h>
 #include <signal.h>
@@ -218,7 +219,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: bench_terminal ASP_AGENT ASP [ROUNDS]\n");
 		return 2;
 	}
-	const char *agent = argv[1], *asp = argv[2];
+	/* absolute: the configs are read from another folder, the agent started over SSH */
+	static char agent[PATH_MAX], asp[PATH_MAX];
+	if (!realpath(argv[1], agent) || !realpath(argv[2], asp)) {
+		fprintf(stderr, "bench_terminal: %s or %s: %s\n", argv[1], argv[2], strerror(errno));
+		return 2;
+	}
 	int rounds = argc > 3 ? atoi(argv[3]) : 15;
 	if (rounds < 1)
 		rounds = 1;
@@ -228,7 +234,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	snprintf(dir, sizeof dir, "%s", fx.dir);
-	char text[4096], path[400], cm[400], line[4096];
+	char text[PATH_MAX + 2048], path[400], cm[400], line[8192];
 	snprintf(path, sizeof path, "%s/asp-%d.json", dir, P_STDIO);
 	snprintf(text, sizeof text,
 	         "{\"version\": 1, \"transport\": \"stdio\", \"stdio\": {\"command\": [\"%s\", "
