@@ -357,6 +357,12 @@ static int follow_run(cli *c, asp_client *client, follow_start_fn start, void *c
 		have_stdin = pthread_create(&stdin_thread, NULL, stdin_main, &f) == 0;
 	}
 
+	/*
+	 * A message for the way out: printed once we have let go of the process, so no
+	 * late output of it (a shell's last redraw on HUP) lands in the middle of the line.
+	 */
+	char note[256] = "";
+	bool in_failed_note = false;
 	bool forwarded_int = false;
 	for (;;) {
 		pthread_mutex_lock(&f.mu);
@@ -366,8 +372,7 @@ static int follow_run(cli *c, asp_client *client, follow_start_fn start, void *c
 		if (ended)
 			break;
 		if (in_failed) {
-			cli_term_restore_for_message();
-			rc = cli_fail(c, &f.stdin_err, "%s: forwarding stdin", o->what);
+			in_failed_note = true;
 			goto out_detach;
 		}
 		if (gone) {
@@ -377,9 +382,8 @@ static int follow_run(cli *c, asp_client *client, follow_start_fn start, void *c
 			goto out_detach;
 		}
 		if (detach) {
-			cli_term_restore_for_message();
-			cli_warn("%s: detached; process %llu keeps running", c->cmd,
-			         (unsigned long long)f.proc);
+			snprintf(note, sizeof note, "%s: detached; process %llu keeps running",
+			         c->cmd, (unsigned long long)f.proc);
 			rc = CLI_EXIT_OK;
 			goto out_detach;
 		}
@@ -406,8 +410,8 @@ static int follow_run(cli *c, asp_client *client, follow_start_fn start, void *c
 			if (!name)
 				continue;
 			if (o->detach_on_int) {
-				cli_term_restore_for_message();
-				cli_warn("%s: detached; process %llu keeps running", c->cmd,
+				snprintf(note, sizeof note,
+				         "%s: detached; process %llu keeps running", c->cmd,
 				         (unsigned long long)f.proc);
 				rc = 128 + b[i];
 				goto out_detach;
@@ -417,9 +421,9 @@ static int follow_run(cli *c, asp_client *client, follow_start_fn start, void *c
 				 * From outside (keys are bytes in raw mode): what a terminal's
 				 * closing does, which ends an interactive shell that ignores TERM.
 				 */
-				cli_term_restore_for_message();
 				send_signal(&f, "HUP");
-				cli_warn("%s: got %s: hung up the remote terminal (process %llu)",
+				snprintf(note, sizeof note,
+				         "%s: got %s: hung up the remote terminal (process %llu)",
 				         c->cmd, name, (unsigned long long)f.proc);
 				rc = c->fail_code;
 				goto out_detach;
@@ -448,6 +452,12 @@ static int follow_run(cli *c, asp_client *client, follow_start_fn start, void *c
 	goto out;
 out_detach:
 	asp_proc_detach(client, f.proc);
+	if (note[0] || in_failed_note)
+		cli_term_restore_for_message();
+	if (note[0])
+		cli_warn("%s", note);
+	if (in_failed_note)
+		rc = cli_fail(c, &f.stdin_err, "%s: forwarding stdin", o->what);
 out:
 	cli_term_restore();
 	if (have_stdin) {

@@ -10,8 +10,9 @@
  *     `head -c 48M /dev/zero | base64 -w0` (64 MiB of text) and a marker; from the
  *     keystroke until the marker arrived.
  * Paths: asp shell over stdio (asp-agent --stdio), SSH agent mode and native SSH, and
- * `ssh -tt` over a ControlMaster (`ssh -o ControlMaster=yes -N -f` first). All sessions
- * stay open for the whole run; each round times every path once, in a fresh random order
+ * `ssh -tt` over a ControlMaster (`ssh -o ControlMaster=yes -N -f` first); and a floor,
+ * script(1) relaying between our pty and a second local one (no transport, one process). All
+ * sessions stay open for the whole run; each round times every path once, in a fresh random order
  * (bench_order), and the medians and ratios to ControlMaster come from one run.
  *
  *   bench_terminal ASP_AGENT ASP [ROUNDS]
@@ -45,10 +46,10 @@
 static sshd_fixture fx;
 static char dir[256];
 
-enum { P_STDIO, P_AGENT, P_NATIVE, P_CM, P_COUNT };
-static const char *const names[P_COUNT] = {"asp shell, stdio (asp-agent --stdio)",
-                                           "asp shell, SSH agent mode", "asp shell, native SSH",
-                                           "ssh -tt, ControlMaster"};
+enum { P_STDIO, P_AGENT, P_NATIVE, P_CM, P_FLOOR, P_COUNT };
+static const char *const names[P_COUNT] = {
+    "asp shell, stdio (asp-agent --stdio)", "asp shell, SSH agent mode", "asp shell, native SSH",
+    "ssh -tt, ControlMaster", "floor: script(1) relaying to a local pty"};
 
 typedef struct session {
 	pid_t pid;
@@ -165,6 +166,17 @@ static void path_argv(int p, const char *asp, const char *script, char *argv[], 
 {
 	static char cfg[320], kh[400], port[16], cp[440], dest[100], cmd[512];
 	int k = 0;
+	if (p == P_FLOOR) {
+		/* One process copying between our pty and a second one: what any remote
+		 * terminal costs at least, with no transport. */
+		argv[k++] = "script";
+		argv[k++] = "-qfec";
+		snprintf(cmd, sizeof cmd, "sh -c '%s'", script);
+		argv[k++] = cmd;
+		argv[k++] = "/dev/null";
+		argv[k] = NULL;
+		return;
+	}
 	if (p != P_CM) {
 		snprintf(cfg, sizeof cfg, "%s/asp-%d.json", dir, p);
 		argv[k++] = (char *)asp;
@@ -222,7 +234,8 @@ int main(int argc, char **argv)
 	/* absolute: the configs are read from another folder, the agent started over SSH */
 	static char agent[PATH_MAX], asp[PATH_MAX];
 	if (!realpath(argv[1], agent) || !realpath(argv[2], asp)) {
-		fprintf(stderr, "bench_terminal: %s or %s: %s\n", argv[1], argv[2], strerror(errno));
+		fprintf(stderr, "bench_terminal: %s or %s: %s\n", argv[1], argv[2],
+		        strerror(errno));
 		return 2;
 	}
 	int rounds = argc > 3 ? atoi(argv[3]) : 15;

@@ -264,8 +264,10 @@ if p.wait(PROMPT_RX, "the prompt before SIGTERM"):
         rc, stty = p.finished("SIGTERM")
         check(rc == 255, "SIGTERM: asp exits 255 (got %s)" % rc)
         check(restored(stty), "SIGTERM: the terminal is restored")
-        check(re.search(r"^asp: shell: got TERM", p.text(), re.M) is not None,
-              "SIGTERM: one line on stderr says so")
+        text = p.text()
+        said = re.search(r"^asp: shell: got TERM", text, re.M) is not None
+        check(said, "SIGTERM: one line on stderr says so" +
+              ("" if said else "; the pane shows:\n" + text))
 
 # ---- 4. the responder dies: restored, 255 ----------------------------------------------
 
