@@ -315,13 +315,13 @@ static void method(FILE *o, const record *op, const char *from, const char *pcls
 		       !strcmp(from, "result")
 		           ? (aio ? "Returns a Process: async for over it yields OutputEvent "
 		                    "chunks and the final ExitEvent; .proc is the handle and "
-		                    ".result the SpawnResult. Needs stdio (notifications)."
+		                    ".result the SpawnResult. " SDK_NEEDS_NOTIFICATIONS
 		                  : "Returns a Process: iterate it for OutputEvent chunks and "
 		                    "the final ExitEvent; .proc is the handle and .result the "
-		                    "SpawnResult. Needs stdio (notifications).")
+		                    "SpawnResult. " SDK_NEEDS_NOTIFICATIONS)
 		           : "Returns a Process that yields the replayed and live output "
 		             "and the exit of that process; .result is the op's result. "
-		             "Needs stdio (notifications).");
+		             "" SDK_NEEDS_NOTIFICATIONS);
 	}
 	if (op->nfields)
 		fputs("\n        Args:\n", o);
@@ -471,10 +471,10 @@ static void readme_head(FILE *o, const spec *s)
 	        "pseudo-terminal (all output on stdout; `.write(b\"\\x03\")` interrupts), "
 	        "`.resize(50, 132)` changes its size; a responder without \"pty\" in hello's "
 	        "`features` answers `unsupported`.\n"
-	        "- HTTP carries no notifications: `spawn` and `proc_attach` need stdio; with "
-	        "`\"websocket\": true` the SDK still calls `POST /v1/rpc`.\n\n"
-	        "## Operations\n\n| method | returns | what it does |\n|---|---|---|\n",
+	        "\n",
 	        s->protocol);
+	sdk_readme_transports(o);
+	fputs("## Operations\n\n| method | returns | what it does |\n|---|---|---|\n", o);
 }
 
 static const sdk_lang py = {

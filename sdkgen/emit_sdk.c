@@ -478,3 +478,27 @@ int sdk_emit(const sdk_lang *L, const spec *s, const sdk_options *opt)
 	free(schema);
 	return rc;
 }
+
+void sdk_readme_transports(FILE *o)
+{
+	fputs("## Transports\n\n"
+	      "| transport | calls | notifications: `spawn` output, `proc_attach` |\n"
+	      "|---|---|---|\n"
+	      "| `stdio` (`asp-agent --stdio`, also through `docker exec -i ...`) | framed "
+	      "msgpack on the child's stdin/stdout, pipelined | yes |\n"
+	      "| `http`, `websocket` absent (the default) | `POST /v1/rpc`, one per call | "
+	      "yes: over one WebSocket (`GET /v1/ws`, subprotocol `asp.v1`) opened by the "
+	      "first `spawn` or `proc_attach` and shared by later ones |\n"
+	      "| `http`, `\"websocket\": true` | all over one WebSocket, pipelined | yes |\n"
+	      "| `http`, `\"websocket\": false` | `POST /v1/rpc`, one per call | no: "
+	      "`spawn` and `proc_attach` fail `unsupported` naming `http.websocket` (run with "
+	      "`exec`, poll with `proc_wait`) |\n"
+	      "| `ssh` | not served by this SDK: use the `asp` CLI or the C library | |\n\n"
+	      "The WebSocket client is the SDK's own (RFC 6455, no dependency): the bearer "
+	      "token goes with the upgrade, a refused upgrade names its HTTP status "
+	      "(`unauthorized` for 401), messages above `max_message` are refused, and when "
+	      "the WebSocket drops, the calls on it and the processes followed over it fail "
+	      "with `transport_error` (the processes keep running: attach again with the "
+	      "offsets seen); the next stream opens a new one.\n\n",
+	      o);
+}

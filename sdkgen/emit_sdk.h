@@ -86,5 +86,11 @@ void sdk_default(const sdk_lang *L, char *dst, size_t cap, const field *f);
 bool sdk_in_list(const char *s, const char *const *list);
 /* A field table (see sdk_lang), its lines indented by `indent` plus one level. */
 void sdk_field_table(const sdk_lang *L, FILE *o, const char *indent, const field *fs, size_t n);
+/* The README's "Transports" section: what each transport carries, the same for every
+ * SDK (their runtimes share the design: docs/http.md). */
+void sdk_readme_transports(FILE *o);
+/* What an op followed by notifications needs, for its doc comment. */
+#define SDK_NEEDS_NOTIFICATIONS                                                                    \
+	"Needs notifications: stdio, or HTTP with its WebSocket (not http.websocket false)."
 
 #endif

@@ -209,12 +209,11 @@ static void method(FILE *o, const record *op, const char *from, const char *pcls
 	if (from && !strcmp(from, "result"))
 		snprintf(doc + strlen(doc), sizeof doc - strlen(doc),
 		         " Resolves to a Process: `for await` it for output events and the "
-		         "final exit event; `.proc` is the handle. Needs stdio "
-		         "(notifications).");
+		         "final exit event; `.proc` is the handle. " SDK_NEEDS_NOTIFICATIONS);
 	else if (from)
 		snprintf(doc + strlen(doc), sizeof doc - strlen(doc),
 		         " Resolves to a Process that yields the replayed and live output and "
-		         "the exit of that process. Needs stdio (notifications).");
+		         "the exit of that process. " SDK_NEEDS_NOTIFICATIONS);
 	fputc('\n', o);
 	ts_doc(o, "  ", doc);
 	if (from)
@@ -395,10 +394,10 @@ static void readme_head(FILE *o, const spec *s)
 	    "pseudo-terminal (all output on stdout; `write(\"\\x03\")` interrupts), "
 	    "`resize(50, 132)` changes its size; a responder without \"pty\" in hello's "
 	    "`features` answers `unsupported`.\n"
-	    "- HTTP carries no notifications: `spawn` and `proc_attach` need stdio; with "
-	    "`\"websocket\": true` the SDK still calls `POST /v1/rpc`.\n\n"
-	    "## Operations\n\n| method | resolves to | what it does |\n|---|---|---|\n",
+	    "\n",
 	    s->protocol);
+	sdk_readme_transports(o);
+	fputs("## Operations\n\n| method | resolves to | what it does |\n|---|---|---|\n", o);
 }
 
 static const sdk_lang ts = {

@@ -667,15 +667,11 @@ static asp_status tty_env(const asp_spawn_params *sp, sshc_pty *t, asp_strmap_en
 	t->term = sp->tty->term ? sp->tty->term : ASP_TTY_TERM_DEFAULT;
 	t->rows = (int)sp->tty->rows;
 	t->cols = (int)sp->tty->cols;
+	/* as the local backend: any bytes (the wrapper quotes them), 1 to 128 */
 	size_t tl = strlen(t->term);
-	bool ok = tl > 0 && tl <= 64;
-	for (size_t i = 0; ok && i < tl; i++)
-		ok = t->term[i] > ' ' && t->term[i] < 0x7f;
-	if (!ok)
+	if (tl == 0 || tl > 128)
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
-		                     "spawn: tty term '%.64s' is not a terminal type (1 to 64 "
-		                     "printable characters, no spaces)",
-		                     t->term);
+		                     "spawn: tty.term must be 1 to 128 bytes, got %zu", tl);
 	size_t n = sp->has_env ? sp->env.count : 0, k = 0;
 	*env = malloc((n + 1) * sizeof **env);
 	if (!*env)
@@ -917,11 +913,15 @@ out:
 asp_status ssh_proc_resize(ssh_procs *ps, const asp_proc_resize_params *rp, asp_error *err)
 {
 	sshc *c = ps->c;
+	asp_status st = asp_check_tty_size("proc_resize", rp->rows, rp->cols, err);
+	if (st != ASP_OK)
+		return st; /* before the handle, as the local backend checks */
 	sshc_lock(c);
 	sproc *p = find(ps, rp->proc, "proc_resize", err);
-	asp_status st = p ? asp_check_tty_size("proc_resize", rp->rows, rp->cols, err) : err->code;
-	if (st != ASP_OK)
+	if (!p) {
+		st = err->code;
 		goto out;
+	}
 	if (!p->tty) {
 		st = asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
 		                   "proc_resize: process %llu has no terminal (spawn it with tty)",

@@ -6,6 +6,7 @@
  * id) are POSIX and exist in any sandbox image that can run an agent's commands.
  */
 #include "cases_proc.h"
+#include "cases_tty.h"
 #include "conformance.h"
 
 #include <pthread.h>
@@ -2038,6 +2039,24 @@ const conf_case conf_cases[] = {
                "proc_attach: the last 1 MiB, starting later than asked"),
     CASE_NEEDS(proc_attach_after_close, "spawn proc_attach", "follow reattach",
                "proc_attach from another connection after a close"),
+    CASE_NEEDS(tty_spawn_basics, "spawn", "follow pty",
+               "tty: a terminal on 0-2 of the size and TERM asked, stderr on stdout, exit"),
+    CASE_NEEDS(tty_resize_winch, "spawn proc_resize", "follow pty",
+               "tty: proc_resize signals WINCH and stty sees the new size"),
+    CASE_NEEDS(tty_ctrl_c, "spawn proc_write", "follow pty",
+               "tty: Ctrl-C typed ends sleep in an interactive sh, which answers on"),
+    CASE_NEEDS(tty_repl, "spawn proc_write", "follow pty",
+               "tty: a python3 REPL round trip and its exit code"),
+    CASE_NEEDS(tty_large_output, "spawn", "follow pty",
+               "tty: 1.8 MB through the terminal, every byte, \\n as \\r\\n"),
+    CASE_NEEDS(tty_exit_and_signal, "spawn", "follow pty",
+               "tty: a process ended by a signal gives -1 and its name"),
+    CASE_NEEDS(tty_eof, "spawn proc_write", "follow pty",
+               "tty: proc_write eof types VEOF (cat ends), later writes invalid_argument"),
+    CASE_NEEDS(tty_reattach, "spawn proc_write proc_attach", "follow pty",
+               "tty: proc_attach replays the terminal's output, then live"),
+    CASE_NEEDS(tty_bad_input, "spawn proc_resize proc_write", "follow pty",
+               "tty: resize unknown/no terminal/finished, absurd sizes; nothing started"),
 };
 
 const size_t conf_case_count = sizeof conf_cases / sizeof conf_cases[0];

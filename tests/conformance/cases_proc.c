@@ -9,6 +9,7 @@
  * spawned and detaches what it follows before the collectors on its stack go away.
  */
 #include "cases_proc.h"
+#include "proc_fixture.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -17,413 +18,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-#define SAFETY_TIMEOUT_MS 30000 /* every spawn ends by then even if a case fails */
-#define END_WAIT_MS       15000
-#define MIB               (1024u * 1024u)
-
-/* ---- a collector: what one follower received ------------------------------------- */
-
-typedef struct coll {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	void *self;    /* the connection it follows on */
-	uint64_t proc; /* set once followed */
-	bool followed;
-	uint8_t *data[2];
-	size_t len[2], keep; /* bytes kept per stream (the rest only counted) */
-	uint64_t total[2], first[2], next[2];
-	bool got[2];
-	uint64_t seen_proc; /* the proc the callbacks named */
-	int chunks[2];
-	double t_first, t_last, t_end;
-	char bad[256]; /* the first broken promise */
-	bool ended, exited, lost;
-	asp_exit_event ev;
-	char sig[16];
-	int delay_ms;      /* a slow reader: sleep this long per chunk ... */
-	bool slow;         /* ... while this holds ... */
-	double slow_until; /* ... and until then (a case that failed must not crawl) */
-} coll;
-
-static double mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static void coll_init(coll *c, size_t keep)
-{
-	memset(c, 0, sizeof *c);
-	pthread_mutex_init(&c->mu, NULL);
-	pthread_cond_init(&c->cv, NULL);
-	c->keep = keep;
-}
-
-static void coll_destroy(coll *c)
-{
-	free(c->data[0]);
-	free(c->data[1]);
-	pthread_cond_destroy(&c->cv);
-	pthread_mutex_destroy(&c->mu);
-}
-
-static void coll_bad(coll *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void coll_bad(coll *c, const char *fmt, ...)
-{
-	if (c->bad[0])
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(c->bad, sizeof c->bad, fmt, ap);
-	va_end(ap);
-}
-
-static void on_output(void *user, uint64_t proc, asp_stream stream, uint64_t offset,
-                      const uint8_t *data, size_t len)
-{
-	coll *c = user;
-	pthread_mutex_lock(&c->mu);
-	int s = stream == ASP_STREAM_STDERR;
-	double now = mono_ms();
-	if (c->ended)
-		coll_bad(c, "output (offset %llu, %zu bytes) after the end",
-		         (unsigned long long)offset, len);
-	if (c->seen_proc && c->seen_proc != proc)
-		coll_bad(c, "output of process %llu, expected %llu", (unsigned long long)proc,
-		         (unsigned long long)c->seen_proc);
-	c->seen_proc = proc;
-	if (c->got[s] && offset != c->next[s])
-		coll_bad(c, "%s offset %llu where %llu was next", s ? "stderr" : "stdout",
-		         (unsigned long long)offset, (unsigned long long)c->next[s]);
-	if (!c->got[s])
-		c->first[s] = offset;
-	c->got[s] = true;
-	c->next[s] = offset + len;
-	c->total[s] += len;
-	if (!c->chunks[0] && !c->chunks[1])
-		c->t_first = now;
-	c->t_last = now;
-	c->chunks[s]++;
-	if (c->len[s] < c->keep) {
-		size_t n = c->keep - c->len[s] < len ? c->keep - c->len[s] : len;
-		uint8_t *nb = realloc(c->data[s], c->len[s] + n + 1);
-		if (nb) {
-			memcpy(nb + c->len[s], data, n);
-			c->data[s] = nb;
-			c->len[s] += n;
-		}
-	}
-	pthread_cond_broadcast(&c->cv);
-	bool slow = c->slow && c->chunks[0] + c->chunks[1] > 1 && now < c->slow_until;
-	int delay = c->delay_ms;
-	pthread_mutex_unlock(&c->mu);
-	if (slow)
-		usleep((useconds_t)delay * 1000); /* a client that reads slowly */
-}
-
-static void on_exit_ev(void *user, const asp_exit_event *ev)
-{
-	coll *c = user;
-	pthread_mutex_lock(&c->mu);
-	if (c->ended)
-		coll_bad(c, "a second end (an exit after %s)", c->lost ? "lost" : "the exit");
-	c->ended = c->exited = true;
-	c->t_end = mono_ms();
-	c->ev = *ev;
-	c->ev.signal = NULL;
-	if (ev->signal) {
-		snprintf(c->sig, sizeof c->sig, "%s", ev->signal);
-		c->ev.signal = c->sig;
-	}
-	pthread_cond_broadcast(&c->cv);
-	pthread_mutex_unlock(&c->mu);
-}
-
-static void on_lost(void *user, uint64_t proc, const asp_error *err)
-{
-	(void)proc;
-	(void)err;
-	coll *c = user;
-	pthread_mutex_lock(&c->mu);
-	if (c->ended)
-		coll_bad(c, "a second end (lost after %s)", c->lost ? "lost" : "the exit");
-	c->ended = c->lost = true;
-	c->t_end = mono_ms();
-	pthread_cond_broadcast(&c->cv);
-	pthread_mutex_unlock(&c->mu);
-}
-
-static const asp_proc_callbacks coll_cb = {on_output, on_exit_ev, on_lost};
-
-/* Waits until the follower ended; false after `ms`. */
-static bool coll_wait_end(coll *c, int ms)
-{
-	double until = mono_ms() + ms;
-	pthread_mutex_lock(&c->mu);
-	while (!c->ended && mono_ms() < until) {
-		pthread_mutex_unlock(&c->mu);
-		usleep(2000);
-		pthread_mutex_lock(&c->mu);
-	}
-	bool ended = c->ended;
-	pthread_mutex_unlock(&c->mu);
-	return ended;
-}
-
-/* Waits until stream `s` has at least `n` bytes; false after `ms`. */
-static bool coll_wait_bytes(coll *c, int s, uint64_t n, int ms)
-{
-	double until = mono_ms() + ms;
-	pthread_mutex_lock(&c->mu);
-	while (c->total[s] < n && !c->ended && mono_ms() < until) {
-		pthread_mutex_unlock(&c->mu);
-		usleep(2000);
-		pthread_mutex_lock(&c->mu);
-	}
-	bool ok = c->total[s] >= n;
-	pthread_mutex_unlock(&c->mu);
-	return ok;
-}
-
-static bool coll_is(coll *c, int s, const char *want)
-{
-	size_t n = strlen(want);
-	return c->len[s] == n && (n == 0 || memcmp(c->data[s], want, n) == 0);
-}
-
-static const char *coll_show(conf_ctx *ctx, coll *c, int s)
-{
-	size_t n = c->len[s] < 120 ? c->len[s] : 120;
-	char *out = asp_arena_alloc(ctx->a, n * 4 + 8);
-	if (!out)
-		return "?";
-	char *w = out;
-	for (size_t i = 0; i < n; i++) {
-		unsigned char ch = c->data[s][i];
-		if (ch >= 0x20 && ch < 0x7f && ch != '\\')
-			*w++ = (char)ch;
-		else
-			w += sprintf(w, "\\x%02x", ch);
-	}
-	if (n < c->len[s])
-		w += sprintf(w, "...");
-	*w = '\0';
-	return out;
-}
-
-/* ---- the fixture ------------------------------------------------------------------ */
-
-#define MAX_COLL  6
-#define MAX_PROCS 16
-
-typedef struct fx {
-	conf_ctx *ctx;
-	coll c[MAX_COLL];
-	int ncoll;
-	uint64_t procs[MAX_PROCS];
-	int nprocs;
-	void *peer;
-} fx;
-
-static coll *fx_coll(fx *f, size_t keep)
-{
-	if (f->ncoll == MAX_COLL)
-		return NULL;
-	coll *c = &f->c[f->ncoll++];
-	coll_init(c, keep);
-	return c;
-}
-
-static void kill_proc(conf_ctx *ctx, void *self, uint64_t proc)
-{
-	asp_proc_signal_params p;
-	asp_proc_signal_params_init(&p);
-	p.proc = proc;
-	p.signal = "KILL";
-	asp_proc_signal_result r;
-	asp_error err;
-	ctx->ops->proc_signal(self, &p, &r, ctx->a, &err);
-}
-
-static void fx_done(fx *f)
-{
-	conf_ctx *ctx = f->ctx;
-	for (int i = 0; i < f->nprocs; i++)
-		kill_proc(ctx, ctx->self, f->procs[i]);
-	for (int i = 0; i < f->ncoll; i++) {
-		coll *c = &f->c[i];
-		pthread_mutex_lock(&c->mu);
-		c->slow = false;
-		bool live = c->followed && !c->ended;
-		pthread_mutex_unlock(&c->mu);
-		if (live && !coll_wait_end(c, 5000) && ctx->st)
-			ctx->st->detach(ctx->st->ctx, c->self, c->proc);
-	}
-	if (f->peer)
-		ctx->st->peer_close(ctx->st->ctx, f->peer);
-	for (int i = 0; i < f->ncoll; i++)
-		coll_destroy(&f->c[i]);
-}
-
-#define PROC_CASE(name)                                                                            \
-	static void name##_body(conf_ctx *ctx, fx *f);                                             \
-	void name(conf_ctx *ctx)                                                                   \
-	{                                                                                          \
-		fx f = {.ctx = ctx};                                                               \
-		name##_body(ctx, &f);                                                              \
-		fx_done(&f);                                                                       \
-	}                                                                                          \
-	static void name##_body(conf_ctx *ctx, fx *f)
-
-/* ---- helpers: each records a failure at the caller's line ------------------------- */
-
-static asp_status do_spawn(conf_ctx *ctx, fx *f, void *self, asp_spawn_params *p, coll *c,
-                           uint64_t *proc, asp_error *err)
-{
-	if (!p->timeout_ms)
-		p->timeout_ms = SAFETY_TIMEOUT_MS;
-	*proc = 0;
-	asp_status st;
-	if (c) {
-		st = ctx->st->spawn(ctx->st->ctx, self, p, &coll_cb, c, proc, err);
-	} else {
-		asp_spawn_result r;
-		st = ctx->ops->spawn(self, p, &r, ctx->a, err);
-		if (st == ASP_OK)
-			*proc = r.proc;
-	}
-	if (st == ASP_OK) {
-		if (f->nprocs < MAX_PROCS)
-			f->procs[f->nprocs++] = *proc;
-		if (c) {
-			pthread_mutex_lock(&c->mu);
-			c->self = self;
-			c->proc = *proc;
-			c->followed = true;
-			pthread_mutex_unlock(&c->mu);
-		}
-	}
-	return st;
-}
-
-static bool h_spawn(conf_ctx *ctx, fx *f, int line, asp_spawn_params *p, coll *c, uint64_t *proc)
-{
-	asp_error err;
-	asp_status st = do_spawn(ctx, f, ctx->self, p, c, proc, &err);
-	if (st != ASP_OK)
-		conf_fail(ctx, __FILE__, line, "spawn %s: %s: %s",
-		          p->command ? p->command : "(argv)", asp_strerror(st), err.message);
-	return st == ASP_OK;
-}
-
-#define SPAWN(p, c, proc) CONF_REQ(ctx, h_spawn(ctx, f, __LINE__, (p), (c), (proc)))
-
-/* A collector's end within END_WAIT_MS, with no broken promise. */
-static bool h_end(conf_ctx *ctx, int line, coll *c)
-{
-	if (!c)
-		return conf_fail(ctx, __FILE__, line, "out of collectors"), false;
-	if (!coll_wait_end(c, END_WAIT_MS)) {
-		conf_fail(ctx, __FILE__, line, "no exit within %d ms (%llu+%llu bytes came)",
-		          END_WAIT_MS, (unsigned long long)c->total[0],
-		          (unsigned long long)c->total[1]);
-		return false;
-	}
-	if (c->bad[0]) {
-		conf_fail(ctx, __FILE__, line, "%s", c->bad);
-		return false;
-	}
-	if (!c->exited) {
-		conf_fail(ctx, __FILE__, line, "the follower was lost instead of seeing the exit");
-		return false;
-	}
-	return true;
-}
-
-#define END(c) CONF_REQ(ctx, h_end(ctx, __LINE__, (c)))
-#define COLL(var, keep)                                                                            \
-	coll *var = fx_coll(f, (keep));                                                            \
-	CONF_CHECK(ctx, var != NULL)
-
-static asp_status do_wait(conf_ctx *ctx, uint64_t proc, uint64_t ms, asp_proc_wait_result *r,
-                          asp_error *err)
-{
-	asp_proc_wait_params p;
-	asp_proc_wait_params_init(&p);
-	p.proc = proc;
-	p.timeout_ms = ms;
-	return ctx->ops->proc_wait(ctx->self, &p, r, ctx->a, err);
-}
-
-static asp_status do_signal(conf_ctx *ctx, uint64_t proc, const char *sig, asp_error *err)
-{
-	asp_proc_signal_params p;
-	asp_proc_signal_params_init(&p);
-	p.proc = proc;
-	p.signal = sig;
-	asp_proc_signal_result r;
-	return ctx->ops->proc_signal(ctx->self, &p, &r, ctx->a, err);
-}
-
-static asp_status do_write(conf_ctx *ctx, uint64_t proc, const void *data, size_t len, bool eof,
-                           asp_error *err)
-{
-	asp_proc_write_params p;
-	asp_proc_write_params_init(&p);
-	p.proc = proc;
-	p.data = (asp_bytes){data, len};
-	p.eof = eof;
-	asp_proc_write_result r;
-	return ctx->ops->proc_write(ctx->self, &p, &r, ctx->a, err);
-}
-
-static asp_status do_attach(conf_ctx *ctx, void *self, uint64_t proc, uint64_t out_off,
-                            uint64_t err_off, coll *c, asp_error *err)
-{
-	asp_proc_attach_params p;
-	asp_proc_attach_params_init(&p);
-	p.proc = proc;
-	p.stdout_offset = out_off;
-	p.stderr_offset = err_off;
-	asp_status st = ctx->st->attach(ctx->st->ctx, self, &p, &coll_cb, c, err);
-	if (st == ASP_OK) {
-		pthread_mutex_lock(&c->mu);
-		c->self = self;
-		c->proc = proc;
-		c->followed = true;
-		pthread_mutex_unlock(&c->mu);
-	}
-	return st;
-}
-
-static asp_strv strv_of(conf_ctx *ctx, const char *const *items, size_t n)
-{
-	const char **v = asp_arena_alloc(ctx->a, n * sizeof *v);
-	if (v)
-		memcpy(v, items, n * sizeof *v);
-	return (asp_strv){v, v ? n : 0};
-}
-
-#define ARGV(...)                                                                                  \
-	strv_of(ctx, (const char *const[]){__VA_ARGS__},                                           \
-	        sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *))
-
-static bool h_sh(conf_ctx *ctx, int line, const char *cmd, asp_exec_result *r)
-{
-	asp_exec_params p;
-	asp_exec_params_init(&p);
-	p.command = cmd;
-	p.cwd = ctx->dir;
-	p.timeout_ms = SAFETY_TIMEOUT_MS;
-	asp_error err;
-	asp_status st = ctx->ops->exec(ctx->self, &p, r, ctx->a, &err);
-	if (st != ASP_OK)
-		conf_fail(ctx, __FILE__, line, "exec %s: %s: %s", cmd, asp_strerror(st),
-		          err.message);
-	return st == ASP_OK;
-}
 
 /* ---- the cases -------------------------------------------------------------------- */
 
@@ -434,7 +28,7 @@ PROC_CASE(spawn_output_live)
 	asp_spawn_params_init(&p);
 	p.command = "for i in 1 2 3 4 5; do echo line$i; sleep 0.2; done";
 	uint64_t proc;
-	double t0 = mono_ms();
+	double t0 = fx_mono_ms();
 	SPAWN(&p, c, &proc);
 	END(c);
 	CONF_CHECKF(ctx, coll_is(c, 0, "line1\nline2\nline3\nline4\nline5\n"), "stdout '%s'",
@@ -500,25 +94,25 @@ PROC_CASE(spawn_stdin_binary)
 	uint64_t proc;
 	SPAWN(&p, c, &proc);
 	asp_error err;
-	CONF_OK(ctx, do_write(ctx, proc, in, 256, false, &err), &err);
-	CONF_OK(ctx, do_write(ctx, proc, in + 256, 100 * 1024, false, &err), &err);
-	CONF_OK(ctx, do_write(ctx, proc, in + 256 + 100 * 1024, n - 256 - 100 * 1024, true, &err),
+	CONF_OK(ctx, fx_write(ctx, proc, in, 256, false, &err), &err);
+	CONF_OK(ctx, fx_write(ctx, proc, in + 256, 100 * 1024, false, &err), &err);
+	CONF_OK(ctx, fx_write(ctx, proc, in + 256 + 100 * 1024, n - 256 - 100 * 1024, true, &err),
 	        &err);
 	END(c);
 	CONF_CHECKF(ctx, c->len[0] == n && memcmp(c->data[0], in, n) == 0,
 	            "cat gave back %zu of %zu bytes, or other bytes", c->len[0], n);
 	CONF_CHECK(ctx, c->ev.exit_code == 0);
 	/* after eof, and on a finished process: invalid_argument */
-	CONF_ERR(ctx, do_write(ctx, proc, "x", 1, false, &err), ASP_E_INVALID_ARGUMENT, &err);
-	CONF_ERR(ctx, do_write(ctx, proc, NULL, 0, true, &err), ASP_E_INVALID_ARGUMENT, &err);
-	CONF_ERR(ctx, do_write(ctx, 0x7fffffffffffull, "x", 1, false, &err), ASP_E_NOT_FOUND, &err);
+	CONF_ERR(ctx, fx_write(ctx, proc, "x", 1, false, &err), ASP_E_INVALID_ARGUMENT, &err);
+	CONF_ERR(ctx, fx_write(ctx, proc, NULL, 0, true, &err), ASP_E_INVALID_ARGUMENT, &err);
+	CONF_ERR(ctx, fx_write(ctx, 0x7fffffffffffull, "x", 1, false, &err), ASP_E_NOT_FOUND, &err);
 }
 
 static bool h_pid_dead(conf_ctx *ctx, int line)
 {
 	for (int i = 0; i < 20; i++) {
 		asp_exec_result r;
-		if (!h_sh(ctx, line, CONF_PID_STATE_SH("bg.pid"), &r))
+		if (!fx_sh(ctx, line, CONF_PID_STATE_SH("bg.pid"), &r))
 			return false;
 		if (r.stdout_data.len == 4 && memcmp(r.stdout_data.data, "dead", 4) == 0)
 			return true;
@@ -537,7 +131,7 @@ PROC_CASE(spawn_timeout_kills_group)
 	p.cwd = ctx->dir;
 	p.timeout_ms = 300;
 	uint64_t proc;
-	double t0 = mono_ms();
+	double t0 = fx_mono_ms();
 	SPAWN(&p, c, &proc);
 	END(c);
 	double took = c->t_end - t0;
@@ -593,9 +187,9 @@ PROC_CASE(proc_wait_timeout)
 	SPAWN(&p, NULL, &proc);
 	asp_proc_wait_result w;
 	asp_error err;
-	double t0 = mono_ms();
+	double t0 = fx_mono_ms();
 	CONF_ERR(ctx, do_wait(ctx, proc, 300, &w, &err), ASP_E_TIMEOUT, &err);
-	double took = mono_ms() - t0;
+	double took = fx_mono_ms() - t0;
 	CONF_CHECKF(ctx, took >= 250 && took < CONF_SLOW_MS, "the timeout came after %.0f ms",
 	            took);
 	CONF_OK(ctx, do_signal(ctx, proc, "KILL", &err), &err);
@@ -825,7 +419,7 @@ static uint64_t responder_rss_kb(conf_ctx *ctx, unsigned long pid)
 	snprintf(cmd, sizeof cmd, "sed -n 's/^VmRSS:[^0-9]*\\([0-9]*\\).*/\\1/p' /proc/%lu/status",
 	         pid);
 	asp_exec_result r;
-	if (!h_sh(ctx, __LINE__, cmd, &r) || r.stdout_data.len == 0)
+	if (!fx_sh(ctx, __LINE__, cmd, &r) || r.stdout_data.len == 0)
 		return 0;
 	return strtoull((const char *)r.stdout_data.data, NULL, 10);
 }
@@ -836,7 +430,7 @@ PROC_CASE(spawn_slow_reader_bounded)
 	c->delay_ms = 20; /* ~3 MB/s: far slower than the producer */
 	c->slow = true;
 	/* Generous: on a loaded machine each call below waits seconds behind the output. */
-	c->slow_until = mono_ms() + 30000;
+	c->slow_until = fx_mono_ms() + 30000;
 	asp_spawn_params p;
 	asp_spawn_params_init(&p);
 	p.command = "echo $PPID; exec head -c 1073741824 /dev/zero";

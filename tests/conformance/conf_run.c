@@ -61,6 +61,8 @@ static const char *feature_meaning(const char *w, size_t n)
 		return "processes outliving their connection";
 	if (word_is(w, n, "concurrent"))
 		return "calls on one connection running at once";
+	if (word_is(w, n, CONF_FEATURE_PTY))
+		return "processes on a pseudo-terminal (spawn's tty, proc_resize)";
 	return "a feature this suite does not know";
 }
 

@@ -79,6 +79,7 @@ typedef struct conf_case {
 /* The hello features cases may need (spec/protocol.json, hello result "features"). */
 #define CONF_FEATURE_FOLLOW   "follow"
 #define CONF_FEATURE_REATTACH "reattach"
+#define CONF_FEATURE_PTY      "pty"
 
 /* The table, in a stable order. */
 extern const conf_case conf_cases[];

@@ -202,6 +202,7 @@ static void test_ssh_native(void)
 	    {"glob_order_and_patterns", {"op \"glob\"", "not announce", "set ssh.agent"}},
 	    {"grep_modes", {"op \"grep\"", "not announce", "set ssh.agent"}},
 	    {"grep_pcre2", {"op \"grep\"", "not announce", "set ssh.agent"}},
+	    {"tty_reattach", NEEDS_ATTACH_NATIVE},
 	};
 	check_run("ssh native", path, na, sizeof na / sizeof na[0]);
 }
@@ -240,6 +241,15 @@ static void test_http_post(void)
 	    {"proc_attach_replay", NEEDS_ATTACH_POST},
 	    {"proc_attach_truncated", NEEDS_ATTACH_POST},
 	    {"proc_attach_after_close", NEEDS_ATTACH_POST},
+	    {"tty_spawn_basics", NEEDS_FOLLOW_POST},
+	    {"tty_resize_winch", NEEDS_FOLLOW_POST},
+	    {"tty_ctrl_c", NEEDS_FOLLOW_POST},
+	    {"tty_repl", NEEDS_FOLLOW_POST},
+	    {"tty_large_output", NEEDS_FOLLOW_POST},
+	    {"tty_exit_and_signal", NEEDS_FOLLOW_POST},
+	    {"tty_eof", NEEDS_FOLLOW_POST},
+	    {"tty_reattach", NEEDS_ATTACH_POST},
+	    {"tty_bad_input", NEEDS_FOLLOW_POST},
 	};
 	check_run("http POST", path, na, sizeof na / sizeof na[0]);
 }

@@ -1,11 +1,11 @@
 #!/usr/bin/env node
 // The conformance cases of tests/conformance/cases.c and cases_proc.c (the spawn and proc_
-// cases but proc_attach's), run through the generated TypeScript SDK (its built dist/)
+// cases, proc_attach's included), run through the generated TypeScript SDK (its built dist/)
 // against a real responder: the same names, inputs, expected results and error codes, case
 // for case, as conformance.py runs them through the Python SDK.
 //
 // usage: node conformance.mjs --sdk DIR (--stdio ARGV... | --http URL [--token T] |
-//                                        --config F) [--only SUBSTRING]
+//                                        [--websocket true|false] | --config F) [--only SUBSTRING]
 import { pathToFileURL } from "node:url";
 
 const SAFETY_TIMEOUT_MS = 20000;
@@ -1092,6 +1092,75 @@ async function proc_list_fields(ctx) {
   running.close();
 }
 
+/** proc_attach as a Process; Skip where the transport carries no notifications. */
+async function attach(ctx, p) {
+  try {
+    return await ctx.c.proc_attach(p);
+  } catch (e) {
+    if (!(e instanceof asp.AspError)) throw e;
+    if (e.code === "unsupported") throw new Skip(`proc_attach: ${e.message}`);
+    throw new Fail(`proc_attach ${repr(p)}: ${e.code}: ${e.message}`);
+  }
+}
+
+/** Reads an attached process to its exit: per stream its first offset and bytes; the
+ * chunks of a stream follow each other without a gap from wherever the replay began. */
+async function followFrom(proc) {
+  const got = {};
+  for (;;) {
+    const ev = await nextEvent(proc);
+    if (ev === undefined) {
+      const out = {};
+      for (const [k, v] of Object.entries(got)) out[k] = { first: v.first, data: Buffer.concat(v.parts) };
+      return { got: out, exit: proc.exit };
+    }
+    if (ev.stream !== undefined && ev.stream !== null) {
+      const g = (got[ev.stream] ??= { first: ev.offset, len: 0, parts: [] });
+      check(ev.offset === g.first + g.len, `${ev.stream} chunk at offset ${ev.offset} after ${g.len} bytes from ${g.first}`);
+      g.parts.push(Buffer.from(ev.data));
+      g.len += ev.data.length;
+    }
+  }
+}
+
+async function proc_attach_replay(ctx) {
+  const p = await spawn(ctx, { command: "printf 0123456789; printf ab >&2; sleep 0.3; printf tail" });
+  const f = await follow(p);
+  check(f.stdout.toString() === "0123456789tail", `stdout '${f.stdout}'`);
+  // a finished process: replay from the offsets, then the exit, before the answer
+  const a = await attach(ctx, { proc: p.proc, stdout_offset: 4, stderr_offset: 1 });
+  check(a.exit !== undefined && a.exit !== null, "attach to a finished process returned before its exit");
+  let r = await followFrom(a);
+  check(r.got.stdout?.first === 4 && r.got.stdout.data.toString() === "456789tail", `replay from 4: ${repr(r.got.stdout)}`);
+  check(r.got.stderr?.first === 1 && r.got.stderr.data.toString() === "b", `stderr replay ${repr(r.got.stderr)}`);
+  check(r.exit.exit_code === 0 && r.exit.proc === p.proc, `exit ${repr(r.exit)}`);
+  // errors follow nothing
+  await err("invalid_argument", ctx.c.proc_attach({ proc: p.proc, stdout_offset: 15 }));
+  await err("not_found", ctx.c.proc_attach({ proc: 0x7fffffffffff }));
+  // a running process, again on this connection after a detach: replay, then live
+  const live = await spawn(ctx, { command: "printf start; sleep 0.6; printf end" });
+  const ev = await live.nextEvent(5000);
+  check(ev?.data && Buffer.from(ev.data).subarray(0, 5).toString() === "start", `first event ${repr(ev)}`);
+  live.close(); // detached: it keeps running
+  r = await followFrom(await attach(ctx, { proc: live.proc }));
+  check(r.got.stdout?.first === 0 && r.got.stdout.data.toString() === "startend", `got ${repr(r.got.stdout)}`);
+  check(r.exit.exit_code === 0, `exit ${repr(r.exit)}`);
+}
+
+async function proc_attach_truncated(ctx) {
+  // 3 MiB + 1: the responder holds the last 1 MiB. The spawn's own stream is read to its
+  // exit first: its last notifications may come after proc_wait's answer, and a
+  // follower of the same process on this connection would get them too.
+  const p = await spawn(ctx, { command: "head -c 3145728 /dev/zero | tr '\\000' y; printf Z" });
+  await follow(p);
+  await ok(ctx.c.proc_wait({ proc: p.proc, timeout_ms: 20000 }));
+  const r = await followFrom(await attach(ctx, { proc: p.proc }));
+  const s = r.got.stdout ?? { first: undefined, data: Buffer.alloc(0) };
+  check(s.first === 3 * MIB + 1 - MIB, `replay starts at ${s.first}, expected ${2 * MIB + 1}`);
+  check(s.data.length === MIB && s.data[MIB - 1] === 0x5a && s.data[0] === 0x79, `replayed ${s.data.length} bytes`);
+  check(r.exit.exit_code === 0, `exit ${repr(r.exit)}`);
+}
+
 // ---- terminals (spawn with tty, proc_resize) ----
 
 /** Skip (n/a) where the responder's hello lists no "pty" feature. */
@@ -1157,7 +1226,7 @@ const CASES = [
   remove_file_and_dir, remove_not_empty, remove_recursive, remove_symlink_to_dir,
   rename_overwrite, rename_no_overwrite, rename_errors_and_dirs, hostile_names, hostile_exec_args,
   spawn_output_live, spawn_output_order, spawn_stdin_binary, spawn_timeout_kills_group, spawn_errors,
-  proc_signal_each, proc_wait_timeout, proc_list_fields, tty_spawn, tty_resize,
+  proc_signal_each, proc_wait_timeout, proc_list_fields, proc_attach_replay, proc_attach_truncated, tty_spawn, tty_resize,
 ];
 
 async function runCase(client, root, fn) {
@@ -1209,7 +1278,8 @@ async function main() {
   ];
   let client;
   if (opt.stdio) client = await asp.Client.stdio(opt.stdio);
-  else if (opt.http) client = asp.Client.http(opt.http, opt.token);
+  else if (opt.http)
+    client = asp.Client.http(opt.http, opt.token, { websocket: opt.websocket === undefined ? undefined : opt.websocket === "true" });
   else client = await asp.Client.fromConfig(opt.config);
   const label = opt.label ?? client.transportName;
   const root = `/tmp/asp-sdk-ts-conf-${process.pid}-${Date.now()}`;

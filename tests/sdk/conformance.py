@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """The conformance cases of tests/conformance/cases.c and cases_proc.c (the spawn and proc_
-cases but proc_attach's), run through the generated Python
+cases, proc_attach's included), run through the generated Python
 SDK against a real responder: the same names, inputs, expected results and error codes,
 case for case, so a difference between the C core and the SDK shows up as a failure here.
 
-usage: conformance.py --sdk DIR [--aio] (--stdio ARGV... | --http URL [--token T] |
-                      --config F) [--only SUBSTRING] [--list]
+usage: conformance.py --sdk DIR [--aio] (--stdio ARGV... | --http URL [--token T]
+                      [--websocket true|false] | --config F) [--only SUBSTRING] [--list]
 
 With --aio the same case bodies drive asp.aio.Client (asyncio) through AioFacade.
 """
@@ -1076,6 +1076,70 @@ def proc_list_fields(ctx):
     running.close()
 
 
+def attach(ctx, proc, **kw):
+    """proc_attach as a Process; Skip where the transport carries no notifications."""
+    try:
+        return ctx.c.proc_attach(proc, **kw)
+    except asp.AspError as e:
+        if e.code == "unsupported":
+            raise Skip("proc_attach: " + e.message)
+        raise Fail("proc_attach %s %r: %s: %s" % (proc, kw, e.code, e.message))
+
+
+def follow_from(proc):
+    """Reads an attached process to its exit: {stream: (first offset, bytes)}, the exit.
+    Chunks of a stream follow each other without a gap from wherever the replay began."""
+    got = {}
+    while True:
+        ev = proc.next_event(timeout=SAFETY_TIMEOUT_MS / 1000)
+        if ev is None:
+            return {k: (v[0], bytes(v[1])) for k, v in got.items()}, proc.exit
+        if getattr(ev, "stream", None) is not None:
+            first, acc = got.setdefault(ev.stream, (ev.offset, bytearray()))
+            check(ev.offset == first + len(acc), "%s chunk at offset %d after %d bytes from %d"
+                  % (ev.stream, ev.offset, len(acc), first))
+            acc += ev.data
+
+
+def proc_attach_replay(ctx):
+    p = spawn(ctx, command="printf 0123456789; printf ab >&2; sleep 0.3; printf tail")
+    out, _, _, _, _ = follow(p)
+    check(out == b"0123456789tail", "stdout '%s'" % show(out))
+    # a finished process: replay from the offsets, then the exit, before the answer
+    a = attach(ctx, p.proc, stdout_offset=4, stderr_offset=1)
+    check(a.exit is not None, "attach to a finished process returned before its exit")
+    got, ex = follow_from(a)
+    check(got.get("stdout") == (4, b"456789tail"), "replay from 4: %r" % (got.get("stdout"),))
+    check(got.get("stderr") == (1, b"b"), "stderr replay %r" % (got.get("stderr"),))
+    check(ex.exit_code == 0 and ex.proc == p.proc, "exit %r" % (ex,))
+    # errors follow nothing
+    err("invalid_argument", ctx.c.proc_attach, p.proc, stdout_offset=15)
+    err("not_found", ctx.c.proc_attach, 0x7fffffffffff)
+    # a running process, again on this connection after a detach: replay, then live
+    live = spawn(ctx, command="printf start; sleep 0.6; printf end")
+    ev = live.next_event(timeout=5)
+    check(getattr(ev, "data", b"")[:5] == b"start", "first event %r" % (ev,))
+    live.close()  # detached: it keeps running
+    got, ex = follow_from(attach(ctx, live.proc))
+    check(got.get("stdout") == (0, b"startend"), "got %r" % (got.get("stdout"),))
+    check(ex.exit_code == 0, "exit %r" % (ex,))
+
+
+def proc_attach_truncated(ctx):
+    # 3 MiB + 1: the responder holds the last 1 MiB. The spawn's own stream is read to
+    # its exit first: its last notifications may come after proc_wait's answer, and a
+    # follower of the same process on this connection would get them too.
+    p = spawn(ctx, command="head -c 3145728 /dev/zero | tr '\\000' y; printf Z")
+    follow(p)
+    ok(ctx.c.proc_wait, p.proc, timeout_ms=20000)
+    got, ex = follow_from(attach(ctx, p.proc))
+    first, data = got.get("stdout", (None, b""))
+    check(first == 3 * MIB + 1 - MIB, "replay starts at %s, expected %d" % (first, 2 * MIB + 1))
+    check(len(data) == MIB and data[-1:] == b"Z" and data[:1] == b"y",
+          "replayed %d bytes" % len(data))
+    check(ex.exit_code == 0, "exit %r" % (ex,))
+
+
 # ---- terminals (spawn with tty, proc_resize) ----
 
 def need_pty(ctx):
@@ -1192,6 +1256,8 @@ CASES = [
     ("proc_signal_each", proc_signal_each, "proc_signal: each signal by name ends the group and is reported"),
     ("proc_wait_timeout", proc_wait_timeout, "proc_wait timeout is a timeout error; the process keeps running"),
     ("proc_list_fields", proc_list_fields, "proc_list: tag, command (argv shell-quoted), running, exit_code"),
+    ("proc_attach_replay", proc_attach_replay, "proc_attach: replay from offsets, the exit before the answer; live after a detach"),
+    ("proc_attach_truncated", proc_attach_truncated, "proc_attach: the responder keeps the last 1 MiB of output"),
     ("tty_spawn", tty_spawn, "spawn with tty: isatty on 0, 1, 2, its size, TERM, all output on stdout"),
     ("tty_resize", tty_resize, "Process.resize: the new size; finished, unknown, no terminal, bad sizes"),
 ]
@@ -1304,6 +1370,8 @@ def main():
     ap.add_argument("--sdk", required=True, help="the generated Python package's folder")
     ap.add_argument("--http")
     ap.add_argument("--token")
+    ap.add_argument("--websocket", choices=("true", "false"),
+                    help="http.websocket; absent: POST, and a WebSocket for streams")
     ap.add_argument("--config")
     ap.add_argument("--only")
     ap.add_argument("--label", default="")
@@ -1311,6 +1379,7 @@ def main():
     ap.add_argument("--stdio", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     sys.path.insert(0, a.sdk)
+    ws = None if a.websocket is None else a.websocket == "true"
     import asp as asp_module
     asp = asp_module
     if a.aio:
@@ -1318,13 +1387,13 @@ def main():
             if a.stdio:
                 return await asp.aio.Client.stdio(a.stdio)
             if a.http:
-                return asp.aio.Client.http(a.http, a.token)
+                return asp.aio.Client.http(a.http, a.token, websocket=ws)
             return await asp.aio.Client.from_config(a.config)
         client = AioFacade(make)
     elif a.stdio:
         client = asp.Client.stdio(a.stdio)
     elif a.http:
-        client = asp.Client.http(a.http, a.token)
+        client = asp.Client.http(a.http, a.token, websocket=ws)
     else:
         client = asp.Client.from_config(a.config)
     label = a.label or client.transport

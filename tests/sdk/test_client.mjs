@@ -127,11 +127,15 @@ await test("fromConfig: http with an unset token_env says which variable", async
   assert(e.message.includes("ASP_SDK_TEST_NO_SUCH_VAR"), e.message);
 });
 
-await test("http: nothing listening is transport_error, promptly; spawn needs stdio", async () => {
-  const c = asp.Client.http("http://127.0.0.1:9");
+await test("http: nothing listening is transport_error, promptly, for POST and the WebSocket; websocket false: spawn unsupported, naming the key", async () => {
+  let c = asp.Client.http("http://127.0.0.1:9");
   await expectError("transport_error", c.hello());
-  const e = await expectError("unsupported", c.spawn({ argv: ["true"] }));
-  assert(e.message.includes("notifications"));
+  let e = await expectError("transport_error", c.spawn({ argv: ["true"] }));
+  assert(e.message.includes("http://127.0.0.1:9"), e.message);
+  await c.close();
+  c = asp.Client.http("http://127.0.0.1:9", undefined, { websocket: false });
+  e = await expectError("unsupported", c.spawn({ argv: ["true"] }));
+  assert(e.message.includes("http.websocket"), e.message);
   await c.close();
 });
 

@@ -145,11 +145,16 @@ def http_token_missing():
 
 @case
 def http_unreachable():
-    """http: nothing listening is transport_error, promptly; spawn needs stdio"""
+    """http: nothing listening is transport_error, promptly, for POST and the WebSocket;
+    with websocket=False spawn is unsupported, naming the key"""
     c = asp.Client.http("http://127.0.0.1:9")
     expect_error("transport_error", c.hello)
+    e = expect_error("transport_error", c.spawn, argv=["true"])
+    assert "http://127.0.0.1:9" in e.message, e.message
+    c.close()
+    c = asp.Client.http("http://127.0.0.1:9", websocket=False)
     e = expect_error("unsupported", c.spawn, argv=["true"])
-    assert "notifications" in e.message
+    assert "http.websocket" in e.message, e.message
     c.close()
 
 

@@ -42,10 +42,10 @@ await check("fromConfig: token from token_env, cwd applied", async () => {
   assert(fs.readFileSync(path.join(tmp, "f.txt"), "utf8") === "over http");
   await c.close();
 });
-await check("fromConfig: token from token_file (one newline stripped); spawn unsupported", async () => {
+await check("fromConfig: token from token_file (one newline stripped); websocket false: spawn unsupported", async () => {
   fs.writeFileSync(path.join(tmp, "token"), `${token}\n`);
   const p = path.join(tmp, "file.json");
-  fs.writeFileSync(p, JSON.stringify({ version: 1, transport: "http", http: { url, token_file: "token", websocket: true } }));
+  fs.writeFileSync(p, JSON.stringify({ version: 1, transport: "http", http: { url, token_file: "token", websocket: false } }));
   const c = await asp.Client.fromConfig(p);
   assert(dec.decode((await c.read({ path: path.join(tmp, "f.txt") })).data) === "over http");
   assert((await codeOf(c.spawn({ argv: ["true"] }))) === "unsupported");

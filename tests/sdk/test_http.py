@@ -64,7 +64,7 @@ def token_file():
     p = os.path.join(tmp, "file.json")
     with open(p, "w") as f:
         f.write('{"version":1,"transport":"http","http":{"url":"%s","token_file":"token",'
-                '"websocket":true}}' % url)
+                '"websocket":false}}' % url)
     with asp.Client.from_config(p) as c:
         assert c.read(os.path.join(tmp, "f.txt")).data == b"over http"
         assert code_of(lambda: c.spawn(argv=["true"])) == "unsupported"
@@ -88,7 +88,8 @@ def many_threads():
 check("bearer token accepted", right_token)
 check("a wrong or missing token is unauthorized", wrong_token)
 check("from_config: token from token_env, cwd applied", token_env)
-check("from_config: token from token_file (one newline stripped); spawn unsupported",
+check("from_config: token from token_file (one newline stripped); websocket false: spawn "
+      "unsupported",
       token_file)
 check("8 threads share one HTTP client", many_threads)
 print("%d passed, %d failed" % (passed, failed))

@@ -5,10 +5,13 @@
 # built from what asp-sdkgen generates from the copy (the C tables compiled with the
 # core's unchanged config sources into a probe). The same files against the build's own
 # probe show the key is new: it is unknown there.
-# usage: config_derived.sh SDKGEN SRC_ROOT CC C_PROBE TS_WORK
+# usage: config_derived.sh SDKGEN SRC_ROOT C_PROBE TS_WORK CC...
 #   TS_WORK: the build's prepared TypeScript work folder (its node_modules holds tsc)
+#   CC...: the build's C compiler command, all its words (e.g. ccache cc)
 set -euo pipefail
-sdkgen=$1 src=$2 cc=$3 build_probe=$4 ts_work=$(cd "$5" && pwd)
+sdkgen=$1 src=$2 build_probe=$3 ts_work=$(cd "$4" && pwd)
+shift 4
+cc=("$@")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
@@ -30,7 +33,7 @@ PY
 
 # 2. everything generated from the copy
 "$sdkgen" --config-schema "$tmp/spec/asp.schema.json" --config-c "$tmp/config_tables.c"
-"$cc" -std=c11 -D_GNU_SOURCE -I"$src/core/include" -I"$src/core/src" -o "$tmp/c_probe" \
+"${cc[@]}" -std=c11 -D_GNU_SOURCE -I"$src/core/include" -I"$src/core/src" -o "$tmp/c_probe" \
   "$src/tests/sdk/config_probe.c" "$src/core/src/config.c" "$src/core/src/config_schema.c" \
   "$src/core/src/config_locate.c" "$src/core/src/error.c" "$src/core/src/arena.c" \
   "$tmp/config_tables.c" -x c - $(pkg-config --cflags --libs jansson 2>/dev/null || echo -ljansson) \

@@ -1,8 +1,8 @@
 /*
- * Terminals over native SSH (spawn with tty, proc_resize), shared by the OpenSSH and the
- * Dropbear tests: each case takes a connection's op table and follows the process through
- * the transport's subscribe slot, as the client does. Every wait is on output or an exit,
- * bounded by TTY_WAIT_MS; the remote side polls where a shell has to (a WINCH trap runs
+ * Terminals over SSH (spawn with tty, proc_resize), shared by the OpenSSH and the Dropbear
+ * tests, for native and agent mode: each case takes a connection's op table and follows
+ * the process through the transport's subscribe slot, as the client does. Every wait is on output
+ * or an exit, bounded by TTY_WAIT_MS; the remote side polls where a shell has to (a WINCH trap runs
  * between commands).
  */
 #include "ssh_tty.h"
@@ -421,12 +421,15 @@ void ssh_tty_bad_input(const ssh_tty_target *t)
 	uint64_t proc = 0;
 	asp_tty zero = {.rows = 0, .cols = 80}, huge = {.rows = 24, .cols = 4097};
 	asp_tty blank = {.rows = 24, .cols = 80, .term = ""};
-	asp_tty spaced = {.rows = 24, .cols = 80, .term = "xterm 256"};
+	char long_term[200];
+	memset(long_term, 'x', sizeof long_term - 1);
+	long_term[sizeof long_term - 1] = '\0';
+	asp_tty too_long = {.rows = 24, .cols = 80, .term = long_term};
 	CU_ASSERT_EQUAL(spawn_tty(t, "true", &zero, &w, &proc, &err), ASP_E_INVALID_ARGUMENT);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "rows"));
 	CU_ASSERT_EQUAL(spawn_tty(t, "true", &huge, &w, &proc, &err), ASP_E_INVALID_ARGUMENT);
 	CU_ASSERT_EQUAL(spawn_tty(t, "true", &blank, &w, &proc, &err), ASP_E_INVALID_ARGUMENT);
-	CU_ASSERT_EQUAL(spawn_tty(t, "true", &spaced, &w, &proc, &err), ASP_E_INVALID_ARGUMENT);
+	CU_ASSERT_EQUAL(spawn_tty(t, "true", &too_long, &w, &proc, &err), ASP_E_INVALID_ARGUMENT);
 	/* an unknown handle */
 	CU_ASSERT_EQUAL(resize(t, 987654321, 24, 80, &err), ASP_E_NOT_FOUND);
 	/* a process without a terminal */

@@ -1,13 +1,13 @@
 /*
- * Terminals over native SSH (tests/ssh/ssh_tty.c): CUnit test bodies the OpenSSH and the
- * Dropbear tests run on their connections.
+ * Terminals over SSH (tests/ssh/ssh_tty.c): CUnit test bodies the OpenSSH and the Dropbear
+ * tests run on their connections, native and agent mode.
  */
 #ifndef ASP_TEST_SSH_TTY_H
 #define ASP_TEST_SSH_TTY_H
 
 #include "asp/proto.h"
 
-/* A native-mode connection: its op table and self. */
+/* A connection (native or agent mode): its op table and self. */
 typedef struct ssh_tty_target {
 	const asp_ops *ops;
 	void *self;

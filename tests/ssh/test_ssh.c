@@ -1766,11 +1766,18 @@ static void test_agent_reattach_after_close(void)
 
 /* ---- registration ------------------------------------------------------------------- */
 
-/* Terminals in native mode (tests/ssh/ssh_tty.c), logged in as whoever runs the tests. */
+/*
+ * Terminals (tests/ssh/ssh_tty.c), logged in as whoever runs the tests: native mode (the
+ * channel's pty) and agent mode (asp-agent's own, over the one channel).
+ */
 #define TTY_TEST(name)                                                                             \
 	static void test_tty_##name(void)                                                          \
 	{                                                                                          \
 		ssh_tty_##name(&(ssh_tty_target){native.ops, native.self});                        \
+	}                                                                                          \
+	static void test_tty_##name##_agent(void)                                                  \
+	{                                                                                          \
+		ssh_tty_##name(&(ssh_tty_target){agent.ops, agent.self});                          \
 	}
 TTY_TEST(hello)
 TTY_TEST(basics)
@@ -1901,6 +1908,16 @@ int main(int argc, char **argv)
 	ok = ok && CU_add_test(s, "tty_eof", test_tty_eof);
 	ok = ok && CU_add_test(s, "tty_signal_timeout", test_tty_signal_timeout);
 	ok = ok && CU_add_test(s, "tty_bad_input", test_tty_bad_input);
+	if (have_agent) {
+		ok = ok && CU_add_test(s, "tty_hello_agent", test_tty_hello_agent);
+		ok = ok && CU_add_test(s, "tty_basics_agent", test_tty_basics_agent);
+		ok = ok && CU_add_test(s, "tty_resize_agent", test_tty_resize_agent);
+		ok = ok && CU_add_test(s, "tty_interrupt_agent", test_tty_interrupt_agent);
+		ok = ok && CU_add_test(s, "tty_eof_agent", test_tty_eof_agent);
+		ok =
+		    ok && CU_add_test(s, "tty_signal_timeout_agent", test_tty_signal_timeout_agent);
+		ok = ok && CU_add_test(s, "tty_bad_input_agent", test_tty_bad_input_agent);
+	}
 	ok = ok && CU_add_test(s, "search_unsupported_native", test_search_unsupported_native);
 	ok = ok && CU_add_test(s, "spawn_channel_budget", test_spawn_channel_budget);
 	ok = ok && CU_add_test(s, "chunk_latency", test_chunk_latency);

@@ -482,6 +482,7 @@ static int copy_agent(const char *from, const char *to)
  * Terminals (tests/ssh/ssh_tty.c) in native mode, as root and as the run's user: Dropbear
  * makes a pty session's process a session leader (setsid, the pty its controlling
  * terminal), so the wrapper execs the command there as on OpenSSH and relays nothing.
+ * And in agent mode (asp-agent's own terminals), as root.
  */
 #define TTY_TEST(name)                                                                             \
 	static void test_tty_##name##_root(void)                                                   \
@@ -491,6 +492,10 @@ static int copy_agent(const char *from, const char *to)
 	static void test_tty_##name##_user(void)                                                   \
 	{                                                                                          \
 		ssh_tty_##name(&(ssh_tty_target){natives[1].ops, natives[1].self});                \
+	}                                                                                          \
+	static void test_tty_##name##_agent(void)                                                  \
+	{                                                                                          \
+		ssh_tty_##name(&(ssh_tty_target){agents[0].ops, agents[0].self});                  \
 	}
 TTY_TEST(hello)
 TTY_TEST(basics)
@@ -636,7 +641,8 @@ int main(int argc, char **argv)
 	ok = ok && CU_add_test(s, "concurrent_channels_agent", test_concurrent_channels_agent);
 #define TTY_ADD(name)                                                                              \
 	ok = ok && CU_add_test(s, "tty_" #name "_root", test_tty_##name##_root) &&                 \
-	     CU_add_test(s, "tty_" #name "_user", test_tty_##name##_user)
+	     CU_add_test(s, "tty_" #name "_user", test_tty_##name##_user) &&                       \
+	     CU_add_test(s, "tty_" #name "_agent", test_tty_##name##_agent)
 	TTY_ADD(hello);
 	TTY_ADD(basics);
 	TTY_ADD(resize);

@@ -250,7 +250,8 @@ class Client(ClientBase):
         Give exactly one of ``command`` and ``argv``.
 
         Returns a Process: iterate it for OutputEvent chunks and the final ExitEvent;
-        .proc is the handle and .result the SpawnResult. Needs stdio (notifications).
+        .proc is the handle and .result the SpawnResult. Needs notifications: stdio, or
+        HTTP with its WebSocket (not http.websocket false).
 
         Args:
             command: Runs as /bin/sh -c command.
@@ -361,7 +362,8 @@ class Client(ClientBase):
         notifications, then receive live output and exit on this connection.
 
         Returns a Process that yields the replayed and live output and the exit of that
-        process; .result is the op's result. Needs stdio (notifications).
+        process; .result is the op's result. Needs notifications: stdio, or HTTP with
+        its WebSocket (not http.websocket false).
 
         Args:
             proc: Process handle.

@@ -110,7 +110,8 @@ export class Client extends ClientBase {
    * Start a process and stream its output as output notifications, then exit. It gets its own
    * session and process group and outlives the connection that started it. Give exactly one of
    * `command` and `argv`. Resolves to a Process: `for await` it for output events and the final
-   * exit event; `.proc` is the handle. Needs stdio (notifications).
+   * exit event; `.proc` is the handle. Needs notifications: stdio, or HTTP with its WebSocket (not
+   * http.websocket false).
    */
   async spawn(params: SpawnParams = {}): Promise<Process<ProcessEvent>> {
     return this._stream<ProcessEvent>("spawn", params, "result");
@@ -148,7 +149,8 @@ export class Client extends ClientBase {
   /**
    * Replay buffered output from the given offsets (last 1 MiB per stream) as output notifications,
    * then receive live output and exit on this connection. Resolves to a Process that yields the
-   * replayed and live output and the exit of that process. Needs stdio (notifications).
+   * replayed and live output and the exit of that process. Needs notifications: stdio, or HTTP with
+   * its WebSocket (not http.websocket false).
    */
   async proc_attach(params: ProcAttachParams): Promise<Process<ProcessEvent>> {
     return this._stream<ProcessEvent>("proc_attach", params, "params");

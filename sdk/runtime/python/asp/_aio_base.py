@@ -1,17 +1,16 @@
-"""The machinery under the generated asp.aio.Client: the same config defaults and codec
-as the synchronous client (asp._base), over the asyncio transports, and AioProcess, the
-async iterator a spawn returns."""
+"""The machinery under the generated asp.aio.Client: asp._base's client and follower,
+with the waiting done by the event loop (the asyncio transports of asp._aio_transport),
+and AioProcess, the async iterator a spawn returns."""
 
 import asyncio
-import collections
+import contextlib
 
-from . import _codec, _config
+from . import _config
 from ._aio_transport import AioHttpTransport, AioStdioTransport
-from ._base import ClientBase
-from ._errors import AspError
+from ._base import ClientBase, _Follower
 
 
-class AioProcess:
+class AioProcess(_Follower):
     """A process started by ``asp.aio.Client.spawn`` (or followed by ``proc_attach``).
 
     ``async for`` yields its output as ``OutputEvent`` chunks in order, then its
@@ -20,60 +19,26 @@ class AioProcess:
     you iterate raises ``AspError`` (transport_error) from the iterator.
     """
 
+    _KIND = "asp.aio.Process"
+
     def __init__(self, client, op):
-        self._client = client
-        self._op = op
-        self._conn = None
-        self._queue = collections.deque()
-        self._wake = asyncio.Event()
-        self._ended = False
-        self._error = None
-        self.proc = None
-        self.result = None
-        self.exit = None
+        # one event loop: nothing to lock
+        super().__init__(client, op, contextlib.nullcontext())
+        self._event = asyncio.Event()
 
-    def __repr__(self):
-        state = "exited %r" % (self.exit,) if self.exit else "running"
-        return "<asp.aio.Process %s %s>" % (self.proc, state)
-
-    # called from the connection's reader task
-    def _push(self, event):
-        if self._ended:
-            return
-        self._queue.append(event)
-        if type(event).__name__ == self._client._spec.STREAM_END_CLASS:
-            self.exit = event
-            self._ended = True
-            self._detach()
-        self._wake.set()
-
-    def _fail(self, err):
-        if not self._ended:
-            self._error = err
-            self._ended = True
-        self._wake.set()
-
-    def _detach(self):
-        if self._conn is not None and self.proc is not None:
-            conn, self._conn = self._conn, None
-            conn.unsubscribe(self.proc, self)
+    def _wake(self):
+        self._event.set()
 
     async def next_event(self, timeout=None):
         """The next event, or None once the exit has been returned. With a timeout in
         seconds, raises TimeoutError when nothing came in time."""
-        while not self._queue and not self._ended:
-            self._wake.clear()
+        while not self._ready():
+            self._event.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                await asyncio.wait_for(self._event.wait(), timeout)
             except asyncio.TimeoutError:
-                raise TimeoutError("no event from process %s in %s s" % (self.proc,
-                                                                         timeout)) from None
-        if self._queue:
-            return self._queue.popleft()
-        if self._error is not None:
-            e = self._error
-            raise AspError(e.code, e.message, errno=e.errno, path=e.path)
-        return None
+                raise self._timed_out(timeout) from None
+        return self._take()
 
     def __aiter__(self):
         return self
@@ -88,10 +53,7 @@ class AioProcess:
         """Reads to the end: (stdout bytes, stderr bytes, ExitEvent)."""
         out, err = bytearray(), bytearray()
         async for ev in self:
-            if getattr(ev, "stream", None) == "stdout":
-                out += ev.data
-            elif getattr(ev, "stream", None) == "stderr":
-                err += ev.data
+            self._gather(ev, out, err)
         return bytes(out), bytes(err), self.exit
 
     async def write(self, data=b"", eof=False):
@@ -112,9 +74,7 @@ class AioProcess:
 
     def close(self):
         """Stops following the process here; it keeps running in the sandbox."""
-        self._ended = True
-        self._detach()
-        self._wake.set()
+        self._stop()
 
     async def __aenter__(self):
         return self
@@ -124,48 +84,31 @@ class AioProcess:
 
 
 class AioClientBase(ClientBase):
-    """Shared by the generated asp.aio.Client: see it for the methods."""
+    """Shared by the generated asp.aio.Client: see it for the methods. Everything but
+    the awaiting is asp._base.ClientBase's."""
 
     SDK_NAME = "Python (asyncio)"
+    _Process = AioProcess
+    _StdioTransport = AioStdioTransport
+    _HttpTransport = AioHttpTransport
 
     # ---- opening ----
     @classmethod
     async def stdio(cls, argv, *, cwd=None, env=None, timeout_ms=0, call_timeout_ms=60000):
         """A client speaking to ``argv`` over its stdin/stdout, as
         ``asp.Client.stdio``; the responder is started before this returns."""
-        self = cls.__new__(cls)
-        t = AioStdioTransport(argv, cls._spec.MAX_MESSAGE, self._on_notify,
-                              call_timeout_ms=call_timeout_ms)
-        ClientBase.__init__(self, t, cwd, env, timeout_ms)
-        await t.connection()  # start it now, so a bad argv fails here
+        self = cls._stdio_client(argv, cwd, env, timeout_ms, call_timeout_ms)
+        await self._transport.connection()  # start it now, so a bad argv fails here
         return self
-
-    @classmethod
-    def http(cls, url, token=None, *, ca_file=None, cwd=None, env=None, timeout_ms=0,
-             call_timeout_ms=60000):
-        """A client calling ``POST URL/v1/rpc`` of ``asp-agent --listen``, as
-        ``asp.Client.http``. HTTP carries no notifications: spawn needs stdio."""
-        t = AioHttpTransport(url, token, cls._spec.MAX_MESSAGE, ca_file=ca_file,
-                             call_timeout_ms=call_timeout_ms)
-        return cls(t, cwd, env, timeout_ms)
 
     @classmethod
     async def from_config(cls, path=None):
         """A client for the sandbox ``.asp.json`` names, as ``asp.Client.from_config``."""
         cfg = _config.load(path)
-        if cfg.transport == "stdio":
-            c = await cls.stdio(cfg.stdio_command, cwd=cfg.cwd, env=cfg.env,
-                                timeout_ms=cfg.timeout_ms,
-                                call_timeout_ms=cfg.call_timeout_ms)
-        elif cfg.transport == "http":
-            token = _config.secret(cfg.http_token_env, cfg.http_token_file)
-            c = cls.http(cfg.http_url, token, ca_file=cfg.http_ca_file, cwd=cfg.cwd,
-                         env=cfg.env, timeout_ms=cfg.timeout_ms,
-                         call_timeout_ms=cfg.call_timeout_ms)
-        else:
-            raise AspError("unsupported", "%s: the %s SDK cannot serve transport %s; use the "
-                           "asp CLI or the C library" % (cfg.path, cls.SDK_NAME, cfg.transport),
-                           path=cfg.path)
+        opener, args, kw = cls._config_opener(cfg)
+        c = opener(*args, **kw)
+        if asyncio.iscoroutine(c):
+            c = await c
         c.config = cfg
         return c
 
@@ -185,40 +128,13 @@ class AioClientBase(ClientBase):
 
     # ---- calls ----
     async def _call(self, name, params):
-        op = self._spec.OPS[name]
-        wire = _codec.encode_params(op.params, self._apply(op, params))
-        msg = await self._transport.call(op.name, wire)
-        result = self._result(op, msg)
-        if name == "hello" and getattr(result, "max_message", 0):
-            self._transport.max_message = result.max_message
-        return result
+        op, wire = self._request(name, params)
+        return self._result(op, await self._transport.call(op.name, wire))
 
     async def _stream(self, name, params, proc_from):
-        op = self._spec.OPS[name]
-        if not self._transport.carries_notifications:
-            raise AspError("unsupported", "%s needs a transport that carries notifications "
-                           "(stdio); %s does not: run the process with exec, or connect "
-                           "over stdio" % (name, self._transport.describe))
-        wire = _codec.encode_params(op.params, self._apply(op, params))
-        p = AioProcess(self, name)
-        hooks = {}
-        if proc_from == "result":
-            def on_result(result, conn):
-                proc = result.get("proc") if isinstance(result, dict) else None
-                if type(proc) is int and proc >= 0:
-                    p.proc, p._conn = proc, conn
-                    conn.subscribe(proc, p)
-            hooks["on_result"] = on_result
-        else:
-            p.proc = wire["proc"]
-
-            def before_send(conn):
-                p._conn = conn
-                conn.subscribe(p.proc, p)
-            hooks["before_send"] = before_send
+        op, wire, p, hooks = self._follower(name, params, proc_from)
         try:
-            msg = await self._transport.call(op.name, wire, **hooks)
-            p.result = self._result(op, msg)
+            p.result = self._result(op, await self._transport.call(op.name, wire, **hooks))
         except BaseException:
             p.close()
             raise

@@ -15,20 +15,18 @@ def join_path(base, name):
     return base + ("" if base.endswith("/") else "/") + name
 
 
-class Process:
-    """A process started by ``Client.spawn`` (or followed by ``Client.proc_attach``).
+class _Follower:
+    """What a followed process is, whatever waits for it (asp.Process with a thread's
+    condition variable, asp.aio.Process with an asyncio event): the events queued in
+    order, the exit that ends them, the transport error that cuts them short."""
 
-    Iterating yields its output as ``OutputEvent`` chunks in order, then its
-    ``ExitEvent``, then stops. ``write``, ``signal`` and ``wait`` call ``proc_write``,
-    ``proc_signal`` and ``proc_wait`` for it. A transport that dies while you iterate
-    raises ``AspError`` (transport_error) from the iterator.
-    """
+    _KIND = "asp.Process"
 
-    def __init__(self, client, op):
+    def __init__(self, client, op, lock):
         self._client = client
         self._op = op
         self._conn = None
-        self._cv = threading.Condition()
+        self._lock = lock
         self._queue = collections.deque()
         self._ended = False
         self._error = None
@@ -38,11 +36,14 @@ class Process:
 
     def __repr__(self):
         state = "exited %r" % (self.exit,) if self.exit else "running"
-        return "<asp.Process %s %s>" % (self.proc, state)
+        return "<%s %s %s>" % (self._KIND, self.proc, state)
 
-    # called from the transport's reader thread
+    def _wake(self):
+        raise NotImplementedError
+
+    # called from the connection's reader (a thread, or a task)
     def _push(self, event):
-        with self._cv:
+        with self._lock:
             if self._ended:
                 return
             self._queue.append(event)
@@ -50,35 +51,73 @@ class Process:
                 self.exit = event
                 self._ended = True
                 self._detach()
-            self._cv.notify_all()
+            self._wake()
 
     def _fail(self, err):
-        with self._cv:
+        with self._lock:
             if not self._ended:
                 self._error = err
                 self._ended = True
-            self._cv.notify_all()
+            self._wake()
 
     def _detach(self):
-        # lock order: Process._cv, then the connection's lock (never the reverse)
+        # lock order: the follower's lock, then the connection's (never the reverse)
         if self._conn is not None and self.proc is not None:
             conn, self._conn = self._conn, None
             conn.unsubscribe(self.proc, self)
 
+    def _ready(self):
+        """Whether next_event has something to return (under the lock)."""
+        return bool(self._queue) or self._ended
+
+    def _take(self):
+        """The next event, None at the end, or the error (under the lock, once ready)."""
+        if self._queue:
+            return self._queue.popleft()
+        if self._error is not None:
+            e = self._error
+            raise AspError(e.code, e.message, errno=e.errno, path=e.path)
+        return None
+
+    def _timed_out(self, timeout):
+        return TimeoutError("no event from process %s in %s s" % (self.proc, timeout))
+
+    @staticmethod
+    def _gather(ev, out, err):
+        if getattr(ev, "stream", None) == "stdout":
+            out += ev.data
+        elif getattr(ev, "stream", None) == "stderr":
+            err += ev.data
+
+    def _stop(self):
+        with self._lock:
+            self._ended = True
+            self._detach()
+            self._wake()
+
+
+class Process(_Follower):
+    """A process started by ``Client.spawn`` (or followed by ``Client.proc_attach``).
+
+    Iterating yields its output as ``OutputEvent`` chunks in order, then its
+    ``ExitEvent``, then stops. ``write``, ``signal`` and ``wait`` call ``proc_write``,
+    ``proc_signal`` and ``proc_wait`` for it. A transport that dies while you iterate
+    raises ``AspError`` (transport_error) from the iterator.
+    """
+
+    def __init__(self, client, op):
+        super().__init__(client, op, threading.Condition())
+
+    def _wake(self):
+        self._lock.notify_all()
+
     def next_event(self, timeout=None):
         """The next event, or None once the exit has been returned. With a timeout in
         seconds, raises TimeoutError when nothing came in time."""
-        with self._cv:
-            while not self._queue and not self._ended:
-                if not self._cv.wait(timeout):
-                    raise TimeoutError("no event from process %s in %s s" % (self.proc,
-                                                                             timeout))
-            if self._queue:
-                return self._queue.popleft()
-            if self._error is not None:
-                e = self._error
-                raise AspError(e.code, e.message, errno=e.errno, path=e.path)
-            return None
+        with self._lock:
+            if not self._lock.wait_for(self._ready, timeout):
+                raise self._timed_out(timeout)
+            return self._take()
 
     def __iter__(self):
         return self
@@ -93,10 +132,7 @@ class Process:
         """Reads to the end: (stdout bytes, stderr bytes, ExitEvent)."""
         out, err = bytearray(), bytearray()
         for ev in self:
-            if getattr(ev, "stream", None) == "stdout":
-                out += ev.data
-            elif getattr(ev, "stream", None) == "stderr":
-                err += ev.data
+            self._gather(ev, out, err)
         return bytes(out), bytes(err), self.exit
 
     def write(self, data=b"", eof=False):
@@ -117,10 +153,7 @@ class Process:
 
     def close(self):
         """Stops following the process here; it keeps running in the sandbox."""
-        with self._cv:
-            self._ended = True
-            self._detach()
-            self._cv.notify_all()
+        self._stop()
 
     def __enter__(self):
         return self
@@ -130,10 +163,14 @@ class Process:
 
 
 class ClientBase:
-    """Shared by every generated Client: see asp.Client for the methods."""
+    """Shared by every generated Client, synchronous and asyncio (asp._aio_base adds
+    only the awaiting): see asp.Client for the methods."""
 
     _spec = None  # the generated asp._spec module, set by the subclass
     SDK_NAME = "Python"
+    _Process = Process
+    _StdioTransport = _transport.StdioTransport
+    _HttpTransport = _transport.HttpTransport
 
     def __init__(self, transport, cwd=None, env=None, timeout_ms=0, config=None):
         self._transport = transport
@@ -144,47 +181,63 @@ class ClientBase:
 
     # ---- opening ----
     @classmethod
+    def _stdio_client(cls, argv, cwd, env, timeout_ms, call_timeout_ms):
+        self = cls.__new__(cls)
+        t = cls._StdioTransport(argv, cls._spec.MAX_MESSAGE, self._on_notify,
+                                call_timeout_ms=call_timeout_ms)
+        ClientBase.__init__(self, t, cwd, env, timeout_ms)
+        return self
+
+    @classmethod
     def stdio(cls, argv, *, cwd=None, env=None, timeout_ms=0, call_timeout_ms=60000):
         """A client speaking to ``argv`` (e.g. ``["asp-agent", "--stdio"]``, or
         ``["docker", "exec", "-i", "box", "asp-agent", "--stdio"]``) over its
         stdin/stdout. ``cwd``, ``env`` and ``timeout_ms`` are defaults applied to every
         call as a config's are; ``call_timeout_ms`` is the deadline of calls without a
         time limit of their own (docs/faults.md)."""
-        self = cls.__new__(cls)
-        t = _transport.StdioTransport(argv, cls._spec.MAX_MESSAGE, self._on_notify,
-                                      call_timeout_ms=call_timeout_ms)
-        ClientBase.__init__(self, t, cwd, env, timeout_ms)
-        t.connection()  # start it now, so a bad argv fails here
+        self = cls._stdio_client(argv, cwd, env, timeout_ms, call_timeout_ms)
+        self._transport.connection()  # start it now, so a bad argv fails here
         return self
 
     @classmethod
     def http(cls, url, token=None, *, ca_file=None, cwd=None, env=None, timeout_ms=0,
-             call_timeout_ms=60000):
-        """A client calling ``POST URL/v1/rpc`` of ``asp-agent --listen``, with
-        ``Authorization: Bearer token`` when a token is given. HTTP carries no
-        notifications, so ``spawn`` and ``proc_attach`` need stdio. ``call_timeout_ms``
-        is the deadline of calls without a time limit of their own, as for stdio."""
-        t = _transport.HttpTransport(url, token, cls._spec.MAX_MESSAGE, ca_file=ca_file,
-                                     call_timeout_ms=call_timeout_ms)
-        return cls(t, cwd, env, timeout_ms)
+             call_timeout_ms=60000, websocket=None):
+        """A client of ``asp-agent --listen`` at ``url``, with ``Authorization: Bearer
+        token`` when a token is given. Calls go as ``POST URL/v1/rpc``; ``spawn`` and
+        ``proc_attach``, whose output comes as notifications, over one WebSocket
+        (``GET URL/v1/ws``) opened when the first needs it. ``websocket=True`` sends
+        every call over the WebSocket, ``False`` none (streams are then unsupported), as
+        http.websocket in .asp.json. ``call_timeout_ms`` is the deadline of calls without
+        a time limit of their own, as for stdio."""
+        self = cls.__new__(cls)
+        t = cls._HttpTransport(url, token, cls._spec.MAX_MESSAGE, ca_file=ca_file,
+                               call_timeout_ms=call_timeout_ms, websocket=websocket,
+                               on_notify=self._on_notify)
+        ClientBase.__init__(self, t, cwd, env, timeout_ms)
+        return self
+
+    @classmethod
+    def _config_opener(cls, cfg):
+        """(opener, args, kwargs) for the client a config names."""
+        common = {"cwd": cfg.cwd, "env": cfg.env, "timeout_ms": cfg.timeout_ms,
+                  "call_timeout_ms": cfg.call_timeout_ms}
+        if cfg.transport == "stdio":
+            return cls.stdio, (cfg.stdio_command,), common
+        if cfg.transport == "http":
+            token = _config.secret(cfg.http_token_env, cfg.http_token_file)
+            return cls.http, (cfg.http_url, token), dict(
+                common, ca_file=cfg.http_ca_file, websocket=cfg.http_websocket)
+        raise AspError("unsupported", "%s: the %s SDK cannot serve transport %s; use the "
+                       "asp CLI or the C library" % (cfg.path, cls.SDK_NAME, cfg.transport),
+                       path=cfg.path)
 
     @classmethod
     def from_config(cls, path=None):
         """A client for the sandbox ``.asp.json`` names: the file at ``path``, else
         ``$ASP_CONFIG``, else ``.asp.json`` in the working directory or a parent."""
         cfg = _config.load(path)
-        if cfg.transport == "stdio":
-            c = cls.stdio(cfg.stdio_command, cwd=cfg.cwd, env=cfg.env,
-                          timeout_ms=cfg.timeout_ms, call_timeout_ms=cfg.call_timeout_ms)
-        elif cfg.transport == "http":
-            token = _config.secret(cfg.http_token_env, cfg.http_token_file)
-            c = cls.http(cfg.http_url, token, ca_file=cfg.http_ca_file, cwd=cfg.cwd,
-                         env=cfg.env, timeout_ms=cfg.timeout_ms,
-                         call_timeout_ms=cfg.call_timeout_ms)
-        else:
-            raise AspError("unsupported", "%s: the %s SDK cannot serve transport %s; use the "
-                           "asp CLI or the C library" % (cfg.path, cls.SDK_NAME, cfg.transport),
-                           path=cfg.path)
+        opener, args, kw = cls._config_opener(cfg)
+        c = opener(*args, **kw)
         c.config = cfg
         return c
 
@@ -237,30 +290,28 @@ class ClientBase:
                 changes[f.attr] = self.timeout_ms
         return dataclasses.replace(params, **changes) if changes else params
 
+    def _request(self, name, params):
+        """(op, wire params) of a call, the config's defaults applied."""
+        op = self._spec.OPS[name]
+        return op, _codec.encode_params(op.params, self._apply(op, params))
+
     def _result(self, op, msg):
+        """The call's result from its response, or its error raised."""
         if msg.error is not None:
             raise _wire.error_from_map(msg.error, self._spec.ERROR_CODES)
-        return _codec.decode_record(op.result, msg.result)
-
-    def _call(self, name, params):
-        op = self._spec.OPS[name]
-        wire = _codec.encode_params(op.params, self._apply(op, params))
-        msg = self._transport.call(op.name, wire)
-        result = self._result(op, msg)
-        if name == "hello" and getattr(result, "max_message", 0):
+        result = _codec.decode_record(op.result, msg.result)
+        if op.name == "hello" and getattr(result, "max_message", 0):
             self._transport.max_message = result.max_message
         return result
 
-    def _stream(self, name, params, proc_from):
+    def _follower(self, name, params, proc_from):
         """An op whose process is followed by notifications: spawn (the proc comes in
-        the result) or proc_attach (the proc is in the params)."""
-        op = self._spec.OPS[name]
+        the result) or proc_attach (the proc is in the params). Returns (op, wire, the
+        Process, the transport hooks that subscribe it to the connection)."""
         if not self._transport.carries_notifications:
-            raise AspError("unsupported", "%s needs a transport that carries notifications "
-                           "(stdio); %s does not: run the process with exec, or connect "
-                           "over stdio" % (name, self._transport.describe))
-        wire = _codec.encode_params(op.params, self._apply(op, params))
-        p = Process(self, name)
+            raise self._transport.streams_refused(name)
+        op, wire = self._request(name, params)
+        p = self._Process(self, name)
         hooks = {}
         if proc_from == "result":
             def on_result(result, conn):
@@ -276,9 +327,16 @@ class ClientBase:
                 p._conn = conn
                 conn.subscribe(p.proc, p)
             hooks["before_send"] = before_send
+        return op, wire, p, hooks
+
+    def _call(self, name, params):
+        op, wire = self._request(name, params)
+        return self._result(op, self._transport.call(op.name, wire))
+
+    def _stream(self, name, params, proc_from):
+        op, wire, p, hooks = self._follower(name, params, proc_from)
         try:
-            msg = self._transport.call(op.name, wire, **hooks)
-            p.result = self._result(op, msg)
+            p.result = self._result(op, self._transport.call(op.name, wire, **hooks))
         except BaseException:
             p.close()
             raise
@@ -295,4 +353,3 @@ class ClientBase:
                             % (method, e.message))
         conn.route(getattr(ev, "proc", None), ev)
         return None
-

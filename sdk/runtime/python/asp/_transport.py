@@ -1,66 +1,92 @@
-"""Transports: stdio (a child process speaking framed msgpack on its stdin/stdout, with
-one reader thread matching responses to callers by id) and HTTP (one POST /v1/rpc per
-call). Both are safe to use from many threads at once; stdio pipelines every call over
-one connection."""
+"""Synchronous transports over the shared RPC engine (asp._rpc): stdio (a child process
+speaking framed msgpack on its stdin/stdout, one reader thread matching responses to
+callers by id) and HTTP (one POST /v1/rpc per call, and a WebSocket GET /v1/ws for
+streams, opened when the first one needs it: docs/http.md). All are safe to use from
+many threads at once; stdio and the WebSocket pipeline every call over one connection."""
 
 import collections
 import http.client
-import os
 import select
-import signal as _signal
 import socket
 import ssl
 import subprocess
 import threading
 import urllib.parse
 
-from . import _wire
+from . import _rpc, _wire, _ws
 from ._errors import AspError
+from ._rpc import UINT32_MAX, own_limit, too_large
 
-UINT32_MAX = 0xFFFFFFFF
-
-
-def _copy(e):
-    """A fresh AspError per caller, so each gets its own traceback."""
-    return AspError(e.code, e.message, errno=e.errno, path=e.path)
-
-
-class _Slot:
-    __slots__ = ("event", "msg", "error", "on_result")
-
-    def __init__(self, on_result):
-        self.event = threading.Event()
-        self.msg = None
-        self.error = None
-        self.on_result = on_result
-
-
-# Left in `pending` by a call that timed out, so its late answer is told from a stray id.
-_ABANDONED = object()
 # A write larger than this has a watchdog: a responder that reads nothing of it for
 # call_timeout_ms is killed (smaller ones fit in the pipe).
 _WATCHED_WRITE = 65536
 
 
-def _own_limit(method, params):
-    """The time limit a call has of its own (exec's and proc_wait's timeout_ms), added to
-    call_timeout_ms; None when it has none, so it may wait for ever (then it probes)."""
-    if method in ("exec", "proc_wait"):
-        t = params.get("timeout_ms") or 0
-        return t if t > 0 else None
-    return 0
+class _Waiter(_rpc.Waiter):
+    __slots__ = ("event",)
+
+    def __init__(self, on_result=None):
+        super().__init__(on_result)
+        self.event = threading.Event()
+
+    def _wake(self):
+        self.event.set()
 
 
-def _too_large(n, limit):
-    return AspError("too_large", "request of %d bytes is larger than max_message (%d); "
-                    "send the data in smaller pieces" % (n, limit))
+class _Pipelined:
+    """Calls over a pipelined connection (stdio, the WebSocket): its subclass gives
+    ``_open()``, ``_open_lock``, ``_conn`` and ``closed_error()``; the connection gives
+    ``send(data)`` and ``die(err, kill)``."""
+
+    def connection(self):
+        """The connection, opened now (by _open) if there is none or it died."""
+        with self._open_lock:
+            err = self.closed_error()
+            if err is not None:
+                raise err
+            c = self._conn
+            if c is None or c.dying:
+                c = self._conn = self._open()
+            return c
+
+    def _call_pipelined(self, method, params, on_result, before_send):
+        conn = self.connection()
+        if method == "hello" and conn.hello is not None:
+            return conn.hello  # answered once per connection (the liveness probe is not)
+        msg = self._call_on(conn, method, params, on_result, before_send, 0)
+        if method == "hello" and msg.error is None:
+            conn.hello = msg
+        return msg
+
+    def _call_on(self, conn, method, params, on_result, before_send, explicit_ms):
+        w = _Waiter(on_result)
+        id_, data = conn.prepare(w, method, params, before_send)
+        conn.send(data)
+        plan = _rpc.deadlines(conn, w, id_, method, params, explicit_ms)
+        reply = None
+        while True:
+            try:
+                what, arg = plan.send(reply)
+            except StopIteration:
+                return w.answer()
+            if what == "wait":
+                reply = w.event.wait(arg)
+            elif what == "probe":
+                try:
+                    self._call_on(conn, "hello", {}, None, None, arg)
+                    reply = None
+                except AspError as e:
+                    reply = e
+            else:
+                conn.die(arg, kill=True)
+                reply = None
 
 
-class _StdioConn:
+class _StdioConn(_rpc.RpcConn):
     """One running responder process and the reader thread that serves it."""
 
     def __init__(self, transport):
-        self.t = transport
+        super().__init__(transport, "the stdio responder", threading.Lock())
         argv = transport.argv
         try:
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -69,16 +95,7 @@ class _StdioConn:
             code = "not_found" if e.errno == 2 else "transport_error"
             raise AspError(code, "cannot start the stdio responder %s: %s" % (
                 argv[0], e.strerror or e), errno=e.errno) from None
-        self.lock = threading.Lock()
         self.wlock = threading.Lock()
-        self.pending = {}
-        self.subs = {}  # proc -> [Process]
-        self.next_id = 1
-        self.dead = None  # the AspError every later call gets
-        self.suspect = False  # a call missed its deadline and no answer came since
-        self.dying = False  # set first; dead follows once the reason is known
-        self.closing = False
-        self.hello = None  # the first hello answer: a responder's hello does not change
         self.stderr_tail = collections.deque(maxlen=8)
         self.stderr_done = threading.Event()
         threading.Thread(target=self._drain_stderr, name="asp-stdio-stderr",
@@ -87,40 +104,8 @@ class _StdioConn:
                                        daemon=True)
         self.reader.start()
 
-    # ---- ids and pending calls ----
-    def _gone(self):
-        if self.dead is not None:
-            return _copy(self.dead)
-        return AspError("transport_error", "the connection to the stdio responder is ending")
-
-    def add(self, slot):
-        with self.lock:
-            if self.dying:
-                raise self._gone()
-            while self.next_id in self.pending or self.next_id == 0:
-                self.next_id = self.next_id + 1 if self.next_id < UINT32_MAX else 1
-            id_ = self.next_id
-            self.next_id = id_ + 1 if id_ < UINT32_MAX else 1
-            self.pending[id_] = slot
-            return id_
-
-    def forget(self, id_):
-        with self.lock:
-            self.pending.pop(id_, None)
-
-    def abandon(self, id_, suspect=True):
-        """The call gave up: its late answer will be dropped. Returns whether the
-        connection was suspect already, or None when the answer came meanwhile."""
-        with self.lock:
-            if id_ not in self.pending:
-                return None
-            self.pending[id_] = _ABANDONED
-            second = self.suspect
-            if suspect:
-                self.suspect = True
-            return second
-
     def send(self, data):
+        data = _wire.frame(data)
         watchdog = None
         if len(data) > _WATCHED_WRITE:
             ms = self.t.call_timeout_ms
@@ -140,20 +125,6 @@ class _StdioConn:
         finally:
             if watchdog is not None:
                 watchdog.cancel()
-
-    def subscribe(self, proc, p):
-        with self.lock:
-            if self.dying:
-                raise self._gone()
-            self.subs.setdefault(proc, []).append(p)
-
-    def unsubscribe(self, proc, p):
-        with self.lock:
-            lst = self.subs.get(proc)
-            if lst and p in lst:
-                lst.remove(p)
-                if not lst:
-                    del self.subs[proc]
 
     # ---- the reader ----
     def _read_exact(self, n):
@@ -184,47 +155,11 @@ class _StdioConn:
                     err = AspError("transport_error", "the stdio responder's output ended "
                                    "inside a message")
                     break
-                err = self._handle(body)
+                err = self.handle(body)
         except (OSError, ValueError) as e:
             err = AspError("transport_error", "cannot read from the stdio responder: %s" % (
                 getattr(e, "strerror", None) or e))
         self.die(err, kill=err is not None and err.code == "protocol_error")
-
-    def _handle(self, body):
-        try:
-            msg = _wire.decode(body)
-        except AspError as e:
-            return AspError("protocol_error", "the stdio responder sent a bad message: %s" %
-                            e.message)
-        if msg.type == _wire.RESPONSE:
-            with self.lock:
-                slot = self.pending.pop(msg.id, None)
-                if slot is not None and slot is not _ABANDONED:
-                    self.suspect = False  # the responder answers
-            if slot is _ABANDONED:
-                return None  # a late answer to a call that timed out: drop it
-            if slot is None:
-                return AspError("protocol_error", "the stdio responder answered request id "
-                                "%d, which no call is waiting for; closing the connection" %
-                                msg.id)
-            if slot.on_result is not None and msg.error is None:
-                try:
-                    slot.on_result(msg.result, self)
-                except AspError as e:
-                    slot.error = e
-            slot.msg = msg
-            slot.event.set()
-            return None
-        if msg.type == _wire.NOTIFY:
-            return self.t.on_notify(self, msg.method, msg.params)
-        return AspError("protocol_error", "the stdio responder sent a request; a responder "
-                        "only answers")
-
-    def route(self, proc, event):
-        with self.lock:
-            targets = list(self.subs.get(proc, ()))
-        for p in targets:
-            p._push(event)
 
     def _drain_stderr(self):
         try:
@@ -243,47 +178,18 @@ class _StdioConn:
         except subprocess.TimeoutExpired:
             rc = None
         self.stderr_done.wait(0.5)
-        what = err.message
-        if rc is not None and rc < 0:
-            try:
-                name = _signal.Signals(-rc).name
-            except ValueError:
-                name = str(-rc)
-            what += "; the responder was killed by %s" % name
-        elif rc is not None:
-            what += "; the responder exited with status %d" % rc
-        tail = [s for s in self.stderr_tail if s]
-        if tail:
-            what += "; its last stderr lines: " + " | ".join(tail[-3:])
-        return AspError(err.code, what)
+        return _rpc.explain(err, rc, self.stderr_tail)
 
     def die(self, err, kill=False):
-        with self.lock:
-            if self.dying:
-                return
-            self.dying = True
-            closing = self.closing
+        if not self.start_dying():
+            return
         if kill:
             self._terminate()
-        if err is None:
-            err = AspError("transport_error", "the client was closed" if closing else
-                           "the stdio responder closed the connection")
-            if not closing:
-                err = self._explain(err)
-        elif err.code == "transport_error" and not closing:
+        explained = err is None or err.code == "transport_error"
+        err = self.end_error(err)
+        if explained and not self.closing:
             err = self._explain(err)
-        with self.lock:
-            self.dead = err
-            pending, self.pending = self.pending, {}
-            subs, self.subs = self.subs, {}
-        for slot in pending.values():
-            if slot is _ABANDONED:
-                continue
-            slot.error = err
-            slot.event.set()
-        for lst in subs.values():
-            for p in lst:
-                p._fail(err)
+        self.fail_all(err)
         try:
             self.proc.stdin.close()
         except (OSError, ValueError):
@@ -320,108 +226,22 @@ class _StdioConn:
                 pass
 
 
-class StdioTransport:
+class StdioTransport(_rpc.StdioSettings, _Pipelined):
     """Speaks the RPC over a child's stdin/stdout. A dead responder fails every pending
     call with transport_error; the next call starts a new one."""
 
-    carries_notifications = True
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self._open_lock = threading.Lock()
 
-    def __init__(self, argv, max_message, on_notify, call_timeout_ms=60000):
-        if isinstance(argv, (str, bytes)) or not argv:
-            raise AspError("invalid_argument", "stdio needs an argv list, such as "
-                           "['asp-agent', '--stdio']")
-        self.argv = [os.fsdecode(a) if isinstance(a, bytes) else str(a) for a in argv]
-        self.max_message = max_message
-        self.on_notify = on_notify
-        self.call_timeout_ms = call_timeout_ms or 60000
-        self._lock = threading.Lock()
-        self._conn = None
-        self._closed = False
-        self.describe = "stdio %s" % " ".join(self.argv)
-
-    def connection(self):
-        with self._lock:
-            if self._closed:
-                raise AspError("transport_error", "the client was closed")
-            c = self._conn
-            if c is None or c.dying:
-                c = self._conn = _StdioConn(self)
-            return c
+    def _open(self):
+        return _StdioConn(self)
 
     def call(self, method, params, on_result=None, before_send=None):
-        conn = self.connection()
-        if method == "hello" and conn.hello is not None:
-            return conn.hello  # answered once per connection (the liveness probe is not)
-        msg = self._call_on(conn, method, params, on_result, before_send, 0)
-        if method == "hello" and msg.error is None:
-            conn.hello = msg
-        return msg
-
-    def _call_on(self, conn, method, params, on_result, before_send, _explicit_ms):
-        slot = _Slot(on_result)
-        id_ = conn.add(slot)
-        data = _wire.request(id_, method, params)
-        if len(data) > self.max_message:
-            conn.forget(id_)
-            raise _too_large(len(data), self.max_message)
-        if before_send is not None:
-            try:
-                before_send(conn)
-            except BaseException:
-                conn.forget(id_)
-                raise
-        conn.send(_wire.frame(data))
-        self._await(conn, slot, id_, method, params, _explicit_ms)
-        if slot.error is not None:
-            raise _copy(slot.error)
-        return slot.msg
-
-    def _await(self, conn, slot, id_, method, params, explicit_ms):
-        """Waits within the call's deadline (docs/faults.md): call_timeout_ms plus the
-        op's own limit; a miss is timeout and makes the connection suspect, a second miss
-        in a row kills it. A call with no limit of its own probes with hello instead."""
-        ms = self.call_timeout_ms
-        own = 0 if explicit_ms else _own_limit(method, params)
-        limit = explicit_ms or (ms if own is None else own + ms)
-        while not slot.event.wait(limit / 1000.0):
-            if explicit_ms:
-                if conn.abandon(id_, suspect=False) is None:
-                    break
-                raise AspError("timeout", "%s: no answer within %d ms" % (method, limit))
-            if own is None:
-                try:
-                    self._call_on(conn, "hello", {}, None, None, ms)
-                    limit = ms
-                    continue
-                except AspError as e:
-                    if e.code != "timeout":
-                        continue  # the connection died: the slot says how
-                if conn.abandon(id_, suspect=False) is None:
-                    break
-                conn.die(AspError("transport_error", "%s: the responder did not answer a "
-                                  "liveness probe (hello) within call_timeout_ms (%d ms), so "
-                                  "the connection is closed (the next call reconnects)" %
-                                  (method, ms)), kill=True)
-                raise _copy(conn.dead or conn._gone())
-            second = conn.abandon(id_)
-            if second is None:
-                break  # answered just now
-            if second:
-                conn.die(AspError("transport_error", "%s: no answer within %d ms, the second "
-                                  "missed deadline in a row: the responder is not answering, "
-                                  "so the connection is closed (the next call reconnects)" %
-                                  (method, limit)), kill=True)
-                raise _copy(conn.dead or conn._gone())
-            if own:
-                raise AspError("timeout", "%s: no answer within %d ms (its timeout_ms %d + "
-                               "call_timeout_ms %d); the connection is suspect: one more "
-                               "missed deadline closes it" % (method, limit, own, ms))
-            raise AspError("timeout", "%s: no answer within call_timeout_ms (%d ms); the "
-                           "connection is suspect: one more missed deadline closes it" %
-                           (method, ms))
+        return self._call_pipelined(method, params, on_result, before_send)
 
     def close(self):
-        with self._lock:
+        with self._open_lock:
             self._closed = True
             c, self._conn = self._conn, None
         if c is not None:
@@ -443,38 +263,162 @@ class _HTTPSConnection(http.client.HTTPSConnection):
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-class HttpTransport:
-    """POST /v1/rpc, one request per call, one kept-alive connection per thread. The
-    stdio client's deadlines apply (docs/faults.md): connecting and each send or read
+class _WsConn(_rpc.WsRpcConn):
+    """One WebSocket to GET PREFIX/v1/ws and the reader thread that serves it."""
+
+    def __init__(self, transport):
+        super().__init__(transport, threading.Lock())
+        self.wlock = threading.Lock()
+        t = transport
+        sock = None
+        try:
+            sock = socket.create_connection((t.host, t.port), timeout=t.call_timeout_ms / 1000.0)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if t.ctx is not None:
+                sock = t.ctx.wrap_socket(sock, server_hostname=t.host)
+            req, accept = _ws.handshake(t.host, t.port, t.default_port, t.ws_path, t.token)
+            sock.sendall(req)
+            buf = bytearray()
+            end = -1
+            while end < 0:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    raise AspError("transport_error", "%s closed the connection during the "
+                                   "WebSocket upgrade" % t.url)
+                buf += chunk
+                end = _ws.head_end(buf)
+            _ws.check_answer(bytes(buf[:end]), bytes(buf[end:]), t.url, accept)
+        except BaseException as e:
+            if sock is not None:
+                sock.close()
+            if isinstance(e, OSError):
+                raise _ws.connect_error(t.url, e, t.ca_file) from None
+            raise
+        self.sock = sock
+        self.reader = threading.Thread(target=self._read_loop, args=(bytes(buf[end:]),),
+                                       name="asp-ws-reader", daemon=True)
+        self.reader.start()
+
+    def _write(self, data):
+        with self.wlock:
+            self.sock.sendall(data)
+
+    def send(self, data):
+        try:
+            self._write(self.message(data))
+        except OSError as e:
+            self.die(AspError("transport_error", "cannot write to %s: %s" % (
+                self.t.url, getattr(e, "strerror", None) or e)), kill=True)
+
+    def _read_loop(self, data):
+        err = None
+        try:
+            while True:
+                if data:
+                    replies, err = self.receive(data)
+                    for r in replies:
+                        self._write(r)
+                    if err is not None:
+                        break
+                try:
+                    data = self.sock.recv(262144)
+                except socket.timeout:
+                    data = None  # an idle connection: read on
+                    continue
+                if not data:
+                    err = self.eof_error()
+                    break
+        except OSError as e:
+            err = self.eof_error() if self.closing else AspError(
+                "transport_error", "cannot read from %s: %s" % (
+                    self.t.url, getattr(e, "strerror", None) or e))
+        self.die(err)
+
+    def die(self, err, kill=False):
+        if not self.start_dying():
+            return
+        self.fail_all(self.end_error(err))
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        if threading.current_thread() is not self.reader:
+            self.reader.join(2.0)
+        self.sock.close()
+
+    def close(self, timeout=5.0):
+        with self.lock:
+            self.closing = True
+        try:
+            self._write(_ws.close_frame(_ws.NORMAL))
+        except OSError:
+            pass
+        # The server answers with its close frame, then ends the connection.
+        self.reader.join(timeout)
+        self.die(None)
+        self.sock.close()
+
+
+class HttpTransport(_Pipelined):
+    """POST /v1/rpc, one request per call, one kept-alive connection per thread, and a
+    WebSocket for streams (docs/http.md): with ``websocket`` None spawn and proc_attach
+    go over one WebSocket opened when the first needs it (the listener sends a process's
+    output to the connection that started or attached it), everything else over POST;
+    True sends every call over the WebSocket, False none (streams are then unsupported).
+
+    The stdio client's deadlines apply (docs/faults.md): connecting and each send or read
     make progress within call_timeout_ms, and the answer starts within call_timeout_ms
     plus the op's own timeout_ms; an exec or proc_wait without one is probed with hello
     on a connection of its own every call_timeout_ms instead."""
 
-    carries_notifications = False
-
-    def __init__(self, url, token, max_message, ca_file=None, call_timeout_ms=60000):
+    def __init__(self, url, token, max_message, ca_file=None, call_timeout_ms=60000,
+                 websocket=None, on_notify=None):
         u = urllib.parse.urlsplit(url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise AspError("invalid_argument", "http needs a URL like http://127.0.0.1:8722, "
                            "got %r" % url)
+        if websocket not in (None, True, False):
+            raise AspError("invalid_argument", "websocket is None, True or False")
         self.url = url
         self.scheme = u.scheme
         self.host = u.hostname
-        self.port = u.port or (443 if u.scheme == "https" else 80)
+        self.default_port = 443 if u.scheme == "https" else 80
+        self.port = u.port or self.default_port
         self.path = u.path.rstrip("/") + "/v1/rpc"
+        self.ws_path = u.path.rstrip("/") + "/v1/ws"
         self.token = token
         self.max_message = max_message
+        self.ca_file = ca_file
         self.ctx = None
         if u.scheme == "https":
             self.ctx = ssl.create_default_context(cafile=ca_file)
+        self.websocket = websocket
+        self.on_notify = on_notify
         self._local = threading.local()
         self._lock = threading.Lock()
         self._next_id = 0
         self._conns = []
+        self._conn = None  # the WebSocket, opened by the first call that needs it
+        self._open_lock = threading.Lock()
         self._hello = None  # the server's hello answer, kept until a transport_error
         self._closed = False
         self.call_timeout_ms = call_timeout_ms or 60000
         self.describe = url
+
+    @property
+    def carries_notifications(self):
+        return self.websocket is not False and self.on_notify is not None
+
+    def streams_refused(self, name):
+        return _rpc.streams_refused(name, self.url, self.websocket)
+
+    def _open(self):
+        return _WsConn(self)
+
+    def closed_error(self):
+        if self._closed:
+            return AspError("transport_error", "the client was closed")
+        return None
 
     def _new_conn(self, keep=True):
         t = self.call_timeout_ms / 1000.0
@@ -511,7 +455,7 @@ class HttpTransport:
     def _await_answer(self, conn, method, params):
         """Waits until the answer starts, within the call's deadline (docs/faults.md)."""
         ms = self.call_timeout_ms
-        own = _own_limit(method, params)
+        own = own_limit(method, params)
         limit = ms if own is None else own + ms
         sock = conn.sock
         while True:
@@ -590,8 +534,12 @@ class HttpTransport:
     def call(self, method, params, on_result=None, before_send=None):
         if method == "hello" and self._hello is not None and not self._closed:
             return self._hello  # answered once until a call finds the server gone
+        stream = on_result is not None or before_send is not None
         try:
-            msg = self._call(method, params, on_result)
+            if _rpc.http_route(self.websocket, stream) == "ws":
+                msg = self._call_pipelined(method, params, on_result, before_send)
+            else:
+                msg = self._call(method, params, on_result)
         except AspError as e:
             if e.code == "transport_error":
                 self._hello = None  # perhaps another server now: ask again
@@ -608,21 +556,11 @@ class HttpTransport:
             id_ = self._next_id
         body = _wire.request(id_, method, params)
         if len(body) > self.max_message:
-            raise _too_large(len(body), self.max_message)
+            raise too_large(len(body), self.max_message)
         status, data = self._post(body, method, params)
-        if status == 401:
-            raise AspError("unauthorized", "%s refused the request (HTTP 401): the token is "
-                           "missing or wrong; set the one asp-agent --listen was given "
-                           "(http.token_env or http.token_file)" % self.url)
-        if status == 413:
-            raise AspError("too_large", "%s refused the request as too large (HTTP 413)" %
-                           self.url)
-        if status == 400:
-            raise AspError("protocol_error", "%s could not decode the request (HTTP 400)" %
-                           self.url)
-        if status != 200:
-            raise AspError("transport_error", "%s answered HTTP %d; is it asp-agent "
-                           "--listen?" % (self.url, status))
+        err = _rpc.http_status_error(self.url, status)
+        if err is not None:
+            raise err
         try:
             msg = _wire.decode(data)
         except AspError as e:
@@ -639,8 +577,11 @@ class HttpTransport:
         self._closed = True
         with self._lock:
             conns, self._conns = self._conns, []
+            ws, self._conn = self._conn, None
         for c in conns:
             try:
                 c.close()
             except OSError:
                 pass
+        if ws is not None:
+            ws.close()

@@ -5,7 +5,7 @@
 import { type OpDesc, type RecordDesc, decodeRecord, encodeParams } from "./codec.js";
 import { type Config, loadConfig, readSecret } from "./config.js";
 import { AspError, copyError } from "./errors.js";
-import { HttpTransport, type StdioConn, StdioTransport, type Subscriber, type Transport } from "./transport.js";
+import { HttpTransport, type RpcConn, StdioTransport, type Subscriber, type Transport } from "./transport.js";
 import { type Message, type WireMap, errorFromMap } from "./wire.js";
 
 /** What the generated spec.ts gives the runtime. */
@@ -35,6 +35,9 @@ export interface ClientOptions {
 export interface HttpOptions extends ClientOptions {
   /** PEM file of CA certificates for an https URL. */
   ca_file?: string;
+  /** http.websocket: absent, POST and a WebSocket for streams; true, every call over the
+   * WebSocket; false, POST only (spawn and proc_attach unsupported). */
+  websocket?: boolean;
 }
 
 /** A relative sandbox path joined to the config's cwd, as the C client does it. */
@@ -56,7 +59,7 @@ export class Process<E extends { proc?: number | bigint } = Record<string, unkno
   result: unknown = undefined;
   /** The exit event, once it came. */
   exit: E | undefined = undefined;
-  /** @internal */ conn: StdioConn | null = null;
+  /** @internal */ conn: RpcConn | null = null;
   private readonly queue: E[] = [];
   private waiters: Array<() => void> = [];
   private ended = false;
@@ -221,11 +224,17 @@ export class ClientBase {
     return self;
   }
 
-  /** A client calling POST URL/v1/rpc of asp-agent --listen; HTTP carries no
-   * notifications, so spawn and proc_attach need stdio. */
-  static http<T extends ClientBase>(this: Ctor<T> & typeof ClientBase, url: string, token?: string, options?: HttpOptions): T {
-    const t = new HttpTransport(url, token, this.spec.MAX_MESSAGE, options?.ca_file, options?.call_timeout_ms);
-    return new this(t, options);
+  /** A client of asp-agent --listen at `url`: calls as POST URL/v1/rpc; spawn and
+   * proc_attach, whose output comes as notifications, over one WebSocket (GET URL/v1/ws)
+   * opened when the first needs it. `websocket: true` sends every call over the
+   * WebSocket, `false` none (streams are then unsupported), as http.websocket. */
+  static http<T extends ClientBase>(this: Ctor<T> & typeof ClientBase, url: string, token?: string, options?: HttpOptions, config?: Config): T {
+    let self: T | undefined;
+    const t = new HttpTransport(url, token, this.spec.MAX_MESSAGE, options?.ca_file, options?.call_timeout_ms, options?.websocket, (conn, method, params) =>
+      (self as ClientBase).onNotify(conn, method, params),
+    );
+    self = new this(t, options, config);
+    return self;
   }
 
   /** A client for the sandbox .asp.json names: the file at `path`, else $ASP_CONFIG,
@@ -247,8 +256,8 @@ export class ClientBase {
     }
     if (cfg.transport === "http") {
       const token = readSecret(cfg.http.token_env, cfg.http.token_file);
-      const t = new HttpTransport(cfg.http.url as string, token, this.spec.MAX_MESSAGE, cfg.http.ca_file, cfg.call_timeout_ms);
-      return new this(t, options, cfg);
+      const opts = { ...options, ca_file: cfg.http.ca_file, call_timeout_ms: cfg.call_timeout_ms, websocket: cfg.http.websocket };
+      return this.http(cfg.http.url as string, token, opts, cfg) as T;
     }
     throw new AspError(
       "unsupported",
@@ -316,16 +325,16 @@ export class ClientBase {
   async _stream<E extends { proc?: number | bigint }>(name: string, params: unknown, procFrom: "result" | "params"): Promise<Process<E>> {
     const op = this.spec.OPS[name];
     if (!this.transport.carriesNotifications)
-      throw new AspError(
-        "unsupported",
-        `${name} needs a transport that carries notifications (stdio); ${this.transport.describe} does not: run the process with exec, or connect over stdio`,
+      throw (
+        this.transport.streamsRefused?.(name) ??
+        new AspError("unsupported", `${name} needs a transport that carries notifications; ${this.transport.describe} does not: run the process with exec`)
       );
     const wire = encodeParams(op.params, this.apply(op, (params ?? {}) as Record<string, unknown>));
     const p = new Process<E>(this, this.spec.STREAM_END);
     const hooks =
       procFrom === "result"
         ? {
-            onResult: (result: WireMap, conn: StdioConn | null) => {
+            onResult: (result: WireMap, conn: RpcConn | null) => {
               const proc = result?.proc;
               if (conn && typeof proc === "number" && Number.isInteger(proc) && proc >= 0) {
                 p.proc = proc;
@@ -335,7 +344,7 @@ export class ClientBase {
             },
           }
         : {
-            beforeSend: (conn: StdioConn) => {
+            beforeSend: (conn: RpcConn) => {
               p.proc = Number(wire.proc);
               p.conn = conn;
               conn.subscribe(p.proc, p);
@@ -352,7 +361,7 @@ export class ClientBase {
   }
 
   /** @internal */
-  onNotify(conn: StdioConn, method: string, params: WireMap): AspError | null {
+  onNotify(conn: RpcConn, method: string, params: WireMap): AspError | null {
     const desc = this.spec.NOTES[method];
     if (!desc) return null; // a notification this SDK does not know: ignore it
     let ev: Record<string, unknown>;

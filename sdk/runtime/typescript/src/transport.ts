@@ -8,96 +8,38 @@ import * as fs from "node:fs";
 import * as http from "node:http";
 import * as https from "node:https";
 
-import { AspError, copyError } from "./errors.js";
-import { type Message, NOTIFY, RESPONSE, type WireMap, decodeMessage, frame, request } from "./wire.js";
+import { AspError } from "./errors.js";
+import {
+  type Hooks,
+  type NotifyHandler,
+  RpcConn,
+  type Timer,
+  type Transport,
+  UINT32_MAX,
+  callOn,
+  later,
+  ownLimit,
+  tooLarge,
+} from "./rpc.js";
+import { type Message, RESPONSE, type WireMap, decodeMessage, frame, request } from "./wire.js";
 
-const UINT32_MAX = 0xffffffff;
-/* Node runs a timer of more than 2^31 - 1 ms at once (with a warning). */
-const MAX_DELAY = 0x7fffffff;
-
-interface Timer {
-  clear(): void;
-}
-
-/** setTimeout for any delay (an exec's timeout_ms may be days), chained past MAX_DELAY. */
-function later(fn: () => void, ms: number, unref: boolean): Timer {
-  let t: NodeJS.Timeout;
-  const arm = (left: number) => {
-    t = left > MAX_DELAY ? setTimeout(() => arm(left - MAX_DELAY), MAX_DELAY) : setTimeout(fn, left);
-    if (unref) t.unref();
-  };
-  arm(ms);
-  return { clear: () => clearTimeout(t) };
-}
-
-/** Receives a connection's process notifications (Process in base.ts). */
-export interface Subscriber {
-  push(event: Record<string, unknown>): void;
-  fail(err: AspError): void;
-}
-
-export interface Hooks {
-  /** Runs when the response is a result, before any later message is read. */
-  onResult?: (result: WireMap, conn: StdioConn | null) => void;
-  /** Runs after the id is assigned and before the request is written. */
-  beforeSend?: (conn: StdioConn) => void;
-}
-
-export interface Transport {
-  readonly carriesNotifications: boolean;
-  readonly describe: string;
-  maxMessage: number;
-  call(method: string, params: WireMap, hooks?: Hooks): Promise<Message>;
-  close(): Promise<void>;
-}
-
-export type NotifyHandler = (conn: StdioConn, method: string, params: WireMap) => AspError | null;
-
-function tooLarge(n: number, limit: number): AspError {
-  return new AspError(
-    "too_large",
-    `request of ${n} bytes is larger than max_message (${limit}); send the data in smaller pieces`,
-  );
-}
-
-interface Pending {
-  resolve(m: Message): void;
-  reject(e: AspError): void;
-  hooks?: Hooks;
-}
-
-/** The time limit a call has of its own (exec's and proc_wait's timeout_ms), added to
- * call_timeout_ms; null when it has none, so it may wait for ever (then it probes). */
-function ownLimit(method: string, params: WireMap): number | null {
-  if (method !== "exec" && method !== "proc_wait") return 0;
-  const t = Number((params as Record<string, unknown>).timeout_ms ?? 0);
-  return t > 0 ? t : null;
-}
+export type { Hooks, NotifyHandler, Subscriber, Transport } from "./rpc.js";
+export { RpcConn } from "./rpc.js";
+import { WsConn } from "./ws.js";
 
 /** One running responder process and the reader that serves it. */
-export class StdioConn {
+export class StdioConn extends RpcConn {
   private readonly child: ChildProcess;
-  private readonly pending = new Map<number, Pending>();
-  /** Ids of calls that timed out: their late answers are dropped, not stray. */
-  private readonly abandoned = new Set<number>();
-  /** A call missed its deadline and no answer came since (docs/faults.md). */
-  suspect = false;
-  /** The first hello answer: a responder's hello does not change. */
-  hello: Message | null = null;
-  private readonly subs = new Map<number, Set<Subscriber>>();
-  private nextId = 1;
   private chunks: Buffer[] = [];
   private buffered = 0;
   private stderrTail: string[] = [];
   private stderrPartial = "";
-  dying = false;
-  dead: AspError | null = null;
-  private closing = false;
   private spawned = false;
   private exited: Promise<[number | null, NodeJS.Signals | null]>;
   readonly started: Promise<void>;
 
   constructor(private readonly t: StdioTransport) {
+    super("the stdio responder", t.onNotify, () => t.maxMessage);
     const argv = t.argv;
     this.child = spawn(argv[0], argv.slice(1), { stdio: ["pipe", "pipe", "pipe"] });
     this.started = new Promise((resolve, reject) => {
@@ -132,59 +74,8 @@ export class StdioConn {
     });
   }
 
-  add(p: Pending): number {
-    if (this.dying) throw this.gone();
-    while (this.pending.has(this.nextId) || this.nextId === 0)
-      this.nextId = this.nextId < UINT32_MAX ? this.nextId + 1 : 1;
-    const id = this.nextId;
-    this.nextId = id < UINT32_MAX ? id + 1 : 1;
-    this.pending.set(id, p);
-    return id;
-  }
-
-  forget(id: number): void {
-    this.pending.delete(id);
-  }
-
-  /** The call gave up: false when it was answered meanwhile. */
-  abandon(id: number): boolean {
-    if (!this.pending.delete(id)) return false;
-    this.abandoned.add(id);
-    return true;
-  }
-
-  /** Why the connection died, once it has (for a call that was no longer pending). */
-  async deathOf(): Promise<AspError> {
-    while (!this.dead) await new Promise((r) => setTimeout(r, 10));
-    return copyError(this.dead);
-  }
-
-  send(data: Uint8Array): void {
-    this.child.stdin?.write(data);
-  }
-
-  subscribe(proc: number, s: Subscriber): void {
-    if (this.dying) throw this.gone();
-    let set = this.subs.get(proc);
-    if (!set) this.subs.set(proc, (set = new Set()));
-    set.add(s);
-  }
-
-  unsubscribe(proc: number, s: Subscriber): void {
-    const set = this.subs.get(proc);
-    if (set) {
-      set.delete(s);
-      if (!set.size) this.subs.delete(proc);
-    }
-  }
-
-  route(proc: number | undefined, event: Record<string, unknown>): void {
-    if (proc === undefined) return;
-    for (const s of [...(this.subs.get(proc) ?? [])]) s.push(event);
-  }
-
-  private gone(): AspError {
-    return this.dead ? copyError(this.dead) : new AspError("transport_error", "the connection to the stdio responder is ending");
+  send(body: Uint8Array): void {
+    this.child.stdin?.write(frame(body));
   }
 
   private onData(b: Buffer): void {
@@ -217,36 +108,6 @@ export class StdioConn {
     }
   }
 
-  private handle(body: Uint8Array): AspError | null {
-    let msg: Message;
-    try {
-      msg = decodeMessage(body);
-    } catch (e) {
-      return new AspError("protocol_error", `the stdio responder sent a bad message: ${(e as Error).message}`);
-    }
-    if (msg.type === RESPONSE) {
-      const p = this.pending.get(msg.id as number);
-      if (!p) {
-        if (this.abandoned.delete(msg.id as number)) return null; // late: the call gave up
-        return new AspError("protocol_error", `the stdio responder answered request id ${msg.id}, which no call is waiting for; closing the connection`);
-      }
-      this.pending.delete(msg.id as number);
-      this.suspect = false; // the responder answers
-      if (p.hooks?.onResult && !msg.error) {
-        try {
-          p.hooks.onResult(msg.result as WireMap, this);
-        } catch (e) {
-          p.reject(e instanceof AspError ? e : new AspError("internal", String(e)));
-          return null;
-        }
-      }
-      p.resolve(msg);
-      return null;
-    }
-    if (msg.type === NOTIFY) return this.t.onNotify(this, msg.method as string, msg.params as WireMap);
-    return new AspError("protocol_error", "the stdio responder sent a request; a responder only answers");
-  }
-
   private async explain(err: AspError): Promise<AspError> {
     const timer = new Promise<null>((r) => setTimeout(() => r(null), 1000).unref());
     const status = await Promise.race([this.exited, timer]);
@@ -277,13 +138,7 @@ export class StdioConn {
     } else if (err.code === "transport_error" && !closing && !err.message.startsWith("cannot start")) {
       err = await this.explain(err);
     }
-    this.dead = err;
-    const pending = [...this.pending.values()];
-    this.pending.clear();
-    const subs = [...this.subs.values()];
-    this.subs.clear();
-    for (const p of pending) p.reject(copyError(err));
-    for (const set of subs) for (const s of set) s.fail(err);
+    this.failAll(err);
     this.child.stdin?.destroy();
   }
 
@@ -348,97 +203,9 @@ export class StdioTransport implements Transport {
     const conn = await this.connection();
     // hello is answered once per connection (the liveness probe is not).
     if (method === "hello" && conn.hello) return conn.hello;
-    const msg = await this.callOn(conn, method, params, hooks, 0);
+    const msg = await callOn(this, conn, method, params, hooks, 0);
     if (method === "hello" && !msg.error) conn.hello = msg;
     return msg;
-  }
-
-  /**
-   * One call on `conn` within its deadline: call_timeout_ms plus the op's own limit
-   * (`explicitMs` instead when set). A miss is timeout and makes the connection suspect;
-   * a second miss in a row kills it. A call with no limit of its own probes with hello
-   * every call_timeout_ms and kills the connection when the probe is not answered.
-   */
-  private callOn(conn: StdioConn, method: string, params: WireMap, hooks: Hooks | undefined, explicitMs: number): Promise<Message> {
-    const ms = this.callTimeoutMs || 60000;
-    const own = explicitMs ? 0 : ownLimit(method, params);
-    const limit = explicitMs || (own === null ? ms : own + ms);
-    return new Promise<Message>((outerResolve, outerReject) => {
-      let timer: Timer | undefined;
-      let settled = false;
-      const resolve = (m: Message) => {
-        settled = true;
-        timer?.clear();
-        outerResolve(m);
-      };
-      const reject = (e: unknown) => {
-        settled = true;
-        timer?.clear();
-        outerReject(e);
-      };
-      let id: number;
-      try {
-        id = conn.add({ resolve, reject, hooks });
-      } catch (e) {
-        reject(e);
-        return;
-      }
-      const fatal = (why: string) => {
-        if (!conn.abandon(id)) return;
-        conn.die(new AspError("transport_error", why), true);
-        void conn.deathOf().then(reject);
-      };
-      const expired = () => {
-        if (settled) return;
-        if (own === null && !explicitMs) {
-          this.callOn(conn, "hello", {}, undefined, ms).then(
-            () => arm(ms),
-            (e: AspError) => {
-              if (e.code !== "timeout") return arm(ms); // it answered, or died (then so do we)
-              fatal(`${method}: the responder did not answer a liveness probe (hello) within call_timeout_ms (${ms} ms), so the connection is closed (the next call reconnects)`);
-            },
-          );
-          return;
-        }
-        if (explicitMs) {
-          if (conn.abandon(id)) reject(new AspError("timeout", `${method}: no answer within ${limit} ms`));
-          return;
-        }
-        if (conn.suspect) {
-          fatal(`${method}: no answer within ${limit} ms, the second missed deadline in a row: the responder is not answering, so the connection is closed (the next call reconnects)`);
-          return;
-        }
-        if (!conn.abandon(id)) return;
-        conn.suspect = true;
-        reject(
-          new AspError(
-            "timeout",
-            own
-              ? `${method}: no answer within ${limit} ms (its timeout_ms ${own} + call_timeout_ms ${ms}); the connection is suspect: one more missed deadline closes it`
-              : `${method}: no answer within call_timeout_ms (${ms} ms); the connection is suspect: one more missed deadline closes it`,
-          ),
-        );
-      };
-      const arm = (after: number) => {
-        if (settled) return;
-        timer = later(expired, after, true);
-      };
-      const body = request(id, method, params);
-      if (body.length > this.maxMessage) {
-        conn.forget(id);
-        reject(tooLarge(body.length, this.maxMessage));
-        return;
-      }
-      try {
-        hooks?.beforeSend?.(conn);
-      } catch (e) {
-        conn.forget(id);
-        reject(e);
-        return;
-      }
-      conn.send(frame(body));
-      arm(limit);
-    });
   }
 
   async close(): Promise<void> {
@@ -449,14 +216,18 @@ export class StdioTransport implements Transport {
   }
 }
 
-/** POST /v1/rpc of asp-agent --listen, one request per call, on kept-alive connections.
- * The stdio client's deadlines apply (docs/faults.md): connecting and each send or read
+/** asp-agent --listen (docs/http.md): POST /v1/rpc, one request per call, on kept-alive
+ * connections, and one WebSocket (ws.ts) for streams. With `websocket` undefined spawn
+ * and proc_attach go over the WebSocket, opened when the first needs it (the listener
+ * sends a process's output to the connection that started or attached it), the rest
+ * over POST; true sends every call over the WebSocket, false none (streams are then
+ * unsupported). The stdio client's deadlines apply (docs/faults.md): connecting and each send or read
  * make progress within call_timeout_ms, and the answer starts within call_timeout_ms plus
  * the op's own timeout_ms; an exec or proc_wait without one is probed with hello on a
  * connection of its own every call_timeout_ms instead. */
 export class HttpTransport implements Transport {
-  readonly carriesNotifications = false;
   readonly describe: string;
+  private ws: Promise<WsConn> | null = null;
   private readonly rpcUrl: URL;
   private nextId = 0;
   /** The server's hello answer, kept until a transport_error. */
@@ -469,9 +240,12 @@ export class HttpTransport implements Transport {
     readonly url: string,
     private readonly token: string | undefined,
     public maxMessage: number,
-    caFile?: string,
+    private readonly caFile?: string,
     /** The deadline of calls without a time limit of their own (docs/faults.md). */
     readonly callTimeoutMs = 60000,
+    /** http.websocket: undefined (POST, and the WebSocket for streams), true or false. */
+    readonly websocket?: boolean,
+    private readonly onNotify?: NotifyHandler,
   ) {
     let u: URL;
     try {
@@ -486,6 +260,50 @@ export class HttpTransport implements Transport {
     this.describe = url;
     if (caFile) this.ca = fs.readFileSync(caFile);
     this.agent = u.protocol === "https:" ? new https.Agent({ keepAlive: true, ca: this.ca }) : new http.Agent({ keepAlive: true });
+  }
+
+  get carriesNotifications(): boolean {
+    return this.websocket !== false && this.onNotify !== undefined;
+  }
+
+  streamsRefused(name: string): AspError {
+    if (this.websocket === false)
+      return new AspError(
+        "unsupported",
+        `${name} needs the WebSocket, and ${this.url} has http.websocket false (POST only): run the process with exec, poll it with proc_wait, or drop http.websocket`,
+      );
+    return new AspError("unsupported", `${name} needs a transport that carries notifications; ${this.url} does not: run the process with exec`);
+  }
+
+  /** The WebSocket, opened now if there is none or it died. */
+  private async wsConnection(): Promise<WsConn> {
+    if (this.closed) throw new AspError("transport_error", "the client was closed");
+    const cur = this.ws;
+    if (cur) {
+      const c = await cur.catch(() => null);
+      if (c && !c.dying) return c;
+      if (this.ws !== cur) return this.wsConnection(); // another call reopened it meanwhile
+    }
+    const self = this;
+    const opening = WsConn.open({
+      url: this.url,
+      token: this.token,
+      ca: this.ca,
+      caFile: this.caFile,
+      callTimeoutMs: this.callTimeoutMs || 60000,
+      get maxMessage() {
+        return self.maxMessage;
+      },
+      set maxMessage(n: number) {
+        self.maxMessage = n;
+      },
+      onNotify: this.onNotify as NotifyHandler,
+    });
+    this.ws = opening;
+    opening.catch(() => {
+      if (this.ws === opening) this.ws = null;
+    });
+    return opening;
   }
 
   private headers(): Record<string, string> {
@@ -592,8 +410,12 @@ export class HttpTransport implements Transport {
     // hello is answered once, until a call finds the server gone.
     if (method === "hello" && this.hello && !this.closed) return this.hello;
     let msg: Message;
+    const stream = hooks?.onResult !== undefined || hooks?.beforeSend !== undefined;
     try {
-      msg = await this.callOnce(method, params, hooks);
+      if (this.websocket === true || (stream && this.websocket !== false)) {
+        const conn = await this.wsConnection();
+        msg = await callOn(this, conn, method, params, hooks, 0);
+      } else msg = await this.callOnce(method, params, hooks);
     } catch (e) {
       if (e instanceof AspError && e.code === "transport_error") this.hello = null;
       throw e;
@@ -647,5 +469,9 @@ export class HttpTransport implements Transport {
   async close(): Promise<void> {
     this.closed = true;
     this.agent.destroy();
+    const ws = this.ws;
+    this.ws = null;
+    const c = ws ? await ws.catch(() => null) : null;
+    if (c) await c.close();
   }
 }
