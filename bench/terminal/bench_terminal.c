@@ -17,8 +17,13 @@
  *
  *   bench_terminal ASP_AGENT ASP [ROUNDS]
  *
+ * A last row splits the stdio figure: the same remote terminal driven through libasp
+ * (asp_spawn_start with tty, proc_write, on_output) in this process, with no asp command
+ * and no local pty: what the transport and the agent cost alone.
+ *
  * A path whose sandbox has no terminals (its hello lacks "pty") is shown as n/a.
  */
+#include "asp/asp.h"
 #include "bench_util.h"
 #include "sshd_fixture.h"
 
@@ -26,6 +31,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <pty.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -46,10 +52,13 @@
 static sshd_fixture fx;
 static char dir[256];
 
-enum { P_STDIO, P_AGENT, P_NATIVE, P_CM, P_FLOOR, P_COUNT };
-static const char *const names[P_COUNT] = {
-    "asp shell, stdio (asp-agent --stdio)", "asp shell, SSH agent mode", "asp shell, native SSH",
-    "ssh -tt, ControlMaster", "floor: script(1) relaying to a local pty"};
+enum { P_STDIO, P_AGENT, P_NATIVE, P_CM, P_FLOOR, P_API, P_COUNT };
+static const char *const names[P_COUNT] = {"asp shell, stdio (asp-agent --stdio)",
+                                           "asp shell, SSH agent mode",
+                                           "asp shell, native SSH",
+                                           "ssh -tt, ControlMaster",
+                                           "floor: script(1) relaying to a local pty",
+                                           "libasp over stdio, no asp, no local pty"};
 
 typedef struct session {
 	pid_t pid;
@@ -156,6 +165,141 @@ static double bulk_once(session *s)
 	if (bytes < BULK_BYTES)
 		return -1;
 	return BULK_BYTES / 1e6 / (ms / 1e3);
+}
+
+/* ---- the library alone: a terminal through libasp over stdio, no asp, no local pty ---- */
+
+typedef struct api_session {
+	asp_client *client;
+	uint64_t proc;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	size_t seen;   /* bytes of output so far */
+	char tail[64]; /* the last bytes, for markers */
+	bool a_seen;   /* an 'a' arrived since the last reset */
+	bool ok;
+} api_session;
+
+static void api_output(void *user, uint64_t proc, asp_stream stream, uint64_t offset,
+                       const uint8_t *data, size_t len)
+{
+	(void)proc, (void)stream, (void)offset;
+	api_session *s = user;
+	pthread_mutex_lock(&s->mu);
+	s->seen += len;
+	if (memchr(data, 'a', len))
+		s->a_seen = true;
+	size_t tl = strlen(s->tail), keep = sizeof s->tail - 1;
+	char join[sizeof s->tail * 2];
+	memcpy(join, s->tail, tl);
+	size_t add = len < keep ? len : keep;
+	memcpy(join + tl, data + len - add, add);
+	join[tl + add] = '\0';
+	size_t jl = tl + add;
+	snprintf(s->tail, sizeof s->tail, "%s", join + (jl > keep ? jl - keep : 0));
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static const asp_proc_callbacks api_cb = {api_output, NULL, NULL};
+
+static int api_write(api_session *s, const char *bytes)
+{
+	asp_arena *a = asp_arena_new();
+	asp_proc_write_params p;
+	asp_proc_write_params_init(&p);
+	p.proc = s->proc;
+	p.data = (asp_bytes){(const uint8_t *)bytes, strlen(bytes)};
+	asp_proc_write_result r;
+	asp_error err;
+	int rc = a && asp_proc_write(s->client, &p, &r, a, &err) == ASP_OK ? 0 : -1;
+	asp_arena_free(a);
+	return rc;
+}
+
+/* Waits (under s->mu) until `done` or the bound. */
+#define API_WAIT(s, done)                                                                          \
+	do {                                                                                       \
+		struct timespec ts_;                                                               \
+		clock_gettime(CLOCK_REALTIME, &ts_);                                               \
+		ts_.tv_sec += (time_t)(BOUND_MS / 1000);                                           \
+		while (!(done))                                                                    \
+			if (pthread_cond_timedwait(&(s)->cv, &(s)->mu, &ts_) != 0)                 \
+				break;                                                             \
+	} while (0)
+
+static int api_start(api_session *s, const char *cfg_path, const char *script, const char *ready)
+{
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	asp_error err;
+	if (asp_client_open_path(cfg_path, &s->client, &err) != ASP_OK)
+		return -1;
+	const char *argv[] = {"sh", "-c", script};
+	asp_tty tty = {.rows = 50, .cols = 160, .term = "xterm-256color"};
+	asp_spawn_params p;
+	asp_spawn_params_init(&p);
+	p.has_argv = true;
+	p.argv.items = argv;
+	p.argv.count = 3;
+	p.tty = &tty;
+	if (asp_spawn_start(s->client, &p, &api_cb, s, &s->proc, &err) != ASP_OK)
+		return -1;
+	pthread_mutex_lock(&s->mu);
+	API_WAIT(s, strstr(s->tail, ready));
+	bool ok = strstr(s->tail, ready) != NULL;
+	pthread_mutex_unlock(&s->mu);
+	return ok ? 0 : -1;
+}
+
+static double api_echo_once(api_session *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->a_seen = false;
+	pthread_mutex_unlock(&s->mu);
+	double t0 = now_us();
+	if (api_write(s, "a") < 0)
+		return -1;
+	pthread_mutex_lock(&s->mu);
+	API_WAIT(s, s->a_seen);
+	bool ok = s->a_seen;
+	pthread_mutex_unlock(&s->mu);
+	return ok ? now_us() - t0 : -1;
+}
+
+static double api_bulk_once(api_session *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->seen = 0;
+	s->tail[0] = '\0';
+	pthread_mutex_unlock(&s->mu);
+	double t0 = now_ms();
+	if (api_write(s, "g\r") < 0)
+		return -1;
+	pthread_mutex_lock(&s->mu);
+	API_WAIT(s, strstr(s->tail, "END-OF-CAT"));
+	bool ok = strstr(s->tail, "END-OF-CAT") && s->seen >= BULK_BYTES;
+	pthread_mutex_unlock(&s->mu);
+	double ms = now_ms() - t0;
+	return ok ? BULK_BYTES / 1e6 / (ms / 1e3) : -1;
+}
+
+static void api_stop(api_session *s)
+{
+	if (s->client && s->proc) {
+		asp_arena *a = asp_arena_new();
+		asp_proc_signal_params p;
+		asp_proc_signal_params_init(&p);
+		p.proc = s->proc;
+		p.signal = "KILL";
+		asp_proc_signal_result r;
+		asp_error err;
+		if (a)
+			asp_proc_signal(s->client, &p, &r, a, &err);
+		asp_arena_free(a);
+	}
+	asp_client_free(s->client);
+	s->client = NULL;
 }
 
 /*
@@ -272,8 +416,17 @@ int main(int argc, char **argv)
 	session echo_s[P_COUNT], bulk_s[P_COUNT];
 	memset(echo_s, 0, sizeof echo_s);
 	memset(bulk_s, 0, sizeof bulk_s);
+	static api_session api_echo, api_bulk;
+	snprintf(path, sizeof path, "%s/asp-%d.json", dir, P_STDIO);
+	api_echo.ok = api_start(&api_echo, path, ECHO_SCRIPT, "READY-ECHO") == 0;
+	api_bulk.ok = api_start(&api_bulk, path, BULK_SCRIPT, "READY-BULK") == 0;
 	for (int p = 0; p < P_COUNT; p++) {
 		char *av[24];
+		if (p == P_API) {
+			echo_s[p].ok = api_echo.ok;
+			bulk_s[p].ok = api_bulk.ok;
+			continue;
+		}
 		path_argv(p, asp, ECHO_SCRIPT, av, cm);
 		echo_s[p].ok = session_start(&echo_s[p], av) == 0 &&
 		               read_until(&echo_s[p], "READY-ECHO", BOUND_MS, NULL) == 0;
@@ -295,7 +448,7 @@ int main(int argc, char **argv)
 	for (int p = 0; p < P_COUNT; p++)
 		if (echo_s[p].ok)
 			for (int i = 0; i < 5; i++)
-				echo_once(&echo_s[p]);
+				p == P_API ? api_echo_once(&api_echo) : echo_once(&echo_s[p]);
 	for (int r = 0; r < rounds; r++) {
 		bench_order(order, P_COUNT, &seed);
 		for (int k = 0; k < P_COUNT; k++) {
@@ -303,7 +456,8 @@ int main(int argc, char **argv)
 			if (!echo_s[p].ok)
 				continue;
 			for (int i = 0; i < ECHO_PER_ROUND; i++) {
-				double us = echo_once(&echo_s[p]);
+				double us =
+				    p == P_API ? api_echo_once(&api_echo) : echo_once(&echo_s[p]);
 				if (us >= 0)
 					echo_v[p][ne[p]++] = us;
 			}
@@ -313,7 +467,7 @@ int main(int argc, char **argv)
 			int p = order[k];
 			if (!bulk_s[p].ok)
 				continue;
-			double mbs = bulk_once(&bulk_s[p]);
+			double mbs = p == P_API ? api_bulk_once(&api_bulk) : bulk_once(&bulk_s[p]);
 			if (mbs >= 0)
 				bulk_v[p][nb[p]++] = mbs;
 			else
@@ -345,9 +499,13 @@ int main(int argc, char **argv)
 	       ECHO_PER_ROUND, BULK_CMD);
 
 	for (int p = 0; p < P_COUNT; p++) {
+		if (p == P_API)
+			continue;
 		session_stop(&echo_s[p]);
 		session_stop(&bulk_s[p]);
 	}
+	api_stop(&api_echo);
+	api_stop(&api_bulk);
 	snprintf(line, sizeof line,
 	         "ssh -o ControlPath=%s -O exit x@127.0.0.1 </dev/null >/dev/null 2>&1", cm);
 	run(line);
