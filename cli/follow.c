@@ -23,7 +23,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #define STDIN_CHUNK (256u * 1024u)
@@ -265,9 +264,9 @@ static void send_resize(follow *f)
 	/* A process that just finished is invalid_argument: its exit is on the way. */
 	if (a && asp_proc_resize(f->client, &p, &r, a, &err) != ASP_OK &&
 	    err.code != ASP_E_INVALID_ARGUMENT && err.code != ASP_E_NOT_FOUND) {
-		cli_term_restore_for_message();
-		cli_warn("%s: could not resize the terminal: %s: %s", f->c->cmd,
-		         asp_strerror(err.code), err.message);
+		/* The session goes on in raw mode: a line of its own, carriage returns added. */
+		fprintf(stderr, "\r\nasp: %s: could not resize the terminal: %s: %s\r\n", f->c->cmd,
+		        asp_strerror(err.code), err.message);
 	}
 	asp_arena_free(a);
 }
