@@ -282,8 +282,18 @@ elif transport == "http":
     p = Pane(shell_args, env=SHELL_ENV)
     if p.wait(PROMPT_RX, "the prompt before the agent is killed"):
         victim = listener.pid
+elif ssh_proc:
+    p = Pane(shell_args, env=SHELL_ENV)
+    if p.wait(PROMPT_RX, "the prompt before the SSH server's sessions are killed"):
+        victim = -1  # the fixture kills its server's connection processes
+if victim == -1:
+    ssh_proc.stdin.write("kill-sessions\n")
+    ssh_proc.stdin.flush()
+    answer = ssh_proc.stdout.readline().split()
+    check(len(answer) == 2 and int(answer[1]) > 0, "the SSH connection's server was killed")
 if victim:
-    os.kill(victim, signal.SIGKILL)
+    if victim > 0:
+        os.kill(victim, signal.SIGKILL)
     rc, stty = p.finished("agent killed")
     check(rc == 255, "agent killed: asp exits 255 (got %s)" % rc)
     check(restored(stty), "agent killed: the terminal is restored")

@@ -2,7 +2,8 @@
  * Gives a script an sshd (the MCP Node test, tests/sdkgen/new_op.sh, the terminal tests
  * in tests/cli): starts the fixture (sshd_fixture.c), writes an .asp.json for it in native
  * mode with the given cwd, prints "ready" on stdout, and stops sshd when its stdin reaches
- * EOF (the test ended or died).
+ * EOF (the test ended or died). A line "kill-sessions" on stdin SIGKILLs every connection's
+ * server process (the link dies as if the sandbox did) and answers "killed N".
  * usage: sshd_helper CONFIG_OUT CWD [--agent PATH] [--dropbear] [--port-file FILE]
  *   --agent PATH      agent mode: the config runs PATH --stdio over the connection
  *   --dropbear        Dropbear instead of OpenSSH (logging in as root)
@@ -59,8 +60,13 @@ int main(int argc, char **argv)
 	    json_dump_file(cfg, argv[1], JSON_INDENT(2)) == 0) {
 		printf("ready\n");
 		fflush(stdout);
-		char buf[256];
-		while (read(STDIN_FILENO, buf, sizeof buf) > 0) {
+		/* "kill-sessions" on stdin SIGKILLs the server's connections (a dead link) */
+		char line[256];
+		while (fgets(line, sizeof line, stdin)) {
+			if (strcmp(line, "kill-sessions\n") == 0) {
+				printf("killed %d\n", sshd_kill_sessions(&fx));
+				fflush(stdout);
+			}
 		}
 		rc = 0;
 	} else {
