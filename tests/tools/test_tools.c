@@ -5,7 +5,7 @@
  * concurrent calls, and the glob matcher.
  */
 #include "asp/asp.h"
-#include "tools/tools_impl.h"
+#include "tools/shared.h"
 
 #include <CUnit/Basic.h>
 #include <pthread.h>

@@ -14,7 +14,7 @@
  */
 #include "asp/asp.h"
 #include "asp/transport.h"
-#include "tools/tools_impl.h"
+#include "tools/shared.h"
 
 #include <CUnit/Basic.h>
 #include <fcntl.h>

@@ -6,7 +6,7 @@
  * hello lists no pty).
  */
 #include "asp/asp.h"
-#include "tools/tools_impl.h"
+#include "tools/shared.h"
 
 #include <CUnit/Basic.h>
 #include <inttypes.h>

@@ -3,7 +3,7 @@
  * group) so that cancellation and kill_bash can kill the whole group; where the transport
  * cannot stream (plain HTTP) a foreground command falls back to exec.
  */
-#include "tools_impl.h"
+#include "shared.h"
 
 #include <errno.h>
 #include <inttypes.h>

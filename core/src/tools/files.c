@@ -1,5 +1,5 @@
 /* read, write, edit, ls: the file tools, on the read/write/stat/list ops. */
-#include "tools_impl.h"
+#include "shared.h"
 
 #include <fnmatch.h>
 #include <inttypes.h>

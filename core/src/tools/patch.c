@@ -4,7 +4,7 @@
  * nothing; only an I/O failure while writing can leave part of it applied (the message
  * then says which files changed).
  */
-#include "tools_impl.h"
+#include "shared.h"
 
 #include <ctype.h>
 #include <stdlib.h>

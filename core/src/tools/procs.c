@@ -5,7 +5,7 @@
  * that feeds it. bash_output and write_stdin read from it; they differ only in how they
  * show what they read (bash.c, unified_exec.c).
  */
-#include "tools_impl.h"
+#include "shared.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
  * the search in the sandbox; otherwise (native SSH: a plain POSIX server) they exec find
  * and grep there, in argv form, `--` before user text. Both paths give the same text.
  */
-#include "tools_impl.h"
+#include "shared.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

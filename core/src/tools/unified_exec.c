@@ -5,7 +5,7 @@
  * core/src/unified_exec/, core/src/tools/handlers/shell_spec.rs and unified_exec*,
  * utils/string/src/truncate.rs); docs/tools.md lists where we differ and why.
  */
-#include "tools_impl.h"
+#include "shared.h"
 
 #include <inttypes.h>
 #include <signal.h>

@@ -1,6 +1,6 @@
-/* What the files of the tools layer share: the handle, text buffers, arguments, paths. */
-#ifndef ASP_TOOLS_IMPL_H
-#define ASP_TOOLS_IMPL_H
+/* What the files of the tools layer share (shared.c), and each tool's entry point. */
+#ifndef ASP_TOOLS_SHARED_H
+#define ASP_TOOLS_SHARED_H
 
 #include "asp/asp.h"
 #include "asp/tools.h"
