@@ -64,6 +64,7 @@ int cmd_attach(cli *c, int argc, char **argv);
 int cmd_kill(cli *c, int argc, char **argv);
 int cmd_mcp(cli *c, int argc, char **argv);
 int cmd_tool(cli *c, int argc, char **argv);
+int cmd_shell(cli *c, int argc, char **argv);
 
 /* --- opts.c: option parsing shared by every command ----------------------------------------- */
 
@@ -108,6 +109,9 @@ int cli_parse_size(cli *c, const char *opt, const char *s, uint64_t *out);
 
 /* Seconds, with a fraction ("1.5"), as milliseconds; -1 after reporting a usage error. */
 int cli_parse_seconds(cli *c, const char *opt, const char *s, uint64_t *out_ms);
+
+/* --env NAME=VALUE into *out, splitting `arg` in place; -1 after reporting a usage error. */
+int cli_parse_env(cli *c, char *arg, asp_strmap_entry *out);
 
 /* --- sandbox_info.c: what hello says, below output.c (which names full paths) ------------- */
 
@@ -239,8 +243,37 @@ int cli_exit_code_of(const char *cmd, int64_t exit_code, const char *signal, boo
 int cli_exec_follow(cli *c, asp_client *client, const asp_spawn_params *p, bool forward_stdin,
                     bool *fallback);
 
-/* asp attach: replay and live output of a process; Ctrl-C detaches. The exit code. */
+/*
+ * asp attach: replay and live output of a process; Ctrl-C detaches. A process on a
+ * terminal, attached from one, is shown in raw mode with our keys typed into it and our
+ * window's size; Ctrl-] detaches. The exit code.
+ */
 int cli_attach_follow(cli *c, asp_client *client, const asp_proc_attach_params *p);
+
+/*
+ * asp shell, asp exec -t: spawns `p` on a terminal of our window's size and TERM, shows it
+ * on ours (raw mode while stdin is a terminal, window changes forwarded), types our
+ * stdin into it and exits with its exit code (255 when ASP failed, or when a signal from
+ * outside made us hang it up). A sandbox without terminals is an unsupported error.
+ */
+int cli_tty_follow(cli *c, asp_client *client, const asp_spawn_params *p, const char *what);
+
+/* --- term.c: the local terminal ------------------------------------------------------------ */
+
+/* The window size of terminal `fd`; else $LINES and $COLUMNS; else 24x80. */
+void cli_term_size(int fd, unsigned *rows, unsigned *cols);
+
+/* $TERM, or NULL when unset or empty (the sandbox's default then). */
+const char *cli_term_type(void);
+
+/* Saves terminal `fd`'s mode and makes it raw (as cfmakeraw). 0, or -1 with errno. */
+int cli_term_raw(int fd);
+
+/* Restores the mode saved by cli_term_raw; a no-op when not raw. Idempotent. */
+void cli_term_restore(void);
+
+/* The same, and a message printed next starts on a new line (when it was raw). */
+void cli_term_restore_for_message(void);
 
 /* --- client_ops.c ------------------------------------------------------------------------- */
 

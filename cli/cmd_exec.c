@@ -75,11 +75,12 @@ int cmd_exec(cli *c, int argc, char **argv)
 	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
 	    {"stdin", no_argument, NULL, OPT_STDIN},
 	    {"max-output", required_argument, NULL, OPT_MAX_OUTPUT},
+	    {"tty", no_argument, NULL, 't'},
 	    {NULL, 0, NULL, 0},
 	};
 	asp_exec_params p;
 	asp_exec_params_init(&p);
-	bool want_stdin = false, max_output_given = false;
+	bool want_stdin = false, max_output_given = false, want_tty = false;
 	int rc = c->fail_code;
 	asp_strmap_entry *env = calloc((size_t)argc, sizeof *env); /* at most one per arg */
 	uint8_t *in = NULL;
@@ -89,29 +90,23 @@ int cmd_exec(cli *c, int argc, char **argv)
 
 	int opt;
 	/* '+': options end at the first ARGV word, so `asp exec ls -l` needs no "--". */
-	while ((opt = cli_getopt(c, argc, argv, "+hc:", longopts)) != -1) {
+	while ((opt = cli_getopt(c, argc, argv, "+hc:t", longopts)) != -1) {
 		switch (opt) {
 		case 'h': rc = cli_finish(c, CLI_EXIT_OK); goto out;
 		case 'c': p.command = optarg; break;
 		case OPT_CWD: p.cwd = optarg; break;
-		case OPT_ENV: {
-			char *eq = strchr(optarg, '=');
-			if (!eq || eq == optarg) {
-				rc = cli_usage(c, "--env needs NAME=VALUE, got '%s'", optarg);
+		case OPT_ENV:
+			if (cli_parse_env(c, optarg, &env[p.env.count]) < 0)
 				goto out;
-			}
-			*eq = '\0'; /* argv is ours to split */
-			env[p.env.count].key = optarg;
-			env[p.env.count].value = eq + 1;
 			p.env.count++;
 			p.has_env = true;
 			break;
-		}
 		case OPT_TIMEOUT:
 			if (cli_parse_seconds(c, "--timeout", optarg, &p.timeout_ms) < 0)
 				goto out;
 			break;
 		case OPT_STDIN: want_stdin = true; break;
+		case 't': want_tty = true; break;
 		case OPT_MAX_OUTPUT:
 			if (cli_parse_size(c, "--max-output", optarg, &p.max_output) < 0)
 				goto out;
@@ -135,9 +130,24 @@ int cmd_exec(cli *c, int argc, char **argv)
 		p.argv.items = (const char *const *)(argv + optind);
 		p.argv.count = (size_t)(argc - optind);
 	}
+	if (want_tty && (c->json || max_output_given)) {
+		rc = cli_usage(c, "-t shows the command on a terminal; --json and --max-output "
+		                  "describe one answer at the end: give one or the other");
+		goto out;
+	}
 	asp_client *client = cli_client(c);
 	if (!client)
 		goto out;
+	if (want_tty) {
+		/* Like ssh -tt: a terminal whether or not ours is one; stdin always goes to it. */
+		asp_spawn_params sp;
+		spawn_params_of(&p, &sp);
+		sp.tag = "tty"; /* asp ps tells it from a plain exec */
+		char label[256];
+		snprintf(label, sizeof label, "exec %s", p.command ? p.command : p.argv.items[0]);
+		rc = cli_tty_follow(c, client, &sp, label);
+		goto out;
+	}
 	if (!c->json && !max_output_given) {
 		asp_spawn_params sp;
 		spawn_params_of(&p, &sp);

@@ -20,12 +20,18 @@ static const cli_command commands[] = {
     {"exec", cmd_exec, "run a command in the sandbox",
      "usage: asp exec [--cwd DIR] [--env K=V]... [--timeout SEC] [--stdin] -- ARGV...\n"
      "       asp exec [options] -c 'COMMAND STRING'\n"
+     "       asp exec -t [options] -- ARGV...   (or -t -c 'COMMAND')\n"
      "\nRuns ARGV directly (PATH search) or COMMAND through /bin/sh -c in a fresh process,\n"
      "writes its stdout and stderr to this command's as they come and exits with its exit\n"
      "code: 128+N when signal N ended it, 124 on timeout, 255 when ASP itself failed.\n"
      "Ctrl-C is sent to the process as INT (twice: KILL); TERM and HUP are forwarded too.\n"
      "Sandboxes that cannot stream (no spawn in hello) get one exec: output at the end.\n"
      "\n  -c, --command STR  run STR through /bin/sh -c\n"
+     "  -t, --tty          run it on a terminal, as ssh -tt does: our window's size and\n"
+     "                     $TERM ($LINES/$COLUMNS or 24x80 when stdin is not a terminal);\n"
+     "                     stdin is typed into it (raw mode when stdin is a terminal: Ctrl-C\n"
+     "                     is a key for it; at the end of a non-terminal stdin, Ctrl-D is\n"
+     "                     typed); its output and stderr come as one stream on stdout\n"
      "  --cwd DIR          working directory (relative: joined to the config's cwd)\n"
      "  --env K=V          add to the environment (repeatable)\n"
      "  --timeout SEC      TERM the process group after SEC seconds (fractions allowed),\n"
@@ -37,10 +43,26 @@ static const cli_command commands[] = {
      "\"stderr\", \"stdout_bytes\", \"stderr_bytes\", \"timed_out\", \"duration_ms\"};\n"
      "stdout/stderr are strings when they are valid UTF-8, else base64 with\n"
      "\"stdout_encoding\": \"base64\" beside them.\n"},
+    {"shell", cmd_shell, "an interactive shell in the sandbox, on a terminal",
+     "usage: asp shell [--cwd DIR] [--env K=V]...\n"
+     "       asp shell [options] -- ARGV...\n"
+     "\nStarts the sandbox user's login shell ($SHELL there, else bash, else sh, with -l) on\n"
+     "a terminal in the sandbox, as ssh HOST does, and shows it on this one: our window's\n"
+     "size (changes follow) and $TERM (xterm-256color when unset); raw mode while stdin is\n"
+     "a terminal, so Ctrl-C, Ctrl-Z and Ctrl-D are keys for the remote shell, which runs\n"
+     "job control and its own prompt. With ARGV, runs ARGV (no shell parses it) instead.\n"
+     "Exits with the shell's exit code: 128+N when signal N ended it; 255 when ASP failed\n"
+     "(the sandbox has no terminals, the connection was lost), or when TERM, HUP or INT\n"
+     "from outside made asp hang the remote terminal up. The local terminal is restored\n"
+     "on every way out.\n"
+     "\n  --cwd DIR    working directory (relative: joined to the config's cwd)\n"
+     "  --env K=V    add to the environment (repeatable)\n"},
     {"ps", cmd_ps, "the sandbox's spawned processes",
      "usage: asp ps\n"
      "\nLists the processes spawned in the sandbox (by asp exec, or any client) that it still\n"
      "retains: the running ones and the last 64 that finished, with their tag and command.\n"
+     "asp shell's shells have the tag shell, terminals of asp exec -t and asp shell -- ARGV\n"
+     "the tag tty.\n"
      "STATE is running, exit N, or the signal that ended it (TERM, KILL, ...).\n"
      "With --json: {\"procs\": [{\"proc\", \"tag\", \"command\", \"running\", \"exit_code\",\n"
      "\"signal\"}]} (exit_code -1 and signal \"TERM\" for a process TERM ended).\n"},
@@ -48,7 +70,10 @@ static const cli_command commands[] = {
      "usage: asp attach PROC [--stdout-offset N] [--stderr-offset N]\n"
      "\nReplays what the sandbox holds of the process's output (its last 1 MiB per stream)\n"
      "from the offsets (default 0), then follows it live, and exits with its exit code as\n"
-     "asp exec does. Ctrl-C detaches and leaves the process running.\n"},
+     "asp exec does. Ctrl-C detaches and leaves the process running.\n"
+     "A process on a terminal (asp shell, asp exec -t), attached from a terminal, is shown\n"
+     "as asp shell shows it: raw mode, our keys typed into it, our window's size; there\n"
+     "Ctrl-] detaches (exit 0).\n"},
     {"kill", cmd_kill, "signal a spawned process",
      "usage: asp kill PROC [SIGNAL]\n"
      "\nSends SIGNAL (TERM by default; KILL, INT, HUP, QUIT, USR1, USR2; with or without\n"
@@ -160,7 +185,8 @@ static void usage(FILE *f)
 	fprintf(f, CLI_COMMON_HELP
 	        "  --version       print the version\n"
 	        "\n`asp COMMAND --help` describes a command. Commands exit 0, or 1 with a message\n"
-	        "on stderr; exec exits with its command's exit code, or 255 when ASP failed.\n");
+	        "on stderr; exec and shell exit with their command's exit code, or 255 when ASP\n"
+	        "failed.\n");
 }
 
 int main(int argc, char **argv)
@@ -226,7 +252,7 @@ int main(int argc, char **argv)
 		return cli_usage(&c, "unknown command '%s'", name);
 	c.cmd = cmd->name;
 	c.usage = cmd->usage;
-	if (cmd->run == cmd_exec)
+	if (cmd->run == cmd_exec || cmd->run == cmd_shell)
 		c.fail_code = CLI_EXIT_EXEC_FAIL;
 	int first = optind;
 	cli_getopt_reset();

@@ -90,3 +90,16 @@ int cli_parse_seconds(cli *c, const char *opt, const char *s, uint64_t *out_ms)
 	*out_ms = (ms == 0 && v > 0) ? 1 : ms;
 	return 0;
 }
+
+int cli_parse_env(cli *c, char *arg, asp_strmap_entry *out)
+{
+	char *eq = strchr(arg, '=');
+	if (!eq || eq == arg) {
+		cli_usage(c, "--env needs NAME=VALUE, got '%s'", arg);
+		return -1;
+	}
+	*eq = '\0'; /* argv is ours to split */
+	out->key = arg;
+	out->value = eq + 1;
+	return 0;
+}

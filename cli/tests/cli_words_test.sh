@@ -74,6 +74,17 @@ for cmd in "read" "ls" "rm"; do
 	expect_grep "$cmd: the error names the full path" "$ERR" \
 		"^asp: $cmd nosuch: not_found: $(pwd -P)/nosuch: No such file or directory\$"
 done
+# --- a sandbox without terminals: one line naming the missing feature, 255 ---------------
+run 255 "asp shell where hello lacks pty" -- "$ASP" --config "$WORK/terse.json" shell
+expect_grep "shell: the line names pty" "$ERR" \
+	'^asp: shell: unsupported: the sandbox has no terminals: its hello lacks the feature "pty" \(agent terse\)'
+if [ "$(wc -l < "$ERR")" -eq 1 ]; then ok "shell without terminals: one line"
+else not_ok "shell without terminals: one line"; fi
+run 255 "asp exec -t where hello lacks pty" -- "$ASP" --config "$WORK/terse.json" exec -t -- ls
+expect_grep "exec -t: the line names pty" "$ERR" '^asp: exec ls: unsupported: .*"pty"'
+run 255 "exec -t with --json" -- "$ASP" exec -t --json -- ls
+expect_grep "exec -t refuses --json" "$ERR" 'give one or the other'
+
 run 1 "terse stat" -- "$ASP" --config "$WORK/terse.json" stat /box/s
 expect_grep "a path already named is not repeated" "$ERR" \
 	'^asp: stat /box/s: permission_denied: Permission denied$'
