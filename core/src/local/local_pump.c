@@ -228,6 +228,16 @@ static bool pump_read(local_proc *p, int i, int fd, uint8_t *buf, size_t cap, as
 		return true;
 	if (n <= 0)
 		return false; /* EOF, or an error that ends the stream just the same */
+	/* A terminal's master hands over at most its line discipline's 4 KiB a read: gather
+	 * what is already there (non-blocking), so bulk output goes out in PROC_CHUNK
+	 * pieces, not sixteen times as many notifications. EAGAIN or the end (EIO) stop
+	 * the gathering; the next poll sees the end again. */
+	while (p->tty && (size_t)n < cap) {
+		ssize_t m = read(fd, buf + n, cap - (size_t)n);
+		if (m <= 0)
+			break;
+		n += m;
+	}
 	pthread_mutex_lock(&p->mu);
 	/* An attach's replay may be sending from the ring (events lend its bytes): an append
 	 * could move them (growth) or overwrite them (wrap), so it waits for the send. */
