@@ -678,7 +678,9 @@ static void exec_timeout_kills_group(conf_ctx *ctx)
 	asp_exec_params_init(&p);
 	p.command = "sleep 30 & echo $! > bg.pid; sleep 30";
 	p.cwd = ctx->dir;
-	p.timeout_ms = 300;
+	/* Room for a login shell's startup on a loaded machine (native SSH runs the command
+	 * through it): the group must have started its background sleep when TERM comes. */
+	p.timeout_ms = 1500;
 	asp_exec_result r;
 	asp_error err;
 	double t0 = mono_ms();
@@ -700,7 +702,9 @@ static void exec_timeout_escalates_to_kill(conf_ctx *ctx)
 	asp_exec_params_init(&p);
 	p.command = "trap '' TERM; sleep 30 & echo $! > bg.pid; sleep 30";
 	p.cwd = ctx->dir;
-	p.timeout_ms = 200;
+	/* TERM must find the trap set: room for a login shell's startup on a loaded machine
+	 * (native SSH runs the command through it), or TERM ends the shell first. */
+	p.timeout_ms = 1500;
 	asp_exec_result r;
 	asp_error err;
 	CONF_OK(ctx, do_exec(ctx, &p, &r, &err), &err);
