@@ -96,13 +96,8 @@ static asp_serve_result fz_local_serve(asp_local_conn *c, asp_request *r, asp_re
 	return sink_send(ws, out->data, out->len) ? ASP_SERVE_SENT : ASP_SERVE_GONE;
 }
 
-/* What http_server.c would provide. */
-void srv_wake(srv *s)
-{
-	(void)s;
-}
-
-void srv_http_kick(srv_conn *c)
+/* What http_server.c would set as the service thread's HTTP writer: answers stay queued. */
+static void http_kick(srv_conn *c)
 {
 	(void)c;
 }
@@ -118,6 +113,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	(void)argv;
 	fuzz_scratch_enter();
 	server.max_message = FUZZ_MAX_MESSAGE;
+	server.http_kick = http_kick;
 	server.backend = asp_local_new(0);
 	if (!server.backend || srv_work_init(&server) || srv_backend_init(&server))
 		abort();
