@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -40,6 +41,7 @@ static void proc_free(local_proc *p)
 	pthread_mutex_destroy(&p->mu);
 	free(p->tag);
 	free(p->command);
+	free(p->end_error);
 	free(p);
 }
 
@@ -303,6 +305,128 @@ kill_it:
 	return st;
 }
 
+/* ---- handles that are not children (connect.c, watch.c) --------------------------- */
+
+local_proc *local_proc_alloc(asp_local *l, local_proc_kind kind, size_t ring_limit,
+                             const char *tag, const char *command, const char *op,
+                             asp_error *err)
+{
+	local_proc *pr = calloc(1, sizeof *pr);
+	if (!pr) {
+		local_oom(op, err);
+		return NULL;
+	}
+	pr->l = l;
+	pr->kind = kind;
+	pr->in_fd = pr->wake_fd = -1;
+	pr->child.pid = -1;
+	pr->child.pidfd = pr->child.in_fd = pr->child.out_fd = pr->child.err_fd = -1;
+	pr->child.out_w = pr->child.err_w = -1;
+	atomic_init(&pr->refs, 1);
+	pthread_mutex_init(&pr->mu, NULL);
+	pthread_mutex_init(&pr->in_mu, NULL);
+	local_cond_init(&pr->cv);
+	for (int i = 0; i < PROC_STREAM_COUNT; i++)
+		proc_ring_init(&pr->ring[i], ring_limit);
+	pr->tag = dup_str(tag);
+	pr->command = dup_str(command);
+	pr->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if ((tag && !pr->tag) || !pr->command) {
+		local_oom(op, err);
+		proc_free(pr);
+		return NULL;
+	}
+	if (pr->wake_fd < 0) {
+		asp_error_errno(err, errno, NULL, "%s: cannot create an eventfd", op);
+		proc_free(pr);
+		return NULL;
+	}
+	return pr;
+}
+
+void local_proc_discard(local_proc *p)
+{
+	proc_free(p);
+}
+
+asp_status local_proc_list_start(local_proc *pr, local_sub *sub, void *(*pump)(void *),
+                                 const char *op, asp_error *err)
+{
+	asp_local *l = pr->l;
+	asp_status st = ASP_OK;
+	pthread_mutex_lock(&l->mu);
+	if (l->shutting_down) {
+		st = asp_error_set(err, ASP_E_IO_ERROR, NULL, "%s: the responder is shutting down",
+		                   op);
+	} else if (l->nprocs == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 16;
+		local_proc **np = realloc(l->procs, cap * sizeof *np);
+		if (np) {
+			l->procs = np;
+			l->cap = cap;
+		} else {
+			st = local_oom(op, err);
+		}
+	}
+	if (st != ASP_OK) {
+		pthread_mutex_unlock(&l->mu);
+		if (sub)
+			sub_drop(sub->conn, sub);
+		proc_free(pr);
+		return st;
+	}
+	pr->id = ++l->last_id;
+	l->procs[l->nprocs++] = pr;     /* the table's reference */
+	atomic_fetch_add(&pr->refs, 1); /* the pump's */
+	l->pumps++;
+	pthread_mutex_unlock(&l->mu);
+	if (sub) {
+		pthread_mutex_lock(&pr->mu);
+		sub->gated = local_hold_add(sub->conn, pr, sub);
+		sub->next = pr->subs;
+		pr->subs = sub;
+		pthread_mutex_unlock(&pr->mu);
+	}
+	int e = local_pump_start_fn(pr, pump);
+	if (e == 0)
+		return ASP_OK;
+	st = asp_error_errno(err, e, NULL, "%s: cannot start a thread for it", op);
+	pthread_mutex_lock(&l->mu);
+	bool found;
+	size_t i = table_index(l, pr->id, &found);
+	if (found)
+		table_take(l, i);
+	l->pumps--;
+	pthread_cond_broadcast(&l->cv);
+	pthread_mutex_unlock(&l->mu);
+	pthread_mutex_lock(&pr->mu);
+	pr->finished = true; /* a gate's hold may still name it: it ends at once */
+	pr->exit_code = -1;
+	strcpy(pr->signal, "KILL");
+	pthread_cond_broadcast(&pr->cv);
+	pthread_mutex_unlock(&pr->mu);
+	atomic_fetch_sub(&pr->refs, 1); /* the pump's */
+	local_proc_unref(pr);           /* the table's */
+	return st;
+}
+
+asp_status local_proc_close_signal(local_proc *p, const char *sig, asp_error *err)
+{
+	if (strcmp(sig, "KILL") != 0 && strcmp(sig, "TERM") != 0)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                     "proc_signal: %llu is a %s, which KILL or TERM closes; %s "
+		                     "means nothing to it",
+		                     (unsigned long long)p->id,
+		                     p->kind == LOCAL_PROC_SOCK ? "connection" : "watch", sig);
+	pthread_mutex_lock(&p->mu);
+	if (!p->finished && !p->close_sig[0]) { /* finished: a no-op, as for a process */
+		strcpy(p->close_sig, sig);
+		local_pump_wake(p); /* wake_fd lives until finished, which p->mu orders */
+	}
+	pthread_mutex_unlock(&p->mu);
+	return ASP_OK;
+}
+
 /* ---- proc_write ------------------------------------------------------------------- */
 
 static bool proc_finished(local_proc *p)
@@ -327,6 +451,12 @@ asp_status asp_local_proc_write(void *self, const asp_proc_write_params *p,
 		return err->code;
 	asp_status st = ASP_OK;
 	pthread_mutex_lock(&pr->in_mu);
+	if (pr->kind == LOCAL_PROC_WATCH) {
+		st = asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                   "proc_write: %llu is a watch, which takes no input",
+		                   (unsigned long long)p->proc);
+		goto out;
+	}
 	if (pr->stdin_eof) {
 		st = asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
 		                   "proc_write: the stdin of process %llu was closed by an earlier "
@@ -394,6 +524,8 @@ asp_status asp_local_proc_write(void *self, const asp_proc_write_params *p,
 		}
 		pr->stdin_eof = true;
 	} else if (p->eof) { /* even after a failed write: the caller asked for the end */
+		if (pr->kind == LOCAL_PROC_SOCK) /* a half-close: the pump still reads */
+			shutdown(pr->in_fd, SHUT_WR);
 		close(pr->in_fd);
 		pr->in_fd = -1;
 		pr->stdin_eof = true;
@@ -426,6 +558,11 @@ asp_status asp_local_proc_signal(void *self, const asp_proc_signal_params *p,
 	local_proc *pr = local_proc_find(c->l, p->proc, "proc_signal", err);
 	if (!pr)
 		return err->code;
+	if (pr->kind != LOCAL_PROC_CHILD) {
+		asp_status st = local_proc_close_signal(pr, p->signal, err);
+		local_proc_unref(pr);
+		return st;
+	}
 	pthread_mutex_lock(&pr->mu);
 	/* KILL reaches what left the group too (docs/design.md,
 	 * "Concurrency and lifetime"); the others go to the group, as sshd does.
