@@ -183,6 +183,7 @@ static void *sock_pump(void *arg)
 			}
 			if (n == 0) {
 				rd_eof = true;
+				local_pump_eof(p, 0, &b); /* the peer is done sending */
 				continue;
 			}
 			if (errno == EINTR || errno == EAGAIN)

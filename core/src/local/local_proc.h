@@ -67,6 +67,7 @@ typedef struct local_sub {
 	asp_local_conn *conn;             /* a reference */
 	uint64_t sent[PROC_STREAM_COUNT]; /* next offset to send per stream */
 	bool trunc[PROC_STREAM_COUNT];    /* the next chunk carries truncated_before */
+	bool eof_sent[PROC_STREAM_COUNT]; /* the stream's eof chunk went out (connect) */
 	bool gated;                       /* its response is not out yet: hold everything */
 	bool sending;                     /* a thread is sending to it */
 	bool removed;                     /* replaced by a newer attach, or never listed */
@@ -104,6 +105,7 @@ struct local_proc {
 
 	local_proc_kind kind;
 	char close_sig[8]; /* not a child: proc_signal asked it to close ("KILL", "TERM") */
+	bool eof[PROC_STREAM_COUNT]; /* the stream ended before exit: an eof chunk says so */
 	char *end_error;   /* not a child: why it failed, for exit's error; malloc'd, owned */
 };
 
@@ -201,6 +203,9 @@ int local_pump_start_fn(local_proc *p, void *(*fn)(void *));
  * before it returns (so a slow reader stops the pump: backpressure).
  */
 void local_pump_chunk(local_proc *p, int i, const uint8_t *buf, size_t n, asp_buf *b);
+
+/* From a pump: stream `i` has ended; subscribers get an output chunk with eof. */
+void local_pump_eof(local_proc *p, int i, asp_buf *b);
 
 /*
  * From a pump, last: the handle has finished with these exit fields (`error` malloc'd or

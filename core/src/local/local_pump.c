@@ -61,7 +61,7 @@ static bool sub_live(local_sub *s)
 static bool sub_pending(const local_proc *p, const local_sub *s, bool with_exit)
 {
 	for (int i = 0; i < PROC_STREAM_COUNT; i++)
-		if (s->sent[i] < p->ring[i].total)
+		if (s->sent[i] < p->ring[i].total || (p->eof[i] && !s->eof_sent[i]))
 			return true;
 	return with_exit && p->finished && !s->exit_sent;
 }
@@ -83,6 +83,17 @@ typedef struct next_event {
 static void next_event_of(local_proc *p, local_sub *s, next_event *e)
 {
 	for (int i = 0; i < PROC_STREAM_COUNT; i++) {
+		if (s->sent[i] >= p->ring[i].total && p->eof[i] && !s->eof_sent[i]) {
+			e->n = ASP_NOTICE_OUTPUT;
+			e->stream = i;
+			e->out = (asp_output_event){
+			    .proc = p->id,
+			    .stream = stream_names[i],
+			    .offset = s->sent[i],
+			    .eof = true,
+			};
+			return;
+		}
 		if (s->sent[i] >= p->ring[i].total)
 			continue;
 		uint64_t start = proc_ring_start(&p->ring[i]);
@@ -196,6 +207,7 @@ void local_deliver_locked(local_proc *p, local_sub *only, bool with_exit, asp_bu
 		} else {
 			s->sent[e.stream] += e.out.data.len;
 			s->trunc[e.stream] = false;
+			s->eof_sent[e.stream] |= e.out.eof;
 		}
 	}
 	if (!only)
@@ -229,6 +241,14 @@ void local_pump_chunk(local_proc *p, int i, const uint8_t *buf, size_t n, asp_bu
 	while (any_sending(p))
 		pthread_cond_wait(&p->cv, &p->mu);
 	proc_ring_append(&p->ring[i], buf, n);
+	local_deliver_locked(p, NULL, false, b);
+	pthread_mutex_unlock(&p->mu);
+}
+
+void local_pump_eof(local_proc *p, int i, asp_buf *b)
+{
+	pthread_mutex_lock(&p->mu);
+	p->eof[i] = true;
 	local_deliver_locked(p, NULL, false, b);
 	pthread_mutex_unlock(&p->mu);
 }

@@ -292,6 +292,7 @@ NOTES = {
         Field("offset", "offset", "uint"),
         Field("data", "data", "bin"),
         Field("truncated_before", "truncated_before", "uint", optional=True),
+        Field("eof", "eof", "bool", default=False),
     ), _t.OutputEvent),
     "exit": Record("exit", (
         Field("proc", "proc", "uint"),

@@ -885,6 +885,14 @@ class OutputEvent:
     (since 1)
     """
 
+    eof: bool
+    """
+    The stream has ended: nothing more comes on it. Sent by connect's handles (in a
+    chunk of its own, data empty) when the peer shuts down its sending side, which may
+    be well before exit (the connection still sends until eof or close); processes end
+    their streams with exit alone. (since 2)
+    """
+
 
 @dataclass
 class ExitEvent:

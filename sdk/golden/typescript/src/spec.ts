@@ -519,6 +519,7 @@ const NOTES: Record<string, RecordDesc> = {
       { name: "offset", type: "uint" },
       { name: "data", type: "bin" },
       { name: "truncated_before", type: "uint", optional: true },
+      { name: "eof", type: "bool", default: false },
     ],
   },
   exit: {

@@ -611,6 +611,13 @@ export interface OutputEvent {
   data: Uint8Array;
   /** On a replay that starts later than asked: the oldest offset still held. Optional. (since 1) */
   truncated_before?: number | bigint;
+  /**
+   * The stream has ended: nothing more comes on it. Sent by connect's handles (in a chunk of its
+   * own, data empty) when the peer shuts down its sending side, which may be well before exit (the
+   * connection still sends until eof or close); processes end their streams with exit alone. (since
+   * 2)
+   */
+  eof: boolean;
 }
 
 /** Notification exit: A spawned process has exited; comes after all of its output. */
