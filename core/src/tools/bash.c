@@ -225,6 +225,7 @@ static asp_status start_shell(asp_tools *t, const char *script, uint64_t timeout
 		p.argv.items = argv;
 		p.argv.count = 3;
 		p.timeout_ms = timeout;
+		p.cwd = t->base;
 		p.tag = tag;
 		st = asp_spawn_start(t->c, &p, cb, user, proc, err);
 		if (st != ASP_E_NOT_FOUND)
@@ -251,6 +252,7 @@ static bool bash_exec(asp_tools *t, const char *script, uint64_t timeout, tresul
 		p.argv.items = argv;
 		p.argv.count = 3;
 		p.timeout_ms = timeout;
+		p.cwd = t->base;
 		st = asp_exec(t->c, &p, &res, a, &err);
 		if (st != ASP_E_NOT_FOUND)
 			break;
@@ -369,6 +371,7 @@ static bool bash_background(asp_tools *t, const char *command, tresult *r)
 		sp.has_argv = true;
 		sp.argv.items = argv;
 		sp.argv.count = 3;
+		sp.cwd = t->base;
 		sp.tag = "asp-tools bash (background)";
 		st = tools_proc_spawn(t, &sp, false, &p, &err);
 		if (st != ASP_E_NOT_FOUND)
