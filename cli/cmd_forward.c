@@ -223,7 +223,8 @@ static void *relay_main(void *arg)
 		bool timed_out = false;
 		while (!r->ended && !timed_out) {
 			if (atomic_load(&f->stopping)) /* KILL sent: its exit is near */
-				timed_out = pthread_cond_timedwait(&r->cv, &r->mu, &dl) == ETIMEDOUT;
+				timed_out =
+				    pthread_cond_timedwait(&r->cv, &r->mu, &dl) == ETIMEDOUT;
 			else
 				pthread_cond_wait(&r->cv, &r->mu);
 		}

@@ -29,16 +29,11 @@
 static const char *connect_cause(int e)
 {
 	switch (e) {
-	case ECONNREFUSED:
-		return "connection refused: nothing listens on that port in the sandbox";
-	case ENETUNREACH:
-		return "network unreachable from the sandbox (no route to that network)";
-	case EHOSTUNREACH:
-		return "no route to host from the sandbox";
-	case EADDRNOTAVAIL:
-		return "address not available in the sandbox";
-	default:
-		return NULL;
+	case ECONNREFUSED: return "connection refused: nothing listens on that port in the sandbox";
+	case ENETUNREACH: return "network unreachable from the sandbox (no route to that network)";
+	case EHOSTUNREACH: return "no route to host from the sandbox";
+	case EADDRNOTAVAIL: return "address not available in the sandbox";
+	default: return NULL;
 	}
 }
 
@@ -48,8 +43,8 @@ static const char *connect_cause(int e)
  */
 static int connect_one(const struct addrinfo *ai, uint64_t deadline, int *e)
 {
-	int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-	                ai->ai_protocol);
+	int fd =
+	    socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
 	if (fd < 0) {
 		*e = errno;
 		return -1;
@@ -230,7 +225,7 @@ static void *sock_pump(void *arg)
 }
 
 asp_status local_op_connect(void *self, const asp_connect_params *p, asp_connect_result *r,
-                             asp_arena *a, asp_error *err)
+                            asp_arena *a, asp_error *err)
 {
 	(void)a;
 	asp_local_conn *c = self;

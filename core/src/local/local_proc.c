@@ -307,9 +307,8 @@ kill_it:
 
 /* ---- handles that are not children (connect.c, watch.c) --------------------------- */
 
-local_proc *local_proc_alloc(asp_local *l, local_proc_kind kind, size_t ring_limit,
-                             const char *tag, const char *command, const char *op,
-                             asp_error *err)
+local_proc *local_proc_alloc(asp_local *l, local_proc_kind kind, size_t ring_limit, const char *tag,
+                             const char *command, const char *op, asp_error *err)
 {
 	local_proc *pr = calloc(1, sizeof *pr);
 	if (!pr) {

@@ -106,7 +106,7 @@ struct local_proc {
 	local_proc_kind kind;
 	char close_sig[8]; /* not a child: proc_signal asked it to close ("KILL", "TERM") */
 	bool eof[PROC_STREAM_COUNT]; /* the stream ended before exit: an eof chunk says so */
-	char *end_error;   /* not a child: why it failed, for exit's error; malloc'd, owned */
+	char *end_error; /* not a child: why it failed, for exit's error; malloc'd, owned */
 };
 
 /* ---- the table (local_proc.c) ---- */
@@ -128,9 +128,8 @@ local_proc *local_proc_count_done_locked(local_proc *p);
  * A new handle of `kind` with rings of `ring_limit` bytes, the wake eventfd, `tag` and
  * `command` copied (command required), not listed. NULL (err set) on failure.
  */
-local_proc *local_proc_alloc(asp_local *l, local_proc_kind kind, size_t ring_limit,
-                             const char *tag, const char *command, const char *op,
-                             asp_error *err);
+local_proc *local_proc_alloc(asp_local *l, local_proc_kind kind, size_t ring_limit, const char *tag,
+                             const char *command, const char *op, asp_error *err);
 
 /* Frees a handle that local_proc_alloc made and that was never listed. */
 void local_proc_discard(local_proc *p);
@@ -212,8 +211,7 @@ void local_pump_eof(local_proc *p, int i, asp_buf *b);
  * NULL, consumed); counts it among the finished, sends exit, closes its input, drops the
  * pump's reference. `b` is freed.
  */
-void local_pump_end(local_proc *p, int64_t exit_code, const char *signal, char *error,
-                    asp_buf *b);
+void local_pump_end(local_proc *p, int64_t exit_code, const char *signal, char *error, asp_buf *b);
 
 /* Wakes the pump (to see `ending`). */
 void local_pump_wake(local_proc *p);
@@ -238,8 +236,8 @@ asp_status asp_local_proc_list(void *self, const asp_proc_list_params *p, asp_pr
 asp_status asp_local_proc_attach(void *self, const asp_proc_attach_params *p,
                                  asp_proc_attach_result *r, asp_arena *a, asp_error *err);
 asp_status local_op_connect(void *self, const asp_connect_params *p, asp_connect_result *r,
-                             asp_arena *a, asp_error *err); /* connect.c */
-asp_status local_op_watch(void *self, const asp_watch_params *p, asp_watch_result *r,
-                           asp_arena *a, asp_error *err); /* watch.c */
+                            asp_arena *a, asp_error *err); /* connect.c */
+asp_status local_op_watch(void *self, const asp_watch_params *p, asp_watch_result *r, asp_arena *a,
+                          asp_error *err); /* watch.c */
 
 #endif

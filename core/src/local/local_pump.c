@@ -387,8 +387,7 @@ static void *pump_main(void *arg)
 	return NULL;
 }
 
-void local_pump_end(local_proc *p, int64_t exit_code, const char *signal, char *error,
-                    asp_buf *b)
+void local_pump_end(local_proc *p, int64_t exit_code, const char *signal, char *error, asp_buf *b)
 {
 	/* The table's lock too: finishing and counting among the finished are one step. */
 	pthread_mutex_lock(&p->l->mu);

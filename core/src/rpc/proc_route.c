@@ -68,7 +68,7 @@ static void unlist(asp_proc_routes *t, uint64_t proc, asp_proc_sub *sub)
 
 void asp_proc_routes_route(asp_proc_routes *t, asp_notice_id n, const void *params)
 {
-	uint64_t proc = n == ASP_NOTICE_OUTPUT   ? ((const asp_output_event *)params)->proc
+	uint64_t proc = n == ASP_NOTICE_OUTPUT     ? ((const asp_output_event *)params)->proc
 	                : n == ASP_NOTICE_FS_EVENT ? ((const asp_fs_event_event *)params)->proc
 	                                           : ((const asp_exit_event *)params)->proc;
 	pthread_mutex_lock(&t->mu);
