@@ -85,6 +85,8 @@ static const struct field {
     {"http.token_file", F_LOCAL_PATH, AT(http.token_file)},
     {"http.ca_file", F_LOCAL_PATH, AT(http.ca_file)},
     {"http.websocket", F_WEBSOCKET, AT(http.websocket)},
+    {"workspace.local", F_LOCAL_PATH, AT(workspace.local)},
+    {"workspace.sandbox", F_STRING, AT(workspace.sandbox)},
 };
 
 static const struct {

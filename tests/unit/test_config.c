@@ -321,7 +321,7 @@ static void test_root_errors(void)
 	    "{\n  'version': 1,\n  'transport': 'stdio',\n  'stdio': {'command': ['a']},\n"
 	    "  'transprt': 'ssh'\n}",
 	    "/w/.asp.json:5:3: transprt: unknown key (expected one of: version, "
-	    "transport, cwd, env, timeout_ms, call_timeout_ms, ssh, stdio, http)");
+	    "transport, cwd, env, workspace, timeout_ms, call_timeout_ms, ssh, stdio, http)");
 }
 
 /* A valid stdio config with `line` as its fifth line, starting at column 3. */
@@ -506,7 +506,7 @@ static void test_hostile_values(void)
 	    err.message,
 	    "/w/.asp.json:1:2: [\"kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk...\"]"
 	    ": unknown key (expected one of: version, transport, cwd, env, "
-	    "timeout_ms, call_timeout_ms, ssh, stdio, http)");
+	    "workspace, timeout_ms, call_timeout_ms, ssh, stdio, http)");
 	free(text);
 	/* Too big to be a config: refused before parsing. */
 	size_t big = ASP_CONFIG_MAX_BYTES + 1;

@@ -13,5 +13,6 @@
 #include "asp/status.h"
 #include "asp/tools.h"
 #include "asp/types.h"
+#include "asp/workspace.h"
 
 #endif

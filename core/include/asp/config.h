@@ -70,7 +70,7 @@ void asp_config_free(asp_config *cfg);
 
 /*
  * The read-only view below: strings are NULL when absent, defaults from the schema are
- * applied, and local paths (identity_file, known_hosts, token_file, ca_file and a
+ * applied, and local paths (identity_file, known_hosts, token_file, ca_file, workspace.local and a
  * stdio program path containing '/') are absolute: "~/" expanded with $HOME, relative
  * ones joined to the config file's directory. Sandbox paths (cwd, ssh.agent) are kept
  * as written.
@@ -114,6 +114,15 @@ typedef struct asp_config_http {
 	asp_http_websocket websocket;
 } asp_config_http;
 
+/*
+ * workspace (docs/design.md, ".asp.json"): local is absolute when set (the module
+ * asp/workspace.h applies the defaults); sandbox is kept as written.
+ */
+typedef struct asp_config_workspace {
+	const char *local;
+	const char *sandbox;
+} asp_config_workspace;
+
 typedef struct asp_config_env {
 	const char *key;
 	const char *value;
@@ -133,6 +142,7 @@ typedef struct asp_config_view {
 	asp_config_ssh ssh;       /* defaults applied even when the section is absent */
 	asp_config_stdio stdio;
 	asp_config_http http;
+	asp_config_workspace workspace;
 	/*
 	 * For an application's own transport (kind >= ASP_TRANSPORT_USER_MIN, asp/transport.h):
 	 * what to connect to, in its own syntax (a socket path). Never set from a file.

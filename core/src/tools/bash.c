@@ -224,7 +224,7 @@ static asp_status start_shell(asp_tools *t, const char *script, const char *cwd,
 		p.has_argv = true;
 		p.argv.items = argv;
 		p.argv.count = 3;
-		p.cwd = cwd;
+		p.cwd = cwd ? cwd : t->base;
 		p.timeout_ms = timeout;
 		p.tag = tag;
 		st = asp_spawn_start(t->c, &p, cb, user, proc, err);
@@ -252,7 +252,7 @@ static bool bash_exec(asp_tools *t, const char *script, const char *cwd, uint64_
 		p.has_argv = true;
 		p.argv.items = argv;
 		p.argv.count = 3;
-		p.cwd = cwd;
+		p.cwd = cwd ? cwd : t->base;
 		p.timeout_ms = timeout;
 		st = asp_exec(t->c, &p, &res, a, &err);
 		if (st != ASP_E_NOT_FOUND)
@@ -372,7 +372,7 @@ static bool bash_background(asp_tools *t, const char *command, const char *cwd, 
 		sp.has_argv = true;
 		sp.argv.items = argv;
 		sp.argv.count = 3;
-		sp.cwd = cwd;
+		sp.cwd = cwd ? cwd : t->base;
 		sp.tag = "asp-tools bash (background)";
 		st = tools_proc_spawn(t, &sp, false, &p, &err);
 		if (st != ASP_E_NOT_FOUND)

@@ -177,49 +177,11 @@ bool arg_bool(tresult *r, json_t *args, const char *key, bool dflt, bool *out)
 
 char *tools_abs(const asp_tools *t, const char *path)
 {
-	tbuf joined = {0};
-	if (path[0] != '/') {
-		tb_puts(&joined, t->base);
-		tb_puts(&joined, "/");
-	}
-	tb_puts(&joined, path);
-	if (joined.oom)
-		return NULL;
-	/* Lexical normalisation: "." and empty components go, ".." pops one. */
-	char *out = malloc(joined.len + 2);
-	if (!out) {
-		tb_free(&joined);
-		return NULL;
-	}
-	size_t n = 0;
-	const char *s = joined.p;
-	while (*s) {
-		while (*s == '/')
-			s++;
-		const char *e = s;
-		while (*e && *e != '/')
-			e++;
-		size_t len = (size_t)(e - s);
-		if (len == 0)
-			break;
-		if (len == 1 && s[0] == '.') {
-		} else if (len == 2 && s[0] == '.' && s[1] == '.') {
-			while (n > 0 && out[n - 1] != '/')
-				n--;
-			if (n > 0)
-				n--;
-		} else {
-			out[n++] = '/';
-			memcpy(out + n, s, len);
-			n += len;
-		}
-		s = e;
-	}
-	if (n == 0)
-		out[n++] = '/';
-	out[n] = '\0';
-	tb_free(&joined);
-	return out;
+	/* A relative path joins the base, already a sandbox path; an absolute one is the
+	 * harness's and goes through the workspace mapping. */
+	if (path[0] != '/')
+		return asp_workspace_to_sandbox(NULL, path, t->base);
+	return asp_workspace_to_sandbox(t->ws, path, NULL);
 }
 
 /* --- sandbox helpers --------------------------------------------------------------------- */

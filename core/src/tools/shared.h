@@ -4,6 +4,7 @@
 
 #include "asp/asp.h"
 #include "asp/tools.h"
+#include "asp/workspace.h"
 
 #include <jansson.h>
 #include <pthread.h>
@@ -51,8 +52,9 @@ struct tools_proc;
 
 struct asp_tools {
 	asp_client *c;
-	char *base; /* absolute directory relative paths resolve against */
-	char **ops; /* the responder's ops from hello */
+	char *base;        /* absolute sandbox directory relative paths resolve against */
+	asp_workspace *ws; /* the harness's paths onto the sandbox's; NULL: none */
+	char **ops;        /* the responder's ops from hello */
 	size_t n_ops;
 	bool grep_ere;      /* hello says the grep op speaks POSIX ERE (grep-ere), not PCRE2 */
 	bool pty;           /* hello lists the feature pty: spawn takes tty */
@@ -75,7 +77,7 @@ bool tools_has_op(const asp_tools *t, const char *op);
 bool tools_cancel_arm(asp_tools_cancel *k, void (*wake)(void *), void *user);
 bool tools_cancelled(asp_tools_cancel *k);
 
-/* The absolute, lexically normalised form of `path` (malloc'd). */
+/* The sandbox's absolute, lexically normalised path for the harness's `path` (malloc'd). */
 char *tools_abs(const asp_tools *t, const char *path);
 
 /* One tool's result: text and whether it is an error. */

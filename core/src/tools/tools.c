@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* --- the handle ------------------------------------------------------------------------- */
 
@@ -48,6 +49,25 @@ asp_status asp_tools_new(asp_client *c, asp_tools **out, asp_error *err)
 	char *norm = t->base ? tools_abs(t, t->base) : NULL;
 	free(t->base);
 	t->base = norm;
+	/* The harness's paths (docs/design.md, ".asp.json"): when it works under the local
+	 * directory, its relative paths mean the same place under the sandbox's. */
+	st =
+	    t->base ? asp_workspace_from_config(asp_client_config(c), hr.cwd, &t->ws, err) : ASP_OK;
+	if (st != ASP_OK) {
+		asp_arena_free(a);
+		asp_tools_free(t);
+		return st;
+	}
+	char here[4096];
+	if (t->ws && getcwd(here, sizeof here)) {
+		char *mapped = asp_workspace_to_sandbox(t->ws, here, NULL);
+		if (mapped && strcmp(mapped, here) != 0) {
+			free(t->base);
+			t->base = mapped;
+		} else {
+			free(mapped);
+		}
+	}
 	t->ops = calloc(hr.ops.count + 1, sizeof *t->ops);
 	for (size_t i = 0; t->ops && i < hr.ops.count; i++)
 		if ((t->ops[t->n_ops] = strdup(hr.ops.items[i])))
@@ -74,6 +94,7 @@ void asp_tools_free(asp_tools *t)
 		free(t->ops[i]);
 	free(t->ops);
 	free(t->base);
+	asp_workspace_free(t->ws);
 	pthread_cond_destroy(&t->cv);
 	pthread_mutex_destroy(&t->mu);
 	free(t);

@@ -191,7 +191,7 @@ bool tool_exec_command(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel 
 		sp.has_argv = true;
 		sp.argv.items = argv;
 		sp.argv.count = 3;
-		sp.cwd = cwd;
+		sp.cwd = cwd ? cwd : t->base;
 		sp.has_env = true;
 		sp.env.items = exec_env;
 		sp.env.count = sizeof exec_env / sizeof exec_env[0];

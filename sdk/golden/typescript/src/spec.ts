@@ -528,6 +528,23 @@ const CONFIG_SCHEMA =
   "        \"type\": \"string\"\n" +
   "      }\n" +
   "    },\n" +
+  "    \"workspace\": {\n" +
+  "      \"description\": \"For bindings that serve a harness's own tools (asp mcp, asp tool, asp exec-server): the harness's project directory and the sandbox directory it stands for. A path under local is sent as the same path under sandbox; every other path is sent unchanged; paths in structured answers are mapped back. See the .asp.json section of docs/design.md.\",\n" +
+  "      \"type\": \"object\",\n" +
+  "      \"additionalProperties\": false,\n" +
+  "      \"properties\": {\n" +
+  "        \"local\": {\n" +
+  "          \"description\": \"The harness's directory (a local path); the directory holding this file when absent.\",\n" +
+  "          \"type\": \"string\",\n" +
+  "          \"minLength\": 1\n" +
+  "        },\n" +
+  "        \"sandbox\": {\n" +
+  "          \"description\": \"The sandbox directory local stands for; relative paths join the responder's start directory. The config's cwd when absent, else the responder's start directory.\",\n" +
+  "          \"type\": \"string\",\n" +
+  "          \"minLength\": 1\n" +
+  "        }\n" +
+  "      }\n" +
+  "    },\n" +
   "    \"timeout_ms\": {\n" +
   "      \"description\": \"Default exec and spawn timeout in milliseconds; 0 means none.\",\n" +
   "      \"type\": \"integer\",\n" +
