@@ -57,7 +57,8 @@ typedef struct job {
 
 typedef struct mcp {
 	cli *c;
-	bool *enabled; /* per asp_tools_list index */
+	const char *vocab; /* --vocabulary: whose names and argument spellings */
+	bool *enabled;     /* per asp_tools_vocab_list index */
 	pthread_mutex_t out_mu;
 	pthread_mutex_t mu; /* queue, in-flight, tools handle, stopping */
 	pthread_cond_t cv;
@@ -101,7 +102,7 @@ static void send_error(mcp *m, json_t *id, int code, const char *message)
 static bool tool_enabled(const mcp *m, const char *name)
 {
 	size_t n;
-	const asp_tool_desc *d = asp_tools_list(&n);
+	const asp_tool_desc *d = asp_tools_vocab_list(m->vocab, &n);
 	for (size_t i = 0; i < n; i++)
 		if (!strcmp(d[i].name, name))
 			return m->enabled[i];
@@ -158,7 +159,8 @@ static void *worker(void *arg)
 		bool is_error = true;
 		asp_tools *t = get_tools(m, why, sizeof why);
 		if (t)
-			asp_tools_call(t, j->name, j->args, &text, &is_error, j->cancel);
+			asp_tools_call_vocab(t, m->vocab, j->name, j->args, &text, &is_error,
+			                     j->cancel);
 		else
 			text = strdup(why);
 
@@ -204,7 +206,7 @@ static json_t *stateless_result(json_t *r, bool cacheable)
 static json_t *tools_list_result(const mcp *m)
 {
 	size_t n;
-	const asp_tool_desc *d = asp_tools_list(&n);
+	const asp_tool_desc *d = asp_tools_vocab_list(m->vocab, &n);
 	json_t *arr = json_array();
 	for (size_t i = 0; i < n; i++) {
 		if (!m->enabled[i])
@@ -410,7 +412,7 @@ static void handle(mcp *m, const char *line, size_t len)
 static int parse_tools(cli *c, mcp *m, const char *list)
 {
 	size_t n;
-	const asp_tool_desc *d = asp_tools_list(&n);
+	const asp_tool_desc *d = asp_tools_vocab_list(m->vocab, &n);
 	for (size_t i = 0; i < n; i++)
 		m->enabled[i] = list == NULL;
 	if (!list)
@@ -434,15 +436,17 @@ static int parse_tools(cli *c, mcp *m, const char *list)
 	return 0;
 }
 
-enum { OPT_TOOLS = CLI_OPT_FIRST_PRIVATE, OPT_WORKERS };
+enum { OPT_TOOLS = CLI_OPT_FIRST_PRIVATE, OPT_WORKERS, OPT_VOCABULARY };
 
 int cmd_mcp(cli *c, int argc, char **argv)
 {
-	static const struct option longopts[] = {CLI_COMMON_LONGOPTS,
-	                                         {"tools", required_argument, NULL, OPT_TOOLS},
-	                                         {"workers", required_argument, NULL, OPT_WORKERS},
-	                                         {NULL, 0, NULL, 0}};
-	const char *tools_list = NULL;
+	static const struct option longopts[] = {
+	    CLI_COMMON_LONGOPTS,
+	    {"tools", required_argument, NULL, OPT_TOOLS},
+	    {"workers", required_argument, NULL, OPT_WORKERS},
+	    {"vocabulary", required_argument, NULL, OPT_VOCABULARY},
+	    {NULL, 0, NULL, 0}};
+	const char *tools_list = NULL, *vocab = NULL;
 	unsigned workers = MCP_WORKERS_DEFAULT;
 	int opt;
 	while ((opt = cli_getopt(c, argc, argv, "h", longopts)) != -1) {
@@ -450,6 +454,8 @@ int cmd_mcp(cli *c, int argc, char **argv)
 			return cli_finish(c, CLI_EXIT_OK);
 		if (opt == OPT_TOOLS) {
 			tools_list = optarg;
+		} else if (opt == OPT_VOCABULARY) {
+			vocab = optarg;
 		} else if (opt == OPT_WORKERS) {
 			char *end;
 			unsigned long w = strtoul(optarg, &end, 10);
@@ -464,8 +470,10 @@ int cmd_mcp(cli *c, int argc, char **argv)
 		return cli_usage(c, "unexpected argument '%s'", argv[optind]);
 
 	size_t n;
-	asp_tools_list(&n);
-	mcp m = {.c = c};
+	if (!asp_tools_vocab_list(vocab, &n))
+		return cli_usage(c, "--vocabulary: no vocabulary is called '%s' (claude, opencode)",
+		                 vocab);
+	mcp m = {.c = c, .vocab = vocab};
 	m.enabled = calloc(n, sizeof *m.enabled);
 	if (!m.enabled)
 		return cli_fail_errno(c, ENOMEM, "mcp");

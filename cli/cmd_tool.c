@@ -8,22 +8,37 @@
 
 int cmd_tool(cli *c, int argc, char **argv)
 {
-	static const struct option longopts[] = {CLI_COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+	enum { OPT_VOCABULARY = CLI_OPT_FIRST_PRIVATE };
+	static const struct option longopts[] = {
+	    CLI_COMMON_LONGOPTS,
+	    {"vocabulary", required_argument, NULL, OPT_VOCABULARY},
+	    {NULL, 0, NULL, 0}};
+	const char *vocab = NULL;
 	int opt;
 	while ((opt = cli_getopt(c, argc, argv, "+h", longopts)) != -1) {
 		if (opt == 'h')
 			return cli_finish(c, CLI_EXIT_OK);
+		if (opt == OPT_VOCABULARY) {
+			vocab = optarg;
+			continue;
+		}
 		return c->fail_code;
 	}
+	size_t n;
+	const asp_tool_desc *d = asp_tools_vocab_list(vocab, &n);
+	if (!d)
+		return cli_usage(c, "--vocabulary: no vocabulary is called '%s' (claude, opencode)",
+		                 vocab);
 	if (optind >= argc) {
-		size_t n;
-		const asp_tool_desc *d = asp_tools_list(&n);
 		for (size_t i = 0; i < n; i++)
 			printf("%s\n", d[i].name);
 		return cli_finish(c, CLI_EXIT_OK);
 	}
 	const char *name = argv[optind];
-	if (!asp_tools_find(name))
+	size_t i = 0;
+	while (i < n && strcmp(d[i].name, name))
+		i++;
+	if (i == n)
 		return cli_usage(c, "no tool is called '%s' (asp tool lists them)", name);
 	if (optind + 2 < argc)
 		return cli_usage(c, "unexpected argument '%s'", argv[optind + 2]);
@@ -58,7 +73,7 @@ int cmd_tool(cli *c, int argc, char **argv)
 	}
 	char *text = NULL;
 	bool is_error = true;
-	asp_status st = asp_tools_call(t, name, args, &text, &is_error, NULL);
+	asp_status st = asp_tools_call_vocab(t, vocab, name, args, &text, &is_error, NULL);
 	free(args);
 	int rc = CLI_EXIT_OK;
 	if (st == ASP_E_INVALID_ARGUMENT) {

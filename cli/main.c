@@ -138,20 +138,23 @@ static const cli_command commands[] = {
      "\n  --root DIR  where to create the scratch directory in the sandbox\n"
      "  --keep      leave the scratch directory for inspection\n"},
     {"mcp", cmd_mcp, "serve the sandbox's tools to an MCP client on stdin/stdout",
-     "usage: asp mcp [--tools LIST] [--workers N]\n"
+     "usage: asp mcp [--tools LIST] [--workers N] [--vocabulary NAME]\n"
      "\nAn MCP server (newline-delimited JSON-RPC 2.0 on stdin/stdout) whose tools act in\n"
      "the sandbox: bash, bash_output, kill_bash, read, write, edit, glob, grep, ls,\n"
      "apply_patch (docs/tools.md). For Claude Code, Codex, OpenCode and the Claude Agent\n"
      "SDK see docs/harnesses.md. Logs go to stderr. When stdin closes it answers the calls\n"
      "already received, then exits.\n"
      "\n  --tools LIST   only these tools (comma-separated names)\n"
-     "  --workers N    most tool calls run at once (default 32)\n"},
+     "  --workers N    most tool calls run at once (default 32)\n"
+     "  --vocabulary NAME  the tools under a harness's names and arguments: claude (the\n"
+     "                 default) or opencode (filePath, oldString, ...; docs/tools.md)\n"},
     {"tool", cmd_tool, "call one tool of the tools layer",
-     "usage: asp tool NAME [ARGS-JSON | -]\n"
-     "       asp tool\n"
+     "usage: asp tool [--vocabulary NAME] NAME [ARGS-JSON | -]\n"
+     "       asp tool [--vocabulary NAME]\n"
      "\nRuns tool NAME (as asp mcp serves it) with the JSON object ARGS-JSON (\"-\": read it\n"
      "from stdin; none: {}) and prints the tool's text. Exits 1 when the tool reports an\n"
-     "error. Without NAME, lists the tools.\n"
+     "error. Without NAME, lists the tools. --vocabulary opencode: OpenCode's names and\n"
+     "argument spellings (docs/tools.md, \"Vocabularies\").\n"
      "\nExample: asp tool read '{\"file_path\": \"/w/main.c\", \"limit\": 20}'\n"},
     {"init", cmd_init, "write a .asp.json",
      "usage: asp init --stdio [options] -- COMMAND...\n"

@@ -4,6 +4,7 @@
  * header; and the one encoding of the backend's typed events into notification frames.
  */
 #include "edge.h"
+#include "sink_send.h"
 #include "spare.h"
 #include "local/local_proc.h"
 
@@ -217,38 +218,13 @@ uint8_t *asp_reply_take(asp_reply *b, size_t *len)
 	return data;
 }
 
-int asp_edge_send_buf(const asp_conn_sink *s, const asp_buf *b)
-{
-	if (b->nrefs == 0 || !s->sendv)
-		return s->send(s->ctx, b->data, b->len) ? 1 : 0;
-	struct iovec stack[8];
-	int max = (int)(2 * b->nrefs + 1);
-	struct iovec *iov = max <= 8 ? stack : malloc((size_t)max * sizeof *iov);
-	if (!iov)
-		return -1;
-	int n = asp_buf_iov(b, iov, max);
-	bool ok = s->sendv(s->ctx, iov, n);
-	if (iov != stack)
-		free(iov);
-	return ok ? 1 : 0;
-}
-
-int asp_edge_notify(const asp_conn_sink *s, asp_buf *b, asp_notice_id n, const void *params)
-{
-	/* With sendv, a chunk as large as an answer's bin is lent, as the answer's is. */
-	b->ref_min = s->sendv ? ASP_BUF_REF_MIN : 0;
-	int rc = asp_wire_notify(b, n, params);
-	b->ref_min = 0;
-	return rc ? -1 : asp_edge_send_buf(s, b);
-}
-
 bool asp_conn_sink_notify(const asp_conn_sink *s, asp_reply *scratch, asp_notice_id n,
                           const void *params)
 {
 	asp_buf tmp, *b = scratch ? &scratch->b : &tmp;
 	if (!scratch)
 		asp_buf_init(&tmp);
-	int rc = asp_edge_notify(s, b, n, params);
+	int rc = asp_sink_send_event(s, b, n, params);
 	if (!scratch)
 		asp_buf_free(&tmp);
 	return rc > 0;

@@ -1,5 +1,6 @@
 /* asp_error: status names, errno mapping and message formatting. */
 #include "asp/status.h"
+#include "asp/transport.h" /* asp_error_hint, asp_error_oom */
 
 #include <errno.h>
 #include <stdarg.h>
@@ -148,4 +149,20 @@ void asp_error_clear(asp_error *err)
 	err->sys_errno = 0;
 	err->message[0] = '\0';
 	err->path[0] = '\0';
+}
+
+void asp_error_hint(asp_error *err, const char *hint)
+{
+	if (!err)
+		return;
+	size_t used = strlen(err->message), need = strlen(hint) + 3;
+	if (used + need <= sizeof err->message)
+		memcpy(err->message + used, "; ", 2),
+		    memcpy(err->message + used + 2, hint, need - 2);
+}
+
+asp_status asp_error_oom(asp_error *err, const char *op, const char *where)
+{
+	return asp_error_set(err, ASP_E_INTERNAL, NULL, "%s: out of memory%s%s", op,
+	                     where ? " in " : "", where ? where : "");
 }

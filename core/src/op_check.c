@@ -27,3 +27,11 @@ asp_status asp_check_tty_size(const char *what, uint64_t rows, uint64_t cols, as
 		    (unsigned long long)rows, (unsigned long long)cols, ASP_TTY_MAX);
 	return ASP_OK;
 }
+
+asp_status asp_check_required(const char *op, const char *field, const char *value, asp_error *err)
+{
+	if (value)
+		return ASP_OK;
+	return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL, "%s: field '%s' is required", op,
+	                     field);
+}

@@ -472,6 +472,86 @@ static void test_background_while_flooding(void)
 	free(st.text);
 }
 
+/* OpenCode's spellings reach the same tools: each call is checked against the file system. */
+static char *vcall(const char *name, const char *args, bool *is_error)
+{
+	char *text = NULL;
+	bool err = true;
+	CU_ASSERT_EQUAL(asp_tools_call_vocab(tools, "opencode", name, args, &text, &err, NULL),
+	                ASP_OK);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+	*is_error = err;
+	return text;
+}
+
+static void test_vocab_opencode(void)
+{
+	size_t n;
+	const asp_tool_desc *d = asp_tools_vocab_list("opencode", &n);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+	CU_ASSERT_EQUAL(n, 7);
+	for (size_t i = 0; i < n; i++) {
+		json_t *schema = json_loads(d[i].input_schema, 0, NULL);
+		CU_ASSERT_PTR_NOT_NULL(schema);
+		json_decref(schema);
+	}
+	CU_ASSERT_PTR_NULL(asp_tools_vocab_list("nope", &n));
+	CU_ASSERT_PTR_EQUAL(asp_tools_vocab_list(NULL, &n), asp_tools_list(&n));
+	bool e;
+	char *t =
+	    vcall("write", "{\"filePath\": \"oc/a.txt\", \"content\": \"one two one\\n\"}", &e);
+	CU_ASSERT_FALSE(e);
+	free(t);
+	/* null is a default left out, as OpenCode sends for an optional argument */
+	t = vcall("edit",
+	          "{\"filePath\": \"oc/a.txt\", \"oldString\": \"one\", \"newString\": \"1\", "
+	          "\"replaceAll\": true}",
+	          &e);
+	CU_ASSERT_FALSE(e);
+	free(t);
+	char *s = slurp("oc/a.txt");
+	CU_ASSERT_STRING_EQUAL(s, "1 two 1\n");
+	free(s);
+	t = vcall("read", "{\"filePath\": \"oc/a.txt\", \"offset\": null, \"limit\": null}", &e);
+	CU_ASSERT_FALSE(e);
+	CU_ASSERT_PTR_NOT_NULL(strstr(t, "     1\t1 two 1"));
+	free(t);
+	/* grep shows lines by default in OpenCode's vocabulary; include is the glob filter */
+	t = vcall("grep", "{\"pattern\": \"two\", \"include\": \"*.txt\", \"path\": \"oc\"}", &e);
+	CU_ASSERT_FALSE(e);
+	CU_ASSERT_PTR_NOT_NULL(strstr(t, "a.txt:1:1 two 1"));
+	free(t);
+	t = vcall("bash", "{\"command\": \"pwd\", \"workdir\": \"oc\"}", &e);
+	CU_ASSERT_FALSE(e);
+	CU_ASSERT_PTR_NOT_NULL(strstr(t, "/oc"));
+	free(t);
+	t = vcall(
+	    "apply_patch",
+	    "{\"patchText\": \"*** Begin Patch\\n*** Add File: oc/b.txt\\n+b\\n*** End Patch\"}",
+	    &e);
+	CU_ASSERT_FALSE(e);
+	free(t);
+	s = slurp("oc/b.txt");
+	CU_ASSERT_STRING_EQUAL(s, "b\n");
+	free(s);
+	t = vcall("glob", "{\"pattern\": \"oc/*.txt\"}", &e);
+	CU_ASSERT_PTR_NOT_NULL(strstr(t, "/oc/b.txt"));
+	free(t);
+	/* an argument the vocabulary does not rename reaches the tool, which refuses a wrong type
+	 */
+	t = vcall("read", "{\"filePath\": 3}", &e);
+	CU_ASSERT(e);
+	free(t);
+	char *text = NULL;
+	CU_ASSERT_EQUAL(asp_tools_call_vocab(tools, "opencode", "ls", "{}", &text, &e, NULL),
+	                ASP_E_NOT_FOUND);
+	CU_ASSERT(e);
+	free(text);
+	CU_ASSERT_EQUAL(asp_tools_call_vocab(tools, "nope", "read", "{}", &text, &e, NULL),
+	                ASP_E_INVALID_ARGUMENT);
+	free(text);
+}
+
 static void test_glob_match(void)
 {
 	CU_ASSERT(tools_glob_match("*.c", "a.c"));
@@ -510,6 +590,7 @@ int main(void)
 	CU_add_test(s, "a background start while another shell floods output",
 	            test_background_while_flooding);
 	CU_add_test(s, "glob matcher", test_glob_match);
+	CU_add_test(s, "OpenCode's vocabulary over the same tools", test_vocab_opencode);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	unsigned fails = CU_get_number_of_failures() + CU_get_number_of_suites_failed();

@@ -65,6 +65,26 @@ void asp_tools_cancel_free(asp_tools_cancel *k);
 asp_status asp_tools_call(asp_tools *t, const char *name, const char *args_json, char **result_text,
                           bool *is_error, asp_tools_cancel *cancel);
 
+/*
+ * Vocabularies: the same tools under another harness's names and argument spellings, one
+ * implementation (docs/tools.md, "Vocabularies"). "claude" (ASP_TOOLS_VOCAB_DEFAULT, also
+ * NULL) is the table above: Claude Code's tools and Codex's exec_command, write_stdin and
+ * apply_patch. "opencode" is OpenCode's bash, read, write, edit, glob, grep and apply_patch
+ * ({filePath, oldString, newString, replaceAll}, {patchText}, ...).
+ */
+#define ASP_TOOLS_VOCAB_DEFAULT "claude"
+
+/* The tools of vocabulary `vocab` (static, in a fixed order), or NULL when it is unknown. */
+const asp_tool_desc *asp_tools_vocab_list(const char *vocab, size_t *count);
+
+/*
+ * asp_tools_call with the tool named and its arguments spelt as in `vocab`. A null argument
+ * counts as left out. An unknown vocabulary is ASP_E_INVALID_ARGUMENT (with a text).
+ */
+asp_status asp_tools_call_vocab(asp_tools *t, const char *vocab, const char *name,
+                                const char *args_json, char **result_text, bool *is_error,
+                                asp_tools_cancel *cancel);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,4 +1,4 @@
-/* The local backend's op table, its state, hello, and helpers its files share. */
+/* The local backend: its op table, its state and hello. */
 #include "asp/transport.h"
 #include "local_impl.h"
 #include "local_proc.h"
@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #define AGENT_NAME "asp-agent/0.1.0"
-#define SMALL_COPY 4096 /* results up to this size are copied into the arena */
 
 const asp_ops asp_local_ops = {
     .hello = asp_local_hello,
@@ -93,7 +92,7 @@ asp_status asp_local_hello(void *self, const asp_hello_params *p, asp_hello_resu
                            asp_error *err)
 {
 	(void)p; /* any client protocol is answered with ours; the client decides */
-	return local_hello(self, false, false, r, a, err);
+	return local_hello(self, NULL, false, r, a, err);
 }
 
 void asp_local_set_shared(asp_local *l, bool shared)
@@ -101,12 +100,12 @@ void asp_local_set_shared(asp_local *l, bool shared)
 	l->shared = shared;
 }
 
-asp_status local_hello(asp_local *l, bool streaming, bool follow, asp_hello_result *r, asp_arena *a,
-                       asp_error *err)
+asp_status local_hello(asp_local *l, const asp_ops *stream, bool follow, asp_hello_result *r,
+                       asp_arena *a, asp_error *err)
 {
 	memset(r, 0, sizeof *r);
 	/* What the tables fill, so a new op in the spec is never announced before it is done. */
-	const asp_ops *tables[] = {&asp_local_ops, streaming ? &local_stream_ops : NULL};
+	const asp_ops *tables[] = {&asp_local_ops, stream};
 	const char **ops = asp_arena_alloc(a, ASP_OP_COUNT * sizeof *ops);
 	if (!ops)
 		return local_oom("hello", err);
@@ -131,116 +130,19 @@ asp_status local_hello(asp_local *l, bool streaming, bool follow, asp_hello_resu
 	features[nf++] = "concurrent"; /* every request runs on a worker of its own */
 	if (follow)
 		features[nf++] = "follow";
-	if (streaming && l->shared)
+	if (stream && l->shared)
 		features[nf++] = "reattach";
-	if (streaming && local_stream_ops.proc_resize)
+	if (stream && stream->proc_resize)
 		features[nf++] = "pty"; /* spawn's tty: posix_openpt is POSIX, always here */
 	if (asp_local_ops.grep)
 		features[nf++] = local_grep_dialect();
-	if (streaming && local_stream_ops.connect)
+	if (stream && stream->connect)
 		features[nf++] = "connect"; /* TCP from inside the sandbox (connect.c) */
-	if (streaming && local_stream_ops.watch)
+	if (stream && stream->watch)
 		features[nf++] = "watch"; /* inotify (watch.c) */
 	r->has_features = true;
 	r->features = (asp_strv){features, nf};
 	if (!r->os || !r->arch || !r->cwd)
 		return local_oom("hello", err);
 	return ASP_OK;
-}
-
-asp_status asp_check_required(const char *op, const char *field, const char *value, asp_error *err)
-{
-	if (value)
-		return ASP_OK;
-	return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL, "%s: field '%s' is required", op,
-	                     field);
-}
-
-void asp_error_hint(asp_error *err, const char *hint)
-{
-	if (!err)
-		return;
-	size_t used = strlen(err->message), need = strlen(hint) + 3;
-	if (used + need <= sizeof err->message)
-		memcpy(err->message + used, "; ", 2),
-		    memcpy(err->message + used + 2, hint, need - 2);
-}
-
-asp_status asp_error_oom(asp_error *err, const char *op, const char *where)
-{
-	return asp_error_set(err, ASP_E_INTERNAL, NULL, "%s: out of memory%s%s", op,
-	                     where ? " in " : "", where ? where : "");
-}
-
-asp_status local_oom(const char *op, asp_error *err)
-{
-	return asp_error_oom(err, op, "the responder");
-}
-
-uint64_t local_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-int local_poll_ms(uint64_t now, uint64_t until)
-{
-	if (until == UINT64_MAX)
-		return -1;
-	if (until <= now)
-		return 0;
-	uint64_t ms = (until - now + NS_PER_MS - 1) / NS_PER_MS;
-	return ms > INT_MAX ? INT_MAX : (int)ms;
-}
-
-void local_deadline(struct timespec *dl, uint64_t ms)
-{
-	clock_gettime(CLOCK_MONOTONIC, dl);
-	dl->tv_sec += (time_t)(ms / 1000);
-	dl->tv_nsec += (long)(ms % 1000) * 1000000;
-	if (dl->tv_nsec >= 1000000000) {
-		dl->tv_sec++;
-		dl->tv_nsec -= 1000000000;
-	}
-}
-
-void local_cond_init(pthread_cond_t *cv)
-{
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(cv, &ca);
-	pthread_condattr_destroy(&ca);
-}
-
-int local_bytes_give(asp_arena *a, uint8_t *buf, size_t len, size_t cap, asp_bytes *out)
-{
-	out->data = NULL;
-	out->len = 0;
-	if (len == 0) {
-		free(buf);
-		return 0;
-	}
-	if (len <= SMALL_COPY) {
-		uint8_t *copy = asp_arena_alloc(a, len);
-		if (copy)
-			memcpy(copy, buf, len);
-		free(buf);
-		if (!copy)
-			return -1;
-		out->data = copy;
-		out->len = len;
-		return 0;
-	}
-	if (cap - len > len / 4) {
-		uint8_t *shrunk = realloc(buf, len); /* give back what a growing buffer overshot */
-		if (shrunk)
-			buf = shrunk;
-	}
-	if (asp_arena_adopt(a, buf) < 0)
-		return -1;
-	out->data = buf;
-	out->len = len;
-	return 0;
 }

@@ -1,6 +1,6 @@
 /*
- * The process table of the local backend and the streaming ops: spawn, proc_write,
- * proc_signal, proc_wait, proc_list, proc_attach; and the shutdown that ends them all.
+ * The streaming ops of the local backend: spawn, proc_write, proc_signal, proc_resize,
+ * proc_wait, proc_list, proc_attach; and the shutdown that ends them all.
  */
 #include "local_proc.h"
 #include "pty.h"
@@ -20,109 +20,52 @@
 /* asp_local_shutdown waits for the KILL, the 0.5 s for escapees' pipes, and this margin. */
 #define SHUTDOWN_MARGIN_MS 1500
 
-/* ---- the table -------------------------------------------------------------------- */
+/* ---- proc_list's command of an argv spawn ----------------------------------------- */
 
-static void proc_free(local_proc *p)
+static bool plain_word(const char *s)
 {
-	while (p->subs) {
-		local_sub *s = p->subs;
-		p->subs = s->next;
-		local_sub_unref_locked(s);
+	if (!*s)
+		return false;
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      strchr("_@%+=:,./-", c)))
+			return false;
 	}
-	for (int i = 0; i < PROC_STREAM_COUNT; i++)
-		proc_ring_free(&p->ring[i]);
-	if (p->in_fd >= 0)
-		close(p->in_fd);
-	if (p->wake_fd >= 0)
-		close(p->wake_fd);
-	local_child_close(&p->child);
-	pthread_mutex_destroy(&p->in_mu);
-	pthread_cond_destroy(&p->cv);
-	pthread_mutex_destroy(&p->mu);
-	free(p->tag);
-	free(p->command);
-	free(p->end_error);
-	free(p);
+	return true;
 }
 
-void local_proc_unref(local_proc *p)
+static char *quote_argv(const asp_strv *argv)
 {
-	if (p && atomic_fetch_sub(&p->refs, 1) == 1)
-		proc_free(p);
-}
-
-/* Under l->mu: index of the process with that id (ids increase along the table). */
-static size_t table_index(asp_local *l, uint64_t id, bool *found)
-{
-	size_t lo = 0, hi = l->nprocs;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (l->procs[mid]->id < id)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	*found = lo < l->nprocs && l->procs[lo]->id == id;
-	return lo;
-}
-
-local_proc *local_proc_find(asp_local *l, uint64_t id, const char *op, asp_error *err)
-{
-	pthread_mutex_lock(&l->mu);
-	bool found;
-	size_t i = table_index(l, id, &found);
-	local_proc *p = found ? l->procs[i] : NULL;
-	if (p)
-		atomic_fetch_add(&p->refs, 1);
-	pthread_mutex_unlock(&l->mu);
-	if (!p)
-		asp_error_set(err, ASP_E_NOT_FOUND, NULL,
-		              "%s: no process %llu (never spawned here, or finished and no longer "
-		              "retained: the last %d finished ones are); see proc_list",
-		              op, (unsigned long long)id, PROC_KEEP_DONE);
-	return p;
-}
-
-/* Under l->mu: removes index i from the table and returns its process. */
-static local_proc *table_take(asp_local *l, size_t i)
-{
-	local_proc *p = l->procs[i];
-	memmove(l->procs + i, l->procs + i + 1, (l->nprocs - i - 1) * sizeof *l->procs);
-	l->nprocs--;
-	return p;
-}
-
-local_proc *local_proc_count_done_locked(local_proc *p)
-{
-	asp_local *l = p->l;
-	local_proc *evicted = NULL;
-	p->done_seq = ++l->done_seq;
-	l->done++;
-	close(p->wake_fd); /* nobody wakes a finished pump: shutdown skips done_seq ones */
-	p->wake_fd = -1;
-	if (l->done > PROC_KEEP_DONE) {
-		size_t oldest = l->nprocs;
-		for (size_t i = 0; i < l->nprocs; i++) {
-			local_proc *x = l->procs[i];
-			if (x->done_seq &&
-			    (oldest == l->nprocs || x->done_seq < l->procs[oldest]->done_seq))
-				oldest = i;
+	size_t n = 1;
+	for (size_t i = 0; i < argv->count; i++)
+		n += strlen(argv->items[i]) * 4 + 3;
+	char *out = malloc(n), *w = out;
+	if (!out)
+		return NULL;
+	for (size_t i = 0; i < argv->count; i++) {
+		const char *a = argv->items[i];
+		if (i)
+			*w++ = ' ';
+		if (plain_word(a)) {
+			size_t l = strlen(a);
+			memcpy(w, a, l);
+			w += l;
+			continue;
 		}
-		if (oldest < l->nprocs) {
-			evicted = table_take(l, oldest);
-			l->done--;
+		*w++ = '\'';
+		for (; *a; a++) {
+			if (*a == '\'') {
+				memcpy(w, "'\\''", 4);
+				w += 4;
+			} else {
+				*w++ = *a;
+			}
 		}
+		*w++ = '\'';
 	}
-	return evicted;
-}
-
-void local_proc_pump_gone(local_proc *p)
-{
-	asp_local *l = p->l;
-	pthread_mutex_lock(&l->mu);
-	l->pumps--;
-	pthread_cond_broadcast(&l->cv);
-	pthread_mutex_unlock(&l->mu);
+	*w = '\0';
+	return out;
 }
 
 /* ---- spawn ------------------------------------------------------------------------ */
@@ -188,7 +131,7 @@ asp_status asp_local_spawn(void *self, const asp_spawn_params *p, asp_spawn_resu
 		proc_ring_init(&pr->ring[i], PROC_RING_BYTES);
 	pr->timeout_ms = p->timeout_ms;
 	pr->tag = dup_str(p->tag);
-	pr->command = p->has_argv && !p->command ? local_quote_argv(&p->argv) : dup_str(p->command);
+	pr->command = p->has_argv && !p->command ? quote_argv(&p->argv) : dup_str(p->command);
 	pr->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	asp_status st = ASP_OK;
 	if ((p->tag && !pr->tag) || !pr->command)
@@ -215,7 +158,7 @@ asp_status asp_local_spawn(void *self, const asp_spawn_params *p, asp_spawn_resu
 	}
 	if (st != ASP_OK) {
 		sub_drop(c, sub);
-		proc_free(pr);
+		local_proc_unref(pr); /* the only reference: never listed */
 		return st;
 	}
 	/* stdin is the requests' to feed, without blocking a thread for ever. */
@@ -283,10 +226,7 @@ asp_status asp_local_spawn(void *self, const asp_spawn_params *p, asp_spawn_resu
 	}
 	st = asp_error_errno(err, e, NULL, "spawn: cannot start a thread for the process");
 	pthread_mutex_lock(&l->mu);
-	bool found;
-	size_t i = table_index(l, pr->id, &found);
-	if (found)
-		table_take(l, i);
+	local_proc_unlist_locked(l, pr->id);
 	l->pumps--;
 	pthread_cond_broadcast(&l->cv);
 	pthread_mutex_unlock(&l->mu);
@@ -303,127 +243,6 @@ kill_it:
 	pthread_mutex_unlock(&pr->mu);
 	local_proc_unref(pr);
 	return st;
-}
-
-/* ---- handles that are not children (connect.c, watch.c) --------------------------- */
-
-local_proc *local_proc_alloc(asp_local *l, local_proc_kind kind, size_t ring_limit, const char *tag,
-                             const char *command, const char *op, asp_error *err)
-{
-	local_proc *pr = calloc(1, sizeof *pr);
-	if (!pr) {
-		local_oom(op, err);
-		return NULL;
-	}
-	pr->l = l;
-	pr->kind = kind;
-	pr->in_fd = pr->wake_fd = -1;
-	pr->child.pid = -1;
-	pr->child.pidfd = pr->child.in_fd = pr->child.out_fd = pr->child.err_fd = -1;
-	pr->child.out_w = pr->child.err_w = -1;
-	atomic_init(&pr->refs, 1);
-	pthread_mutex_init(&pr->mu, NULL);
-	pthread_mutex_init(&pr->in_mu, NULL);
-	local_cond_init(&pr->cv);
-	for (int i = 0; i < PROC_STREAM_COUNT; i++)
-		proc_ring_init(&pr->ring[i], ring_limit);
-	pr->tag = dup_str(tag);
-	pr->command = dup_str(command);
-	pr->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if ((tag && !pr->tag) || !pr->command) {
-		local_oom(op, err);
-		proc_free(pr);
-		return NULL;
-	}
-	if (pr->wake_fd < 0) {
-		asp_error_errno(err, errno, NULL, "%s: cannot create an eventfd", op);
-		proc_free(pr);
-		return NULL;
-	}
-	return pr;
-}
-
-void local_proc_discard(local_proc *p)
-{
-	proc_free(p);
-}
-
-asp_status local_proc_list_start(local_proc *pr, local_sub *sub, void *(*pump)(void *),
-                                 const char *op, asp_error *err)
-{
-	asp_local *l = pr->l;
-	asp_status st = ASP_OK;
-	pthread_mutex_lock(&l->mu);
-	if (l->shutting_down) {
-		st = asp_error_set(err, ASP_E_IO_ERROR, NULL, "%s: the responder is shutting down",
-		                   op);
-	} else if (l->nprocs == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 16;
-		local_proc **np = realloc(l->procs, cap * sizeof *np);
-		if (np) {
-			l->procs = np;
-			l->cap = cap;
-		} else {
-			st = local_oom(op, err);
-		}
-	}
-	if (st != ASP_OK) {
-		pthread_mutex_unlock(&l->mu);
-		if (sub)
-			sub_drop(sub->conn, sub);
-		proc_free(pr);
-		return st;
-	}
-	pr->id = ++l->last_id;
-	l->procs[l->nprocs++] = pr;     /* the table's reference */
-	atomic_fetch_add(&pr->refs, 1); /* the pump's */
-	l->pumps++;
-	pthread_mutex_unlock(&l->mu);
-	if (sub) {
-		pthread_mutex_lock(&pr->mu);
-		sub->gated = local_hold_add(sub->conn, pr, sub);
-		sub->next = pr->subs;
-		pr->subs = sub;
-		pthread_mutex_unlock(&pr->mu);
-	}
-	int e = local_pump_start_fn(pr, pump);
-	if (e == 0)
-		return ASP_OK;
-	st = asp_error_errno(err, e, NULL, "%s: cannot start a thread for it", op);
-	pthread_mutex_lock(&l->mu);
-	bool found;
-	size_t i = table_index(l, pr->id, &found);
-	if (found)
-		table_take(l, i);
-	l->pumps--;
-	pthread_cond_broadcast(&l->cv);
-	pthread_mutex_unlock(&l->mu);
-	pthread_mutex_lock(&pr->mu);
-	pr->finished = true; /* a gate's hold may still name it: it ends at once */
-	pr->exit_code = -1;
-	strcpy(pr->signal, "KILL");
-	pthread_cond_broadcast(&pr->cv);
-	pthread_mutex_unlock(&pr->mu);
-	atomic_fetch_sub(&pr->refs, 1); /* the pump's */
-	local_proc_unref(pr);           /* the table's */
-	return st;
-}
-
-asp_status local_proc_close_signal(local_proc *p, const char *sig, asp_error *err)
-{
-	if (strcmp(sig, "KILL") != 0 && strcmp(sig, "TERM") != 0)
-		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
-		                     "proc_signal: %llu is a %s, which KILL or TERM closes; %s "
-		                     "means nothing to it",
-		                     (unsigned long long)p->id,
-		                     p->kind == LOCAL_PROC_SOCK ? "connection" : "watch", sig);
-	pthread_mutex_lock(&p->mu);
-	if (!p->finished && !p->close_sig[0]) { /* finished: a no-op, as for a process */
-		strcpy(p->close_sig, sig);
-		local_pump_wake(p); /* wake_fd lives until finished, which p->mu orders */
-	}
-	pthread_mutex_unlock(&p->mu);
-	return ASP_OK;
 }
 
 /* ---- proc_write ------------------------------------------------------------------- */

@@ -109,7 +109,25 @@ struct local_proc {
 	char *end_error; /* not a child: why it failed, for exit's error; malloc'd, owned */
 };
 
-/* ---- the table (local_proc.c) ---- */
+/* ---- connections (local_conn.c) ---- */
+
+void local_conn_ref(asp_local_conn *c);
+void local_conn_unref(asp_local_conn *c);
+
+/* Sends one frame through the sink unless the connection is dead. false: dead now. */
+bool local_conn_send(asp_local_conn *c, const uint8_t *frame, size_t len);
+
+/* As local_conn_send, for a frame that may reference bins: 1 sent, 0 gone, -1 out of memory. */
+int local_conn_send_buf(asp_local_conn *c, const asp_buf *out);
+
+/*
+ * Sends one typed event unless the connection is dead: to the sink's `event`, else as a
+ * frame built in `scratch` (asp_sink_send_event). 1 sent, 0 dead now, -1 out of memory
+ * (nothing sent; the connection lives). The event's bytes must not move until it returns.
+ */
+int local_conn_event(asp_local_conn *c, asp_notice_id n, const void *ev, asp_buf *scratch);
+
+/* ---- the table and its subscribers (proc_table.c) ---- */
 
 /* The process with that id, with a reference taken; NULL (err: not_found) otherwise. */
 local_proc *local_proc_find(asp_local *l, uint64_t id, const char *op, asp_error *err);
@@ -117,12 +135,18 @@ local_proc *local_proc_find(asp_local *l, uint64_t id, const char *op, asp_error
 /* Drops a reference; the last one frees the process. */
 void local_proc_unref(local_proc *p);
 
+/* Under l->mu: takes the process with that id out of the table (the table's reference
+ * passes to the caller). */
+void local_proc_unlist_locked(asp_local *l, uint64_t id);
+
 /*
  * Under l->mu and p->mu, as the process becomes finished (so proc_wait and proc_list see
  * its end and its eviction order in one step): counts it among the finished ones and
  * unlists the one that makes 65, returned for the caller to unref outside the locks.
  */
 local_proc *local_proc_count_done_locked(local_proc *p);
+
+/* ---- handles that are not children (handle.c) ---- */
 
 /*
  * A new handle of `kind` with rings of `ring_limit` bytes, the wake eventfd, `tag` and
@@ -149,39 +173,18 @@ asp_status local_proc_list_start(local_proc *p, local_sub *sub, void *(*pump)(vo
  */
 asp_status local_proc_close_signal(local_proc *p, const char *sig, asp_error *err);
 
+/* ---- the table (proc_table.c), continued ---- */
+
 /* The pump has ended (asp_local_shutdown waits for every pump). */
 void local_proc_pump_gone(local_proc *p);
-
-/* ---- connections (local_conn.c) ---- */
-
-void local_conn_ref(asp_local_conn *c);
-void local_conn_unref(asp_local_conn *c);
-
-/* Sends one frame through the sink unless the connection is dead. false: dead now. */
-bool local_conn_send(asp_local_conn *c, const uint8_t *frame, size_t len);
-
-/*
- * Sends one typed event unless the connection is dead: to the sink's `event`, else as a
- * frame built in `scratch` (asp_edge_notify). 1 sent, 0 dead now, -1 out of memory
- * (nothing sent; the connection lives). The event's bytes must not move until it returns.
- */
-int local_conn_event(asp_local_conn *c, asp_notice_id n, const void *ev, asp_buf *scratch);
-
-/*
- * Whether the current request on this thread runs under asp_local_conn_serve or a hold
- * for `c`; if so, `s` (of `p`) is remembered and ungated once the response is out.
- * Takes a reference on both. false when there is no hold (or out of memory: the sub is
- * then not gated, which only risks the order).
- */
-bool local_hold_add(asp_local_conn *c, local_proc *p, local_sub *s);
-
-/* ---- subscribers and delivery (local_pump.c) ---- */
 
 /* A new subscriber of `c`, not yet listed. NULL when out of memory. */
 local_sub *local_sub_new(asp_local_conn *c);
 
 /* Under p->mu: drops a reference; the last frees it. */
 void local_sub_unref_locked(local_sub *s);
+
+/* ---- delivery and the pump (local_pump.c) ---- */
 
 /*
  * Under p->mu (released while sending): sends what subscribers have not had yet, the
@@ -216,10 +219,31 @@ void local_pump_end(local_proc *p, int64_t exit_code, const char *signal, char *
 /* Wakes the pump (to see `ending`). */
 void local_pump_wake(local_proc *p);
 
-/* Shell-quoted, space-joined argv for proc_list, malloc'd; NULL when out of memory. */
-char *local_quote_argv(const asp_strv *argv);
+/* ---- holding notifications behind a response (local_hold.c) ---- */
 
-/* ---- the ops ---- */
+typedef struct local_hold_entry local_hold_entry;
+
+/* The request a thread is serving for one connection, and the subscribers it gated. */
+typedef struct local_hold {
+	asp_local_conn *c;
+	local_hold_entry *list;
+} local_hold;
+
+/* Requests on this thread are served for `c` from now on (one hold per thread). */
+void local_hold_begin(local_hold *h, asp_local_conn *c);
+
+/* Opens the gates the request closed, and lets the pumps go on. */
+void local_hold_end(local_hold *h);
+
+/*
+ * Whether the current request on this thread runs under asp_local_conn_serve or a hold
+ * for `c`; if so, `s` (of `p`) is remembered and ungated once the response is out.
+ * Takes a reference on both. false when there is no hold (or out of memory: the sub is
+ * then not gated, which only risks the order).
+ */
+bool local_hold_add(asp_local_conn *c, local_proc *p, local_sub *s);
+
+/* ---- the ops (local_proc.c) ---- */
 
 asp_status asp_local_spawn(void *self, const asp_spawn_params *p, asp_spawn_result *r, asp_arena *a,
                            asp_error *err);

@@ -24,27 +24,6 @@
 
 static const char *const stream_names[PROC_STREAM_COUNT] = {"stdout", "stderr"};
 
-/* ---- subscribers ------------------------------------------------------------------ */
-
-local_sub *local_sub_new(asp_local_conn *c)
-{
-	local_sub *s = calloc(1, sizeof *s);
-	if (!s)
-		return NULL;
-	local_conn_ref(c);
-	s->conn = c;
-	s->refs = 1;
-	return s;
-}
-
-void local_sub_unref_locked(local_sub *s)
-{
-	if (--s->refs > 0)
-		return;
-	local_conn_unref(s->conn);
-	free(s);
-}
-
 static bool conn_dead(asp_local_conn *c)
 {
 	pthread_mutex_lock(&c->mu);
@@ -432,52 +411,4 @@ int local_pump_start_fn(local_proc *p, void *(*fn)(void *))
 	int e = local_thread_detached(fn, p, PUMP_STACK);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return e;
-}
-
-/* ---- proc_list's command of an argv spawn ----------------------------------------- */
-
-static bool plain_word(const char *s)
-{
-	if (!*s)
-		return false;
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      strchr("_@%+=:,./-", c)))
-			return false;
-	}
-	return true;
-}
-
-char *local_quote_argv(const asp_strv *argv)
-{
-	size_t n = 1;
-	for (size_t i = 0; i < argv->count; i++)
-		n += strlen(argv->items[i]) * 4 + 3;
-	char *out = malloc(n), *w = out;
-	if (!out)
-		return NULL;
-	for (size_t i = 0; i < argv->count; i++) {
-		const char *a = argv->items[i];
-		if (i)
-			*w++ = ' ';
-		if (plain_word(a)) {
-			size_t l = strlen(a);
-			memcpy(w, a, l);
-			w += l;
-			continue;
-		}
-		*w++ = '\'';
-		for (; *a; a++) {
-			if (*a == '\'') {
-				memcpy(w, "'\\''", 4);
-				w += 4;
-			} else {
-				*w++ = *a;
-			}
-		}
-		*w++ = '\'';
-	}
-	*w = '\0';
-	return out;
 }

@@ -211,9 +211,9 @@ static void kill_group(asp_tools *t, uint64_t proc)
 	tools_proc_signal(t, proc, "KILL", &err);
 }
 
-static asp_status start_shell(asp_tools *t, const char *script, uint64_t timeout, const char *tag,
-                              const asp_proc_callbacks *cb, void *user, uint64_t *proc,
-                              asp_error *err)
+static asp_status start_shell(asp_tools *t, const char *script, const char *cwd, uint64_t timeout,
+                              const char *tag, const asp_proc_callbacks *cb, void *user,
+                              uint64_t *proc, asp_error *err)
 {
 	static const char *const shells[] = {"bash", "/bin/sh"};
 	asp_status st = ASP_E_INTERNAL;
@@ -224,8 +224,8 @@ static asp_status start_shell(asp_tools *t, const char *script, uint64_t timeout
 		p.has_argv = true;
 		p.argv.items = argv;
 		p.argv.count = 3;
+		p.cwd = cwd ? cwd : t->base;
 		p.timeout_ms = timeout;
-		p.cwd = t->base;
 		p.tag = tag;
 		st = asp_spawn_start(t->c, &p, cb, user, proc, err);
 		if (st != ASP_E_NOT_FOUND)
@@ -235,7 +235,8 @@ static asp_status start_shell(asp_tools *t, const char *script, uint64_t timeout
 }
 
 /* exec where spawn cannot stream: no cancellation, the responder's timeout still applies. */
-static bool bash_exec(asp_tools *t, const char *script, uint64_t timeout, tresult *r)
+static bool bash_exec(asp_tools *t, const char *script, const char *cwd, uint64_t timeout,
+                      tresult *r)
 {
 	asp_arena *a = asp_arena_new();
 	asp_exec_result res;
@@ -251,15 +252,15 @@ static bool bash_exec(asp_tools *t, const char *script, uint64_t timeout, tresul
 		p.has_argv = true;
 		p.argv.items = argv;
 		p.argv.count = 3;
+		p.cwd = cwd ? cwd : t->base;
 		p.timeout_ms = timeout;
-		p.cwd = t->base;
 		st = asp_exec(t->c, &p, &res, a, &err);
 		if (st != ASP_E_NOT_FOUND)
 			break;
 	}
 	if (st != ASP_OK) {
 		asp_arena_free(a);
-		return tools_fail_asp(r, &err, "running the command:", "");
+		return tools_fail_asp(r, &err, "running the command:", cwd ? cwd : "");
 	}
 	keep k = {0};
 	keep_add(&k, res.stdout_data.data, res.stdout_data.len);
@@ -272,8 +273,8 @@ static bool bash_exec(asp_tools *t, const char *script, uint64_t timeout, tresul
 	return true;
 }
 
-static bool bash_foreground(asp_tools *t, const char *command, uint64_t timeout, tresult *r,
-                            asp_tools_cancel *k)
+static bool bash_foreground(asp_tools *t, const char *command, const char *cwd, uint64_t timeout,
+                            tresult *r, asp_tools_cancel *k)
 {
 	char *script = shell_script(command);
 	fg_run *f = calloc(1, sizeof *f);
@@ -292,13 +293,13 @@ static bool bash_foreground(asp_tools *t, const char *command, uint64_t timeout,
 	uint64_t proc = 0;
 	asp_error err;
 	bool ok = true;
-	asp_status st = start_shell(t, script, timeout, "asp-tools bash", &cb, f, &proc, &err);
+	asp_status st = start_shell(t, script, cwd, timeout, "asp-tools bash", &cb, f, &proc, &err);
 	if (st == ASP_E_UNSUPPORTED) {
-		ok = bash_exec(t, script, timeout, r);
+		ok = bash_exec(t, script, cwd, timeout, r);
 		goto out;
 	}
 	if (st != ASP_OK) {
-		ok = tools_fail_asp(r, &err, "starting the command:", "");
+		ok = tools_fail_asp(r, &err, "starting the command:", cwd ? cwd : "");
 		goto out;
 	}
 	if (!tools_cancel_arm(k, fg_wake, f))
@@ -354,7 +355,7 @@ out:
 /* --- background -------------------------------------------------------------------------- */
 
 /* A background run is an entry of the tools handle's table of running commands (procs.c). */
-static bool bash_background(asp_tools *t, const char *command, tresult *r)
+static bool bash_background(asp_tools *t, const char *command, const char *cwd, tresult *r)
 {
 	char *script = shell_script(command);
 	if (!script)
@@ -371,7 +372,7 @@ static bool bash_background(asp_tools *t, const char *command, tresult *r)
 		sp.has_argv = true;
 		sp.argv.items = argv;
 		sp.argv.count = 3;
-		sp.cwd = t->base;
+		sp.cwd = cwd ? cwd : t->base;
 		sp.tag = "asp-tools bash (background)";
 		st = tools_proc_spawn(t, &sp, false, &p, &err);
 		if (st != ASP_E_NOT_FOUND)
@@ -383,7 +384,7 @@ static bool bash_background(asp_tools *t, const char *command, tresult *r)
 			return tools_fail(r,
 			                  "Error: this sandbox's transport cannot run background "
 			                  "commands; run it in the foreground instead.");
-		return tools_fail_asp(r, &err, "starting the command:", "");
+		return tools_fail_asp(r, &err, "starting the command:", cwd ? cwd : "");
 	}
 	tb_printf(&r->text,
 	          "Command running in the background with ID: bash_%" PRIu64
@@ -395,11 +396,14 @@ static bool bash_background(asp_tools *t, const char *command, tresult *r)
 
 bool tool_bash(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 {
-	const char *command, *desc;
+	const char *command, *desc, *workdir;
 	uint64_t timeout;
 	bool bg;
+	/* workdir is not in bash's schema: vocabularies whose shell takes one (OpenCode's) pass it.
+	 */
 	if (!arg_str(r, args, "command", true, &command) ||
 	    !arg_str(r, args, "description", false, &desc) ||
+	    !arg_str(r, args, "workdir", false, &workdir) ||
 	    !arg_uint(r, args, "timeout", TOOLS_BASH_TIMEOUT_DEFAULT, &timeout) ||
 	    !arg_bool(r, args, "run_in_background", false, &bg))
 		return false;
@@ -412,9 +416,13 @@ bool tool_bash(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 		                  TOOLS_BASH_TIMEOUT_MAX);
 	if (!*command)
 		return tools_fail(r, "Error: command is empty.");
-	if (bg)
-		return bash_background(t, command, r);
-	return bash_foreground(t, command, timeout, r, k);
+	char *cwd = NULL;
+	if (workdir && *workdir && !(cwd = tools_abs(t, workdir)))
+		return tools_fail(r, "Error: out of memory.");
+	bool ok = bg ? bash_background(t, command, cwd, r)
+	             : bash_foreground(t, command, cwd, timeout, r, k);
+	free(cwd);
+	return ok;
 }
 
 /* "bash_12" or "12" → 12. */

@@ -185,6 +185,12 @@ void tools_codex_truncate(const char *s, size_t len, uint64_t max_tokens, tbuf *
 /* Replaces invalid UTF-8 in `b` by U+FFFD. */
 void tools_utf8_fix(tbuf *b);
 
+/* Vocabularies (vocab.c): another harness's names and argument spellings over these tools. */
+bool tools_vocab_known(const char *name);
+const asp_tool_desc *tools_vocab_list(const char *name, size_t *count);
+json_t *tools_vocab_translate(const char *vname, const char *name, json_t *args,
+                              const char **target, tresult *r);
+
 /* Frees the table (at asp_tools_free): the processes keep running. */
 void tools_procs_free(asp_tools *t);
 

@@ -288,16 +288,38 @@ const asp_tool_desc *asp_tools_find(const char *name)
 	return e ? &d[e - tools_table] : NULL;
 }
 
+const asp_tool_desc *asp_tools_vocab_list(const char *vocab, size_t *count)
+{
+	if (!vocab || !strcmp(vocab, ASP_TOOLS_VOCAB_DEFAULT))
+		return asp_tools_list(count);
+	return tools_vocab_list(vocab, count);
+}
+
 asp_status asp_tools_call(asp_tools *t, const char *name, const char *args_json, char **result_text,
                           bool *is_error, asp_tools_cancel *cancel)
+{
+	return asp_tools_call_vocab(t, NULL, name, args_json, result_text, is_error, cancel);
+}
+
+asp_status asp_tools_call_vocab(asp_tools *t, const char *vocab, const char *name,
+                                const char *args_json, char **result_text, bool *is_error,
+                                asp_tools_cancel *cancel)
 {
 	tresult r = {0};
 	asp_status st = ASP_OK;
 	*result_text = NULL;
 	*is_error = true;
-	const tool_entry *e = find_entry(name);
+	bool plain = !vocab || !strcmp(vocab, ASP_TOOLS_VOCAB_DEFAULT);
+	const tool_entry *e = plain ? find_entry(name) : NULL;
 	json_t *args = NULL;
-	if (!e) {
+	if (!plain && !tools_vocab_known(vocab)) {
+		tools_fail(&r,
+		           "Error: no vocabulary is called `%s` (there are claude and opencode).",
+		           vocab);
+		st = ASP_E_INVALID_ARGUMENT;
+		goto out;
+	}
+	if (plain && !e) {
 		tools_fail(&r, "Error: no tool is called `%s`.", name);
 		st = ASP_E_NOT_FOUND;
 		goto out;
@@ -308,6 +330,19 @@ asp_status asp_tools_call(asp_tools *t, const char *name, const char *args_json,
 		tools_fail(&r, "Error: the arguments of %s must be a JSON object.", name);
 		st = ASP_E_INVALID_ARGUMENT;
 		goto out;
+	}
+	if (!plain) {
+		const char *target = NULL;
+		json_t *mapped = tools_vocab_translate(vocab, name, args, &target, &r);
+		if (!target) {
+			st = ASP_E_NOT_FOUND;
+			goto out;
+		}
+		json_decref(args);
+		args = mapped;
+		if (!args)
+			goto out;
+		e = find_entry(target);
 	}
 	if (tools_cancelled(cancel)) {
 		tools_fail(&r, "The %s call was cancelled before it started.", name);
