@@ -156,6 +156,16 @@ static const cli_command commands[] = {
      "error. Without NAME, lists the tools. --vocabulary opencode: OpenCode's names and\n"
      "argument spellings (docs/tools.md, \"Vocabularies\").\n"
      "\nExample: asp tool read '{\"file_path\": \"/w/main.c\", \"limit\": 20}'\n"},
+    {"exec-server", cmd_exec_server, "serve Codex's exec-server protocol from the sandbox",
+     "usage: asp exec-server [--listen ws://IP:PORT | --listen stdio]\n"
+     "\nCodex's exec-server protocol (newline-delimited JSON-RPC) on stdin/stdout, or on a\n"
+     "WebSocket at a loopback address: Codex's own shell, exec_command, write_stdin,\n"
+     "apply_patch and file reads then act in the sandbox. Paths under the .asp.json\n"
+     "workspace are mapped (docs/design.md, \".asp.json\"). Point Codex at it with\n"
+     "asp bind codex, or see docs/harnesses.md. With --listen ws:// the URL is printed on\n"
+     "stdout once listening; SIGINT or SIGTERM stops it. Processes a connection started\n"
+     "are killed when it closes.\n"
+     "\n  --listen URL   ws://IP:PORT (port 0: any free one) or stdio (the default)\n"},
     {"init", cmd_init, "write a .asp.json",
      "usage: asp init --stdio [options] -- COMMAND...\n"
      "       asp init --ssh [USER@]HOST[:PORT] [--identity FILE] [host key options] [options]\n"

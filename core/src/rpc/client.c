@@ -61,6 +61,7 @@ static bool view_copy(asp_arena *a, const asp_config_view *src, asp_config_view 
 	          dup_str(a, &v->http.url) && dup_str(a, &v->http.token_env) &&
 	          dup_str(a, &v->http.token_file) && dup_str(a, &v->http.ca_file) &&
 	          dup_str(a, &v->ssh.identity_env) && dup_str(a, &v->ssh.host_key) &&
+	          dup_str(a, &v->workspace.local) && dup_str(a, &v->workspace.sandbox) &&
 	          dup_str(a, &v->target);
 	if (!ok)
 		return false;
