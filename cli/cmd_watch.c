@@ -48,8 +48,7 @@ static void on_fs_event(void *user, const asp_fs_event_event *ev)
 	jw_key(&j, "type");
 	jw_str(&j, ev->type);
 	if (ev->old_path)
-		jw_bytes_field(&j, "old_path", (const uint8_t *)ev->old_path,
-		               strlen(ev->old_path));
+		jw_bytes_field(&j, "old_path", (const uint8_t *)ev->old_path, strlen(ev->old_path));
 	jw_obj_end(&j);
 	jw_end(&j);
 	if (fflush(stdout) != 0) { /* the reader went away: end as a closed pipe would */

@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #define WATCH_MASK                                                                                 \
-	(IN_CREATE | IN_DELETE | IN_MODIFY | IN_ATTRIB | IN_MOVED_FROM | IN_MOVED_TO |            \
+	(IN_CREATE | IN_DELETE | IN_MODIFY | IN_ATTRIB | IN_MOVED_FROM | IN_MOVED_TO |             \
 	 IN_DELETE_SELF | IN_MOVE_SELF | IN_DONT_FOLLOW | IN_EXCL_UNLINK)
 #define QUIET_MS     50u   /* a path's events this close together are one */
 #define BATCH_MAX_MS 200u  /* a busy tree still reports this often */
@@ -114,7 +114,8 @@ static void dirs_renamed(watcher *w, const char *from, const char *to)
 		size_t rest = strlen(p + fl);
 		char *np = malloc(tl + rest + 1);
 		if (!np)
-			continue; /* its later events keep the old name: no worse than a lost rename */
+			continue; /* its later events keep the old name: no worse than a lost rename
+			           */
 		memcpy(np, to, tl);
 		memcpy(np + tl, p + fl, rest + 1);
 		free(p);
@@ -322,7 +323,9 @@ static void handle_event(local_proc *p, watcher *w, asp_buf *b, const struct ino
 	if (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF)) {
 		if (!strcmp(d->path, w->root)) {
 			add_event(p, w, b, "removed", strdup(w->root), NULL,
-			          ev->mask & IN_DELETE_SELF ? "" : is_dir ? "dir" : "");
+			          ev->mask & IN_DELETE_SELF ? ""
+			          : is_dir                  ? "dir"
+			                                    : "");
 			w->root_gone = true;
 		}
 		return; /* below the root: its parent reports it */
@@ -446,7 +449,8 @@ static void *watch_pump(void *arg)
 			const struct inotify_event *ev = (const void *)(buf + off);
 			off += (ssize_t)(sizeof *ev + ev->len);
 			const struct inotify_event *next =
-			    off < n ? (const struct inotify_event *)(const void *)(buf + off) : NULL;
+			    off < n ? (const struct inotify_event *)(const void *)(buf + off)
+			            : NULL;
 			if (!paired(prev, ev))
 				handle_event(p, w, &b, ev, next);
 			prev = ev;
@@ -494,9 +498,9 @@ asp_status local_op_watch(void *self, const asp_watch_params *p, asp_watch_resul
 	if (w->fd < 0) {
 		int e = errno;
 		watcher_free(w);
-		return asp_error_errno(err, e, NULL,
-		                       "watch: cannot create an inotify instance%s",
-		                       e == EMFILE ? " (fs.inotify.max_user_instances reached)" : "");
+		return asp_error_errno(err, e, NULL, "watch: cannot create an inotify instance%s",
+		                       e == EMFILE ? " (fs.inotify.max_user_instances reached)"
+		                                   : "");
 	}
 	int wd = inotify_add_watch(w->fd, w->root, WATCH_MASK);
 	int e = wd < 0 ? errno : dir_put(w, wd, w->root) < 0 ? ENOMEM : 0;
