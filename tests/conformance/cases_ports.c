@@ -82,8 +82,7 @@ static bool start_server(conf_ctx *ctx, fx *f, unsigned *port, unsigned *refused
 }
 
 /* connect, then follow the handle with `c` through proc_attach. */
-static bool connect_follow(conf_ctx *ctx, fx *f, int line, unsigned port, coll *c,
-                           uint64_t *proc)
+static bool connect_follow(conf_ctx *ctx, fx *f, int line, unsigned port, coll *c, uint64_t *proc)
 {
 	asp_connect_params p;
 	asp_connect_params_init(&p);
@@ -123,8 +122,8 @@ PROC_CASE(connect_echo_and_half_close)
 	CONF_CHECKF(ctx, coll_is(c, 0, "hello, sandbox\n"), "echoed %s", coll_show(ctx, c, 0));
 	CONF_CHECKF(ctx, c->eof_seen, "the server's close came as an eof before the exit");
 	CONF_CHECKF(ctx, c->ev.exit_code == 0 && !c->ev.signal,
-	               "a connection both sides closed exits 0, got %lld %s",
-	               (long long)c->ev.exit_code, c->ev.signal ? c->ev.signal : "");
+	            "a connection both sides closed exits 0, got %lld %s",
+	            (long long)c->ev.exit_code, c->ev.signal ? c->ev.signal : "");
 	st = do_write(ctx, proc, "x", 1, false, &err);
 	CONF_CHECKF(ctx, st != ASP_OK, "proc_write after the end is refused");
 	asp_proc_list_params lp;
@@ -135,7 +134,8 @@ PROC_CASE(connect_echo_and_half_close)
 	snprintf(want, sizeof want, "connect 127.0.0.1:%u", port);
 	bool listed = false;
 	for (size_t i = 0; i < lr.procs.count; i++)
-		listed |= lr.procs.items[i].proc == proc && !strcmp(lr.procs.items[i].command, want);
+		listed |=
+		    lr.procs.items[i].proc == proc && !strcmp(lr.procs.items[i].command, want);
 	CONF_CHECKF(ctx, listed, "proc_list shows the connection as '%s'", want);
 }
 
@@ -161,9 +161,9 @@ PROC_CASE(connect_large_round_trip)
 		CONF_CHECKF(ctx, st == ASP_OK, "proc_write at %zu: %s", off, err.message);
 	}
 	END(c);
-	CONF_CHECKF(ctx, c->total[0] == TOTAL && c->len[0] == TOTAL &&
-	                        memcmp(c->data[0], data, TOTAL) == 0,
-	               "4 MiB echoed intact (%llu bytes came)", (unsigned long long)c->total[0]);
+	CONF_CHECKF(
+	    ctx, c->total[0] == TOTAL && c->len[0] == TOTAL && memcmp(c->data[0], data, TOTAL) == 0,
+	    "4 MiB echoed intact (%llu bytes came)", (unsigned long long)c->total[0]);
 }
 
 PROC_CASE(connect_kill_and_errors)
@@ -178,29 +178,29 @@ PROC_CASE(connect_kill_and_errors)
 	asp_error err;
 	asp_status st = ctx->ops->connect(ctx->self, &p, &r, ctx->a, &err);
 	CONF_CHECKF(ctx, st == ASP_E_IO_ERROR && strstr(err.message, "refused"),
-	               "a port nobody listens on: io_error naming the refusal, got %s: %s",
-	               asp_strerror(st), err.message);
+	            "a port nobody listens on: io_error naming the refusal, got %s: %s",
+	            asp_strerror(st), err.message);
 	p.port = 0;
 	st = ctx->ops->connect(ctx->self, &p, &r, ctx->a, &err);
 	CONF_CHECKF(ctx, st == ASP_E_INVALID_ARGUMENT, "port 0: invalid_argument, got %s",
-	               asp_strerror(st));
+	            asp_strerror(st));
 	p.port = 65536;
 	st = ctx->ops->connect(ctx->self, &p, &r, ctx->a, &err);
 	CONF_CHECKF(ctx, st == ASP_E_INVALID_ARGUMENT, "port 65536: invalid_argument, got %s",
-	               asp_strerror(st));
+	            asp_strerror(st));
 
 	COLL(c, 4096);
 	uint64_t proc;
 	CONF_REQ(ctx, connect_follow(ctx, f, __LINE__, port, c, &proc));
 	st = do_signal(ctx, proc, "INT", &err);
 	CONF_CHECKF(ctx, st == ASP_E_INVALID_ARGUMENT,
-	               "INT to a connection: invalid_argument, got %s", asp_strerror(st));
+	            "INT to a connection: invalid_argument, got %s", asp_strerror(st));
 	st = do_signal(ctx, proc, "KILL", &err);
 	CONF_CHECKF(ctx, st == ASP_OK, "KILL closes a connection: %s", err.message);
 	END(c);
 	CONF_CHECKF(ctx, c->ev.exit_code == -1 && c->ev.signal && !strcmp(c->ev.signal, "KILL"),
-	               "a closed connection's exit names KILL, got %lld %s",
-	               (long long)c->ev.exit_code, c->ev.signal ? c->ev.signal : "(none)");
+	            "a closed connection's exit names KILL, got %lld %s",
+	            (long long)c->ev.exit_code, c->ev.signal ? c->ev.signal : "(none)");
 	asp_proc_wait_result wr;
 	st = do_wait(ctx, proc, WAIT_MS, &wr, &err);
 	CONF_CHECKF(ctx, st == ASP_OK && wr.exit_code == -1, "proc_wait sees the same end");
@@ -249,7 +249,7 @@ PROC_CASE(watch_changes)
 	CONF_OK(ctx, ctx->ops->write(ctx->self, &w, &wres, ctx->a, &err), &err);
 	snprintf(line, sizeof line, "created %s", path[2]);
 	CONF_CHECKF(ctx, coll_wait_fs(c, line, WAIT_MS), "'%s' (a new subdirectory) among: %s",
-	               line, c->fs);
+	            line, c->fs);
 	asp_rename_params rp;
 	asp_rename_params_init(&rp);
 	rp.from = path[0];
@@ -268,7 +268,7 @@ PROC_CASE(watch_changes)
 	CONF_OK(ctx, do_signal(ctx, wr.proc, "KILL", &err), &err);
 	END(c);
 	CONF_CHECKF(ctx, c->ev.signal && !strcmp(c->ev.signal, "KILL"),
-	               "a closed watch's exit names KILL");
+	            "a closed watch's exit names KILL");
 }
 
 PROC_CASE(watch_bad_input)
@@ -283,7 +283,7 @@ PROC_CASE(watch_bad_input)
 	asp_error err;
 	asp_status st = ctx->ops->watch(ctx->self, &wp, &wr, ctx->a, &err);
 	CONF_CHECKF(ctx, st == ASP_E_NOT_FOUND, "a missing path: not_found, got %s",
-	               asp_strerror(st));
+	            asp_strerror(st));
 	wp.path = ctx->dir;
 	st = ctx->ops->watch(ctx->self, &wp, &wr, ctx->a, &err);
 	CONF_CHECKF(ctx, st == ASP_OK, "watch: %s: %s", asp_strerror(st), err.message);
@@ -291,11 +291,11 @@ PROC_CASE(watch_bad_input)
 		f->procs[f->nprocs++] = wr.proc;
 	st = do_write(ctx, wr.proc, "x", 1, false, &err);
 	CONF_CHECKF(ctx, st == ASP_E_INVALID_ARGUMENT,
-	               "proc_write to a watch: invalid_argument, got %s", asp_strerror(st));
+	            "proc_write to a watch: invalid_argument, got %s", asp_strerror(st));
 	st = do_signal(ctx, wr.proc, "KILL", &err);
 	CONF_CHECKF(ctx, st == ASP_OK, "KILL closes a watch");
 	asp_proc_wait_result pw;
 	st = do_wait(ctx, wr.proc, WAIT_MS, &pw, &err);
 	CONF_CHECKF(ctx, st == ASP_OK && pw.signal && !strcmp(pw.signal, "KILL"),
-	               "proc_wait sees the closed watch end");
+	            "proc_wait sees the closed watch end");
 }
