@@ -68,6 +68,7 @@ int cmd_shell(cli *c, int argc, char **argv);
 int cmd_forward(cli *c, int argc, char **argv);
 int cmd_watch(cli *c, int argc, char **argv);
 int cmd_exec_server(cli *c, int argc, char **argv);
+int cmd_bind(cli *c, int argc, char **argv);
 
 /* --- opts.c: option parsing shared by every command ----------------------------------------- */
 

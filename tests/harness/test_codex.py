@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Unmodified Codex CLI (pinned, from the npm registry) with its own tools in the sandbox
-through `asp exec-server`: `$CODEX_HOME/environments.toml` runs `asp exec-server --config`,
+through `asp exec-server`: `asp bind codex` writes `$CODEX_HOME/environments.toml` (an
+environment running `asp --config CONFIG exec-server`), then a plain `codex exec` runs;
 a scripted model (scripted_model.py, OpenAI Responses over SSE) plays the session, and
 the harness's project directory and the sandbox directory differ (the workspace mapping).
 The sandbox is asp-agent over stdio in its own UTS namespace, with its own hostname.
@@ -87,15 +88,13 @@ enabled = false
 [feedback]
 enabled = false
 ''' % port)
-with open(os.path.join(codex_home, "environments.toml"), "w") as f:
-    f.write('''default = "asp"
-include_local = false
-
-[[environments]]
-id = "asp"
-program = %s
-args = ["--config", %s, "exec-server"]
-''' % (json.dumps(asp), json.dumps(cfg)))
+# environments.toml as a user gets it: asp bind codex, run in the project
+bound = subprocess.run([asp, "--config", cfg, "bind", "codex"], cwd=proj, capture_output=True,
+                       text=True, timeout=60,
+                       env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home,
+                            "CODEX_HOME": codex_home})
+if bound.returncode != 0:
+    sys.exit("asp bind codex failed: " + bound.stderr)
 
 env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "CODEX_HOME": codex_home,
        "LANG": "C.UTF-8", "NO_COLOR": "1"}
