@@ -65,7 +65,9 @@ int cmd_kill(cli *c, int argc, char **argv);
 int cmd_mcp(cli *c, int argc, char **argv);
 int cmd_tool(cli *c, int argc, char **argv);
 int cmd_shell(cli *c, int argc, char **argv);
+int cmd_forward(cli *c, int argc, char **argv);
 int cmd_exec_server(cli *c, int argc, char **argv);
+int cmd_bind(cli *c, int argc, char **argv);
 
 /* --- opts.c: option parsing shared by every command ----------------------------------------- */
 

@@ -78,6 +78,17 @@ static const cli_command commands[] = {
      "usage: asp kill PROC [SIGNAL]\n"
      "\nSends SIGNAL (TERM by default; KILL, INT, HUP, QUIT, USR1, USR2; with or without\n"
      "SIG, or as a number) to the process's group. A finished process is left alone.\n"},
+    {"forward", cmd_forward, "a local TCP port that reaches a port in the sandbox",
+     "usage: asp forward [--host HOST] [LOCAL_ADDR:]PORT[:REMOTE_PORT]\n"
+     "\nListens on LOCAL_ADDR:PORT (127.0.0.1 unless given; [ADDR] for IPv6) and relays each\n"
+     "connection to REMOTE_PORT (default PORT) on the sandbox's own 127.0.0.1, opened from\n"
+     "inside the sandbox (connect), as ssh -L does: a server the agent started is reached\n"
+     "even when the sandbox has no network of its own. Many connections at once; half-close\n"
+     "passes through. PORT 0 (with REMOTE_PORT) takes a free port. Prints the address it\n"
+     "listens on (--json: {\"listen\", \"host\", \"port\"}), then runs until INT, TERM or\n"
+     "HUP, which close every relayed connection. A connection the sandbox refuses is closed\n"
+     "with a warning naming the cause.\n"
+     "\n  --host HOST  the address the sandbox connects to (default 127.0.0.1)\n"},
     {"read", cmd_read, "file bytes to stdout",
      "usage: asp read PATH [--offset N] [--length N]\n"
      "\nWrites the file's bytes (from N, at most N of them) to stdout. Sizes take k, M, G\n"
@@ -155,6 +166,16 @@ static const cli_command commands[] = {
      "stdout once listening; SIGINT or SIGTERM stops it. Processes a connection started\n"
      "are killed when it closes.\n"
      "\n  --listen URL   ws://IP:PORT (port 0: any free one) or stdio (the default)\n"},
+    {"bind", cmd_bind, "set a harness up so its own tools act in the sandbox",
+     "usage: asp bind claude|codex [--print]\n"
+     "\nRun in the harness's project: writes that harness's own configuration so that a\n"
+     "plain run of it acts in the sandbox the config names (--config, else discovery).\n"
+     "claude: .mcp.json (the server asp), .claude/settings.json (the built-in tools\n"
+     "denied, the server enabled) and .claude/settings.local.json (its tools allowed).\n"
+     "codex: $CODEX_HOME/environments.toml (default ~/.codex): the environment asp,\n"
+     "running asp exec-server, as the default. Existing settings are kept; a second run\n"
+     "changes nothing. docs/harnesses.md tells what moves and what stays.\n"
+     "\n  --print   show the files as they would be written; write nothing\n"},
     {"init", cmd_init, "write a .asp.json",
      "usage: asp init --stdio [options] -- COMMAND...\n"
      "       asp init --ssh [USER@]HOST[:PORT] [--identity FILE] [host key options] [options]\n"

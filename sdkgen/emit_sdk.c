@@ -222,7 +222,10 @@ void sdk_string_literal(FILE *o, const char *s, size_t len)
 const char *sdk_stream_proc_from(const char *op)
 {
 	/* Ops followed by notifications for one process: where its handle comes from. */
-	static const char *const table[][2] = {{"spawn", "result"}, {"proc_attach", "params"}};
+	static const char *const table[][2] = {{"spawn", "result"},
+	                                       {"proc_attach", "params"},
+	                                       {"connect", "result"},
+	                                       {"watch", "result"}};
 	for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
 		if (strcmp(op, table[i][0]) == 0)
 			return table[i][1];

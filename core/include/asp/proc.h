@@ -50,6 +50,17 @@ typedef struct asp_proc_callbacks {
 	 * may run on any thread, inside asp_client_free too. May be NULL.
 	 */
 	void (*on_lost)(void *user, uint64_t proc, const asp_error *err);
+	/*
+	 * A change under a watch (asp_watch_start); the event's strings are valid only during
+	 * the callback. NULL: dropped. Processes and connections never call it.
+	 */
+	void (*on_fs_event)(void *user, const asp_fs_event_event *ev);
+	/*
+	 * Stream `stream` has ended before the exit: a connection's peer shut down its
+	 * sending side (processes never call it). After all of that stream's output. May be
+	 * NULL.
+	 */
+	void (*on_eof)(void *user, uint64_t proc, asp_stream stream);
 } asp_proc_callbacks;
 
 /*
@@ -68,6 +79,26 @@ asp_status asp_spawn_start(asp_client *c, const asp_spawn_params *p, const asp_p
  */
 asp_status asp_proc_attach_start(asp_client *c, const asp_proc_attach_params *p,
                                  const asp_proc_callbacks *cb, void *user, asp_error *err);
+
+/*
+ * connect (docs/design.md, "Ports and changes"): a TCP connection opened from inside the
+ * sandbox, followed as a process is: bytes received come to on_output (stream stdout),
+ * the end to on_exit (exit_code 0; 1 with ev->error on a failure; -1 with signal KILL
+ * once closed). Send with asp_proc_write (eof half-closes), close with asp_proc_signal
+ * KILL. *proc gets its handle. The callbacks are backpressure as for a process: while
+ * one runs, the responder stops reading the socket, so a slow consumer closes the TCP
+ * window rather than growing memory. unsupported where the responder has no connect.
+ */
+asp_status asp_connect_start(asp_client *c, const asp_connect_params *p,
+                             const asp_proc_callbacks *cb, void *user, uint64_t *proc,
+                             asp_error *err);
+
+/*
+ * watch: changes under p->path come to on_fs_event until the watch is closed
+ * (asp_proc_signal KILL) or its path removed; then on_exit. *proc gets its handle.
+ */
+asp_status asp_watch_start(asp_client *c, const asp_watch_params *p, const asp_proc_callbacks *cb,
+                           void *user, uint64_t *proc, asp_error *err);
 
 /*
  * Stops following `proc` (the process keeps running). When it returns no callback for it

@@ -53,6 +53,9 @@ void asp_proc_sub_unref(asp_proc_sub *s); /* NULL is a no-op */
  */
 void asp_proc_sub_output(asp_proc_sub *s, const asp_output_event *ev);
 void asp_proc_sub_exit(asp_proc_sub *s, const asp_exit_event *ev);
+/* A watch's change; one that comes before asp_proc_sub_start is dropped (the gates of
+ * every transport make that impossible: a watch's events follow its answer). */
+void asp_proc_sub_fs_event(asp_proc_sub *s, const asp_fs_event_event *ev);
 void asp_proc_sub_lost(asp_proc_sub *s, const asp_error *why);
 
 /* The call succeeded for process `proc`: what was kept is delivered now, on this thread. */

@@ -123,7 +123,7 @@ asp_status local_hello(asp_local *l, const asp_ops *stream, bool follow, asp_hel
 	r->arch = arena_str(a, l->arch);
 	r->cwd = arena_str(a, cwd);
 	r->max_message = l->max_message;
-	const char **features = asp_arena_alloc(a, 5 * sizeof *features);
+	const char **features = asp_arena_alloc(a, 7 * sizeof *features);
 	if (!features)
 		return local_oom("hello", err);
 	size_t nf = 0;
@@ -136,6 +136,10 @@ asp_status local_hello(asp_local *l, const asp_ops *stream, bool follow, asp_hel
 		features[nf++] = "pty"; /* spawn's tty: posix_openpt is POSIX, always here */
 	if (asp_local_ops.grep)
 		features[nf++] = local_grep_dialect();
+	if (stream && stream->connect)
+		features[nf++] = "connect"; /* TCP from inside the sandbox (connect.c) */
+	if (stream && stream->watch)
+		features[nf++] = "watch"; /* inotify (watch.c) */
 	r->has_features = true;
 	r->features = (asp_strv){features, nf};
 	if (!r->os || !r->arch || !r->cwd)

@@ -26,6 +26,7 @@ static const asp_ops local_stream_ops = {
     .proc_wait = asp_local_proc_wait,
     .proc_list = asp_local_proc_list,
     .proc_attach = asp_local_proc_attach,
+    .connect = local_op_connect,
 };
 
 /*

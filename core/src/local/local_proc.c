@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -268,6 +269,12 @@ asp_status asp_local_proc_write(void *self, const asp_proc_write_params *p,
 		return err->code;
 	asp_status st = ASP_OK;
 	pthread_mutex_lock(&pr->in_mu);
+	if (pr->kind == LOCAL_PROC_WATCH) {
+		st = asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                   "proc_write: %llu is a watch, which takes no input",
+		                   (unsigned long long)p->proc);
+		goto out;
+	}
 	if (pr->stdin_eof) {
 		st = asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
 		                   "proc_write: the stdin of process %llu was closed by an earlier "
@@ -335,6 +342,8 @@ asp_status asp_local_proc_write(void *self, const asp_proc_write_params *p,
 		}
 		pr->stdin_eof = true;
 	} else if (p->eof) { /* even after a failed write: the caller asked for the end */
+		if (pr->kind == LOCAL_PROC_SOCK) /* a half-close: the pump still reads */
+			shutdown(pr->in_fd, SHUT_WR);
 		close(pr->in_fd);
 		pr->in_fd = -1;
 		pr->stdin_eof = true;
@@ -367,6 +376,11 @@ asp_status asp_local_proc_signal(void *self, const asp_proc_signal_params *p,
 	local_proc *pr = local_proc_find(c->l, p->proc, "proc_signal", err);
 	if (!pr)
 		return err->code;
+	if (pr->kind != LOCAL_PROC_CHILD) {
+		asp_status st = local_proc_close_signal(pr, p->signal, err);
+		local_proc_unref(pr);
+		return st;
+	}
 	pthread_mutex_lock(&pr->mu);
 	/* KILL reaches what left the group too (docs/design.md,
 	 * "Concurrency and lifetime"); the others go to the group, as sshd does.

@@ -54,12 +54,20 @@ struct asp_local_conn {
 
 typedef struct local_proc local_proc;
 
+/* What a handle of the table is: all share proc_write, proc_signal, proc_wait, exit. */
+typedef enum local_proc_kind {
+	LOCAL_PROC_CHILD, /* a spawned process (the pump above) */
+	LOCAL_PROC_SOCK,  /* connect's TCP connection (connect.c) */
+	LOCAL_PROC_WATCH, /* watch's inotify watcher (watch.c) */
+} local_proc_kind;
+
 /* One connection receiving one process's notifications. Fields under the process's mu. */
 typedef struct local_sub {
 	struct local_sub *next;
 	asp_local_conn *conn;             /* a reference */
 	uint64_t sent[PROC_STREAM_COUNT]; /* next offset to send per stream */
 	bool trunc[PROC_STREAM_COUNT];    /* the next chunk carries truncated_before */
+	bool eof_sent[PROC_STREAM_COUNT]; /* the stream's eof chunk went out (connect) */
 	bool gated;                       /* its response is not out yet: hold everything */
 	bool sending;                     /* a thread is sending to it */
 	bool removed;                     /* replaced by a newer attach, or never listed */
@@ -94,6 +102,11 @@ struct local_proc {
 	                        * terminal's master, kept open after eof (for proc_resize) */
 	bool stdin_eof;
 	bool tty; /* on a pseudo-terminal (child.tty): proc_resize works, eof types VEOF */
+
+	local_proc_kind kind;
+	char close_sig[8]; /* not a child: proc_signal asked it to close ("KILL", "TERM") */
+	bool eof[PROC_STREAM_COUNT]; /* the stream ended before exit: an eof chunk says so */
+	char *end_error; /* not a child: why it failed, for exit's error; malloc'd, owned */
 };
 
 /* ---- connections (local_conn.c) ---- */
@@ -133,6 +146,35 @@ void local_proc_unlist_locked(asp_local *l, uint64_t id);
  */
 local_proc *local_proc_count_done_locked(local_proc *p);
 
+/* ---- handles that are not children (handle.c) ---- */
+
+/*
+ * A new handle of `kind` with rings of `ring_limit` bytes, the wake eventfd, `tag` and
+ * `command` copied (command required), not listed. NULL (err set) on failure.
+ */
+local_proc *local_proc_alloc(asp_local *l, local_proc_kind kind, size_t ring_limit, const char *tag,
+                             const char *command, const char *op, asp_error *err);
+
+/* Frees a handle that local_proc_alloc made and that was never listed. */
+void local_proc_discard(local_proc *p);
+
+/*
+ * Lists a handle that is not a child (connect, watch) with `sub` (NULL: none; consumed)
+ * as its first subscriber, gated by the current request's hold, and starts `pump` for
+ * it, which owns a reference and must end with local_pump_end. On failure the handle
+ * and sub are freed and err says why (a shutdown under way, no thread).
+ */
+asp_status local_proc_list_start(local_proc *p, local_sub *sub, void *(*pump)(void *),
+                                 const char *op, asp_error *err);
+
+/*
+ * proc_signal on a handle that is not a child: KILL and TERM close it (its pump sees
+ * close_sig), other signals are invalid_argument.
+ */
+asp_status local_proc_close_signal(local_proc *p, const char *sig, asp_error *err);
+
+/* ---- the table (proc_table.c), continued ---- */
+
 /* The pump has ended (asp_local_shutdown waits for every pump). */
 void local_proc_pump_gone(local_proc *p);
 
@@ -154,6 +196,25 @@ void local_deliver_locked(local_proc *p, local_sub *only, bool with_exit, asp_bu
 
 /* Starts the pump thread of a started process. 0, or an errno. */
 int local_pump_start(local_proc *p);
+
+/* Starts `fn` as the pump of `p` (signals blocked, as local_pump_start). 0 or an errno. */
+int local_pump_start_fn(local_proc *p, void *(*fn)(void *));
+
+/*
+ * From a pump: `n` bytes read of stream `i` into its ring, delivered to the subscribers
+ * before it returns (so a slow reader stops the pump: backpressure).
+ */
+void local_pump_chunk(local_proc *p, int i, const uint8_t *buf, size_t n, asp_buf *b);
+
+/* From a pump: stream `i` has ended; subscribers get an output chunk with eof. */
+void local_pump_eof(local_proc *p, int i, asp_buf *b);
+
+/*
+ * From a pump, last: the handle has finished with these exit fields (`error` malloc'd or
+ * NULL, consumed); counts it among the finished, sends exit, closes its input, drops the
+ * pump's reference. `b` is freed.
+ */
+void local_pump_end(local_proc *p, int64_t exit_code, const char *signal, char *error, asp_buf *b);
 
 /* Wakes the pump (to see `ending`). */
 void local_pump_wake(local_proc *p);
@@ -198,5 +259,9 @@ asp_status asp_local_proc_list(void *self, const asp_proc_list_params *p, asp_pr
                                asp_arena *a, asp_error *err);
 asp_status asp_local_proc_attach(void *self, const asp_proc_attach_params *p,
                                  asp_proc_attach_result *r, asp_arena *a, asp_error *err);
+asp_status local_op_connect(void *self, const asp_connect_params *p, asp_connect_result *r,
+                            asp_arena *a, asp_error *err); /* connect.c */
+asp_status local_op_watch(void *self, const asp_watch_params *p, asp_watch_result *r, asp_arena *a,
+                          asp_error *err); /* watch.c */
 
 #endif

@@ -40,7 +40,7 @@ static bool sub_live(local_sub *s)
 static bool sub_pending(const local_proc *p, const local_sub *s, bool with_exit)
 {
 	for (int i = 0; i < PROC_STREAM_COUNT; i++)
-		if (s->sent[i] < p->ring[i].total)
+		if (s->sent[i] < p->ring[i].total || (p->eof[i] && !s->eof_sent[i]))
 			return true;
 	return with_exit && p->finished && !s->exit_sent;
 }
@@ -62,6 +62,17 @@ typedef struct next_event {
 static void next_event_of(local_proc *p, local_sub *s, next_event *e)
 {
 	for (int i = 0; i < PROC_STREAM_COUNT; i++) {
+		if (s->sent[i] >= p->ring[i].total && p->eof[i] && !s->eof_sent[i]) {
+			e->n = ASP_NOTICE_OUTPUT;
+			e->stream = i;
+			e->out = (asp_output_event){
+			    .proc = p->id,
+			    .stream = stream_names[i],
+			    .offset = s->sent[i],
+			    .eof = true,
+			};
+			return;
+		}
 		if (s->sent[i] >= p->ring[i].total)
 			continue;
 		uint64_t start = proc_ring_start(&p->ring[i]);
@@ -91,6 +102,7 @@ static void next_event_of(local_proc *p, local_sub *s, next_event *e)
 	    .exit_code = p->exit_code,
 	    .signal = p->signal[0] ? p->signal : NULL, /* set once, before `finished` */
 	    .timed_out = p->timed_out,
+	    .error = p->end_error,
 	};
 }
 
@@ -174,6 +186,7 @@ void local_deliver_locked(local_proc *p, local_sub *only, bool with_exit, asp_bu
 		} else {
 			s->sent[e.stream] += e.out.data.len;
 			s->trunc[e.stream] = false;
+			s->eof_sent[e.stream] |= e.out.eof;
 		}
 	}
 	if (!only)
@@ -199,6 +212,26 @@ void local_pump_wake(local_proc *p)
 	(void)w; /* a full counter (impossible here) means a wake is pending anyway */
 }
 
+void local_pump_chunk(local_proc *p, int i, const uint8_t *buf, size_t n, asp_buf *b)
+{
+	pthread_mutex_lock(&p->mu);
+	/* An attach's replay may be sending from the ring (events lend its bytes): an append
+	 * could move them (growth) or overwrite them (wrap), so it waits for the send. */
+	while (any_sending(p))
+		pthread_cond_wait(&p->cv, &p->mu);
+	proc_ring_append(&p->ring[i], buf, n);
+	local_deliver_locked(p, NULL, false, b);
+	pthread_mutex_unlock(&p->mu);
+}
+
+void local_pump_eof(local_proc *p, int i, asp_buf *b)
+{
+	pthread_mutex_lock(&p->mu);
+	p->eof[i] = true;
+	local_deliver_locked(p, NULL, false, b);
+	pthread_mutex_unlock(&p->mu);
+}
+
 /* One read from a stream into its ring, delivered before the next. false at EOF. */
 static bool pump_read(local_proc *p, int i, int fd, uint8_t *buf, size_t cap, asp_buf *b)
 {
@@ -217,15 +250,8 @@ static bool pump_read(local_proc *p, int i, int fd, uint8_t *buf, size_t cap, as
 			break;
 		n += m;
 	}
-	pthread_mutex_lock(&p->mu);
-	/* An attach's replay may be sending from the ring (events lend its bytes): an append
-	 * could move them (growth) or overwrite them (wrap), so it waits for the send. */
-	while (any_sending(p))
-		pthread_cond_wait(&p->cv, &p->mu);
-	proc_ring_append(&p->ring[i], buf, (size_t)n);
-	uint64_t total = p->ring[i].total;
-	local_deliver_locked(p, NULL, false, b);
-	pthread_mutex_unlock(&p->mu);
+	local_pump_chunk(p, i, buf, (size_t)n, b);
+	uint64_t total = p->ring[i].total; /* only this thread appends */
 #ifdef F_SETPIPE_SZ
 	if (total > BIG_OUTPUT && total - (uint64_t)n <= BIG_OUTPUT)
 		fcntl(fd, F_SETPIPE_SZ, 1 << 20); /* a hint; the limit may refuse it */
@@ -321,33 +347,45 @@ static void *pump_main(void *arg)
 		if (fds[i] >= 0)
 			close(fds[i]);
 
-	/* The table's lock too: finishing and counting among the finished are one step. */
-	pthread_mutex_lock(&p->l->mu);
 	pthread_mutex_lock(&p->mu);
 	p->child.out_fd = p->child.err_fd = -1; /* closed above */
 	int status = local_child_reap(&p->child);
 	p->reaped = true;
-	p->exit_code = -1;
-	p->signal[0] = '\0';
-	if (status != -1 && WIFEXITED(status)) {
-		p->exit_code = WEXITSTATUS(status);
-	} else if (status != -1 && WIFSIGNALED(status)) {
-		char nb[16];
-		const char *name = local_signal_name(WTERMSIG(status), nb);
-		strncpy(p->signal, name, sizeof p->signal - 1);
-	}
 	p->timed_out = timed_out;
+	pthread_mutex_unlock(&p->mu);
+	int64_t exit_code = -1;
+	const char *sig = NULL;
+	char nb[16];
+	if (status != -1 && WIFEXITED(status))
+		exit_code = WEXITSTATUS(status);
+	else if (status != -1 && WIFSIGNALED(status))
+		sig = local_signal_name(WTERMSIG(status), nb);
+	if (buf != small)
+		free(buf);
+	local_pump_end(p, exit_code, sig, NULL, &b);
+	return NULL;
+}
+
+void local_pump_end(local_proc *p, int64_t exit_code, const char *signal, char *error, asp_buf *b)
+{
+	/* The table's lock too: finishing and counting among the finished are one step. */
+	pthread_mutex_lock(&p->l->mu);
+	pthread_mutex_lock(&p->mu);
+	p->exit_code = exit_code;
+	p->signal[0] = '\0';
+	if (signal)
+		strncpy(p->signal, signal, sizeof p->signal - 1);
+	free(p->end_error);
+	p->end_error = error;
 	p->finished = true;
 	local_proc *evicted = local_proc_count_done_locked(p);
 	pthread_mutex_unlock(&p->l->mu); /* not held while a sink may block */
 	pthread_cond_broadcast(&p->cv);
-	local_deliver_locked(p, NULL, true, &b);
+	local_deliver_locked(p, NULL, true, b);
 	pthread_mutex_unlock(&p->mu);
 	local_proc_unref(evicted);
 
-	asp_buf_free(&b);
-	if (buf != small)
-		free(buf);
+	asp_buf_free(b);
 	/* Retained for up to 64 more exits: without fds. A proc_write now fails. */
 	pthread_mutex_lock(&p->in_mu);
 	if (p->in_fd >= 0) {
@@ -357,16 +395,20 @@ static void *pump_main(void *arg)
 	pthread_mutex_unlock(&p->in_mu);
 	local_proc_pump_gone(p);
 	local_proc_unref(p);
-	return NULL;
 }
 
 int local_pump_start(local_proc *p)
+{
+	return local_pump_start_fn(p, pump_main);
+}
+
+int local_pump_start_fn(local_proc *p, void *(*fn)(void *))
 {
 	/* The pump takes no signals: they belong to the host's threads. */
 	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int e = local_thread_detached(pump_main, p, PUMP_STACK);
+	int e = local_thread_detached(fn, p, PUMP_STACK);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return e;
 }

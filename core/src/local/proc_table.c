@@ -30,6 +30,7 @@ static void proc_free(local_proc *p)
 	pthread_mutex_destroy(&p->mu);
 	free(p->tag);
 	free(p->command);
+	free(p->end_error);
 	free(p);
 }
 

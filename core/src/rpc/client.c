@@ -396,6 +396,46 @@ asp_status asp_spawn_start(asp_client *c, const asp_spawn_params *p, const asp_p
 	return st;
 }
 
+/* connect and watch: a handle made by `op` and followed as a process is. */
+static asp_status handle_start(asp_client *c, asp_op_id op, const void *p,
+                               const asp_proc_callbacks *cb, void *user, uint64_t *proc,
+                               asp_error *err)
+{
+	asp_error scratch;
+	if (!err)
+		err = &scratch;
+	if (proc)
+		*proc = 0;
+	if (!c || !p || !cb)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                     "asp_%s_start: client, params and callbacks are required",
+		                     asp_op_descs[op].name);
+	asp_arena *a = asp_arena_new();
+	if (!a)
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	asp_connect_result r; /* watch's result has the same one field */
+	_Static_assert(sizeof(asp_connect_result) == sizeof(asp_watch_result),
+	               "connect and watch answer a handle alike");
+	asp_status st = stream_call(c, op, p, &r, a, cb, user, err);
+	if (st == ASP_OK && proc)
+		*proc = r.proc;
+	asp_arena_free(a);
+	return st;
+}
+
+asp_status asp_connect_start(asp_client *c, const asp_connect_params *p,
+                             const asp_proc_callbacks *cb, void *user, uint64_t *proc,
+                             asp_error *err)
+{
+	return handle_start(c, ASP_OP_CONNECT, p, cb, user, proc, err);
+}
+
+asp_status asp_watch_start(asp_client *c, const asp_watch_params *p, const asp_proc_callbacks *cb,
+                           void *user, uint64_t *proc, asp_error *err)
+{
+	return handle_start(c, ASP_OP_WATCH, p, cb, user, proc, err);
+}
+
 asp_status asp_proc_attach_start(asp_client *c, const asp_proc_attach_params *p,
                                  const asp_proc_callbacks *cb, void *user, asp_error *err)
 {

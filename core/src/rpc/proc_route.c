@@ -68,8 +68,9 @@ static void unlist(asp_proc_routes *t, uint64_t proc, asp_proc_sub *sub)
 
 void asp_proc_routes_route(asp_proc_routes *t, asp_notice_id n, const void *params)
 {
-	uint64_t proc = n == ASP_NOTICE_OUTPUT ? ((const asp_output_event *)params)->proc
-	                                       : ((const asp_exit_event *)params)->proc;
+	uint64_t proc = n == ASP_NOTICE_OUTPUT     ? ((const asp_output_event *)params)->proc
+	                : n == ASP_NOTICE_FS_EVENT ? ((const asp_fs_event_event *)params)->proc
+	                                           : ((const asp_exit_event *)params)->proc;
 	pthread_mutex_lock(&t->mu);
 	size_t i = find(t, proc);
 	asp_proc_sub *s = i < t->n ? asp_proc_sub_ref(t->v[i].sub) : NULL;
@@ -78,6 +79,8 @@ void asp_proc_routes_route(asp_proc_routes *t, asp_notice_id n, const void *para
 		return; /* nobody follows it here (detached, or another client's): dropped */
 	if (n == ASP_NOTICE_OUTPUT)
 		asp_proc_sub_output(s, params);
+	else if (n == ASP_NOTICE_FS_EVENT)
+		asp_proc_sub_fs_event(s, params);
 	else
 		asp_proc_sub_exit(s, params);
 	if (asp_proc_sub_done(s))
@@ -171,16 +174,18 @@ asp_status asp_proc_routes_call(asp_proc_routes *t, asp_proc_call_fn call, void 
 			asp_proc_sub_fail(sub);
 			return st;
 		}
-	} else if (op == ASP_OP_SPAWN) {
+	} else if (op == ASP_OP_SPAWN || op == ASP_OP_CONNECT || op == ASP_OP_WATCH) {
 		asp_proc_sub_expect(sub, 0, 0);
 	} else {
 		asp_proc_sub_fail(sub);
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
-		                     "only spawn and proc_attach can be followed");
+		                     "only spawn, connect, watch and proc_attach can be followed");
 	}
 	st = call(ctx, op, params, result, a, err);
-	if (st == ASP_OK && op == ASP_OP_SPAWN) {
-		proc = ((const asp_spawn_result *)result)->proc;
+	if (st == ASP_OK && op != ASP_OP_PROC_ATTACH) {
+		proc = op == ASP_OP_SPAWN     ? ((const asp_spawn_result *)result)->proc
+		       : op == ASP_OP_CONNECT ? ((const asp_connect_result *)result)->proc
+		                              : ((const asp_watch_result *)result)->proc;
 		st = add(t, proc, sub, err);
 	}
 	if (st) {

@@ -25,8 +25,10 @@ typedef struct kept {
 	asp_stream stream;
 	uint64_t offset;
 	bool truncated;
+	bool eof;
 	asp_exit_event exit;
 	char signal[32];
+	char error[256]; /* exit's error */
 	asp_error err;
 	size_t len;
 	uint8_t data[];
@@ -42,6 +44,7 @@ struct asp_proc_sub {
 	int state;
 	uint64_t proc;
 	uint64_t next[2]; /* next offset expected per stream */
+	bool eof_done[2]; /* on_eof called */
 	bool in_cb;       /* a callback runs, on cb_thread */
 	pthread_t cb_thread;
 	kept *head, **tail;
@@ -147,6 +150,20 @@ static void emit_output(asp_proc_sub *s, asp_stream st, uint64_t off, const uint
 	pthread_mutex_lock(&s->mu);
 }
 
+/* Under mu, entered: a stream's end before the exit, once. */
+static void emit_eof(asp_proc_sub *s, asp_stream st)
+{
+	if (s->eof_done[st])
+		return;
+	s->eof_done[st] = true;
+	if (!s->cb.on_eof)
+		return;
+	uint64_t proc = s->proc;
+	pthread_mutex_unlock(&s->mu);
+	s->cb.on_eof(s->user, proc, st);
+	pthread_mutex_lock(&s->mu);
+}
+
 /* Under mu, entered: the last callback. */
 static void emit_end(asp_proc_sub *s, const asp_exit_event *ev, const asp_error *why)
 {
@@ -176,6 +193,7 @@ static void keep(asp_proc_sub *s, int kind, const asp_output_event *o, const asp
 		                                                          : ASP_STREAM_STDOUT;
 		k->offset = o->offset;
 		k->truncated = o->has_truncated_before;
+		k->eof = o->eof;
 		k->len = len;
 		if (len)
 			memcpy(k->data, o->data.data, len);
@@ -186,6 +204,10 @@ static void keep(asp_proc_sub *s, int kind, const asp_output_event *o, const asp
 		if (x->signal) {
 			strncpy(k->signal, x->signal, sizeof k->signal - 1);
 			k->exit.signal = k->signal;
+		}
+		if (x->error) {
+			strncpy(k->error, x->error, sizeof k->error - 1);
+			k->exit.error = k->error;
 		}
 	}
 	if (why)
@@ -215,6 +237,8 @@ void asp_proc_sub_output(asp_proc_sub *s, const asp_output_event *ev)
 		keep(s, EV_OUTPUT, ev, NULL, NULL);
 	} else if (enter(s)) {
 		emit_output(s, (asp_stream)st, ev->offset, ev->data.data, ev->data.len);
+		if (ev->eof)
+			emit_eof(s, (asp_stream)st);
 		leave(s);
 	}
 	pthread_mutex_unlock(&s->mu);
@@ -227,6 +251,18 @@ void asp_proc_sub_exit(asp_proc_sub *s, const asp_exit_event *ev)
 		keep(s, EV_EXIT, NULL, ev, NULL);
 	} else if (enter(s)) {
 		emit_end(s, ev, NULL);
+		leave(s);
+	}
+	pthread_mutex_unlock(&s->mu);
+}
+
+void asp_proc_sub_fs_event(asp_proc_sub *s, const asp_fs_event_event *ev)
+{
+	pthread_mutex_lock(&s->mu);
+	if (s->state == LIVE && s->cb.on_fs_event && enter(s)) {
+		pthread_mutex_unlock(&s->mu);
+		s->cb.on_fs_event(s->user, ev);
+		pthread_mutex_lock(&s->mu);
 		leave(s);
 	}
 	pthread_mutex_unlock(&s->mu);
@@ -290,6 +326,8 @@ void asp_proc_sub_start(asp_proc_sub *s, uint64_t proc)
 			} else {
 				if (s->state == LIVE)
 					emit_output(s, k->stream, k->offset, k->data, k->len);
+				if (s->state == LIVE && k->eof)
+					emit_eof(s, k->stream);
 				free(k);
 			}
 			k = n;

@@ -17,11 +17,14 @@ from ._spec import ERROR_CODES, MAX_MESSAGE, PROTOCOL
 from . import aio
 from .client import Client
 from .types import (
+    ConnectParams,
+    ConnectResult,
     EditParams,
     EditResult,
     ExecParams,
     ExecResult,
     ExitEvent,
+    FsEventEvent,
     GlobParams,
     GlobResult,
     GrepCount,
@@ -60,6 +63,8 @@ from .types import (
     StatParams,
     StatResult,
     Tty,
+    WatchParams,
+    WatchResult,
     WriteParams,
     WriteResult,
 )
@@ -69,12 +74,15 @@ __version__ = "0.1.0"
 __all__ = [
     "AspError",
     "Client",
+    "ConnectParams",
+    "ConnectResult",
     "ERROR_CODES",
     "EditParams",
     "EditResult",
     "ExecParams",
     "ExecResult",
     "ExitEvent",
+    "FsEventEvent",
     "GlobParams",
     "GlobResult",
     "GrepCount",
@@ -116,6 +124,8 @@ __all__ = [
     "StatParams",
     "StatResult",
     "Tty",
+    "WatchParams",
+    "WatchResult",
     "WriteParams",
     "WriteResult",
 ]

@@ -264,6 +264,25 @@ OPS = {
         Record("edit result", (
             Field("replacements", "replacements", "uint"),
         ), _t.EditResult)),
+    "connect": Op("connect", 2, True,
+        Record("connect params", (
+            Field("host", "host", "str", optional=True),
+            Field("port", "port", "uint"),
+            Field("timeout_ms", "timeout_ms", "uint", default=0),
+            Field("tag", "tag", "str", optional=True),
+        ), _t.ConnectParams),
+        Record("connect result", (
+            Field("proc", "proc", "uint"),
+        ), _t.ConnectResult)),
+    "watch": Op("watch", 2, True,
+        Record("watch params", (
+            Field("path", "path", "str", role="path"),
+            Field("recursive", "recursive", "bool", default=False),
+            Field("tag", "tag", "str", optional=True),
+        ), _t.WatchParams),
+        Record("watch result", (
+            Field("proc", "proc", "uint"),
+        ), _t.WatchResult)),
 }
 
 NOTES = {
@@ -273,13 +292,22 @@ NOTES = {
         Field("offset", "offset", "uint"),
         Field("data", "data", "bin"),
         Field("truncated_before", "truncated_before", "uint", optional=True),
+        Field("eof", "eof", "bool", default=False),
     ), _t.OutputEvent),
     "exit": Record("exit", (
         Field("proc", "proc", "uint"),
         Field("exit_code", "exit_code", "int"),
         Field("signal", "signal", "str", nullable=True),
         Field("timed_out", "timed_out", "bool"),
+        Field("error", "error", "str", optional=True),
     ), _t.ExitEvent),
+    "fs_event": Record("fs_event", (
+        Field("proc", "proc", "uint"),
+        Field("path", "path", "str"),
+        Field("kind", "kind", "str"),
+        Field("type", "type", "str"),
+        Field("old_path", "old_path", "str", optional=True),
+    ), _t.FsEventEvent),
 }
 
 # spec/asp.schema.json, which asp._config interprets as the C core does.

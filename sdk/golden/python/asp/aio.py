@@ -44,6 +44,8 @@ from .types import (
     GrepResult,
     EditParams,
     EditResult,
+    ConnectParams,
+    WatchParams,
 )
 
 __all__ = ["Client", "Process"]
@@ -496,3 +498,69 @@ class Client(ClientBase):
         """
         params = EditParams(path=path, old=old, new=new, replace_all=replace_all)
         return await self._call("edit", params)
+
+    async def connect(
+        self,
+        port: int,
+        *,
+        host: str | None = None,
+        timeout_ms: int = 0,
+        tag: str | None = None,
+    ) -> Process:
+        """
+        Open a TCP connection from inside the sandbox (so a harness reaches a server the
+        agent started, with the sandbox's egress off) and return a handle that behaves
+        like a spawned process's: bytes received arrive as output on stdout, proc_write
+        sends (eof half-closes the sending direction), proc_signal KILL or TERM closes
+        it, exit comes when both directions have ended or the connection failed
+        (exit_code 0; 1 with error naming the failure; -1 with signal KILL when closed).
+        Output is flow-controlled as a process's: a reader that stops makes the
+        responder stop reading the socket. The handle is listed by proc_list and counts
+        among the retained processes. A failure to connect is the call's error: io_error
+        whose message names the cause (connection refused, network unreachable, no route
+        to host) with its errno, timeout when timeout_ms passed, not_found for a name
+        that does not resolve. A responder without it (no \"connect\" in hello's
+        features) answers unsupported.
+
+        Returns a Process: async for over it yields OutputEvent chunks and the final
+        ExitEvent; .proc is the handle and .result the SpawnResult. Needs notifications:
+        stdio, or HTTP with its WebSocket (not http.websocket false).
+
+        Args:
+            host: Address or name as the sandbox resolves it; absent: 127.0.0.1.
+            port: TCP port, 1 to 65535.
+            timeout_ms: Give up connecting after this long (timeout error); 0 = 10 s.
+            tag: Free text shown by proc_list.
+        """
+        params = ConnectParams(host=host, port=port, timeout_ms=timeout_ms, tag=tag)
+        return await self._stream("connect", params, "result")
+
+    async def watch(
+        self,
+        path: str,
+        *,
+        recursive: bool = False,
+        tag: str | None = None,
+    ) -> Process:
+        """
+        Watch a directory (or a file) for changes, reported as fs_event notifications on
+        this connection until the handle is closed with proc_signal KILL (an exit
+        notification follows) or the watched path is removed (an fs_event removed for
+        it, then exit with exit_code 0). Events of one path within a short window are
+        coalesced into one; when the responder's event queue overflows, an fs_event of
+        kind overflow says changes were lost, never silently. The handle is listed by
+        proc_list (command \"watch PATH\"). A responder or transport that cannot watch
+        answers unsupported naming the reason.
+
+        Returns a Process: async for over it yields OutputEvent chunks and the final
+        ExitEvent; .proc is the handle and .result the SpawnResult. Needs notifications:
+        stdio, or HTTP with its WebSocket (not http.websocket false).
+
+        Args:
+            path: Directory or file to watch.
+            recursive: Also watch every directory below it, including ones created
+                later.
+            tag: Free text shown by proc_list.
+        """
+        params = WatchParams(path=path, recursive=recursive, tag=tag)
+        return await self._stream("watch", params, "result")

@@ -152,8 +152,9 @@ class HelloResult:
     this connection. reattach: spawned processes outlive this connection, and another
     connection to the same responder can proc_attach to them. concurrent: calls on this
     connection run at once, so a slow exec delays no other call. pty: spawn takes tty
-    and proc_resize works (processes on a pseudo-terminal). Absent: none of these.
-    Optional. (since 2)
+    and proc_resize works (processes on a pseudo-terminal). connect: connect opens TCP
+    connections from inside the sandbox. watch: watch reports file changes as fs_event
+    notifications. Absent: none of these. Optional. (since 2)
     """
 
 
@@ -782,6 +783,84 @@ class EditResult:
     """How many occurrences were replaced. (since 2)"""
 
 
+@dataclass(kw_only=True)
+class ConnectParams:
+    """
+    Params of connect: Open a TCP connection from inside the sandbox (so a harness
+    reaches a server the agent started, with the sandbox's egress off) and return a
+    handle that behaves like a spawned process's: bytes received arrive as output on
+    stdout, proc_write sends (eof half-closes the sending direction), proc_signal KILL
+    or TERM closes it, exit comes when both directions have ended or the connection
+    failed (exit_code 0; 1 with error naming the failure; -1 with signal KILL when
+    closed). Output is flow-controlled as a process's: a reader that stops makes the
+    responder stop reading the socket. The handle is listed by proc_list and counts
+    among the retained processes. A failure to connect is the call's error: io_error
+    whose message names the cause (connection refused, network unreachable, no route to
+    host) with its errno, timeout when timeout_ms passed, not_found for a name that does
+    not resolve. A responder without it (no \"connect\" in hello's features) answers
+    unsupported.
+    """
+
+    host: str | None = None
+    """
+    Address or name as the sandbox resolves it; absent: 127.0.0.1. Optional. (since 2)
+    """
+
+    port: int
+    """TCP port, 1 to 65535. (since 2)"""
+
+    timeout_ms: int = 0
+    """Give up connecting after this long (timeout error); 0 = 10 s. (since 2)"""
+
+    tag: str | None = None
+    """Free text shown by proc_list. Optional. (since 2)"""
+
+
+@dataclass
+class ConnectResult:
+    """Result of connect."""
+
+    proc: int
+    """
+    Handle for proc_write, proc_signal, proc_wait, proc_attach and the notifications.
+    (since 2)
+    """
+
+
+@dataclass(kw_only=True)
+class WatchParams:
+    """
+    Params of watch: Watch a directory (or a file) for changes, reported as fs_event
+    notifications on this connection until the handle is closed with proc_signal KILL
+    (an exit notification follows) or the watched path is removed (an fs_event removed
+    for it, then exit with exit_code 0). Events of one path within a short window are
+    coalesced into one; when the responder's event queue overflows, an fs_event of kind
+    overflow says changes were lost, never silently. The handle is listed by proc_list
+    (command \"watch PATH\"). A responder or transport that cannot watch answers
+    unsupported naming the reason.
+    """
+
+    path: str
+    """Directory or file to watch. (since 2)"""
+
+    recursive: bool = False
+    """Also watch every directory below it, including ones created later. (since 2)"""
+
+    tag: str | None = None
+    """Free text shown by proc_list. Optional. (since 2)"""
+
+
+@dataclass
+class WatchResult:
+    """Result of watch."""
+
+    proc: int
+    """
+    Handle named by fs_event notifications and the final exit; close it with proc_signal
+    KILL. (since 2)
+    """
+
+
 @dataclass
 class OutputEvent:
     """
@@ -806,6 +885,14 @@ class OutputEvent:
     (since 1)
     """
 
+    eof: bool
+    """
+    The stream has ended: nothing more comes on it. Sent by connect's handles (in a
+    chunk of its own, data empty) when the peer shuts down its sending side, which may
+    be well before exit (the connection still sends until eof or close); processes end
+    their streams with exit alone. (since 2)
+    """
+
 
 @dataclass
 class ExitEvent:
@@ -824,3 +911,43 @@ class ExitEvent:
 
     timed_out: bool
     """True when timeout_ms killed it. (since 1)"""
+
+    error: str | None
+    """
+    A connect or watch handle that ended by a failure: what failed (connection reset by
+    peer, ...); exit_code is 1 then. Optional. (since 2)
+    """
+
+
+@dataclass
+class FsEventEvent:
+    """
+    Notification fs_event: A change under a watch (in the order the responder saw them).
+    """
+
+    proc: int
+    """
+    The watch handle (a handle of the process table, as connect's: closed by proc_signal
+    KILL, ended by exit). (since 2)
+    """
+
+    path: str
+    """
+    The path that changed: the watched path joined with the name below it. (since 2)
+    """
+
+    kind: str
+    """
+    created, modified, removed, renamed (path is the new name, old_path the old) or
+    overflow (changes were lost: path is the watched path; rescan to catch up). (since
+    2)
+    """
+
+    type: str
+    """
+    file, dir, symlink, ... as in list; \"\" when unknown (overflow, or a path already
+    gone). (since 2)
+    """
+
+    old_path: str | None
+    """renamed: the old path. Optional. (since 2)"""

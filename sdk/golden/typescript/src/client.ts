@@ -39,6 +39,8 @@ import type {
   GrepResult,
   EditParams,
   EditResult,
+  ConnectParams,
+  WatchParams,
   ProcessEvent,
 } from "./types.js";
 
@@ -187,5 +189,39 @@ export class Client extends ClientBase {
    */
   async edit(params: EditParams): Promise<EditResult> {
     return (await this._call("edit", params)) as EditResult;
+  }
+
+  /**
+   * Open a TCP connection from inside the sandbox (so a harness reaches a server the agent started,
+   * with the sandbox's egress off) and return a handle that behaves like a spawned process's: bytes
+   * received arrive as output on stdout, proc_write sends (eof half-closes the sending direction),
+   * proc_signal KILL or TERM closes it, exit comes when both directions have ended or the
+   * connection failed (exit_code 0; 1 with error naming the failure; -1 with signal KILL when
+   * closed). Output is flow-controlled as a process's: a reader that stops makes the responder stop
+   * reading the socket. The handle is listed by proc_list and counts among the retained processes.
+   * A failure to connect is the call's error: io_error whose message names the cause (connection
+   * refused, network unreachable, no route to host) with its errno, timeout when timeout_ms passed,
+   * not_found for a name that does not resolve. A responder without it (no "connect" in hello's
+   * features) answers unsupported. Resolves to a Process: `for await` it for output events and the
+   * final exit event; `.proc` is the handle. Needs notifications: stdio, or HTTP with its WebSocket
+   * (not http.websocket false).
+   */
+  async connect(params: ConnectParams): Promise<Process<ProcessEvent>> {
+    return this._stream<ProcessEvent>("connect", params, "result");
+  }
+
+  /**
+   * Watch a directory (or a file) for changes, reported as fs_event notifications on this
+   * connection until the handle is closed with proc_signal KILL (an exit notification follows) or
+   * the watched path is removed (an fs_event removed for it, then exit with exit_code 0). Events of
+   * one path within a short window are coalesced into one; when the responder's event queue
+   * overflows, an fs_event of kind overflow says changes were lost, never silently. The handle is
+   * listed by proc_list (command "watch PATH"). A responder or transport that cannot watch answers
+   * unsupported naming the reason. Resolves to a Process: `for await` it for output events and the
+   * final exit event; `.proc` is the handle. Needs notifications: stdio, or HTTP with its WebSocket
+   * (not http.websocket false).
+   */
+  async watch(params: WatchParams): Promise<Process<ProcessEvent>> {
+    return this._stream<ProcessEvent>("watch", params, "result");
   }
 }

@@ -469,6 +469,45 @@ const OPS: Record<string, OpDesc> = {
       ],
     },
   },
+  connect: {
+    name: "connect",
+    since: 2,
+    streaming: true,
+    params: {
+      label: "connect params",
+      fields: [
+        { name: "host", type: "str", optional: true },
+        { name: "port", type: "uint" },
+        { name: "timeout_ms", type: "uint", default: 0 },
+        { name: "tag", type: "str", optional: true },
+      ],
+    },
+    result: {
+      label: "connect result",
+      fields: [
+        { name: "proc", type: "uint" },
+      ],
+    },
+  },
+  watch: {
+    name: "watch",
+    since: 2,
+    streaming: true,
+    params: {
+      label: "watch params",
+      fields: [
+        { name: "path", type: "str", role: "path" },
+        { name: "recursive", type: "bool", default: false },
+        { name: "tag", type: "str", optional: true },
+      ],
+    },
+    result: {
+      label: "watch result",
+      fields: [
+        { name: "proc", type: "uint" },
+      ],
+    },
+  },
 };
 
 const NOTES: Record<string, RecordDesc> = {
@@ -480,6 +519,7 @@ const NOTES: Record<string, RecordDesc> = {
       { name: "offset", type: "uint" },
       { name: "data", type: "bin" },
       { name: "truncated_before", type: "uint", optional: true },
+      { name: "eof", type: "bool", default: false },
     ],
   },
   exit: {
@@ -489,6 +529,17 @@ const NOTES: Record<string, RecordDesc> = {
       { name: "exit_code", type: "int" },
       { name: "signal", type: "str", nullable: true },
       { name: "timed_out", type: "bool" },
+      { name: "error", type: "str", optional: true },
+    ],
+  },
+  fs_event: {
+    label: "fs_event",
+    fields: [
+      { name: "proc", type: "uint" },
+      { name: "path", type: "str" },
+      { name: "kind", type: "str" },
+      { name: "type", type: "str" },
+      { name: "old_path", type: "str", optional: true },
     ],
   },
 };
