@@ -11,11 +11,12 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const VOCABULARY = "opencode";
-const KEY = Symbol.for("asp.opencode.server");
+const KEY = Symbol.for("asp.opencode.servers");
 
-// The asp command: $ASP_BIN, else the asp installed beside this file
-// (PREFIX/share/asp/bindings/opencode → PREFIX/bin/asp), else asp on PATH.
-function aspCommand() {
+// The asp command: the one asp bind wrote, else $ASP_BIN, else the asp installed beside
+// this file (PREFIX/share/asp/bindings/opencode → PREFIX/bin/asp), else asp on PATH.
+function aspCommand(given) {
+  if (given) return given;
   if (process.env.ASP_BIN) return process.env.ASP_BIN;
   try {
     const here = dirname(realpathSync(fileURLToPath(import.meta.url)));
@@ -28,7 +29,10 @@ function aspCommand() {
 }
 
 class Server {
-  constructor() {
+  // `config`: the .asp.json (undefined: found as asp finds it, from OpenCode's directory)
+  constructor(asp, config) {
+    this.asp = asp;
+    this.config = config;
     this.child = null;
     this.pending = new Map();
     this.nextId = 1;
@@ -39,8 +43,10 @@ class Server {
   // Starts the child once (again after it died) and initializes MCP.
   start() {
     if (this.ready) return this.ready;
-    const cmd = aspCommand();
-    const child = spawn(cmd, ["mcp", "--vocabulary", VOCABULARY], {
+    const cmd = aspCommand(this.asp);
+    const args = ["mcp", "--vocabulary", VOCABULARY];
+    if (this.config) args.push("--config", this.config);
+    const child = spawn(cmd, args, {
       stdio: ["pipe", "pipe", "pipe"],
       env: process.env,
     });
@@ -140,9 +146,12 @@ class Server {
   }
 }
 
-function server() {
-  globalThis[KEY] ??= new Server();
-  return globalThis[KEY];
+// One server per asp and config for the whole OpenCode process, whichever file loads this.
+function server(opts) {
+  globalThis[KEY] ??= new Map();
+  const key = `${opts.asp ?? ""}\0${opts.config ?? ""}`;
+  if (!globalThis[KEY].has(key)) globalThis[KEY].set(key, new Server(opts.asp, opts.config));
+  return globalThis[KEY].get(key);
 }
 
 // OpenCode requires every property of a plain JSON Schema: an optional one is offered as
@@ -164,26 +173,27 @@ function openCodeArgs(schema) {
   return args;
 }
 
-let listing = null;
-async function listTools() {
-  listing ??= server()
+async function listTools(srv) {
+  srv.listing ??= srv
     .start()
-    .then(() => server().request("tools/list", {}))
+    .then(() => srv.request("tools/list", {}))
     .then((r) => new Map(r.tools.map((t) => [t.name, t])))
     .catch((e) => {
-      listing = null;
+      srv.listing = null;
       throw e;
     });
-  return listing;
+  return srv.listing;
 }
 
 // The OpenCode tool `name`: its description and arguments from the tools layer, each call
-// a tools/call on the shared server. When asp cannot be reached at load time the tool still
-// replaces the built-in, and its calls say why they cannot run.
-export async function aspTool(name) {
+// a tools/call on the shared server. `opts`: {asp, config} (asp bind writes both). When
+// asp cannot be reached at load time the tool still replaces the built-in, and its calls
+// say why they cannot run.
+export async function aspTool(name, opts = {}) {
+  const srv = server(opts);
   let desc;
   try {
-    desc = (await listTools()).get(name);
+    desc = (await listTools(srv)).get(name);
   } catch (e) {
     return {
       description: `Unavailable: ${e.message}`,
@@ -198,7 +208,7 @@ export async function aspTool(name) {
     description: desc.description,
     args: openCodeArgs(desc.inputSchema),
     async execute(args, ctx) {
-      const r = await server().call(name, args, ctx?.abort);
+      const r = await srv.call(name, args, ctx?.abort);
       const text = (r.content ?? []).map((c) => c.text ?? "").join("\n");
       if (r.isError) throw new Error(text);
       return text;

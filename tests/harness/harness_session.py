@@ -1,4 +1,4 @@
-"""What the binding tests share: a sandbox that is not the harness's machine (an asp-agent
+"""What the OpenCode and pi binding tests share: a sandbox that is not the harness's machine (an asp-agent
 in its own UTS namespace, named asp-sandbox, with its own directory), a harness project
 directory that differs from it, the scripted model server, and the checks of where each
 tool call acted. Runs inside harness_run.sh's network namespace (loopback only)."""
@@ -34,7 +34,8 @@ class Session:
     root/home (the harness's HOME)."""
 
     def __init__(self, asp, agent, scripted_model):
-        self.asp, self.agent, self.scripted_model = asp, agent, scripted_model
+        self.asp, self.agent, self.scripted_model = (os.path.abspath(p) for p in
+                                                     (asp, agent, scripted_model))
         self.root = tempfile.mkdtemp(prefix="asp-harness-")
         self.project = os.path.join(self.root, "project")
         self.sandbox = os.path.join(self.root, "sandbox", "work")
@@ -44,7 +45,7 @@ class Session:
         for rel, text in SEED.items():
             self.put(os.path.join(self.sandbox, rel), text)
         # the sandbox: its own host name; the workspace maps project onto sandbox/work
-        agent_cmd = "hostname %s && exec %s --stdio" % (SANDBOX_HOST, agent)
+        agent_cmd = "hostname %s && exec %s --stdio" % (SANDBOX_HOST, self.agent)
         self.put(os.path.join(self.project, ".asp.json"), json.dumps({
             "version": 1, "transport": "stdio", "cwd": self.sandbox,
             "stdio": {"command": ["unshare", "-u", "sh", "-c", agent_cmd]}}, indent=1))
@@ -92,7 +93,7 @@ class Session:
         e.pop("ASP_CONFIG", None)
         return e
 
-    def run(self, argv, env, timeout=int(os.environ.get("HARNESS_TIMEOUT", "50"))):
+    def run(self, argv, env, timeout=int(os.environ.get("HARNESS_TIMEOUT", "150"))):
         """Runs the harness in the project; its output, or a failure naming the time out."""
         t0 = time.monotonic()
         env = dict(env, PWD=self.project)  # harnesses take their directory from PWD

@@ -8,13 +8,16 @@ MODE edit: a model that gets OpenCode's write and edit; patch: a GPT model, whic
 apply_patch instead. Runs inside harness_run.sh (loopback only)."""
 import json
 import os
-import subprocess
 import sys
 
 from harness_session import SANDBOX_HOST, Session, chat_tool_results, check_result, fail
 
 node_work, asp, agent, scripted_model, mode = sys.argv[1:6]
+asp, node_work = os.path.abspath(asp), os.path.abspath(node_work)
 opencode = os.path.join(node_work, "node_modules", "opencode-linux-x64", "bin", "opencode")
+if not os.path.exists(opencode):
+    print("skipped: the pinned OpenCode is its Linux x64 binary, not installed here")
+    sys.exit(77)
 s = Session(asp, agent, scripted_model)
 P, S = s.project, s.sandbox  # the harness's paths, the sandbox's
 
@@ -37,43 +40,28 @@ else:
              "+    return 'Hello, ' + name + '!'\n*** Update File: " + P + "/src/calc.py\n"
              "@@\n def add(a, b):\n-    return a + b\n+    return b + a\n*** End Patch")
     steps += [{"calls": [call("patch", "apply_patch", patchText=patch)]}]
+# calls that only look go out together, as a model sends parallel calls
 steps += [
-    {"calls": [call("read", "read", filePath=P + "/src/greet.py", offset=None, limit=None)]},
-    {"calls": [call("grep", "grep", pattern="def (add|greet)", path=P, include="*.py")]},
-    {"calls": [call("glob", "glob", pattern="**/*.py", path=P)]},
-    {"calls": [call("test", "bash", command="python3 -m unittest discover -s tests 2>&1",
+    {"calls": [call("read", "read", filePath=P + "/src/greet.py", offset=None, limit=None),
+               call("grep", "grep", pattern="def (add|greet)", path=P, include="*.py"),
+               call("glob", "glob", pattern="**/*.py", path=P),
+               call("test", "bash", command="python3 -m unittest discover -s tests 2>&1",
                     workdir=P, timeout=None, description="run the tests")]},
     {"message": "All done."},
 ]
 port = s.start_model(steps)
 
 
-def BIND(p):  # until asp bind opencode
-    oc = os.path.join(p, ".opencode")
-    os.makedirs(os.path.join(oc, "tool"))
-    os.makedirs(os.path.join(oc, "node_modules"))
-    b = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bindings", "opencode")
-    b = os.path.realpath(b)
-    os.symlink(os.path.join(b, "asp.js"), os.path.join(oc, "asp.js"))
-    for t in os.listdir(os.path.join(b, "tools")):
-        os.symlink(os.path.join(b, "tools", t), os.path.join(oc, "tool", t))
-    s.put(os.path.join(oc, "package-lock.json"), json.dumps(
-        {"lockfileVersion": 3, "packages": {"": {"dependencies": {"@opencode-ai/plugin": "*"}}}}))
-    s.put(os.path.join(p, "opencode.json"), "{}")
-
-
-# The project as `asp bind opencode` leaves it, and OpenCode's own config: the scripted
-# model as an OpenAI-compatible provider, sharing, updates and downloads off.
-BIND(P)
+rc, out = s.run([asp, "bind", "opencode"], s.env(), timeout=30)
+if rc != 0:
+    fail("asp bind opencode: " + out)
 model = "gpt-5-scripted" if mode == "patch" else "scripted"
-with open(os.path.join(P, "opencode.json")) as f:
-    cfg = json.load(f)
-cfg.update({
+cfg = {
     "model": "scripted/" + model, "share": "disabled", "autoupdate": False,
     "provider": {"scripted": {
         "npm": "@ai-sdk/openai-compatible", "name": "scripted",
         "options": {"baseURL": "http://127.0.0.1:%d/v1" % port, "apiKey": "none"},
-        "models": {model: {"name": model, "tool_call": True}}}}})
+        "models": {model: {"name": model, "tool_call": True}}}}}
 with open(os.path.join(P, "opencode.json"), "w") as f:
     json.dump(cfg, f, indent=1)
 # OpenCode installs its plugin package into its global config directory in the background
