@@ -66,6 +66,7 @@ int cmd_mcp(cli *c, int argc, char **argv);
 int cmd_tool(cli *c, int argc, char **argv);
 int cmd_shell(cli *c, int argc, char **argv);
 int cmd_forward(cli *c, int argc, char **argv);
+int cmd_watch(cli *c, int argc, char **argv);
 int cmd_exec_server(cli *c, int argc, char **argv);
 int cmd_bind(cli *c, int argc, char **argv);
 

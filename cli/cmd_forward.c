@@ -391,7 +391,7 @@ static int listen_on(cli *c, const char *addr, uint64_t port, char *bound, size_
 	return fd;
 }
 
-/* Whether hello lists the feature connect; false after reporting why not. */
+/* Whether hello lists the op connect; false after reporting why not. */
 static bool has_connect(cli *c, asp_client *client)
 {
 	asp_arena *a = cli_arena(c);
@@ -405,14 +405,16 @@ static bool has_connect(cli *c, asp_client *client)
 	if (asp_hello(client, &hp, &hr, a, &err) != ASP_OK) {
 		cli_fail(c, &err, "forward: hello");
 	} else {
-		for (size_t i = 0; hr.has_features && i < hr.features.count; i++)
-			if (hr.features.items[i] && strcmp(hr.features.items[i], "connect") == 0)
+		/* The op, not the feature: hello over HTTP's POST announces no notifications,
+		 * while the connections themselves are followed over its WebSocket. */
+		for (size_t i = 0; i < hr.ops.count; i++)
+			if (hr.ops.items[i] && strcmp(hr.ops.items[i], "connect") == 0)
 				ok = true;
 		if (!ok) {
 			asp_error_set(&err, ASP_E_UNSUPPORTED, NULL,
 			              "the sandbox's responder (%s) cannot open connections: its "
-			              "hello lists no feature \"connect\"; use an asp-agent of "
-			              "protocol 2 (stdio, HTTP or SSH agent mode)",
+			              "hello lists no op connect; use an asp-agent of protocol 2 "
+			              "(stdio, HTTP or SSH agent mode)",
 			              hr.agent ? hr.agent : "?");
 			cli_fail(c, &err, "forward");
 		}

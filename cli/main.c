@@ -89,6 +89,14 @@ static const cli_command commands[] = {
      "HUP, which close every relayed connection. A connection the sandbox refuses is closed\n"
      "with a warning naming the cause.\n"
      "\n  --host HOST  the address the sandbox connects to (default 127.0.0.1)\n"},
+    {"watch", cmd_watch, "file changes in the sandbox, one JSON line each",
+     "usage: asp watch [-r] PATH\n"
+     "\nPrints one JSON line per change under PATH in the sandbox as it happens:\n"
+     "{\"path\", \"kind\", \"type\"} with kind created, modified, removed, renamed (with\n"
+     "\"old_path\") or overflow (changes were lost: look at PATH again), type file, dir,\n"
+     "symlink, ... or \"\" when unknown. A path's changes within 50 ms are one line. Runs\n"
+     "until INT, TERM or HUP (exit 0), or until PATH is removed (its removed line, exit 0).\n"
+     "\n  -r, --recursive  also every directory below PATH, including new ones\n"},
     {"read", cmd_read, "file bytes to stdout",
      "usage: asp read PATH [--offset N] [--length N]\n"
      "\nWrites the file's bytes (from N, at most N of them) to stdout. Sizes take k, M, G\n"

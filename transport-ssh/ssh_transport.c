@@ -336,6 +336,27 @@ AGENT_ONLY(glob)
 AGENT_ONLY(grep)
 #undef AGENT_ONLY
 
+/* Ports and changes (docs/design.md): refused with what to do instead. */
+static asp_status n_watch(void *self, const asp_watch_params *p, asp_watch_result *r, asp_arena *a,
+                          asp_error *err)
+{
+	(void)self, (void)p, (void)r, (void)a;
+	return asp_error_set(err, ASP_E_UNSUPPORTED, NULL,
+	                     "watch needs SSH agent mode (ssh.agent: \"upload\" or a path to "
+	                     "asp-agent): native SSH has no file watcher (SFTP cannot report "
+	                     "changes, and no inotify tool is assumed on the server)");
+}
+
+static asp_status n_connect(void *self, const asp_connect_params *p, asp_connect_result *r,
+                            asp_arena *a, asp_error *err)
+{
+	(void)self, (void)p, (void)r, (void)a;
+	return asp_error_set(err, ASP_E_UNSUPPORTED, NULL,
+	                     "connect needs SSH agent mode (ssh.agent: \"upload\" or a path to "
+	                     "asp-agent): native SSH mode does not open direct-tcpip channels "
+	                     "yet");
+}
+
 static asp_ops native_ops = {
     .hello = n_hello,
     .exec = n_exec,
@@ -381,6 +402,8 @@ static void ops_init(void)
 	native_ops.proc_attach = n_proc_attach;
 	native_ops.glob = n_glob;
 	native_ops.grep = n_grep;
+	native_ops.watch = n_watch;
+	native_ops.connect = n_connect;
 	asp_ops_complete(&native_ops);
 }
 

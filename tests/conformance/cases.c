@@ -6,6 +6,7 @@
  * id) are POSIX and exist in any sandbox image that can run an agent's commands.
  */
 #include "cases_proc.h"
+#include "cases_ports.h"
 #include "cases_tty.h"
 #include "conformance.h"
 
@@ -2063,6 +2064,18 @@ const conf_case conf_cases[] = {
                "tty: exit codes, signals to the whole group, timeout"),
     CASE_NEEDS(tty_bad_input, "spawn proc_resize proc_wait proc_signal proc_list", "pty",
                "tty: bad sizes, resize of unknown, plain, finished; nothing left running"),
+    CASE_NEEDS(connect_echo_and_half_close, "spawn connect proc_write proc_attach proc_list",
+               "follow connect",
+               "connect: bytes both ways, eof half-closes, the peer's close as eof, exit 0"),
+    CASE_NEEDS(connect_large_round_trip, "spawn connect proc_write proc_attach", "follow connect",
+               "connect: 4 MiB through an echo server, intact"),
+    CASE_NEEDS(connect_kill_and_errors, "spawn connect proc_signal proc_wait proc_attach",
+               "follow connect",
+               "connect: refused names the cause, bad ports, INT refused, KILL closes"),
+    CASE_NEEDS(watch_changes, "watch proc_attach proc_signal", "follow watch",
+               "watch: created, a new subdirectory's file, renamed, removed; KILL ends it"),
+    CASE_NEEDS(watch_bad_input, "watch proc_write proc_signal proc_wait", "watch",
+               "watch: a missing path, proc_write refused, KILL ends it"),
 };
 
 const size_t conf_case_count = sizeof conf_cases / sizeof conf_cases[0];

@@ -123,7 +123,67 @@ static void on_lost(void *user, uint64_t proc, const asp_error *err)
 	pthread_mutex_unlock(&c->mu);
 }
 
-static const asp_proc_callbacks coll_cb = {on_output, on_exit_ev, on_lost};
+static void on_eof(void *user, uint64_t proc, asp_stream stream)
+{
+	(void)proc;
+	coll *c = user;
+	pthread_mutex_lock(&c->mu);
+	if (stream == ASP_STREAM_STDOUT)
+		c->eof_seen = true;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+static void on_fs(void *user, const asp_fs_event_event *ev)
+{
+	coll *c = user;
+	pthread_mutex_lock(&c->mu);
+	if (c->ended)
+		coll_bad(c, "an fs_event (%s %s) after the end", ev->kind, ev->path);
+	int n =
+	    snprintf(c->fs + c->fs_len, sizeof c->fs - c->fs_len, "%s %s\n", ev->kind, ev->path);
+	if (n > 0 && (size_t)n < sizeof c->fs - c->fs_len)
+		c->fs_len += (size_t)n;
+	else
+		c->fs[c->fs_len] = '\0'; /* full: the rest is only counted */
+	c->fs_count++;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+static const asp_proc_callbacks coll_cb = {
+    .on_output = on_output,
+    .on_exit = on_exit_ev,
+    .on_lost = on_lost,
+    .on_fs_event = on_fs,
+    .on_eof = on_eof,
+};
+
+bool coll_wait_fs(coll *c, const char *line, int ms)
+{
+	char want[1100];
+	snprintf(want, sizeof want, "%s\n", line);
+	double until = mono_ms() + ms;
+	pthread_mutex_lock(&c->mu);
+	bool hit;
+	for (;;) {
+		hit = (c->fs_len && !strncmp(c->fs, want, strlen(want))) ||
+		      strstr(c->fs, want) != NULL;
+		if (hit || c->ended)
+			break;
+		double left = until - mono_ms();
+		if (left <= 0)
+			break;
+		struct timespec dl;
+		clock_gettime(CLOCK_REALTIME, &dl);
+		long ns = dl.tv_nsec + (long)(left < 100 ? left : 100) * 1000000L;
+		dl.tv_sec += ns / 1000000000L;
+		dl.tv_nsec = ns % 1000000000L;
+		pthread_cond_timedwait(&c->cv, &c->mu, &dl);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return hit;
+}
 
 /* Waits until the follower ended; false after `ms`. */
 bool coll_wait_end(coll *c, int ms)

@@ -36,6 +36,10 @@ typedef struct coll {
 	bool ended, exited, lost;
 	asp_exit_event ev;
 	char sig[16];
+	bool eof_seen; /* on_eof of stdout (a connection's peer shut its side) */
+	char fs[8192]; /* fs_events as "KIND PATH\n" lines (a watch), as many as fit */
+	size_t fs_len;
+	int fs_count;
 	int delay_ms;      /* a slow reader: sleep this long per chunk ... */
 	bool slow;         /* ... while this holds ... */
 	double slow_until; /* ... and until then (a case that failed must not crawl) */
@@ -48,6 +52,8 @@ void coll_destroy(coll *c);
 bool coll_wait_end(coll *c, int ms);
 /* Waits until stream `s` has at least `n` bytes; false after `ms`. */
 bool coll_wait_bytes(coll *c, int s, uint64_t n, int ms);
+/* Waits until the fs_event log holds the line `line` ("KIND PATH"); false after `ms`. */
+bool coll_wait_fs(coll *c, const char *line, int ms);
 /* Stream `s` kept exactly `want`. */
 bool coll_is(coll *c, int s, const char *want);
 /* A printable excerpt of stream `s`, for messages. */

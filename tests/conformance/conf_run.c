@@ -61,6 +61,10 @@ static const char *feature_meaning(const char *w, size_t n)
 		return "processes outliving their connection";
 	if (word_is(w, n, CONF_FEATURE_PTY))
 		return "spawn with tty and proc_resize: processes on a pseudo-terminal";
+	if (word_is(w, n, "connect"))
+		return "connect: TCP connections opened from inside the sandbox";
+	if (word_is(w, n, "watch"))
+		return "watch: file changes as fs_event notifications";
 	if (word_is(w, n, "concurrent"))
 		return "calls on one connection running at once";
 	return "a feature this suite does not know";

@@ -11,6 +11,7 @@
 #include "listener.h"
 #include "sshd_fixture.h"
 #include "testproc.h"
+#include "cu_run.h"
 
 #include <CUnit/Basic.h>
 #include <CUnit/CUnit.h>
@@ -324,20 +325,6 @@ static void test_http_websocket(void)
 	check_run("http WebSocket", path, NULL, 0, NULL);
 }
 
-static int run_named(int argc, char **argv)
-{
-	for (int i = 1; i < argc; i++) {
-		CU_pSuite s = CU_get_suite("cli_conformance");
-		CU_pTest t = s ? CU_get_test(s, argv[i]) : NULL;
-		if (!t) {
-			fprintf(stderr, "no test called %s\n", argv[i]);
-			return -1;
-		}
-		CU_basic_run_test(s, t);
-	}
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IONBF, 0);
@@ -362,18 +349,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "CUnit: %s\n", CU_get_error_msg());
 		return 2;
 	}
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	int rc = 0;
-	if (argc > 1)
-		rc = run_named(argc, argv);
-	else
-		CU_basic_run_tests();
-	unsigned failures = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
-	CU_cleanup_registry();
+	int rc = cu_run(argc, argv);
 	if (have_listener && listener_stop(&http_l, SIGTERM, 10000) != 0) {
 		fprintf(stderr, "asp-agent --listen did not exit 0 on SIGTERM\n");
-		failures++;
+		rc = 1;
 	}
 	sshd_stop(&fx);
-	return rc < 0 || failures ? 1 : 0;
+	return rc;
 }

@@ -15,6 +15,7 @@
 #include "proto_desc.h"
 #include "wire.h"
 #include "rpc/local_client.h"
+#include "cu_run.h"
 
 #include <CUnit/Basic.h>
 #include <CUnit/CUnit.h>
@@ -671,27 +672,6 @@ static void test_sink_notify_frames(void)
 	asp_reply_free(scratch);
 }
 
-static int run_named(int argc, char **argv)
-{
-	for (int i = 1; i < argc; i++) {
-		const char *suites[] = {"local", "local_backend", "local_conn"};
-		bool found = false;
-		for (size_t k = 0; k < 3; k++) {
-			CU_pSuite s = CU_get_suite(suites[k]);
-			CU_pTest t = s ? CU_get_test(s, argv[i]) : NULL;
-			if (t) {
-				CU_basic_run_test(s, t);
-				found = true;
-			}
-		}
-		if (!found) {
-			fprintf(stderr, "no test called %s (--list shows them)\n", argv[i]);
-			return -1;
-		}
-	}
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
 	if (argc > 1 && strcmp(argv[1], "--list") == 0) {
@@ -739,17 +719,10 @@ int main(int argc, char **argv)
 			close(careless);
 		return 2;
 	}
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	int rc = 0;
-	if (argc > 1)
-		rc = run_named(argc, argv);
-	else
-		CU_basic_run_tests();
-	unsigned failures = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
-	CU_cleanup_registry();
+	int rc = cu_run(argc, argv);
 	asp_local_free(backend);
 	asp_local_client_close(conn_self); /* frees conn_backend, ending its processes */
 	if (careless >= 0)
 		close(careless);
-	return rc < 0 || failures ? 1 : 0;
+	return rc;
 }

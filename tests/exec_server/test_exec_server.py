@@ -255,6 +255,17 @@ def exercise(s, tag):
 
 s = Session(Stdio())
 exercise(s, "stdio: ")
+# bad input: an answer each, naming the problem; the session goes on
+for bad in (b"garbage", b"[1, 2]", b'{"id": 90}', b'{"id": 91, "method": "fs/readFile", "params": 5}',
+            b'{"id": 92, "method": "process/start", "params": {"processId": "z", "argv": [1]}}',
+            b'{"id": 93, "method": "fs/writeFile", "params": {"path": "/x", "dataBase64": "@@"}}'):
+    s.c.p.stdin.write(bad + b"\n")
+    s.c.p.stdin.flush()
+    m = s.c.recv(time.monotonic() + 30)
+    check("stdio: bad input %r is answered with an error" % bad[:40],
+          "error" in m and m["error"].get("message"), m)
+r = s.call("environment/info", {})
+check("stdio: the session goes on after bad input", "result" in r, r)
 r = s.call("process/start", {"processId": "left", "argv": ["/bin/sh", "-c", "echo $$ > %s/pid; exec sleep 60" % box],
                               "cwd": uri(proj), "env": {}, "tty": False, "pipeStdin": False, "arg0": None})
 deadline = time.monotonic() + 30

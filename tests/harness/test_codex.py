@@ -9,7 +9,8 @@ The sandbox is asp-agent over stdio in its own UTS namespace, with its own hostn
 Checks: exec_command ran in the sandbox (hostname, pwd, a file it wrote); a tty
 exec_command read what write_stdin typed; apply_patch added and updated a file in the
 sandbox; Codex read the sandbox's AGENTS.md; nothing was written in the harness's
-directory. Run inside a network namespace holding only loopback (see meson.build).
+directory. Then once more with CODEX_EXEC_SERVER_URL pointing at `asp exec-server --listen
+ws://127.0.0.1:0`. Run inside a network namespace holding only loopback (see meson.build).
 
 usage: test_codex.py ASP AGENT CODEX_BIN
 """
@@ -56,22 +57,27 @@ script = {"steps": [
                          "*** End Patch\n"}]},
     {"message": "all done"},
 ]}
-with open(os.path.join(root, "script.json"), "w") as f:
-    json.dump(script, f)
-log = os.path.join(root, "model.jsonl")
-port_file = os.path.join(root, "port")
-model = subprocess.Popen([sys.executable, os.path.join(here, "scripted_model.py"),
-                          os.path.join(root, "script.json"), log, port_file],
-                         stdin=subprocess.PIPE)
-deadline = time.monotonic() + 30
-while not os.path.exists(port_file):
-    if time.monotonic() > deadline or model.poll() is not None:
-        sys.exit("the scripted model did not start")
-    time.sleep(0.02)  # polling for the file, within the bound above
-port = int(open(port_file).read())
 
-with open(os.path.join(codex_home, "config.toml"), "w") as f:
-    f.write('''model = "gpt-5.5"
+
+def run_codex(name, script, codex_home, extra_env=None):
+    """One plain `codex exec` in the project against a scripted model playing `script`:
+    (the run, the model requests as JSON bodies)."""
+    os.makedirs(codex_home, exist_ok=True)
+    with open(os.path.join(root, name + ".json"), "w") as f:
+        json.dump(script, f)
+    log = os.path.join(root, name + ".jsonl")
+    port_file = os.path.join(root, name + ".port")
+    model = subprocess.Popen([sys.executable, os.path.join(here, "scripted_model.py"),
+                              os.path.join(root, name + ".json"), log, port_file],
+                             stdin=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while not os.path.exists(port_file):
+        if time.monotonic() > deadline or model.poll() is not None:
+            sys.exit("the scripted model did not start")
+        time.sleep(0.02)  # polling for the file, within the bound above
+    port = int(open(port_file).read())
+    with open(os.path.join(codex_home, "config.toml"), "w") as f:
+        f.write('''model = "gpt-5.5"
 model_provider = "scripted"
 check_for_update_on_startup = false
 
@@ -88,6 +94,19 @@ enabled = false
 [feedback]
 enabled = false
 ''' % port)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "CODEX_HOME": codex_home,
+           "LANG": "C.UTF-8", "NO_COLOR": "1"}
+    env.update(extra_env or {})
+    run = subprocess.run([codex, "exec", "--skip-git-repo-check",
+                          "--dangerously-bypass-approvals-and-sandbox", "-C", proj,
+                          "Run the checks and make the edits."],
+                         cwd=proj, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                         text=True, timeout=120)
+    model.stdin.close()
+    model.wait(timeout=30)
+    return run, [json.loads(line)["body"] for line in open(log)]
+
+
 # environments.toml as a user gets it: asp bind codex, run in the project
 bound = subprocess.run([asp, "--config", cfg, "bind", "codex"], cwd=proj, capture_output=True,
                        text=True, timeout=60,
@@ -95,16 +114,7 @@ bound = subprocess.run([asp, "--config", cfg, "bind", "codex"], cwd=proj, captur
                             "CODEX_HOME": codex_home})
 if bound.returncode != 0:
     sys.exit("asp bind codex failed: " + bound.stderr)
-
-env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "CODEX_HOME": codex_home,
-       "LANG": "C.UTF-8", "NO_COLOR": "1"}
-run = subprocess.run([codex, "exec", "--skip-git-repo-check",
-                      "--dangerously-bypass-approvals-and-sandbox", "-C", proj,
-                      "Run the checks and make the edits."],
-                     cwd=proj, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                     timeout=120)
-model.stdin.close()
-model.wait(timeout=30)
+run, requests = run_codex("session", script, codex_home)
 
 failed = 0
 
@@ -117,7 +127,6 @@ def check(name, cond, detail=""):
         print("  " + str(detail)[-3000:].replace("\n", "\n  "))
 
 
-requests = [json.loads(line)["body"] for line in open(log)]
 outputs = {}
 for body in requests:
     for item in body.get("input", []):
@@ -146,5 +155,25 @@ check("Codex read the sandbox's AGENTS.md", MARK in json.dumps(requests[0]), "ma
 check("nothing was written in the harness's directory", os.listdir(proj) == [], os.listdir(proj))
 if failed:
     print("codex transcript:\n" + transcript[-4000:])
+
+# CODEX_EXEC_SERVER_URL: one asp exec-server --listen ws:// for Codex (no environments.toml)
+server = subprocess.Popen([asp, "--config", cfg, "exec-server", "--listen", "ws://127.0.0.1:0"],
+                          stdout=subprocess.PIPE, text=True)
+try:
+    url = server.stdout.readline().strip()
+    ws_script = {"steps": [{"calls": [{"name": "exec_command",
+                                       "arguments": {"cmd": "hostname > over-ws.txt; pwd"}}]},
+                           {"message": "done"}]}
+    run, reqs = run_codex("ws", ws_script, os.path.join(root, "codex-home-ws"),
+                          {"CODEX_EXEC_SERVER_URL": url})
+    made = os.path.join(box, "over-ws.txt")
+    check("CODEX_EXEC_SERVER_URL=ws://: exec_command ran in the sandbox",
+          run.returncode == 0 and os.path.exists(made) and open(made).read().strip() == HOST,
+          run.stdout + run.stderr)
+finally:
+    server.terminate()
+    server.wait(timeout=30)
+check("still nothing was written in the harness's directory", os.listdir(proj) == [],
+      os.listdir(proj))
 shutil.rmtree(root, ignore_errors=True)
 sys.exit(1 if failed else 0)

@@ -203,6 +203,15 @@ static void unfollow(const ssh_tty_target *t, uint64_t proc)
 	streaming.detach(streaming.ctx, t->self, proc);
 }
 
+/* Waits for the process's exit, checks its code, and lets it go. */
+static void end_with(const ssh_tty_target *t, uint64_t proc, tty_seen *w, int64_t code)
+{
+	CU_ASSERT_TRUE(wait_for(w, NULL));
+	CU_ASSERT_EQUAL(w->exit_code, code);
+	unfollow(t, proc);
+	seen_free(w);
+}
+
 void ssh_tty_hello(const ssh_tty_target *t)
 {
 	asp_arena *a = asp_arena_new();
@@ -331,10 +340,7 @@ void ssh_tty_interrupt(const ssh_tty_target *t)
 	CU_ASSERT_TRUE(wait_for(&w, "alive-42"));
 	CU_ASSERT_TRUE(mono_ms() - t0 < 30000); /* not the sleep's 60 s */
 	CU_ASSERT_EQUAL(type(t, proc, "exit 3\n", false, &err), ASP_OK);
-	CU_ASSERT_TRUE(wait_for(&w, NULL));
-	CU_ASSERT_EQUAL(w.exit_code, 3);
-	unfollow(t, proc);
-	seen_free(&w);
+	end_with(t, proc, &w, 3);
 }
 
 /*
@@ -356,10 +362,7 @@ void ssh_tty_eof(const ssh_tty_target *t)
 	CU_ASSERT_EQUAL(type(t, proc, "", true, &err), ASP_OK);
 	CU_ASSERT_TRUE(wait_for(&w, "cat-ended-9"));
 	CU_ASSERT_EQUAL(type(t, proc, "more\n", false, &err), ASP_E_INVALID_ARGUMENT);
-	CU_ASSERT_TRUE(wait_for(&w, NULL));
-	CU_ASSERT_EQUAL(w.exit_code, 0);
-	unfollow(t, proc);
-	seen_free(&w);
+	end_with(t, proc, &w, 0);
 
 	seen_init(&w);
 	pthread_once(&streaming_once, streaming_init);
@@ -371,10 +374,7 @@ void ssh_tty_eof(const ssh_tty_target *t)
 	CU_ASSERT_EQUAL_FATAL(streaming.spawn(streaming.ctx, t->self, &p, &tty_cb, &w, &proc, &err),
 	                      ASP_OK);
 	CU_ASSERT_TRUE(wait_for(&w, "at-once-4"));
-	CU_ASSERT_TRUE(wait_for(&w, NULL));
-	CU_ASSERT_EQUAL(w.exit_code, 0);
-	unfollow(t, proc);
-	seen_free(&w);
+	end_with(t, proc, &w, 0);
 }
 
 /* proc_signal and timeout_ms reach a terminal's process as any other's. */
@@ -439,10 +439,7 @@ void ssh_tty_bad_input(const ssh_tty_target *t)
 	CU_ASSERT_EQUAL(resize(t, proc, 24, 80, &err), ASP_E_INVALID_ARGUMENT);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "no terminal"));
 	CU_ASSERT_EQUAL(type(t, proc, "", true, &err), ASP_OK);
-	CU_ASSERT_TRUE(wait_for(&w, NULL));
-	CU_ASSERT_EQUAL(w.exit_code, 0);
-	unfollow(t, proc);
-	seen_free(&w);
+	end_with(t, proc, &w, 0);
 }
 
 /* A server that refuses terminals: spawn with tty is unsupported naming the reason, and the
@@ -463,4 +460,28 @@ void ssh_tty_refused(const ssh_tty_target *t)
 	CU_ASSERT_EQUAL(w.exit_code, 0);
 	unfollow(t, proc);
 	seen_free(&w);
+}
+
+int ssh_tty_key_no_pty(const char *authorized_keys, char *saved, size_t cap)
+{
+	FILE *f = fopen(authorized_keys, "r");
+	if (!f)
+		return -1;
+	size_t n = fread(saved, 1, cap - 1, f);
+	fclose(f);
+	saved[n] = '\0';
+	f = fopen(authorized_keys, "w");
+	if (!f)
+		return -1;
+	fprintf(f, "no-pty %s", saved);
+	return fclose(f) == 0 ? 0 : -1;
+}
+
+void ssh_tty_key_restore(const char *authorized_keys, const char *saved)
+{
+	FILE *f = fopen(authorized_keys, "w");
+	if (f) {
+		fputs(saved, f);
+		fclose(f);
+	}
 }

@@ -7,6 +7,8 @@
 
 #include "asp/proto.h"
 
+#include <stddef.h>
+
 /* A connection (native or agent mode): its op table and self. */
 typedef struct ssh_tty_target {
 	const asp_ops *ops;
@@ -29,5 +31,15 @@ void ssh_tty_signal_timeout(const ssh_tty_target *t);
 void ssh_tty_bad_input(const ssh_tty_target *t);
 /* On a connection whose server refuses terminals: unsupported, and the connection goes on. */
 void ssh_tty_refused(const ssh_tty_target *t);
+
+/*
+ * Puts "no-pty " in front of the key in `authorized_keys`, keeping what was there in
+ * `saved` (`cap` bytes) for ssh_tty_key_restore; connections opened meanwhile are refused
+ * terminals. 0, or -1 (the file is as it was).
+ */
+int ssh_tty_key_no_pty(const char *authorized_keys, char *saved, size_t cap);
+
+/* The file as ssh_tty_key_no_pty found it. */
+void ssh_tty_key_restore(const char *authorized_keys, const char *saved);
 
 #endif

@@ -12,9 +12,11 @@
 #include "asp/transport.h"
 #include "asp_ssh.h"
 #include "conformance.h"
+#include "ssh_backend.h"
 #include "ssh_tty.h"
 #include "sshd_fixture.h"
 #include "testproc.h"
+#include "cu_run.h"
 
 #include <CUnit/Basic.h>
 #include <CUnit/CUnit.h>
@@ -46,43 +48,14 @@ static long long now_ms(void)
 /* A config for the fixture's server; `extra` adds or overrides ssh keys (later wins). */
 static asp_config *config(const char *agent, const char *extra)
 {
-	char json[4096];
-	sshd_config_json(&fx, agent, extra, json, sizeof json);
-	asp_config *cfg = NULL;
-	asp_error err;
-	if (asp_config_parse(json, strlen(json), NULL, &cfg, &err) != ASP_OK) {
-		fprintf(stderr, "config: %s\n%s\n", err.message, json);
-		return NULL;
-	}
-	return cfg;
+	return ssh_backend_config(&fx, agent, extra);
 }
 
-typedef struct backend {
-	asp_config *cfg;
-	const asp_ops *ops;
-	void *self;
-} backend;
+typedef ssh_backend backend;
 
 static asp_status open_backend(backend *b, const char *agent, const char *extra, asp_error *err)
 {
-	memset(b, 0, sizeof *b);
-	b->cfg = config(agent, extra);
-	if (!b->cfg)
-		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL, "bad test config");
-	asp_status st = asp_transport_ssh.open(asp_config_get(b->cfg), &b->ops, &b->self, err);
-	if (st != ASP_OK) {
-		asp_config_free(b->cfg);
-		b->cfg = NULL;
-	}
-	return st;
-}
-
-static void close_backend(backend *b)
-{
-	if (b->self)
-		asp_transport_ssh.close(b->self);
-	asp_config_free(b->cfg);
-	memset(b, 0, sizeof *b);
+	return ssh_backend_open(b, &fx, agent, extra, err);
 }
 
 static backend native, agent;
@@ -112,7 +85,7 @@ static void test_hostkey_unknown_refused(void)
 	asp_status st = open_backend(&b, NULL, extra, &err);
 	CU_ASSERT_EQUAL(st, ASP_E_UNAUTHORIZED);
 	if (st == ASP_OK)
-		close_backend(&b);
+		ssh_backend_close(&b);
 	/* the fingerprint, and what to do about it */
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, fx.fingerprint));
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "accept-new"));
@@ -130,7 +103,7 @@ static void test_hostkey_wrong_pin_refused(void)
 	asp_status st = open_backend(&b, NULL, extra, &err);
 	CU_ASSERT_EQUAL(st, ASP_E_UNAUTHORIZED);
 	if (st == ASP_OK)
-		close_backend(&b);
+		ssh_backend_close(&b);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, fx.fingerprint));
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "mismatch"));
 }
@@ -150,7 +123,7 @@ static void test_hostkey_pin_accepted(void)
 	CU_ASSERT_EQUAL(sh(&b, "echo pinned", &r, a, &err), ASP_OK);
 	CU_ASSERT_TRUE(bytes_eq(r.stdout_data, "pinned\n", 7));
 	asp_arena_free(a);
-	close_backend(&b);
+	ssh_backend_close(&b);
 }
 
 static void test_hostkey_accept_new_records(void)
@@ -162,7 +135,7 @@ static void test_hostkey_accept_new_records(void)
 	backend b;
 	asp_error err;
 	CU_ASSERT_EQUAL_FATAL(open_backend(&b, NULL, extra, &err), ASP_OK);
-	close_backend(&b);
+	ssh_backend_close(&b);
 	FILE *f = fopen(kh, "r");
 	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
 	char line[1024] = "";
@@ -176,7 +149,7 @@ static void test_hostkey_accept_new_records(void)
 	/* recorded: a strict connection now trusts it */
 	snprintf(extra, sizeof extra, "\"known_hosts\": \"%s\"", kh);
 	CU_ASSERT_EQUAL(open_backend(&b, NULL, extra, &err), ASP_OK);
-	close_backend(&b);
+	ssh_backend_close(&b);
 }
 
 static void test_hostkey_check_off(void)
@@ -188,7 +161,7 @@ static void test_hostkey_check_off(void)
 	backend b;
 	asp_error err;
 	CU_ASSERT_EQUAL(open_backend(&b, NULL, extra, &err), ASP_OK);
-	close_backend(&b);
+	ssh_backend_close(&b);
 	struct stat sb;
 	CU_ASSERT_NOT_EQUAL(stat(fx.empty_known_hosts, &sb), 0); /* nothing recorded */
 }
@@ -207,7 +180,7 @@ static void test_hostkey_changed_refused(void)
 		asp_status st = open_backend(&b, NULL, modes[i], &err);
 		CU_ASSERT_EQUAL(st, ASP_E_UNAUTHORIZED);
 		if (st == ASP_OK)
-			close_backend(&b);
+			ssh_backend_close(&b);
 		CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "CHANGED"));
 		CU_ASSERT_PTR_NOT_NULL(strstr(err.message, fx.fingerprint));
 		/* the entry's name on a port other than 22, which ssh-keygen -R needs */
@@ -221,7 +194,7 @@ static void test_hostkey_changed_refused(void)
 	backend b;
 	asp_error err;
 	CU_ASSERT_EQUAL(open_backend(&b, NULL, extra, &err), ASP_OK);
-	close_backend(&b);
+	ssh_backend_close(&b);
 }
 
 static void test_auth_refused(void)
@@ -234,7 +207,7 @@ static void test_auth_refused(void)
 	asp_status st = open_backend(&b, NULL, extra, &err);
 	CU_ASSERT_EQUAL(st, ASP_E_UNAUTHORIZED);
 	if (st == ASP_OK)
-		close_backend(&b);
+		ssh_backend_close(&b);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "authentication failed"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "identity_file"));
 	/* the same message serves a v0 file, whose key is elsewhere */
@@ -246,7 +219,7 @@ static void test_auth_refused(void)
 	st = open_backend(&b, NULL, extra, &err);
 	CU_ASSERT_EQUAL(st, ASP_E_UNAUTHORIZED);
 	if (st == ASP_OK)
-		close_backend(&b);
+		ssh_backend_close(&b);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "ASP_TEST_NO_SUCH_VAR"));
 }
 
@@ -259,7 +232,7 @@ static void test_connect_refused_fast(void)
 	asp_status st = open_backend(&b, NULL, "\"port\": 1", &err);
 	CU_ASSERT_EQUAL(st, ASP_E_TRANSPORT_ERROR);
 	if (st == ASP_OK)
-		close_backend(&b);
+		ssh_backend_close(&b);
 	CU_ASSERT_TRUE(now_ms() - t0 < 3000);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "cannot connect"));
 }
@@ -271,7 +244,7 @@ static void test_agent_missing(void)
 	asp_status st = open_backend(&b, "/nonexistent/asp-agent", NULL, &err);
 	CU_ASSERT_EQUAL(st, ASP_E_NOT_FOUND);
 	if (st == ASP_OK)
-		close_backend(&b);
+		ssh_backend_close(&b);
 	CU_ASSERT_PTR_NOT_NULL(
 	    strstr(err.message, "asp-agent not found at /nonexistent/asp-agent"));
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "set ssh.agent to null"));
@@ -290,7 +263,7 @@ static void test_agent_upload(void)
 		unsetenv("ASP_AGENT_STATIC");
 		CU_ASSERT_EQUAL(st, ASP_E_NOT_FOUND);
 		if (st == ASP_OK)
-			close_backend(&b);
+			ssh_backend_close(&b);
 		CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "ASP_AGENT_STATIC"));
 		return;
 	}
@@ -313,7 +286,7 @@ static void test_agent_upload(void)
 		CU_ASSERT_EQUAL(sh(&b, "echo uploaded", &r, a, &err), ASP_OK);
 		CU_ASSERT_TRUE(bytes_eq(r.stdout_data, "uploaded\n", 9));
 		asp_arena_free(a);
-		close_backend(&b);
+		ssh_backend_close(&b);
 	}
 	/* tidy the login directory: the copy lives in .cache/asp */
 	asp_arena *a = asp_arena_new();
@@ -806,15 +779,9 @@ static void test_few_sessions(void)
 		sshd_stop(&small);
 		return;
 	}
-	char json[4096];
-	sshd_config_json(&small, NULL, NULL, json, sizeof json);
-	asp_config *cfg = NULL;
 	asp_error err;
-	backend b = {0};
-	CU_ASSERT_EQUAL_FATAL(asp_config_parse(json, strlen(json), NULL, &cfg, &err), ASP_OK);
-	b.cfg = cfg;
-	CU_ASSERT_EQUAL_FATAL(asp_transport_ssh.open(asp_config_get(cfg), &b.ops, &b.self, &err),
-	                      ASP_OK);
+	backend b;
+	CU_ASSERT_EQUAL_FATAL(ssh_backend_open(&b, &small, NULL, NULL, &err), ASP_OK);
 	enum { T = 12 };
 	pthread_t th[T];
 	struct burst w[T];
@@ -828,7 +795,7 @@ static void test_few_sessions(void)
 		if (w[i].failures)
 			fprintf(stderr, "thread %d: %s\n", i, w[i].why);
 	}
-	close_backend(&b);
+	ssh_backend_close(&b);
 	sshd_stop(&small);
 }
 
@@ -860,7 +827,7 @@ static void test_open_close_no_leaks(void)
 		asp_stat_result sr;
 		CU_ASSERT_EQUAL(b.ops->stat(b.self, &sp, &sr, a, &err), ASP_OK);
 		asp_arena_free(a);
-		close_backend(&b);
+		ssh_backend_close(&b);
 	}
 	CU_ASSERT_EQUAL(count_fds(), before);
 }
@@ -1606,15 +1573,10 @@ static void test_spawn_channel_budget(void)
 		sshd_stop(&small);
 		return;
 	}
-	char json[4096];
-	sshd_config_json(&small, NULL, "\"connect_timeout_ms\": 1500", json, sizeof json);
-	asp_config *cfg = NULL;
 	asp_error err;
-	backend b = {0};
-	CU_ASSERT_EQUAL_FATAL(asp_config_parse(json, strlen(json), NULL, &cfg, &err), ASP_OK);
-	b.cfg = cfg;
-	CU_ASSERT_EQUAL_FATAL(asp_transport_ssh.open(asp_config_get(cfg), &b.ops, &b.self, &err),
-	                      ASP_OK);
+	backend b;
+	CU_ASSERT_EQUAL_FATAL(
+	    ssh_backend_open(&b, &small, NULL, "\"connect_timeout_ms\": 1500", &err), ASP_OK);
 	asp_arena *a = asp_arena_new();
 	asp_stat_params stp;
 	asp_stat_params_init(&stp);
@@ -1663,7 +1625,7 @@ static void test_spawn_channel_budget(void)
 	CU_ASSERT_EQUAL(running, MOST);
 	asp_arena_free(a);
 	long long tc = now_ms();
-	close_backend(&b); /* TERMs the groups still running, all in one command */
+	ssh_backend_close(&b); /* TERMs the groups still running, all in one command */
 	CU_ASSERT_TRUE(now_ms() - tc < 3000);
 	sshd_stop(&small);
 }
@@ -1690,7 +1652,7 @@ static void *relay_peer_open(void *ctx)
 			relay_peers[i] = b;
 			return b->self;
 		}
-	close_backend(b);
+	ssh_backend_close(b);
 	free(b);
 	return NULL;
 }
@@ -1700,7 +1662,7 @@ static void relay_peer_close(void *ctx, void *peer)
 	(void)ctx;
 	for (int i = 0; i < 8; i++)
 		if (relay_peers[i] && relay_peers[i]->self == peer) {
-			close_backend(relay_peers[i]);
+			ssh_backend_close(relay_peers[i]);
 			free(relay_peers[i]);
 			relay_peers[i] = NULL;
 		}
@@ -1757,7 +1719,7 @@ static void test_agent_reattach_after_close(void)
 				fprintf(stderr, "%s over the relay: %s:%d %s\n", names[i],
 				        o.file ? o.file : "", o.line, o.msg);
 		}
-		close_backend(&b);
+		ssh_backend_close(&b);
 	} else {
 		fprintf(stderr, "relay: %s\n", err.message);
 	}
@@ -1792,53 +1754,16 @@ TTY_TEST(bad_input)
 /* authorized_keys' no-pty: sshd refuses the pty-req, spawn with tty is unsupported. */
 static void test_tty_refused(void)
 {
-	char ak[400], saved[4096] = "", line[4200];
+	char ak[440], saved[4096];
 	snprintf(ak, sizeof ak, "%s/authorized_keys", fx.dir);
-	FILE *f = fopen(ak, "r");
-	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-	size_t n = fread(saved, 1, sizeof saved - 1, f);
-	fclose(f);
-	saved[n] = '\0';
-	snprintf(line, sizeof line, "no-pty %s", saved);
-	f = fopen(ak, "w");
-	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-	fputs(line, f);
-	fclose(f);
+	CU_ASSERT_EQUAL_FATAL(ssh_tty_key_no_pty(ak, saved, sizeof saved), 0);
 	backend b;
 	asp_error err;
 	asp_status st = open_backend(&b, NULL, NULL, &err);
-	f = fopen(ak, "w"); /* the key as it was, for every other test */
-	if (f) {
-		fputs(saved, f);
-		fclose(f);
-	}
+	ssh_tty_key_restore(ak, saved); /* for every other test */
 	CU_ASSERT_EQUAL_FATAL(st, ASP_OK);
 	ssh_tty_refused(&(ssh_tty_target){b.ops, b.self});
-	close_backend(&b);
-}
-
-static int run_named(int argc, char **argv)
-{
-	for (int i = 1; i < argc; i++) {
-		bool found = false;
-		for (CU_pSuite s = CU_get_registry()->pSuite; s && !found; s = s->pNext) {
-			if (strcmp(s->pName, argv[i]) == 0) {
-				CU_basic_run_suite(s);
-				found = true;
-				break;
-			}
-			CU_pTest t = CU_get_test(s, argv[i]);
-			if (t) {
-				CU_basic_run_test(s, t);
-				found = true;
-			}
-		}
-		if (!found) {
-			fprintf(stderr, "no test called %s\n", argv[i]);
-			return -1;
-		}
-	}
-	return 0;
+	ssh_backend_close(&b);
 }
 
 static void test_agent_available(void)
@@ -1894,8 +1819,8 @@ int main(int argc, char **argv)
 		if (have_agent)
 			f += conf_run_filtered_st(agent.ops, agent.self, &agent_st, "/tmp", only,
 			                          stdout);
-		close_backend(&agent);
-		close_backend(&native);
+		ssh_backend_close(&agent);
+		ssh_backend_close(&native);
 		sshd_stop(&fx);
 		return f ? 1 : 0;
 	}
@@ -1972,16 +1897,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "CUnit: %s\n", CU_get_error_msg());
 		return 2;
 	}
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	int rc = 0;
-	if (argc > 1)
-		rc = run_named(argc, argv);
-	else
-		CU_basic_run_tests();
-	unsigned failures = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
-	CU_cleanup_registry();
-	close_backend(&agent);
-	close_backend(&native);
+	int rc = cu_run(argc, argv);
+	ssh_backend_close(&agent);
+	ssh_backend_close(&native);
 	sshd_stop(&fx);
-	return rc < 0 || failures ? 1 : 0;
+	return rc;
 }

@@ -16,8 +16,10 @@
 #include "asp/transport.h"
 #include "asp_ssh.h"
 #include "conformance.h"
+#include "ssh_backend.h"
 #include "ssh_tty.h"
 #include "sshd_fixture.h"
+#include "cu_run.h"
 
 #include <CUnit/Basic.h>
 #include <CUnit/CUnit.h>
@@ -38,12 +40,7 @@
 static sshd_fixture fxs[2];
 static char scratch[2][400]; /* a folder both the login user and we can write */
 
-typedef struct backend {
-	asp_config *cfg;
-	const asp_ops *ops;
-	void *self;
-	int who; /* index into fxs */
-} backend;
+typedef ssh_backend backend;
 
 static backend natives[2], agents[2];
 
@@ -54,40 +51,11 @@ static long long now_ms(void)
 	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static asp_config *config(int who, const char *agent)
-{
-	char json[4096];
-	sshd_config_json(&fxs[who], agent, NULL, json, sizeof json);
-	asp_config *cfg = NULL;
-	asp_error err;
-	if (asp_config_parse(json, strlen(json), NULL, &cfg, &err) != ASP_OK) {
-		fprintf(stderr, "config: %s\n%s\n", err.message, json);
-		return NULL;
-	}
-	return cfg;
-}
-
 static asp_status open_backend(backend *b, int who, const char *agent, asp_error *err)
 {
-	memset(b, 0, sizeof *b);
+	asp_status st = ssh_backend_open(b, &fxs[who], agent, NULL, err);
 	b->who = who;
-	b->cfg = config(who, agent);
-	if (!b->cfg)
-		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL, "bad test config");
-	asp_status st = asp_transport_ssh.open(asp_config_get(b->cfg), &b->ops, &b->self, err);
-	if (st != ASP_OK) {
-		asp_config_free(b->cfg);
-		b->cfg = NULL;
-	}
 	return st;
-}
-
-static void close_backend(backend *b)
-{
-	if (b->self)
-		asp_transport_ssh.close(b->self);
-	asp_config_free(b->cfg);
-	memset(b, 0, sizeof *b);
 }
 
 static bool pid_alive(pid_t pid)
@@ -310,7 +278,7 @@ static void *slow_exec(void *v)
 /* A connection Dropbear dropped fails the call in flight fast; the next call reconnects. */
 static void killed_connection(int who, const char *agent_path)
 {
-	asp_config *cfg = config(who, agent_path);
+	asp_config *cfg = ssh_backend_config(&fxs[who], agent_path, NULL);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
 	asp_error err;
 	asp_client *c = NULL;
@@ -510,53 +478,16 @@ TTY_TEST(bad_input)
 /* authorized_keys' no-pty: Dropbear refuses the pty-req, spawn with tty is unsupported. */
 static void test_tty_refused(void)
 {
-	char ak[440], saved[4096] = "", line[4200];
+	char ak[440], saved[4096];
 	snprintf(ak, sizeof ak, "%s/.ssh/authorized_keys", fxs[0].home);
-	FILE *f = fopen(ak, "r");
-	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-	size_t n = fread(saved, 1, sizeof saved - 1, f);
-	fclose(f);
-	saved[n] = '\0';
-	snprintf(line, sizeof line, "no-pty %s", saved);
-	f = fopen(ak, "w");
-	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-	fputs(line, f);
-	fclose(f);
+	CU_ASSERT_EQUAL_FATAL(ssh_tty_key_no_pty(ak, saved, sizeof saved), 0);
 	backend b;
 	asp_error err;
 	asp_status st = open_backend(&b, 0, NULL, &err);
-	f = fopen(ak, "w"); /* the key as it was, for every other test */
-	if (f) {
-		fputs(saved, f);
-		fclose(f);
-	}
+	ssh_tty_key_restore(ak, saved); /* for every other test */
 	CU_ASSERT_EQUAL_FATAL(st, ASP_OK);
 	ssh_tty_refused(&(ssh_tty_target){b.ops, b.self});
-	close_backend(&b);
-}
-
-static int run_named(int argc, char **argv)
-{
-	for (int i = 1; i < argc; i++) {
-		bool found = false;
-		for (CU_pSuite s = CU_get_registry()->pSuite; s && !found; s = s->pNext) {
-			if (strcmp(s->pName, argv[i]) == 0) {
-				CU_basic_run_suite(s);
-				found = true;
-				break;
-			}
-			CU_pTest t = CU_get_test(s, argv[i]);
-			if (t) {
-				CU_basic_run_test(s, t);
-				found = true;
-			}
-		}
-		if (!found) {
-			fprintf(stderr, "no test called %s\n", argv[i]);
-			return -1;
-		}
-	}
-	return 0;
+	ssh_backend_close(&b);
 }
 
 /* Dropbear's own word when it dropped a connection (its log goes with the folder). */
@@ -577,8 +508,8 @@ static void dump_aborts(void)
 static void stop_all(void)
 {
 	for (int i = 0; i < 2; i++) {
-		close_backend(&agents[i]);
-		close_backend(&natives[i]);
+		ssh_backend_close(&agents[i]);
+		ssh_backend_close(&natives[i]);
 		sshd_stop(&fxs[i]);
 	}
 }
@@ -688,15 +619,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "CUnit: %s\n", CU_get_error_msg());
 		return 2;
 	}
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	int rc = 0;
-	if (argc > 1)
-		rc = run_named(argc, argv);
-	else
-		CU_basic_run_tests();
-	unsigned failures = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
-	CU_cleanup_registry();
+	int rc = cu_run(argc, argv);
 	dump_aborts();
 	stop_all();
-	return rc < 0 || failures ? 1 : 0;
+	return rc;
 }

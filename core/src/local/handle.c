@@ -131,4 +131,3 @@ asp_status local_proc_close_signal(local_proc *p, const char *sig, asp_error *er
 	pthread_mutex_unlock(&p->mu);
 	return ASP_OK;
 }
-

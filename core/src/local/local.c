@@ -136,9 +136,10 @@ asp_status local_hello(asp_local *l, const asp_ops *stream, bool follow, asp_hel
 		features[nf++] = "pty"; /* spawn's tty: posix_openpt is POSIX, always here */
 	if (asp_local_ops.grep)
 		features[nf++] = local_grep_dialect();
-	if (stream && stream->connect)
+	/* Both deliver by notification: announced where this connection carries them. */
+	if (follow && stream && stream->connect)
 		features[nf++] = "connect"; /* TCP from inside the sandbox (connect.c) */
-	if (stream && stream->watch)
+	if (follow && stream && stream->watch)
 		features[nf++] = "watch"; /* inotify (watch.c) */
 	r->has_features = true;
 	r->features = (asp_strv){features, nf};

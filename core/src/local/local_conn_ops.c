@@ -27,6 +27,7 @@ static const asp_ops local_stream_ops = {
     .proc_list = asp_local_proc_list,
     .proc_attach = asp_local_proc_attach,
     .connect = local_op_connect,
+    .watch = local_op_watch,
 };
 
 /*

@@ -107,6 +107,7 @@ struct local_proc {
 	char close_sig[8]; /* not a child: proc_signal asked it to close ("KILL", "TERM") */
 	bool eof[PROC_STREAM_COUNT]; /* the stream ended before exit: an eof chunk says so */
 	char *end_error; /* not a child: why it failed, for exit's error; malloc'd, owned */
+	void *ext;       /* the kind's own state (watch.c's watcher), owned by its pump */
 };
 
 /* ---- connections (local_conn.c) ---- */
