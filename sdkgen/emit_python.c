@@ -471,6 +471,14 @@ static void readme_head(FILE *o, const spec *s)
 	        "pseudo-terminal (all output on stdout; `.write(b\"\\x03\")` interrupts), "
 	        "`.resize(50, 132)` changes its size; a responder without \"pty\" in hello's "
 	        "`features` answers `unsupported`.\n"
+	        "- `c.open_connection(port, host=None)` opens a TCP connection from inside the "
+	        "sandbox (`connect`) as a socket-like object: `recv(n)` (b\"\" once the peer "
+	        "shut its side), `sendall(data)`, `shutdown(socket.SHUT_WR)` (a half-close), "
+	        "`close()`, `settimeout(s)`; asyncio: `await c.open_connection(port)` with "
+	        "`await recv/sendall/shutdown/close`. `watch(path, recursive=True)` returns a "
+	        "Process yielding `FsEventEvent`s until it is closed (`.signal(\"KILL\")`). "
+	        "Events are queued in the client as they come: a reader that stops does not "
+	        "slow the sandbox's sender here (the C library and `asp forward` do).\n"
 	        "\n",
 	        s->protocol);
 	sdk_readme_transports(o);

@@ -92,6 +92,13 @@ class AioClientBase(ClientBase):
     _StdioTransport = AioStdioTransport
     _HttpTransport = AioHttpTransport
 
+    async def open_connection(self, port, host=None, timeout_ms=0):
+        """connect, as an asp._socket.AioConnection (await recv, sendall, shutdown,
+        close)."""
+        from ._socket import AioConnection
+
+        return AioConnection(await self.connect(port, host=host, timeout_ms=timeout_ms))
+
     # ---- opening ----
     @classmethod
     async def stdio(cls, argv, *, cwd=None, env=None, timeout_ms=0, call_timeout_ms=60000):

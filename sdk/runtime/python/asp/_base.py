@@ -246,6 +246,13 @@ class ClientBase:
         """Finds and validates a config without connecting; returns its view."""
         return _config.load(path)
 
+    def open_connection(self, port, host=None, timeout_ms=0):
+        """connect, as a socket-like asp._socket.Connection (recv, sendall, shutdown,
+        close): a TCP connection opened from inside the sandbox."""
+        from ._socket import Connection
+
+        return Connection(self.connect(port, host=host, timeout_ms=timeout_ms))
+
     def close(self):
         """Closes the connection: a stdio responder gets EOF, answers what is in flight
         and exits. Calls after close raise transport_error."""
