@@ -118,9 +118,12 @@ export function findOperations(sb: Sandbox): FindOperations {
     exists: (p) => exists(sb, p),
     glob: async (pattern, cwd, { limit }) => {
       const dir = sb.path(cwd);
-      const r = await sb.call((c) => c.glob({ path: dir, pattern, max_results: limit }));
+      // hidden names too, as pi's fd --hidden; .git is never entered; pi's other ignore,
+      // node_modules, is applied to the answer (the op takes no ignore list)
+      const r = await sb.call((c) => c.glob({ path: dir, pattern, max_results: limit, hidden: true }));
+      const kept = r.paths.filter((p) => !p.includes("/node_modules/"));
       // answers are under the sandbox directory; pi relativizes them against its own
-      return r.paths.map((p) => (p === dir || p.startsWith(`${dir}/`) ? cwd + p.slice(dir.length) : p));
+      return kept.map((p) => (p === dir || p.startsWith(`${dir}/`) ? cwd + p.slice(dir.length) : p));
     },
   };
 }
