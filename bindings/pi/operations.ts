@@ -156,7 +156,7 @@ export function bashOperations(sb: Sandbox): BashOperations {
         try {
           for await (const ev of proc) {
             if (ev.event === "output") onData(Buffer.from(ev.data));
-            else {
+            else if (ev.event === "exit") {
               if (signal?.aborted) throw new Error("aborted");
               if (ev.timed_out) throw new Error(`timeout:${timeout}`);
               const code = Number(ev.exit_code);
