@@ -20,7 +20,7 @@ typedef struct bind_ctx {
 	const char *project; /* the working directory (the harness's project), absolute */
 } bind_ctx;
 
-#define BIND_FILES_MAX 8
+#define BIND_FILES_MAX 16
 
 /* One file of a plan: its path and whole new content (malloc'd; NULL: keep it as it is). */
 typedef struct bind_file {
@@ -41,6 +41,8 @@ typedef struct bind_harness {
 
 extern const bind_harness bind_claude;
 extern const bind_harness bind_codex;
+extern const bind_harness bind_opencode;
+extern const bind_harness bind_pi;
 
 /* --- helpers for planners (cmd_bind.c) ----------------------------------------------------- */
 
@@ -70,6 +72,14 @@ int bind_plan_json(const bind_ctx *b, bind_plan *plan, const char *path, json_t 
 
 /* Adds `path` with `content` (taken; NULL: unchanged). 0, or -1 after reporting. */
 int bind_plan_text(const bind_ctx *b, bind_plan *plan, const char *path, char *content);
+
+/*
+ * The absolute directory of the `harness` binding (holding `entry`) in *out (bind_dir.c):
+ * $ASP_BINDINGS_DIR, the installed tree beside this asp, the install directory, the source
+ * tree. 0, or -1 after reporting where it looked.
+ */
+int bind_bindings_dir(const bind_ctx *b, const char *harness, const char *entry, char *out,
+                      size_t cap);
 
 /* `s` as a JSON (and TOML basic) string literal, malloc'd. */
 char *bind_quote(const char *s);

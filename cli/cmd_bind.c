@@ -14,7 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const bind_harness *const harnesses[] = {&bind_claude, &bind_codex};
+static const bind_harness *const harnesses[] = {&bind_claude, &bind_codex, &bind_opencode,
+                                                &bind_pi};
 
 /* Larger files are not what a harness keeps its settings in. */
 #define BIND_FILE_MAX (4u << 20)
@@ -264,7 +265,7 @@ int cmd_bind(cli *c, int argc, char **argv)
 		return c->fail_code;
 	}
 	if (optind >= argc)
-		return cli_usage(c, "which harness? claude or codex");
+		return cli_usage(c, "which harness? claude, codex, opencode or pi");
 	if (optind + 1 < argc)
 		return cli_usage(c, "unexpected argument '%s'", argv[optind + 1]);
 	const bind_harness *h = NULL;
@@ -272,7 +273,8 @@ int cmd_bind(cli *c, int argc, char **argv)
 		if (!strcmp(harnesses[i]->name, argv[optind]))
 			h = harnesses[i];
 	if (!h)
-		return cli_usage(c, "no harness is called '%s' (claude or codex)", argv[optind]);
+		return cli_usage(c, "no harness is called '%s' (claude, codex, opencode or pi)",
+		                 argv[optind]);
 
 	/* the config: the one --config names, else the one discovery finds; it must load */
 	char config[PATH_MAX], project[PATH_MAX], self[PATH_MAX];

@@ -11,7 +11,7 @@
 #include <string.h>
 
 /* Larger files are refused rather than held in memory (and base64 on the wire). */
-#define XS_FILE_MAX (256u << 20)
+#define XS_FILE_MAX (64u << 20)
 
 static bool opt_bool(json_t *params, const char *key, bool dflt)
 {

@@ -175,13 +175,16 @@ static const cli_command commands[] = {
      "are killed when it closes.\n"
      "\n  --listen URL   ws://IP:PORT (port 0: any free one) or stdio (the default)\n"},
     {"bind", cmd_bind, "set a harness up so its own tools act in the sandbox",
-     "usage: asp bind claude|codex [--print]\n"
+     "usage: asp bind claude|codex|opencode|pi [--print]\n"
      "\nRun in the harness's project: writes that harness's own configuration so that a\n"
      "plain run of it acts in the sandbox the config names (--config, else discovery).\n"
      "claude: .mcp.json (the server asp), .claude/settings.json (the built-in tools\n"
      "denied, the server enabled) and .claude/settings.local.json (its tools allowed).\n"
      "codex: $CODEX_HOME/environments.toml (default ~/.codex): the environment asp,\n"
-     "running asp exec-server, as the default. Existing settings are kept; a second run\n"
+     "running asp exec-server, as the default. opencode: .opencode/tool/*.js, OpenCode's\n"
+     "bash, read, write, edit, glob, grep and apply_patch on the sandbox (bindings/opencode),\n"
+     "and a lockfile so OpenCode installs nothing for them. pi: .pi/settings.json lists the\n"
+     "extension bindings/pi. Existing settings are kept; a second run\n"
      "changes nothing. docs/harnesses.md tells what moves and what stays.\n"
      "\n  --print   show the files as they would be written; write nothing\n"},
     {"init", cmd_init, "write a .asp.json",

@@ -245,6 +245,7 @@ static int emit_index(const spec *s, const sdk_options *opt)
 	        "export { AspError } from \"./errors.js\";\n"
 	        "export { Process, type ClientOptions, type HttpOptions } from \"./base.js\";\n"
 	        "export type { Config } from \"./config.js\";\n"
+	        "export { Workspace, normalizePath } from \"./workspace.js\";\n"
 	        "export { ERROR_CODES, MAX_MESSAGE, PROTOCOL, type ErrorCode } from "
 	        "\"./spec.js\";\nexport * from \"./types.js\";\n\n"
 	        "/** The package version. */\nexport const VERSION = \"%s\";\n",

@@ -198,6 +198,8 @@ char *asp_workspace_to_sandbox(const asp_workspace *w, const char *path, const c
 
 char *asp_workspace_to_local(const asp_workspace *w, const char *path)
 {
-	return w ? map(w->sandbox, w->local, w->local_inside_sandbox, path)
-	         : asp_path_normalize(path);
+	/* a sandbox inside the harness's directory: its paths already are the harness's */
+	if (!w || w->sandbox_inside_local)
+		return asp_path_normalize(path);
+	return map(w->sandbox, w->local, w->local_inside_sandbox, path);
 }

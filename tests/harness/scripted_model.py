@@ -17,8 +17,9 @@ Every request is appended as one JSON line to the log: {"path", "body"}; a test 
 tool results the harness sent back from it. APIs are small handlers keyed by request path,
 each turning a step into that API's answer:
   POST /v1/responses, /responses    OpenAI Responses API over SSE (Codex)
-Others (chat completions, Anthropic Messages) plug in the same way: add a handler to
-HANDLERS.
+  POST /v1/chat/completions          OpenAI Chat Completions over SSE (pi, OpenCode); a
+                                     request offering no tools (a session title) takes no step
+Others (Anthropic Messages) plug in the same way: add a handler to HANDLERS.
 
 usage: scripted_model.py SCRIPT.json LOG.jsonl [PORT_FILE]
 Listens on 127.0.0.1 on a free port; writes the port to PORT_FILE (or prints it) when ready.
@@ -42,6 +43,11 @@ class Script:
         self.calls = 0
         self.lock = threading.Lock()
         self.log = open(log_path, "a", buffering=1)
+
+    def note(self, path, body):
+        """Logs a request that takes no step."""
+        with self.lock:
+            self.log.write(json.dumps({"path": path, "body": body, "untaken": True}) + "\n")
 
     def take(self, path, body):
         with self.lock:
@@ -136,9 +142,68 @@ def responses_handler(req, step, n, body):
     req.close_connection = True
 
 
+# --- OpenAI Chat Completions (SSE): pi's openai-completions, OpenCode's openai-compatible --
+
+def chat_results(body):
+    """The tool results (text) a chat request carries, oldest first."""
+    out = []
+    for m in body.get("messages", []):
+        if isinstance(m, dict) and m.get("role") == "tool":
+            c = m.get("content")
+            if isinstance(c, list):
+                c = "".join(p.get("text", "") for p in c if isinstance(p, dict))
+            out.append(c if isinstance(c, str) else json.dumps(c))
+    return out
+
+
+def chat_untaken(body):
+    """A request offering no tools (OpenCode's title of the session) takes no step."""
+    return not body.get("tools")
+
+
+def chat_handler(req, step, n, body):
+    base = {"id": "chatcmpl_%d" % n, "object": "chat.completion.chunk", "created": 0,
+            "model": body.get("model", "scripted")}
+    chunks = []
+    delta = {"role": "assistant"}
+    text = step.get("text", "") + step.get("message", "")
+    if text:
+        chunks.append(dict(delta, content=text))
+        delta = {}
+    results = chat_results(body)
+    calls = step.get("calls", [])
+    for i, call in enumerate(calls):
+        args = fill(call.get("arguments", {}), results)
+        chunks.append(dict(delta, tool_calls=[{
+            "index": i, "id": call.get("call_id", "call_%d_%d" % (n, i)), "type": "function",
+            "function": {"name": call["name"],
+                         "arguments": args if isinstance(args, str) else json.dumps(args)}}]))
+        delta = {}
+    req.send_response(200)
+    req.send_header("Content-Type", "text/event-stream")
+    req.send_header("Cache-Control", "no-cache")
+    req.end_headers()
+    events = [dict(base, choices=[{"index": 0, "delta": d, "finish_reason": None}])
+              for d in chunks]
+    events.append(dict(base, choices=[{"index": 0, "delta": {},
+                                       "finish_reason": "tool_calls" if calls else "stop"}]))
+    events.append(dict(base, choices=[], usage={"prompt_tokens": 10, "completion_tokens": 10,
+                                                "total_tokens": 20}))
+    for e in events:
+        req.wfile.write(("data: %s\n\n" % json.dumps(e)).encode())
+    req.wfile.write(b"data: [DONE]\n\n")
+    req.wfile.flush()
+    req.close_connection = True
+
+
+chat_handler.untaken = chat_untaken
+
+
 HANDLERS = {
     "/v1/responses": responses_handler,
     "/responses": responses_handler,
+    "/v1/chat/completions": chat_handler,
+    "/chat/completions": chat_handler,
 }
 
 
@@ -169,6 +234,11 @@ class Handler(BaseHTTPRequestHandler):
         handler = HANDLERS.get(path)
         if not handler:
             self.send_error(404, "the scripted model has no handler for " + path)
+            return
+        untaken = getattr(handler, "untaken", None)
+        if untaken and untaken(body):
+            self.script.note(path, body)
+            handler(self, {"message": "Scripted session"}, 0, body)
             return
         step, n = self.script.take(path, body)
         handler(self, step, n, body)

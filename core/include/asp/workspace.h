@@ -8,8 +8,9 @@
  * pops one, no trailing slash), component by component: /home/me/proj2 is not under
  * /home/me/proj. When the sandbox directory lies inside the local one (both on one
  * machine), a path already under the sandbox directory is sent unchanged, so a sandbox
- * path learnt from command output is not mapped twice; the mirror rule holds for mapping
- * back.
+ * path learnt from command output is not mapped twice, and nothing is mapped back (every
+ * sandbox path is then a harness path too). When the local directory lies inside the
+ * sandbox's, a sandbox path under the local one is shown back unchanged.
  *
  * Threads: a handle is immutable once made; any thread may use it.
  */

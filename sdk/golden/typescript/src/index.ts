@@ -12,6 +12,7 @@ export { Client } from "./client.js";
 export { AspError } from "./errors.js";
 export { Process, type ClientOptions, type HttpOptions } from "./base.js";
 export type { Config } from "./config.js";
+export { Workspace, normalizePath } from "./workspace.js";
 export { ERROR_CODES, MAX_MESSAGE, PROTOCOL, type ErrorCode } from "./spec.js";
 export * from "./types.js";
 

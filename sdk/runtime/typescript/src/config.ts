@@ -84,6 +84,7 @@ const FIELDS: [string, Kind][] = [
   ["ssh.agent", "string"], ["stdio.command", "argv"], ["http.url", "string"],
   ["http.token_env", "string"], ["http.token_file", "local_path"],
   ["http.ca_file", "local_path"], ["http.websocket", "bool"],
+  ["workspace.local", "local_path"], ["workspace.sandbox", "string"],
 ];
 const TRANSPORTS = ["stdio", "ssh", "http"];
 
@@ -201,6 +202,9 @@ export interface Config {
   ssh: Record<string, string | number | boolean>;
   stdio: { command?: string[] };
   http: { url?: string; token_env?: string; token_file?: string; ca_file?: string; websocket?: boolean };
+  /** The harness's directory (absolute) and the sandbox directory it stands for
+   * (workspace.ts maps between them). */
+  workspace: { local?: string; sandbox?: string };
   /** The whole validated file as version 1 (keys the view lacks too): objects are Maps,
    * integers bigints. */
   document: JsonObject;
@@ -224,6 +228,7 @@ function buildField(v: Ctx, path: string, kind: Kind, doc: JsonValue, cfg: Confi
   const store = (x: string | number | boolean) => {
     if (section === "ssh") cfg.ssh[leaf] = x;
     else if (section === "http") (cfg.http as Record<string, unknown>)[leaf] = x;
+    else if (section === "workspace") (cfg.workspace as Record<string, unknown>)[leaf] = x;
     else (cfg as unknown as Record<string, unknown>)[leaf] = x;
   };
   switch (kind) {
@@ -320,7 +325,7 @@ export function parseConfig(data: Uint8Array, filename: string | undefined): Con
     doc = v0ToV1(doc as JsonObject);
   }
   validate(v, V1, doc);
-  const cfg: Config = { transport: "stdio", env: [], timeout_ms: 0, call_timeout_ms: 60000, ssh: {}, stdio: {}, http: {}, document: doc as JsonObject };
+  const cfg: Config = { transport: "stdio", env: [], timeout_ms: 0, call_timeout_ms: 60000, ssh: {}, stdio: {}, http: {}, workspace: {}, document: doc as JsonObject };
   if (filename !== undefined) cfg.path = file;
   for (const [path, kind] of FIELDS) buildField(v, path, kind, doc, cfg, base);
   return cfg;

@@ -1,0 +1,4 @@
+// OpenCode's built-in `bash`, acting in the sandbox (docs/harnesses.md, "OpenCode").
+import { aspTool } from "../asp.js";
+
+export default await aspTool("bash");
