@@ -314,16 +314,19 @@ static void default_signals(void)
 }
 
 /*
- * Root's home as Dropbear sees it in its mount namespace: an overlay whose lower layer
- * is the real home (read, never written) and whose upper layer, in the fixture's folder,
- * holds .ssh/authorized_keys. `opts` gets the overlay's mount options.
+ * Root's home as Dropbear sees it in its mount namespace: a folder in the fixture's one
+ * holding the fixture's .ssh and, for every other entry of the real home, a placeholder
+ * the entry itself is bound onto, so the login reads and writes root's own files (as
+ * over OpenSSH) and nothing is added to the real home. (An overlay with the home as its
+ * lower layer would not do: root's logins over OpenSSH change that layer meanwhile,
+ * which overlayfs does not follow.) Returns the pairs to bind, source then target, the
+ * last the folder onto the home; NULL-terminated, malloc'd; NULL with fx->why.
  */
-static int dropbear_root_home(sshd_fixture *fx, char *opts, size_t cap)
+static char **dropbear_root_home(sshd_fixture *fx)
 {
-	char upper[400], work[400], ssh_dir[440], ak[480], pub[400], key[1024] = "";
-	snprintf(upper, sizeof upper, "%s/home-upper", fx->dir);
-	snprintf(work, sizeof work, "%s/home-work", fx->dir);
-	snprintf(ssh_dir, sizeof ssh_dir, "%s/.ssh", upper);
+	char top[400], ssh_dir[440], ak[480], pub[400], key[1024] = "";
+	snprintf(top, sizeof top, "%s/home", fx->dir);
+	snprintf(ssh_dir, sizeof ssh_dir, "%s/.ssh", top);
 	snprintf(ak, sizeof ak, "%s/authorized_keys", ssh_dir);
 	snprintf(pub, sizeof pub, "%s.pub", fx->client_key);
 	FILE *f = fopen(pub, "r");
@@ -333,26 +336,73 @@ static int dropbear_root_home(sshd_fixture *fx, char *opts, size_t cap)
 		fclose(f);
 	}
 	struct stat home;
-	/* the overlay's top folder takes the upper layer's owner and mode: the home's */
-	bool ok = key[0] && stat(fx->home, &home) == 0 &&
-	          (mkdir(upper, 0700) == 0 || errno == EEXIST) &&
-	          chmod(upper, home.st_mode & 07777) == 0 &&
-	          chown(upper, home.st_uid, home.st_gid) == 0 &&
-	          (mkdir(work, 0700) == 0 || errno == EEXIST) &&
-	          (mkdir(ssh_dir, 0700) == 0 || errno == EEXIST) && write_file(ak, key, 0600) == 0;
-	if (!ok) {
-		snprintf(fx->why, sizeof fx->why, "cannot prepare root's home overlay in %s: %s",
-		         fx->dir, strerror(errno));
-		return -1;
+	/* the folder takes the home's owner and mode (Dropbear checks them) */
+	bool ok =
+	    key[0] && stat(fx->home, &home) == 0 && (mkdir(top, 0700) == 0 || errno == EEXIST) &&
+	    chmod(top, home.st_mode & 07777) == 0 && chown(top, home.st_uid, home.st_gid) == 0 &&
+	    (mkdir(ssh_dir, 0700) == 0 || errno == EEXIST) && write_file(ak, key, 0600) == 0;
+	DIR *d = ok ? opendir(fx->home) : NULL;
+	size_t n = 0, cap = 16;
+	char **binds = ok && d ? calloc(cap, sizeof *binds) : NULL;
+	ok = binds != NULL;
+	struct dirent *de;
+	while (ok && (de = readdir(d)) != NULL) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+		    !strcmp(de->d_name, ".ssh"))
+			continue;
+		char src[800], dst[800], target[600];
+		snprintf(src, sizeof src, "%s/%s", fx->home, de->d_name);
+		snprintf(dst, sizeof dst, "%s/%s", top, de->d_name);
+		struct stat st;
+		if (lstat(src, &st) != 0)
+			continue;          /* gone meanwhile */
+		if (S_ISLNK(st.st_mode)) { /* a link is copied: binding would follow it */
+			ssize_t len = readlink(src, target, sizeof target - 1);
+			ok = len >= 0 &&
+			     (target[len] = '\0', symlink(target, dst) == 0 || errno == EEXIST);
+			continue;
+		}
+		ok = S_ISDIR(st.st_mode) ? mkdir(dst, 0700) == 0 || errno == EEXIST
+		                         : write_file(dst, "", 0600) == 0;
+		if (ok && n + 4 > cap) {
+			char **nb = realloc(binds, 2 * cap * sizeof *binds);
+			ok = nb != NULL;
+			if (nb) {
+				binds = nb;
+				cap *= 2;
+			}
+		}
+		if (ok) {
+			binds[n++] = strdup(src);
+			binds[n++] = strdup(dst);
+			binds[n] = NULL;
+			ok = binds[n - 2] && binds[n - 1];
+		}
 	}
-	snprintf(opts, cap, "lowerdir=%s,upperdir=%s,workdir=%s", fx->home, upper, work);
-	return 0;
+	if (d)
+		closedir(d);
+	if (ok) {
+		binds[n++] = strdup(top);
+		binds[n++] = strdup(fx->home);
+		binds[n] = NULL;
+		ok = binds[n - 2] && binds[n - 1];
+	}
+	if (!ok) {
+		snprintf(fx->why, sizeof fx->why, "cannot prepare root's home in %s: %s", top,
+		         strerror(errno));
+		for (size_t i = 0; binds && i < n; i++)
+			free(binds[i]);
+		free(binds);
+		return NULL;
+	}
+	return binds;
 }
 
 static int launch_dropbear(sshd_fixture *fx)
 {
-	char passwd[400], group[400], listen_on[64], pidfile[400], overlay[1400] = "";
-	if (fx->root_login ? dropbear_root_home(fx, overlay, sizeof overlay) < 0
+	char passwd[400], group[400], listen_on[64], pidfile[400];
+	char **binds = NULL; /* root_login: bind mounts, source then target */
+	if (fx->root_login ? !(binds = dropbear_root_home(fx))
 	                   : dropbear_files(fx, passwd, group, sizeof passwd) < 0)
 		return -1;
 	snprintf(listen_on, sizeof listen_on, "127.0.0.1:%u", fx->port);
@@ -382,9 +432,11 @@ static int launch_dropbear(sshd_fixture *fx)
 		}
 		if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 			_exit(98);
-		if (overlay[0] ? mount("overlay", fx->home, "overlay", 0, overlay) < 0
-		               : mount(passwd, "/etc/passwd", NULL, MS_BIND, NULL) < 0 ||
-		                     mount(group, "/etc/group", NULL, MS_BIND, NULL) < 0)
+		for (size_t i = 0; binds && binds[i]; i += 2)
+			if (mount(binds[i], binds[i + 1], NULL, MS_BIND | MS_REC, NULL) < 0)
+				_exit(98);
+		if (!binds && (mount(passwd, "/etc/passwd", NULL, MS_BIND, NULL) < 0 ||
+		               mount(group, "/etc/group", NULL, MS_BIND, NULL) < 0))
 			_exit(98);
 		dup2(null_in, 0);
 		dup2(null_out, 1);
@@ -400,6 +452,9 @@ static int launch_dropbear(sshd_fixture *fx)
 		execve(DROPBEAR, (char *const *)argv, environ);
 		_exit(99);
 	}
+	for (size_t i = 0; binds && binds[i]; i++)
+		free(binds[i]);
+	free(binds);
 	if (log >= 0)
 		close(log);
 	close(null_in);

@@ -69,8 +69,9 @@ int dropbear_start(sshd_fixture *fx, bool non_root);
  * config changes: the server listens on 127.0.0.1 and a free port, with a host key and
  * the client's key from the fixture's folder. sshd reads the key through
  * `AuthorizedKeysFile`; Dropbear (which only reads ~/.ssh/authorized_keys) runs in a
- * mount namespace of its own where root's home is an overlay: root's home as it is
- * below, the fixture's .ssh above, so the real home is read and never written. Both
+ * mount namespace of its own where root's home is a folder of the fixture's holding its
+ * .ssh and every other entry of the real home bound in place: root's own files are read
+ * and written, and nothing is added to the real home. Both
  * servers start the way a script's background job starts them, with SIGINT and SIGQUIT
  * ignored, which they pass on to every command. Needs root.
  */

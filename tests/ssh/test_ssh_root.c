@@ -40,7 +40,9 @@ static asp_status open_backend(backend *b, const sshd_fixture *fx, const char *a
 {
 	memset(b, 0, sizeof *b);
 	char json[4096];
-	sshd_config_json(fx, agent, NULL, json, sizeof json);
+	/* root's startup files may take seconds on a loaded machine: spawn waits this long
+	 * for the login shell to start the command */
+	sshd_config_json(fx, agent, "\"connect_timeout_ms\": 30000", json, sizeof json);
 	asp_status st = asp_config_parse(json, strlen(json), NULL, &b->cfg, err);
 	if (st == ASP_OK)
 		st = asp_transport_ssh.open(asp_config_get(b->cfg), &b->ops, &b->self, err);
