@@ -145,11 +145,11 @@ CHILD_CODE __attribute__((noreturn)) static void child_main(void *p)
 		if (sig == SIGKILL || sig == SIGSTOP)
 			continue;
 		uint64_t bit = (uint64_t)1 << (sig - 1);
-		bool reset = known ? (caught & bit) || (forced_default(a, sig) && (ignored & bit))
-		                   : forced_default(a, sig) ||
-		                         (syscall(SYS_rt_sigaction, sig, NULL, &old, KSIGSET_SIZE) ==
-		                              0 &&
-		                          old.handler != SIG_DFL && old.handler != SIG_IGN);
+		bool reset =
+		    known ? (caught & bit) || (forced_default(a, sig) && (ignored & bit))
+		          : forced_default(a, sig) ||
+		                (syscall(SYS_rt_sigaction, sig, NULL, &old, KSIGSET_SIZE) == 0 &&
+		                 old.handler != SIG_DFL && old.handler != SIG_IGN);
 		if (reset)
 			syscall(SYS_rt_sigaction, sig, &dfl, NULL, KSIGSET_SIZE);
 	}
