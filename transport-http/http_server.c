@@ -452,7 +452,9 @@ static int on_body_done(struct lws *wsi, http_pss *pss)
 		if (r && srv_inline_ok(c->s, r)) {
 			if (!srv_serve_inline(c, r))
 				return answer(c, 500, "internal: out of memory\n", true);
-			srv_wake(c->s); /* written from srv_drain_ready, as srv_respond's answers */
+			/* written now, from this callback, as a form handler answers in it: no
+			 * wake-up of this thread (an eventfd write, a poll and a read) */
+			srv_drain_ready(c->s);
 			return 0;
 		}
 		if (!r) { /* as a worker would answer it */

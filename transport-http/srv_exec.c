@@ -89,6 +89,24 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The exec's timer: at `until`, or soon when it is polled on a timer (n fds to poll). */
+static void arm_timer(srv_exec *e, int n, uint64_t until)
+{
+	srv *s = e->c->s;
+	if (e->poll_self && n > 0) {
+		uint64_t soon = now_ns() + POLL_SELF_US * 1000u;
+		if (soon < until)
+			until = soon;
+	}
+	if (until == UINT64_MAX) {
+		lws_sul_cancel(&e->sul);
+		return;
+	}
+	uint64_t now = now_ns();
+	lws_usec_t us = until > now ? (lws_usec_t)((until - now + 999) / 1000) : 1;
+	lws_sul_schedule(s->ctx, 0, &e->sul, on_timer, us);
+}
+
 /* Re-arms what the exec waits for now (EPOLLONESHOT) and its timer. */
 static void rearm(srv_exec *e)
 {
@@ -106,18 +124,7 @@ static void rearm(srv_exec *e)
 		if (!slot || epoll_ctl(s->exec_ep, EPOLL_CTL_MOD, pfd[i].fd, &ev) < 0)
 			e->poll_self = true;
 	}
-	if (e->poll_self && n > 0) {
-		uint64_t soon = now_ns() + POLL_SELF_US * 1000u;
-		if (soon < until)
-			until = soon;
-	}
-	if (until == UINT64_MAX) {
-		lws_sul_cancel(&e->sul);
-		return;
-	}
-	uint64_t now = now_ns();
-	lws_usec_t us = until > now ? (lws_usec_t)((until - now + 999) / 1000) : 1;
-	lws_sul_schedule(s->ctx, 0, &e->sul, on_timer, us);
+	arm_timer(e, n, until);
 }
 
 /* The answer goes out; the exec is done with. */
@@ -196,12 +203,13 @@ bool srv_exec_start(srv_conn *c, asp_request *r)
 	e->nslots = asp_local_exec_wants(e->x, pfd, &until);
 	for (int i = 0; i < e->nslots; i++) {
 		e->slot[i] = (struct srv_exec_slot){e, pfd[i].fd};
-		/* Disarmed until rearm sets its events: one place decides them. */
-		struct epoll_event ev = {.events = EPOLLONESHOT, .data.ptr = &e->slot[i]};
+		/* armed as it is added (as rearm would, without a second call per fd) */
+		struct epoll_event ev = {.events = (uint32_t)pfd[i].events | EPOLLONESHOT,
+		                         .data.ptr = &e->slot[i]};
 		if (epoll_ctl(s->exec_ep, EPOLL_CTL_ADD, pfd[i].fd, &ev) < 0)
 			e->poll_self = true; /* no room in the set (max_user_watches) */
 	}
-	rearm(e);
+	arm_timer(e, e->nslots, until);
 	return true;
 }
 

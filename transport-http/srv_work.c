@@ -582,7 +582,7 @@ static bool path_is_local(srv *s, const char *path)
 /*
  * Whether `path` can be resolved without following a symlink, on a local mount: a
  * symlink could lead into a network mount that hangs, which the mount table does not
- * show. O_PATH opens nothing but the name; for a read, *st is the file.
+ * show. O_PATH opens nothing but the name; with `st` (a read), *st is the file.
  */
 static bool path_plain(const char *path, struct stat *st)
 {
@@ -593,7 +593,7 @@ static bool path_plain(const char *path, struct stat *st)
 	int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
 	if (fd < 0)
 		return errno == ENOENT; /* nothing there to hang on: not_found, answered here */
-	bool ok = fstat(fd, st) == 0;
+	bool ok = !st || fstat(fd, st) == 0;
 	close(fd);
 	return ok;
 #else
@@ -625,7 +625,7 @@ bool srv_inline_ok(srv *s, const asp_request *r)
 	struct stat st;
 	st.st_mode = 0;
 	if (path[0] != '/' || strstr(path, "/..") || !path_is_local(s, path) ||
-	    !path_plain(path, &st))
+	    !path_plain(path, m == 1 ? &st : NULL))
 		return false;
 	/* A read answers the file: only a small regular one here. */
 	return m != 1 || (S_ISREG(st.st_mode) && st.st_size <= SRV_INLINE_READ);

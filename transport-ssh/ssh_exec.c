@@ -14,7 +14,11 @@
 
 /* exec's timeout: KILL 2 s after TERM (docs/design.md, "Operations"). */
 #define KILL_GRACE_NS (2000ull * SSH_NS_PER_MS)
-/* After the KILL, stop waiting for pipes held by processes that left the group. */
+/*
+ * After the KILL ran, stop waiting for pipes held by processes that left the group. The
+ * kill itself (and the wrapper's report of the group) goes through the login shell,
+ * which may take up to connect_timeout_ms to start: that long is waited for it first.
+ */
 #define GIVE_UP_NS (2000ull * SSH_NS_PER_MS)
 /* How long a command's end is awaited before its channel goes (ssh_exit_settle). */
 #define SETTLE_NS (5000ull * SSH_NS_PER_MS) /* past the KILL 2 s after a TERM */
@@ -503,6 +507,7 @@ asp_status ssh_exec_run(sshc *c, const asp_exec_params *p, size_t budget, asp_ex
 	uint64_t t0 = ssh_now_ns(), t_end = 0;
 	uint64_t term_at = ssh_deadline_ms(p->timeout_ms);
 	uint64_t kill_at = SSH_NO_DEADLINE, give_up_at = SSH_NO_DEADLINE;
+	uint64_t kill_ran_by = 0, report_by = 0; /* the login shell's bounds (see GIVE_UP_NS) */
 	uint64_t retry_at = 0;
 	bool timed_out = false, term_sent = false, kill_sent = false;
 	uint8_t *buf = malloc(READ_CHUNK);
@@ -614,6 +619,7 @@ asp_status ssh_exec_run(sshc *c, const asp_exec_params *p, size_t budget, asp_ex
 		if (!timed_out && now >= term_at) {
 			timed_out = true;
 			kill_at = now + KILL_GRACE_NS;
+			report_by = sshc_setup_deadline(c);
 			/* honoured by sshd for non-root; where the wrapper relays, the channel's
 			 * process is the wrapper, which ignores it (and would die of a KILL) */
 			if (!x.relayed)
@@ -630,19 +636,27 @@ asp_status ssh_exec_run(sshc *c, const asp_exec_params *p, size_t budget, asp_ex
 			killer2 = ssh_killer_start(c, x.pid, x.pgid, "KILL", false);
 			kill_sent = killer2 != NULL || now >= kill_at + GIVE_UP_NS;
 			give_up_at = now + GIVE_UP_NS;
+			kill_ran_by = sshc_setup_deadline(c);
 			retry_at = now + KILL_RETRY_NS;
 		}
-		if (timed_out && (kill_sent ? now >= give_up_at : now >= kill_at + GIVE_UP_NS)) {
+		if (timed_out && (kill_sent ? now >= give_up_at && (!killer2 || now >= kill_ran_by)
+		                            : now >= kill_at + GIVE_UP_NS && now >= report_by)) {
 			t_end = now; /* killed and still not closed, or never told us its group */
 			break;
 		}
 		ssh_killer_reap(c, &killer, false);
+		bool killing = killer2 != NULL;
 		ssh_killer_reap(c, &killer2, false);
+		if (killing && !killer2 && give_up_at < now + GIVE_UP_NS)
+			give_up_at = now + GIVE_UP_NS; /* the KILL ran just now */
 		if (!progress) {
-			uint64_t until = !timed_out  ? term_at
-			                 : kill_sent ? give_up_at
-			                 : x.pid > 0 ? kill_at
-			                             : kill_at + GIVE_UP_NS;
+			uint64_t late =
+			    kill_at + GIVE_UP_NS > report_by ? kill_at + GIVE_UP_NS : report_by;
+			uint64_t until =
+			    !timed_out  ? term_at
+			    : kill_sent ? (now < give_up_at || !killer2 ? give_up_at : kill_ran_by)
+			    : x.pid > 0 ? kill_at
+			                : late;
 			if (timed_out && x.pid > 0 && (!term_sent || !kill_sent) &&
 			    retry_at > now && retry_at < until)
 				until = retry_at;

@@ -116,12 +116,25 @@ bool ssh_is_shell_name(const char *z)
  * signal that killed it). It ignores the signals the server delivers to it, so that the
  * group kill (from a second channel) is what ends the command.
  *
+ * A server started with signals ignored (SIGINT and SIGQUIT, by a script's background job)
+ * passes that on to every command, and a shell cannot undo it (POSIX: a signal ignored
+ * on entry stays ignored). The wrapper reads the ignored set from /proc/$$/stat (the
+ * line it reads anyway) and, where it is not empty, starts the command with every
+ * signal's action the default, as the local backend does: through `env
+ * --default-signal` (coreutils 9 and later) or perl, each running before the env is
+ * exported and exec'ing a /bin/sh that exports it; with neither the command keeps what
+ * it inherited.
+ *
  * On a terminal (spawn with tty: stdout is the pty) it always execs: both servers make a
  * pty session's process a session leader with the pty as its controlling terminal, and
  * a relay would put pipes between the command and its terminal. A server that did not
  * would leave the command in its group, and the wrapper says so (PGID not PID): kills
  * then reach that process alone.
  */
+/* What the local backend sets back to the default for a command (spawn_util.c). */
+#define RESET_SIGNALS_ENV  "HUP,INT,QUIT,PIPE,ALRM,TERM,USR1,USR2,CHLD,TSTP,TTIN,TTOU,XFSZ"
+#define RESET_SIGNALS_PERL "HUP INT QUIT PIPE ALRM TERM USR1 USR2 CHLD TSTP TTIN TTOU XFSZ"
+
 static const char wrapper_head[] =
     "printf \"\\001ASP%s\\n\" \"$1\" >&2\n"
     "d=$2 e= p=$3\n"
@@ -152,14 +165,39 @@ static const char wrapper_head[] =
     "esac\n"
     "fi\n"
     "if [ -n \"$e\" ]; then printf \"\\001ASP%s err %s\\n\" \"$1\" \"$e\"; exit 0; fi\n"
-    "n=$1 g=$$\n"
-    "if [ -r /proc/$$/stat ]; then read -r x x x x g x </proc/$$/stat; fi\n"
+    "n=$1 g=$$ i=0 D= k=\n"
+    /* fields 5 and 33 of stat: the group, the ignored signals (decimal) */
+    "if [ -r /proc/$$/stat ]; then\n"
+    "read -r x x x x g x x x x x x x x x x x x x x x x x x x x x x x x x x x i x </proc/$$/stat\n"
+    "fi\n"
+    "if [ \"$i\" != 0 ]; then\n"
+    "k='$SIG{$_}=\"DEFAULT\"for qw(" RESET_SIGNALS_PERL ");'\n"
+    "if /usr/bin/env --default-signal=" RESET_SIGNALS_ENV " true 2>/dev/null; then\n"
+    "D=/usr/bin/env\n"
+    "elif [ -x /usr/bin/perl ]; then D=/usr/bin/perl; fi\n"
+    "fi\n"
     "shift 5\n"
+    /* o: the "ok" line from NONCE PID PGID SUFFIX */
+    "o='printf \"\\001ASP%s ok %s %s%s\\n\" \"$1\" \"$2\" \"$3\" \"$4\"; shift 4\n'\n"
+    /* E PROG NONCE PID PGID SUFFIX ENV... ARGV: with signals to reset, execs PROG (if not
+     * empty), the reset, and a /bin/sh that says "ok", exports the env and execs the
+     * argv, so that no signal sent after "ok" finds it ignored; else says "ok" */
+    "E() {\n"
+    "x=$1\n"
+    "shift\n"
+    "case $D in\n"
+    "*/env) exec ${x:+\"$x\"} $D --default-signal=" RESET_SIGNALS_ENV " /bin/sh -c \"$o$t\"'\n"
+    "exec \"$@\"' sh \"$@\";;\n"
+    "*/perl) exec ${x:+\"$x\"} $D -e \"${k}exec@ARGV;exit 127\" -- /bin/sh -c \"$o$t\"'\n"
+    "exec \"$@\"' sh \"$@\";;\n"
+    "esac\n"
+    "eval \"$o\"\n"
+    "}\n"
     "t='while [ $# -gt ";
 static const char wrapper_tail[] =
     " ]; do export \"$1\"; shift; done\n'\n"
     "if [ \"$g\" = $$ ] || [ -t 1 ]; then\n"
-    "printf \"\\001ASP%s ok %s %s\\n\" \"$n\" $$ \"$g\"\n"
+    "E '' \"$n\" $$ \"$g\" '' \"$@\"\n"
     "eval \"$t\"\n"
     "exec \"$@\"\n"
     "fi\n"
@@ -182,13 +220,16 @@ static const char wrapper_tail[] =
     "trap - HUP INT QUIT TERM USR1 USR2 ALRM\n"
     "read -r p x </proc/self/stat\n"
     "if [ -n \"$s$q\" ]; then g=$p; fi\n"
-    /* "relay": the channel's process is this wrapper, not the command (no signal there) */
-    "printf \"\\001ASP%s ok %s %s relay\\n\" \"$n\" \"$p\" \"$g\"\n"
-    /* (the client passes an env entry named s through env(1), so $s is still ours) */
-    "if [ -n \"$s\" ]; then eval \"$t\"; exec \"$s\" \"$@\"; fi\n"
-    /* perl runs before the env is exported: PERL5OPT and the like cannot reach it */
-    "if [ -n \"$q\" ]; then exec \"$q\" -e 'setpgrp;exec@ARGV;exit 127' -- /bin/sh -c \"$t\"'\n"
-    "exec \"$@\"' sh \"$@\"; fi\n"
+    /* "relay": the channel's process is this wrapper, not the command (no signal there);
+     * (the client passes an env entry named s through env(1), so $s is still ours) */
+    "if [ -n \"$s\" ]; then E \"$s\" \"$n\" \"$p\" \"$g\" ' relay' \"$@\"; eval \"$t\"; "
+    "exec \"$s\" \"$@\"; fi\n"
+    /* perl runs before the env is exported: PERL5OPT and the like cannot reach it; the
+     * group exists before "ok" */
+    "if [ -n \"$q\" ]; then exec \"$q\" -e \"setpgrp;${k}exec@ARGV;exit 127\" -- /bin/sh -c "
+    "\"$o$t\"'\n"
+    "exec \"$@\"' sh \"$n\" \"$p\" \"$g\" ' relay' \"$@\"; fi\n"
+    "E '' \"$n\" \"$p\" \"$g\" ' relay' \"$@\"\n"
     "eval \"$t\"\n"
     "exec \"$@\"\n"
     /* the subshell's own stderr is /dev/null: dash reports a job killed by a signal */
@@ -200,6 +241,14 @@ static const char wrapper_tail[] =
     "XFSZ|VTALRM|PROF|SYS)\n"
     "trap - HUP INT QUIT TERM USR1 USR2 ALRM\n"
     "ulimit -c 0 2>/dev/null\n"
+    /* a signal the wrapper inherited ignored: re-raised by what can reset it */
+    "case $x$D in\n"
+    "KILL*) ;;\n"
+    "*/env) exec $D --default-signal=\"$x\" /bin/sh -c 'kill -s \"$1\" $$; exit \"$2\"' sh "
+    "\"$x\" \"$r\";;\n"
+    "*/perl) exec $D -e '$SIG{$ARGV[0]}=\"DEFAULT\";kill$ARGV[0],$$;exit$ARGV[1]' \"$x\" "
+    "\"$r\";;\n"
+    "esac\n"
     "kill -s \"$x\" $$;;\n"
     "esac\n"
     "fi\n"

@@ -313,10 +313,97 @@ static void default_signals(void)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
+/*
+ * Root's home as Dropbear sees it in its mount namespace: a folder in the fixture's one
+ * holding the fixture's .ssh and, for every other entry of the real home, a placeholder
+ * the entry itself is bound onto, so the login reads and writes root's own files (as
+ * over OpenSSH) and nothing is added to the real home. (An overlay with the home as its
+ * lower layer would not do: root's logins over OpenSSH change that layer meanwhile,
+ * which overlayfs does not follow.) Returns the pairs to bind, source then target, the
+ * last the folder onto the home; NULL-terminated, malloc'd; NULL with fx->why.
+ */
+static char **dropbear_root_home(sshd_fixture *fx)
+{
+	char top[400], ssh_dir[440], ak[480], pub[400], key[1024] = "";
+	snprintf(top, sizeof top, "%s/home", fx->dir);
+	snprintf(ssh_dir, sizeof ssh_dir, "%s/.ssh", top);
+	snprintf(ak, sizeof ak, "%s/authorized_keys", ssh_dir);
+	snprintf(pub, sizeof pub, "%s.pub", fx->client_key);
+	FILE *f = fopen(pub, "r");
+	if (f) {
+		if (!fgets(key, sizeof key, f))
+			key[0] = '\0';
+		fclose(f);
+	}
+	struct stat home;
+	/* the folder takes the home's owner and mode (Dropbear checks them) */
+	bool ok =
+	    key[0] && stat(fx->home, &home) == 0 && (mkdir(top, 0700) == 0 || errno == EEXIST) &&
+	    chmod(top, home.st_mode & 07777) == 0 && chown(top, home.st_uid, home.st_gid) == 0 &&
+	    (mkdir(ssh_dir, 0700) == 0 || errno == EEXIST) && write_file(ak, key, 0600) == 0;
+	DIR *d = ok ? opendir(fx->home) : NULL;
+	size_t n = 0, cap = 16;
+	char **binds = ok && d ? calloc(cap, sizeof *binds) : NULL;
+	ok = binds != NULL;
+	struct dirent *de;
+	while (ok && (de = readdir(d)) != NULL) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+		    !strcmp(de->d_name, ".ssh"))
+			continue;
+		char src[800], dst[800], target[600];
+		snprintf(src, sizeof src, "%s/%s", fx->home, de->d_name);
+		snprintf(dst, sizeof dst, "%s/%s", top, de->d_name);
+		struct stat st;
+		if (lstat(src, &st) != 0)
+			continue;          /* gone meanwhile */
+		if (S_ISLNK(st.st_mode)) { /* a link is copied: binding would follow it */
+			ssize_t len = readlink(src, target, sizeof target - 1);
+			ok = len >= 0 &&
+			     (target[len] = '\0', symlink(target, dst) == 0 || errno == EEXIST);
+			continue;
+		}
+		ok = S_ISDIR(st.st_mode) ? mkdir(dst, 0700) == 0 || errno == EEXIST
+		                         : write_file(dst, "", 0600) == 0;
+		if (ok && n + 4 > cap) {
+			char **nb = realloc(binds, 2 * cap * sizeof *binds);
+			ok = nb != NULL;
+			if (nb) {
+				binds = nb;
+				cap *= 2;
+			}
+		}
+		if (ok) {
+			binds[n++] = strdup(src);
+			binds[n++] = strdup(dst);
+			binds[n] = NULL;
+			ok = binds[n - 2] && binds[n - 1];
+		}
+	}
+	if (d)
+		closedir(d);
+	if (ok) {
+		binds[n++] = strdup(top);
+		binds[n++] = strdup(fx->home);
+		binds[n] = NULL;
+		ok = binds[n - 2] && binds[n - 1];
+	}
+	if (!ok) {
+		snprintf(fx->why, sizeof fx->why, "cannot prepare root's home in %s: %s", top,
+		         strerror(errno));
+		for (size_t i = 0; binds && i < n; i++)
+			free(binds[i]);
+		free(binds);
+		return NULL;
+	}
+	return binds;
+}
+
 static int launch_dropbear(sshd_fixture *fx)
 {
 	char passwd[400], group[400], listen_on[64], pidfile[400];
-	if (dropbear_files(fx, passwd, group, sizeof passwd) < 0)
+	char **binds = NULL; /* root_login: bind mounts, source then target */
+	if (fx->root_login ? !(binds = dropbear_root_home(fx))
+	                   : dropbear_files(fx, passwd, group, sizeof passwd) < 0)
 		return -1;
 	snprintf(listen_on, sizeof listen_on, "127.0.0.1:%u", fx->port);
 	snprintf(pidfile, sizeof pidfile, "%s/dropbear.pid", fx->dir);
@@ -343,9 +430,13 @@ static int launch_dropbear(sshd_fixture *fx)
 			write_id_map("/proc/self/uid_map", uid_map);
 			write_id_map("/proc/self/gid_map", gid_map);
 		}
-		if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
-		    mount(passwd, "/etc/passwd", NULL, MS_BIND, NULL) < 0 ||
-		    mount(group, "/etc/group", NULL, MS_BIND, NULL) < 0)
+		if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+			_exit(98);
+		for (size_t i = 0; binds && binds[i]; i += 2)
+			if (mount(binds[i], binds[i + 1], NULL, MS_BIND | MS_REC, NULL) < 0)
+				_exit(98);
+		if (!binds && (mount(passwd, "/etc/passwd", NULL, MS_BIND, NULL) < 0 ||
+		               mount(group, "/etc/group", NULL, MS_BIND, NULL) < 0))
 			_exit(98);
 		dup2(null_in, 0);
 		dup2(null_out, 1);
@@ -354,9 +445,16 @@ static int launch_dropbear(sshd_fixture *fx)
 		/* unlike sshd, Dropbear passes what it inherited on to every command */
 		close_range(3, ~0u, 0);
 		default_signals();
+		if (fx->root_login) {
+			signal(SIGINT, SIG_IGN); /* as a script's background job starts it */
+			signal(SIGQUIT, SIG_IGN);
+		}
 		execve(DROPBEAR, (char *const *)argv, environ);
 		_exit(99);
 	}
+	for (size_t i = 0; binds && binds[i]; i++)
+		free(binds[i]);
+	free(binds);
 	if (log >= 0)
 		close(log);
 	close(null_in);
@@ -411,8 +509,11 @@ static int launch_sshd(sshd_fixture *fx)
 	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
 	if (log >= 0)
 		posix_spawn_file_actions_adddup2(&fa, log, 2);
-	/* -D: stays in the foreground as our child; -e: logs to stderr (the log file) */
-	const char *argv[] = {SSHD, "-D", "-e", "-f", cfg, NULL};
+	/* -D: stays in the foreground as our child; -e: logs to stderr (the log file). As
+	 * root: started as a script's background job starts it (env keeps its pid). */
+	const char *argv[] = {
+	    "/usr/bin/env", "--ignore-signal=INT,QUIT", SSHD, "-D", "-e", "-f", cfg, NULL};
+	const char *const *args = fx->root_login ? argv : argv + 2;
 	posix_spawnattr_t at;
 	posix_spawnattr_init(&at);
 	sigset_t all, none;
@@ -421,7 +522,7 @@ static int launch_sshd(sshd_fixture *fx)
 	posix_spawnattr_setsigdefault(&at, &all); /* as default_signals() */
 	posix_spawnattr_setsigmask(&at, &none);
 	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-	int rc = posix_spawn(&fx->pid, SSHD, &fa, &at, (char *const *)argv, environ);
+	int rc = posix_spawn(&fx->pid, args[0], &fa, &at, (char *const *)args, environ);
 	posix_spawnattr_destroy(&at);
 	posix_spawn_file_actions_destroy(&fa);
 	if (log >= 0)
@@ -466,13 +567,19 @@ static int wait_listening(sshd_fixture *fx, const char *name)
 }
 
 static int start(sshd_fixture *fx, bool real_login, unsigned max_sessions, bool dropbear,
-                 bool non_root)
+                 bool non_root, bool root_login)
 {
 	memset(fx, 0, sizeof *fx);
-	fx->real_login = real_login;
+	fx->real_login = real_login || root_login;
 	fx->max_sessions = max_sessions;
 	fx->dropbear = dropbear;
 	fx->non_root = non_root;
+	fx->root_login = root_login;
+	if (root_login && geteuid() != 0) {
+		snprintf(fx->why, sizeof fx->why,
+		         "logging in as the real root needs the tests to run as root");
+		return -1;
+	}
 	if (dropbear && (access(DROPBEAR, X_OK) != 0 || access(DROPBEARKEY, X_OK) != 0)) {
 		snprintf(fx->why, sizeof fx->why,
 		         "%s or %s is missing: run scripts/install-deps.sh (package dropbear-bin)",
@@ -507,6 +614,8 @@ static int start(sshd_fixture *fx, bool real_login, unsigned max_sessions, bool 
 		return -1;
 	}
 	snprintf(fx->home, sizeof fx->home, "%s/home", fx->dir);
+	if (root_login)
+		snprintf(fx->home, sizeof fx->home, "%s", pw && pw->pw_dir ? pw->pw_dir : "/root");
 	snprintf(fx->host_key, sizeof fx->host_key, "%s/host_ed25519", fx->dir);
 	snprintf(fx->client_key, sizeof fx->client_key, "%s/client_ed25519", fx->dir);
 	snprintf(fx->known_hosts, sizeof fx->known_hosts, "%s/known_hosts", fx->dir);
@@ -540,23 +649,28 @@ static int start(sshd_fixture *fx, bool real_login, unsigned max_sessions, bool 
 
 int sshd_start(sshd_fixture *fx)
 {
-	return start(fx, false, 64, false, false);
+	return start(fx, false, 64, false, false, false);
 }
 
 int dropbear_start(sshd_fixture *fx, bool non_root)
 {
 	/* Dropbear's MAX_CHANNELS: 100 per connection */
-	return start(fx, false, 100, true, non_root);
+	return start(fx, false, 100, true, non_root, false);
 }
 
 int sshd_start_real_login(sshd_fixture *fx)
 {
-	return start(fx, true, 64, false, false);
+	return start(fx, true, 64, false, false, false);
+}
+
+int sshd_start_root_login(sshd_fixture *fx, bool dropbear)
+{
+	return start(fx, true, dropbear ? 100 : 64, dropbear, false, true);
 }
 
 int sshd_start_max_sessions(sshd_fixture *fx, unsigned max_sessions)
 {
-	return start(fx, false, max_sessions, false, false);
+	return start(fx, false, max_sessions, false, false, false);
 }
 
 static void stop_process(sshd_fixture *fx)

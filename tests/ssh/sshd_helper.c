@@ -4,9 +4,11 @@
  * mode with the given cwd, prints "ready" on stdout, and stops sshd when its stdin reaches
  * EOF (the test ended or died). A line "kill-sessions" on stdin SIGKILLs every connection's
  * server process (the link dies as if the sandbox did) and answers "killed N".
- * usage: sshd_helper CONFIG_OUT CWD [--agent PATH] [--dropbear] [--port-file FILE]
+ * usage: sshd_helper CONFIG_OUT CWD [--agent PATH] [--dropbear] [--root-login]
+ *                    [--port-file FILE]
  *   --agent PATH      agent mode: the config runs PATH --stdio over the connection
  *   --dropbear        Dropbear instead of OpenSSH (logging in as root)
+ *   --root-login      as the real root with its own startup files (sshd_start_root_login)
  *   --port-file FILE  also write "PORT USER CLIENT_KEY KNOWN_HOSTS" there (for ssh(1))
  */
 #include "sshd_fixture.h"
@@ -19,7 +21,7 @@
 int main(int argc, char **argv)
 {
 	const char *agent = NULL, *port_file = NULL;
-	bool dropbear = false, bad = argc < 3;
+	bool dropbear = false, root_login = false, bad = argc < 3;
 	for (int i = 3; i < argc && !bad; i++) {
 		if (strcmp(argv[i], "--agent") == 0 && i + 1 < argc)
 			agent = argv[++i];
@@ -27,17 +29,22 @@ int main(int argc, char **argv)
 			port_file = argv[++i];
 		else if (strcmp(argv[i], "--dropbear") == 0)
 			dropbear = true;
+		else if (strcmp(argv[i], "--root-login") == 0)
+			root_login = true;
 		else
 			bad = true;
 	}
 	if (bad) {
 		fprintf(stderr, "usage: sshd_helper CONFIG_OUT CWD [--agent PATH] [--dropbear] "
-		                "[--port-file FILE]\n");
+		                "[--root-login] [--port-file FILE]\n");
 		return 2;
 	}
 	sshd_fixture fx;
 	memset(&fx, 0, sizeof fx);
-	if ((dropbear ? dropbear_start(&fx, false) : sshd_start(&fx)) != 0) {
+	int started = root_login ? sshd_start_root_login(&fx, dropbear)
+	              : dropbear ? dropbear_start(&fx, false)
+	                         : sshd_start(&fx);
+	if (started != 0) {
 		fprintf(stderr, "sshd_helper: %s\n", fx.why);
 		return 1;
 	}

@@ -23,7 +23,8 @@
 extern char **environ;
 
 static char dir[256];
-static char **run_env; /* the shell's environment when set, else ours */
+static char **run_env;  /* the shell's environment when set, else ours */
+static bool run_leader; /* the shell leads a session of its own, as sshd starts it */
 
 typedef struct out {
 	char buf[16384];
@@ -50,8 +51,13 @@ static int run_as(const char *shell, const char *arg0, const char *line, out *o)
 	posix_spawn_file_actions_addchdir_np(&fa, dir);
 	const char *argv[] = {arg0, "-c", line, NULL};
 	pid_t pid;
+	posix_spawnattr_t at;
+	posix_spawnattr_init(&at);
+	if (run_leader)
+		posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID);
 	int rc =
-	    posix_spawn(&pid, shell, &fa, NULL, (char *const *)argv, run_env ? run_env : environ);
+	    posix_spawn(&pid, shell, &fa, &at, (char *const *)argv, run_env ? run_env : environ);
+	posix_spawnattr_destroy(&at);
 	posix_spawn_file_actions_destroy(&fa);
 	close(po[1]);
 	close(pe[1]);
@@ -337,6 +343,68 @@ static void test_not_group_leader(void)
 	check_not_leader(p, false); /* neither: no group, but nothing lost */
 }
 
+/*
+ * A server started with SIGINT and SIGQUIT ignored (a script's background job) passes
+ * that on; the command must still start with every signal the default (as locally), get
+ * its env, and a signal that kills it must come back as the wrapper's own: as a session
+ * leader (OpenSSH), and through each relay (Dropbear: setsid, perl's setpgrp, neither).
+ */
+static void check_ignored(const char *path, bool leader)
+{
+	char pathvar[400];
+	snprintf(pathvar, sizeof pathvar, "PATH=%s", path);
+	char *env[] = {pathvar, NULL};
+	run_env = env;
+	run_leader = leader;
+	const char *vars[] = {"A=x y", "s=1"};
+	const char *show[] = {
+	    "/bin/sh", "-c",
+	    "/bin/sed -n 's/^SigIgn:[[:space:]]*//p' /proc/self/status; echo \"$A\""};
+	const char *die[] = {"/bin/sh", "-c", "kill -s QUIT $$"};
+	for (int i = 0; i < 2; i++) {
+		ssh_wrap w = {
+		    .nonce = "i1", .env = vars, .env_count = 1, .argv = i ? die : show, .argc = 3};
+		sstr line = {0};
+		CU_ASSERT_EQUAL_FATAL(ssh_wrap_build(&w, &line), 0);
+		out o;
+		CU_ASSERT_EQUAL_FATAL(run("/bin/bash", line.p, &o), 0);
+		o.buf[o.len] = '\0';
+		char *nl = strchr(o.buf, '\n');
+		const char *got = nl ? nl + 1 : "";
+		if (i == 0) {
+			/* SigIgn: INT (bit 1) and QUIT (bit 2) no longer ignored */
+			char *end = NULL;
+			unsigned long long mask = strtoull(got, &end, 16);
+			bool ok = end && end != got && !(mask & 6) && strcmp(end, "\nx y\n") == 0;
+			CU_ASSERT_TRUE(ok);
+			if (!ok)
+				fprintf(stderr, "PATH=%s leader %d: [%s]\n", path, leader, o.buf);
+		} else {
+			CU_ASSERT_TRUE(WIFSIGNALED(o.status) && WTERMSIG(o.status) == SIGQUIT);
+		}
+		sstr_free(&line);
+	}
+	run_env = NULL;
+	run_leader = false;
+}
+
+static void test_ignored_signals(void)
+{
+	struct sigaction ign = {.sa_handler = SIG_IGN}, old_int, old_quit;
+	sigaction(SIGINT, &ign, &old_int);
+	sigaction(SIGQUIT, &ign, &old_quit);
+	check_ignored("/usr/bin:/bin", true);
+	check_ignored("/usr/bin:/bin", false); /* setsid */
+	char p[400];
+	snprintf(p, sizeof p, "%s/with-perl", dir);
+	if (access("/usr/bin/perl", X_OK) == 0)
+		check_ignored(p, false); /* perl's setpgrp */
+	snprintf(p, sizeof p, "%s/bare", dir);
+	check_ignored(p, false); /* neither: /usr/bin/env resets */
+	sigaction(SIGINT, &old_int, NULL);
+	sigaction(SIGQUIT, &old_quit, NULL);
+}
+
 static void test_quote_word(void)
 {
 	sstr s = {0};
@@ -363,7 +431,8 @@ int main(void)
 	if (!s || !CU_add_test(s, "quote_word", test_quote_word) ||
 	    !CU_add_test(s, "hostile_all_shells", test_hostile_all_shells) ||
 	    !CU_add_test(s, "wrapper_errors", test_wrapper_errors) ||
-	    !CU_add_test(s, "not_group_leader", test_not_group_leader))
+	    !CU_add_test(s, "not_group_leader", test_not_group_leader) ||
+	    !CU_add_test(s, "ignored_signals", test_ignored_signals))
 		return 2;
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();

@@ -153,21 +153,13 @@ static int found_cmp(const void *a, const void *b)
 	return strcmp(x->rel, y->rel);
 }
 
-/*
- * The list for the model: the newest TOOLS_GLOB_MAX of n (f sorted), `more` when n is a
- * floor. The paths are shown as the harness names them (the workspace mapped back).
- */
-static void glob_emit(const asp_tools *t, tresult *r, const char *dir, const found *f, size_t n,
-                      bool more)
+/* The list for the model: the newest TOOLS_GLOB_MAX of n (f sorted), `more` when n is a floor. */
+static void glob_emit(tresult *r, const char *dir, const found *f, size_t n, bool more)
 {
 	size_t shown = n < TOOLS_GLOB_MAX ? n : TOOLS_GLOB_MAX;
-	char *local = t->ws ? asp_workspace_to_local(t->ws, dir) : NULL;
-	if (local)
-		dir = local;
 	for (size_t i = 0; i < shown; i++)
 		tb_printf(&r->text, "%s%s%s%s", i ? "\n" : "", dir, strcmp(dir, "/") ? "/" : "",
 		          f[i].rel);
-	free(local);
 	if (n == 0 && !more)
 		tb_puts(&r->text, "No files found");
 	else if (n > shown || more)
@@ -243,7 +235,7 @@ static bool glob_op(asp_tools *t, const char *dir, const char *pattern, tresult 
 		if (*q && tools_glob_match(pattern, q))
 			f[n++] = (found){0, q};
 	}
-	glob_emit(t, r, dir, f, n, res.truncated);
+	glob_emit(r, dir, f, n, res.truncated);
 	free(f);
 	asp_arena_free(a);
 	return true;
@@ -297,7 +289,7 @@ static bool glob_exec(asp_tools *t, const char *dir, const char *pattern, tresul
 		return tools_fail(r, "Error: out of memory.");
 	}
 	qsort(f, n, sizeof *f, found_cmp);
-	glob_emit(t, r, dir, f, n, false);
+	glob_emit(r, dir, f, n, false);
 	free(f);
 	asp_arena_free(a);
 	return true;
@@ -523,12 +515,8 @@ static void gl_free(glines *gs)
 	*gs = (glines){0};
 }
 
-/*
- * Sorted by file, cut at head_limit, with the notes: what the model sees. A line's leading
- * path is shown as the harness names it (the workspace mapped back).
- */
-static bool grep_emit(const asp_tools *t, tresult *r, glines *gs, const grep_opts *o,
-                      uint64_t head_limit, bool cut)
+/* Sorted by file, cut at head_limit, with the notes: what the model sees. */
+static bool grep_emit(tresult *r, glines *gs, const grep_opts *o, uint64_t head_limit, bool cut)
 {
 	if (gs->oom)
 		return tools_fail(r, "Error: out of memory.");
@@ -546,17 +534,7 @@ static bool grep_emit(const asp_tools *t, tresult *r, glines *gs, const grep_opt
 			break;
 		if (ctx && prev && (prevlen != g[i].plen || memcmp(prev, g[i].path, prevlen)))
 			tb_puts(&r->text, "\n--");
-		const char *text = g[i].text ? g[i].text : "";
-		char *path = NULL, *local = NULL;
-		if (t->ws && !strncmp(text, g[i].path, g[i].plen) &&
-		    (path = strndup(g[i].path, g[i].plen)) &&
-		    (local = asp_workspace_to_local(t->ws, path)))
-			tb_printf(&r->text, "%s%s%s", r->text.len ? "\n" : "", local,
-			          text + g[i].plen);
-		else
-			tb_printf(&r->text, "%s%s", r->text.len ? "\n" : "", text);
-		free(path);
-		free(local);
+		tb_printf(&r->text, "%s%s", r->text.len ? "\n" : "", g[i].text ? g[i].text : "");
 		prev = g[i].path;
 		prevlen = g[i].plen;
 		shown++;
@@ -780,7 +758,7 @@ static bool grep_op(asp_tools *t, const char *abs, const grep_opts *o, uint64_t 
 		}
 		gs.n = k;
 	}
-	bool ok = grep_emit(t, r, &gs, o, head_limit, res.truncated);
+	bool ok = grep_emit(r, &gs, o, head_limit, res.truncated);
 	if (ok)
 		grep_note_unsearched(r, &res);
 	gl_free(&gs);
@@ -890,7 +868,7 @@ static bool grep_exec(asp_tools *t, const char *abs, const grep_opts *o, uint64_
 		}
 		gl_push(&gs, path, plen, gl_line(path, plen, sepc, rest, (size_t)(rend - rest)));
 	}
-	bool ok = grep_emit(t, r, &gs, o, head_limit, res.stdout_bytes > res.stdout_data.len);
+	bool ok = grep_emit(r, &gs, o, head_limit, res.stdout_bytes > res.stdout_data.len);
 	gl_free(&gs);
 	asp_arena_free(a);
 	return ok;
