@@ -395,6 +395,11 @@ static void readme_head(FILE *o, const spec *s)
 	    "pseudo-terminal (all output on stdout; `write(\"\\x03\")` interrupts), "
 	    "`resize(50, 132)` changes its size; a responder without \"pty\" in hello's "
 	    "`features` answers `unsupported`.\n"
+	    "- `await c.openConnection(port, host?)` opens a TCP connection from inside the "
+	    "sandbox (`connect`) as a Node.js `Duplex`: `data` as it comes (reading follows "
+	    "the stream's backpressure), `'end'` once the peer shut its side, `end()` "
+	    "half-closes, `destroy()` resets it. `watch({ path, recursive: true })` resolves to "
+	    "a Process yielding fs_event events until it is closed (`signal(\"KILL\")`).\n"
 	    "\n",
 	    s->protocol);
 	sdk_readme_transports(o);

@@ -7,6 +7,7 @@ import { type Config, loadConfig, readSecret } from "./config.js";
 import { AspError, copyError } from "./errors.js";
 import { HttpTransport, type RpcConn, StdioTransport, type Subscriber, type Transport } from "./transport.js";
 import { type Message, type WireMap, errorFromMap } from "./wire.js";
+import { Connection } from "./socket.js";
 
 /** What the generated spec.ts gives the runtime. */
 export interface SpecTables {
@@ -318,6 +319,17 @@ export class ClientBase {
     if (name === "hello" && typeof result.max_message === "number" && result.max_message > 0)
       this.transport.maxMessage = result.max_message;
     return result;
+  }
+
+  /**
+   * connect, as a Node.js Duplex: a TCP connection opened from inside the sandbox. Reads
+   * end when the peer shuts its side; end() half-closes; destroy() resets it.
+   */
+  async openConnection(port: number, host?: string): Promise<Connection> {
+    const params: Record<string, unknown> = { port };
+    if (host !== undefined) params.host = host;
+    const p = await this._stream<{ proc?: number | bigint }>("connect", params, "result");
+    return new Connection(p as unknown as ConstructorParameters<typeof Connection>[0]);
   }
 
   /** @internal An op whose process is followed by notifications: spawn (the handle
