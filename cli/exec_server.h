@@ -1,9 +1,10 @@
 /*
  * asp exec-server: Codex's exec-server protocol (newline-delimited JSON-RPC without the
  * "jsonrpc" member) over any ASP transport (docs/harnesses.md, "Codex"). One session per
- * connection: exec_server.c frames and dispatches, exec_server_fs.c serves fs methods,
- * exec_server_proc.c process methods and its notifications; cmd_exec_server.c runs a session
- * on stdin/stdout, exec_server_ws.c one per WebSocket connection.
+ * connection: exec_server.c frames and dispatches, exec_server_reply.c answers,
+ * exec_server_fs.c serves fs methods, exec_server_proc.c process methods and their
+ * notifications; cmd_exec_server.c runs a session on stdin/stdout, exec_server_ws.c one
+ * per WebSocket connection.
  */
 #ifndef ASP_CLI_EXEC_SERVER_H
 #define ASP_CLI_EXEC_SERVER_H
@@ -55,7 +56,8 @@ void xs_session_handle(xs_session *s, const char *msg, size_t len);
 /* Kills the session's processes that still run, then frees it. NULL is a no-op. */
 void xs_session_free(xs_session *s);
 
-/* --- exec_server.c: answers and paths ------------------------------------------------------ */
+/* --- exec_server_reply.c: answers and paths ------------------------------------------------------
+ */
 
 /* Answers request `id` with `result` (stolen; NULL: {}). Returns true. */
 bool xs_reply(xs_session *s, json_t *id, json_t *result);

@@ -70,6 +70,7 @@ typedef struct sproc {
 	char signal[32]; /* "" when it exited */
 	bool timed_out;
 	uint64_t term_at, kill_at, give_up_at, retry_at;
+	uint64_t kill_ran_by; /* the KILL goes through a login shell: how long it may take */
 	bool term_sent, kill_sent;
 	ssh_channel killer, killer2; /* the timeout's TERM and KILL commands */
 	bool stdin_eof, writing;
@@ -281,19 +282,22 @@ static bool run_timeout(ssh_procs *ps, sproc *p, uint64_t *wake)
 		p->killer2 = ssh_killer_start(c, p->pid, p->pgid, "KILL", false);
 		p->kill_sent = p->killer2 != NULL || now >= p->kill_at + GIVE_UP_NS;
 		p->give_up_at = now + GIVE_UP_NS;
+		p->kill_ran_by = sshc_setup_deadline(c);
 		p->retry_at = now + KILL_RETRY_NS;
 		busy = true;
 	}
-	/* killed and its pipes still open (escapees hold them): stop waiting, unless it is
-	 * our follower that is behind, not the remote end */
+	/* killed (the KILL ran, or had its login shell's time) and its pipes still open
+	 * (escapees hold them): stop waiting, unless our follower is what is behind */
+	bool killing = p->killer2 && now < p->kill_ran_by;
 	if (p->timed_out && !p->pend[0].len && !p->pend[1].len &&
-	    (p->kill_sent ? now >= p->give_up_at : now >= p->kill_at + GIVE_UP_NS)) {
+	    (p->kill_sent ? now >= p->give_up_at && !killing : now >= p->kill_at + GIVE_UP_NS)) {
 		finish(ps, p);
 		return true;
 	}
-	uint64_t next = !p->timed_out  ? p->term_at
-	                : p->kill_sent ? p->give_up_at
-	                               : (p->kill_at < p->retry_at ? p->retry_at : p->kill_at);
+	uint64_t next = !p->timed_out ? p->term_at
+	                : p->kill_sent
+	                    ? (now < p->give_up_at || !killing ? p->give_up_at : p->kill_ran_by)
+	                    : (p->kill_at < p->retry_at ? p->retry_at : p->kill_at);
 	if (p->timed_out && !p->term_sent && p->retry_at < next)
 		next = p->retry_at;
 	if (next < *wake)
@@ -307,7 +311,10 @@ static bool step(ssh_procs *ps, sproc *p, batch *b, uint64_t *wake)
 	sshc *c = ps->c;
 	bool busy = false;
 	ssh_killer_reap(c, &p->killer, false);
+	bool killing = p->killer2 != NULL;
 	ssh_killer_reap(c, &p->killer2, false);
+	if (killing && !p->killer2 && p->give_up_at < ssh_now_ns() + GIVE_UP_NS)
+		p->give_up_at = ssh_now_ns() + GIVE_UP_NS; /* the KILL ran just now */
 	if (!p->finished) {
 		busy |= read_some(ps, p);
 		if (atomic_load(&c->dead))

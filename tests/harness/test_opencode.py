@@ -89,7 +89,7 @@ print("tools offered:", offered)
 res = chat_tool_results(reqs)
 check_result(res, "where", SANDBOX_HOST + "\n" + S)
 if mode == "edit":
-    check_result(res, "write", S + "/src/greet.py")
+    check_result(res, "write", "/src/greet.py")
     check_result(res, "edit", "1 replacement")
 else:
     if "apply_patch" not in offered:
@@ -97,7 +97,9 @@ else:
     check_result(res, "patch", "Success", "A ", "M ")
 check_result(res, "read", "Hello, ' + name + '!'")
 check_result(res, "grep", "greet.py:1:def greet", "calc.py:1:def add")
-check_result(res, "glob", S + "/src/greet.py", S + "/tests/test_calc.py")
+# paths in answers may be shown as the harness's (the workspace maps them back); where the
+# files are is checked on the file systems below
+check_result(res, "glob", "/src/greet.py", "/tests/test_calc.py")
 check_result(res, "test", "Ran 2 tests", "OK")
 with open(os.path.join(S, "src", "greet.py")) as f:
     if "Hello, ' + name + '!'" not in f.read():
