@@ -3,7 +3,10 @@
  * once it has decoded it, it hands leadership to an idle thread and serves the request
  * itself, so a request never waits for a thread hop and a slow exec never blocks the
  * reading of the next request. Threads are created on demand up to MAX_WORKERS; when
- * all are busy nobody reads, and requests wait in the pipe.
+ * all are busy nobody reads, and requests wait in the pipe. A thread idle for LINGER_MS
+ * ends, and the first thread (the caller's) takes the reading back from a leader that
+ * waited that long for input: at rest only the caller's thread is left, so thousands of
+ * idle agents on one host hold one task each (and the keeper).
  *
  * A lone exec (nothing else being served, nothing more read ahead) keeps leadership:
  * the exec watches the input while it waits for its command and hands leadership over
@@ -12,8 +15,9 @@
  * someone else reading; with the commands' own sleeps, most of an exec's time on two
  * busy cores is waiting for a core after a wake-up. The exec cannot watch while its
  * command starts (the vfork wait: a cwd or program on a hung network mount would hold
- * it), so a timer also hands leadership over LEAD_AFTER_NS into the request: a slow exec
- * never blocks the reading of the next request for longer.
+ * it), so the local backend's reaper thread fires the watch if the start takes more than
+ * 20 ms (asp_local_watch_input): a slow exec never blocks the reading of the next
+ * request for longer.
  *
  * The connection is bound to the local backend (asp_local_connect) with write_frame as
  * its sink, so spawned processes' notifications and the responses share one writer; a
@@ -35,6 +39,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <poll.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -53,10 +58,11 @@
  */
 #define BUDGET_FACTOR 4
 #define BUDGET_MIN    (64 * 1024)
-/* How long a lone exec keeps leadership without watching the input (its start). */
-#define LEAD_AFTER_NS (20 * 1000 * 1000)
-
-typedef struct stop_watch stop_watch;
+/*
+ * How long an idle thread lingers before it ends: bursts reuse threads rather than
+ * making one per request.
+ */
+#define LINGER_MS 1000
 
 typedef struct server {
 	asp_local *backend;
@@ -66,21 +72,22 @@ typedef struct server {
 	int out_fd;
 	size_t max_message;
 
+	sigset_t mask; /* the caller's signal mask, for the workers */
+
 	pthread_mutex_t mu; /* the fields below up to out_mu */
 	pthread_cond_t idle_cv;
+	pthread_cond_t first_cv; /* the first thread waits here when idle: it reads next */
+	pthread_cond_t gone_cv;  /* a worker ended */
+	bool first_idle;
 	bool reading; /* a leader is reading */
 	bool stop;    /* EOF or a fatal error: nobody reads any more */
 	bool failed;  /* a protocol error: the output closes once the requests read are answered */
 	int exit_code;
 	bool ended;              /* asp_local_shutdown's answer, from the thread that saw the end */
-	unsigned idle, nthreads; /* threads created; the calling thread is one more */
+	unsigned idle, nthreads; /* workers alive; the calling thread is one more */
 	unsigned serving;        /* threads serving a request now */
 	size_t budget, in_use;   /* decoding budget, and what the requests being served hold */
 	pthread_cond_t budget_cv; /* in_use went down, or stop */
-	pthread_t threads[MAX_WORKERS - 1];
-
-	stop_watch
-	    *watch; /* its timer hands leadership over (NULL: a lone exec does not keep it) */
 
 	pthread_mutex_t out_mu; /* one frame at a time on out_fd */
 	bool out_dead;          /* closed after a protocol error, or the reader went away */
@@ -173,6 +180,7 @@ static bool stop_locked(server *s, int exit_code)
 	if (exit_code)
 		s->exit_code = exit_code;
 	pthread_cond_broadcast(&s->idle_cv);
+	pthread_cond_broadcast(&s->first_cv);
 	pthread_cond_broadcast(&s->budget_cv);
 	if (s->stop)
 		return false;
@@ -296,20 +304,23 @@ static void input_ready(void *ctx)
 	pthread_mutex_unlock(&s->mu);
 }
 
-static bool lead_timer(server *s, bool arm);
-
 /* Under mu: whether `j` is a lone exec, which keeps leadership while it runs. */
 static bool keeps_lead(server *s, const job *j)
 {
 	size_t len;
 	const char *m = asp_request_method(j->req, &len);
 	return s->serving == 0 && m && len == 4 && memcmp(m, "exec", 4) == 0 &&
-	       !asp_fd_channel_buffered(s->in) && lead_timer(s, true);
+	       !asp_fd_channel_buffered(s->in);
 }
 
-/* Under mu. Makes sure someone will read next: an idle thread, or a new one. */
+/* Under mu. Makes sure someone will read next: the first thread if it is idle, another
+ * idle thread, or a new one. */
 static void promote(server *s)
 {
+	if (s->first_idle) {
+		pthread_cond_signal(&s->first_cv);
+		return;
+	}
 	if (s->idle > 0) {
 		pthread_cond_signal(&s->idle_cv);
 		return;
@@ -319,31 +330,89 @@ static void promote(server *s)
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);
 	pthread_attr_setstacksize(&attr, WORKER_STACK);
-	if (pthread_create(&s->threads[s->nthreads], &attr, worker, s) == 0)
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_t t;
+	int e = pthread_create(&t, &attr, worker, s);
+	if (e == 0)
 		s->nthreads++;
 	else if (s->nthreads == 0)
-		asp_server_log("asp-agent: cannot start a worker thread");
+		asp_server_log("asp-agent: cannot start a worker thread: %s%s", strerror(e),
+		               e == EAGAIN
+		                   ? " (the host is out of threads: see "
+		                     "/proc/sys/kernel/threads-max, pid_max and `ulimit -u`)"
+		                   : "");
 	pthread_attr_destroy(&attr);
 }
 
-static void *worker(void *arg)
+/* An absolute CLOCK_REALTIME deadline `ms` from now, for pthread_cond_timedwait. */
+static struct timespec deadline_in(int ms)
 {
-	server *s = arg;
+	struct timespec t;
+	clock_gettime(CLOCK_REALTIME, &t);
+	t.tv_sec += ms / 1000;
+	t.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (t.tv_nsec >= 1000000000)
+		t.tv_sec++, t.tv_nsec -= 1000000000;
+	return t;
+}
+
+/*
+ * A leader other than the first thread: waits for input before reading it. False when
+ * none came for LINGER_MS while the first thread is idle: it reads from now on.
+ */
+static bool await_input(server *s)
+{
+	if (asp_fd_channel_buffered(s->in))
+		return true;
+	for (;;) {
+		struct pollfd p = {s->in_fd, POLLIN, 0};
+		int r = poll(&p, 1, LINGER_MS);
+		if (r != 0)
+			return true; /* input, EOF, an error: lead() sees which */
+		pthread_mutex_lock(&s->mu);
+		bool hand = s->first_idle || s->stop;
+		pthread_mutex_unlock(&s->mu);
+		if (hand)
+			return false;
+	}
+}
+
+/*
+ * Serves requests as leader and follower until the input ends. `first`: the calling
+ * thread of serve_conn, which stays to the end; the others end after LINGER_MS idle.
+ */
+static void work(server *s, bool first)
+{
 	/* names per role for /proc and bench_stdio; the main thread keeps the process's */
 	if ((pid_t)syscall(SYS_gettid) != getpid())
 		prctl(PR_SET_NAME, "asp-serve");
 	asp_reply *out = asp_reply_new();
-	bool first = false;
+	bool ender = false;
 	pthread_mutex_lock(&s->mu);
 	while (!s->stop) {
+		if (s->reading && first) {
+			s->first_idle = true;
+			pthread_cond_wait(&s->first_cv, &s->mu);
+			s->first_idle = false;
+			continue;
+		}
 		if (s->reading) {
 			s->idle++;
-			pthread_cond_wait(&s->idle_cv, &s->mu);
+			struct timespec dl = deadline_in(LINGER_MS);
+			int rc = pthread_cond_timedwait(&s->idle_cv, &s->mu, &dl);
 			s->idle--;
+			if (rc == ETIMEDOUT && s->reading && !s->stop)
+				break; /* idle that long: end */
 			continue;
 		}
 		s->reading = true;
 		pthread_mutex_unlock(&s->mu);
+		if (!first && !await_input(s)) {
+			pthread_mutex_lock(&s->mu);
+			s->reading = false;
+			pthread_cond_signal(&s->first_cv);
+			break; /* the first thread reads on: end */
+		}
 		job j;
 		int got = lead(s, &j);
 		pthread_mutex_lock(&s->mu);
@@ -356,7 +425,7 @@ static void *worker(void *arg)
 		if (got <= 0 || s->stop) {
 			if (got < 0)
 				s->failed = true;
-			first = stop_locked(s, got < 0 ? 1 : 0);
+			ender = stop_locked(s, got < 0 ? 1 : 0);
 			break;
 		}
 		bool keep = keeps_lead(s, &j);
@@ -369,25 +438,32 @@ static void *worker(void *arg)
 			asp_local_watch_input(&w);
 		}
 		serve(s, &j, out); /* out NULL (no memory): closes like a failed answer */
-		if (keep) {
+		if (keep)
 			asp_local_watch_input(NULL);
-			lead_timer(s, false);
-		}
 		pthread_mutex_lock(&s->mu);
 		s->serving--;
 	}
 	pthread_mutex_unlock(&s->mu);
-	if (first)
+	if (ender)
 		end_processes(s);
 	asp_reply_free(out);
+}
+
+static void *worker(void *arg)
+{
+	server *s = arg;
+	/* the caller's mask: a worker may be started by a thread that blocks everything */
+	pthread_sigmask(SIG_SETMASK, &s->mask, NULL);
+	work(s, false);
+	pthread_mutex_lock(&s->mu);
+	s->nthreads--;
+	pthread_cond_broadcast(&s->gone_cv);
+	pthread_mutex_unlock(&s->mu);
 	return NULL;
 }
 
 /* Serves the connection until EOF or a fatal error, then ends the backend's processes. */
-static void watch_conn(stop_watch *w, server *s);
-
-static int serve_conn(asp_local *backend, int in, int out, size_t max_message, stop_watch *w,
-                      bool *stuck)
+static int serve_conn(asp_local *backend, int in, int out, size_t max_message, bool *stuck)
 {
 	*stuck = false;
 	server *s = calloc(1, sizeof *s);
@@ -412,20 +488,20 @@ static int serve_conn(asp_local *backend, int in, int out, size_t max_message, s
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->out_mu, NULL);
 	pthread_cond_init(&s->idle_cv, NULL);
+	pthread_cond_init(&s->first_cv, NULL);
+	pthread_cond_init(&s->gone_cv, NULL);
 	pthread_cond_init(&s->budget_cv, NULL);
-	s->watch = w;
-	watch_conn(w, s);
+	pthread_sigmask(SIG_SETMASK, NULL, &s->mask);
 
 	/*
 	 * The first leader is this thread; the others are created as requests arrive. The
 	 * thread that sees the end of input ends the spawned processes (end_processes).
 	 */
-	worker(s);
+	work(s, true);
 	pthread_mutex_lock(&s->mu);
-	unsigned n = s->nthreads;
+	while (s->nthreads > 0) /* no thread is created once stop is set */
+		pthread_cond_wait(&s->gone_cv, &s->mu);
 	pthread_mutex_unlock(&s->mu);
-	for (unsigned i = 0; i < n; i++) /* no thread is created once stop is set */
-		pthread_join(s->threads[i], NULL);
 	/*
 	 * After a protocol error (docs/design.md, "Faults and budgets") the requests read
 	 * before the bad frame have been answered by now; only then does the client see
@@ -443,10 +519,11 @@ static int serve_conn(asp_local *backend, int in, int out, size_t max_message, s
 		*stuck = true;
 		return code;
 	}
-	watch_conn(w, NULL);
 	asp_local_disconnect(s->conn);
 	asp_channel_free(s->in);
 	pthread_cond_destroy(&s->idle_cv);
+	pthread_cond_destroy(&s->first_cv);
+	pthread_cond_destroy(&s->gone_cv);
 	pthread_cond_destroy(&s->budget_cv);
 	pthread_mutex_destroy(&s->out_mu);
 	pthread_mutex_destroy(&s->mu);
@@ -457,95 +534,34 @@ static int serve_conn(asp_local *backend, int in, int out, size_t max_message, s
 /*
  * TERM, HUP or INT (the stdio client closing us after 500 ms, an orchestrator, a
  * terminal): the spawned groups must not outlive us, and a KILL may follow soon (the
- * stdio client sends it 200 ms later), so they get 100 ms between TERM and KILL.
+ * stdio client sends it 200 ms later), so they get 100 ms between TERM and KILL. No
+ * thread waits for these signals: the handler runs on whichever thread they reach; with
+ * no process running it exits at once, else the local backend's reaper thread (which
+ * runs while processes do) ends them and exits (asp_local_reaper_stop).
  */
-struct stop_watch {
-	asp_local *backend;
-	atomic_bool done;
-	pthread_t thread;
-	/* The lead timer: its signal (LEAD_SIG) comes to this thread, which promotes `srv`. */
-	pthread_mutex_t mu; /* srv */
-	server *srv;
-	timer_t timer;
-	atomic_bool timer_ok; /* made by the stop thread */
-};
-
-#define LEAD_SIG SIGRTMIN
-
-/* Under the connection's mu (keeps_lead) or not: arms or disarms the lead timer. False
- * when there is none. */
-static bool lead_timer(server *s, bool arm)
-{
-	stop_watch *w = s->watch;
-	if (!w || !atomic_load(&w->timer_ok))
-		return false;
-	struct itimerspec t = {.it_value = {0, arm ? LEAD_AFTER_NS : 0}};
-	return timer_settime(w->timer, 0, &t, NULL) == 0;
-}
-
-static void watch_conn(stop_watch *w, server *s)
-{
-	if (!w)
-		return;
-	pthread_mutex_lock(&w->mu);
-	w->srv = s;
-	pthread_mutex_unlock(&w->mu);
-}
-
-/* The lead timer, signalling this thread; false where the C library cannot say which. */
-static bool make_lead_timer(stop_watch *w)
-{
-	struct sigevent ev;
-	memset(&ev, 0, sizeof ev);
-	ev.sigev_notify = SIGEV_THREAD_ID;
-	ev.sigev_signo = LEAD_SIG;
-#if defined(sigev_notify_thread_id)
-	ev.sigev_notify_thread_id = (pid_t)syscall(SYS_gettid);
-#elif defined(__GLIBC__)
-	ev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
-#else
-	return false;
-#endif
-	return timer_create(CLOCK_MONOTONIC, &ev, &w->timer) == 0;
-}
-
 #define STOP_GRACE_MS 100
 
-static void stop_signals(sigset_t *set)
+static const int stop_sigs[] = {SIGTERM, SIGHUP, SIGINT};
+
+/* On the reaper thread: never returns. */
+static void stop_now(int sig, void *arg)
 {
-	sigemptyset(set);
-	sigaddset(set, SIGTERM);
-	sigaddset(set, SIGHUP);
-	sigaddset(set, SIGINT);
-	sigaddset(set, LEAD_SIG);
+	asp_server_log("asp-agent: signal %d: ending the spawned processes", sig);
+	asp_local_shutdown_grace(arg, STOP_GRACE_MS);
+	_exit(0); /* the other threads may be blocked in I/O: do not wait for them */
 }
 
-static void *stop_main(void *arg)
+static void on_stop_signal(int sig)
 {
-	stop_watch *w = arg;
-	prctl(PR_SET_NAME, "asp-stop");
-	sigset_t set;
-	stop_signals(&set);
-	atomic_store(&w->timer_ok, make_lead_timer(w));
-	int sig = 0;
-	for (;;) {
-		if (sigwait(&set, &sig) != 0)
-			continue;
-		if (sig != LEAD_SIG)
-			break;
-		pthread_mutex_lock(&w->mu); /* a lone exec took too long: someone else reads */
-		if (w->srv)
-			input_ready(w->srv);
-		pthread_mutex_unlock(&w->mu);
-	}
-	if (atomic_load(&w->done)) { /* woken by our own pthread_kill: the server ended */
-		if (atomic_load(&w->timer_ok))
-			timer_delete(w->timer);
-		return NULL;
-	}
-	asp_server_log("asp-agent: signal %d: ending the spawned processes", sig);
-	asp_local_shutdown_grace(w->backend, STOP_GRACE_MS);
-	_exit(0); /* the other threads may be blocked in I/O: do not wait for them */
+	if (asp_local_reaper_stop(sig))
+		return;
+	/* nothing runs: async-signal-safe from here */
+	char msg[] = "asp-agent: signal 00: exiting\n";
+	msg[18] = (char)('0' + sig / 10 % 10);
+	msg[19] = (char)('0' + sig % 10);
+	ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+	(void)w;
+	_exit(0);
 }
 
 int asp_agent_serve_stdio(int in, int out, size_t max_message)
@@ -556,23 +572,20 @@ int asp_agent_serve_stdio(int in, int out, size_t max_message)
 		asp_server_log("asp-agent: out of memory");
 		return 1;
 	}
-	/* Blocked in every thread from here (children get an empty mask at spawn). */
-	sigset_t set, old;
-	stop_signals(&set);
-	pthread_sigmask(SIG_BLOCK, &set, &old);
-	stop_watch w = {.backend = backend};
-	atomic_init(&w.done, false);
-	atomic_init(&w.timer_ok, false);
-	pthread_mutex_init(&w.mu, NULL);
-	bool watching = pthread_create(&w.thread, NULL, stop_main, &w) == 0;
+	asp_local_reaper_on_stop(stop_now, backend);
+	/* handled, not blocked: children get the default back at exec (and an empty mask) */
+	struct sigaction sa, old[3];
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_stop_signal;
+	sa.sa_flags = SA_RESTART;
+	sigfillset(&sa.sa_mask); /* one stop at a time */
+	for (int i = 0; i < 3; i++)
+		sigaction(stop_sigs[i], &sa, &old[i]);
 	bool stuck;
-	int code = serve_conn(backend, in, out, max, watching ? &w : NULL, &stuck);
-	if (watching) {
-		atomic_store(&w.done, true);
-		pthread_kill(w.thread, SIGTERM);
-		pthread_join(w.thread, NULL);
-	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	int code = serve_conn(backend, in, out, max, &stuck);
+	for (int i = 0; i < 3; i++)
+		sigaction(stop_sigs[i], &old[i], NULL);
+	asp_local_reaper_on_stop(NULL, NULL);
 	if (!stuck)
 		asp_local_free(backend); /* else the process exits with the pump blocked */
 	return code;

@@ -954,6 +954,244 @@ static void test_options(void)
 	free(out);
 }
 
+/* ---- at rest: one thread; stop signals ------------------------------------------- */
+
+/* Threads of `pid` (Threads: in /proc/PID/status), -1 when unknown. */
+static int threads_of(pid_t pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	int n = -1;
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "Threads: %d", &n) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return n;
+}
+
+/* Children of `pid` (all its threads') but the keeper: -1 when unknown. */
+static int children_of(pid_t pid)
+{
+	char path[96];
+	snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return -1;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		char file[160];
+		snprintf(file, sizeof file, "/proc/%d/task/%.32s/children", (int)pid, e->d_name);
+		FILE *f = fopen(file, "r");
+		long c;
+		while (f && fscanf(f, "%ld", &c) == 1) {
+			char comm_path[64], comm[32] = "";
+			snprintf(comm_path, sizeof comm_path, "/proc/%ld/comm", c);
+			FILE *cf = fopen(comm_path, "r");
+			if (cf && fgets(comm, sizeof comm, cf) &&
+			    strncmp(comm, "asp-keeper", 10) == 0) {
+				fclose(cf);
+				continue;
+			}
+			if (cf)
+				fclose(cf);
+			n++;
+		}
+		if (f)
+			fclose(f);
+	}
+	closedir(d);
+	return n;
+}
+
+/*
+ * Waits (at most WAIT_MS: the agent's idle threads end after a second) until `pid`
+ * holds `threads` threads and no child but its keeper; true once it does.
+ */
+static bool wait_at_rest(pid_t pid, int threads)
+{
+	for (int64_t until = t_now_ms() + WAIT_MS; t_now_ms() < until;) {
+		if (threads_of(pid) == threads && children_of(pid) == 0)
+			return true;
+		usleep(10 * 1000);
+	}
+	fprintf(stderr, "asp-agent %d: %d threads, %d children (want %d, 0)\n", (int)pid,
+	        threads_of(pid), children_of(pid), threads);
+	return false;
+}
+
+/*
+ * The agent's threads before any request: 1 (2 where a sanitizer runs one of its own,
+ * which the counts then include).
+ */
+static int threads_at_start(tproc *p)
+{
+	int n = -1;
+	for (int64_t until = t_now_ms() + WAIT_MS; n <= 0 && t_now_ms() < until;)
+		n = threads_of(p->pid);
+	return n;
+}
+
+/*
+ * An agent at rest holds one thread (docs/design.md, "Concurrency and lifetime"): before
+ * a request, after a hello, an exec, a spawned process's end, an orphan's end (reaped),
+ * and after a burst that needed many workers.
+ */
+static void test_one_thread_at_rest(void)
+{
+	tproc p;
+	start(&p);
+	int base = threads_at_start(&p);
+	CU_ASSERT_FATAL(base >= 1);
+	CU_ASSERT(base <= 2);
+	CU_ASSERT(wait_at_rest(p.pid, base));
+	t_resp r;
+	asp_buf b;
+	asp_buf_init(&b);
+	add_hello(&b, 1);
+	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+	CU_ASSERT_EQUAL(read_response(&p, WAIT_MS, &r), 1);
+	CU_ASSERT(wait_at_rest(p.pid, base));
+	b.len = 0;
+	add_exec(&b, 2, "true");
+	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+	CU_ASSERT_EQUAL(read_response(&p, WAIT_MS, &r), 2);
+	CU_ASSERT(wait_at_rest(p.pid, base));
+	/* a spawned process that ends, and an orphan (re-parented to the agent) that ends */
+	b.len = 0;
+	add_spawn(&b, 3, "exit 0");
+	add_exec(&b, 4, "sleep 0.3 >/dev/null 2>&1 &");
+	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+	int answered = 0;
+	for (int64_t until = t_now_ms() + WAIT_MS; answered < 2 && t_now_ms() < until;) {
+		uint8_t *body;
+		size_t len;
+		if (t_read_frame(p.out, WAIT_MS, &body, &len) != 1)
+			break;
+		asp_msg m;
+		asp_error e;
+		msgpack_unpacked u;
+		msgpack_unpacked_init(&u);
+		if (asp_wire_decode(body, len, &u, &m, &e) == ASP_OK && m.type == ASP_MSG_RESPONSE)
+			answered++;
+		msgpack_unpacked_destroy(&u);
+		free(body);
+	}
+	CU_ASSERT_EQUAL(answered, 2);
+	CU_ASSERT(wait_at_rest(p.pid, base));
+	/* a burst: 16 execs at once take workers, which end once idle */
+	b.len = 0;
+	for (uint32_t id = 10; id < 26; id++)
+		add_exec(&b, id, "sleep 0.2");
+	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+	for (int i = 0; i < 16; i++)
+		CU_ASSERT(read_response(&p, WAIT_MS, &r) != UINT32_MAX);
+	CU_ASSERT(wait_at_rest(p.pid, base));
+	asp_buf_free(&b);
+	finish(&p, 0, WAIT_MS);
+}
+
+/* SigBlk of `pid` from /proc/PID/status, or ~0 when unknown. */
+static unsigned long long sig_blocked(pid_t pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	unsigned long long v = ~0ULL;
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "SigBlk: %llx", &v) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return v;
+}
+
+/* TERM at rest (one thread, nothing running): the agent exits 0 at once. */
+static void test_term_at_rest(void)
+{
+	int sigs[] = {SIGTERM, SIGINT, SIGHUP};
+	for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+		tproc p;
+		start(&p);
+		int base = threads_at_start(&p);
+		asp_buf b;
+		asp_buf_init(&b);
+		add_exec(&b, 1, "true");
+		CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+		asp_buf_free(&b);
+		t_resp r;
+		CU_ASSERT_EQUAL(read_response(&p, WAIT_MS, &r), 1);
+		CU_ASSERT(wait_at_rest(p.pid, base));
+		kill(p.pid, sigs[i]);
+		int st = tproc_wait(&p, WAIT_MS, NULL);
+		CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+		tproc_close(&p);
+	}
+}
+
+/*
+ * TERM while processes run (a spawned one that ignores TERM, an exec in flight): the
+ * agent ends them (TERM, KILL 100 ms later) and exits 0; they started with an empty
+ * signal mask.
+ */
+static void test_term_ends_running(void)
+{
+	char dir[] = "/tmp/asp-agent-term-XXXXXX";
+	CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+	char f1[128], f2[128], c1[256], c2[256];
+	snprintf(f1, sizeof f1, "%s/stubborn", dir);
+	snprintf(f2, sizeof f2, "%s/exec", dir);
+	snprintf(c1, sizeof c1, "trap '' TERM; echo $$ > %s; sleep 30", f1);
+	snprintf(c2, sizeof c2, "echo $$ > %s; exec sleep 30", f2);
+	tproc p;
+	start(&p);
+	asp_buf b;
+	asp_buf_init(&b);
+	add_spawn(&b, 1, c1);
+	add_exec(&b, 2, c2);
+	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+	asp_buf_free(&b);
+	pid_t stubborn = t_pid_from_file(f1, 0, WAIT_MS), ex = t_pid_from_file(f2, 0, WAIT_MS);
+	CU_ASSERT_FATAL(stubborn > 0 && ex > 0);
+	/* exec'd sleep: its mask is the one the agent gave (the shell leaves it alone) */
+	for (int64_t until = t_now_ms() + WAIT_MS; t_now_ms() < until;) {
+		char comm[64] = "", path[64];
+		snprintf(path, sizeof path, "/proc/%d/comm", (int)ex);
+		FILE *f = fopen(path, "r");
+		if (f) {
+			if (!fgets(comm, sizeof comm, f))
+				comm[0] = '\0';
+			fclose(f);
+		}
+		if (strncmp(comm, "sleep", 5) == 0)
+			break;
+		usleep(10 * 1000);
+	}
+	CU_ASSERT_EQUAL(sig_blocked(ex), 0);
+	kill(p.pid, SIGTERM);
+	int st = tproc_wait(&p, WAIT_MS, NULL);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	bool gone = false;
+	for (int64_t until = t_now_ms() + WAIT_MS; !gone && t_now_ms() < until;) {
+		gone = !t_pid_alive(stubborn) && !t_pid_alive(ex);
+		if (!gone)
+			usleep(10 * 1000);
+	}
+	CU_ASSERT(gone);
+	if (!gone) {
+		kill(stubborn, SIGKILL);
+		kill(ex, SIGKILL);
+	}
+	tproc_close(&p);
+	unlink(f1);
+	unlink(f2);
+	rmdir(dir);
+}
+
 /* ---- registration ----------------------------------------------------------------- */
 
 static const char *dynamic_agent, *static_agent;
@@ -993,6 +1231,11 @@ static void add_suite(const char *name, int (*init)(void))
 	CU_add_test(s, "EOF while every worker waits on a process: it ends, exit 0",
 	            test_eof_with_waits_in_flight);
 	CU_add_test(s, "terminals: every end gives back its fds; EOF ends them", test_tty_fds);
+	CU_add_test(s, "at rest: one thread, after a hello, an exec, a process, a burst",
+	            test_one_thread_at_rest);
+	CU_add_test(s, "TERM, INT, HUP at rest: exit 0", test_term_at_rest);
+	CU_add_test(s, "TERM with processes running: they end, exit 0, empty masks",
+	            test_term_ends_running);
 }
 
 int main(void)

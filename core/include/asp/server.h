@@ -77,24 +77,27 @@ bool asp_local_shutdown_grace(asp_local *l, unsigned kill_after_ms);
 void asp_local_free(asp_local *l);
 
 /*
- * The responder's side (process-wide, so never in a host process): makes this process a
- * child subreaper, so orphans of commands are re-parented to it, starts a thread that
- * reaps them, and forks a keeper process that moves us into a cgroup v2 child of our own
- * where it may and, once we are gone (exit or SIGKILL), kills everything in it and every
- * process still carrying one of our markers. Call it before starting any thread.
- * 0, or -1 (Linux only; what could not be undone is reported on stderr).
- */
-int asp_local_reaper_start(void);
-
-/*
- * The same, with the calling thread as the reaper: call it from the main thread before
- * starting any thread. fn(arg) runs on a new thread; when it returns,
- * asp_local_reaper_finish runs and the process exits with fn's value (this call returns
- * only where the reaper cannot be set up: then fn ran on this thread and its value is
- * returned). Orphans are re-parented to the main thread, so a reaper there waits for
- * them alone and is not woken by every command's exit, as a reaper thread is.
+ * The responder's side (process-wide, so never in a host process): call it from the main
+ * thread before starting any thread. Makes this process a child subreaper, so orphans of
+ * commands are re-parented to it, forks a keeper process that moves us into a cgroup v2
+ * child of our own where it may and, once we are gone (exit or SIGKILL), kills
+ * everything in it and every process still carrying one of our markers; blocks SIGCHLD
+ * (every thread started later inherits that; children start with an empty mask). Then
+ * runs fn(arg) on this thread, then asp_local_reaper_finish, and returns fn's value.
+ * Orphans are reaped by a thread that runs only while this process has children or
+ * starts one, and ends a second after the last one is gone: at rest, no thread but fn's.
+ * Where the reaper cannot be set up, fn runs alone (reported on stderr).
  */
 int asp_local_reaper_run(int (*fn)(void *), void *arg);
+
+/*
+ * Async-signal-safe, for a stop signal's handler: while processes run (the reaper
+ * thread exists), asks that thread to call the function given to
+ * asp_local_reaper_on_stop with `sig` (it ends them and the process) and returns true;
+ * false when no process of ours runs or starts: nothing to end, the caller may exit.
+ */
+bool asp_local_reaper_stop(int sig);
+void asp_local_reaper_on_stop(void (*fn)(int sig, void *arg), void *arg);
 
 /* At the responder's exit: kills every process carrying our marker and every orphan adopted. */
 void asp_local_reaper_finish(void);
@@ -289,7 +292,10 @@ asp_serve_result asp_local_exec_end(asp_local_exec_job *x, asp_reply *b);
  * once it is readable, then stops watching it. So a lone exec can be served on the
  * thread that read it, and reading is handed to another thread only if more input comes
  * meanwhile (not before every exec, which costs two thread wake-ups). Per thread; set
- * before asp_local_serve, cleared (NULL) after. `ready` must not block for long.
+ * before asp_local_serve, cleared (NULL) after. `ready` must not block for long. In
+ * asp-agent (asp_local_reaper_run), `ready` is also called, from another thread, when
+ * the command's start takes more than 20 ms (the start cannot watch: a cwd on a hung
+ * mount holds it in the vfork wait).
  */
 typedef struct asp_local_watch {
 	int fd;

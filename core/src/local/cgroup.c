@@ -320,7 +320,8 @@ static struct {
 	pthread_mutex_t mu;
 	int base; /* O_PATH of the agent's cgroup */
 	char path[LOCAL_CGROUP_PATH_MAX];
-	int wake; /* eventfd: spares ran low, or a job left something running, or many done */
+	int wake;     /* eventfd: spares ran low, or a job left something running, or many done */
+	bool running; /* the thread runs (jc_wake starts it; it ends when idle) */
 	unsigned next;
 	struct job spare[SPARES];
 	size_t nspare;
@@ -423,8 +424,19 @@ static int job_make(unsigned *n)
 	return fd;
 }
 
+static void *jc_main(void *arg);
+
 static void jc_wake(void)
 {
+	pthread_mutex_lock(&jc.mu);
+	bool start = !jc.running;
+	jc.running = true;
+	pthread_mutex_unlock(&jc.mu);
+	if (start && local_thread_detached(jc_main, NULL, 128 * 1024) != 0) {
+		pthread_mutex_lock(&jc.mu); /* tried again at the next wake */
+		jc.running = false;
+		pthread_mutex_unlock(&jc.mu);
+	}
 	uint64_t one = 1;
 	ssize_t w = write(jc.wake, &one, sizeof one);
 	(void)w;
@@ -558,7 +570,8 @@ static void refill(void)
  * The thread: keeps spare cgroups ready and settles the released ones that could not go
  * straight back (reused or removed), at once if they are empty, else when cgroup.events
  * says `populated 0` (POLLPRI) or, for those not watched and those that held a nested
- * agent's cgroup, at the next second's pass. No spawn waits for it.
+ * agent's cgroup, at the next second's pass. No spawn waits for it. With nothing left to
+ * settle for a second, it ends (jc_wake starts it again).
  */
 static void *jc_main(void *arg)
 {
@@ -572,8 +585,14 @@ static void *jc_main(void *arg)
 	struct pollfd *pfd = malloc((POLLED_MAX + 1) * sizeof *pfd);
 	size_t *pidx = malloc((POLLED_MAX + 1) * sizeof *pidx);
 	int64_t full_at = 0;
-	if (!pfd || !pidx)
+	if (!pfd || !pidx) {
+		pthread_mutex_lock(&jc.mu); /* out of memory: tried again at the next wake */
+		jc.running = false;
+		pthread_mutex_unlock(&jc.mu);
+		free(pfd);
+		free(pidx);
 		return NULL;
+	}
 	for (;;) {
 		pthread_mutex_lock(&jc.mu);
 		struct job *done = jc.done;
@@ -621,7 +640,16 @@ static void *jc_main(void *arg)
 			pidx[k] = i;
 			pfd[k++] = (struct pollfd){.fd = pend[i].events, .events = POLLPRI};
 		}
-		int r = poll(pfd, k, npend ? 1000 : -1);
+		int r = poll(pfd, k, 1000);
+		if (r == 0 && npend == 0) {
+			pthread_mutex_lock(&jc.mu);
+			bool idle = jc.ndone == 0; /* spares: refilled when a take finds them low */
+			if (idle)
+				jc.running = false;
+			pthread_mutex_unlock(&jc.mu);
+			if (idle)
+				break;
+		}
 		if (r > 0 && pfd[0].revents) {
 			uint64_t v;
 			ssize_t got = read(jc.wake, &v, sizeof v);
@@ -635,6 +663,9 @@ static void *jc_main(void *arg)
 			pend[i] = pend[--npend];
 		}
 	}
+	free(pend);
+	free(pfd);
+	free(pidx);
 	return NULL;
 }
 
@@ -660,8 +691,10 @@ bool local_jobcg_init(void)
 			probe.events = open_events(probe.n);
 			jc.spare[0] = probe;
 			jc.nspare = 1;
+			jc.running = true;
 			if (local_thread_detached(jc_main, NULL, 128 * 1024) == 0)
 				return true;
+			jc.running = false;
 			jc.nspare = 0;
 		}
 		job_close(&probe);

@@ -46,6 +46,11 @@ void asp_local_watch_input(const asp_local_watch *w)
 	watch = w && w->ready ? *w : (asp_local_watch){.fd = -1};
 }
 
+const asp_local_watch *local_watch_current(void)
+{
+	return watch.fd >= 0 ? &watch : NULL;
+}
+
 static void close_fd(int *fd)
 {
 	if (*fd >= 0) {

@@ -22,9 +22,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -322,6 +326,9 @@ static asp_status spawn_failed(const local_child_spec *s, const char *prog, int 
 	if (rc == ENOENT)
 		return asp_error_set(err, ASP_E_NOT_FOUND, prog, "%s %s: program not found%s",
 		                     s->op, prog, strchr(prog, '/') ? "" : " in PATH");
+	if (rc == EAGAIN) /* fork: out of pids or threads (the message names the limits) */
+		return asp_error_errno(err, rc, prog, "%s %s: cannot run it%s", s->op, prog,
+		                       local_task_limit_hint());
 	return asp_error_errno(err, rc, prog, "%s %s: cannot run it", s->op, prog);
 }
 
@@ -398,28 +405,40 @@ static pid_t proc_entry_pid(const struct dirent *de, pid_t self)
 	return (pid_t)v;
 }
 
-/* The subreaper's state: the children local_child_start made (their owners reap them). */
+/*
+ * The subreaper's state: the children local_child_start made (their owners reap them),
+ * and the reaper thread, which runs only while we have children (the keeper aside) or a
+ * start is under way, and ends a second after the last is gone.
+ */
 static struct {
 	pthread_mutex_t mu;
-	pthread_cond_t cv; /* the own set changed, while `waiting` */
 	atomic_bool on;
-	/*
-	 * The reaper is the main thread (asp_local_reaper_run), where the kernel re-parents
-	 * orphans, and waits with __WNOTHREAD: only its own children (orphans, the keeper)
-	 * wake it, not the commands the serving threads start.
-	 */
-	bool main_thread;
-	bool waiting; /* the reaper waits on cv: only then do own-set changes signal it */
+	bool thread;           /* the reaper thread runs, or has been asked to */
+	atomic_bool thread_on; /* the same, for asp_local_reaper_stop (a signal handler) */
+	bool thread_failed;    /* said once: it could not be started */
+	unsigned starting;     /* local_child_start calls between their start and own listing */
+	bool retry;            /* the reaper waits for `starting` to reach 0 (wake_fd) */
 	pid_t *own;
 	size_t n, cap;
 	pid_t keeper;
-	int keeper_fd;     /* the write end of the keeper's pipe, -1 without one */
-	int status_fd;     /* the keeper's word on our cgroup ('y', 'n'); -1 once heard */
-	atomic_bool armed; /* the keeper was told that a command started */
+	int keeper_fd;        /* the write end of the keeper's pipe, -1 without one */
+	int status_fd;        /* the keeper's word on our cgroup ('y', 'n'); -1 once heard */
+	atomic_bool armed;    /* the keeper was told that a command started */
+	int sig_fd;           /* signalfd of SIGCHLD (blocked in every thread) */
+	int wake_fd;          /* eventfd: a stop, or `starting` reached 0 after `retry` */
+	int lead_fd;          /* timerfd: a start with a watch took too long */
+	asp_local_watch lead; /* that start's watch, while lead_set */
+	pthread_t lead_owner; /* the thread starting it */
+	bool lead_set;
+	atomic_int stop_sig; /* asp_local_reaper_stop's signal, 0 before */
+	void (*on_stop)(int sig, void *arg);
+	void *stop_arg;
 } reaper = {.keeper_fd = -1,
             .status_fd = -1,
-            .mu = PTHREAD_MUTEX_INITIALIZER,
-            .cv = PTHREAD_COND_INITIALIZER};
+            .sig_fd = -1,
+            .wake_fd = -1,
+            .lead_fd = -1,
+            .mu = PTHREAD_MUTEX_INITIALIZER};
 
 static bool is_own_locked(pid_t pid)
 {
@@ -429,14 +448,62 @@ static bool is_own_locked(pid_t pid)
 	return false; /* the keeper too: if it dies, the reaper takes it */
 }
 
-/*
- * Lists `pid` (if > 0) as one whose owner reaps it; `locked`: reaper.mu is held already,
- * taken before the child was started (see local_child_start).
- */
-static void reaper_own(bool locked, pid_t pid)
+static void *reaper_main(void *arg);
+
+/* Under reaper.mu: makes sure the reaper thread runs (a start or a child needs it). */
+static void reaper_thread_locked(void)
 {
-	if (!locked)
-		pthread_mutex_lock(&reaper.mu);
+	if (reaper.thread)
+		return;
+	int e = local_thread_detached(reaper_main, NULL, 256 * 1024);
+	if (e) {
+		if (!reaper.thread_failed)
+			fprintf(
+			    stderr,
+			    "asp-agent: cannot start the reaper thread: %s; orphans of commands "
+			    "wait for the next command%s\n",
+			    strerror(e), e == EAGAIN ? local_task_limit_hint() : "");
+		reaper.thread_failed = true;
+		return;
+	}
+	reaper.thread = true;
+	atomic_store(&reaper.thread_on, true);
+}
+
+/* How long a start with a watch (asp_local_watch_input) may take before it fires. */
+#define LEAD_AFTER_NS (20 * 1000 * 1000)
+
+/*
+ * Before a child starts: counted as starting, so the reaper runs and cannot take its
+ * status before reaper_end lists it. A watch of this thread (a lone exec that keeps
+ * reading the input) fires from the reaper thread if the start takes longer than
+ * LEAD_AFTER_NS: a start cannot watch (the vfork wait: a cwd on a hung mount holds it).
+ * False when there is no reaper (not asp-agent).
+ */
+static bool reaper_begin(void)
+{
+	if (!atomic_load(&reaper.on))
+		return false;
+	const asp_local_watch *w = local_watch_current();
+	pthread_mutex_lock(&reaper.mu);
+	reaper.starting++;
+	reaper_thread_locked();
+	if (w && reaper.thread && !reaper.lead_set && reaper.lead_fd >= 0) {
+		struct itimerspec t = {.it_value = {0, LEAD_AFTER_NS}};
+		if (timerfd_settime(reaper.lead_fd, 0, &t, NULL) == 0) {
+			reaper.lead = *w;
+			reaper.lead_owner = pthread_self();
+			reaper.lead_set = true;
+		}
+	}
+	pthread_mutex_unlock(&reaper.mu);
+	return true;
+}
+
+/* After the start: lists `pid` (if > 0) as one whose owner reaps it. */
+static void reaper_end(pid_t pid)
+{
+	pthread_mutex_lock(&reaper.mu);
 	if (pid > 0) {
 		if (reaper.n == reaper.cap) {
 			size_t ncap = reaper.cap ? reaper.cap * 2 : 16;
@@ -447,10 +514,21 @@ static void reaper_own(bool locked, pid_t pid)
 		/* out of memory: unlisted, the reaper may take its status (exit -1) */
 		if (reaper.n < reaper.cap)
 			reaper.own[reaper.n++] = pid;
-		if (reaper.waiting)
-			pthread_cond_broadcast(&reaper.cv);
 	}
+	if (reaper.lead_set && pthread_equal(reaper.lead_owner, pthread_self())) {
+		struct itimerspec off = {{0, 0}, {0, 0}};
+		timerfd_settime(reaper.lead_fd, 0, &off, NULL);
+		reaper.lead_set = false;
+	}
+	bool wake = --reaper.starting == 0 && reaper.retry;
+	if (wake)
+		reaper.retry = false;
 	pthread_mutex_unlock(&reaper.mu);
+	if (wake) {
+		uint64_t one = 1;
+		ssize_t w = write(reaper.wake_fd, &one, sizeof one);
+		(void)w;
+	}
 }
 
 static void reaper_disown(pid_t pid)
@@ -464,16 +542,24 @@ static void reaper_disown(pid_t pid)
 			break;
 		}
 	}
-	if (reaper.waiting) /* it waits for an owner to reap a zombie that blocks its view */
-		pthread_cond_broadcast(&reaper.cv);
 	pthread_mutex_unlock(&reaper.mu);
 }
 
-/* Reaps `pid` if it is a zombie child nobody else reaps. Under reaper.mu. */
-static void reap_stray_locked(pid_t pid)
+/*
+ * Reaps `pid` if it is a zombie child nobody else reaps: not one of ours, nor (while a
+ * start is under way) one that may be about to be listed. Under reaper.mu. False when
+ * it was left for a start to end.
+ */
+static bool reap_stray_locked(pid_t pid)
 {
-	if (!is_own_locked(pid))
-		waitpid(pid, NULL, WNOHANG);
+	if (is_own_locked(pid))
+		return true;
+	if (reaper.starting > 0) {
+		reaper.retry = true;
+		return false;
+	}
+	waitpid(pid, NULL, WNOHANG);
+	return true;
 }
 
 /* Reaps `pid` if it is a zombie child that is not our own. */
@@ -543,97 +629,183 @@ static void reap_strays(void)
 	closedir(d);
 }
 
-/* Waits on reaper.cv (held) until `dl`, saying so: own-set changes signal it then. */
-static void reaper_wait_locked(const struct timespec *dl)
+/* A child of ours other than the keeper: counted in *(unsigned *)arg. */
+static void count_child(pid_t pid, void *arg)
 {
-	reaper.waiting = true;
-	pthread_cond_timedwait(&reaper.cv, &reaper.mu, dl);
-	reaper.waiting = false;
+	if (pid != reaper.keeper)
+		(*(unsigned *)arg)++;
+}
+
+/* Whether we have a child other than the keeper (and its descendants then). */
+static bool have_children(void)
+{
+	unsigned n = 0;
+	if (each_listed_child(count_child, &n))
+		return n > 0;
+	DIR *d = opendir("/proc"); /* no children lists: by parent pid */
+	if (!d)
+		return true;
+	struct dirent *de;
+	pid_t self = getpid();
+	while (!n && (de = readdir(d))) {
+		pid_t pid = proc_entry_pid(de, self);
+		if (pid && pid != reaper.keeper && proc_ppid(pid, NULL) == self)
+			n++;
+	}
+	closedir(d);
+	return n > 0;
 }
 
 /*
- * Waits for any child to exit without reaping it; an orphan that was re-parented to us
- * is reaped here, one of ours is left to its owner. The kernel reports the oldest zombie
- * first, so while an owner keeps its zombie (exec waits for the pipes' EOF), the others
- * are found through /proc.
- *
- * What it sees: on the main thread (__WNOTHREAD), the children of the main thread only:
- * orphans (the kernel gives them to the first live thread), the keeper, and the commands
- * of a serving thread that ended before reaping them. On a thread of its own, every child
- * of the process: each command of ours too, woken at its exit and again at its reaping.
+ * Reaps the exited children nobody else reaps. 0: none is left; 1: an owner's zombie (or
+ * one a start may be about to list) hides the others, *blocked says which; 2: waiting
+ * for the starts to end (wake_fd).
+ */
+static int reap_exited(pid_t *blocked)
+{
+	for (;;) {
+		siginfo_t si;
+		memset(&si, 0, sizeof si);
+		if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid <= 0)
+			return 0;
+		pthread_mutex_lock(&reaper.mu);
+		bool own = is_own_locked(si.si_pid), taken = !own && reap_stray_locked(si.si_pid);
+		pthread_mutex_unlock(&reaper.mu);
+		if (own) {
+			*blocked = si.si_pid;
+			return 1;
+		}
+		if (!taken)
+			return 2;
+	}
+}
+
+/* Under nothing: whether the thread may end now (nothing to reap, wait for or start). */
+static bool reaper_may_end(void)
+{
+	pthread_mutex_lock(&reaper.mu);
+	/* a start takes reaper.mu first, so none can begin until `thread` is false */
+	bool end = reaper.starting == 0 && reaper.n == 0 && !reaper.lead_set && !have_children();
+	if (end) {
+		reaper.thread = false;
+		atomic_store(&reaper.thread_on, false);
+	}
+	pthread_mutex_unlock(&reaper.mu);
+	return end;
+}
+
+/* The registered stop: ends the processes and the agent (never returns), else nothing. */
+static void reaper_stop_now(void)
+{
+	int sig = atomic_load(&reaper.stop_sig);
+	pthread_mutex_lock(&reaper.mu);
+	void (*fn)(int, void *) = reaper.on_stop;
+	void *arg = reaper.stop_arg;
+	pthread_mutex_unlock(&reaper.mu);
+	if (sig && fn)
+		fn(sig, arg);
+}
+
+/* The start that armed lead_fd took too long: its watch fires here, once. */
+static void lead_fire(void)
+{
+	uint64_t n;
+	ssize_t r = read(reaper.lead_fd, &n, sizeof n);
+	(void)r;
+	pthread_mutex_lock(&reaper.mu);
+	asp_local_watch w = reaper.lead;
+	bool fire = reaper.lead_set;
+	reaper.lead_set = false;
+	pthread_mutex_unlock(&reaper.mu);
+	if (fire)
+		w.ready(w.ctx);
+}
+
+/* An idle reaper thread ends after this long with nothing to reap or wait for. */
+static int64_t local_mono_ms(void)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+#define REAPER_LINGER_MS 1000
+
+/*
+ * The reaper thread: runs while we have children (commands, orphans re-parented to us as
+ * the subreaper) or a start is under way. SIGCHLD is blocked in every thread and read
+ * here from a signalfd: one wake-up per exit, and none for anybody else (a thread that
+ * did not block it would be woken to discard it). An orphan is reaped here; one of ours
+ * is left to its owner. The kernel reports the oldest zombie first, so while an owner
+ * keeps its zombie (exec waits for the pipes' EOF) the others are found through /proc.
+ * It also carries out asp_local_reaper_stop while processes run, and fires the watch of a
+ * slow start.
  */
 static void *reaper_main(void *arg)
 {
 	(void)arg;
 	sigset_t all;
 	sigfillset(&all);
-	/*
-	 * Signals are for the serving threads; but an orphan's SIGCHLD comes to its parent,
-	 * this thread: unblocked here, the kernel discards it at once (it is ignored by
-	 * default) instead of keeping it and waking a serving thread to take it.
-	 */
-	if (reaper.main_thread)
-		sigdelset(&all, SIGCHLD);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
-	if (!reaper.main_thread)
-		prctl(PR_SET_NAME, "asp-reaper"); /* the main thread keeps the process's name */
-	int flags = WEXITED | WNOWAIT | (reaper.main_thread ? __WNOTHREAD : 0);
+	prctl(PR_SET_NAME, "asp-reaper");
 	pid_t blocked = 0;
-	int wait_ms = 25;
+	int wait_ms = 25, idle_ms = REAPER_LINGER_MS;
 	int64_t scan_at = 0;
 	for (;;) {
-		siginfo_t si;
-		memset(&si, 0, sizeof si);
-		int r = waitid(P_ALL, 0, &si, flags);
-		pthread_mutex_lock(&reaper.mu);
-		if (r < 0 || si.si_pid <= 0) {
+		reaper_stop_now();
+		pid_t was = blocked;
+		int state = reap_exited(&blocked);
+		int timeout = idle_ms;
+		if (state == 1) {
 			/*
-			 * No children: wait for a spawn (a thread of its own), or look again in a
-			 * second (the main thread without a keeper: an orphan comes to it unseen).
+			 * An owner's zombie: usually reaped within moments, so look again soon; if
+			 * the same one still blocks the view, look for the others through /proc.
 			 */
-			if (r < 0 && errno == ECHILD) {
-				struct timespec dl;
-				clock_gettime(CLOCK_REALTIME, &dl);
-				dl.tv_sec += 1;
-				reaper_wait_locked(&dl);
+			int64_t now = local_mono_ms();
+			if (blocked != was) {
+				wait_ms = 25;
+				scan_at = now + wait_ms;
+			} else if (now >= scan_at) {
+				reap_strays();
+				if (wait_ms < 1000)
+					wait_ms *= 2;
+				scan_at = now + wait_ms;
 			}
-			pthread_mutex_unlock(&reaper.mu);
+			timeout = (int)(scan_at - now);
+		} else if (state == 2) {
+			timeout = -1;
+		}
+		struct pollfd pfd[3] = {{reaper.sig_fd, POLLIN, 0},
+		                        {reaper.wake_fd, POLLIN, 0},
+		                        {reaper.lead_fd, POLLIN, 0}};
+		int r = poll(pfd, reaper.lead_fd >= 0 ? 3 : 2, timeout);
+		if (r < 0)
+			continue;
+		if (r > 0 && pfd[0].revents) {
+			struct signalfd_siginfo si[8];
+			while (read(reaper.sig_fd, si, sizeof si) == (ssize_t)sizeof si)
+				;
+		}
+		if (r > 0 && pfd[1].revents) {
+			uint64_t n;
+			ssize_t got = read(reaper.wake_fd, &n, sizeof n);
+			(void)got;
+		}
+		if (r > 0 && pfd[2].revents)
+			lead_fire();
+		if (r > 0) {
+			idle_ms = REAPER_LINGER_MS;
 			continue;
 		}
-		if (!is_own_locked(si.si_pid)) {
-			waitpid(si.si_pid, NULL, WNOHANG);
-			pthread_mutex_unlock(&reaper.mu);
+		if (state != 0)
 			continue;
-		}
-		/*
-		 * An owner's zombie: usually reaped within moments, so wait for that first; if
-		 * the same one still blocks the view, look for the others, then wait longer.
-		 */
-		struct timespec now;
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-		if (si.si_pid != blocked) {
-			blocked = si.si_pid;
-			wait_ms = 25;
-			scan_at = now_ms + wait_ms;
-		} else if (now_ms >= scan_at) { /* not at every wake: spawns wake us too */
-			pthread_mutex_unlock(&reaper.mu);
-			reap_strays();
-			pthread_mutex_lock(&reaper.mu);
-			if (wait_ms < 1000)
-				wait_ms *= 2;
-			scan_at = now_ms + wait_ms;
-		}
-		if (is_own_locked(si.si_pid)) {
-			struct timespec dl;
-			clock_gettime(CLOCK_REALTIME, &dl);
-			dl.tv_nsec += (long)wait_ms * 1000 * 1000;
-			while (dl.tv_nsec >= 1000000000)
-				dl.tv_sec++, dl.tv_nsec -= 1000000000;
-			reaper_wait_locked(&dl);
-		}
-		pthread_mutex_unlock(&reaper.mu);
+		if (reaper_may_end())
+			break;
+		if (idle_ms < 8 * REAPER_LINGER_MS) /* a daemon runs: look less often */
+			idle_ms *= 2;
 	}
+	/* a stop asked while we were ending: see asp_local_reaper_stop */
+	reaper_stop_now();
 	return NULL;
 }
 
@@ -797,68 +969,67 @@ static int reaper_setup(void)
 		reaper.keeper_fd = lift_fd(p[1]);
 		reaper.status_fd = lift_fd(q[0]);
 	}
+	/* SIGCHLD blocked here, before any thread: every thread inherits it (reaper_main) */
+	sigset_t chld;
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	pthread_sigmask(SIG_BLOCK, &chld, NULL);
+	reaper.sig_fd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+	reaper.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	reaper.lead_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (reaper.sig_fd < 0 || reaper.wake_fd < 0) {
+		fprintf(stderr, "asp-agent: cannot set up the reaper: %s\n", strerror(errno));
+		pthread_sigmask(SIG_UNBLOCK, &chld, NULL);
+		return -1;
+	}
+	reaper.sig_fd = lift_fd(reaper.sig_fd);
+	reaper.wake_fd = lift_fd(reaper.wake_fd);
+	if (reaper.lead_fd >= 0)
+		reaper.lead_fd = lift_fd(reaper.lead_fd);
 	return 0;
 #else
 	return -1;
 #endif
 }
 
-/* The reaper on a thread of its own. */
-static int reaper_thread_start(void)
-{
-	atomic_store(&reaper.on, true);
-	int e = local_thread_detached(reaper_main, NULL, 256 * 1024);
-	if (e) {
-		fprintf(stderr, "asp-agent: cannot start the reaper thread: %s\n", strerror(e));
-		return -1;
-	}
-	return 0;
-}
-
-int asp_local_reaper_start(void)
-{
-	if (reaper_setup() < 0)
-		return -1;
-	return reaper_thread_start();
-}
-
-struct reaper_body {
-	int (*fn)(void *);
-	void *arg;
-};
-
-/* The responder's work, off the main thread; then the end of the whole process. */
-static void *body_main(void *p)
-{
-	struct reaper_body *b = p;
-	int code = b->fn(b->arg);
-	asp_local_reaper_finish();
-	exit(code); /* the main thread never leaves its waitid */
-}
-
-/* The body's stack: what the main thread's would have been (musl's default is 128 KiB). */
-#define BODY_STACK (8u * 1024 * 1024)
-
 int asp_local_reaper_run(int (*fn)(void *), void *arg)
 {
 	if (reaper_setup() < 0)
 		return fn(arg);
-	static struct reaper_body b;
-	b.fn = fn;
-	b.arg = arg;
-	/* before any command can start: the main thread waits for its own children only */
-	reaper.main_thread = true;
 	atomic_store(&reaper.on, true);
-	/* with our signal mask, as main's */
-	int e = local_thread_detached(body_main, &b, BODY_STACK);
-	if (e) {
-		reaper.main_thread = false;
-		int code = reaper_thread_start() == 0 ? fn(arg) : 1;
-		asp_local_reaper_finish();
-		return code;
-	}
-	reaper_main(NULL);
-	return 1; /* not reached: the body exits the process */
+	int code = fn(arg);
+	asp_local_reaper_finish();
+	return code;
+}
+
+void asp_local_reaper_on_stop(void (*fn)(int sig, void *arg), void *arg)
+{
+	pthread_mutex_lock(&reaper.mu);
+	reaper.on_stop = fn;
+	reaper.stop_arg = arg;
+	pthread_mutex_unlock(&reaper.mu);
+}
+
+bool asp_local_reaper_stop(int sig)
+{
+	/*
+	 * Stored first, read by a reaper thread that ends after clearing thread_on: so
+	 * either we see it running (and it, or the next one, sees the signal) or it is gone.
+	 */
+	atomic_store(&reaper.stop_sig, sig);
+	if (!atomic_load(&reaper.thread_on))
+		return false;
+	uint64_t one = 1;
+	ssize_t w = write(reaper.wake_fd, &one, sizeof one);
+	(void)w;
+	return true;
+}
+
+const char *local_task_limit_hint(void)
+{
+	return " (the host is out of processes or threads: see /proc/sys/kernel/pid_max, "
+	       "/proc/sys/kernel/threads-max and `ulimit -u`; raise them, e.g. `sysctl -w "
+	       "kernel.pid_max=4194304`)";
 }
 
 /* Tells the keeper `c` ('a' armed, 'd' done); a lost byte only costs it a sweep. */
@@ -1136,15 +1307,11 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 	if (s->tty)
 		fds[0] = fds[1] = fds[2] = pty_s;
 	/*
-	 * A reaper on a thread of its own sees the child as soon as it exits: held across the
-	 * start, so the child is listed before that reaper can look and it never takes its
-	 * owner's status. The main thread's reaper cannot see it while the thread that
-	 * starts it lives: no lock across the start, so starts on many threads overlap.
+	 * The reaper sees the child as soon as it exits: counted as starting until it is
+	 * listed, so the reaper never takes its owner's status; no lock across the start, so
+	 * starts on many threads overlap.
 	 */
-	bool reaping = atomic_load(&reaper.on), held = reaping && !reaper.main_thread;
-	bool started = false;
-	if (held)
-		pthread_mutex_lock(&reaper.mu);
+	bool reaping = reaper_begin(), started = false;
 	if (cg_fd >= 0) {
 		local_clone_spec cs = {progs,
 		                       argv,
@@ -1167,7 +1334,7 @@ asp_status local_child_start(const local_child_spec *s, local_child *c, asp_erro
 	if (!started)
 		rc = start_posix(s, prog, search, argv, envp, fds, s->tty ? pty_path : NULL, &pid);
 	if (reaping)
-		reaper_own(held, rc ? -1 : pid);
+		reaper_end(rc ? -1 : pid);
 	if (reaping && !rc && !atomic_exchange(&reaper.armed, true))
 		keeper_say('a');
 	free(progs);

@@ -8,6 +8,7 @@
 #define ASP_LOCAL_SPAWN_UTIL_H
 
 #include "asp/proto.h"
+#include "asp/server.h"
 
 #include <signal.h>
 #include <stdbool.h>
@@ -75,7 +76,13 @@ void local_child_signal_group(const local_child *c, int sig);
  */
 void local_child_signal_tree(const local_child *c, int sig);
 
-/* asp_local_reaper_start, _run and _finish are in asp/server.h. */
+/* asp_local_reaper_run, _stop and _finish are in asp/server.h. */
+
+/* The calling thread's asp_local_watch_input (local_exec.c), or NULL. */
+const asp_local_watch *local_watch_current(void);
+
+/* " (...)": what to raise when fork or pthread_create fails with EAGAIN, for a message. */
+const char *local_task_limit_hint(void);
 
 /*
  * Closes out_w and err_w (hold_outputs): once the child has exited, or to see EOF on its
