@@ -370,6 +370,15 @@ static asp_status open_conn(const asp_config_view *cfg, stdio_conn **out, asp_er
 		close(fds[2]);
 		close(fds[4]);
 		free(s);
+		if (e == EAGAIN) /* fork: the host's or this user's process limit */
+			return asp_error_set(
+			    err, ASP_E_TRANSPORT_ERROR, cfg->path,
+			    "cannot run %s: %s: the host is out of processes or threads (each idle "
+			    "asp-agent is 2: see /proc/sys/kernel/pid_max, "
+			    "/proc/sys/kernel/threads-max and `ulimit -u`; raise them, e.g. "
+			    "`sysctl "
+			    "-w kernel.pid_max=4194304`)",
+			    cfg->stdio.argv[0], strerror(e));
 		return asp_error_set(err, ASP_E_TRANSPORT_ERROR, cfg->path,
 		                     "cannot run %s: %s; check stdio.command in %s",
 		                     cfg->stdio.argv[0], strerror(e), where);

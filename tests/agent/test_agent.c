@@ -161,8 +161,8 @@ static void test_worker_cap(void)
 		threads = now > threads ? now : threads;
 		usleep(10 * 1000);
 	}
-	/* + the reaper of adopted orphans (asp_local_reaper_start), the job cgroups' thread
-	 * (cgroup.c, with a writable cgroup v2) and a sanitizer thread */
+	/* + the reaper thread, the job cgroups' thread (cgroup.c, with a writable cgroup
+	 * v2) and a sanitizer thread */
 	CU_ASSERT(threads > 1 && threads <= 64 + 3);
 	int answered = 0;
 	for (int i = 0; i < 100; i++) {

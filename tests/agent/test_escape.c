@@ -1052,7 +1052,8 @@ static int zombies_of(pid_t pid)
  * The reaper takes the adopted orphans, never an exit status that a request waits for:
  * 60 execs at once, each leaving an orphan that dies at once, every status right (an exit
  * code, or for every fifth the signal that ended it), no zombie left. The orphans come to
- * the agent's main thread, which reaps them; the commands are the serving threads'.
+ * the agent's main thread and the reaper thread reaps them; the commands are the serving
+ * threads'.
  */
 static void test_reaping_keeps_statuses(void)
 {

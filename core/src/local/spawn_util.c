@@ -935,7 +935,7 @@ static void keeper_main(int rfd, int sfd, pid_t parent)
 	_exit(0);
 }
 
-/* Subreaper and keeper: what asp_local_reaper_start and _run share. 0, or -1. */
+/* Subreaper, keeper, SIGCHLD blocked and the reaper's fds, for asp_local_reaper_run. 0, or -1. */
 static int reaper_setup(void)
 {
 #ifdef PR_SET_CHILD_SUBREAPER
