@@ -1066,8 +1066,9 @@ static void test_one_thread_at_rest(void)
 	add_spawn(&b, 3, "exit 0");
 	add_exec(&b, 4, "sleep 0.3 >/dev/null 2>&1 &");
 	CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
-	int answered = 0;
-	for (int64_t until = t_now_ms() + WAIT_MS; answered < 2 && t_now_ms() < until;) {
+	int answered = 0, exited = 0; /* the two answers and the spawned one's exit notice */
+	for (int64_t until = t_now_ms() + WAIT_MS;
+	     (answered < 2 || exited < 1) && t_now_ms() < until;) {
 		uint8_t *body;
 		size_t len;
 		if (t_read_frame(p.out, WAIT_MS, &body, &len) != 1)
@@ -1076,12 +1077,16 @@ static void test_one_thread_at_rest(void)
 		asp_error e;
 		msgpack_unpacked u;
 		msgpack_unpacked_init(&u);
-		if (asp_wire_decode(body, len, &u, &m, &e) == ASP_OK && m.type == ASP_MSG_RESPONSE)
-			answered++;
+		if (asp_wire_decode(body, len, &u, &m, &e) == ASP_OK) {
+			answered += m.type == ASP_MSG_RESPONSE;
+			exited += m.type == ASP_MSG_NOTIFY && m.method_len == 4 &&
+			          memcmp(m.method, "exit", 4) == 0;
+		}
 		msgpack_unpacked_destroy(&u);
 		free(body);
 	}
 	CU_ASSERT_EQUAL(answered, 2);
+	CU_ASSERT_EQUAL(exited, 1);
 	CU_ASSERT(wait_at_rest(p.pid, base));
 	/* a burst: 16 execs at once take workers, which end once idle */
 	b.len = 0;
@@ -1110,26 +1115,31 @@ static unsigned long long sig_blocked(pid_t pid)
 	return v;
 }
 
-/* TERM at rest (one thread, nothing running): the agent exits 0 at once. */
+/* TERM, INT or HUP at rest (one thread, nothing running): the agent exits 0 at once. */
 static void test_term_at_rest(void)
 {
-	int sigs[] = {SIGTERM, SIGINT, SIGHUP};
-	for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
-		tproc p;
-		start(&p);
-		int base = threads_at_start(&p);
+	enum { N = 3 };
+	int sigs[N] = {SIGTERM, SIGINT, SIGHUP}, base[N];
+	tproc p[N];
+	for (int i = 0; i < N; i++) { /* side by side: each waits a second to be at rest */
+		start(&p[i]);
+		base[i] = threads_at_start(&p[i]);
 		asp_buf b;
 		asp_buf_init(&b);
 		add_exec(&b, 1, "true");
-		CU_ASSERT_FATAL(t_write_all(p.in, b.data, b.len) == 0);
+		CU_ASSERT_FATAL(t_write_all(p[i].in, b.data, b.len) == 0);
 		asp_buf_free(&b);
+	}
+	for (int i = 0; i < N; i++) {
 		t_resp r;
-		CU_ASSERT_EQUAL(read_response(&p, WAIT_MS, &r), 1);
-		CU_ASSERT(wait_at_rest(p.pid, base));
-		kill(p.pid, sigs[i]);
-		int st = tproc_wait(&p, WAIT_MS, NULL);
+		CU_ASSERT_EQUAL(read_response(&p[i], WAIT_MS, &r), 1);
+	}
+	for (int i = 0; i < N; i++) {
+		CU_ASSERT(wait_at_rest(p[i].pid, base[i]));
+		kill(p[i].pid, sigs[i]);
+		int st = tproc_wait(&p[i], WAIT_MS, NULL);
 		CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-		tproc_close(&p);
+		tproc_close(&p[i]);
 	}
 }
 
