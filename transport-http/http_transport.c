@@ -282,10 +282,14 @@ static void ws_put(ws_link *l)
 	atomic_fetch_sub(&l->users, 1); /* a retired link is freed later, off this thread */
 }
 
-/* The op table's slot for an op that needs a connection able to carry notifications. */
+/*
+ * The op table's slot for an op that needs a connection able to carry notifications: an
+ * attach, and the handles whose only output is notifications (a POST connection refuses
+ * them), made on the connection that will follow them.
+ */
 static bool needs_ws(asp_op_id op)
 {
-	return op == ASP_OP_PROC_ATTACH;
+	return op == ASP_OP_PROC_ATTACH || op == ASP_OP_CONNECT || op == ASP_OP_WATCH;
 }
 
 static bool lists(const asp_hello_result *r, const char *op)
@@ -309,13 +313,18 @@ static asp_status hello_ops(http_backend *b, const asp_hello_params *p, asp_hell
 		for (size_t i = 0; r->has_features && i < r->features.count; i++)
 			if (strcmp(r->features.items[i], "follow") == 0)
 				return ASP_OK;
-		const char **f = asp_arena_alloc(a, (r->features.count + 1) * sizeof *f);
+		const char **f = asp_arena_alloc(a, (r->features.count + 3) * sizeof *f);
 		if (!f)
 			return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
 		for (size_t i = 0; r->has_features && i < r->features.count; i++)
 			f[i] = r->features.items[i];
 		size_t n = r->has_features ? r->features.count : 0;
 		f[n++] = "follow";
+		/* what delivers by notification comes over the WebSocket too */
+		if (lists(r, "connect"))
+			f[n++] = "connect";
+		if (lists(r, "watch"))
+			f[n++] = "watch";
 		r->has_features = true;
 		r->features = (asp_strv){f, n};
 		return ASP_OK;
