@@ -38,19 +38,6 @@ struct feed {
 	bool epipe;
 };
 
-/* This thread's asp_local_watch_input: fd -1 when none (or once it fired). */
-static _Thread_local asp_local_watch watch = {.fd = -1};
-
-void asp_local_watch_input(const asp_local_watch *w)
-{
-	watch = w && w->ready ? *w : (asp_local_watch){.fd = -1};
-}
-
-const asp_local_watch *local_watch_current(void)
-{
-	return watch.fd >= 0 ? &watch : NULL;
-}
-
 static void close_fd(int *fd)
 {
 	if (*fd >= 0) {
@@ -358,13 +345,14 @@ asp_status asp_local_exec(void *self, const asp_exec_params *p, asp_exec_result 
 		struct pollfd pfd[EXEC_FDS + 1];
 		int nj = job_fds(&j, pfd), n = nj, i_watch = -1;
 		int ms = local_poll_ms(now, job_until(&j, now));
-		if (watch.fd >= 0)
-			i_watch = n, pfd[n++] = (struct pollfd){watch.fd, POLLIN, 0};
+		const asp_local_watch *watch = local_watch_current();
+		if (watch)
+			i_watch = n, pfd[n++] = (struct pollfd){watch->fd, POLLIN, 0};
 		if (poll(pfd, (nfds_t)n, ms) <= 0)
 			continue; /* timer or EINTR: the checks above run again */
 		if (i_watch >= 0 && pfd[i_watch].revents) {
-			asp_local_watch w = watch;
-			watch.fd = -1; /* once */
+			asp_local_watch w = *watch;
+			local_watch_clear(); /* once */
 			w.ready(w.ctx);
 		}
 		job_serve(&j, pfd, nj);

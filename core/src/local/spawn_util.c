@@ -473,6 +473,24 @@ static void reaper_thread_locked(void)
 /* How long a start with a watch (asp_local_watch_input) may take before it fires. */
 #define LEAD_AFTER_NS (20 * 1000 * 1000)
 
+/* This thread's asp_local_watch_input: fd -1 when none (or once it fired). */
+static _Thread_local asp_local_watch watch_input = {.fd = -1};
+
+void asp_local_watch_input(const asp_local_watch *w)
+{
+	watch_input = w && w->ready ? *w : (asp_local_watch){.fd = -1};
+}
+
+const asp_local_watch *local_watch_current(void)
+{
+	return watch_input.fd >= 0 ? &watch_input : NULL;
+}
+
+void local_watch_clear(void)
+{
+	watch_input.fd = -1;
+}
+
 /*
  * Before a child starts: counted as starting, so the reaper runs and cannot take its
  * status before reaper_end lists it. A watch of this thread (a lone exec that keeps

@@ -78,8 +78,11 @@ void local_child_signal_tree(const local_child *c, int sig);
 
 /* asp_local_reaper_run, _stop and _finish are in asp/server.h. */
 
-/* The calling thread's asp_local_watch_input (local_exec.c), or NULL. */
+/* The calling thread's asp_local_watch_input, or NULL (none, or it has fired). */
 const asp_local_watch *local_watch_current(void);
+
+/* The calling thread's watch has fired: local_watch_current is NULL from now on. */
+void local_watch_clear(void);
 
 /* " (...)": what to raise when fork or pthread_create fails with EAGAIN, for a message. */
 const char *local_task_limit_hint(void);
