@@ -1,6 +1,5 @@
 /* asp_error: status names, errno mapping and message formatting. */
 #include "asp/status.h"
-#include "asp/transport.h" /* asp_error_hint, asp_error_oom */
 
 #include <errno.h>
 #include <stdarg.h>

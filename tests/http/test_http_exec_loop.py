@@ -30,9 +30,10 @@ BOUND_S = 30
 
 
 def threads(p):
-    """The agent's threads but the job-cgroup one (the first exec starts it)."""
+    """The agent's serving threads: not the job-cgroup one (the first exec starts it) nor
+    the reaper (it runs while the agent has children)."""
     task = "/proc/%d/task" % p.pid
-    return sum(open("%s/%s/comm" % (task, t)).read().strip() != "asp-jobcg"
+    return sum(open("%s/%s/comm" % (task, t)).read().strip() not in ("asp-jobcg", "asp-reaper")
                for t in os.listdir(task))
 
 

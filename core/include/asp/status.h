@@ -81,6 +81,16 @@ asp_status asp_status_from_errno(int errnum);
 /* Reset to ASP_OK with empty strings. */
 void asp_error_clear(asp_error *err);
 
+/*
+ * Appends "; HINT" to err's message (what the person can do about it) when it fits; the
+ * code, path and errno stay. NULL err: no-op.
+ */
+void asp_error_hint(asp_error *err, const char *hint);
+
+/* internal "OP: out of memory", or "OP: out of memory in WHERE" when `where` is given
+ * (`err` first, as in asp_error_set). */
+asp_status asp_error_oom(asp_error *err, const char *op, const char *where);
+
 #ifdef __cplusplus
 }
 #endif

@@ -139,15 +139,6 @@ asp_status asp_check_tty_size(const char *what, uint64_t rows, uint64_t cols, as
  */
 asp_status asp_check_required(const char *op, const char *field, const char *value, asp_error *err);
 
-/*
- * Appends "; HINT" to err's message (what the person can do about it) when it fits; the
- * code, path and errno stay. NULL err: no-op.
- */
-void asp_error_hint(asp_error *err, const char *hint);
-
-/* internal "OP: out of memory", or "OP: out of memory in WHERE" when `where` is given
- * (`err` first, as in asp_error_set). */
-asp_status asp_error_oom(asp_error *err, const char *op, const char *where);
 
 /*
  * The directory part of `path`, malloc'd: "a" for "a//b", "/" for "/b". NULL when it has
