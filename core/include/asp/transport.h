@@ -139,7 +139,6 @@ asp_status asp_check_tty_size(const char *what, uint64_t rows, uint64_t cols, as
  */
 asp_status asp_check_required(const char *op, const char *field, const char *value, asp_error *err);
 
-
 /*
  * The directory part of `path`, malloc'd: "a" for "a//b", "/" for "/b". NULL when it has
  * none ("b") or out of memory; strchr(path, '/') tells the two apart.
