@@ -4,6 +4,7 @@
 
 #include <getopt.h>
 #include <stdarg.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -229,6 +230,17 @@ bool path_is_dot(const char *base);
 
 /* The local number of a signal named as exec reports it ("KILL"), or 0 when unknown. */
 int cli_signal_number(const char *name);
+
+#define CLI_STOP_SIGNALS 3 /* INT, TERM, HUP */
+
+/*
+ * From now on INT, TERM and HUP each write the byte 's' to `fd` (a pipe the command
+ * polls), their old actions kept in `old`; SIGPIPE is ignored.
+ */
+void cli_stop_signals_catch(int fd, struct sigaction old[CLI_STOP_SIGNALS]);
+
+/* INT, TERM and HUP as they were before cli_stop_signals_catch. */
+void cli_stop_signals_restore(const struct sigaction old[CLI_STOP_SIGNALS]);
 
 /* --- follow.c: following a spawned process ------------------------------------------------- */
 

@@ -62,15 +62,6 @@ struct fwd {
 
 static int stop_pipe[2] = {-1, -1};
 
-static void on_stop_signal(int sig)
-{
-	(void)sig;
-	int e = errno;
-	ssize_t w = write(stop_pipe[1], "x", 1);
-	(void)w;
-	errno = e;
-}
-
 /* ---- the callbacks (the client's reading thread: they must not call the client) -- */
 
 static void on_output(void *user, uint64_t proc, asp_stream stream, uint64_t offset,
@@ -519,13 +510,8 @@ int cmd_forward(cli *c, int argc, char **argv)
 	}
 	pthread_mutex_init(&f.mu, NULL);
 	pthread_cond_init(&f.cv, NULL);
-	struct sigaction sa = {0}, old[3];
-	sa.sa_handler = on_stop_signal;
-	sigemptyset(&sa.sa_mask);
-	static const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
-	for (int i = 0; i < 3; i++)
-		sigaction(sigs[i], &sa, &old[i]);
-	signal(SIGPIPE, SIG_IGN);
+	struct sigaction old[CLI_STOP_SIGNALS];
+	cli_stop_signals_catch(stop_pipe[1], old);
 	if (c->json) {
 		jw w;
 		jw_init(&w, stdout);
@@ -554,8 +540,7 @@ int cmd_forward(cli *c, int argc, char **argv)
 	}
 	close(lfd);
 	stop_all(&f);
-	for (int i = 0; i < 3; i++)
-		sigaction(sigs[i], &old[i], NULL);
+	cli_stop_signals_restore(old);
 	pthread_mutex_lock(&f.mu);
 	unsigned left = f.live;
 	pthread_mutex_unlock(&f.mu);

@@ -19,15 +19,6 @@
 
 static int wake_pipe[2] = {-1, -1};
 
-static void on_stop_signal(int sig)
-{
-	(void)sig;
-	int e = errno;
-	ssize_t w = write(wake_pipe[1], "s", 1);
-	(void)w;
-	errno = e;
-}
-
 typedef struct watch_run {
 	bool ended, lost, out_gone;
 	int64_t exit_code;
@@ -120,13 +111,8 @@ int cmd_watch(cli *c, int argc, char **argv)
 		return c->fail_code;
 	if (wake_pipe[0] < 0 && pipe2(wake_pipe, O_CLOEXEC) < 0)
 		return cli_fail_errno(c, errno, "watch");
-	struct sigaction sa = {0}, old[3];
-	sa.sa_handler = on_stop_signal;
-	sigemptyset(&sa.sa_mask);
-	static const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
-	for (int i = 0; i < 3; i++)
-		sigaction(sigs[i], &sa, &old[i]);
-	signal(SIGPIPE, SIG_IGN);
+	struct sigaction old[CLI_STOP_SIGNALS];
+	cli_stop_signals_catch(wake_pipe[1], old);
 	static const asp_proc_callbacks cb = {
 	    .on_exit = on_exit_cb,
 	    .on_lost = on_lost,
@@ -166,7 +152,6 @@ int cmd_watch(cli *c, int argc, char **argv)
 		rc = cli_fail(c, &err, "watch %s", p.path);
 	}
 out:
-	for (int i = 0; i < 3; i++)
-		sigaction(sigs[i], &old[i], NULL);
+	cli_stop_signals_restore(old);
 	return cli_finish(c, rc);
 }

@@ -1,8 +1,13 @@
-/* Signal names as exec reports them ("KILL"), mapped to this machine's numbers. */
+/*
+ * Signal names as exec reports them ("KILL"), mapped to this machine's numbers; and the
+ * stop signals of the commands that run until interrupted, turned into a byte on a pipe.
+ */
 #include "cli.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <string.h>
+#include <unistd.h>
 
 static const struct {
 	const char *name;
@@ -35,4 +40,33 @@ int cli_signal_number(const char *name)
 			return names[i].num;
 	}
 	return 0;
+}
+
+static const int stop_sigs[CLI_STOP_SIGNALS] = {SIGINT, SIGTERM, SIGHUP};
+static int stop_fd = -1;
+
+static void on_stop_signal(int sig)
+{
+	(void)sig;
+	int e = errno;
+	ssize_t w = write(stop_fd, "s", 1);
+	(void)w;
+	errno = e;
+}
+
+void cli_stop_signals_catch(int fd, struct sigaction old[CLI_STOP_SIGNALS])
+{
+	stop_fd = fd;
+	struct sigaction sa = {0};
+	sa.sa_handler = on_stop_signal;
+	sigemptyset(&sa.sa_mask);
+	for (int i = 0; i < CLI_STOP_SIGNALS; i++)
+		sigaction(stop_sigs[i], &sa, &old[i]);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+void cli_stop_signals_restore(const struct sigaction old[CLI_STOP_SIGNALS])
+{
+	for (int i = 0; i < CLI_STOP_SIGNALS; i++)
+		sigaction(stop_sigs[i], &old[i], NULL);
 }

@@ -1,7 +1,7 @@
 """What the OpenCode and pi binding tests share: a sandbox that is not the harness's machine (an asp-agent
 in its own UTS namespace, named asp-sandbox, with its own directory), a harness project
 directory that differs from it, the scripted model server, and the checks of where each
-tool call acted. Runs inside harness_run.sh's network namespace (loopback only)."""
+tool call acted. Runs inside tests/common/npm_run.sh's network namespace (loopback only)."""
 import json
 import os
 import shutil

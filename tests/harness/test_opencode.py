@@ -5,7 +5,7 @@ tool it calls acts in the sandbox, none in the project.
 
 usage: test_opencode.py NODE_WORK ASP ASP_AGENT SCRIPTED_MODEL MODE
 MODE edit: a model that gets OpenCode's write and edit; patch: a GPT model, which gets
-apply_patch instead. Runs inside harness_run.sh (loopback only)."""
+apply_patch instead. Runs inside tests/common/npm_run.sh (loopback only)."""
 import json
 import os
 import sys

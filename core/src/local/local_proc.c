@@ -70,11 +70,6 @@ static char *quote_argv(const asp_strv *argv)
 
 /* ---- spawn ------------------------------------------------------------------------ */
 
-static char *dup_str(const char *s)
-{
-	return s ? strdup(s) : NULL;
-}
-
 /* A subscriber never listed: back to nothing. */
 static void sub_drop(asp_local_conn *c, local_sub *s)
 {
@@ -111,36 +106,26 @@ asp_status asp_local_spawn(void *self, const asp_spawn_params *p, asp_spawn_resu
 			                     "spawn: tty.term must be 1 to 128 bytes, got %zu",
 			                     strlen(p->tty->term));
 	}
-	local_proc *pr = calloc(1, sizeof *pr);
-	local_sub *sub = c->has_sink ? local_sub_new(c) : NULL;
-	if (!pr || (c->has_sink && !sub)) {
-		free(pr);
-		sub_drop(c, sub);
+	if (!p->command && !p->has_argv)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                     "spawn: give exactly one of 'command' and 'argv'");
+	char *quoted = p->command ? NULL : quote_argv(&p->argv);
+	if (!p->command && !quoted)
+		return local_oom("spawn", err);
+	local_sub *sub = NULL;
+	if (c->has_sink && !(sub = local_sub_new(c))) {
+		free(quoted);
 		return local_oom("spawn", err);
 	}
-	pr->l = l;
-	pr->in_fd = pr->wake_fd = -1;
-	pr->child.pid = -1;
-	pr->child.pidfd = pr->child.in_fd = pr->child.out_fd = pr->child.err_fd = -1;
-	pr->child.out_w = pr->child.err_w = -1;
-	atomic_init(&pr->refs, 1);
-	pthread_mutex_init(&pr->mu, NULL);
-	pthread_mutex_init(&pr->in_mu, NULL);
-	local_cond_init(&pr->cv);
-	for (int i = 0; i < PROC_STREAM_COUNT; i++)
-		proc_ring_init(&pr->ring[i], PROC_RING_BYTES);
+	local_proc *pr = local_proc_alloc(l, LOCAL_PROC_CHILD, PROC_RING_BYTES, p->tag,
+	                                  p->command ? p->command : quoted, "spawn", err);
+	free(quoted);
+	if (!pr) {
+		sub_drop(c, sub);
+		return err->code;
+	}
 	pr->timeout_ms = p->timeout_ms;
-	pr->tag = dup_str(p->tag);
-	pr->command = p->has_argv && !p->command ? quote_argv(&p->argv) : dup_str(p->command);
-	pr->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	asp_status st = ASP_OK;
-	if ((p->tag && !pr->tag) || !pr->command)
-		st = p->has_argv || p->command ? local_oom("spawn", err)
-		                               : asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
-		                                               "spawn: give exactly one of "
-		                                               "'command' and 'argv'");
-	else if (pr->wake_fd < 0)
-		st = asp_error_errno(err, errno, NULL, "spawn: cannot create an eventfd");
 	if (st == ASP_OK) {
 		/* Counted from here until it is in the table: a shutdown waits for it too. */
 		pthread_mutex_lock(&l->mu);

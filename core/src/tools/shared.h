@@ -198,4 +198,19 @@ void tools_procs_free(asp_tools *t);
  */
 bool tools_glob_match(const char *pattern, const char *path);
 
+/* apply_patch's description: the same tool under every vocabulary's argument name. */
+/* clang-format off */
+#define TOOLS_PATCH_DESCRIPTION \
+  "Applies a patch to files in the sandbox, all or nothing: every hunk is checked " \
+  "before any file changes. The format:\n" \
+  "*** Begin Patch\n" \
+  "*** Add File: path/new.txt\n+line of the new file\n" \
+  "*** Update File: path/old.c\n*** Move to: path/renamed.c   (optional)\n" \
+  "@@ context line (optional, e.g. a function header)\n line kept\n-line removed\n+line added\n" \
+  "*** Delete File: path/gone.txt\n" \
+  "*** End Patch\n" \
+  "Give about three lines of context before and after each change; paths are relative " \
+  "to the working directory or absolute."
+/* clang-format on */
+
 #endif

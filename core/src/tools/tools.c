@@ -237,16 +237,7 @@ static const tool_entry tools_table[] = {
       "\"required\":[\"path\"],\"additionalProperties\":false}"},
      tool_ls},
     {{"apply_patch",
-      "Applies a patch to files in the sandbox, all or nothing: every hunk is checked "
-      "before any file changes. The format:\n"
-      "*** Begin Patch\n"
-      "*** Add File: path/new.txt\n+line of the new file\n"
-      "*** Update File: path/old.c\n*** Move to: path/renamed.c   (optional)\n"
-      "@@ context line (optional, e.g. a function header)\n line kept\n-line removed\n+line added\n"
-      "*** Delete File: path/gone.txt\n"
-      "*** End Patch\n"
-      "Give about three lines of context before and after each change; paths are relative "
-      "to the working directory or absolute.",
+      TOOLS_PATCH_DESCRIPTION,
       "{\"type\":\"object\",\"properties\":{"
       "\"input\":{\"type\":\"string\",\"description\":\"The entire contents of the apply_patch command\"}},"
       "\"required\":[\"input\"],\"additionalProperties\":false}"},

@@ -98,16 +98,7 @@ static const vocab_tool opencode_tools[] = {
       "\"required\":[\"pattern\"],\"additionalProperties\":false}"},
      "grep", oc_grep_args, "{\"output_mode\":\"content\",\"-n\":true}"},
     {{"apply_patch",
-      "Applies a patch to files in the sandbox, all or nothing: every hunk is checked "
-      "before any file changes. The format:\n"
-      "*** Begin Patch\n"
-      "*** Add File: path/new.txt\n+line of the new file\n"
-      "*** Update File: path/old.c\n*** Move to: path/renamed.c   (optional)\n"
-      "@@ context line (optional, e.g. a function header)\n line kept\n-line removed\n+line added\n"
-      "*** Delete File: path/gone.txt\n"
-      "*** End Patch\n"
-      "Give about three lines of context before and after each change; paths are relative "
-      "to the working directory or absolute.",
+      TOOLS_PATCH_DESCRIPTION,
       "{\"type\":\"object\",\"properties\":{"
       "\"patchText\":{\"type\":\"string\",\"description\":\"The full patch text, from *** Begin Patch to *** End Patch\"}},"
       "\"required\":[\"patchText\"],\"additionalProperties\":false}"},
