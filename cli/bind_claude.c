@@ -1,6 +1,8 @@
 /*
  * asp bind claude: Claude Code's own configuration in the project (docs/harnesses.md,
- * "Claude Code"). .mcp.json gets the server "asp" (asp mcp --config CONFIG);
+ * "Claude Code"). .mcp.json gets the server "asp" (asp mcp --config CONFIG), its tools
+ * always loaded: they stand in for the denied built-ins, so they are offered up front as
+ * those are, not deferred behind Claude Code's tool search;
  * .claude/settings.json denies the built-in tools that act on this machine and enables
  * the server without a prompt; .claude/settings.local.json allows its tools (Claude Code
  * ignores that allow rule in the shared settings of an untrusted folder). Everything else
@@ -30,8 +32,9 @@ static int plan_claude(const bind_ctx *b, bind_plan *plan)
 		return -1;
 	}
 	json_object_set_new(o, "asp",
-	                    json_pack("{s:s, s:s, s:[s, s, s]}", "type", "stdio", "command", b->asp,
-	                              "args", "mcp", "--config", b->config));
+	                    json_pack("{s:s, s:s, s:[s, s, s], s:b}", "type", "stdio", "command",
+	                              b->asp, "args", "mcp", "--config", b->config, "alwaysLoad",
+	                              1));
 	if (bind_plan_json(b, plan, path, obj, before) != 0)
 		return -1;
 

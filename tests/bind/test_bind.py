@@ -72,6 +72,8 @@ mcp = json.load(open(os.path.join(proj, ".mcp.json")))
 check(".mcp.json: the server asp runs asp mcp --config CONFIG",
       mcp["mcpServers"]["asp"]["command"] == asp and
       mcp["mcpServers"]["asp"]["args"] == ["mcp", "--config", cfg], mcp)
+check(".mcp.json: the server's tools always loaded, not deferred behind tool search",
+      mcp["mcpServers"]["asp"].get("alwaysLoad") is True, mcp)
 check(".mcp.json: the user's server is kept", mcp["mcpServers"]["mine"] == {"command": "my-server"}, mcp)
 st = json.load(open(os.path.join(proj, ".claude", "settings.json")))
 deny = st["permissions"]["deny"]

@@ -4,7 +4,7 @@
 # scripts (*.mjs) beside them (modules resolve packages from their own folder), then runs
 # the command after -- (outside any network namespace: the install needs the registry; a
 # harness test then enters one). Concurrent tests share the install (flock). Exits 77
-# (skipped) without node and npm.
+# (skipped) without node and npm, or when the install fails with the registry out of reach.
 # usage: npm_run.sh SRC_DIR WORK_DIR -- COMMAND...
 set -euo pipefail
 src=$1 work=$2
@@ -18,7 +18,14 @@ exec 9>"$work/.lock"
 flock 9
 if ! cmp -s "$src/package-lock.json" "$work/.installed-lock" || [ ! -d "$work/node_modules" ]; then
   cp "$src/package.json" "$src/package-lock.json" "$work/"
-  (cd "$work" && npm ci --no-audit --no-fund --loglevel=error >&2)
+  if ! (cd "$work" && npm ci --no-audit --no-fund --loglevel=error >&2); then
+    # a registry out of reach is a skip; any other install failure is a failure
+    if ! timeout 60 npm ping >/dev/null 2>&1; then
+      echo "the npm registry is unreachable: the pinned packages cannot be installed (skipped)" >&2
+      exit 77
+    fi
+    exit 1
+  fi
   cp "$src/package-lock.json" "$work/.installed-lock"
 fi
 for m in "$src"/*.mjs; do

@@ -1,4 +1,4 @@
-"""What the OpenCode and pi binding tests share: a sandbox that is not the harness's machine (an asp-agent
+"""What the harness tests share: a sandbox that is not the harness's machine (an asp-agent
 in its own UTS namespace, named asp-sandbox, with its own directory), a harness project
 directory that differs from it, the scripted model server, and the checks of where each
 tool call acted. Runs inside tests/common/npm_run.sh's network namespace (loopback only)."""
@@ -150,3 +150,21 @@ def check_result(results, call_id, *needles, absent=()):
         if n in text:
             fail("the result of %s has %r: %r" % (call_id, n, text))
     print("ok %s: %s" % (call_id, text.strip().replace("\n", " | ")[:160]))
+
+
+def anthropic_tool_results(requests):
+    """Every tool result a Messages harness (Claude Code) sent back: {tool_use_id: text};
+    a result marked is_error gets "ERROR: " before its text."""
+    out = {}
+    for r in requests:
+        for m in r["body"].get("messages", []):
+            if m.get("role") != "user" or not isinstance(m.get("content"), list):
+                continue
+            for b in m["content"]:
+                if not isinstance(b, dict) or b.get("type") != "tool_result":
+                    continue
+                c = b.get("content")
+                if isinstance(c, list):
+                    c = "".join(p.get("text", "") for p in c if isinstance(p, dict))
+                out[b.get("tool_use_id")] = ("ERROR: " if b.get("is_error") else "") + (c or "")
+    return out

@@ -19,7 +19,12 @@ each turning a step into that API's answer:
   POST /v1/responses, /responses    OpenAI Responses API over SSE (Codex)
   POST /v1/chat/completions          OpenAI Chat Completions over SSE (pi, OpenCode); a
                                      request offering no tools (a session title) takes no step
-Others (Anthropic Messages) plug in the same way: add a handler to HANDLERS.
+  POST /v1/messages                  Anthropic Messages over SSE, or one JSON answer when the
+                                     request does not stream (Claude Code); a request offering
+                                     no tools or for a haiku model (a title, a quota probe, the
+                                     small fast model's side work) takes no step
+  POST /v1/messages/count_tokens     a fixed token count; takes no step
+Another API plugs in the same way: add a handler to HANDLERS.
 
 usage: scripted_model.py SCRIPT.json LOG.jsonl [PORT_FILE]
 Listens on 127.0.0.1 on a free port; writes the port to PORT_FILE (or prints it) when ready.
@@ -199,11 +204,108 @@ def chat_handler(req, step, n, body):
 chat_handler.untaken = chat_untaken
 
 
+# --- Anthropic Messages (SSE): Claude Code -------------------------------------------------
+
+def anthropic_results(body):
+    """The tool results (text) a Messages request carries, oldest first."""
+    out = []
+    for m in body.get("messages", []):
+        if not isinstance(m, dict) or m.get("role") != "user" or not isinstance(m.get("content"), list):
+            continue
+        for b in m["content"]:
+            if isinstance(b, dict) and b.get("type") == "tool_result":
+                c = b.get("content")
+                if isinstance(c, list):
+                    c = "".join(p.get("text", "") for p in c if isinstance(p, dict))
+                out.append(c if isinstance(c, str) else json.dumps(c))
+    return out
+
+
+def anthropic_untaken(body):
+    """Claude Code's side requests take no step: those offering no tools (a title, a quota
+    probe, a summary) and those of another model than the session's (the small fast one)."""
+    return not body.get("tools") or "haiku" in str(body.get("model", ""))
+
+
+def anthropic_blocks(step, n, results):
+    """A step as Messages content blocks."""
+    blocks = []
+    text = step.get("text", "") + step.get("message", "")
+    if text:
+        blocks.append({"type": "text", "text": text})
+    for i, call in enumerate(step.get("calls", [])):
+        blocks.append({"type": "tool_use", "id": call.get("call_id", "toolu_%d_%d" % (n, i)),
+                       "name": call["name"], "input": fill(call.get("arguments", {}), results)})
+    return blocks
+
+
+def anthropic_handler(req, step, n, body):
+    blocks = anthropic_blocks(step, n, anthropic_results(body))
+    stop = "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn"
+    usage = {"input_tokens": 10, "output_tokens": 10, "cache_creation_input_tokens": 0,
+             "cache_read_input_tokens": 0}
+    message = {"id": "msg_%d" % n, "type": "message", "role": "assistant",
+               "model": body.get("model", "scripted"), "stop_reason": None,
+               "stop_sequence": None, "usage": dict(usage, output_tokens=0)}
+    if not body.get("stream"):
+        answer = json.dumps(dict(message, content=blocks, stop_reason=stop,
+                                 usage=usage)).encode()
+        req.send_response(200)
+        req.send_header("Content-Type", "application/json")
+        req.send_header("Content-Length", str(len(answer)))
+        req.end_headers()
+        req.wfile.write(answer)
+        return
+    events = [("message_start", {"message": dict(message, content=[])})]
+    for i, b in enumerate(blocks):
+        if b["type"] == "text":
+            events.append(("content_block_start",
+                           {"index": i, "content_block": {"type": "text", "text": ""}}))
+            events.append(("content_block_delta",
+                           {"index": i, "delta": {"type": "text_delta", "text": b["text"]}}))
+        else:
+            events.append(("content_block_start", {"index": i, "content_block": dict(
+                b, input={})}))
+            events.append(("content_block_delta", {"index": i, "delta": {
+                "type": "input_json_delta", "partial_json": json.dumps(b["input"])}}))
+        events.append(("content_block_stop", {"index": i}))
+    events.append(("message_delta", {"delta": {"stop_reason": stop, "stop_sequence": None},
+                                     "usage": {"output_tokens": 10}}))
+    events.append(("message_stop", {}))
+    req.send_response(200)
+    req.send_header("Content-Type", "text/event-stream")
+    req.send_header("Cache-Control", "no-cache")
+    req.end_headers()
+    for kind, data in events:
+        data = dict(data, type=kind)
+        req.wfile.write(("event: %s\ndata: %s\n\n" % (kind, json.dumps(data))).encode())
+    req.wfile.flush()
+    req.close_connection = True
+
+
+anthropic_handler.untaken = anthropic_untaken
+
+
+def count_tokens_handler(req, step, n, body):
+    """Token counting: a fixed small count; never a step."""
+    answer = json.dumps({"input_tokens": 10}).encode()
+    req.send_response(200)
+    req.send_header("Content-Type", "application/json")
+    req.send_header("Content-Length", str(len(answer)))
+    req.end_headers()
+    req.wfile.write(answer)
+
+
+count_tokens_handler.untaken = lambda body: True
+
+
 HANDLERS = {
     "/v1/responses": responses_handler,
     "/responses": responses_handler,
     "/v1/chat/completions": chat_handler,
     "/chat/completions": chat_handler,
+    "/v1/messages": anthropic_handler,
+    "/v1/messages/count_tokens": count_tokens_handler,
 }
 
 
