@@ -52,7 +52,8 @@ _FIELDS = (
     ("ssh.connect_timeout_ms", "uint"), ("ssh.agent", "string"),
     ("stdio.command", "argv"), ("http.url", "string"), ("http.token_env", "string"),
     ("http.token_file", "local_path"), ("http.ca_file", "local_path"),
-    ("http.websocket", "bool"),
+    ("http.websocket", "bool"), ("workspace.local", "local_path"),
+    ("workspace.sandbox", "string"),
 )
 _TRANSPORTS = ("stdio", "ssh", "http")
 
@@ -186,6 +187,9 @@ class Config:
         self.http_token_file = None
         self.http_ca_file = None
         self.http_websocket = None  # absent: POST and a WebSocket for streams
+        # the harness's directory (absolute) and the sandbox directory it stands for, keys
+        # "local" and "sandbox" when set (asp.Workspace maps between them)
+        self.workspace = {}
         self.document = {}  # the whole validated file, as version 1 (keys the view lacks too)
 
     def as_dict(self):
@@ -259,6 +263,8 @@ def _store(cfg, section, leaf, val):
         cfg.ssh[leaf] = val
     elif section == "http":
         setattr(cfg, "http_" + leaf, val)
+    elif section == "workspace":
+        cfg.workspace[leaf] = val
     else:
         setattr(cfg, leaf, val)
 

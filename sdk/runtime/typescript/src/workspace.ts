@@ -90,8 +90,10 @@ export class Workspace {
     return map(this.local, this.sandbox, this.sandboxInsideLocal, p);
   }
 
-  /** The harness's path for the sandbox's absolute `path`. */
+  /** The harness's path for the sandbox's absolute `path`; with the sandbox inside the
+   * harness's directory every path is the harness's already (normalised only). */
   toLocal(path: string): string {
+    if (this.sandboxInsideLocal) return normalizePath(path);
     return map(this.sandbox, this.local, this.localInsideSandbox, path);
   }
 }
