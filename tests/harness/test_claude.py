@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """Claude Code (pinned in package-lock.json): after `asp bind claude`, a plain `claude -p` in
 the project plays a scripted coding session through the asp MCP server; every tool call
-(bash, write, edit, read, grep, glob, the tests) acts in the sandbox, none in the project,
-and none of Claude Code's own built-ins that act on its machine is offered.
+(bash, write, edit, read, grep, glob, the tests) acts in the sandbox, none in the project;
+Claude Code's own built-ins that act on its machine are not offered, and a call to one is
+refused.
 
 usage: test_claude.py NODE_WORK ASP ASP_AGENT SCRIPTED_MODEL
 Runs inside tests/common/npm_run.sh's network namespace (loopback only)."""
@@ -33,6 +34,11 @@ def call(cid, name, **arguments):
 greet_v1 = "def greet(name):\n    return 'Hi, ' + name\n"
 steps = [
     {"calls": [call("where", "bash", command="hostname; pwd", description="where am I")]},
+    # a model that reaches for the built-ins anyway: denied, they are no tools at all
+    {"calls": [{"call_id": "toolu_builtin_bash", "name": "Bash",
+                "arguments": {"command": "touch " + P + "/leaked", "description": "x"}},
+               {"call_id": "toolu_builtin_write", "name": "Write",
+                "arguments": {"file_path": P + "/leaked.txt", "content": "x"}}]},
     {"calls": [call("write", "write", file_path=P + "/src/greet.py", content=greet_v1)]},
     {"calls": [call("edit", "edit", file_path=P + "/src/greet.py",
                     old_string="'Hi, ' + name", new_string="'Hello, ' + name + '!'")]},
@@ -85,6 +91,8 @@ for name in ("bash", "read", "write", "edit", "glob", "grep"):
 
 res = {k[len("toolu_"):]: v for k, v in anthropic_tool_results(taken).items()}
 check_result(res, "where", SANDBOX_HOST + "\n" + S, absent=("ERROR",))
+check_result(res, "builtin_bash", "ERROR", "Bash")
+check_result(res, "builtin_write", "ERROR", "Write")
 check_result(res, "write", "/src/greet.py", absent=("ERROR",))
 check_result(res, "edit", "1 replacement", absent=("ERROR",))
 check_result(res, "read", "Hello, ' + name + '!'", absent=("ERROR",))
