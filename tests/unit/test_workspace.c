@@ -2,11 +2,13 @@
  * The workspace path mapping (asp/workspace.h, docs/design.md, ".asp.json"): prefixes
  * match whole components, ".." and trailing slashes are normalised first, relative paths
  * join the harness's directory, a nested sandbox is not mapped twice, and the config's
- * defaults (the file's directory; cwd, else the start directory).
+ * defaults (the file's directory; cwd, else the start directory); then the table both SDKs'
+ * tests read (tests/vectors/workspace/cases.json, the path in argv[1]).
  */
 #include "asp/workspace.h"
 
 #include <CUnit/Basic.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,8 +179,108 @@ static void test_from_config(void)
 	asp_config_free(cfg);
 }
 
-int main(void)
+static const char *cases_path;
+
+static const char *str(json_t *arr, size_t i)
 {
+	return json_string_value(json_array_get(arr, i)); /* NULL for JSON null */
+}
+
+static void table_maps(json_t *maps)
+{
+	size_t i, j;
+	json_t *m, *c;
+	json_array_foreach(maps, i, m)
+	{
+		asp_workspace *w = make(json_string_value(json_object_get(m, "local")),
+		                        json_string_value(json_object_get(m, "sandbox")));
+		CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+		json_t *normal = json_object_get(m, "normal");
+		CU_ASSERT_STRING_EQUAL(asp_workspace_local(w), str(normal, 0));
+		CU_ASSERT_STRING_EQUAL(asp_workspace_sandbox(w), str(normal, 1));
+		json_array_foreach(json_object_get(m, "to_sandbox"), j, c)
+		    expect(asp_workspace_to_sandbox(w, str(c, 0), str(c, 1)), str(c, 2));
+		json_array_foreach(json_object_get(m, "to_local"), j, c)
+		    expect(asp_workspace_to_local(w, str(c, 0)), str(c, 1));
+		asp_workspace_free(w);
+	}
+}
+
+static void table_from_config(json_t *cases)
+{
+	size_t i;
+	json_t *c;
+	json_array_foreach(cases, i, c)
+	{
+		char *text = json_dumps(json_object_get(c, "config"), 0);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+		const char *file = json_string_value(json_object_get(c, "file"));
+		const char *start = json_string_value(json_object_get(c, "start_dir"));
+		const char *message = json_string_value(json_object_get(c, "message"));
+		asp_config *cfg = NULL;
+		asp_workspace *w = NULL;
+		asp_error err;
+		unsigned before = CU_get_number_of_failures();
+		CU_ASSERT_EQUAL_FATAL(asp_config_parse(text, strlen(text), file, &cfg, &err),
+		                      ASP_OK);
+		asp_status st = asp_workspace_from_config(asp_config_get(cfg), start, &w, &err);
+		if (message) {
+			CU_ASSERT_EQUAL(st, ASP_E_INVALID_ARGUMENT);
+			CU_ASSERT_PTR_NOT_NULL(st != ASP_OK ? strstr(err.message, message) : NULL);
+		} else if (json_is_true(json_object_get(c, "none"))) {
+			CU_ASSERT_EQUAL(st, ASP_OK);
+			CU_ASSERT_PTR_NULL(w);
+		} else {
+			CU_ASSERT_EQUAL(st, ASP_OK);
+			CU_ASSERT_PTR_NOT_NULL(w);
+			if (w) {
+				CU_ASSERT_STRING_EQUAL(
+				    asp_workspace_local(w),
+				    json_string_value(json_object_get(c, "local")));
+				CU_ASSERT_STRING_EQUAL(
+				    asp_workspace_sandbox(w),
+				    json_string_value(json_object_get(c, "sandbox")));
+			}
+		}
+		if (CU_get_number_of_failures() > before)
+			fprintf(stderr, "\n  from_config case: %s\n",
+			        json_string_value(json_object_get(c, "name")));
+		asp_workspace_free(w);
+		asp_config_free(cfg);
+		free(text);
+	}
+}
+
+static void test_table(void)
+{
+	json_error_t je;
+	json_t *root = json_load_file(cases_path, 0, &je);
+	if (!root)
+		fprintf(stderr, "\n  %s:%d: %s\n", cases_path, je.line, je.text);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+	size_t i;
+	json_t *c;
+	json_array_foreach(json_object_get(root, "normalize"), i, c)
+	    expect(asp_path_normalize(str(c, 0)), str(c, 1));
+	table_maps(json_object_get(root, "maps"));
+	json_array_foreach(json_object_get(root, "bad"), i, c)
+	{
+		asp_workspace *w = NULL;
+		asp_error err;
+		CU_ASSERT_EQUAL(asp_workspace_new(json_string_value(json_object_get(c, "local")),
+		                                  json_string_value(json_object_get(c, "sandbox")),
+		                                  &w, &err),
+		                ASP_E_INVALID_ARGUMENT);
+		CU_ASSERT_PTR_NOT_NULL(
+		    strstr(err.message, json_string_value(json_object_get(c, "message"))));
+	}
+	table_from_config(json_object_get(root, "from_config"));
+	json_decref(root);
+}
+
+int main(int argc, char **argv)
+{
+	cases_path = argc > 1 ? argv[1] : NULL;
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
 	CU_pSuite s = CU_add_suite("workspace", NULL, NULL);
@@ -188,6 +290,8 @@ int main(void)
 	CU_add_test(s, "nested directories are not mapped twice", test_nested);
 	CU_add_test(s, "relative or missing directories are refused", test_bad);
 	CU_add_test(s, "defaults from the config", test_from_config);
+	if (cases_path)
+		CU_add_test(s, "the shared table (tests/vectors/workspace)", test_table);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	unsigned failed = CU_get_number_of_failures();
