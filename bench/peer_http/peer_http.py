@@ -9,11 +9,15 @@ a 4 KiB replacing write, 1 MiB and 4 MiB uploads in one request). The servers ta
 each iteration in a fresh random order, so load from elsewhere hits both alike. Prints
 per-op medians, ASP/peer time ratios and upload rates, one block per round.
 
-    bench/peer_http/peer_http.py ASP_AGENT SANDBOX_AGENT [iterations] [rounds] [ops]
+    bench/peer_http/peer_http.py [--own-sessions] ASP_AGENT SANDBOX_AGENT [iterations]
+        [rounds] [ops]
 
 ops, comma-separated: exec, read, stat, write, upload1m, upload4m (default all). Files go
 in $TMPDIR (default /tmp). The peer refuses bodies over its limit (4 MiB): its row then
-says so.
+says so. The servers run in this script's session, as a harness's subprocess would;
+--own-sessions starts each in a session of its own, as a daemon runs. Where the kernel
+groups tasks by session for scheduling (autogroup), that moves exec's figures: ASP's
+commands get sessions of their own, the peer's stay in its session (docs/benchmarks.md).
 """
 import http.client
 import json
@@ -60,9 +64,13 @@ def wait_health(port, proc, name):
     sys.exit(f"peer_http: {name} did not answer /v1/health within 30 s")
 
 
+OWN_SESSIONS = False
+
+
 def start_asp(agent, log):
     proc = subprocess.Popen([agent, "--listen", "127.0.0.1:0"], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=log)
+                            stdout=subprocess.DEVNULL, stderr=log,
+                            start_new_session=OWN_SESSIONS)
     end = time.monotonic() + 30
     while time.monotonic() < end:
         with open(log.name) as f:
@@ -79,7 +87,8 @@ def start_peer(binary, log):
     port = free_port()
     proc = subprocess.Popen([binary, "server", "--no-token", "--no-telemetry", "--host",
                              "127.0.0.1", "--port", str(port)], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=log)
+                            stdout=subprocess.DEVNULL, stderr=log,
+                            start_new_session=OWN_SESSIONS)
     wait_health(port, proc, "sandbox-agent")
     return proc, port
 
@@ -149,6 +158,10 @@ class Peer:
 
 
 def main():
+    global OWN_SESSIONS
+    if len(sys.argv) > 1 and sys.argv[1] == "--own-sessions":
+        OWN_SESSIONS = True
+        del sys.argv[1]
     if len(sys.argv) < 3:
         sys.exit(__doc__)
     agent, peer_bin = sys.argv[1], sys.argv[2]
@@ -173,7 +186,8 @@ def main():
         clients = [Asp(aport, dirs[0]), Peer(pport, dirs[1])]
         rng = random.Random(1)
         for rnd in range(rounds):
-            print(f"round {rnd + 1}, load {os.getloadavg()[0]:.1f}")
+            print(f"round {rnd + 1}, load {os.getloadavg()[0]:.1f}"
+                  + (", servers in sessions of their own" if OWN_SESSIONS else ""))
             print(f"{'op':10} {'asp-agent':>12} {'sandbox-agent':>14} {'ASP/peer':>9}")
             for name in ops:
                 payload = os.urandom(SIZES.get(name, KIB4)) if name.startswith(
