@@ -9,8 +9,8 @@ a 4 KiB replacing write, 1 MiB and 4 MiB uploads in one request). The servers ta
 each iteration in a fresh random order, so load from elsewhere hits both alike. Prints
 per-op medians, ASP/peer time ratios and upload rates, one block per round.
 
-    bench/peer_http/peer_http.py [--own-sessions] ASP_AGENT SANDBOX_AGENT [iterations]
-        [rounds] [ops]
+    bench/peer_http/peer_http.py [--own-sessions] [--one-write] ASP_AGENT SANDBOX_AGENT
+        [iterations] [rounds] [ops]
 
 ops, comma-separated: exec, read, stat, write, upload1m, upload4m (default all). Files go
 in $TMPDIR (default /tmp). The peer refuses bodies over its limit (4 MiB): its row then
@@ -18,6 +18,8 @@ says so. The servers run in this script's session, as a harness's subprocess wou
 --own-sessions starts each in a session of its own, as a daemon runs. Where the kernel
 groups tasks by session for scheduling (autogroup), that moves exec's figures: ASP's
 commands get sessions of their own, the peer's stay in its session (docs/benchmarks.md).
+--one-write sends each of ASP's requests in one write (http.client writes a POST's headers
+and body apart): what a client that joins them saves.
 """
 import http.client
 import json
@@ -65,6 +67,7 @@ def wait_health(port, proc, name):
 
 
 OWN_SESSIONS = False
+ONE_WRITE = False
 
 
 def start_asp(agent, log):
@@ -93,8 +96,20 @@ def start_peer(binary, log):
     return proc, port
 
 
-def connect(port):
-    c = http.client.HTTPConnection("127.0.0.1", port)
+class OneWrite(http.client.HTTPConnection):
+    """A POST's headers and its bytes body in one send."""
+
+    def _send_output(self, message_body=None, encode_chunked=False):
+        if not isinstance(message_body, bytes):
+            return super()._send_output(message_body, encode_chunked)
+        self._buffer.extend((b"", b""))
+        msg = b"\r\n".join(self._buffer) + message_body
+        del self._buffer[:]
+        self.send(msg)
+
+
+def connect(port, cls=http.client.HTTPConnection):
+    c = cls("127.0.0.1", port)
     c.connect()
     c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return c
@@ -102,7 +117,7 @@ def connect(port):
 
 class Asp:
     def __init__(self, port, d):
-        self.c = connect(port)
+        self.c = connect(port, OneWrite if ONE_WRITE else http.client.HTTPConnection)
         self.d = d
         self.id = 0
 
@@ -158,9 +173,12 @@ class Peer:
 
 
 def main():
-    global OWN_SESSIONS
-    if len(sys.argv) > 1 and sys.argv[1] == "--own-sessions":
-        OWN_SESSIONS = True
+    global OWN_SESSIONS, ONE_WRITE
+    while len(sys.argv) > 1 and sys.argv[1] in ("--own-sessions", "--one-write"):
+        if sys.argv[1] == "--own-sessions":
+            OWN_SESSIONS = True
+        else:
+            ONE_WRITE = True
         del sys.argv[1]
     if len(sys.argv) < 3:
         sys.exit(__doc__)
@@ -187,7 +205,8 @@ def main():
         rng = random.Random(1)
         for rnd in range(rounds):
             print(f"round {rnd + 1}, load {os.getloadavg()[0]:.1f}"
-                  + (", servers in sessions of their own" if OWN_SESSIONS else ""))
+                  + (", servers in sessions of their own" if OWN_SESSIONS else "")
+                  + (", ASP's requests in one write" if ONE_WRITE else ""))
             print(f"{'op':10} {'asp-agent':>12} {'sandbox-agent':>14} {'ASP/peer':>9}")
             for name in ops:
                 payload = os.urandom(SIZES.get(name, KIB4)) if name.startswith(
