@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """Claude Code (pinned in package-lock.json): after `asp bind claude`, a plain `claude -p` in
 the project plays a scripted coding session through the asp MCP server; every tool call
-(bash, write, edit, read, grep, glob, the tests) acts in the sandbox, none in the project;
-Claude Code's own built-ins that act on its machine are not offered, and a call to one is
-refused.
+(bash, write, edit, read, grep, glob, the tests, a sub-agent's bash) acts in the sandbox,
+none in the project; Claude Code's own built-ins that act on its machine are not offered,
+and a call to one is refused.
 
 usage: test_claude.py NODE_WORK ASP ASP_AGENT SCRIPTED_MODEL
 Runs inside tests/common/npm_run.sh's network namespace (loopback only)."""
@@ -49,6 +49,13 @@ steps = [
                call("glob", "glob", pattern="**/*.py", path=P),
                call("test", "bash", command="python3 -m unittest discover -s tests 2>&1",
                     description="run the tests")]},
+    # a sub-agent: its own model turns come next (it gets the same tools), then the main
+    # agent's last
+    {"calls": [{"call_id": "toolu_agent", "name": "Agent", "arguments": {
+        "description": "check the host", "prompt": "Run hostname; pwd and leave a mark",
+        "subagent_type": "claude", "run_in_background": False}}]},
+    {"calls": [call("sub_where", "bash", command="hostname; pwd; touch sub_was_here")]},
+    {"message": "The sandbox."},
     {"message": "All done."},
 ]
 port = s.start_model(steps)
@@ -99,6 +106,10 @@ check_result(res, "read", "Hello, ' + name + '!'", absent=("ERROR",))
 check_result(res, "grep", "greet.py:1:def greet", "calc.py:1:def add", absent=("ERROR",))
 check_result(res, "glob", "/src/greet.py", "/tests/test_calc.py", absent=("ERROR",))
 check_result(res, "test", "Ran 2 tests", "OK", absent=("ERROR",))
+check_result(res, "sub_where", SANDBOX_HOST + "\n" + S, absent=("ERROR",))
+check_result(res, "agent", "The sandbox.", absent=("ERROR",))
+if not os.path.exists(os.path.join(S, "sub_was_here")):
+    fail("the sub-agent's command left no mark in the sandbox")
 if final.get("result") != "All done." or final.get("is_error"):
     fail("the session did not end with the scripted answer: %s" % out[-2000:])
 
