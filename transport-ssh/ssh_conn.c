@@ -205,14 +205,8 @@ void sshc_close(sshc *c)
 	pthread_cond_destroy(&c->cv);
 }
 
-/*
- * Runs one libssh call that would wait for a reply in non-blocking mode, over and over
- * until it stops saying SSH_AGAIN, sleeping on the condition variable in between.
- */
-typedef int (*step_fn)(ssh_channel ch, const void *arg);
-
-static int run_steps(sshc *c, ssh_channel ch, step_fn fn, const void *arg, uint64_t deadline,
-                     bool *timed_out)
+int sshc_run_steps(sshc *c, ssh_channel ch, sshc_step_fn fn, const void *arg, uint64_t deadline,
+                   bool *timed_out)
 {
 	*timed_out = false;
 	for (;;) {
@@ -358,7 +352,7 @@ asp_status sshc_channel_open(sshc *c, enum sshc_class k, uint64_t slot_deadline,
 		if (gate)
 			c->gate_busy = true; /* until its command started (sshc_channel_exec) */
 		bool late;
-		int rc = run_steps(c, ch, step_open, NULL, open_by, &late);
+		int rc = sshc_run_steps(c, ch, step_open, NULL, open_by, &late);
 		if (gate && rc == SSH_OK)
 			c->gate = ch;
 		else if (gate)
@@ -438,7 +432,7 @@ asp_status sshc_channel_pty(sshc *c, ssh_channel ch, const sshc_pty *t, uint64_t
                             asp_error *err)
 {
 	bool late;
-	int rc = run_steps(c, ch, step_pty, t, deadline, &late);
+	int rc = sshc_run_steps(c, ch, step_pty, t, deadline, &late);
 	if (rc == SSH_OK)
 		return ASP_OK;
 	if (late)
@@ -457,7 +451,8 @@ asp_status sshc_channel_exec(sshc *c, ssh_channel ch, const char *cmd, bool subs
                              uint64_t deadline, asp_error *err)
 {
 	bool late;
-	int rc = run_steps(c, ch, subsystem ? step_subsystem : step_exec, cmd, deadline, &late);
+	int rc =
+	    sshc_run_steps(c, ch, subsystem ? step_subsystem : step_exec, cmd, deadline, &late);
 	gate_open(c, ch);
 	if (rc == SSH_OK)
 		return ASP_OK;

@@ -134,6 +134,15 @@ void sshc_abort(sshc *c);
 /* Stops the pump, disconnects, frees the session and the lock. No call may be inside. */
 void sshc_close(sshc *c);
 
+/*
+ * Under the lock: runs one libssh call that would wait for a reply in non-blocking mode,
+ * over and over until it stops saying SSH_AGAIN, sleeping on the condition variable in
+ * between. Its result; SSH_ERROR with *timed_out when `deadline` passed first.
+ */
+typedef int (*sshc_step_fn)(ssh_channel ch, const void *arg);
+int sshc_run_steps(sshc *c, ssh_channel ch, sshc_step_fn fn, const void *arg, uint64_t deadline,
+                   bool *timed_out);
+
 /* now + connect_timeout_ms: the bound on one network step (open a channel, start a command). */
 uint64_t sshc_setup_deadline(const sshc *c);
 
@@ -178,6 +187,20 @@ size_t sshc_channel_write(sshc *c, ssh_channel ch, const void *data, size_t len,
 int sshc_channel_take(ssh_channel ch, int stream, uint8_t **buf, size_t *cap);
 /* Under the lock: closes and frees a channel of class k, giving its slot back. NULL: no-op. */
 void sshc_channel_free(sshc *c, ssh_channel ch, enum sshc_class k);
+
+/* ---- ssh_tcp.c: connect's direct-tcpip channel ---------------------------------------- */
+
+/*
+ * Under the lock: opens `ch` (new, unopened) as a direct-tcpip channel to host:port, as the
+ * server sees them, within timeout_ms. The server's refusal becomes the local backend's
+ * error for the cause: io_error (refused, unreachable), not_found (a name it cannot
+ * resolve), timeout, permission_denied (forwarding forbidden). After a timeout the open
+ * is still in flight: poll it with ssh_tcp_open_poll until it settles before freeing.
+ */
+asp_status ssh_tcp_open(sshc *c, ssh_channel ch, const char *host, unsigned port,
+                        uint64_t timeout_ms, asp_error *err);
+/* Under the lock: SSH_AGAIN while an open is in flight; SSH_OK or SSH_ERROR once settled. */
+int ssh_tcp_open_poll(sshc *c, ssh_channel ch);
 
 /* ---- ssh_quote.c: words for the remote shell ---------------------------------------- */
 
@@ -313,6 +336,12 @@ void ssh_procs_free(ssh_procs *ps);
 /* spawn; with `hold` nothing of the process is delivered until ssh_procs_release. */
 asp_status ssh_proc_spawn(ssh_procs *ps, const asp_spawn_params *p, asp_spawn_result *r, bool hold,
                           asp_error *err);
+/*
+ * connect: a direct-tcpip channel as a handle of the table (docs/design.md, "Ports and
+ * changes"); `hold` as spawn's.
+ */
+asp_status ssh_proc_connect(ssh_procs *ps, const asp_connect_params *p, asp_connect_result *r,
+                            bool hold, asp_error *err);
 asp_status ssh_proc_write(ssh_procs *ps, const asp_proc_write_params *p, asp_error *err);
 asp_status ssh_proc_signal(ssh_procs *ps, const asp_proc_signal_params *p, asp_error *err);
 /* window-change on a terminal's channel: not_found, invalid_argument (no tty, finished). */

@@ -14,6 +14,12 @@
  * stops sshd, whose full pipe stops the process: per process about two windows (~2.6 MB)
  * at most, libssh's and ours. A follower that blocks holds up the connection's others.
  *
+ * Connections (connect, ssh_proc_connect) are handles of the same table on a direct-tcpip
+ * channel (ssh_tcp.c): one stream, stdout; no wrapper, pid or kill command. The same
+ * delivery serves them, so their flow control is the processes': a follower that stalls
+ * leaves the channel unread and the window stops sshd, whose socket buffer then fills and
+ * TCP stops the peer.
+ *
  * Lifetime. A process is listed from its spawn until 64 processes that finished after it
  * have finished too. Its channel (one slot of the connection's channel budget) goes when
  * it finishes. Only the delivery thread frees processes; a call that releases the lock
@@ -58,6 +64,14 @@ typedef struct sproc {
 	bool relayed; /* the wrapper stays as the channel's process (ssh_quote.c) */
 	bool tty;     /* on a pseudo-terminal: one stream (stdout), writes are typed */
 	bool started; /* the exec request went out: a process may run (ssh_exit_settle) */
+	/* a connection (connect): a direct-tcpip channel, not a session */
+	bool sock;
+	bool opening;      /* its open timed out: the channel waits for the server's answer */
+	bool got_eof;      /* the server sent the channel's EOF: the peer shut its sending side */
+	bool got_close;    /* the server closed the channel */
+	bool eof_noted;    /* that EOF went out as an empty output with eof */
+	char close_sig[8]; /* proc_signal closed it: "KILL" or "TERM" */
+	char *why;         /* how it failed (exit_code 1), for the exit's error */
 	pend pend[2];
 	uint64_t sent[2]; /* bytes of each stream delivered (or being delivered) */
 	bool eof[2];
@@ -101,6 +115,8 @@ typedef struct item {
 	int64_t exit_code;
 	char signal[32];
 	bool timed_out;
+	bool eof;    /* a connection's end of stdout: empty data */
+	char *error; /* a connection's failure (malloc'd) */
 } item;
 
 typedef struct batch {
@@ -134,6 +150,13 @@ static void drop_channel(sshc *c, sproc *p)
 {
 	if (!p->ch)
 		return;
+	if (p->sock) { /* no session slot: ssh_tcp.c */
+		ssh_remove_channel_callbacks(p->ch, &p->cb);
+		ssh_channel_free(p->ch);
+		p->ch = NULL;
+		pthread_cond_broadcast(&c->cv);
+		return;
+	}
 	if (p->started) /* (a refused pty-req started nothing: no exit to wait for) */
 		ssh_exit_settle(c, p->ch, &p->xi);
 	ssh_remove_channel_callbacks(p->ch, &p->cb);
@@ -155,6 +178,7 @@ static void proc_free(sshc *c, sproc *p)
 	}
 	free(p->tag);
 	free(p->command);
+	free(p->why);
 	free(p);
 }
 
@@ -179,7 +203,10 @@ static void finish(ssh_procs *ps, sproc *p)
 	p->finished = true;
 	p->exit_code = -1; /* as exec: a signal, or a channel that closed without a status */
 	p->signal[0] = '\0';
-	if (p->xi.has_signal)
+	if (p->sock) { /* closed by request, failed (why), or both sides ended */
+		p->exit_code = p->close_sig[0] ? -1 : p->why ? 1 : 0;
+		snprintf(p->signal, sizeof p->signal, "%s", p->close_sig);
+	} else if (p->xi.has_signal)
 		snprintf(p->signal, sizeof p->signal, "%s", p->xi.signal);
 	else if (p->xi.has_status)
 		p->exit_code = p->xi.status;
@@ -305,6 +332,40 @@ static bool run_timeout(ssh_procs *ps, sproc *p, uint64_t *wake)
 	return busy;
 }
 
+/*
+ * Under the lock: a connection whose open timed out holds its channel until the server
+ * answers, then frees it (closing it, when the open succeeded late), so that nothing is
+ * left open in the sandbox. It was never listed; sweep frees it then.
+ */
+static bool open_settled(ssh_procs *ps, sproc *p)
+{
+	if (ssh_tcp_open_poll(ps->c, p->ch) == SSH_AGAIN && !atomic_load(&ps->c->dead))
+		return false;
+	p->opening = false;
+	drop_channel(ps->c, p);
+	return true;
+}
+
+/*
+ * Under the lock, its output all out: whether a connection has ended, and how. Both
+ * directions ended (the server's EOF read to the end, ours sent): exit 0. The server
+ * closed the channel before our EOF: it could not write to the peer (reset, or closed
+ * while we sent), a failure. SSH carries no reason, and a reset peer reads as an EOF.
+ */
+static bool sock_ended(ssh_procs *ps, sproc *p)
+{
+	if (!p->eof[0] || !(p->got_eof || p->got_close))
+		return false;
+	if (!p->stdin_eof && !p->got_close)
+		return false; /* half-closed by the peer: we may still send */
+	if (!p->stdin_eof)
+		p->why = strdup("the connection ended in the sandbox before this end's eof: the "
+		                "SSH server closed the channel (the peer reset the connection or "
+		                "stopped taking data; SSH does not say which)");
+	finish(ps, p);
+	return true;
+}
+
 /* Under the lock: moves `p` along and adds what it has for the followers to `b`. */
 static bool step(ssh_procs *ps, sproc *p, batch *b, uint64_t *wake)
 {
@@ -315,17 +376,23 @@ static bool step(ssh_procs *ps, sproc *p, batch *b, uint64_t *wake)
 	ssh_killer_reap(c, &p->killer2, false);
 	if (killing && !p->killer2 && p->give_up_at < ssh_now_ns() + GIVE_UP_NS)
 		p->give_up_at = ssh_now_ns() + GIVE_UP_NS; /* the KILL ran just now */
+	if (p->opening)
+		return open_settled(ps, p);
 	if (!p->finished) {
 		busy |= read_some(ps, p);
 		if (atomic_load(&c->dead))
 			return busy;
-		busy |= run_timeout(ps, p, wake);
+		if (!p->sock)
+			busy |= run_timeout(ps, p, wake);
 	}
-	if (!p->finished && p->eof[0] && p->eof[1] && !p->pend[0].len && !p->pend[1].len &&
+	if (!p->finished && !p->sock && p->eof[0] && p->eof[1] && !p->pend[0].len &&
+	    !p->pend[1].len &&
 	    (p->xi.has_status || p->xi.has_signal || !p->ch || ssh_channel_is_closed(p->ch))) {
 		finish(ps, p);
 		busy = true;
 	}
+	if (!p->finished && p->sock && !p->pend[0].len)
+		busy |= sock_ended(ps, p);
 	if (p->held)
 		return busy;
 	for (int s = 0; s < 2; s++) {
@@ -344,6 +411,16 @@ static bool step(ssh_procs *ps, sproc *p, batch *b, uint64_t *wake)
 		p->pend[s] = (pend){0};
 		busy = true;
 	}
+	if (p->sock && p->got_eof && p->eof[0] && !p->eof_noted && !p->pend[0].len) {
+		item *it = batch_add(b); /* the peer shut its sending side: said on its own */
+		if (!it)
+			return busy;
+		it->proc = p->id;
+		it->offset = p->sent[0];
+		it->eof = true;
+		p->eof_noted = true;
+		busy = true;
+	}
 	if (p->finished && !p->exit_sent && !p->pend[0].len && !p->pend[1].len) {
 		item *it = batch_add(b);
 		if (!it)
@@ -353,6 +430,7 @@ static bool step(ssh_procs *ps, sproc *p, batch *b, uint64_t *wake)
 		it->exit_code = p->exit_code;
 		snprintf(it->signal, sizeof it->signal, "%s", p->signal);
 		it->timed_out = p->timed_out;
+		it->error = p->why ? strdup(p->why) : NULL; /* (none, out of memory: still out) */
 		p->exit_sent = true;
 		busy = true;
 	} else if (p->exit_sent && p->final_kill) {
@@ -369,10 +447,10 @@ static void sweep(ssh_procs *ps)
 {
 	for (sproc **pp = &ps->head; *pp;) {
 		sproc *p = *pp;
-		if (p->finished && p->ch && !p->users)
+		if (p->finished && p->ch && !p->users && !p->opening)
 			drop_channel(ps->c, p);
 		if (!p->listed && p->exit_sent && !p->users && !p->final_kill && !p->killer &&
-		    !p->killer2) {
+		    !p->killer2 && !p->opening) {
 			*pp = p->next;
 			if (ps->tail == &p->next)
 				ps->tail = pp;
@@ -388,7 +466,15 @@ static void deliver(ssh_procs *ps, batch *b)
 {
 	for (size_t i = 0; i < b->n; i++) {
 		item *it = &b->v[i];
-		if (it->stream >= 0) {
+		if (it->eof) {
+			asp_output_event ev = {
+			    .proc = it->proc,
+			    .stream = stream_names[0],
+			    .offset = it->offset,
+			    .eof = true,
+			};
+			asp_proc_routes_route(ps->routes, ASP_NOTICE_OUTPUT, &ev);
+		} else if (it->stream >= 0) {
 			/* what one read took (up to a window) goes out in chunks of 64 KiB */
 			for (size_t at = 0; at < it->len; at += PROC_CHUNK) {
 				size_t n = it->len - at < PROC_CHUNK ? it->len - at : PROC_CHUNK;
@@ -407,8 +493,10 @@ static void deliver(ssh_procs *ps, batch *b)
 			    .exit_code = it->exit_code,
 			    .signal = it->signal[0] ? it->signal : NULL,
 			    .timed_out = it->timed_out,
+			    .error = it->error,
 			};
 			asp_proc_routes_route(ps->routes, ASP_NOTICE_EXIT, &ev);
+			free(it->error);
 		}
 	}
 	b->n = 0;
@@ -441,8 +529,10 @@ static void *deliver_main(void *arg)
 	if (lost)
 		sshc_dead_error(c, "spawn", &why);
 	sshc_unlock(c);
-	for (size_t i = 0; i < b.n; i++)
+	for (size_t i = 0; i < b.n; i++) {
 		free(b.v[i].data);
+		free(b.v[i].error);
+	}
 	free(b.v);
 	if (lost) /* the connection died: every follower hears of it */
 		asp_proc_routes_lost(ps->routes, &why);
@@ -562,7 +652,7 @@ static unsigned running(ssh_procs *ps)
 {
 	unsigned n = 0;
 	for (sproc *p = ps->head; p; p = p->next)
-		n += p->ch != NULL;
+		n += p->ch != NULL && !p->sock; /* a connection's channel is not a session */
 	return n;
 }
 
@@ -819,6 +909,100 @@ fail:
 	return st;
 }
 
+/* ---- connect ---------------------------------------------------------------------- */
+
+#define CONNECT_TIMEOUT_MS 10000u           /* connect's timeout_ms 0, as the local backend */
+#define CONNECT_MAX_MS     (86400u * 1000u) /* longer waits are a day */
+#define HOST_MAX           253u             /* the longest DNS name */
+
+static void on_eof(ssh_session s, ssh_channel ch, void *user)
+{
+	(void)s, (void)ch;
+	((sproc *)user)->got_eof = true;
+}
+
+static void on_close(ssh_session s, ssh_channel ch, void *user)
+{
+	(void)s, (void)ch;
+	((sproc *)user)->got_close = true;
+}
+
+asp_status ssh_proc_connect(ssh_procs *ps, const asp_connect_params *cp, asp_connect_result *r,
+                            bool hold, asp_error *err)
+{
+	sshc *c = ps->c;
+	r->proc = 0;
+	if (cp->port < 1 || cp->port > 65535)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                     "connect: 'port' must be 1 to 65535, got %llu",
+		                     (unsigned long long)cp->port);
+	const char *host = cp->host ? cp->host : "127.0.0.1";
+	if (!host[0] || strlen(host) > HOST_MAX)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                     "connect: 'host' must be 1 to %u bytes", HOST_MAX);
+	uint64_t timeout = cp->timeout_ms ? cp->timeout_ms : CONNECT_TIMEOUT_MS;
+	if (timeout > CONNECT_MAX_MS)
+		timeout = CONNECT_MAX_MS;
+	sproc *p = calloc(1, sizeof *p);
+	if (p) {
+		p->tag = cp->tag ? strdup(cp->tag) : NULL;
+		size_t n = strlen(host) + 16;
+		p->command = malloc(n);
+		if (p->command)
+			snprintf(p->command, n, "connect %s:%u", host, (unsigned)cp->port);
+	}
+	asp_status st = ASP_OK;
+	sshc_lock(c);
+	if (!p || !p->command || (cp->tag && !p->tag)) {
+		st = asp_error_set(err, ASP_E_INTERNAL, NULL, "connect: out of memory");
+		goto fail;
+	}
+	p->sock = true;
+	p->held = hold;
+	p->mk[0].marked = p->mk[1].marked = true; /* no wrapper: every byte is the peer's */
+	p->eof[1] = true;                         /* one stream */
+	p->term_at = p->kill_at = p->give_up_at = SSH_NO_DEADLINE;
+	if (!sshc_check(c)) {
+		st = sshc_dead_error(c, "connect", err);
+		goto fail;
+	}
+	st = start_thread(ps, err);
+	if (st != ASP_OK)
+		goto fail;
+	p->ch = ssh_channel_new(c->s);
+	if (!p->ch) {
+		st = asp_error_set(err, ASP_E_INTERNAL, NULL, "connect: out of memory");
+		goto fail;
+	}
+	ssh_callbacks_init(&p->cb);
+	p->cb.userdata = p;
+	p->cb.channel_eof_function = on_eof;
+	p->cb.channel_close_function = on_close;
+	ssh_add_channel_callbacks(p->ch, &p->cb);
+	st = ssh_tcp_open(c, p->ch, host, (unsigned)cp->port, timeout, err);
+	if (st == ASP_E_TIMEOUT && !atomic_load(&c->dead)) {
+		/* the server may still connect: the delivery thread closes it then */
+		p->opening = p->finished = p->exit_sent = true;
+		*ps->tail = p;
+		ps->tail = &p->next;
+		sshc_unlock(c);
+		return st;
+	}
+	if (st != ASP_OK)
+		goto fail;
+	p->id = ++ps->last_id;
+	p->listed = true;
+	*ps->tail = p;
+	ps->tail = &p->next;
+	r->proc = p->id;
+	sshc_unlock(c); /* wakes the delivery thread */
+	return ASP_OK;
+fail:
+	proc_free(c, p);
+	sshc_unlock(c);
+	return st;
+}
+
 /* ---- proc_write, proc_signal, proc_wait, proc_list -------------------------------- */
 
 asp_status ssh_proc_write(ssh_procs *ps, const asp_proc_write_params *w, asp_error *err)
@@ -859,9 +1043,10 @@ asp_status ssh_proc_write(ssh_procs *ps, const asp_proc_write_params *w, asp_err
 		if (p->finished || p->xi.has_status || p->xi.has_signal || !p->ch ||
 		    !ssh_channel_is_open(p->ch)) {
 			st = asp_error_set(err, ASP_E_IO_ERROR, NULL,
-			                   "proc_write: process %llu has exited (%zu of %zu bytes "
-			                   "written)",
-			                   (unsigned long long)w->proc, done, w->data.len);
+			                   "proc_write: %s %llu has %s (%zu of %zu bytes written)",
+			                   p->sock ? "connection" : "process",
+			                   (unsigned long long)w->proc,
+			                   p->sock ? "closed" : "exited", done, w->data.len);
 			break;
 		}
 		uint32_t win = ssh_channel_window_size(p->ch);
@@ -982,6 +1167,21 @@ asp_status ssh_proc_signal(ssh_procs *ps, const asp_proc_signal_params *sp, asp_
 	if (!p) {
 		sshc_unlock(c);
 		return err->code;
+	}
+	if (p->sock) {
+		/* a connection closes (the server then closes its socket: a FIN, not the
+		 * reset the local backend sends; SSH has no way to ask for one) */
+		if (strcmp(sig, "KILL") != 0 && strcmp(sig, "TERM") != 0)
+			st = asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+			                   "proc_signal: %llu is a connection, which KILL or TERM "
+			                   "closes; %s means nothing to it",
+			                   (unsigned long long)sp->proc, sig);
+		else if (!p->finished) {
+			snprintf(p->close_sig, sizeof p->close_sig, "%s", sig);
+			finish(ps, p); /* frees the channel: its close goes out */
+		}
+		sshc_unlock(c);
+		return st;
 	}
 	if (p->finished) { /* a no-op (docs/design.md, "Operations") */
 		sshc_unlock(c);
@@ -1111,6 +1311,8 @@ static asp_status call_held(void *ctx, asp_op_id op, const void *params, void *r
 	(void)a;
 	if (op == ASP_OP_SPAWN)
 		return ssh_proc_spawn(ctx, params, result, true, err);
+	if (op == ASP_OP_CONNECT)
+		return ssh_proc_connect(ctx, params, result, true, err);
 	return ssh_proc_attach_unsupported(err);
 }
 
@@ -1121,6 +1323,8 @@ asp_status ssh_procs_subscribe(ssh_procs *ps, asp_op_id op, const void *params, 
 	    asp_proc_routes_call(ps->routes, call_held, ps, op, params, result, a, sub, err);
 	if (op == ASP_OP_SPAWN && ((asp_spawn_result *)result)->proc)
 		release(ps, ((asp_spawn_result *)result)->proc); /* followed now, or never */
+	if (op == ASP_OP_CONNECT && ((asp_connect_result *)result)->proc)
+		release(ps, ((asp_connect_result *)result)->proc);
 	return st;
 }
 

@@ -126,11 +126,11 @@ static asp_status n_hello(void *self, const asp_hello_params *p, asp_hello_resul
 	 * A spawn's output comes on its exec channel; it ends with this connection. Calls run
 	 * at once, except execs on a Dropbear that cannot take a channel open beside a
 	 * running command (fragile_open, ssh_internal.h): those run one at a time. Terminals
-	 * are the channel's pty-req and window-change.
+	 * are the channel's pty-req and window-change; connections direct-tcpip channels.
 	 */
-	static const char *const features[] = {"follow", "pty", "concurrent"};
+	static const char *const features[] = {"follow", "pty", "connect", "concurrent"};
 	r->has_features = true;
-	r->features = (asp_strv){features, t->c.fragile_open ? 2 : 3};
+	r->features = (asp_strv){features, t->c.fragile_open ? 3 : 4};
 	if (!r->os || !r->arch || !r->cwd)
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "hello: out of memory");
 	return ASP_OK;
@@ -347,14 +347,13 @@ static asp_status n_watch(void *self, const asp_watch_params *p, asp_watch_resul
 	                     "changes, and no inotify tool is assumed on the server)");
 }
 
+/* A direct-tcpip channel, followed as a spawned process's exec channel is (ssh_proc.c). */
 static asp_status n_connect(void *self, const asp_connect_params *p, asp_connect_result *r,
                             asp_arena *a, asp_error *err)
 {
-	(void)self, (void)p, (void)r, (void)a;
-	return asp_error_set(err, ASP_E_UNSUPPORTED, NULL,
-	                     "connect needs SSH agent mode (ssh.agent: \"upload\" or a path to "
-	                     "asp-agent): native SSH mode does not open direct-tcpip channels "
-	                     "yet");
+	(void)a;
+	asp_ssh *t = self;
+	return ssh_proc_connect(t->procs, p, r, false, err);
 }
 
 static asp_ops native_ops = {
@@ -374,6 +373,7 @@ static asp_ops native_ops = {
     .proc_wait = n_proc_wait,
     .proc_list = n_proc_list,
     .edit = n_edit,
+    .connect = n_connect,
 };
 
 /*
@@ -403,7 +403,6 @@ static void ops_init(void)
 	native_ops.glob = n_glob;
 	native_ops.grep = n_grep;
 	native_ops.watch = n_watch;
-	native_ops.connect = n_connect;
 	asp_ops_complete(&native_ops);
 }
 

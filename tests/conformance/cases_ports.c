@@ -81,27 +81,35 @@ static bool start_server(conf_ctx *ctx, fx *f, unsigned *port, unsigned *refused
 	return false;
 }
 
-/* connect, then follow the handle with `c` through proc_attach. */
+/*
+ * connect, followed with `c`: from the answer on where the registration can (its
+ * connect), else through proc_attach, which replays what came before (n/a when the
+ * responder cannot attach).
+ */
 static bool connect_follow(conf_ctx *ctx, fx *f, int line, unsigned port, coll *c, uint64_t *proc)
 {
 	asp_connect_params p;
 	asp_connect_params_init(&p);
 	p.port = port;
-	asp_connect_result r;
 	asp_error err;
-	asp_status st = ctx->ops->connect(ctx->self, &p, &r, ctx->a, &err);
+	bool followed = ctx->st && ctx->st->connect;
+	asp_status st = do_connect(ctx, f, ctx->self, &p, followed ? c : NULL, proc, &err);
 	if (st != ASP_OK) {
 		conf_fail(ctx, __FILE__, line, "connect port %u: %s: %s", port, asp_strerror(st),
 		          err.message);
 		return false;
 	}
-	*proc = r.proc;
-	if (f->nprocs < MAX_PROCS)
-		f->procs[f->nprocs++] = r.proc;
-	st = do_attach(ctx, ctx->self, r.proc, 0, 0, c, &err);
-	if (st != ASP_OK)
+	if (followed)
+		return true;
+	st = do_attach(ctx, ctx->self, *proc, 0, 0, c, &err);
+	if (st == ASP_E_UNSUPPORTED)
+		conf_na(ctx,
+		        "the registration cannot follow connect from its answer, and "
+		        "proc_attach is unsupported: %s",
+		        err.message);
+	else if (st != ASP_OK)
 		conf_fail(ctx, __FILE__, line, "proc_attach to connection %llu: %s: %s",
-		          (unsigned long long)r.proc, asp_strerror(st), err.message);
+		          (unsigned long long)*proc, asp_strerror(st), err.message);
 	return st == ASP_OK;
 }
 

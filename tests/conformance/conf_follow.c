@@ -312,6 +312,33 @@ asp_status do_spawn(conf_ctx *ctx, fx *f, void *self, asp_spawn_params *p, coll 
 	return st;
 }
 
+asp_status do_connect(conf_ctx *ctx, fx *f, void *self, const asp_connect_params *p, coll *c,
+                      uint64_t *proc, asp_error *err)
+{
+	*proc = 0;
+	asp_status st;
+	if (c) {
+		st = ctx->st->connect(ctx->st->ctx, self, p, &coll_cb, c, proc, err);
+	} else {
+		asp_connect_result r;
+		st = ctx->ops->connect(self, p, &r, ctx->a, err);
+		if (st == ASP_OK)
+			*proc = r.proc;
+	}
+	if (st == ASP_OK) {
+		if (f->nprocs < MAX_PROCS)
+			f->procs[f->nprocs++] = *proc;
+		if (c) {
+			pthread_mutex_lock(&c->mu);
+			c->self = self;
+			c->proc = *proc;
+			c->followed = true;
+			pthread_mutex_unlock(&c->mu);
+		}
+	}
+	return st;
+}
+
 bool h_spawn(conf_ctx *ctx, fx *f, int line, asp_spawn_params *p, coll *c, uint64_t *proc)
 {
 	asp_error err;

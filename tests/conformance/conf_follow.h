@@ -103,6 +103,12 @@ asp_status do_wait(conf_ctx *ctx, uint64_t proc, uint64_t ms, asp_proc_wait_resu
 asp_status do_signal(conf_ctx *ctx, uint64_t proc, const char *sig, asp_error *err);
 asp_status do_write(conf_ctx *ctx, uint64_t proc, const void *data, size_t len, bool eof,
                     asp_error *err);
+/*
+ * connect; with `c` followed from the answer on through the registration's connect (which
+ * must exist), without it a plain connect. Recorded in f->procs (closed at the end).
+ */
+asp_status do_connect(conf_ctx *ctx, fx *f, void *self, const asp_connect_params *p, coll *c,
+                      uint64_t *proc, asp_error *err);
 asp_status do_attach(conf_ctx *ctx, void *self, uint64_t proc, uint64_t out_off, uint64_t err_off,
                      coll *c, asp_error *err);
 asp_strv strv_of(conf_ctx *ctx, const char *const *items, size_t n);

@@ -20,6 +20,14 @@ static asp_status client_attach(void *ctx, void *self, const asp_proc_attach_par
 	return asp_proc_attach_start(self, p, cb, user, err);
 }
 
+static asp_status client_connect(void *ctx, void *self, const asp_connect_params *p,
+                                 const asp_proc_callbacks *cb, void *user, uint64_t *proc,
+                                 asp_error *err)
+{
+	(void)ctx;
+	return asp_connect_start(self, p, cb, user, proc, err);
+}
+
 static void client_detach(void *ctx, void *self, uint64_t proc)
 {
 	(void)ctx;
@@ -30,6 +38,7 @@ const conf_streaming conf_client_streaming = {
     .spawn = client_spawn,
     .attach = client_attach,
     .detach = client_detach,
+    .connect = client_connect,
 };
 
 /* ---- a transport's subscribe/unsubscribe (ctx is the asp_transport) ---- */
@@ -69,6 +78,16 @@ static asp_status transport_attach(void *ctx, void *self, const asp_proc_attach_
 	return follow(ctx, self, ASP_OP_PROC_ATTACH, p, &r, cb, user, err);
 }
 
+static asp_status transport_connect(void *ctx, void *self, const asp_connect_params *p,
+                                    const asp_proc_callbacks *cb, void *user, uint64_t *proc,
+                                    asp_error *err)
+{
+	asp_connect_result r = {0};
+	asp_status st = follow(ctx, self, ASP_OP_CONNECT, p, &r, cb, user, err);
+	*proc = st == ASP_OK ? r.proc : 0;
+	return st;
+}
+
 static void transport_detach(void *ctx, void *self, uint64_t proc)
 {
 	const asp_transport *t = ctx;
@@ -82,6 +101,7 @@ void conf_transport_streaming(conf_streaming *st, const struct asp_transport *t)
 	    .spawn = transport_spawn,
 	    .attach = transport_attach,
 	    .detach = transport_detach,
+	    .connect = transport_connect,
 	    .ctx = (void *)t,
 	};
 }

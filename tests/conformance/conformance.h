@@ -36,6 +36,13 @@ typedef struct conf_streaming {
 	asp_status (*attach)(void *ctx, void *self, const asp_proc_attach_params *p,
 	                     const asp_proc_callbacks *cb, void *user, asp_error *err);
 	void (*detach)(void *ctx, void *self, uint64_t proc);
+	/*
+	 * Optional: connect, followed from its answer on (as spawn is). Without it the
+	 * connect cases call connect and then proc_attach.
+	 */
+	asp_status (*connect)(void *ctx, void *self, const asp_connect_params *p,
+	                      const asp_proc_callbacks *cb, void *user, uint64_t *proc,
+	                      asp_error *err);
 	/* Another connection (a `self` for the same ops), or NULL; NULL slots: none. */
 	void *(*peer_open)(void *ctx);
 	void (*peer_close)(void *ctx, void *peer);

@@ -249,9 +249,6 @@ static void test_ssh_native(void)
 	    {"grep_modes", {"op \"grep\"", "not announce", "set ssh.agent"}},
 	    {"grep_pcre2", {"op \"grep\"", "not announce", "set ssh.agent"}},
 	    {"tty_reattach", NEEDS_ATTACH_NATIVE},
-	    {"connect_echo_and_half_close", {"op \"connect\"", "not announce"}},
-	    {"connect_large_round_trip", {"op \"connect\"", "not announce"}},
-	    {"connect_kill_and_errors", {"op \"connect\"", "not announce"}},
 	    {"watch_changes", {"op \"watch\"", "not announce"}},
 	    {"watch_bad_input", {"op \"watch\"", "not announce"}},
 	};
@@ -301,9 +298,9 @@ static void test_http_post(void)
 	    {"tty_large_output", NEEDS_FOLLOW_POST},
 	    {"tty_eof", NEEDS_FOLLOW_POST},
 	    {"tty_reattach", NEEDS_ATTACH_POST},
-	    {"connect_echo_and_half_close", NEEDS_ATTACH_POST},
-	    {"connect_large_round_trip", NEEDS_ATTACH_POST},
-	    {"connect_kill_and_errors", NEEDS_ATTACH_POST},
+	    {"connect_echo_and_half_close", NEEDS_FOLLOW_POST},
+	    {"connect_large_round_trip", NEEDS_FOLLOW_POST},
+	    {"connect_kill_and_errors", NEEDS_FOLLOW_POST},
 	    {"watch_changes", NEEDS_ATTACH_POST},
 	    {"watch_bad_input", {"the feature \"watch\"", "not announce"}},
 	};

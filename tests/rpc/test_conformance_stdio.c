@@ -93,6 +93,15 @@ static asp_status relay_attach(void *ctx, void *self, const asp_proc_attach_para
 	return plain.attach(plain.ctx, self, p, cb, user, err);
 }
 
+static asp_status relay_connect(void *ctx, void *self, const asp_connect_params *p,
+                                const asp_proc_callbacks *cb, void *user, uint64_t *proc,
+                                asp_error *err)
+{
+	conf_streaming plain;
+	conf_transport_streaming(&plain, ((backend *)ctx)->t);
+	return plain.connect(plain.ctx, self, p, cb, user, proc, err);
+}
+
 static void relay_detach(void *ctx, void *self, uint64_t proc)
 {
 	conf_streaming plain;
@@ -161,6 +170,7 @@ int main(void)
 		relay_b.st.spawn = relay_spawn;
 		relay_b.st.attach = relay_attach;
 		relay_b.st.detach = relay_detach;
+		relay_b.st.connect = relay_connect;
 	} else {
 		fprintf(stderr, "stdio_relay: skipped (no asp-agent --listen unix:)\n");
 	}
