@@ -1,9 +1,12 @@
 """asp forward against a sandbox in a network namespace of its own, with only loopback.
 
-usage: test_forward.py ASP AGENT TRANSPORT
-TRANSPORT: stdio (asp-agent --stdio entered into the sandbox's namespace) or http
-(asp-agent --listen inside it, reached over a veth pair between two namespaces this test
-made).
+usage: test_forward.py ASP AGENT TRANSPORT [SSHD_HELPER]
+TRANSPORT: stdio (asp-agent --stdio entered into the sandbox's namespace), http
+(asp-agent --listen inside it), ssh (native SSH: direct-tcpip channels) or ssh-agent (SSH
+agent mode: asp-agent --stdio over one channel). For http and the two SSH ones the
+responder, or the OpenSSH fixture of tests/ssh (SSHD_HELPER), listens inside the
+sandbox's namespace on a veth pair between two namespaces this test made, created before
+anything connects.
 
 The test re-runs itself in a fresh network namespace (the harness side, loopback only),
 then makes the sandbox's namespace (loopback only; for http a veth pair joins the two,
@@ -12,14 +15,19 @@ TCP server listen on the sandbox's 127.0.0.1, which the harness cannot reach dir
 `asp forward` makes them reachable. Checked: a GET; 32 concurrent downloads, each
 intact; a large download and a large upload intact (sha256); half-close (the upload
 ends with shutdown(SHUT_WR), the answer comes after); a refused port (the local
-connection closes, the warning names the cause); memory of asp and asp-agent bounded
-while the local reader stalls (and the sandbox's sender is held back); Ctrl-C ends
+connection closes, the warning names the cause); memory of asp and of the sandbox's side
+(asp-agent, or sshd's session process) bounded while the local reader stalls (and the
+sandbox's sender is held back); Ctrl-C ends
 asp forward with exit 0 and closes every relayed connection. Every wait polls a
 condition within a generous bound; nothing sleeps to synchronise.
+
+The large transfers are 256 MiB each way ($ASP_FORWARD_BIG_MIB changes it): with the
+32 downloads and the stall, 50 to 60 s per transport on a 2-core machine at load 15.
 """
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -30,12 +38,16 @@ import time
 import urllib.request
 
 BOUND = 40.0  # seconds for any one condition on a loaded 2-core machine
-BIG = 64 << 20  # each way: seconds on a loaded machine, large enough to cross many windows
+# each way: large enough to cross many windows and show a stall or a lost byte
+BIG = int(os.environ.get("ASP_FORWARD_BIG_MIB", "256")) << 20
 STALL_TOTAL = 256 << 20  # what the generator would send to a reader that never reads
 RSS_LIMIT_KB = 160 * 1024  # asp and asp-agent each, while the reader stalls
 
 asp, agent = (os.path.abspath(a) for a in sys.argv[1:3])
 transport = sys.argv[3]
+helper = os.path.abspath(sys.argv[4]) if len(sys.argv) > 4 else None
+if transport in ("ssh", "ssh-agent") and not helper:
+    sys.exit("the SSH transports need SSHD_HELPER (tests/ssh's sshd_helper)")
 
 if os.geteuid() != 0:
     print("SKIP: network namespaces need root")
@@ -75,6 +87,7 @@ def wait_for(cond, what, bound=BOUND):
 
 
 tmp = tempfile.mkdtemp(prefix="asp-forward-")
+cleanups.append(lambda: shutil.rmtree(tmp, ignore_errors=True))  # runs last: 2 x BIG of files
 
 # ---- the sandbox: a network namespace with loopback only ------------------------------
 
@@ -86,7 +99,7 @@ assert holder.stdout.readline().strip() == "up"
 ns = ["nsenter", "-t", str(holder.pid), "-n"]
 
 agent_url = None
-if transport == "http":
+if transport != "stdio":
     # Made before anything connects; addresses from TEST-NET-like private space, on
     # these two interfaces only (no default route in either namespace).
     subprocess.check_call(["ip", "link", "add", "aspfh0", "type", "veth", "peer", "name",
@@ -220,6 +233,15 @@ config = os.path.join(tmp, "asp.json")
 if transport == "stdio":
     cfg = {"version": 1, "transport": "stdio",
            "stdio": {"command": ns + [agent, "--stdio"]}}
+elif transport in ("ssh", "ssh-agent"):
+    # The OpenSSH fixture inside the sandbox's namespace, on its end of the veth; its
+    # sessions (and agent mode's asp-agent) run there too.
+    extra = ["--agent", agent] if transport == "ssh-agent" else []
+    sshd = subprocess.Popen(ns + [helper, config, tmp, "--listen", "10.213.0.2"] + extra,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    cleanups.append(lambda: (sshd.stdin.close(), sshd.wait(BOUND)))
+    if sshd.stdout.readline().strip() != "ready":
+        sys.exit("the sshd fixture did not start (exit %s)" % sshd.wait())
 elif transport == "http":
     agent_port = free_port_in_sandbox()
     agent_proc = subprocess.Popen(ns + [agent, "--listen", "10.213.0.2:%d" % agent_port],
@@ -232,8 +254,9 @@ elif transport == "http":
     os.environ["ASP_TOKEN"] = "forward-test-token"
 else:
     sys.exit("unknown transport " + transport)
-with open(config, "w") as f:
-    json.dump(cfg, f)
+if transport not in ("ssh", "ssh-agent"):  # (the helper wrote the SSH config)
+    with open(config, "w") as f:
+        json.dump(cfg, f)
 
 
 def start_forward(spec, extra=()):
@@ -332,6 +355,25 @@ try:
                     pass
         return out
 
+    def sandbox_side():
+        """sshd's processes and asp-agent in the sandbox's network namespace."""
+        out, sandbox_net = [], os.readlink("/proc/%d/ns/net" % holder.pid)
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                if os.readlink("/proc/%s/ns/net" % d) != sandbox_net:
+                    continue
+                with open("/proc/%s/cmdline" % d, "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if argv[0].startswith(b"sshd:"):
+                out.append(("sshd", int(d)))
+            elif os.path.basename(argv[0]) == b"asp-agent" and b"--stdio" in argv:
+                out.append(("asp-agent", int(d)))
+        return out
+
     s = socket.create_connection(("127.0.0.1", port2), timeout=BOUND)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
     s.sendall(b"GEN %d\n" % STALL_TOTAL)
@@ -362,8 +404,10 @@ try:
     pids = [("asp", fwd2.pid)]
     if transport == "stdio":
         pids += [("asp-agent", c) for c in children(fwd2.pid)]
-    else:
+    elif transport == "http":
         pids.append(("asp-agent", agent_proc.pid))
+    else:  # the sandbox's side: sshd's processes and agent mode's asp-agent
+        pids += [(n, p) for n, p in sandbox_side()]
     for name, pid in pids:
         kb = rss_kb(pid)
         check(kb < RSS_LIMIT_KB, "%s's memory stays bounded while the reader stalls "

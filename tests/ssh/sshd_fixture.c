@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <grp.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <pwd.h>
@@ -76,12 +77,19 @@ int sshd_run(const char *const argv[], char *out, size_t cap)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-static unsigned free_port(void)
+/* The address the server listens on: 127.0.0.1 unless the fixture was given another. */
+static const char *listen_addr(const sshd_fixture *fx)
+{
+	return fx->listen[0] ? fx->listen : "127.0.0.1";
+}
+
+static unsigned free_port(const sshd_fixture *fx)
 {
 	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (s < 0)
 		return 0;
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	inet_pton(AF_INET, listen_addr(fx), &a.sin_addr);
 	socklen_t len = sizeof a;
 	unsigned port = 0;
 	if (bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
@@ -91,14 +99,13 @@ static unsigned free_port(void)
 	return port;
 }
 
-static bool port_open(unsigned port)
+static bool port_open(const sshd_fixture *fx)
 {
 	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (s < 0)
 		return false;
-	struct sockaddr_in a = {.sin_family = AF_INET,
-	                        .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
-	                        .sin_port = htons((uint16_t)port)};
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)fx->port)};
+	inet_pton(AF_INET, listen_addr(fx), &a.sin_addr);
 	bool ok = connect(s, (struct sockaddr *)&a, sizeof a) == 0;
 	close(s);
 	return ok;
@@ -168,7 +175,7 @@ static int host_keygen(sshd_fixture *fx)
 	return fx->dropbear ? dropbear_keygen(fx, fx->host_key) : keygen(fx, fx->host_key);
 }
 
-/* known_hosts (the host key for [127.0.0.1]:port) and the fingerprint of the host key. */
+/* known_hosts (the host key for [ADDRESS]:port) and the fingerprint of the host key. */
 static int learn_host_key(sshd_fixture *fx)
 {
 	char pub[400], line[1024], fp[512];
@@ -186,7 +193,7 @@ static int learn_host_key(sshd_fixture *fx)
 	if (sp)
 		*sp = '\0'; /* "ssh-ed25519 AAAA...", without the comment */
 	char entry[1200];
-	snprintf(entry, sizeof entry, "[127.0.0.1]:%u %s\n", fx->port, line);
+	snprintf(entry, sizeof entry, "[%s]:%u %s\n", listen_addr(fx), fx->port, line);
 	if (write_file(fx->known_hosts, entry, 0600) < 0)
 		return -1;
 	const char *argv[] = {"/usr/bin/ssh-keygen", "-l", "-E", "sha256", "-f", pub, NULL};
@@ -400,12 +407,12 @@ static char **dropbear_root_home(sshd_fixture *fx)
 
 static int launch_dropbear(sshd_fixture *fx)
 {
-	char passwd[400], group[400], listen_on[64], pidfile[400];
+	char passwd[400], group[400], listen_on[96], pidfile[400];
 	char **binds = NULL; /* root_login: bind mounts, source then target */
 	if (fx->root_login ? !(binds = dropbear_root_home(fx))
 	                   : dropbear_files(fx, passwd, group, sizeof passwd) < 0)
 		return -1;
-	snprintf(listen_on, sizeof listen_on, "127.0.0.1:%u", fx->port);
+	snprintf(listen_on, sizeof listen_on, "%s:%u", listen_addr(fx), fx->port);
 	snprintf(pidfile, sizeof pidfile, "%s/dropbear.pid", fx->dir);
 	/* -F: stays in the foreground as our child; -E: logs to stderr (the log file);
 	 * -s: keys only */
@@ -482,7 +489,7 @@ static int launch_sshd(sshd_fixture *fx)
 	snprintf(pidfile, sizeof pidfile, "%s/sshd.pid", fx->dir);
 	snprintf(text, sizeof text,
 	         "Port %u\n"
-	         "ListenAddress 127.0.0.1\n"
+	         "ListenAddress %s\n"
 	         "HostKey %s\n"
 	         "PidFile %s\n"
 	         "AuthorizedKeysFile %s/authorized_keys\n"
@@ -497,7 +504,8 @@ static int launch_sshd(sshd_fixture *fx)
 	         "Subsystem sftp " SFTP_SERVER "\n"
 	         "%s"
 	         "LogLevel ERROR\n",
-	         fx->port, fx->host_key, pidfile, fx->dir, fx->max_sessions, setenv_line);
+	         fx->port, listen_addr(fx), fx->host_key, pidfile, fx->dir, fx->max_sessions,
+	         setenv_line);
 	if (write_file(cfg, text, 0600) < 0) {
 		snprintf(fx->why, sizeof fx->why, "cannot write %s", cfg);
 		return -1;
@@ -557,19 +565,20 @@ static int wait_listening(sshd_fixture *fx, const char *name)
 			         name, WIFEXITED(status) ? WEXITSTATUS(status) : -1, logtext);
 			return -1;
 		}
-		if (port_open(fx->port))
+		if (port_open(fx))
 			return 0;
 		usleep(20000);
 	}
-	snprintf(fx->why, sizeof fx->why, "%s did not listen on 127.0.0.1:%u within %d ms", name,
-	         fx->port, START_WAIT_MS);
+	snprintf(fx->why, sizeof fx->why, "%s did not listen on %s:%u within %d ms", name,
+	         listen_addr(fx), fx->port, START_WAIT_MS);
 	return -1;
 }
 
 static int start(sshd_fixture *fx, bool real_login, unsigned max_sessions, bool dropbear,
-                 bool non_root, bool root_login)
+                 bool non_root, bool root_login, const char *listen)
 {
 	memset(fx, 0, sizeof *fx);
+	snprintf(fx->listen, sizeof fx->listen, "%s", listen ? listen : "");
 	fx->real_login = real_login || root_login;
 	fx->max_sessions = max_sessions;
 	fx->dropbear = dropbear;
@@ -638,7 +647,7 @@ static int start(sshd_fixture *fx, bool real_login, unsigned max_sessions, bool 
 		return -1;
 	}
 	for (int attempt = 0; attempt < 5; attempt++) {
-		fx->port = free_port();
+		fx->port = free_port(fx);
 		if (!fx->port || learn_host_key(fx) < 0)
 			return -1;
 		if (launch(fx) == 0)
@@ -649,28 +658,28 @@ static int start(sshd_fixture *fx, bool real_login, unsigned max_sessions, bool 
 
 int sshd_start(sshd_fixture *fx)
 {
-	return start(fx, false, 64, false, false, false);
+	return start(fx, false, 64, false, false, false, NULL);
 }
 
 int dropbear_start(sshd_fixture *fx, bool non_root)
 {
 	/* Dropbear's MAX_CHANNELS: 100 per connection */
-	return start(fx, false, 100, true, non_root, false);
+	return start(fx, false, 100, true, non_root, false, NULL);
 }
 
 int sshd_start_real_login(sshd_fixture *fx)
 {
-	return start(fx, true, 64, false, false, false);
+	return start(fx, true, 64, false, false, false, NULL);
 }
 
 int sshd_start_root_login(sshd_fixture *fx, bool dropbear)
 {
-	return start(fx, true, dropbear ? 100 : 64, dropbear, false, true);
+	return start(fx, true, dropbear ? 100 : 64, dropbear, false, true, NULL);
 }
 
 int sshd_start_max_sessions(sshd_fixture *fx, unsigned max_sessions)
 {
-	return start(fx, false, max_sessions, false, false, false);
+	return start(fx, false, max_sessions, false, false, false, NULL);
 }
 
 static void stop_process(sshd_fixture *fx)
@@ -820,7 +829,13 @@ void sshd_config_json(const sshd_fixture *fx, const char *agent, const char *ext
 	if (agent)
 		snprintf(ag, sizeof ag, ", \"agent\": \"%s\"", agent);
 	snprintf(out, cap,
-	         "{\"version\": 1, \"transport\": \"ssh\", \"ssh\": {\"host\": \"127.0.0.1\", "
+	         "{\"version\": 1, \"transport\": \"ssh\", \"ssh\": {\"host\": \"%s\", "
 	         "\"user\": \"%s\"%s%s%s%s%s%s%s}}",
-	         fx->user, ct, port, id, kh, ag, extra ? ", " : "", extra ? extra : "");
+	         listen_addr(fx), fx->user, ct, port, id, kh, ag, extra ? ", " : "",
+	         extra ? extra : "");
+}
+
+int sshd_start_listen(sshd_fixture *fx, const char *addr, bool dropbear)
+{
+	return start(fx, false, dropbear ? 100 : 64, dropbear, false, false, addr);
 }

@@ -30,6 +30,7 @@ typedef struct sshd_fixture {
 	bool non_root;         /* Dropbear: logs in as a user made for the run, not root */
 	bool root_login;       /* root, its own shell and startup files, INT and QUIT ignored */
 	char home[320];        /* Dropbear: the login user's home (authorized_keys) */
+	char listen[64];       /* the IPv4 address it listens on; "": 127.0.0.1 */
 } sshd_fixture;
 
 /*
@@ -39,6 +40,13 @@ typedef struct sshd_fixture {
  * fx->why saying what failed and what to do.
  */
 int sshd_start(sshd_fixture *fx);
+
+/*
+ * As sshd_start (or dropbear_start as root), listening on the IPv4 address `addr`
+ * instead of 127.0.0.1 (an interface a test made in a network namespace of its own);
+ * known_hosts and sshd_config_json name that address.
+ */
+int sshd_start_listen(sshd_fixture *fx, const char *addr, bool dropbear);
 
 /* Starts sshd with the login shell as users have it (startup files read): benchmarks. */
 int sshd_start_real_login(sshd_fixture *fx);

@@ -5,11 +5,12 @@
  * EOF (the test ended or died). A line "kill-sessions" on stdin SIGKILLs every connection's
  * server process (the link dies as if the sandbox did) and answers "killed N".
  * usage: sshd_helper CONFIG_OUT CWD [--agent PATH] [--dropbear] [--root-login]
- *                    [--port-file FILE]
+ *                    [--port-file FILE] [--listen ADDR]
  *   --agent PATH      agent mode: the config runs PATH --stdio over the connection
  *   --dropbear        Dropbear instead of OpenSSH (logging in as root)
  *   --root-login      as the real root with its own startup files (sshd_start_root_login)
  *   --port-file FILE  also write "PORT USER CLIENT_KEY KNOWN_HOSTS" there (for ssh(1))
+ *   --listen ADDR     listen on that IPv4 address, not 127.0.0.1 (a test's own interface)
  */
 #include "sshd_fixture.h"
 
@@ -20,13 +21,15 @@
 
 int main(int argc, char **argv)
 {
-	const char *agent = NULL, *port_file = NULL;
+	const char *agent = NULL, *port_file = NULL, *listen = NULL;
 	bool dropbear = false, root_login = false, bad = argc < 3;
 	for (int i = 3; i < argc && !bad; i++) {
 		if (strcmp(argv[i], "--agent") == 0 && i + 1 < argc)
 			agent = argv[++i];
 		else if (strcmp(argv[i], "--port-file") == 0 && i + 1 < argc)
 			port_file = argv[++i];
+		else if (strcmp(argv[i], "--listen") == 0 && i + 1 < argc)
+			listen = argv[++i];
 		else if (strcmp(argv[i], "--dropbear") == 0)
 			dropbear = true;
 		else if (strcmp(argv[i], "--root-login") == 0)
@@ -36,12 +39,13 @@ int main(int argc, char **argv)
 	}
 	if (bad) {
 		fprintf(stderr, "usage: sshd_helper CONFIG_OUT CWD [--agent PATH] [--dropbear] "
-		                "[--root-login] [--port-file FILE]\n");
+		                "[--root-login] [--port-file FILE] [--listen ADDR]\n");
 		return 2;
 	}
 	sshd_fixture fx;
 	memset(&fx, 0, sizeof fx);
 	int started = root_login ? sshd_start_root_login(&fx, dropbear)
+	              : listen   ? sshd_start_listen(&fx, listen, dropbear)
 	              : dropbear ? dropbear_start(&fx, false)
 	                         : sshd_start(&fx);
 	if (started != 0) {
