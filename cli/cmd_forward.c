@@ -27,8 +27,10 @@
 
 enum { OPT_HOST = CLI_OPT_FIRST_PRIVATE };
 
-#define READ_CHUNK     (64u * 1024u) /* bytes per proc_write */
-#define CLOSE_WAIT_MS  10000         /* after Ctrl-C, each relay's exit at most this long */
+/* Bytes per proc_write, at most: each waits for its answer, so a bulk upload pays one round
+ * trip per chunk; a read takes what the socket holds, so small requests stay small. */
+#define READ_CHUNK     (1024u * 1024u)
+#define CLOSE_WAIT_MS  10000 /* after Ctrl-C, each relay's exit at most this long */
 #define ADDR_TEXT      (INET6_ADDRSTRLEN + 8)
 #define LISTEN_BACKLOG 128
 
