@@ -172,11 +172,14 @@ void conf_transport_streaming(conf_streaming *st, const struct asp_transport *t)
 
 /*
  * sh: "alive" or "dead" for the pid in FILE (relative to the case dir). A zombie counts
- * as dead: in a container whose init does not reap, a killed orphan stays one.
+ * as dead: in a container whose init does not reap, a killed orphan stays one. No pid in
+ * FILE counts as dead too (nothing to find; a case checks the file first where it
+ * matters), rather than reading /proc/ itself.
  */
 #define CONF_PID_STATE_SH(file)                                                                    \
-	"p=$(cat " file "); st=dead; "                                                             \
-	"if [ -d /proc/$p ]; then s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -c1); "       \
+	"p=$(cat " file " 2>/dev/null); st=dead; case \"$p\" in ''|*[!0-9]*) p=0 ;; esac; "        \
+	"if [ $p = 0 ]; then :; elif [ -d /proc/$p ]; then s=$(sed 's/.*) //' /proc/$p/stat "      \
+	"2>/dev/null | cut -c1); "                                                                 \
 	"case \"$s\" in ''|Z) ;; *) st=alive ;; esac; "                                            \
 	"elif [ ! -d /proc/self ] && kill -0 $p 2>/dev/null; then st=alive; fi; printf %s $st"
 

@@ -320,16 +320,53 @@ static void default_signals(void)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
+/* Root's startup files as Debian's base-files installs them, and the names bash reads. */
+static const char *const debian_startup[][2] = {
+    {".bashrc", "/usr/share/base-files/dot.bashrc"},
+    {".profile", "/usr/share/base-files/dot.profile"},
+};
+static const char *const other_startup[] = {".bash_profile", ".bash_login", ".bash_logout"};
+
+/* Whether `name` is a startup file of the real home that the fixture replaces. */
+static bool replaced_startup(const char *name)
+{
+	for (size_t i = 0; i < sizeof debian_startup / sizeof debian_startup[0]; i++)
+		if (!strcmp(name, debian_startup[i][0]))
+			return true;
+	for (size_t i = 0; i < sizeof other_startup / sizeof other_startup[0]; i++)
+		if (!strcmp(name, other_startup[i]))
+			return true;
+	return false;
+}
+
+/* Appends the pair src, dst to the NULL-terminated list; false without memory. */
+static bool add_bind(char ***binds, size_t *n, size_t *cap, const char *src, const char *dst)
+{
+	if (*n + 3 > *cap) {
+		char **nb = realloc(*binds, 2 * *cap * sizeof **binds);
+		if (!nb)
+			return false;
+		*binds = nb;
+		*cap *= 2;
+	}
+	(*binds)[(*n)++] = strdup(src);
+	(*binds)[(*n)++] = strdup(dst);
+	(*binds)[*n] = NULL;
+	return (*binds)[*n - 2] && (*binds)[*n - 1];
+}
+
 /*
- * Root's home as Dropbear sees it in its mount namespace: a folder in the fixture's one
- * holding the fixture's .ssh and, for every other entry of the real home, a placeholder
- * the entry itself is bound onto, so the login reads and writes root's own files (as
- * over OpenSSH) and nothing is added to the real home. (An overlay with the home as its
- * lower layer would not do: root's logins over OpenSSH change that layer meanwhile,
- * which overlayfs does not follow.) Returns the pairs to bind, source then target, the
- * last the folder onto the home; NULL-terminated, malloc'd; NULL with fx->why.
+ * Root's home as both servers see it in their mount namespace: a folder in the fixture's
+ * one holding the fixture's .ssh, Debian's default ~/.bashrc and ~/.profile (what a
+ * sandbox built from Debian gives root; this machine's own may run anything), and, for
+ * every other entry of the real home, a placeholder the entry itself is bound onto, so
+ * the login reads and writes root's own files and nothing is added to the real home. (An
+ * overlay with the home as its lower layer would not do: logins outside the namespace
+ * change that layer meanwhile, which overlayfs does not follow.) Returns the pairs to
+ * bind, source then target, the last the folder onto the home; NULL-terminated,
+ * malloc'd; NULL with fx->why.
  */
-static char **dropbear_root_home(sshd_fixture *fx)
+static char **root_home_binds(sshd_fixture *fx)
 {
 	char top[400], ssh_dir[440], ak[480], pub[400], key[1024] = "";
 	snprintf(top, sizeof top, "%s/home", fx->dir);
@@ -355,7 +392,7 @@ static char **dropbear_root_home(sshd_fixture *fx)
 	struct dirent *de;
 	while (ok && (de = readdir(d)) != NULL) {
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
-		    !strcmp(de->d_name, ".ssh"))
+		    !strcmp(de->d_name, ".ssh") || replaced_startup(de->d_name))
 			continue;
 		char src[800], dst[800], target[600];
 		snprintf(src, sizeof src, "%s/%s", fx->home, de->d_name);
@@ -371,29 +408,17 @@ static char **dropbear_root_home(sshd_fixture *fx)
 		}
 		ok = S_ISDIR(st.st_mode) ? mkdir(dst, 0700) == 0 || errno == EEXIST
 		                         : write_file(dst, "", 0600) == 0;
-		if (ok && n + 4 > cap) {
-			char **nb = realloc(binds, 2 * cap * sizeof *binds);
-			ok = nb != NULL;
-			if (nb) {
-				binds = nb;
-				cap *= 2;
-			}
-		}
-		if (ok) {
-			binds[n++] = strdup(src);
-			binds[n++] = strdup(dst);
-			binds[n] = NULL;
-			ok = binds[n - 2] && binds[n - 1];
-		}
+		ok = ok && add_bind(&binds, &n, &cap, src, dst);
 	}
 	if (d)
 		closedir(d);
-	if (ok) {
-		binds[n++] = strdup(top);
-		binds[n++] = strdup(fx->home);
-		binds[n] = NULL;
-		ok = binds[n - 2] && binds[n - 1];
+	for (size_t i = 0; ok && i < sizeof debian_startup / sizeof debian_startup[0]; i++) {
+		char dst[800];
+		snprintf(dst, sizeof dst, "%s/%s", top, debian_startup[i][0]);
+		ok = access(debian_startup[i][1], R_OK) == 0 && write_file(dst, "", 0644) == 0 &&
+		     add_bind(&binds, &n, &cap, debian_startup[i][1], dst);
 	}
+	ok = ok && add_bind(&binds, &n, &cap, top, fx->home);
 	if (!ok) {
 		snprintf(fx->why, sizeof fx->why, "cannot prepare root's home in %s: %s", top,
 		         strerror(errno));
@@ -405,19 +430,14 @@ static char **dropbear_root_home(sshd_fixture *fx)
 	return binds;
 }
 
-static int launch_dropbear(sshd_fixture *fx)
+/*
+ * Forks the server `argv` in a mount namespace of its own (and, not as root, a user
+ * namespace mapping only us), with `binds` (pairs, source then target) or else the
+ * fixture's passwd and group bound in; stdin and stdout /dev/null, stderr the log.
+ */
+static pid_t fork_in_namespace(sshd_fixture *fx, char **binds, const char *passwd,
+                               const char *group, const char *const *argv)
 {
-	char passwd[400], group[400], listen_on[96], pidfile[400];
-	char **binds = NULL; /* root_login: bind mounts, source then target */
-	if (fx->root_login ? !(binds = dropbear_root_home(fx))
-	                   : dropbear_files(fx, passwd, group, sizeof passwd) < 0)
-		return -1;
-	snprintf(listen_on, sizeof listen_on, "%s:%u", listen_addr(fx), fx->port);
-	snprintf(pidfile, sizeof pidfile, "%s/dropbear.pid", fx->dir);
-	/* -F: stays in the foreground as our child; -E: logs to stderr (the log file);
-	 * -s: keys only */
-	const char *argv[] = {DROPBEAR, "-F",      "-E", "-s",    "-r", fx->host_key,
-	                      "-p",     listen_on, "-P", pidfile, NULL};
 	char uid_map[64], gid_map[64];
 	snprintf(uid_map, sizeof uid_map, "%u %u 1\n", (unsigned)geteuid(), (unsigned)geteuid());
 	snprintf(gid_map, sizeof gid_map, "%u %u 1\n", (unsigned)getegid(), (unsigned)getegid());
@@ -456,20 +476,42 @@ static int launch_dropbear(sshd_fixture *fx)
 			signal(SIGINT, SIG_IGN); /* as a script's background job starts it */
 			signal(SIGQUIT, SIG_IGN);
 		}
-		execve(DROPBEAR, (char *const *)argv, environ);
+		execve(argv[0], (char *const *)argv, environ);
 		_exit(99);
 	}
-	for (size_t i = 0; binds && binds[i]; i++)
-		free(binds[i]);
-	free(binds);
 	if (log >= 0)
 		close(log);
 	close(null_in);
 	close(null_out);
-	if (pid < 0) {
+	if (pid < 0)
 		snprintf(fx->why, sizeof fx->why, "fork: %s", strerror(errno));
+	return pid;
+}
+
+static void free_binds(char **binds)
+{
+	for (size_t i = 0; binds && binds[i]; i++)
+		free(binds[i]);
+	free(binds);
+}
+
+static int launch_dropbear(sshd_fixture *fx)
+{
+	char passwd[400], group[400], listen_on[96], pidfile[400];
+	char **binds = NULL; /* root_login: bind mounts, source then target */
+	if (fx->root_login ? !(binds = root_home_binds(fx))
+	                   : dropbear_files(fx, passwd, group, sizeof passwd) < 0)
 		return -1;
-	}
+	snprintf(listen_on, sizeof listen_on, "%s:%u", listen_addr(fx), fx->port);
+	snprintf(pidfile, sizeof pidfile, "%s/dropbear.pid", fx->dir);
+	/* -F: stays in the foreground as our child; -E: logs to stderr (the log file);
+	 * -s: keys only */
+	const char *argv[] = {DROPBEAR, "-F",      "-E", "-s",    "-r", fx->host_key,
+	                      "-p",     listen_on, "-P", pidfile, NULL};
+	pid_t pid = fork_in_namespace(fx, binds, passwd, group, argv);
+	free_binds(binds);
+	if (pid < 0)
+		return -1;
 	fx->pid = pid;
 	return wait_listening(fx, "dropbear (exit 97: no mount namespace, 98: mounts refused)");
 }
@@ -510,6 +552,18 @@ static int launch_sshd(sshd_fixture *fx)
 		snprintf(fx->why, sizeof fx->why, "cannot write %s", cfg);
 		return -1;
 	}
+	if (fx->root_login) {
+		/* in a mount namespace where root's home has Debian's startup files; INT and
+		 * QUIT ignored, as a script's background job starts it */
+		char **binds = root_home_binds(fx);
+		const char *argv[] = {SSHD, "-D", "-e", "-f", cfg, NULL};
+		pid_t pid = binds ? fork_in_namespace(fx, binds, NULL, NULL, argv) : -1;
+		free_binds(binds);
+		if (pid < 0)
+			return -1;
+		fx->pid = pid;
+		return wait_listening(fx, "sshd (exit 97: no mount namespace, 98: mounts refused)");
+	}
 	int log = open(fx->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	posix_spawn_file_actions_t fa;
 	posix_spawn_file_actions_init(&fa);
@@ -517,11 +571,8 @@ static int launch_sshd(sshd_fixture *fx)
 	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
 	if (log >= 0)
 		posix_spawn_file_actions_adddup2(&fa, log, 2);
-	/* -D: stays in the foreground as our child; -e: logs to stderr (the log file). As
-	 * root: started as a script's background job starts it (env keeps its pid). */
-	const char *argv[] = {
-	    "/usr/bin/env", "--ignore-signal=INT,QUIT", SSHD, "-D", "-e", "-f", cfg, NULL};
-	const char *const *args = fx->root_login ? argv : argv + 2;
+	/* -D: stays in the foreground as our child; -e: logs to stderr (the log file) */
+	const char *args[] = {SSHD, "-D", "-e", "-f", cfg, NULL};
 	posix_spawnattr_t at;
 	posix_spawnattr_init(&at);
 	sigset_t all, none;

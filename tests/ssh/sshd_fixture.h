@@ -72,16 +72,15 @@ int dropbear_start(sshd_fixture *fx, bool non_root);
 
 /*
  * Starts OpenSSH (or Dropbear) logging in as the real root, with root's own login shell
- * and startup files as they are on this machine (root's ~/.bashrc, /etc/profile): what a
- * sandbox that runs its server as root gives. Nothing of root's files or the machine's
- * config changes: the server listens on 127.0.0.1 and a free port, with a host key and
- * the client's key from the fixture's folder. sshd reads the key through
- * `AuthorizedKeysFile`; Dropbear (which only reads ~/.ssh/authorized_keys) runs in a
- * mount namespace of its own where root's home is a folder of the fixture's holding its
- * .ssh and every other entry of the real home bound in place: root's own files are read
- * and written, and nothing is added to the real home. Both
- * servers start the way a script's background job starts them, with SIGINT and SIGQUIT
- * ignored, which they pass on to every command. Needs root.
+ * and Debian's default startup files (~/.bashrc and ~/.profile as base-files installs
+ * them, /etc/profile as it is): what a sandbox built from Debian that runs its server as
+ * root gives. Nothing of root's files or the machine's config changes: the server
+ * listens on 127.0.0.1 and a free port, with a host key and the client's key from the
+ * fixture's folder, in a mount namespace of its own where root's home is a folder of the
+ * fixture's holding .ssh, those startup files, and every other entry of the real home
+ * bound in place, so root's other files are read and written and nothing is added to
+ * the real home. Both servers start the way a script's background job starts them, with
+ * SIGINT and SIGQUIT ignored, which they pass on to every command. Needs root.
  */
 int sshd_start_root_login(sshd_fixture *fx, bool dropbear);
 
