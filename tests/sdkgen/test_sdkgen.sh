@@ -4,6 +4,8 @@
 set -u
 sdkgen=$1 src=$2 built_md=$3
 spec=$src/spec/protocol.json frozen=$src/spec/frozen/protocol-1.json
+# Debian's python3 (a version manager's shim on PATH costs a shell per call)
+py=/usr/bin/python3; [ -x "$py" ] || py=python3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0 pass=0
@@ -21,7 +23,7 @@ if cmp -s "$tmp/h1" "$tmp/h2" && cmp -s "$tmp/c1" "$tmp/c2" && cmp -s "$tmp/k1" 
 # 2. docs/protocol.md is what the generator makes (update: meson compile update-protocol-doc).
 if cmp -s "$built_md" "$src/docs/protocol.md"; then ok "docs/protocol.md in sync"
 else bad "docs/protocol.md is stale: run 'meson compile -C build update-protocol-doc'"; fi
-for op in $(python3 -c 'import json,sys; print(" ".join(o["name"] for o in json.load(open(sys.argv[1]))["ops"]))' "$spec"); do
+for op in $("$py" -c 'import json,sys; print(" ".join(o["name"] for o in json.load(open(sys.argv[1]))["ops"]))' "$spec"); do
   grep -q "^### \`$op\`" "$src/docs/protocol.md" || bad "docs/protocol.md lacks op $op"
 done
 
@@ -31,7 +33,7 @@ else bad "incompatible with frozen protocol 1: $(cat "$tmp/err")"; fi
 
 # 4. Incompatible changes are refused, each with a message naming it.
 mutate() { # name, python expression on s, expected message fragment
-  python3 - "$spec" "$tmp/$1.json" "$2" <<'PY'
+  "$py" - "$spec" "$tmp/$1.json" "$2" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
 exec(sys.argv[3])
@@ -58,7 +60,7 @@ mutate new-field-since-1 'o = [o for o in s["ops"] if o["name"] == "read"][0]; o
 mutate new-error-since-1 's["errors"].append({"code": "brand_new", "status": 99, "since": 1, "doc": "x"})' "error code brand_new is not in protocol 1"
 
 # 5. Entries without "since" are refused; a compatible addition is accepted.
-python3 - "$spec" "$tmp/nosince.json" <<'PY'
+"$py" - "$spec" "$tmp/nosince.json" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
 del s["ops"][1]["params"][0]["since"]
@@ -66,7 +68,7 @@ json.dump(s, open(sys.argv[2], "w"))
 PY
 if "$sdkgen" --spec "$tmp/nosince.json" --markdown "$tmp/x.md" 2>"$tmp/err"; then bad "field without since accepted"
 elif grep -q 'no "since"' "$tmp/err"; then ok "field without since refused"; else bad "no since: $(cat "$tmp/err")"; fi
-python3 - "$spec" "$tmp/added.json" <<'PY'
+"$py" - "$spec" "$tmp/added.json" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
 s["ops"][2]["params"].append({"name": "hint", "type": "str", "optional": True, "since": s["protocol"], "doc": "x"})
