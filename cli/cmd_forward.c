@@ -60,6 +60,13 @@ struct fwd {
 	relay *relays;
 	unsigned live;
 	atomic_bool stopping;
+	/*
+	 * Relay threads that ended, to join: joined, not detached, so that the process ends
+	 * only after each thread's own end (a library's per-thread state, such as
+	 * OpenSSL's random generator for the SSH transport, is freed then).
+	 */
+	pthread_t *ended;
+	size_t nended, cap_ended;
 };
 
 static int stop_pipe[2] = {-1, -1};
@@ -231,6 +238,18 @@ static void *relay_main(void *arg)
 		pp = &(*pp)->next;
 	*pp = r->next;
 	f->live--;
+	if (f->nended == f->cap_ended) {
+		size_t cap = f->cap_ended ? f->cap_ended * 2 : 16;
+		pthread_t *v = realloc(f->ended, cap * sizeof *v);
+		if (v) {
+			f->ended = v;
+			f->cap_ended = cap;
+		}
+	}
+	if (f->nended < f->cap_ended)
+		f->ended[f->nended++] = pthread_self();
+	else
+		pthread_detach(pthread_self()); /* out of memory: nobody joins it */
 	pthread_cond_broadcast(&f->cv);
 	pthread_mutex_unlock(&f->mu);
 	close(r->fd);
@@ -416,6 +435,20 @@ static bool has_connect(cli *c, asp_client *client)
 	return ok;
 }
 
+/* Joins the relay threads that ended (each has left f->relays already). */
+static void join_ended(fwd *f)
+{
+	pthread_mutex_lock(&f->mu);
+	pthread_t *v = f->ended;
+	size_t n = f->nended;
+	f->ended = NULL;
+	f->nended = f->cap_ended = 0;
+	pthread_mutex_unlock(&f->mu);
+	for (size_t i = 0; i < n; i++)
+		pthread_join(v[i], NULL);
+	free(v);
+}
+
 static void accept_one(fwd *f, int lfd)
 {
 	struct sockaddr_storage ss;
@@ -440,9 +473,9 @@ static void accept_one(fwd *f, int lfd)
 	f->relays = r;
 	f->live++;
 	pthread_mutex_unlock(&f->mu);
+	join_ended(f);
 	pthread_attr_t at;
 	pthread_attr_init(&at);
-	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
 	pthread_attr_setstacksize(&at, 256u * 1024u);
 	pthread_t t;
 	int e = pthread_create(&t, &at, relay_main, r);
@@ -551,6 +584,7 @@ int cmd_forward(cli *c, int argc, char **argv)
 		cli_warn("forward: %u connections did not close in time", left);
 		return cli_finish(c, c->fail_code);
 	}
+	join_ended(&f);
 	pthread_cond_destroy(&f.cv);
 	pthread_mutex_destroy(&f.mu);
 	return cli_finish(c, CLI_EXIT_OK);
