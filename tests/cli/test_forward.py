@@ -21,8 +21,9 @@ sandbox's sender is held back); Ctrl-C ends
 asp forward with exit 0 and closes every relayed connection. Every wait polls a
 condition within a generous bound; nothing sleeps to synchronise.
 
-The large transfers are 256 MiB each way ($ASP_FORWARD_BIG_MIB changes it): with the
-32 downloads and the stall, 50 to 60 s per transport on a 2-core machine at load 15.
+The large transfers are 256 MiB each way ($ASP_FORWARD_BIG_MIB changes it; meson sets
+64 in a sanitizer build): with the 32 downloads and the stall, 35 to 60 s per transport
+on a 2-core machine at load 7 to 15.
 """
 import hashlib
 import json
