@@ -283,6 +283,20 @@ void fx_done(fx *f)
 
 /* ---- helpers: each records a failure at the caller's line ------------------------- */
 
+/* A process (or connection) started: the fixture KILLs it at the end; `c` follows it. */
+static void track(fx *f, void *self, coll *c, uint64_t proc)
+{
+	if (f->nprocs < MAX_PROCS)
+		f->procs[f->nprocs++] = proc;
+	if (c) {
+		pthread_mutex_lock(&c->mu);
+		c->self = self;
+		c->proc = proc;
+		c->followed = true;
+		pthread_mutex_unlock(&c->mu);
+	}
+}
+
 asp_status do_spawn(conf_ctx *ctx, fx *f, void *self, asp_spawn_params *p, coll *c, uint64_t *proc,
                     asp_error *err)
 {
@@ -298,17 +312,8 @@ asp_status do_spawn(conf_ctx *ctx, fx *f, void *self, asp_spawn_params *p, coll 
 		if (st == ASP_OK)
 			*proc = r.proc;
 	}
-	if (st == ASP_OK) {
-		if (f->nprocs < MAX_PROCS)
-			f->procs[f->nprocs++] = *proc;
-		if (c) {
-			pthread_mutex_lock(&c->mu);
-			c->self = self;
-			c->proc = *proc;
-			c->followed = true;
-			pthread_mutex_unlock(&c->mu);
-		}
-	}
+	if (st == ASP_OK)
+		track(f, self, c, *proc);
 	return st;
 }
 
@@ -325,17 +330,8 @@ asp_status do_connect(conf_ctx *ctx, fx *f, void *self, const asp_connect_params
 		if (st == ASP_OK)
 			*proc = r.proc;
 	}
-	if (st == ASP_OK) {
-		if (f->nprocs < MAX_PROCS)
-			f->procs[f->nprocs++] = *proc;
-		if (c) {
-			pthread_mutex_lock(&c->mu);
-			c->self = self;
-			c->proc = *proc;
-			c->followed = true;
-			pthread_mutex_unlock(&c->mu);
-		}
-	}
+	if (st == ASP_OK)
+		track(f, self, c, *proc);
 	return st;
 }
 
