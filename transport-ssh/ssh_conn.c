@@ -39,9 +39,24 @@ uint64_t ssh_deadline_ms(uint64_t ms)
 	return ssh_now_ns() + ms * SSH_NS_PER_MS;
 }
 
+/*
+ * This thread's view of the connection it last locked: the packets libssh had read when
+ * it took the lock or last woke from a wait. A thread holds one connection's lock at a
+ * time; a wait on another connection than the one recorded simply returns once.
+ */
+static _Thread_local const sshc *seen_conn;
+static _Thread_local uint64_t seen_packets;
+
+static void seen_now(const sshc *c)
+{
+	seen_conn = c;
+	seen_packets = c->rx.in_packets;
+}
+
 void sshc_lock(sshc *c)
 {
 	pthread_mutex_lock(&c->mu);
+	seen_now(c);
 }
 
 void sshc_unlock(sshc *c)
@@ -54,6 +69,15 @@ bool sshc_wait(sshc *c, uint64_t deadline)
 {
 	if (atomic_load(&c->dead))
 		return false;
+	if (seen_conn != c || seen_packets != c->rx.in_packets) {
+		/*
+		 * Our own calls read packets since we last looked (a poll of stderr can read
+		 * stdout's data): the socket they came from is drained, so the pump will not
+		 * wake, and nobody else knows. Look again before sleeping.
+		 */
+		seen_now(c);
+		return true;
+	}
 	uint64_t now = ssh_now_ns();
 	uint64_t until = now + WAIT_SLICE_NS;
 	if (deadline < until)
@@ -63,6 +87,7 @@ bool sshc_wait(sshc *c, uint64_t deadline)
 		                      (long)(until % 1000000000ull)};
 		pthread_cond_timedwait(&c->cv, &c->mu, &ts);
 	}
+	seen_now(c);
 	return !atomic_load(&c->dead);
 }
 

@@ -59,6 +59,9 @@ typedef struct sshc {
 	pthread_mutex_t mu;
 	pthread_cond_t cv; /* CLOCK_MONOTONIC; broadcast after anything libssh may have read */
 	ssh_session s;
+	/* libssh counts every packet it reads here (ssh_set_counters): sshc_wait tells from
+	 * it whether the waiting thread's own calls read what it waits for */
+	struct ssh_counter_struct rx;
 	int fd;
 	atomic_bool dead;
 	char why[512];    /* under mu: what ended the connection, for transport_error messages */
@@ -118,7 +121,10 @@ void sshc_lock(sshc *c);
 void sshc_unlock(sshc *c);
 /*
  * Under the lock: sleeps until the pump or another thread may have made progress, or
- * `deadline` (CLOCK_MONOTONIC ns) passes. Returns false when the connection is dead.
+ * `deadline` (CLOCK_MONOTONIC ns) passes. Returns at once when this thread's own libssh
+ * calls read packets since it took the lock or last woke: any libssh call may read the
+ * socket, and what it read (another stream's data, an EOF, an exit status) is then
+ * news that no other thread will announce. Returns false when the connection is dead.
  */
 bool sshc_wait(sshc *c, uint64_t deadline);
 /* Under the lock: records why the connection ended (first reason wins) and wakes all. */

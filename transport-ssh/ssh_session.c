@@ -395,6 +395,7 @@ asp_status sshc_connect(sshc *c, const asp_config_view *cfg, asp_error *err)
 		st = asp_error_set(err, ASP_E_INTERNAL, NULL, "ssh: out of memory");
 		goto fail;
 	}
+	ssh_set_counters(c->s, NULL, &c->rx);
 	unsigned port = sc->port ? sc->port : 22;
 	unsigned ms = sc->connect_timeout_ms ? sc->connect_timeout_ms : 10000;
 	long secs = (long)(ms / 1000), usecs = (long)(ms % 1000) * 1000;
