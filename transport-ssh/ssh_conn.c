@@ -17,7 +17,10 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Waiters re-check at least this often: a backstop, never needed for progress. */
+/*
+ * Waiters re-check at least this often: a backstop, never needed for progress. The
+ * tests raise it (ASP_SSH_WAIT_SLICE_MS) so that a wakeup lost shows as a stall.
+ */
 #define WAIT_SLICE_NS (250ull * SSH_NS_PER_MS)
 /* The pump reads at most this many times (4 KiB each, libssh's read size) per wakeup. */
 #define PUMP_BATCH 64
@@ -53,14 +56,40 @@ static void seen_now(const sshc *c)
 	seen_packets = c->rx.in_packets;
 }
 
+uint64_t sshc_wait_slice_ns(void)
+{
+	const char *v = getenv("ASP_SSH_WAIT_SLICE_MS");
+	unsigned long ms = v ? strtoul(v, NULL, 10) : 0;
+	return ms > 0 && ms <= 3600000 ? ms * SSH_NS_PER_MS : WAIT_SLICE_NS;
+}
+
 void sshc_lock(sshc *c)
 {
 	pthread_mutex_lock(&c->mu);
 	seen_now(c);
 }
 
+/*
+ * Under the lock: sends what libssh queued. libssh writes a packet at once only while
+ * its own poll last saw the socket writable, and each write clears that: a window adjust
+ * made while handling packets, a close, an EOF wait in its buffer until the next libssh
+ * call that polls. Ours are few (the pump polls only for input), so before anyone sleeps
+ * what is queued goes out; what the socket cannot take now, the pump sends once it can.
+ */
+static void flush_queued(sshc *c)
+{
+	if (!c->pump_on || atomic_load(&c->dead))
+		return;
+	if (ssh_blocking_flush(c->s, 0) == SSH_AGAIN && !c->pump_sends) {
+		c->pump_sends = true;
+		uint64_t one = 1;
+		(void)!write(c->wake_fd, &one, sizeof one);
+	}
+}
+
 void sshc_unlock(sshc *c)
 {
+	flush_queued(c);
 	pthread_cond_broadcast(&c->cv);
 	pthread_mutex_unlock(&c->mu);
 }
@@ -69,6 +98,7 @@ bool sshc_wait(sshc *c, uint64_t deadline)
 {
 	if (atomic_load(&c->dead))
 		return false;
+	flush_queued(c); /* (it may read packets too) */
 	if (seen_conn != c || seen_packets != c->rx.in_packets) {
 		/*
 		 * Our own calls read packets since we last looked (a poll of stderr can read
@@ -79,7 +109,7 @@ bool sshc_wait(sshc *c, uint64_t deadline)
 		return true;
 	}
 	uint64_t now = ssh_now_ns();
-	uint64_t until = now + WAIT_SLICE_NS;
+	uint64_t until = now + c->slice_ns;
 	if (deadline < until)
 		until = deadline;
 	if (until > now) {
@@ -138,8 +168,10 @@ void sshc_abort(sshc *c)
 static void *pump_main(void *arg)
 {
 	sshc *c = arg;
+	bool sending = false; /* libssh holds output the socket would not take */
 	while (!atomic_load(&c->stop)) {
-		struct pollfd p[2] = {{c->fd, POLLIN, 0}, {c->wake_fd, POLLIN, 0}};
+		short ev = sending ? POLLIN | POLLOUT : POLLIN;
+		struct pollfd p[2] = {{c->fd, ev, 0}, {c->wake_fd, POLLIN, 0}};
 		int n = poll(p, 2, -1);
 		if (n < 0 && errno != EINTR)
 			break;
@@ -170,6 +202,9 @@ static void *pump_main(void *arg)
 					break;
 			}
 		}
+		/* what handling packets queued (window adjusts, replies) goes out now */
+		sending = !atomic_load(&c->dead) && ssh_blocking_flush(c->s, 0) == SSH_AGAIN;
+		c->pump_sends = sending;
 		bool dead = atomic_load(&c->dead);
 		pthread_cond_broadcast(&c->cv);
 		pthread_mutex_unlock(&c->mu);

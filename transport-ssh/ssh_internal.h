@@ -62,6 +62,7 @@ typedef struct sshc {
 	/* libssh counts every packet it reads here (ssh_set_counters): sshc_wait tells from
 	 * it whether the waiting thread's own calls read what it waits for */
 	struct ssh_counter_struct rx;
+	uint64_t slice_ns; /* sshc_wait's backstop (ssh_conn.c) */
 	int fd;
 	atomic_bool dead;
 	char why[512];    /* under mu: what ended the connection, for transport_error messages */
@@ -69,6 +70,7 @@ typedef struct sshc {
 	ssh_channel idle; /* never opened: the pump polls it to make libssh read the socket */
 	pthread_t pump;
 	bool pump_on;
+	bool pump_sends; /* under mu: the pump waits for the socket to take libssh's output */
 	atomic_bool stop;
 	unsigned chans;      /* session channels open (counted against MaxSessions) */
 	unsigned chan_limit; /* lowered when the server refuses more */
@@ -116,6 +118,8 @@ uint64_t ssh_now_ns(void);
 /* now + ms, or SSH_NO_DEADLINE for 0. */
 uint64_t ssh_deadline_ms(uint64_t ms);
 
+/* sshc_wait's backstop for a new connection: 250 ms, or ASP_SSH_WAIT_SLICE_MS (tests). */
+uint64_t sshc_wait_slice_ns(void);
 void sshc_lock(sshc *c);
 /* Wakes every waiter (state may have changed) and unlocks. */
 void sshc_unlock(sshc *c);

@@ -381,6 +381,7 @@ asp_status sshc_connect(sshc *c, const asp_config_view *cfg, asp_error *err)
 	pthread_cond_init(&c->cv, &ca);
 	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&c->mu, NULL);
+	c->slice_ns = sshc_wait_slice_ns();
 
 	const asp_config_ssh *sc = &cfg->ssh;
 	asp_status st = ASP_OK;

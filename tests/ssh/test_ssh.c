@@ -1474,6 +1474,78 @@ static void test_chunk_latency(void)
 		chunk_latency(getenv("ASP_AGENT"), "agent");
 }
 
+/*
+ * Every wait is woken by what it waits for, never by the backstop: with the backstop at
+ * a minute (ASP_SSH_WAIT_SLICE_MS), a thousand one-byte round trips through `cat` and
+ * two hundred execs writing both streams each finish within seconds. A thread whose own
+ * poll of one stream read the other's data (or its EOF) used to sleep on it.
+ */
+static void no_lost_wakeups(const char *agent_path, const char *label)
+{
+	setenv("ASP_SSH_WAIT_SLICE_MS", "60000", 1);
+	asp_config *cfg;
+	asp_client *c = client_for(agent_path, &cfg);
+	unsetenv("ASP_SSH_WAIT_SLICE_MS");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	seen w;
+	seen_init(&w, 0);
+	asp_spawn_params p;
+	asp_spawn_params_init(&p);
+	const char *argv[] = {"cat"};
+	p.has_argv = true;
+	p.argv = (asp_strv){argv, 1};
+	uint64_t proc = 0;
+	asp_error err;
+	CU_ASSERT_EQUAL_FATAL(asp_spawn_start(c, &p, &seen_cb, &w, &proc, &err), ASP_OK);
+	asp_arena *a = asp_arena_new();
+	asp_proc_write_params wp;
+	asp_proc_write_params_init(&wp);
+	wp.proc = proc;
+	wp.data = (asp_bytes){(const uint8_t *)"x", 1};
+	asp_proc_write_result wr;
+	int trips = 0;
+	for (; trips < 1000; trips++) {
+		if (asp_proc_write(c, &wp, &wr, a, &err) != ASP_OK ||
+		    !SEEN_WAIT(&w, w.total[0] == (uint64_t)trips + 1, 20000))
+			break;
+		asp_arena_reset(a);
+	}
+	CU_ASSERT_EQUAL(trips, 1000);
+	long long worst = 0;
+	int execs = 0;
+	for (; execs < 200; execs++) {
+		asp_exec_params xp;
+		asp_exec_params_init(&xp);
+		xp.command = "printf o; printf e >&2";
+		asp_exec_result r;
+		long long t0 = now_ms();
+		asp_status st = asp_exec(c, &xp, &r, a, &err);
+		long long took = now_ms() - t0;
+		worst = took > worst ? took : worst;
+		asp_arena_reset(a);
+		if (st != ASP_OK || took > 20000)
+			break;
+	}
+	CU_ASSERT_EQUAL(execs, 200);
+	fprintf(stderr, "\n    [%s] %d round trips, %d execs (slowest %lld ms)\n", label, trips,
+	        execs, worst);
+	wp.data = (asp_bytes){NULL, 0};
+	wp.eof = true;
+	CU_ASSERT_EQUAL(asp_proc_write(c, &wp, &wr, a, &err), ASP_OK);
+	CU_ASSERT_TRUE(SEEN_WAIT(&w, w.exited || w.lost, 20000));
+	asp_arena_free(a);
+	asp_client_free(c);
+	asp_config_free(cfg);
+	seen_destroy(&w);
+}
+
+static void test_no_lost_wakeups(void)
+{
+	no_lost_wakeups(NULL, "native");
+	if (getenv("ASP_AGENT"))
+		no_lost_wakeups(getenv("ASP_AGENT"), "agent");
+}
+
 /* Whether native mode's hello lists `op`. */
 static bool native_lists(const char *op)
 {
@@ -1876,6 +1948,7 @@ int main(int argc, char **argv)
 	ok = ok && CU_add_test(s, "search_unsupported_native", test_search_unsupported_native);
 	ok = ok && CU_add_test(s, "spawn_channel_budget", test_spawn_channel_budget);
 	ok = ok && CU_add_test(s, "chunk_latency", test_chunk_latency);
+	ok = ok && CU_add_test(s, "no_lost_wakeups", test_no_lost_wakeups);
 	ok = ok && CU_add_test(s, "unread_follower_native", test_unread_follower_native);
 	if (have_agent) {
 		ok = ok && CU_add_test(s, "unread_follower_agent", test_unread_follower_agent);
