@@ -95,7 +95,10 @@ static asp_status ch_send(void *base, const uint8_t *frame, size_t len, asp_erro
 		         ? sshc_dead_error(l->c, "agent", err)
 		         : asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
 		                         "ssh %s: the asp-agent channel closed", l->c->target);
-	sshc_unlock(l->c);
+	if (st == ASP_OK)
+		sshc_unlock_after_write(l->c);
+	else
+		sshc_unlock(l->c);
 	return st;
 }
 

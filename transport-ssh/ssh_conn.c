@@ -94,6 +94,14 @@ void sshc_unlock(sshc *c)
 	pthread_mutex_unlock(&c->mu);
 }
 
+void sshc_unlock_after_write(sshc *c)
+{
+	flush_queued(c);
+	if (seen_conn != c || seen_packets != c->rx.in_packets)
+		pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
 bool sshc_wait(sshc *c, uint64_t deadline)
 {
 	if (atomic_load(&c->dead))

@@ -124,6 +124,12 @@ void sshc_lock(sshc *c);
 /* Wakes every waiter (state may have changed) and unlocks. */
 void sshc_unlock(sshc *c);
 /*
+ * Unlocks after a thread only wrote to a channel: wakes the waiters only when libssh
+ * read packets meanwhile (a write changes nothing anyone waits for), so a writer does not
+ * wake the reader of the same channel for nothing.
+ */
+void sshc_unlock_after_write(sshc *c);
+/*
  * Under the lock: sleeps until the pump or another thread may have made progress, or
  * `deadline` (CLOCK_MONOTONIC ns) passes. Returns at once when this thread's own libssh
  * calls read packets since it took the lock or last woke: any libssh call may read the
