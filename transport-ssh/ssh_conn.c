@@ -110,9 +110,11 @@ bool sshc_wait(sshc *c, uint64_t deadline)
 	if (seen_conn != c || seen_packets != c->rx.in_packets) {
 		/*
 		 * Our own calls read packets since we last looked (a poll of stderr can read
-		 * stdout's data): the socket they came from is drained, so the pump will not
-		 * wake, and nobody else knows. Look again before sleeping.
+		 * stdout's data, a process's poll another channel's answer): the socket they
+		 * came from is drained, so the pump will not wake, and a wait releases the
+		 * lock without a word. Wake the others, and look again before sleeping.
 		 */
+		pthread_cond_broadcast(&c->cv);
 		seen_now(c);
 		return true;
 	}
