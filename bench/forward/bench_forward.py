@@ -12,8 +12,10 @@ Each forwarder is started once and kept for the run. Every round runs every path
 fresh random order: MIB MiB downloaded (the server sends, the path's reading direction),
 MIB MiB uploaded (the server counts and answers), and 200 one-byte echo round trips on
 a connection opened before the timing. Throughput is the median over rounds, latency the
-median (and p99) of all round trips; ratios are against ssh -L in the same run. A
-program, never a timed test; the figures go to docs/benchmarks.md by hand.
+median (and p99) of all round trips; ratios are against ssh -L in the same run. Then,
+where perf is installed, each forwarding process's CPU and context switches per round
+trip over 2,000 more echoes (perf stat -p). A program, never a timed test; the figures
+go to docs/benchmarks.md by hand.
 """
 import json
 import os
@@ -108,6 +110,9 @@ def start_sshd(extra, name):
     return cfg, int(port), user, key, kh
 
 
+pids = {}  # path -> the forwarding process, for the perf figures
+
+
 def asp_forward(config):
     p = subprocess.Popen([asp, "--config", config, "--json", "forward", "0:%d" % TARGET],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -115,7 +120,9 @@ def asp_forward(config):
     line = p.stdout.readline()
     if not line:
         sys.exit("asp forward did not start (%s)" % config)
-    return int(json.loads(line)["listen"].rsplit(":", 1)[1])
+    port = int(json.loads(line)["listen"].rsplit(":", 1)[1])
+    pids[port] = p.pid
+    return port
 
 
 def free_port():
@@ -166,6 +173,7 @@ while not port_open(lport):
         sys.exit("ssh -L did not listen")
     time.sleep(0.05)  # polling ssh's listener: it says nothing when ready
 paths["ssh -L"] = lport
+pids[lport] = ssh.pid
 paths["floor: no forwarder"] = TARGET
 
 # ---- the measurements -------------------------------------------------------------------
@@ -232,6 +240,24 @@ def echoes(port):
     return out
 
 
+def per_trip(pid, port, n=2000):
+    """The forwarder's CPU (µs) and context switches per one-byte round trip (perf stat)."""
+    s = conn(port, b"ECHO")
+    s.recv(1)
+    perf = subprocess.Popen(["perf", "stat", "-x,", "-e", "task-clock,context-switches",
+                             "-p", str(pid)], stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)  # perf says nothing once attached; a bench, not a test
+    for _ in range(n):
+        s.sendall(b"x")
+        s.recv(1)
+    perf.send_signal(2)
+    out = perf.communicate(timeout=BOUND)[1]
+    s.close()
+    v = {f[2]: float(f[0]) for f in (l.split(",") for l in out.splitlines())
+         if len(f) > 2 and f[0][:1].isdigit()}
+    return v.get("task-clock", 0) * 1000 / n, v.get("context-switches", 0) / n
+
+
 down = {k: [] for k in paths}
 up = {k: [] for k in paths}
 lat = {k: [] for k in paths}
@@ -247,6 +273,11 @@ try:
             up[name].append(upload(paths[name]))
         print("round %d of %d done (load %.1f)" % (r + 1, ROUNDS, os.getloadavg()[0]),
               file=sys.stderr, flush=True)
+    trips = {}
+    if shutil.which("perf"):
+        for name, port in paths.items():
+            if port in pids:
+                trips[name] = per_trip(pids[port], port)
 finally:
     for c in reversed(cleanups):
         try:
@@ -273,3 +304,9 @@ for name in paths:
         statistics.median(lat[name])
     print("| %s | %.0f MB/s | %.2f | %.0f MB/s | %.2f | %.0f µs | %.0f µs | %.2f |"
           % (name, d, d / rd, u, u / ru, l, p99(lat[name]), l / rl))
+if trips:
+    print()
+    print("| forwarder process, per round trip | CPU | context switches |")
+    print("|---|---|---|")
+    for name, (cpu, cs) in trips.items():
+        print("| %s | %.0f µs | %.1f |" % (name, cpu, cs))
