@@ -56,6 +56,12 @@ static void seen_now(const sshc *c)
 	seen_packets = c->rx.in_packets;
 }
 
+/* Whether libssh read packets since this thread last looked (or it looks at another). */
+static bool read_since_look(const sshc *c)
+{
+	return seen_conn != c || seen_packets != c->rx.in_packets;
+}
+
 uint64_t sshc_wait_slice_ns(void)
 {
 	const char *v = getenv("ASP_SSH_WAIT_SLICE_MS");
@@ -97,7 +103,7 @@ void sshc_unlock(sshc *c)
 void sshc_unlock_after_write(sshc *c)
 {
 	flush_queued(c);
-	if (seen_conn != c || seen_packets != c->rx.in_packets)
+	if (read_since_look(c))
 		pthread_cond_broadcast(&c->cv);
 	pthread_mutex_unlock(&c->mu);
 }
@@ -107,7 +113,7 @@ bool sshc_wait(sshc *c, uint64_t deadline)
 	if (atomic_load(&c->dead))
 		return false;
 	flush_queued(c); /* (it may read packets too) */
-	if (seen_conn != c || seen_packets != c->rx.in_packets) {
+	if (read_since_look(c)) {
 		/*
 		 * Our own calls read packets since we last looked (a poll of stderr can read
 		 * stdout's data, a process's poll another channel's answer): the socket they
