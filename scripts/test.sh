@@ -23,7 +23,7 @@ run_suite() { # builddir, meson options...
   rm -f "$dir/meson-logs/testlog.json" # a build that fails must not count old results
   # quiet when it builds; the compiler's words when it does not
   ninja -C "$dir" >"$dir/ninja.log" 2>&1 || { cat "$dir/ninja.log"; return 1; }
-  # ssh-root (the conformance as the real root, about five minutes) is left out for
+  # ssh-root (the conformance as the real root, one to two minutes) is left out for
   # time: run by hand, `meson test -C build --suite ssh-root`
   meson test -C "$dir" --num-processes "$jobs" --print-errorlogs --no-suite ssh-root
 }
