@@ -23,7 +23,8 @@
  */
 #define WAIT_SLICE_NS (250ull * SSH_NS_PER_MS)
 /* The pump reads at most this many times (4 KiB each, libssh's read size) per wakeup. */
-#define PUMP_BATCH 64
+#define PUMP_BATCH  64
+#define LIBSSH_READ 4096
 /* After the server refused a channel: wait this long (doubling) before asking again. */
 #define REFUSED_PAUSE_MIN (20ull * SSH_NS_PER_MS)
 #define REFUSED_PAUSE_MAX (500ull * SSH_NS_PER_MS)
@@ -210,11 +211,12 @@ static void *pump_main(void *arg)
 			 * exactly one non-blocking round of packet handling for the whole session.
 			 */
 			for (int i = 0; i < PUMP_BATCH; i++) {
+				uint64_t before = c->io.in_bytes;
 				ssh_channel_poll_timeout(c->idle, 0, 0);
 				if (!sshc_check(c))
 					break;
-				struct pollfd q = {c->fd, POLLIN, 0};
-				if (poll(&q, 1, 0) <= 0)
+				/* a read short of libssh's buffer emptied the socket */
+				if (c->io.in_bytes - before < LIBSSH_READ)
 					break;
 			}
 		}

@@ -62,7 +62,8 @@ typedef struct sshc {
 	/* libssh counts every packet it reads here (ssh_set_counters): sshc_wait tells from
 	 * it whether the waiting thread's own calls read what it waits for */
 	struct ssh_counter_struct rx;
-	uint64_t slice_ns; /* sshc_wait's backstop (ssh_conn.c) */
+	struct ssh_counter_struct io; /* the bytes libssh read off the socket: the pump's gauge */
+	uint64_t slice_ns;            /* sshc_wait's backstop (ssh_conn.c) */
 	int fd;
 	atomic_bool dead;
 	char why[512];    /* under mu: what ended the connection, for transport_error messages */
