@@ -113,6 +113,11 @@ bool ssh_fragile_open_banner(const char *banner);
  */
 asp_status sshc_connect(sshc *c, const asp_config_view *cfg, asp_error *err);
 
+/* ---- ssh_cipher.c ------------------------------------------------------------------- */
+
+/* The ciphers to offer, in order (a static string), or NULL for libssh's default order. */
+const char *sshc_cipher_order(void);
+
 /* ---- ssh_conn.c: the lock, waiting, the pump and channel plumbing ------------------- */
 
 uint64_t ssh_now_ns(void);

@@ -13,6 +13,7 @@
 #include "asp_ssh.h"
 #include "conformance.h"
 #include "ssh_backend.h"
+#include "ssh_internal.h"
 #include "ssh_tty.h"
 #include "sshd_fixture.h"
 #include "testproc.h"
@@ -221,6 +222,57 @@ static void test_auth_refused(void)
 	if (st == ASP_OK)
 		ssh_backend_close(&b);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "ASP_TEST_NO_SUCH_VAR"));
+}
+
+/* Whether /proc/cpuinfo lists the CPU flag `name` (x86 "flags", arm64 "Features"). */
+static bool cpu_flag(const char *name)
+{
+	FILE *f = fopen("/proc/cpuinfo", "re");
+	char line[4096];
+	bool found = false;
+	while (f && !found && fgets(line, sizeof line, f)) {
+		if (strncmp(line, "flags", 5) != 0 && strncmp(line, "Features", 8) != 0)
+			continue;
+		for (char *w = strtok(strchr(line, ':') ? strchr(line, ':') + 1 : line, " \t\n"); w;
+		     w = strtok(NULL, " \t\n"))
+			found = found || strcmp(w, name) == 0;
+	}
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/*
+ * The transport's cipher order, offered to the fixture's OpenSSH (which prefers nothing
+ * itself: the client's first common cipher wins), is AES-GCM where the CPU has AES and
+ * carry-less multiply, libssh's chacha20-poly1305 otherwise, both ways.
+ */
+static void test_cipher_order(void)
+{
+	const char *order = sshc_cipher_order();
+	bool aes = cpu_flag("aes") && (cpu_flag("pclmulqdq") || cpu_flag("pmull"));
+	CU_ASSERT_EQUAL(order != NULL, aes);
+	ssh_session s = ssh_new();
+	unsigned port = fx.port;
+	int no = 0;
+	ssh_options_set(s, SSH_OPTIONS_PROCESS_CONFIG, &no);
+	ssh_options_set(s, SSH_OPTIONS_HOST, "127.0.0.1");
+	ssh_options_set(s, SSH_OPTIONS_PORT, &port);
+	ssh_options_set(s, SSH_OPTIONS_USER, fx.user);
+	if (order) {
+		CU_ASSERT_EQUAL(ssh_options_set(s, SSH_OPTIONS_CIPHERS_C_S, order), SSH_OK);
+		CU_ASSERT_EQUAL(ssh_options_set(s, SSH_OPTIONS_CIPHERS_S_C, order), SSH_OK);
+	}
+	int rc = ssh_connect(s);
+	CU_ASSERT_EQUAL(rc, SSH_OK);
+	if (rc == SSH_OK) {
+		const char *want =
+		    order ? "aes128-gcm@openssh.com" : "chacha20-poly1305@openssh.com";
+		CU_ASSERT_STRING_EQUAL(ssh_get_cipher_out(s), want);
+		CU_ASSERT_STRING_EQUAL(ssh_get_cipher_in(s), want);
+		ssh_disconnect(s);
+	}
+	ssh_free(s);
 }
 
 static void test_connect_refused_fast(void)
@@ -1915,6 +1967,7 @@ int main(int argc, char **argv)
 	ok = ok && CU_add_test(s, "agent_missing", test_agent_missing);
 	ok = ok && CU_add_test(s, "agent_upload", test_agent_upload);
 	ok = ok && CU_add_test(s, "connect_refused_fast", test_connect_refused_fast);
+	ok = ok && CU_add_test(s, "cipher_order", test_cipher_order);
 	ok = ok && CU_add_test(s, "auth_refused", test_auth_refused);
 	ok = ok && CU_add_test(s, "hostkey_unknown_refused", test_hostkey_unknown_refused);
 	ok = ok && CU_add_test(s, "hostkey_wrong_pin_refused", test_hostkey_wrong_pin_refused);
