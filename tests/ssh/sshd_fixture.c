@@ -226,6 +226,27 @@ static const char noise_script[] =
 
 static int wait_listening(sshd_fixture *fx, const char *name);
 
+/*
+ * The noise script, then the sanitizer options of a sanitizer build's test run exported
+ * for the commands it precedes: sshd and Dropbear start sessions without our environment,
+ * so an agent-mode asp-agent would otherwise run with the sanitizers' defaults (UBSan
+ * findings only printed to the channel's stderr; ASan's 256 MB quarantine, which swamps
+ * the checks that bound its memory).
+ */
+static int write_noise(const char *path, mode_t mode)
+{
+	static const char *const vars[] = {"ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"};
+	char text[2048];
+	size_t n = (size_t)snprintf(text, sizeof text, "%s", noise_script);
+	for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+		const char *v = getenv(vars[i]);
+		if (v && !strchr(v, '\'') && n < sizeof text)
+			n += (size_t)snprintf(text + n, sizeof text - n, "export %s='%s'\n",
+			                      vars[i], v);
+	}
+	return n < sizeof text ? write_file(path, text, mode) : -1;
+}
+
 /* The passwd and group files Dropbear sees (see dropbear_start), and the user's home. */
 static int dropbear_files(sshd_fixture *fx, char *passwd, char *group, size_t cap)
 {
@@ -282,7 +303,7 @@ static int dropbear_files(sshd_fixture *fx, char *passwd, char *group, size_t ca
 	}
 	ok = ok && key[0] && (mkdir(fx->home, 0700) == 0 || errno == EEXIST) &&
 	     (mkdir(ssh_dir, 0700) == 0 || errno == EEXIST) && write_file(ak, key, 0600) == 0 &&
-	     write_file(rc, noise_script, 0644) == 0;
+	     write_noise(rc, 0644) == 0;
 	/* the user owns its home (Dropbear checks), and may pass through the folder */
 	ok = ok && chown(fx->home, uid, gid) == 0 && chown(ssh_dir, uid, gid) == 0 &&
 	     chown(ak, uid, gid) == 0 && chown(rc, uid, gid) == 0 && chmod(fx->dir, 0755) == 0;
@@ -521,7 +542,7 @@ static int launch_sshd(sshd_fixture *fx)
 	char cfg[400], text[3072], pidfile[400], noise[400], setenv_line[600] = "";
 	snprintf(noise, sizeof noise, "%s/login_noise.sh", fx->dir);
 	if (!fx->real_login) {
-		if (write_file(noise, noise_script, 0644) < 0) {
+		if (write_noise(noise, 0644) < 0) {
 			snprintf(fx->why, sizeof fx->why, "cannot write %s", noise);
 			return -1;
 		}
