@@ -284,11 +284,8 @@ static void ch_close(void *base)
 {
 	ssh_agent_link *l = (ssh_agent_link *)base;
 	atomic_store(&l->closed, true);
-	/* wake the reader without taking the lock: the pump broadcasts for us */
-	if (l->c->wake_fd >= 0) {
-		uint64_t one = 1;
-		(void)!write(l->c->wake_fd, &one, sizeof one);
-	}
+	/* wake the reader without taking the lock: it polls, or the pump broadcasts for us */
+	sshc_wake(l->c);
 }
 
 static void ch_free(void *base)

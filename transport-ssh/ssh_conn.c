@@ -25,6 +25,12 @@
 /* The pump reads at most this many times (4 KiB each, libssh's read size) per wakeup. */
 #define PUMP_BATCH  64
 #define LIBSSH_READ 4096
+/*
+ * The pump, standing by while a waiter polls, looks again this often: what arrives while
+ * nobody waits (a keepalive, output for no caller in particular) is read within it, though
+ * no hand-back costs the waiter a wake-up of the pump on every call.
+ */
+#define STANDBY_NS (20ull * SSH_NS_PER_MS)
 /* After the server refused a channel: wait this long (doubling) before asking again. */
 #define REFUSED_PAUSE_MIN (20ull * SSH_NS_PER_MS)
 #define REFUSED_PAUSE_MAX (500ull * SSH_NS_PER_MS)
@@ -76,6 +82,47 @@ void sshc_lock(sshc *c)
 	seen_now(c);
 }
 
+static void kick(int fd)
+{
+	uint64_t one = 1;
+	(void)!write(fd, &one, sizeof one);
+}
+
+/* Under the lock: a change of state the waiter polling the socket must look at. */
+static void kick_leader(sshc *c)
+{
+	if (c->lead_polls && !c->lead_kicked) {
+		c->lead_kicked = true;
+		kick(c->lead_fd);
+	}
+}
+
+/* Under the lock: tells the polling waiter when someone else read packets meanwhile. */
+static void kick_leader_if_read(sshc *c)
+{
+	if (c->lead_polls && c->rx.in_packets != c->lead_seen)
+		kick_leader(c);
+}
+
+/*
+ * Under the lock: lets libssh read and handle what the socket holds, up to PUMP_BATCH
+ * reads. libssh 0.10 has no public "process what arrived" call; polling a channel that
+ * is never opened (so never has data or EOF) with timeout 0 runs exactly one
+ * non-blocking round of packet handling for the whole session.
+ */
+static void read_socket(sshc *c)
+{
+	for (int i = 0; i < PUMP_BATCH; i++) {
+		uint64_t before = c->io.in_bytes;
+		ssh_channel_poll_timeout(c->idle, 0, 0);
+		if (!sshc_check(c))
+			break;
+		/* a read short of libssh's buffer emptied the socket */
+		if (c->io.in_bytes - before < LIBSSH_READ)
+			break;
+	}
+}
+
 /*
  * Under the lock: sends what libssh queued. libssh writes a packet at once only while
  * its own poll last saw the socket writable, and each write clears that: a window adjust
@@ -89,8 +136,8 @@ static void flush_queued(sshc *c)
 		return;
 	if (ssh_blocking_flush(c->s, 0) == SSH_AGAIN && !c->pump_sends) {
 		c->pump_sends = true;
-		uint64_t one = 1;
-		(void)!write(c->wake_fd, &one, sizeof one);
+		pthread_cond_signal(&c->pump_cv); /* standing by: it must poll for output now */
+		kick(c->wake_fd);
 	}
 }
 
@@ -98,6 +145,7 @@ void sshc_unlock(sshc *c)
 {
 	flush_queued(c);
 	pthread_cond_broadcast(&c->cv);
+	kick_leader(c);
 	pthread_mutex_unlock(&c->mu);
 }
 
@@ -106,7 +154,37 @@ void sshc_unlock_after_write(sshc *c)
 	flush_queued(c);
 	if (read_since_look(c))
 		pthread_cond_broadcast(&c->cv);
+	kick_leader_if_read(c);
 	pthread_mutex_unlock(&c->mu);
+}
+
+/*
+ * Under the lock: polls the socket (and lead_fd) without the lock until something
+ * arrives, someone kicks, or `until`; then reads what arrived. Only while no other
+ * waiter polls and the pump need not send.
+ */
+static void lead(sshc *c, uint64_t now, uint64_t until)
+{
+	c->lead_polls = true;
+	c->lead_kicked = false;
+	c->lead_seen = c->rx.in_packets;
+	pthread_mutex_unlock(&c->mu);
+	struct pollfd p[2] = {{c->fd, POLLIN, 0}, {c->lead_fd, POLLIN, 0}};
+	uint64_t ms = (until - now + SSH_NS_PER_MS - 1) / SSH_NS_PER_MS;
+	int n = poll(p, 2, ms > INT32_MAX ? INT32_MAX : (int)ms);
+	if (n > 0 && (p[1].revents & POLLIN)) {
+		uint64_t v;
+		(void)!read(c->lead_fd, &v, sizeof v);
+	}
+	pthread_mutex_lock(&c->mu);
+	c->lead_polls = false;
+	if (n > 0 && p[0].revents && !atomic_load(&c->dead)) {
+		read_socket(c);
+		flush_queued(c);
+	}
+	/* what it read may be another waiter's; and one of them polls next */
+	if (c->rx.in_packets != c->lead_seen || c->cv_sleepers)
+		pthread_cond_broadcast(&c->cv);
 }
 
 bool sshc_wait(sshc *c, uint64_t deadline)
@@ -122,6 +200,7 @@ bool sshc_wait(sshc *c, uint64_t deadline)
 		 * lock without a word. Wake the others, and look again before sleeping.
 		 */
 		pthread_cond_broadcast(&c->cv);
+		kick_leader_if_read(c);
 		seen_now(c);
 		return true;
 	}
@@ -129,10 +208,14 @@ bool sshc_wait(sshc *c, uint64_t deadline)
 	uint64_t until = now + c->slice_ns;
 	if (deadline < until)
 		until = deadline;
-	if (until > now) {
+	if (until > now && c->pump_on && !c->lead_polls && !c->pump_sends) {
+		lead(c, now, until);
+	} else if (until > now) {
 		struct timespec ts = {(time_t)(until / 1000000000ull),
 		                      (long)(until % 1000000000ull)};
+		c->cv_sleepers++;
 		pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+		c->cv_sleepers--;
 	}
 	seen_now(c);
 	return !atomic_load(&c->dead);
@@ -148,6 +231,7 @@ void sshc_mark_dead(sshc *c, const char *fmt, ...)
 	}
 	atomic_store(&c->dead, true);
 	pthread_cond_broadcast(&c->cv);
+	kick_leader(c);
 }
 
 bool sshc_check(sshc *c)
@@ -176,59 +260,64 @@ void sshc_abort(sshc *c)
 	/* Any libssh call blocked on the socket fails at once; the pump sees the hangup. */
 	if (c->fd >= 0)
 		shutdown(c->fd, SHUT_RDWR);
-	if (c->wake_fd >= 0) {
-		uint64_t one = 1;
-		(void)!write(c->wake_fd, &one, sizeof one);
-	}
+	sshc_wake(c);
+}
+
+void sshc_wake(sshc *c)
+{
+	if (c->wake_fd >= 0)
+		kick(c->wake_fd);
+	if (c->lead_fd >= 0)
+		kick(c->lead_fd);
+}
+
+/* Under the lock: the pump stands by while a waiter polls (and nothing waits to be sent). */
+static bool pump_stands_by(const sshc *c)
+{
+	return c->lead_polls && !c->pump_sends && !atomic_load(&c->stop);
 }
 
 static void *pump_main(void *arg)
 {
 	sshc *c = arg;
-	bool sending = false; /* libssh holds output the socket would not take */
+	pthread_mutex_lock(&c->mu);
 	while (!atomic_load(&c->stop)) {
+		if (pump_stands_by(c)) {
+			uint64_t until = ssh_now_ns() + STANDBY_NS;
+			struct timespec ts = {(time_t)(until / 1000000000ull),
+			                      (long)(until % 1000000000ull)};
+			pthread_cond_timedwait(&c->pump_cv, &c->mu, &ts);
+			continue;
+		}
+		bool sending = c->pump_sends; /* libssh holds output the socket would not take */
+		pthread_mutex_unlock(&c->mu);
 		short ev = sending ? POLLIN | POLLOUT : POLLIN;
 		struct pollfd p[2] = {{c->fd, ev, 0}, {c->wake_fd, POLLIN, 0}};
 		int n = poll(p, 2, -1);
-		if (n < 0 && errno != EINTR)
-			break;
-		if (p[1].revents & POLLIN) {
+		if (n > 0 && (p[1].revents & POLLIN)) {
 			uint64_t v;
 			(void)!read(c->wake_fd, &v, sizeof v);
 		}
-		if (atomic_load(&c->stop))
-			break;
 		pthread_mutex_lock(&c->mu);
+		if ((n < 0 && errno != EINTR) || atomic_load(&c->stop))
+			break;
 		if (atomic_load(&c->dead)) {
 			sshc_mark_dead(c, "connection aborted");
-			pthread_mutex_unlock(&c->mu);
 			break;
 		}
-		if (p[0].revents) {
-			/*
-			 * libssh 0.10 has no public "process what arrived" call; polling a channel
-			 * that is never opened (so never has data or EOF) with timeout 0 runs
-			 * exactly one non-blocking round of packet handling for the whole session.
-			 */
-			for (int i = 0; i < PUMP_BATCH; i++) {
-				uint64_t before = c->io.in_bytes;
-				ssh_channel_poll_timeout(c->idle, 0, 0);
-				if (!sshc_check(c))
-					break;
-				/* a read short of libssh's buffer emptied the socket */
-				if (c->io.in_bytes - before < LIBSSH_READ)
-					break;
-			}
-		}
+		uint64_t seen = c->rx.in_packets;
+		/* a waiter that started polling meanwhile reads what arrived */
+		if (n > 0 && p[0].revents && !pump_stands_by(c))
+			read_socket(c);
 		/* what handling packets queued (window adjusts, replies) goes out now */
-		sending = !atomic_load(&c->dead) && ssh_blocking_flush(c->s, 0) == SSH_AGAIN;
-		c->pump_sends = sending;
-		bool dead = atomic_load(&c->dead);
-		pthread_cond_broadcast(&c->cv);
-		pthread_mutex_unlock(&c->mu);
-		if (dead)
+		c->pump_sends = !atomic_load(&c->dead) && ssh_blocking_flush(c->s, 0) == SSH_AGAIN;
+		pthread_cond_broadcast(&c->cv); /* (a wake_fd kick asks for it, too) */
+		if (c->rx.in_packets != seen)
+			kick_leader_if_read(c);
+		if (atomic_load(&c->dead))
 			break;
 	}
+	pthread_mutex_unlock(&c->mu);
 	return NULL;
 }
 
@@ -239,6 +328,9 @@ asp_status sshc_pump_start(sshc *c, asp_error *err)
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "ssh %s: out of memory", c->target);
 	c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (c->wake_fd < 0)
+		return asp_error_errno(err, errno, NULL, "ssh %s: eventfd", c->target);
+	c->lead_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (c->lead_fd < 0)
 		return asp_error_errno(err, errno, NULL, "ssh %s: eventfd", c->target);
 	/* the pump takes no signals: they belong to the application's threads */
 	sigset_t all, old;
@@ -255,9 +347,11 @@ asp_status sshc_pump_start(sshc *c, asp_error *err)
 void sshc_close(sshc *c)
 {
 	if (c->pump_on) {
+		pthread_mutex_lock(&c->mu);
 		atomic_store(&c->stop, true);
-		uint64_t one = 1;
-		(void)!write(c->wake_fd, &one, sizeof one);
+		pthread_cond_signal(&c->pump_cv);
+		pthread_mutex_unlock(&c->mu);
+		kick(c->wake_fd);
 		pthread_join(c->pump, NULL);
 		c->pump_on = false;
 	}
@@ -277,10 +371,13 @@ void sshc_close(sshc *c)
 	}
 	if (c->wake_fd >= 0)
 		close(c->wake_fd);
-	c->wake_fd = -1;
+	if (c->lead_fd >= 0)
+		close(c->lead_fd);
+	c->wake_fd = c->lead_fd = -1;
 	c->fd = -1;
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->cv);
+	pthread_cond_destroy(&c->pump_cv);
 }
 
 int sshc_run_steps(sshc *c, ssh_channel ch, sshc_step_fn fn, const void *arg, uint64_t deadline,

@@ -4,9 +4,11 @@
  *
  * Threads: libssh sessions are not thread-safe, so every libssh call happens under
  * `mu`. Nobody waits inside libssh for the network while holding it: calls that would
- * wait run in non-blocking steps, and between steps the caller sleeps on `cv`. A pump
- * thread polls the socket (without the lock), lets libssh read what arrived into the
- * channels' buffers and wakes every waiter; each waiter then looks at its own channel.
+ * wait run in non-blocking steps, and between steps the caller waits in sshc_wait. The
+ * first thread to wait polls the socket itself (without the lock), lets libssh read what
+ * arrived into the channels' buffers and wakes every other waiter; the rest sleep on
+ * `cv`; each then looks at its own channel. A pump thread does the polling while nobody
+ * waits (keepalives, window adjusts, output for no caller in particular).
  */
 #ifndef ASP_SSH_INTERNAL_H
 #define ASP_SSH_INTERNAL_H
@@ -70,8 +72,19 @@ typedef struct sshc {
 	int wake_fd;      /* eventfd that wakes the pump */
 	ssh_channel idle; /* never opened: the pump polls it to make libssh read the socket */
 	pthread_t pump;
+	pthread_cond_t pump_cv; /* CLOCK_MONOTONIC; the pump stands by on it while a waiter polls */
 	bool pump_on;
 	bool pump_sends; /* under mu: the pump waits for the socket to take libssh's output */
+	/*
+	 * Under mu: a waiter polls the socket (sshc_wait), so the pump stands by. What would
+	 * have woken a sleeper on `cv` writes `lead_fd` instead, once per poll (`lead_kicked`):
+	 * packets read by anyone since `lead_seen`, any other change of state.
+	 */
+	bool lead_polls;
+	bool lead_kicked;
+	uint64_t lead_seen;
+	int lead_fd;          /* eventfd the polling waiter polls beside the socket */
+	unsigned cv_sleepers; /* under mu: waiters asleep on `cv` */
 	atomic_bool stop;
 	unsigned chans;      /* session channels open (counted against MaxSessions) */
 	unsigned chan_limit; /* lowered when the server refuses more */
@@ -136,11 +149,13 @@ void sshc_unlock(sshc *c);
  */
 void sshc_unlock_after_write(sshc *c);
 /*
- * Under the lock: sleeps until the pump or another thread may have made progress, or
- * `deadline` (CLOCK_MONOTONIC ns) passes. Returns at once when this thread's own libssh
- * calls read packets since it took the lock or last woke: any libssh call may read the
- * socket, and what it read (another stream's data, an EOF, an exit status) is then
- * news that no other thread will announce. Returns false when the connection is dead.
+ * Under the lock: waits until the socket or another thread may have brought progress, or
+ * `deadline` (CLOCK_MONOTONIC ns) passes. The first waiter polls the socket itself and
+ * reads what arrives (one thread hand-off fewer per reply than waking from the pump);
+ * the others sleep. Returns at once when this thread's own libssh calls read packets
+ * since it took the lock or last woke: any libssh call may read the socket, and what it
+ * read (another stream's data, an EOF, an exit status) is then news that no other thread
+ * will announce. Returns false when the connection is dead.
  */
 bool sshc_wait(sshc *c, uint64_t deadline);
 /* Under the lock: records why the connection ended (first reason wins) and wakes all. */
@@ -153,6 +168,8 @@ asp_status sshc_dead_error(sshc *c, const char *what, asp_error *err);
 asp_status sshc_pump_start(sshc *c, asp_error *err);
 /* Never blocks: fails everything in flight (shuts the socket down) and wakes everyone. */
 void sshc_abort(sshc *c);
+/* Under no lock, never blocks: makes the polling waiter and the pump look again. */
+void sshc_wake(sshc *c);
 /* Stops the pump, disconnects, frees the session and the lock. No call may be inside. */
 void sshc_close(sshc *c);
 

@@ -374,11 +374,13 @@ asp_status sshc_connect(sshc *c, const asp_config_view *cfg, asp_error *err)
 	c->cfg = cfg;
 	c->fd = -1;
 	c->wake_fd = -1;
+	c->lead_fd = -1;
 	c->chan_limit = SSH_MAX_CHANNELS;
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&c->cv, &ca);
+	pthread_cond_init(&c->pump_cv, &ca);
 	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&c->mu, NULL);
 	c->slice_ns = sshc_wait_slice_ns();
