@@ -25,12 +25,6 @@
 /* The pump reads at most this many times (4 KiB each, libssh's read size) per wakeup. */
 #define PUMP_BATCH  64
 #define LIBSSH_READ 4096
-/*
- * The pump, standing by while a waiter polls, looks again this often: what arrives while
- * nobody waits (a keepalive, output for no caller in particular) is read within it, though
- * no hand-back costs the waiter a wake-up of the pump on every call.
- */
-#define STANDBY_NS (20ull * SSH_NS_PER_MS)
 /* After the server refused a channel: wait this long (doubling) before asking again. */
 #define REFUSED_PAUSE_MIN (20ull * SSH_NS_PER_MS)
 #define REFUSED_PAUSE_MAX (500ull * SSH_NS_PER_MS)
@@ -283,7 +277,13 @@ static void *pump_main(void *arg)
 	pthread_mutex_lock(&c->mu);
 	while (!atomic_load(&c->stop)) {
 		if (pump_stands_by(c)) {
-			uint64_t until = ssh_now_ns() + STANDBY_NS;
+			/*
+			 * Nothing hands the socket back when the waiter is done: every waiter
+			 * polls in turn, and a hand-back would cost each call a wake-up of the
+			 * pump. What arrives for nobody (a keepalive, a window adjust) is read
+			 * within the backstop, once the pump looks again and finds no one polling.
+			 */
+			uint64_t until = ssh_now_ns() + c->slice_ns;
 			struct timespec ts = {(time_t)(until / 1000000000ull),
 			                      (long)(until % 1000000000ull)};
 			pthread_cond_timedwait(&c->pump_cv, &c->mu, &ts);

@@ -1526,11 +1526,42 @@ static void test_chunk_latency(void)
 		chunk_latency(getenv("ASP_AGENT"), "agent");
 }
 
+/* Execs writing both streams, each within 20 s; `done` counts those that finished so. */
+struct exec_run {
+	asp_client *c;
+	int want, done;
+	long long worst;
+};
+
+static void *exec_runner(void *v)
+{
+	struct exec_run *x = v;
+	asp_arena *a = asp_arena_new();
+	for (; x->done < x->want; x->done++) {
+		asp_exec_params xp;
+		asp_exec_params_init(&xp);
+		xp.command = "printf o; printf e >&2";
+		asp_exec_result r;
+		asp_error err;
+		long long t0 = now_ms();
+		asp_status st = asp_exec(x->c, &xp, &r, a, &err);
+		long long took = now_ms() - t0;
+		x->worst = took > x->worst ? took : x->worst;
+		asp_arena_reset(a);
+		if (st != ASP_OK || took > 20000)
+			break;
+	}
+	asp_arena_free(a);
+	return NULL;
+}
+
 /*
  * Every wait is woken by what it waits for, never by the backstop: with the backstop at
- * a minute (ASP_SSH_WAIT_SLICE_MS), a thousand one-byte round trips through `cat` and
- * two hundred execs writing both streams each finish within seconds. A thread whose own
- * poll of one stream read the other's data (or its EOF) used to sleep on it.
+ * a minute (ASP_SSH_WAIT_SLICE_MS), a thousand one-byte round trips through `cat`, two
+ * hundred execs writing both streams, then four threads' execs at once (the socket passes
+ * from one waiter to the next; the rest sleep until it reads for them) each finish within
+ * seconds. A thread whose own poll of one stream read the other's data (or its EOF) used
+ * to sleep on it.
  */
 static void no_lost_wakeups(const char *agent_path, const char *label)
 {
@@ -1563,24 +1594,24 @@ static void no_lost_wakeups(const char *agent_path, const char *label)
 		asp_arena_reset(a);
 	}
 	CU_ASSERT_EQUAL(trips, 1000);
-	long long worst = 0;
-	int execs = 0;
-	for (; execs < 200; execs++) {
-		asp_exec_params xp;
-		asp_exec_params_init(&xp);
-		xp.command = "printf o; printf e >&2";
-		asp_exec_result r;
-		long long t0 = now_ms();
-		asp_status st = asp_exec(c, &xp, &r, a, &err);
-		long long took = now_ms() - t0;
-		worst = took > worst ? took : worst;
-		asp_arena_reset(a);
-		if (st != ASP_OK || took > 20000)
-			break;
+	struct exec_run serial = {c, 200, 0, 0};
+	exec_runner(&serial);
+	CU_ASSERT_EQUAL(serial.done, 200);
+	enum { RUNNERS = 4 };
+	struct exec_run at_once[RUNNERS];
+	pthread_t th[RUNNERS];
+	long long worst = serial.worst;
+	for (int i = 0; i < RUNNERS; i++) {
+		at_once[i] = (struct exec_run){c, 50, 0, 0};
+		CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, exec_runner, &at_once[i]), 0);
 	}
-	CU_ASSERT_EQUAL(execs, 200);
-	fprintf(stderr, "\n    [%s] %d round trips, %d execs (slowest %lld ms)\n", label, trips,
-	        execs, worst);
+	for (int i = 0; i < RUNNERS; i++) {
+		pthread_join(th[i], NULL);
+		CU_ASSERT_EQUAL(at_once[i].done, 50);
+		worst = at_once[i].worst > worst ? at_once[i].worst : worst;
+	}
+	fprintf(stderr, "\n    [%s] %d round trips, %d + %d x 50 execs (slowest %lld ms)\n", label,
+	        trips, serial.done, RUNNERS, worst);
 	wp.data = (asp_bytes){NULL, 0};
 	wp.eof = true;
 	CU_ASSERT_EQUAL(asp_proc_write(c, &wp, &wr, a, &err), ASP_OK);
