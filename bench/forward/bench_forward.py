@@ -7,9 +7,15 @@ Paths, all to one TCP server on 127.0.0.1 (a Python server this bench starts):
   asp forward over SSH agent mode (the tests/ssh OpenSSH fixture, asp-agent over a channel)
   asp forward over native SSH     (the same sshd: direct-tcpip channels)
   ssh -N -L to the same sshd      (OpenSSH's client, its own forwarding)
+  ssh + relay process             (OpenSSH in agent mode's shape: per connection, a
+                                   ControlMaster session runs bash's /dev/tcp and two cats
+                                   in the sandbox, so the bytes cross sshd, a pipe and a
+                                   relay process as they cross asp-agent; echo and download
+                                   only: bash cannot half-close the socket, so no upload)
   floor: straight to the server   (no forwarder)
 Each forwarder is started once and kept for the run. Every round runs every path in a
-fresh random order: MIB MiB downloaded (the server sends, the path's reading direction),
+fresh random order: MIB MiB downloaded (the server sends, the path's reading direction;
+timed from the first bytes, so a path's connection setup does not count),
 MIB MiB uploaded (the server counts and answers), and 200 one-byte echo round trips on
 a connection opened before the timing. Throughput is the median over rounds, latency the
 median (and p99) of all round trips; ratios are against ssh -L in the same run. Then,
@@ -174,6 +180,44 @@ while not port_open(lport):
     time.sleep(0.05)  # polling ssh's listener: it says nothing when ready
 paths["ssh -L"] = lport
 pids[lport] = ssh.pid
+
+ctl = os.path.join(tmp, "ctl")
+ssh_base = ["ssh", "-p", str(sport), "-i", key, "-o", "UserKnownHostsFile=" + kh,
+            "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-S", ctl]
+master = subprocess.Popen(ssh_base + ["-M", "-N", "%s@127.0.0.1" % user],
+                          stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+cleanups.append(lambda: (master.terminate(), master.wait(BOUND)))
+end = time.monotonic() + BOUND
+while not os.path.exists(ctl):
+    if master.poll() is not None or time.monotonic() > end:
+        sys.exit("the ssh ControlMaster did not start")
+    time.sleep(0.05)  # polling for its socket: it says nothing when ready
+relayed = []  # the sessions' mux clients, reaped at the end
+relay_srv = socket.socket()
+relay_srv.bind(("127.0.0.1", 0))
+relay_srv.listen(64)
+# (the fixture's login shell prints noise before every command but sftp-server's: the
+# comment keeps the relayed stream clean)
+RELAY = "exec 3<>/dev/tcp/127.0.0.1/%d; cat <&3 & exec cat >&3 # sftp-server" % TARGET
+
+
+def relay_loop():
+    while True:
+        try:
+            c, _ = relay_srv.accept()
+        except OSError:
+            return
+        # the mux client hands the socket itself to the master, which then reads it
+        relayed.append(subprocess.Popen(ssh_base + ["%s@127.0.0.1" % user, RELAY],
+                                        stdin=c, stdout=c, stderr=subprocess.DEVNULL))
+        c.close()
+
+
+threading.Thread(target=relay_loop, daemon=True).start()
+cleanups.append(lambda: [p.kill() for p in relayed])
+RELAY_PATH = "ssh + relay process"
+paths[RELAY_PATH] = relay_srv.getsockname()[1]
+pids[paths[RELAY_PATH]] = master.pid
 paths["floor: no forwarder"] = TARGET
 
 # ---- the measurements -------------------------------------------------------------------
@@ -189,8 +233,9 @@ def conn(port, what):
 def download(port):
     s = conn(port, b"GEN %d" % TOTAL)
     buf = bytearray(1 << 20)
-    got, t0 = 0, time.monotonic()
-    while got < TOTAL:
+    got = s.recv_into(buf)
+    t0 = time.monotonic()  # from the first bytes: a path's connection setup is not throughput
+    while 0 < got < TOTAL:
         n = s.recv_into(buf)
         if not n:
             break
@@ -270,7 +315,8 @@ try:
         for name in order:
             lat[name] += echoes(paths[name])
             down[name].append(download(paths[name]))
-            up[name].append(upload(paths[name]))
+            if name != RELAY_PATH:
+                up[name].append(upload(paths[name]))
         print("round %d of %d done (load %.1f)" % (r + 1, ROUNDS, os.getloadavg()[0]),
               file=sys.stderr, flush=True)
     trips = {}
@@ -300,10 +346,11 @@ print()
 print("| path | download | ratio | upload | ratio | 1-byte echo, median | p99 | ratio |")
 print("|---|---|---|---|---|---|---|---|")
 for name in paths:
-    d, u, l = statistics.median(down[name]), statistics.median(up[name]), \
-        statistics.median(lat[name])
-    print("| %s | %.0f MB/s | %.2f | %.0f MB/s | %.2f | %.0f µs | %.0f µs | %.2f |"
-          % (name, d, d / rd, u, u / ru, l, p99(lat[name]), l / rl))
+    d, l = statistics.median(down[name]), statistics.median(lat[name])
+    u = "%.0f MB/s | %.2f" % (statistics.median(up[name]), statistics.median(up[name]) / ru) \
+        if up[name] else "— | —"
+    print("| %s | %.0f MB/s | %.2f | %s | %.0f µs | %.0f µs | %.2f |"
+          % (name, d, d / rd, u, l, p99(lat[name]), l / rl))
 if trips:
     print()
     print("| forwarder process, per round trip | CPU | context switches |")
