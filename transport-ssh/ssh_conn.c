@@ -172,7 +172,9 @@ static void lead(sshc *c, uint64_t now, uint64_t until)
 	}
 	pthread_mutex_lock(&c->mu);
 	c->lead_polls = false;
-	if (n > 0 && p[0].revents && !atomic_load(&c->dead)) {
+	if (atomic_load(&c->dead)) {
+		sshc_mark_dead(c, "connection aborted"); /* (sshc_abort; the first reason stays) */
+	} else if (n > 0 && p[0].revents) {
 		read_socket(c);
 		flush_queued(c);
 	}
