@@ -33,7 +33,7 @@ struct entry {
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static int rd = -1, wr = -1; /* under mu, set once */
+static int rd = -1, wr = -1;  /* under mu, set once */
 static struct entry *entries; /* under mu */
 static size_t count, cap;
 
@@ -88,7 +88,9 @@ static void drain_locked(void)
 			char space[CMSG_SPACE(sizeof(struct ucred))];
 		} ctl;
 		struct iovec iov = {buf, sizeof buf};
-		struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = &ctl,
+		struct msghdr m = {.msg_iov = &iov,
+		                   .msg_iovlen = 1,
+		                   .msg_control = &ctl,
 		                   .msg_controllen = sizeof ctl};
 		ssize_t n = recvmsg(rd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 		if (n < 0 && errno == EINTR)

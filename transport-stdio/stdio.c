@@ -244,10 +244,13 @@ static void stdio_explain(void *ctx, asp_error *err)
 static void stdio_free(void *ch)
 {
 	stdio_conn *s = (stdio_conn *)ch;
-	if (s->compact)
+	if (s->compact) {
+		/* forgotten before the reap: a pid reused afterwards is someone else's */
+		stderr_hub_remove(s->pid);
 		shutdown(s->in_w, SHUT_WR); /* the child's stdin ends; its stdout stays ours */
-	else
+	} else {
 		close(s->in_w);
+	}
 	if (!wait_exit(s, CLOSE_GRACE_MS, false)) {
 		kill(s->pid, SIGTERM);
 		if (!wait_exit(s, TERM_GRACE_MS, false)) {
@@ -257,9 +260,7 @@ static void stdio_free(void *ch)
 		}
 	}
 	close(s->out_r);
-	if (s->compact)
-		stderr_hub_remove(s->pid);
-	else
+	if (!s->compact)
 		close(s->err_r);
 	pthread_mutex_destroy(&s->mu);
 	free(s->ring);

@@ -131,8 +131,8 @@ static void test_past_half(void)
 	}
 	CU_ASSERT_EQUAL(opened, N);
 	int held = open_fds() - fd0;
-	fprintf(stderr, "\n    %d connections hold %d descriptors (limit %d more)\n", opened,
-	        held, ROOM);
+	fprintf(stderr, "\n    %d connections hold %d descriptors (limit %d more)\n", opened, held,
+	        ROOM);
 	CU_ASSERT(held < 3 * N);
 
 	/* every connection at once, from a thread each */
@@ -158,8 +158,7 @@ static void test_past_half(void)
 	asp_client *dc;
 	CU_ASSERT_EQUAL(asp_client_open_view(&dv, &dc, &err), ASP_E_TRANSPORT_ERROR);
 	CU_ASSERT(strstr(err.message, "sh exited with status 3") != NULL);
-	CU_ASSERT(strstr(err.message, "first line | from a child | boom: no sandbox here") !=
-	          NULL);
+	CU_ASSERT(strstr(err.message, "first line | from a child | boom: no sandbox here") != NULL);
 	if (!strstr(err.message, "boom"))
 		fprintf(stderr, "\n    %s\n", err.message);
 
