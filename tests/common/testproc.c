@@ -402,3 +402,16 @@ int t_children_of(pid_t pid)
 		closedir(d);
 	return n;
 }
+
+int t_count_entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return -1;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}

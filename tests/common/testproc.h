@@ -93,6 +93,9 @@ bool t_stop(pid_t pid, int ms);
 /* How many processes have `pid` as their parent (from /proc). */
 int t_children_of(pid_t pid);
 
+/* Entries of a directory such as /proc/self/fd (the open one counts itself), or -1. */
+int t_count_entries(const char *dir);
+
 /* Whether the binary was built with AddressSanitizer (its RSS is larger). */
 bool t_asan(void);
 

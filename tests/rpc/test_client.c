@@ -8,7 +8,6 @@
 #include "testproc.h"
 
 #include <CUnit/Basic.h>
-#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <limits.h>
@@ -370,20 +369,6 @@ static void test_threads(void)
 	assert_no_children();
 }
 
-/* Entries of a /proc/self directory (its own fd for /proc/self/fd included). */
-static int count_entries(const char *dir)
-{
-	DIR *d = opendir(dir);
-	if (!d)
-		return -1;
-	int n = 0;
-	struct dirent *e;
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
-
 /*
  * Many connections at once (bench/scale's shape, small): each holds at most 3 of the
  * client's descriptors and no thread of its own (the shared pool has at most 8 workers),
@@ -396,11 +381,11 @@ static void test_many_connections(void)
 	asp_status st;
 	asp_error err;
 	free(sh(first, "true", NULL, NULL, &st, &err));
-	int fd0 = count_entries("/proc/self/fd"), th0 = count_entries("/proc/self/task");
+	int fd0 = t_count_entries("/proc/self/fd"), th0 = t_count_entries("/proc/self/task");
 	asp_client *c[N];
 	for (int i = 0; i < N; i++)
 		c[i] = open_agent(0);
-	int fd1 = count_entries("/proc/self/fd"), th1 = count_entries("/proc/self/task");
+	int fd1 = t_count_entries("/proc/self/fd"), th1 = t_count_entries("/proc/self/task");
 	CU_ASSERT(fd1 - fd0 <= 3 * N);
 	CU_ASSERT(th1 - th0 <= 8);
 	pthread_t th[N];
@@ -415,7 +400,7 @@ static void test_many_connections(void)
 	}
 	for (int i = 0; i < N; i++)
 		asp_client_free(c[i]);
-	CU_ASSERT_EQUAL(count_entries("/proc/self/fd"), fd0);
+	CU_ASSERT_EQUAL(t_count_entries("/proc/self/fd"), fd0);
 	asp_client_free(first);
 	assert_no_children();
 }

@@ -38,15 +38,7 @@ static asp_config_view make_view(const char *const *argv, size_t argc)
 
 static int open_fds(void)
 {
-	DIR *d = opendir("/proc/self/fd");
-	if (!d)
-		return -1;
-	int n = 0;
-	struct dirent *e;
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n - 1; /* (the directory's own) */
+	return t_count_entries("/proc/self/fd") - 1; /* (the directory's own) */
 }
 
 /* Open descriptors that are pipes or sockets: what a connection holds. */
