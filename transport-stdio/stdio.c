@@ -73,11 +73,6 @@ static int64_t now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/*
- * Under mu. Reads what stderr has (non-blocking) into the ring, at most 256 KiB at a time
- * so a child flooding it cannot hold the shared poller (or a deadline) for ever; false
- * at EOF or error.
- */
 /* Under mu: stderr bytes into the ring, made on first use (out of memory: dropped). */
 static void ring_put_locked(stdio_conn *s, const char *buf, size_t n)
 {
@@ -97,6 +92,11 @@ static void from_hub(void *ctx, const char *buf, size_t n)
 	pthread_mutex_unlock(&s->mu);
 }
 
+/*
+ * Under mu. Reads what stderr has (non-blocking) into the ring, at most 256 KiB at a time
+ * so a child flooding it cannot hold the shared poller (or a deadline) for ever; false
+ * at EOF or error.
+ */
 static bool drain_stderr_locked(stdio_conn *s)
 {
 	char buf[4096];
