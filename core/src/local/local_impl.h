@@ -75,6 +75,13 @@ const char *local_grep_dialect(void);
 /* The protocol's type name of a st_mode ("file", "dir", ...). */
 const char *local_type_name(mode_t mode);
 
+/*
+ * Removes the directory `path` and everything in it, never following a symlink
+ * (local_remove.c): 0, or an errno with `where` (may have cap 0) naming the entry below
+ * `path` that could not be removed.
+ */
+int local_remove_tree(const char *path, char *where, size_t where_cap);
+
 /* asp_mkdir_parents with this machine's mkdir(2): 0 or an errno. */
 int local_mkdir_parents(const char *path, mode_t mode, mode_t parent_mode);
 

@@ -41,7 +41,7 @@ static void inner_path(char *out, size_t cap, const struct frame *st, size_t n, 
 	}
 }
 
-static int remove_tree(const char *path, char *where, size_t where_cap)
+int local_remove_tree(const char *path, char *where, size_t where_cap)
 {
 	int fd = open(path, DIR_FLAGS);
 	if (fd < 0)
@@ -203,7 +203,7 @@ asp_status asp_local_remove(void *self, const asp_remove_params *p, asp_remove_r
 		if (e == ENOTEMPTY && p->recursive) {
 			char where[ASP_ERROR_PATH_MAX / 2];
 			where[0] = '\0';
-			e = remove_tree(path, where, sizeof where);
+			e = local_remove_tree(path, where, sizeof where);
 			if (e && where[0]) {
 				if (e == ENOMEM)
 					st = local_oom("remove", err);
