@@ -289,7 +289,8 @@ static void ws_put(ws_link *l)
  */
 static bool needs_ws(asp_op_id op)
 {
-	return op == ASP_OP_PROC_ATTACH || op == ASP_OP_CONNECT || op == ASP_OP_WATCH;
+	return op == ASP_OP_PROC_ATTACH || op == ASP_OP_CONNECT || op == ASP_OP_WATCH ||
+	       op == ASP_OP_TREE_READ;
 }
 
 static bool lists(const asp_hello_result *r, const char *op)

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NAME_MAX_BYTES 255                 /* one path component */
+#define NAME_MAX_BYTES 255                   /* one path component */
 #define LINKS_MAX      (16u * 1024u * 1024u) /* bytes of symlink names remembered */
 
 enum state {
@@ -331,8 +331,9 @@ static asp_status pax_records(asp_tar_reader *r, bool global, asp_error *err)
 		bool path = key_is(k, kn, "path"), link = key_is(k, kn, "linkpath");
 		bool size = key_is(k, kn, "size"), mtime = key_is(k, kn, "mtime");
 		if (kn >= 11 && memcmp(k, "GNU.sparse.", 11) == 0)
-			return fail(r, err, ASP_E_INVALID_ARGUMENT, NULL,
-			            "a pax header describes a sparse file, which a tree cannot hold");
+			return fail(
+			    r, err, ASP_E_INVALID_ARGUMENT, NULL,
+			    "a pax header describes a sparse file, which a tree cannot hold");
 		if (global && (path || link || size))
 			return fail(r, err, ASP_E_INVALID_ARGUMENT, NULL,
 			            "a global pax header sets '%.*s' for every member", (int)kn,
@@ -554,7 +555,8 @@ static asp_status header(asp_tar_reader *r, asp_error *err)
 		const char *k = kind_name(type);
 		if (k)
 			return fail(r, err, ASP_E_INVALID_ARGUMENT, raw,
-			            "it is %s; a tree holds only files, directories and symlinks", k);
+			            "it is %s; a tree holds only files, directories and symlinks",
+			            k);
 		return fail(r, err, ASP_E_INVALID_ARGUMENT, raw,
 		            "its type '%c' is not a file, directory or symlink",
 		            type >= 0x20 && type < 0x7f ? type : '?');
@@ -571,8 +573,7 @@ static asp_status header(asp_tar_reader *r, asp_error *err)
 		return fail(r, err, ASP_E_INVALID_ARGUMENT, raw,
 		            "the tree's root can only be a directory");
 	if (m.type == ASP_TAR_FILE && slash)
-		return fail(r, err, ASP_E_INVALID_ARGUMENT, raw,
-		            "a file whose name ends with '/'");
+		return fail(r, err, ASP_E_INVALID_ARGUMENT, raw, "a file whose name ends with '/'");
 	if (m.type == ASP_TAR_SYMLINK) {
 		if (!path[0])
 			return fail(r, err, ASP_E_INVALID_ARGUMENT, raw,
@@ -738,9 +739,10 @@ asp_status asp_tar_reader_end(asp_tar_reader *r, asp_error *err)
 		            (unsigned long long)r->left);
 	default:
 		if (r->last[0])
-			return fail(r, err, ASP_E_INVALID_ARGUMENT, r->last,
-			            "the stream ends after it without the end-of-archive blocks: it "
-			            "was cut");
+			return fail(
+			    r, err, ASP_E_INVALID_ARGUMENT, r->last,
+			    "the stream ends after it without the end-of-archive blocks: it "
+			    "was cut");
 		return fail(r, err, ASP_E_INVALID_ARGUMENT, NULL,
 		            "the stream ends without the end-of-archive blocks: it was cut or "
 		            "is empty");

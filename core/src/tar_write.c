@@ -110,7 +110,8 @@ size_t asp_tar_header(const asp_tar_member *m, uint8_t *out, size_t cap, asp_err
 	size_t llen = m->type == ASP_TAR_SYMLINK && m->link ? strlen(m->link) : 0;
 	if (plen > ASP_TAR_PATH_MAX || llen > ASP_TAR_PATH_MAX) {
 		asp_error_set(err, ASP_E_INVALID_ARGUMENT, m->path,
-		              "tar: '%.200s...' is longer than %u bytes", m->path, ASP_TAR_PATH_MAX);
+		              "tar: '%.200s...' is longer than %u bytes", m->path,
+		              ASP_TAR_PATH_MAX);
 		return 0;
 	}
 	if (cap < ASP_TAR_HEADER_MAX) {

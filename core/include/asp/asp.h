@@ -12,6 +12,7 @@
 #include "asp/proto.h"
 #include "asp/status.h"
 #include "asp/tools.h"
+#include "asp/tree.h"
 #include "asp/types.h"
 #include "asp/workspace.h"
 

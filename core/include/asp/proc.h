@@ -101,6 +101,17 @@ asp_status asp_watch_start(asp_client *c, const asp_watch_params *p, const asp_p
                            void *user, uint64_t *proc, asp_error *err);
 
 /*
+ * tree_read (docs/design.md, "Trees as one stream"): the tar stream of p->path comes to
+ * on_output (stream stdout, in order), its end to on_exit (exit_code 0 with entries and
+ * bytes; 1 with error and error_code). *proc gets its handle. asp_tree_download
+ * (asp/tree.h) unpacks it into a local directory. unsupported where the transport cannot
+ * carry notifications.
+ */
+asp_status asp_tree_read_start(asp_client *c, const asp_tree_read_params *p,
+                               const asp_proc_callbacks *cb, void *user, uint64_t *proc,
+                               asp_error *err);
+
+/*
  * Stops following `proc` (the process keeps running). When it returns no callback for it
  * runs any more, except the one that called it. Unknown `proc`: a no-op.
  */

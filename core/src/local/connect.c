@@ -206,6 +206,7 @@ static void *sock_pump(void *arg)
 		close(p->in_fd);
 		p->in_fd = -1;
 	}
+	pthread_cond_broadcast(&p->in_cv);
 	pthread_mutex_unlock(&p->in_mu);
 	close(fd);
 	pthread_mutex_lock(&p->mu);

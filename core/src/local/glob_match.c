@@ -186,4 +186,3 @@ asp_status patset_init(patset *ps, const char *op, const char *pattern, asp_erro
 	}
 	return ASP_OK;
 }
-

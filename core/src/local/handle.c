@@ -33,6 +33,7 @@ local_proc *local_proc_alloc(asp_local *l, local_proc_kind kind, size_t ring_lim
 	atomic_init(&pr->refs, 1);
 	pthread_mutex_init(&pr->mu, NULL);
 	pthread_mutex_init(&pr->in_mu, NULL);
+	local_cond_init(&pr->in_cv);
 	local_cond_init(&pr->cv);
 	for (int i = 0; i < PROC_STREAM_COUNT; i++)
 		proc_ring_init(&pr->ring[i], ring_limit);
@@ -122,7 +123,10 @@ asp_status local_proc_close_signal(local_proc *p, const char *sig, asp_error *er
 		                     "proc_signal: %llu is a %s, which KILL or TERM closes; %s "
 		                     "means nothing to it",
 		                     (unsigned long long)p->id,
-		                     p->kind == LOCAL_PROC_SOCK ? "connection" : "watch", sig);
+		                     p->kind == LOCAL_PROC_SOCK    ? "connection"
+		                     : p->kind == LOCAL_PROC_WATCH ? "watch"
+		                                                   : "tree stream",
+		                     sig);
 	pthread_mutex_lock(&p->mu);
 	if (!p->finished && !p->close_sig[0]) { /* finished: a no-op, as for a process */
 		strcpy(p->close_sig, sig);

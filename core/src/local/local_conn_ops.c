@@ -28,6 +28,8 @@ static const asp_ops local_stream_ops = {
     .proc_attach = asp_local_proc_attach,
     .connect = local_op_connect,
     .watch = local_op_watch,
+    .tree_write = local_op_tree_write,
+    .tree_read = local_op_tree_read,
 };
 
 /*

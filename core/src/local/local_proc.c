@@ -240,44 +240,93 @@ static bool proc_finished(local_proc *p)
 	return done;
 }
 
-asp_status asp_local_proc_write(void *self, const asp_proc_write_params *p,
-                                asp_proc_write_result *r, asp_arena *a, asp_error *err)
+/* A write whose offset is ahead waits this long for the writes before it. */
+#define OFFSET_WAIT_MS 60000
+
+/*
+ * A tree_write handle whose unpacker stopped: waits (bounded) for it to finish, then its
+ * own error, which says more than a closed pipe. false for other kinds, or when it has
+ * not finished in time.
+ */
+static bool tree_failure(local_proc *pr, asp_error *err)
 {
-	(void)a;
-	(void)r;
-	asp_local_conn *c = self;
-	if (p->data.len && !p->data.data)
+	if (pr->kind != LOCAL_PROC_TREE_IN)
+		return false;
+	struct timespec dl;
+	local_deadline(&dl, 5000);
+	pthread_mutex_lock(&pr->mu);
+	while (!pr->finished && pthread_cond_timedwait(&pr->cv, &pr->mu, &dl) != ETIMEDOUT)
+		;
+	bool said = pr->finished;
+	if (pr->finished && pr->end_code != ASP_OK)
+		asp_error_set(err, pr->end_code, NULL, "%s", pr->end_error ? pr->end_error : "");
+	else if (pr->finished)
+		asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		              "proc_write: tree stream %llu has ended", (unsigned long long)pr->id);
+	pthread_mutex_unlock(&pr->mu);
+	return said;
+}
+
+/* Under pr->in_mu: waits until the input has taken `offset` bytes; ASP_OK or why not. */
+static asp_status wait_turn(local_proc *pr, uint64_t offset, asp_error *err)
+{
+	if (offset < pr->in_off)
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
-		                     "proc_write: 'data' has no bytes");
-	local_proc *pr = local_proc_find(c->l, p->proc, "proc_write", err);
-	if (!pr)
-		return err->code;
+		                     "proc_write: offset %llu of handle %llu is before the %llu "
+		                     "bytes already written: a write sent twice?",
+		                     (unsigned long long)offset, (unsigned long long)pr->id,
+		                     (unsigned long long)pr->in_off);
+	struct timespec dl;
+	local_deadline(&dl, OFFSET_WAIT_MS);
+	while (offset > pr->in_off && !pr->stdin_eof && pr->in_fd >= 0) {
+		if (pthread_cond_timedwait(&pr->in_cv, &pr->in_mu, &dl) == ETIMEDOUT &&
+		    offset > pr->in_off)
+			return asp_error_set(
+			    err, ASP_E_INVALID_ARGUMENT, NULL,
+			    "proc_write: offset %llu of handle %llu: the %llu bytes "
+			    "before it did not come within %d s",
+			    (unsigned long long)offset, (unsigned long long)pr->id,
+			    (unsigned long long)(offset - pr->in_off), OFFSET_WAIT_MS / 1000);
+	}
+	return ASP_OK;
+}
+
+asp_status local_proc_feed(local_proc *pr, const uint8_t *data, size_t len, bool has_offset,
+                           uint64_t offset, bool eof, asp_error *err)
+{
+	uint64_t id = pr->id;
 	asp_status st = ASP_OK;
 	pthread_mutex_lock(&pr->in_mu);
-	if (pr->kind == LOCAL_PROC_WATCH) {
+	if (pr->kind == LOCAL_PROC_WATCH || pr->kind == LOCAL_PROC_TREE_OUT) {
 		st = asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
-		                   "proc_write: %llu is a watch, which takes no input",
-		                   (unsigned long long)p->proc);
+		                   "proc_write: %llu is a %s, which takes no input",
+		                   (unsigned long long)id,
+		                   pr->kind == LOCAL_PROC_WATCH ? "watch" : "tree_read stream");
 		goto out;
 	}
+	if (has_offset && (st = wait_turn(pr, offset, err)) != ASP_OK)
+		goto out;
 	if (pr->stdin_eof) {
 		st = asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
 		                   "proc_write: the stdin of process %llu was closed by an earlier "
 		                   "eof",
-		                   (unsigned long long)p->proc);
+		                   (unsigned long long)id);
 		goto out;
 	}
 	if (pr->in_fd < 0) {
-		st = asp_error_set(err, ASP_E_IO_ERROR, NULL, "proc_write: process %llu has exited",
-		                   (unsigned long long)p->proc);
+		if (!tree_failure(pr, err))
+			asp_error_set(err, ASP_E_IO_ERROR, NULL,
+			              "proc_write: process %llu has exited",
+			              (unsigned long long)id);
+		st = err->code;
 		goto out;
 	}
 	local_pipe_guard guard;
 	local_pipe_guard_on(&guard);
 	size_t off = 0;
 	bool epipe = false;
-	while (off < p->data.len) {
-		ssize_t n = write(pr->in_fd, p->data.data + off, p->data.len - off);
+	while (off < len) {
+		ssize_t n = write(pr->in_fd, data + off, len - off);
 		if (n > 0) {
 			off += (size_t)n;
 			continue;
@@ -291,7 +340,7 @@ asp_status asp_local_proc_write(void *self, const asp_proc_write_params *p,
 				    err, ASP_E_IO_ERROR, NULL,
 				    "proc_write: process %llu ended before reading its "
 				    "stdin (%zu of %zu bytes written)",
-				    (unsigned long long)p->proc, off, p->data.len);
+				    (unsigned long long)id, off, len);
 				break;
 			}
 			struct pollfd pfd = {pr->in_fd, POLLOUT, 0};
@@ -302,11 +351,14 @@ asp_status asp_local_proc_write(void *self, const asp_proc_write_params *p,
 		st = asp_error_errno(err, n < 0 ? errno : EIO, NULL,
 		                     "proc_write: process %llu no longer reads its stdin (%zu of "
 		                     "%zu bytes written)",
-		                     (unsigned long long)p->proc, off, p->data.len);
+		                     (unsigned long long)id, off, len);
 		break;
 	}
 	local_pipe_guard_off(&guard, epipe);
-	if (p->eof && pr->tty) {
+	pr->in_off += off;
+	if (st != ASP_OK && tree_failure(pr, err)) /* the unpacker stopped reading: why */
+		st = err->code;
+	if (eof && pr->tty) {
 		/* A terminal has no end of input to close: its EOF character ends a reading
 		 * program's input, as Ctrl-D typed by a person does; the master stays open
 		 * for proc_resize and the output. */
@@ -318,7 +370,7 @@ asp_status asp_local_proc_write(void *self, const asp_proc_write_params *p,
 				    err, errno, NULL,
 				    "proc_write: cannot type EOF into process %llu's "
 				    "terminal",
-				    (unsigned long long)p->proc);
+				    (unsigned long long)id);
 				break;
 			}
 			if (proc_finished(pr))
@@ -326,7 +378,7 @@ asp_status asp_local_proc_write(void *self, const asp_proc_write_params *p,
 			poll(&pfd, 1, STDIN_SLICE_MS);
 		}
 		pr->stdin_eof = true;
-	} else if (p->eof) { /* even after a failed write: the caller asked for the end */
+	} else if (eof) { /* even after a failed write: the caller asked for the end */
 		if (pr->kind == LOCAL_PROC_SOCK) /* a half-close: the pump still reads */
 			shutdown(pr->in_fd, SHUT_WR);
 		close(pr->in_fd);
@@ -334,7 +386,25 @@ asp_status asp_local_proc_write(void *self, const asp_proc_write_params *p,
 		pr->stdin_eof = true;
 	}
 out:
+	pthread_cond_broadcast(&pr->in_cv);
 	pthread_mutex_unlock(&pr->in_mu);
+	return st;
+}
+
+asp_status asp_local_proc_write(void *self, const asp_proc_write_params *p,
+                                asp_proc_write_result *r, asp_arena *a, asp_error *err)
+{
+	(void)a;
+	(void)r;
+	asp_local_conn *c = self;
+	if (p->data.len && !p->data.data)
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                     "proc_write: 'data' has no bytes");
+	local_proc *pr = local_proc_find(c->l, p->proc, "proc_write", err);
+	if (!pr)
+		return err->code;
+	asp_status st =
+	    local_proc_feed(pr, p->data.data, p->data.len, p->has_offset, p->offset, p->eof, err);
 	local_proc_unref(pr);
 	return st;
 }
@@ -446,7 +516,14 @@ asp_status asp_local_proc_wait(void *self, const asp_proc_wait_params *p, asp_pr
 		r->timed_out = pr->timed_out;
 		r->signal =
 		    pr->signal[0] ? asp_arena_strndup(a, pr->signal, strlen(pr->signal)) : NULL;
-		if (pr->signal[0] && !r->signal)
+		if (pr->end_error)
+			r->error = asp_arena_strndup(a, pr->end_error, strlen(pr->end_error));
+		if (pr->end_code != ASP_OK)
+			r->error_code = asp_strerror(pr->end_code);
+		r->has_entries = r->has_bytes = pr->has_counts;
+		r->entries = pr->entries;
+		r->bytes = pr->bytes;
+		if ((pr->signal[0] && !r->signal) || (pr->end_error && !r->error))
 			st = local_oom("proc_wait", err);
 	}
 	pthread_mutex_unlock(&pr->mu);

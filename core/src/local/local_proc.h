@@ -56,9 +56,11 @@ typedef struct local_proc local_proc;
 
 /* What a handle of the table is: all share proc_write, proc_signal, proc_wait, exit. */
 typedef enum local_proc_kind {
-	LOCAL_PROC_CHILD, /* a spawned process (the pump above) */
-	LOCAL_PROC_SOCK,  /* connect's TCP connection (connect.c) */
-	LOCAL_PROC_WATCH, /* watch's inotify watcher (watch.c) */
+	LOCAL_PROC_CHILD,    /* a spawned process (the pump above) */
+	LOCAL_PROC_SOCK,     /* connect's TCP connection (connect.c) */
+	LOCAL_PROC_WATCH,    /* watch's inotify watcher (watch.c) */
+	LOCAL_PROC_TREE_IN,  /* tree_write's unpacker, fed by proc_write (tree_ops.c) */
+	LOCAL_PROC_TREE_OUT, /* tree_read's packer, whose stream is its stdout (tree_ops.c) */
 } local_proc_kind;
 
 /* One connection receiving one process's notifications. Fields under the process's mu. */
@@ -97,7 +99,9 @@ struct local_proc {
 	uint64_t done_seq; /* when it finished, among the backend's processes */
 	local_sub *subs;
 
-	pthread_mutex_t in_mu; /* one proc_write at a time; in_fd and stdin_eof */
+	pthread_mutex_t in_mu; /* one proc_write at a time; in_fd, stdin_eof, in_off */
+	pthread_cond_t in_cv;  /* in_off moved, or the input ended: for writes with an offset */
+	uint64_t in_off;       /* bytes proc_write has put into in_fd */
 	int in_fd;             /* non-blocking write end of its stdin; -1 after eof; tty: the
 	                        * terminal's master, kept open after eof (for proc_resize) */
 	bool stdin_eof;
@@ -106,8 +110,11 @@ struct local_proc {
 	local_proc_kind kind;
 	char close_sig[8]; /* not a child: proc_signal asked it to close ("KILL", "TERM") */
 	bool eof[PROC_STREAM_COUNT]; /* the stream ended before exit: an eof chunk says so */
-	char *end_error; /* not a child: why it failed, for exit's error; malloc'd, owned */
-	void *ext;       /* the kind's own state (watch.c's watcher), owned by its pump */
+	char *end_error;     /* not a child: why it failed, for exit's error; malloc'd, owned */
+	asp_status end_code; /* a tree handle that failed: its error's code (exit's error_code) */
+	bool has_counts;     /* a tree handle that succeeded: entries and bytes hold */
+	uint64_t entries, bytes;
+	void *ext; /* the kind's own state (watch.c's watcher), owned by its pump */
 };
 
 /* ---- connections (local_conn.c) ---- */
@@ -264,5 +271,19 @@ asp_status local_op_connect(void *self, const asp_connect_params *p, asp_connect
                             asp_arena *a, asp_error *err); /* connect.c */
 asp_status local_op_watch(void *self, const asp_watch_params *p, asp_watch_result *r, asp_arena *a,
                           asp_error *err); /* watch.c */
+asp_status local_op_tree_write(void *self, const asp_tree_write_params *p, asp_tree_write_result *r,
+                               asp_arena *a, asp_error *err); /* tree_ops.c */
+asp_status local_op_tree_read(void *self, const asp_tree_read_params *p, asp_tree_read_result *r,
+                              asp_arena *a, asp_error *err); /* tree_ops.c */
+
+/*
+ * proc_write's body (local_proc.c): `len` bytes at `offset` (has_offset false: after what
+ * came), then eof when asked, into the handle's input. tree_write's first bytes take it too.
+ */
+asp_status local_proc_feed(local_proc *pr, const uint8_t *data, size_t len, bool has_offset,
+                           uint64_t offset, bool eof, asp_error *err);
+
+/* Under p->mu: whether any subscriber can still receive events (local_pump.c). */
+bool local_proc_followed_locked(local_proc *p);
 
 #endif

@@ -45,6 +45,14 @@ static bool sub_pending(const local_proc *p, const local_sub *s, bool with_exit)
 	return with_exit && p->finished && !s->exit_sent;
 }
 
+bool local_proc_followed_locked(local_proc *p)
+{
+	for (local_sub *x = p->subs; x; x = x->next)
+		if (sub_live(x))
+			return true;
+	return false;
+}
+
 /* The next event of one subscriber: an output chunk or the exit. */
 typedef struct next_event {
 	asp_notice_id n;
@@ -103,6 +111,11 @@ static void next_event_of(local_proc *p, local_sub *s, next_event *e)
 	    .signal = p->signal[0] ? p->signal : NULL, /* set once, before `finished` */
 	    .timed_out = p->timed_out,
 	    .error = p->end_error,
+	    .error_code = p->end_code != ASP_OK ? asp_strerror(p->end_code) : NULL,
+	    .has_entries = p->has_counts,
+	    .entries = p->entries,
+	    .has_bytes = p->has_counts,
+	    .bytes = p->bytes,
 	};
 }
 
@@ -392,6 +405,7 @@ void local_pump_end(local_proc *p, int64_t exit_code, const char *signal, char *
 		close(p->in_fd);
 		p->in_fd = -1;
 	}
+	pthread_cond_broadcast(&p->in_cv); /* writes waiting for their turn see the end */
 	pthread_mutex_unlock(&p->in_mu);
 	local_proc_pump_gone(p);
 	local_proc_unref(p);

@@ -26,6 +26,7 @@ static void proc_free(local_proc *p)
 		close(p->wake_fd);
 	local_child_close(&p->child);
 	pthread_mutex_destroy(&p->in_mu);
+	pthread_cond_destroy(&p->in_cv);
 	pthread_cond_destroy(&p->cv);
 	pthread_mutex_destroy(&p->mu);
 	free(p->tag);

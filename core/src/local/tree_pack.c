@@ -187,8 +187,9 @@ static asp_status next_member(asp_tree_pack *p, asp_error *err)
 		p->started = true;
 		struct stat sb;
 		if (fstat(p->st[0].fd, &sb) < 0)
-			return asp_error_errno(err, errno, p->dir, "tree_read: cannot stat %s", p->dir);
-		asp_tar_member m = {ASP_TAR_DIR, "", NULL, (uint32_t)sb.st_mode & 07777,
+			return asp_error_errno(err, errno, p->dir, "tree_read: cannot stat %s",
+			                       p->dir);
+		asp_tar_member m = {ASP_TAR_DIR,          "", NULL, (uint32_t)sb.st_mode & 07777,
 		                    (int64_t)sb.st_mtime, 0};
 		return put_header(p, &m, err);
 	}
@@ -205,10 +206,11 @@ static asp_status next_member(asp_tree_pack *p, asp_error *err)
 		size_t rel_len = f->rel_len + (size_t)w;
 		if (w < 0 || rel_len > ASP_TAR_PATH_MAX) {
 			p->rel[f->rel_len] = '\0';
-			return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->rel,
-			                     "tree_read: a path below %s/%s is longer than %u bytes, "
-			                     "more than a tar member may have",
-			                     p->dir, p->rel, ASP_TAR_PATH_MAX);
+			return asp_error_set(
+			    err, ASP_E_INVALID_ARGUMENT, p->rel,
+			    "tree_read: a path below %s/%s is longer than %u bytes, "
+			    "more than a tar member may have",
+			    p->dir, p->rel, ASP_TAR_PATH_MAX);
 		}
 		if (excluded(p, p->rel))
 			continue;
@@ -239,10 +241,11 @@ static asp_status next_member(asp_tree_pack *p, asp_error *err)
 			if (n < 0)
 				return entry_error(p, errno, "read the symlink", err);
 			if ((size_t)n > ASP_TAR_PATH_MAX)
-				return asp_error_set(err, ASP_E_INVALID_ARGUMENT, p->rel,
-				                     "tree_read: the symlink %s/%s points to a path longer "
-				                     "than %u bytes",
-				                     p->dir, p->rel, ASP_TAR_PATH_MAX);
+				return asp_error_set(
+				    err, ASP_E_INVALID_ARGUMENT, p->rel,
+				    "tree_read: the symlink %s/%s points to a path longer "
+				    "than %u bytes",
+				    p->dir, p->rel, ASP_TAR_PATH_MAX);
 			target[n] = '\0';
 			m.type = ASP_TAR_SYMLINK;
 			m.link = target;
@@ -291,8 +294,7 @@ static asp_status next_member(asp_tree_pack *p, asp_error *err)
 }
 
 /* File data straight into buf: what it has, zeros where it shrank. */
-static asp_status file_data(asp_tree_pack *p, uint8_t *buf, size_t cap, size_t *got,
-                            asp_error *err)
+static asp_status file_data(asp_tree_pack *p, uint8_t *buf, size_t cap, size_t *got, asp_error *err)
 {
 	size_t want = p->file_left < cap ? (size_t)p->file_left : cap;
 	ssize_t n = p->file_fd >= 0 ? read(p->file_fd, buf, want) : 0;

@@ -37,12 +37,12 @@ typedef struct dir_meta {
 
 struct asp_tree_unpack {
 	char op[32];
-	char *dir;     /* the target, as given (trailing slashes dropped) */
-	int place_fd;  /* where the temporary lives: the target's parent, or the target */
-	char *tmp;     /* the temporary's name in place_fd */
-	int tmp_fd;    /* the temporary */
-	bool exists;   /* the target existed: the temporary is inside it */
-	char *base;    /* the target's name in place_fd when it did not exist */
+	char *dir;    /* the target, as given (trailing slashes dropped) */
+	int place_fd; /* where the temporary lives: the target's parent, or the target */
+	char *tmp;    /* the temporary's name in place_fd */
+	int tmp_fd;   /* the temporary */
+	bool exists;  /* the target existed: the temporary is inside it */
+	char *base;   /* the target's name in place_fd when it did not exist */
 	asp_tar_reader *rd;
 	/* the directory of the last member, kept open: most members share one */
 	char *cache_rel;
@@ -218,7 +218,8 @@ asp_status asp_tree_unpack_open(const char *dir, const char *op, asp_tree_unpack
 		u->exists = true;
 		u->place_fd = open(u->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (u->place_fd < 0) {
-			st = asp_error_errno(err, errno, u->dir, "%s: cannot open %s", u->op, u->dir);
+			st = asp_error_errno(err, errno, u->dir, "%s: cannot open %s", u->op,
+			                     u->dir);
 			goto fail;
 		}
 		remove_dead(u->place_fd, u->dir, "." TEMP_PREFIX);
@@ -297,7 +298,8 @@ static int open_dir(asp_tree_unpack *u, const char *rel, const char *member, asp
 			int e = errno;
 			close(fd);
 			char what[400];
-			snprintf(what, sizeof what, "'%.*s' is not a directory: cannot write below it",
+			snprintf(what, sizeof what,
+			         "'%.*s' is not a directory: cannot write below it",
 			         (int)(p + n - rel), rel);
 			if (e == ENOTDIR || e == ELOOP)
 				member_refused(u, member, what, err);
@@ -350,7 +352,8 @@ static asp_status clear_name(asp_tree_unpack *u, int fd, const char *name, const
 {
 	struct stat sb;
 	if (fstatat(fd, name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
-		return errno == ENOENT ? ASP_OK : member_errno(u, errno, rel, "cannot look at it", err);
+		return errno == ENOENT ? ASP_OK
+		                       : member_errno(u, errno, rel, "cannot look at it", err);
 	if (S_ISDIR(sb.st_mode)) {
 		char what[96];
 		snprintf(what, sizeof what, "a %s where an earlier member made a directory", kind);
@@ -405,16 +408,18 @@ static asp_status on_member(void *user, const asp_tar_member *m, asp_error *err)
 		if (mkdirat(fd, name, 0700) < 0) {
 			struct stat sb;
 			if (errno != EEXIST)
-				return member_errno(u, errno, m->path, "cannot make the directory", err);
+				return member_errno(u, errno, m->path, "cannot make the directory",
+				                    err);
 			if (fstatat(fd, name, &sb, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(sb.st_mode))
 				return member_refused(
-				    u, m->path, "a directory where an earlier member made a file or symlink",
+				    u, m->path,
+				    "a directory where an earlier member made a file or symlink",
 				    err);
 		}
 		return add_dir_meta(u, m, err);
 	}
-	asp_status st = clear_name(u, fd, name, m->path,
-	                           m->type == ASP_TAR_FILE ? "file" : "symlink", err);
+	asp_status st =
+	    clear_name(u, fd, name, m->path, m->type == ASP_TAR_FILE ? "file" : "symlink", err);
 	if (st != ASP_OK)
 		return st;
 	if (m->type == ASP_TAR_SYMLINK) {
@@ -444,7 +449,8 @@ static asp_status on_data(void *user, const uint8_t *p, size_t n, asp_error *err
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0)
-			return member_errno(u, w < 0 ? errno : EIO, u->file_rel, "cannot write", err);
+			return member_errno(u, w < 0 ? errno : EIO, u->file_rel, "cannot write",
+			                    err);
 		p += w;
 		n -= (size_t)w;
 	}
@@ -523,8 +529,8 @@ static asp_status merge(asp_tree_unpack *u, int src, int dst, const char *rel, c
 	DIR *d = sfd < 0 ? NULL : fdopendir(sfd);
 	if (!d) {
 		close_fd(&sfd);
-		return asp_error_errno(err, errno, u->dir, "%s: cannot read the temporary directory",
-		                       u->op);
+		return asp_error_errno(err, errno, u->dir,
+		                       "%s: cannot read the temporary directory", u->op);
 	}
 	asp_status st = ASP_OK;
 	struct dirent *de;
@@ -536,17 +542,18 @@ static asp_status merge(asp_tree_unpack *u, int src, int dst, const char *rel, c
 		join_rel(sub, sizeof sub, rel, nm);
 		node s = node_at(src, nm), t = node_at(dst, nm);
 		if (s == NODE_ERR || t == NODE_ERR) {
-			st = asp_error_errno(err, errno, sub, "%s: cannot look at %s in %s", u->op, sub,
-			                     u->dir);
+			st = asp_error_errno(err, errno, sub, "%s: cannot look at %s in %s", u->op,
+			                     sub, u->dir);
 		} else if (s == NODE_DIR && t == NODE_DIR) {
 			int a = openat(src, nm, DIR_FLAGS), b = openat(dst, nm, DIR_FLAGS);
 			if (a < 0 || b < 0)
-				st = asp_error_errno(err, errno, sub, "%s: cannot open %s in %s", u->op,
-				                     sub, u->dir);
+				st = asp_error_errno(err, errno, sub, "%s: cannot open %s in %s",
+				                     u->op, sub, u->dir);
 			else
 				st = merge(u, a, b, sub, NULL, check, err);
 			if (st == ASP_OK && !check && unlinkat(src, nm, AT_REMOVEDIR) < 0)
-				st = asp_error_errno(err, errno, sub, "%s: cannot tidy %s", u->op, sub);
+				st = asp_error_errno(err, errno, sub, "%s: cannot tidy %s", u->op,
+				                     sub);
 			close_fd(&a);
 			close_fd(&b);
 		} else if (s == NODE_DIR && t == NODE_OTHER) {
@@ -555,13 +562,14 @@ static asp_status merge(asp_tree_unpack *u, int src, int dst, const char *rel, c
 			                   "or symlink; remove it first",
 			                   u->op, sub, u->dir, sub);
 		} else if (s != NODE_DIR && t == NODE_DIR) {
-			st = asp_error_set(err, ASP_E_IS_A_DIRECTORY, sub,
-			                   "%s: member '%.300s' is a file or symlink but %s/%s is a "
-			                   "directory; remove it first",
-			                   u->op, sub, u->dir, sub);
+			st =
+			    asp_error_set(err, ASP_E_IS_A_DIRECTORY, sub,
+			                  "%s: member '%.300s' is a file or symlink but %s/%s is a "
+			                  "directory; remove it first",
+			                  u->op, sub, u->dir, sub);
 		} else if (!check && renameat(src, nm, dst, nm) < 0) {
-			st = asp_error_errno(err, errno, sub, "%s: cannot move %s into %s", u->op, sub,
-			                     u->dir);
+			st = asp_error_errno(err, errno, sub, "%s: cannot move %s into %s", u->op,
+			                     sub, u->dir);
 		}
 	}
 	if (st == ASP_OK && errno)
@@ -655,8 +663,8 @@ asp_status asp_tree_unpack_finish(asp_tree_unpack *u, asp_tree_counts *counts, a
 			/* made meanwhile by someone else: merged into, as an existing one is */
 			root = openat(u->place_fd, u->base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 			if (root < 0)
-				st = asp_error_errno(err, errno, u->dir, "%s: cannot open %s", u->op,
-				                     u->dir);
+				st = asp_error_errno(err, errno, u->dir, "%s: cannot open %s",
+				                     u->op, u->dir);
 		} else {
 			st = asp_error_errno(err, errno, u->dir, "%s: cannot rename the tree to %s",
 			                     u->op, u->dir);
@@ -664,7 +672,8 @@ asp_status asp_tree_unpack_finish(asp_tree_unpack *u, asp_tree_counts *counts, a
 	} else {
 		root = openat(u->place_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (root < 0)
-			st = asp_error_errno(err, errno, u->dir, "%s: cannot open %s", u->op, u->dir);
+			st = asp_error_errno(err, errno, u->dir, "%s: cannot open %s", u->op,
+			                     u->dir);
 	}
 	if (st == ASP_OK && !fresh) {
 		const char *skip = u->exists ? u->tmp : NULL;

@@ -396,7 +396,7 @@ asp_status asp_spawn_start(asp_client *c, const asp_spawn_params *p, const asp_p
 	return st;
 }
 
-/* connect and watch: a handle made by `op` and followed as a process is. */
+/* connect, watch, tree_read: a handle made by `op` and followed as a process is. */
 static asp_status handle_start(asp_client *c, asp_op_id op, const void *p,
                                const asp_proc_callbacks *cb, void *user, uint64_t *proc,
                                asp_error *err)
@@ -414,8 +414,9 @@ static asp_status handle_start(asp_client *c, asp_op_id op, const void *p,
 	if (!a)
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
 	asp_connect_result r; /* watch's result has the same one field */
-	_Static_assert(sizeof(asp_connect_result) == sizeof(asp_watch_result),
-	               "connect and watch answer a handle alike");
+	_Static_assert(sizeof(asp_connect_result) == sizeof(asp_watch_result) &&
+	                   sizeof(asp_connect_result) == sizeof(asp_tree_read_result),
+	               "connect, watch and tree_read answer a handle alike");
 	asp_status st = stream_call(c, op, p, &r, a, cb, user, err);
 	if (st == ASP_OK && proc)
 		*proc = r.proc;
@@ -434,6 +435,13 @@ asp_status asp_watch_start(asp_client *c, const asp_watch_params *p, const asp_p
                            void *user, uint64_t *proc, asp_error *err)
 {
 	return handle_start(c, ASP_OP_WATCH, p, cb, user, proc, err);
+}
+
+asp_status asp_tree_read_start(asp_client *c, const asp_tree_read_params *p,
+                               const asp_proc_callbacks *cb, void *user, uint64_t *proc,
+                               asp_error *err)
+{
+	return handle_start(c, ASP_OP_TREE_READ, p, cb, user, proc, err);
 }
 
 asp_status asp_proc_attach_start(asp_client *c, const asp_proc_attach_params *p,

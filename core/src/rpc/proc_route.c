@@ -174,18 +174,21 @@ asp_status asp_proc_routes_call(asp_proc_routes *t, asp_proc_call_fn call, void 
 			asp_proc_sub_fail(sub);
 			return st;
 		}
-	} else if (op == ASP_OP_SPAWN || op == ASP_OP_CONNECT || op == ASP_OP_WATCH) {
+	} else if (op == ASP_OP_SPAWN || op == ASP_OP_CONNECT || op == ASP_OP_WATCH ||
+	           op == ASP_OP_TREE_READ) {
 		asp_proc_sub_expect(sub, 0, 0);
 	} else {
 		asp_proc_sub_fail(sub);
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
-		                     "only spawn, connect, watch and proc_attach can be followed");
+		                     "only spawn, connect, watch, tree_read and proc_attach can be "
+		                     "followed");
 	}
 	st = call(ctx, op, params, result, a, err);
 	if (st == ASP_OK && op != ASP_OP_PROC_ATTACH) {
-		proc = op == ASP_OP_SPAWN     ? ((const asp_spawn_result *)result)->proc
-		       : op == ASP_OP_CONNECT ? ((const asp_connect_result *)result)->proc
-		                              : ((const asp_watch_result *)result)->proc;
+		proc = op == ASP_OP_SPAWN       ? ((const asp_spawn_result *)result)->proc
+		       : op == ASP_OP_CONNECT   ? ((const asp_connect_result *)result)->proc
+		       : op == ASP_OP_TREE_READ ? ((const asp_tree_read_result *)result)->proc
+		                                : ((const asp_watch_result *)result)->proc;
 		st = add(t, proc, sub, err);
 	}
 	if (st) {
