@@ -225,7 +225,8 @@ const char *sdk_stream_proc_from(const char *op)
 	static const char *const table[][2] = {{"spawn", "result"},
 	                                       {"proc_attach", "params"},
 	                                       {"connect", "result"},
-	                                       {"watch", "result"}};
+	                                       {"watch", "result"},
+	                                       {"tree_read", "result"}};
 	for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
 		if (strcmp(op, table[i][0]) == 0)
 			return table[i][1];

@@ -234,6 +234,15 @@ else not_ok "cp -r up content"; fi
 run 0 "cp -r down" -- "$ASP" cp -r ":$BOX/tree" "$WORK/tree2"
 if diff -r "$WORK/tree" "$WORK/tree2" > /dev/null; then ok "cp -r down content"
 else not_ok "cp -r down content"; fi
+if ls -A "$BOX" "$WORK" | grep -q 'asp-tree'; then not_ok "cp -r leaves no temporary" "$(ls -A "$BOX")"
+else ok "cp -r leaves no temporary"; fi
+# a second copy onto the first merges into it: a changed file replaced, the rest kept
+printf 'changed' > "$WORK/tree/changed.txt"
+printf 'mine' > "$BOX/tree/mine.txt"
+run 0 "cp -r up onto a copy" -- "$ASP" cp -r "$WORK/tree/." ":$BOX/tree"
+if [ "$(cat "$BOX/tree/changed.txt")" = changed ] && [ -f "$BOX/tree/mine.txt" ]
+then ok "cp -r up merges"; else not_ok "cp -r up merges"; fi
+rm -f "$WORK/tree/changed.txt" "$BOX/tree/mine.txt" "$BOX/tree/changed.txt"
 run 0 "cp -r into an existing directory" -- "$ASP" cp -r "$WORK/tree" ":$BOX/m1"
 if diff -r "$WORK/tree" "$BOX/m1/tree" > /dev/null; then ok "cp -r into it content"
 else not_ok "cp -r into it content"; fi

@@ -38,6 +38,7 @@ struct asp_tar_reader {
 	uint8_t blk[ASP_TAR_BLOCK];
 	size_t have;
 	uint64_t pos;  /* stream bytes decoded, for messages */
+	uint64_t hdr;  /* where the current header began */
 	uint64_t left; /* ST_DATA, ST_EXT: bytes to come */
 	size_t pad;    /* zero bytes after them */
 	/* the extended header being gathered, and what earlier ones said of the next member */
@@ -74,10 +75,10 @@ static asp_status fail(asp_tar_reader *r, asp_error *err, asp_status code, const
 	else if (r->last[0])
 		asp_error_set(&r->err, code, NULL,
 		              "tar stream: the header at byte %llu (after member '%.300s'): %s",
-		              (unsigned long long)r->pos, r->last, what);
+		              (unsigned long long)r->hdr, r->last, what);
 	else
 		asp_error_set(&r->err, code, NULL, "tar stream: the header at byte %llu: %s",
-		              (unsigned long long)r->pos, what);
+		              (unsigned long long)r->hdr, what);
 	r->st = ST_FAILED;
 	r->failed = code;
 	if (err)
@@ -472,6 +473,8 @@ static const char *kind_name(uint8_t t)
 static asp_status header(asp_tar_reader *r, asp_error *err)
 {
 	const uint8_t *b = r->blk;
+	if (r->st == ST_HEADER && !pending(r))
+		r->hdr = r->pos; /* a member's extended headers count as its header */
 	if (zero_block(b)) {
 		if (r->st == ST_ZERO1) {
 			r->st = ST_DONE;

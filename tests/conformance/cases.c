@@ -7,6 +7,7 @@
  */
 #include "cases_proc.h"
 #include "cases_ports.h"
+#include "cases_tree.h"
 #include "cases_tty.h"
 #include "conformance.h"
 
@@ -2118,6 +2119,19 @@ const conf_case conf_cases[] = {
                "watch: created, a new subdirectory's file, renamed, removed; KILL ends it"),
     CASE_NEEDS(watch_bad_input, "watch proc_write proc_signal proc_wait", "watch",
                "watch: a missing path, proc_write refused, KILL ends it"),
+    CASE_NEEDS(tree_write_small, "tree_write", NULL,
+               "tree_write: one message with eof; kinds, modes, mtimes, links, counts"),
+    CASE_NEEDS(tree_write_chunked, "tree_write proc_write proc_wait", NULL,
+               "tree_write: 3 MiB in writes sent at once, taken in offset order"),
+    CASE_NEEDS(tree_write_merge, "tree_write", NULL,
+               "tree_write: into an existing directory; a conflict moves nothing"),
+    CASE_NEEDS(tree_write_hostile, "tree_write", NULL,
+               "tree_write: escaping names, links, devices, pax lies, cut streams refused"),
+    CASE_NEEDS(tree_write_cancel, "tree_write proc_write proc_wait proc_signal", NULL,
+               "tree_write: KILL and a cut end leave nothing; a stale offset is refused"),
+    CASE_NEEDS(tree_read_roundtrip, "tree_write tree_read", "follow",
+               "tree_read: the tree as a stream, in order, with exclude"),
+    CASE_NEEDS(tree_read_errors, "tree_write tree_read", NULL, "tree_read: a missing path, a file"),
 };
 
 const size_t conf_case_count = sizeof conf_cases / sizeof conf_cases[0];

@@ -335,6 +335,29 @@ asp_status do_connect(conf_ctx *ctx, fx *f, void *self, const asp_connect_params
 	return st;
 }
 
+asp_status do_tree_read(conf_ctx *ctx, fx *f, void *self, const asp_tree_read_params *p, coll *c,
+                        uint64_t *proc, asp_error *err)
+{
+	*proc = 0;
+	asp_status st;
+	if (ctx->st && ctx->st->tree_read) {
+		st = ctx->st->tree_read(ctx->st->ctx, self, p, &coll_cb, c, proc, err);
+	} else {
+		asp_tree_read_result r;
+		st = ctx->ops->tree_read(self, p, &r, ctx->a, err);
+		if (st == ASP_OK) {
+			*proc = r.proc;
+			st = ctx->st && ctx->st->attach
+			         ? do_attach(ctx, self, r.proc, 0, 0, c, err)
+			         : asp_error_set(err, ASP_E_UNSUPPORTED, NULL,
+			                         "the registration cannot follow a stream");
+		}
+	}
+	if (st == ASP_OK)
+		track(f, self, c, *proc);
+	return st;
+}
+
 bool h_spawn(conf_ctx *ctx, fx *f, int line, asp_spawn_params *p, coll *c, uint64_t *proc)
 {
 	asp_error err;

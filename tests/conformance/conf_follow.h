@@ -109,6 +109,12 @@ asp_status do_write(conf_ctx *ctx, uint64_t proc, const void *data, size_t len, 
  */
 asp_status do_connect(conf_ctx *ctx, fx *f, void *self, const asp_connect_params *p, coll *c,
                       uint64_t *proc, asp_error *err);
+/*
+ * tree_read followed by `c`: from the answer on through the registration's tree_read,
+ * else a plain tree_read and proc_attach from offset 0.
+ */
+asp_status do_tree_read(conf_ctx *ctx, fx *f, void *self, const asp_tree_read_params *p, coll *c,
+                        uint64_t *proc, asp_error *err);
 asp_status do_attach(conf_ctx *ctx, void *self, uint64_t proc, uint64_t out_off, uint64_t err_off,
                      coll *c, asp_error *err);
 asp_strv strv_of(conf_ctx *ctx, const char *const *items, size_t n);

@@ -28,6 +28,14 @@ static asp_status client_connect(void *ctx, void *self, const asp_connect_params
 	return asp_connect_start(self, p, cb, user, proc, err);
 }
 
+static asp_status client_tree_read(void *ctx, void *self, const asp_tree_read_params *p,
+                                   const asp_proc_callbacks *cb, void *user, uint64_t *proc,
+                                   asp_error *err)
+{
+	(void)ctx;
+	return asp_tree_read_start(self, p, cb, user, proc, err);
+}
+
 static void client_detach(void *ctx, void *self, uint64_t proc)
 {
 	(void)ctx;
@@ -39,6 +47,7 @@ const conf_streaming conf_client_streaming = {
     .attach = client_attach,
     .detach = client_detach,
     .connect = client_connect,
+    .tree_read = client_tree_read,
 };
 
 /* ---- a transport's subscribe/unsubscribe (ctx is the asp_transport) ---- */
@@ -88,6 +97,16 @@ static asp_status transport_connect(void *ctx, void *self, const asp_connect_par
 	return st;
 }
 
+static asp_status transport_tree_read(void *ctx, void *self, const asp_tree_read_params *p,
+                                      const asp_proc_callbacks *cb, void *user, uint64_t *proc,
+                                      asp_error *err)
+{
+	asp_tree_read_result r = {0};
+	asp_status st = follow(ctx, self, ASP_OP_TREE_READ, p, &r, cb, user, err);
+	*proc = st == ASP_OK ? r.proc : 0;
+	return st;
+}
+
 static void transport_detach(void *ctx, void *self, uint64_t proc)
 {
 	const asp_transport *t = ctx;
@@ -102,6 +121,7 @@ void conf_transport_streaming(conf_streaming *st, const struct asp_transport *t)
 	    .attach = transport_attach,
 	    .detach = transport_detach,
 	    .connect = transport_connect,
+	    .tree_read = transport_tree_read,
 	    .ctx = (void *)t,
 	};
 }

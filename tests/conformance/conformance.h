@@ -43,6 +43,13 @@ typedef struct conf_streaming {
 	asp_status (*connect)(void *ctx, void *self, const asp_connect_params *p,
 	                      const asp_proc_callbacks *cb, void *user, uint64_t *proc,
 	                      asp_error *err);
+	/*
+	 * Optional: tree_read, followed from its answer on. Without it the tree cases call
+	 * tree_read and then proc_attach (which replays the stream's first 256 KiB).
+	 */
+	asp_status (*tree_read)(void *ctx, void *self, const asp_tree_read_params *p,
+	                        const asp_proc_callbacks *cb, void *user, uint64_t *proc,
+	                        asp_error *err);
 	/* Another connection (a `self` for the same ops), or NULL; NULL slots: none. */
 	void *(*peer_open)(void *ctx);
 	void (*peer_close)(void *ctx, void *peer);

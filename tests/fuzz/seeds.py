@@ -158,6 +158,15 @@ for c in [
 put("config", b'{"transport": "ssh", "ssh": {"host": "h", "port": 70000}}')
 put("config", b'{"transport": "stdio",\n "stdio": {"command": []}, "transport": 1}')
 
+# ---- tar: [piece size] then a tar stream (tree_write's input) ---------------------------
+tars = os.path.join(root, "tests", "vectors", "tar")
+for name in sorted(os.listdir(tars)):
+    if name.endswith(".tar"):
+        with open(os.path.join(tars, name), "rb") as f:
+            body = f.read()
+        put("tar", b"\xff" + body)
+        put("tar", b"\x00" + body)
+
 # ---- http: [mode] then bytes -----------------------------------------------------------
 for i, (m, p) in enumerate(requests[:12]):
     put("http", b"\x00" + pack([0, i + 1, m, p]))

@@ -19,8 +19,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define TREE_IDLE_MS   120000u       /* a tree_write that receives nothing this long fails */
-#define TREE_PIPE      (1u << 20)    /* its pipe, where the system lets it be that large */
+#define TREE_IDLE_MS   120000u        /* a tree_write that receives nothing this long fails */
+#define TREE_PIPE      (1u << 20)     /* its pipe, where the system lets it be that large */
 #define TREE_READ_SIZE (256u * 1024u) /* what the unpacker takes at a time */
 #define TREE_RING      (256u * 1024u) /* tree_read's ring: the stream is followed, not replayed */
 
@@ -136,7 +136,8 @@ static asp_status wait_result(local_proc *pr, asp_tree_write_result *r, asp_erro
 		pthread_cond_wait(&pr->cv, &pr->mu); /* the pump ends: idle limit or the stream */
 	asp_status st = ASP_OK;
 	if (pr->end_code != ASP_OK)
-		st = asp_error_set(err, pr->end_code, NULL, "%s", pr->end_error ? pr->end_error : "");
+		st = asp_error_set(err, pr->end_code, NULL, "%s",
+		                   pr->end_error ? pr->end_error : "");
 	else if (pr->signal[0])
 		st = asp_error_set(err, ASP_E_IO_ERROR, NULL, "tree_write: cancelled by %s",
 		                   pr->signal);
@@ -147,8 +148,8 @@ static asp_status wait_result(local_proc *pr, asp_tree_write_result *r, asp_erro
 	return st;
 }
 
-asp_status local_op_tree_write(void *self, const asp_tree_write_params *p,
-                               asp_tree_write_result *r, asp_arena *a, asp_error *err)
+asp_status local_op_tree_write(void *self, const asp_tree_write_params *p, asp_tree_write_result *r,
+                               asp_arena *a, asp_error *err)
 {
 	(void)a;
 	asp_local_conn *c = self;

@@ -18,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHUNK_MAX     (4u << 20) /* bytes per request at most */
+#define CHUNK_MAX     (4u << 20)  /* bytes per request at most */
 #define ENVELOPE      (64u << 10) /* room in a message for what is not data */
-#define SENDERS       4u         /* proc_writes in flight at most */
+#define SENDERS       4u          /* proc_writes in flight at most */
 #define CANCEL_SIGNAL "KILL"
 
 /* ---- common ----------------------------------------------------------------------- */
@@ -250,8 +250,8 @@ asp_status asp_tree_upload(asp_client *c, const char *local_dir, const char *san
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
 		                     "asp_tree_upload: client and both directories are required");
 	asp_tree_pack *k;
-	asp_status st = asp_tree_pack_open(local_dir, o ? o->exclude : NULL,
-	                                   o ? o->exclude_count : 0, &k, err);
+	asp_status st =
+	    asp_tree_pack_open(local_dir, o ? o->exclude : NULL, o ? o->exclude_count : 0, &k, err);
 	if (st != ASP_OK)
 		return st;
 	size_t size = chunk_size(c);

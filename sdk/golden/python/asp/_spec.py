@@ -184,6 +184,7 @@ OPS = {
         Record("proc_write params", (
             Field("proc", "proc", "uint"),
             Field("data", "data", "bin", default=b""),
+            Field("offset", "offset", "uint", optional=True),
             Field("eof", "eof", "bool", default=False),
         ), _t.ProcWriteParams),
         Record("proc_write result", (), _t.ProcWriteResult)),
@@ -209,6 +210,10 @@ OPS = {
             Field("exit_code", "exit_code", "int"),
             Field("signal", "signal", "str", nullable=True),
             Field("timed_out", "timed_out", "bool"),
+            Field("error", "error", "str", optional=True),
+            Field("error_code", "error_code", "str", optional=True),
+            Field("entries", "entries", "uint", optional=True),
+            Field("bytes", "bytes", "uint", optional=True),
         ), _t.ProcWaitResult)),
     "proc_list": Op("proc_list", 1, True,
         Record("proc_list params", (), _t.ProcListParams),
@@ -283,6 +288,25 @@ OPS = {
         Record("watch result", (
             Field("proc", "proc", "uint"),
         ), _t.WatchResult)),
+    "tree_write": Op("tree_write", 2, True,
+        Record("tree_write params", (
+            Field("path", "path", "str", role="path"),
+            Field("data", "data", "bin", default=b""),
+            Field("eof", "eof", "bool", default=False),
+        ), _t.TreeWriteParams),
+        Record("tree_write result", (
+            Field("proc", "proc", "uint"),
+            Field("entries", "entries", "uint", optional=True),
+            Field("bytes", "bytes", "uint", optional=True),
+        ), _t.TreeWriteResult)),
+    "tree_read": Op("tree_read", 2, True,
+        Record("tree_read params", (
+            Field("path", "path", "str", role="path"),
+            Field("exclude", "exclude", "strv", optional=True),
+        ), _t.TreeReadParams),
+        Record("tree_read result", (
+            Field("proc", "proc", "uint"),
+        ), _t.TreeReadResult)),
 }
 
 NOTES = {
@@ -300,6 +324,9 @@ NOTES = {
         Field("signal", "signal", "str", nullable=True),
         Field("timed_out", "timed_out", "bool"),
         Field("error", "error", "str", optional=True),
+        Field("error_code", "error_code", "str", optional=True),
+        Field("entries", "entries", "uint", optional=True),
+        Field("bytes", "bytes", "uint", optional=True),
     ), _t.ExitEvent),
     "fs_event": Record("fs_event", (
         Field("proc", "proc", "uint"),

@@ -46,6 +46,9 @@ from .types import (
     EditResult,
     ConnectParams,
     WatchParams,
+    TreeWriteParams,
+    TreeWriteResult,
+    TreeReadParams,
 )
 
 __all__ = ["Client", "Process"]
@@ -301,6 +304,7 @@ class Client(ClientBase):
         proc: int,
         *,
         data: bytes = b"",
+        offset: int | None = None,
         eof: bool = False,
     ) -> ProcWriteResult:
         """
@@ -310,13 +314,18 @@ class Client(ClientBase):
         Args:
             proc: Process handle.
             data: Bytes for stdin.
+            offset: Where data starts in the handle's input: the bytes every earlier
+                write carried. A write whose offset is past what arrived waits (up to 60
+                s) for the writes before it, so several may be in flight at once and are
+                taken in order however they arrive; one whose offset is before that is
+                invalid_argument. Absent: after whatever arrived.
             eof: Close stdin after the data. On a terminal (spawn with tty) nothing is
                 closed: the terminal's end-of-file character (VEOF, Ctrl-D) is typed
                 after the data, which a program reading a line takes as end of input;
                 later writes are invalid_argument as for any process, so send
                 \"\\u0004\" as data to type it more than once.
         """
-        params = ProcWriteParams(proc=proc, data=data, eof=eof)
+        params = ProcWriteParams(proc=proc, data=data, offset=offset, eof=eof)
         return await self._call("proc_write", params)
 
     async def proc_signal(self, proc: int, signal: str) -> ProcSignalResult:
@@ -564,3 +573,68 @@ class Client(ClientBase):
         """
         params = WatchParams(path=path, recursive=recursive, tag=tag)
         return await self._stream("watch", params, "result")
+
+    async def tree_write(
+        self,
+        path: str,
+        *,
+        data: bytes = b"",
+        eof: bool = False,
+    ) -> TreeWriteResult:
+        """
+        Write a tar stream (POSIX ustar or pax, GNU long names read too; regular files,
+        directories and symlinks, their mode and mtime kept, owners not) into the
+        directory path, which is created with its parents when absent. The stream's
+        bytes come in data and then in proc_write calls to the handle (with offset,
+        several in flight), eof on the last. It is extracted into a temporary directory
+        beside path and put in place at the end: renamed when path did not exist, else
+        moved into it entry by entry, replacing what has the same name (a directory
+        merged into). A member whose name is absolute or has a .. component, passes
+        through a symlink, or is not a file, directory or symlink (hard links, devices,
+        fifos), a malformed or oversized header, a pax record that does not parse, and a
+        stream that ends before the end-of-archive blocks are invalid_argument naming
+        the member; the stream then leaves nothing. The handle ends like a connect's
+        (proc_wait, exit): exit_code 0 with entries and bytes, 1 with error and
+        error_code, -1 when proc_signal KILL or TERM cancelled it; a handle that
+        receives nothing for 120 s fails with timeout. The handle is listed by proc_list
+        (command \"tree_write PATH\").
+
+        Args:
+            path: The directory to write into.
+            data: The stream's first bytes.
+            eof: data is the whole stream: the call answers once it is in place, with
+                entries and bytes, and fails as the stream would (one round trip for a
+                tree that fits one message).
+        """
+        params = TreeWriteParams(path=path, data=data, eof=eof)
+        return await self._call("tree_write", params)
+
+    async def tree_read(
+        self,
+        path: str,
+        *,
+        exclude: list[str] | None = None,
+    ) -> Process:
+        """
+        Read the directory path as a tar stream (pax where ustar cannot say a name or
+        size; its root first as ./, then each directory before what it holds, names
+        bytewise; regular files, directories and symlinks, not followed, with mode and
+        mtime in whole seconds; other kinds skipped). The bytes arrive as output
+        notifications on stream stdout, flow-controlled as a process's output, then
+        exit: exit_code 0 with entries and bytes, or 1 with error and error_code (a file
+        that cannot be read ends the stream with its error; the bytes before it are not
+        a complete archive). Needs notifications (unsupported on a connection without
+        them); the stream goes to the connection that asked and ends when it closes.
+        proc_signal KILL or TERM cancels it.
+
+        Returns a Process: async for over it yields OutputEvent chunks and the final
+        ExitEvent; .proc is the handle and .result the SpawnResult. Needs notifications:
+        stdio, or HTTP with its WebSocket (not http.websocket false).
+
+        Args:
+            path: The directory to read.
+            exclude: Glob patterns (the syntax of glob) matched against each path below
+                path; a match is left out, a directory with everything in it.
+        """
+        params = TreeReadParams(path=path, exclude=exclude)
+        return await self._stream("tree_read", params, "result")

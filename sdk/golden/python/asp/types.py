@@ -487,6 +487,15 @@ class ProcWriteParams:
     data: bytes = b""
     """Bytes for stdin. (since 1)"""
 
+    offset: int | None = None
+    """
+    Where data starts in the handle's input: the bytes every earlier write carried. A
+    write whose offset is past what arrived waits (up to 60 s) for the writes before it,
+    so several may be in flight at once and are taken in order however they arrive; one
+    whose offset is before that is invalid_argument. Absent: after whatever arrived.
+    Optional. (since 2)
+    """
+
     eof: bool = False
     """
     Close stdin after the data. On a terminal (spawn with tty) nothing is closed: the
@@ -577,6 +586,30 @@ class ProcWaitResult:
 
     timed_out: bool
     """True when the spawn's timeout_ms killed it. (since 1)"""
+
+    error: str | None
+    """
+    A handle that ended by a failure (connect, watch, tree_write, tree_read): what
+    failed; exit_code is 1 then. Optional. (since 2)
+    """
+
+    error_code: str | None
+    """
+    A tree_write or tree_read handle that failed: the error's code (invalid_argument,
+    not_found, ...), as the call would have answered it. Optional. (since 2)
+    """
+
+    entries: int | None
+    """
+    A tree_write or tree_read handle that succeeded: the stream's entries (files,
+    directories, symlinks; its root directory not counted). Optional. (since 2)
+    """
+
+    bytes: int | None
+    """
+    A tree_write or tree_read handle that succeeded: the bytes of its regular files.
+    Optional. (since 2)
+    """
 
 
 @dataclass(kw_only=True)
@@ -861,6 +894,90 @@ class WatchResult:
     """
 
 
+@dataclass(kw_only=True)
+class TreeWriteParams:
+    """
+    Params of tree_write: Write a tar stream (POSIX ustar or pax, GNU long names read
+    too; regular files, directories and symlinks, their mode and mtime kept, owners not)
+    into the directory path, which is created with its parents when absent. The stream's
+    bytes come in data and then in proc_write calls to the handle (with offset, several
+    in flight), eof on the last. It is extracted into a temporary directory beside path
+    and put in place at the end: renamed when path did not exist, else moved into it
+    entry by entry, replacing what has the same name (a directory merged into). A member
+    whose name is absolute or has a .. component, passes through a symlink, or is not a
+    file, directory or symlink (hard links, devices, fifos), a malformed or oversized
+    header, a pax record that does not parse, and a stream that ends before the
+    end-of-archive blocks are invalid_argument naming the member; the stream then leaves
+    nothing. The handle ends like a connect's (proc_wait, exit): exit_code 0 with
+    entries and bytes, 1 with error and error_code, -1 when proc_signal KILL or TERM
+    cancelled it; a handle that receives nothing for 120 s fails with timeout. The
+    handle is listed by proc_list (command \"tree_write PATH\").
+    """
+
+    path: str
+    """The directory to write into. (since 2)"""
+
+    data: bytes = b""
+    """The stream's first bytes. (since 2)"""
+
+    eof: bool = False
+    """
+    data is the whole stream: the call answers once it is in place, with entries and
+    bytes, and fails as the stream would (one round trip for a tree that fits one
+    message). (since 2)
+    """
+
+
+@dataclass
+class TreeWriteResult:
+    """Result of tree_write."""
+
+    proc: int
+    """
+    Handle for proc_write, proc_wait and proc_signal (with eof: a finished one). (since
+    2)
+    """
+
+    entries: int | None
+    """With eof: entries written, the root directory not counted. Optional. (since 2)"""
+
+    bytes: int | None
+    """With eof: bytes of regular files written. Optional. (since 2)"""
+
+
+@dataclass(kw_only=True)
+class TreeReadParams:
+    """
+    Params of tree_read: Read the directory path as a tar stream (pax where ustar cannot
+    say a name or size; its root first as ./, then each directory before what it holds,
+    names bytewise; regular files, directories and symlinks, not followed, with mode and
+    mtime in whole seconds; other kinds skipped). The bytes arrive as output
+    notifications on stream stdout, flow-controlled as a process's output, then exit:
+    exit_code 0 with entries and bytes, or 1 with error and error_code (a file that
+    cannot be read ends the stream with its error; the bytes before it are not a
+    complete archive). Needs notifications (unsupported on a connection without them);
+    the stream goes to the connection that asked and ends when it closes. proc_signal
+    KILL or TERM cancels it.
+    """
+
+    path: str
+    """The directory to read. (since 2)"""
+
+    exclude: list[str] | None = None
+    """
+    Glob patterns (the syntax of glob) matched against each path below path; a match is
+    left out, a directory with everything in it. Optional. (since 2)
+    """
+
+
+@dataclass
+class TreeReadResult:
+    """Result of tree_read."""
+
+    proc: int
+    """Handle named by the output notifications and the final exit. (since 2)"""
+
+
 @dataclass
 class OutputEvent:
     """
@@ -914,9 +1031,24 @@ class ExitEvent:
 
     error: str | None
     """
-    A connect or watch handle that ended by a failure: what failed (connection reset by
-    peer, ...); exit_code is 1 then. Optional. (since 2)
+    A connect, watch or tree handle that ended by a failure: what failed (connection
+    reset by peer, ...); exit_code is 1 then. Optional. (since 2)
     """
+
+    error_code: str | None
+    """
+    A tree_write or tree_read handle that failed: the error's code (invalid_argument,
+    ...). Optional. (since 2)
+    """
+
+    entries: int | None
+    """
+    A tree handle that succeeded: entries in the stream, its root directory not counted.
+    Optional. (since 2)
+    """
+
+    bytes: int | None
+    """A tree handle that succeeded: bytes of its regular files. Optional. (since 2)"""
 
 
 @dataclass

@@ -41,6 +41,9 @@ import type {
   EditResult,
   ConnectParams,
   WatchParams,
+  TreeWriteParams,
+  TreeWriteResult,
+  TreeReadParams,
   ProcessEvent,
 } from "./types.js";
 
@@ -223,5 +226,40 @@ export class Client extends ClientBase {
    */
   async watch(params: WatchParams): Promise<Process<ProcessEvent>> {
     return this._stream<ProcessEvent>("watch", params, "result");
+  }
+
+  /**
+   * Write a tar stream (POSIX ustar or pax, GNU long names read too; regular files, directories and
+   * symlinks, their mode and mtime kept, owners not) into the directory path, which is created with
+   * its parents when absent. The stream's bytes come in data and then in proc_write calls to the
+   * handle (with offset, several in flight), eof on the last. It is extracted into a temporary
+   * directory beside path and put in place at the end: renamed when path did not exist, else moved
+   * into it entry by entry, replacing what has the same name (a directory merged into). A member
+   * whose name is absolute or has a .. component, passes through a symlink, or is not a file,
+   * directory or symlink (hard links, devices, fifos), a malformed or oversized header, a pax
+   * record that does not parse, and a stream that ends before the end-of-archive blocks are
+   * invalid_argument naming the member; the stream then leaves nothing. The handle ends like a
+   * connect's (proc_wait, exit): exit_code 0 with entries and bytes, 1 with error and error_code,
+   * -1 when proc_signal KILL or TERM cancelled it; a handle that receives nothing for 120 s fails
+   * with timeout. The handle is listed by proc_list (command "tree_write PATH").
+   */
+  async tree_write(params: TreeWriteParams): Promise<TreeWriteResult> {
+    return (await this._call("tree_write", params)) as TreeWriteResult;
+  }
+
+  /**
+   * Read the directory path as a tar stream (pax where ustar cannot say a name or size; its root
+   * first as ./, then each directory before what it holds, names bytewise; regular files,
+   * directories and symlinks, not followed, with mode and mtime in whole seconds; other kinds
+   * skipped). The bytes arrive as output notifications on stream stdout, flow-controlled as a
+   * process's output, then exit: exit_code 0 with entries and bytes, or 1 with error and error_code
+   * (a file that cannot be read ends the stream with its error; the bytes before it are not a
+   * complete archive). Needs notifications (unsupported on a connection without them); the stream
+   * goes to the connection that asked and ends when it closes. proc_signal KILL or TERM cancels it.
+   * Resolves to a Process: `for await` it for output events and the final exit event; `.proc` is
+   * the handle. Needs notifications: stdio, or HTTP with its WebSocket (not http.websocket false).
+   */
+  async tree_read(params: TreeReadParams): Promise<Process<ProcessEvent>> {
+    return this._stream<ProcessEvent>("tree_read", params, "result");
   }
 }

@@ -304,6 +304,7 @@ const OPS: Record<string, OpDesc> = {
       fields: [
         { name: "proc", type: "uint" },
         { name: "data", type: "bin", default: "" },
+        { name: "offset", type: "uint", optional: true },
         { name: "eof", type: "bool", default: false },
       ],
     },
@@ -362,6 +363,10 @@ const OPS: Record<string, OpDesc> = {
         { name: "exit_code", type: "int" },
         { name: "signal", type: "str", nullable: true },
         { name: "timed_out", type: "bool" },
+        { name: "error", type: "str", optional: true },
+        { name: "error_code", type: "str", optional: true },
+        { name: "entries", type: "uint", optional: true },
+        { name: "bytes", type: "uint", optional: true },
       ],
     },
   },
@@ -508,6 +513,45 @@ const OPS: Record<string, OpDesc> = {
       ],
     },
   },
+  tree_write: {
+    name: "tree_write",
+    since: 2,
+    streaming: true,
+    params: {
+      label: "tree_write params",
+      fields: [
+        { name: "path", type: "str", role: "path" },
+        { name: "data", type: "bin", default: "" },
+        { name: "eof", type: "bool", default: false },
+      ],
+    },
+    result: {
+      label: "tree_write result",
+      fields: [
+        { name: "proc", type: "uint" },
+        { name: "entries", type: "uint", optional: true },
+        { name: "bytes", type: "uint", optional: true },
+      ],
+    },
+  },
+  tree_read: {
+    name: "tree_read",
+    since: 2,
+    streaming: true,
+    params: {
+      label: "tree_read params",
+      fields: [
+        { name: "path", type: "str", role: "path" },
+        { name: "exclude", type: "strv", optional: true },
+      ],
+    },
+    result: {
+      label: "tree_read result",
+      fields: [
+        { name: "proc", type: "uint" },
+      ],
+    },
+  },
 };
 
 const NOTES: Record<string, RecordDesc> = {
@@ -530,6 +574,9 @@ const NOTES: Record<string, RecordDesc> = {
       { name: "signal", type: "str", nullable: true },
       { name: "timed_out", type: "bool" },
       { name: "error", type: "str", optional: true },
+      { name: "error_code", type: "str", optional: true },
+      { name: "entries", type: "uint", optional: true },
+      { name: "bytes", type: "uint", optional: true },
     ],
   },
   fs_event: {
