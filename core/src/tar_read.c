@@ -52,6 +52,8 @@ struct asp_tar_reader {
 	char last[ASP_TAR_PATH_MAX + 1]; /* the last member's name as stored, for messages */
 	uint64_t entries, bytes;
 	linkset links;
+	bool skip_special;
+	uint64_t zero_at; /* ST_ZERO1, ST_DONE: where the first zero block began */
 	asp_status failed;
 	asp_error err;
 };
@@ -476,6 +478,8 @@ static asp_status header(asp_tar_reader *r, asp_error *err)
 	if (r->st == ST_HEADER && !pending(r))
 		r->hdr = r->pos; /* a member's extended headers count as its header */
 	if (zero_block(b)) {
+		if (r->st != ST_ZERO1)
+			r->zero_at = r->pos;
 		if (r->st == ST_ZERO1) {
 			r->st = ST_DONE;
 			return ASP_OK;
@@ -554,6 +558,15 @@ static asp_status header(asp_tar_reader *r, asp_error *err)
 	case '7': m.type = slash && type != '7' ? ASP_TAR_DIR : ASP_TAR_FILE; break;
 	case '5': m.type = ASP_TAR_DIR; break;
 	case '2': m.type = ASP_TAR_SYMLINK; break;
+	case '3':
+	case '4':
+	case '6':
+		if (r->skip_special && !sz) { /* no data follows: nothing to skip but it */
+			clear_pending(r);
+			r->st = ST_HEADER;
+			return ASP_OK;
+		}
+		/* fall through */
 	default: {
 		const char *k = kind_name(type);
 		if (k)
@@ -750,6 +763,16 @@ asp_status asp_tar_reader_end(asp_tar_reader *r, asp_error *err)
 		            "the stream ends without the end-of-archive blocks: it was cut or "
 		            "is empty");
 	}
+}
+
+void asp_tar_reader_skip_special(asp_tar_reader *r)
+{
+	r->skip_special = true;
+}
+
+uint64_t asp_tar_reader_end_at(const asp_tar_reader *r)
+{
+	return r->st == ST_ZERO1 || r->st == ST_DONE ? r->zero_at : UINT64_MAX;
 }
 
 bool asp_tar_reader_done(const asp_tar_reader *r)

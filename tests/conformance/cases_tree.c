@@ -169,7 +169,7 @@ static bool file_is(conf_ctx *ctx, int line, const char *path, const void *want,
 	return true;
 }
 
-#define DIR_COUNT(path, n)      CONF_REQ(ctx, dir_count(ctx, __LINE__, (path), (n)))
+#define DIR_COUNT(path, n)     CONF_REQ(ctx, dir_count(ctx, __LINE__, (path), (n)))
 #define FILE_IS(path, data, n) CONF_REQ(ctx, file_is(ctx, __LINE__, (path), (data), (n)))
 
 /* The honest tree most cases write: a root, files of three modes, a directory, a symlink. */
@@ -203,18 +203,20 @@ void tree_write_small(conf_ctx *ctx)
 	struct {
 		const char *name, *type;
 		unsigned mode;
-	} want[] = {{"", "dir", 0755},          {"a.txt", "file", 0644},   {"run.sh", "file", 0755},
-	            {"sub", "dir", 0750},       {"sub/secret", "file", 0600}, {"sub/empty", "file", 0644},
-	            {"sub/link", "symlink", 0}};
+	} want[] = {
+	    {"", "dir", 0755},         {"a.txt", "file", 0644},      {"run.sh", "file", 0755},
+	    {"sub", "dir", 0750},      {"sub/secret", "file", 0600}, {"sub/empty", "file", 0644},
+	    {"sub/link", "symlink", 0}};
 	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
 		char *p = in_dir(ctx, "new/deeper/t/");
 		char *q = asp_arena_alloc(ctx->a, strlen(p) + strlen(want[i].name) + 1);
 		sprintf(q, "%s%s", p, want[i].name);
 		asp_stat_result sr;
 		asp_status s;
-		CONF_CHECKF(ctx, stat_of(ctx, q, false, &sr, &s), "stat %s: %s", q, asp_strerror(s));
-		CONF_CHECKF(ctx, strcmp(sr.type, want[i].type) == 0, "%s is a %s, not a %s", q, sr.type,
-		            want[i].type);
+		CONF_CHECKF(ctx, stat_of(ctx, q, false, &sr, &s), "stat %s: %s", q,
+		            asp_strerror(s));
+		CONF_CHECKF(ctx, strcmp(sr.type, want[i].type) == 0, "%s is a %s, not a %s", q,
+		            sr.type, want[i].type);
 		if (want[i].mode)
 			CONF_CHECKF(ctx, sr.mode == want[i].mode, "%s has mode %o, not %o", q,
 			            (unsigned)sr.mode, want[i].mode);
@@ -224,7 +226,8 @@ void tree_write_small(conf_ctx *ctx)
 			            (long long)(sr.mtime_ns / 1000000000), MTIME);
 		else
 			CONF_CHECKF(ctx, sr.target && strcmp(sr.target, "../a.txt") == 0,
-			            "%s points to %s, not ../a.txt", q, sr.target ? sr.target : "-");
+			            "%s points to %s, not ../a.txt", q,
+			            sr.target ? sr.target : "-");
 	}
 	FILE_IS(in_dir(ctx, "new/deeper/t/sub/link"), "hello\n", 6);
 	DIR_COUNT(ctx->dir, 1);
@@ -480,11 +483,13 @@ void tree_write_hostile(conf_ctx *ctx)
 		            "%s: expected invalid_argument, got %s%s%s", h->what, asp_strerror(st),
 		            st ? ": " : "", st ? err.message : "");
 		CONF_CHECKF(ctx, !h->member || strstr(err.message, h->member),
-		            "%s: the error does not name '%s': %s", h->what, h->member, err.message);
+		            "%s: the error does not name '%s': %s", h->what, h->member,
+		            err.message);
 		asp_stat_result sr;
 		asp_status s;
 		CONF_CHECKF(ctx, !stat_of(ctx, t, false, &sr, &s) && s == ASP_E_NOT_FOUND,
-		            "%s: the refused stream left its target (%s)", h->what, asp_strerror(s));
+		            "%s: the refused stream left its target (%s)", h->what,
+		            asp_strerror(s));
 		CONF_CHECKF(ctx, !stat_of(ctx, "/tmp/asp-conf-escape", false, &sr, &s),
 		            "%s: /tmp/asp-conf-escape exists", h->what);
 		DIR_COUNT(ctx->dir, 0);
@@ -532,8 +537,9 @@ void tree_write_cancel(conf_ctx *ctx)
 	}
 	free(b.p);
 	CONF_OK(ctx, st, &err);
-	CONF_CHECKF(ctx, wr.exit_code == 1 && wr.error_code &&
-	                     !strcmp(wr.error_code, "invalid_argument") && wr.error,
+	CONF_CHECKF(ctx,
+	            wr.exit_code == 1 && wr.error_code &&
+	                !strcmp(wr.error_code, "invalid_argument") && wr.error,
 	            "a cut tree_write ended with %lld, error_code %s", (long long)wr.exit_code,
 	            wr.error_code ? wr.error_code : "-");
 	CONF_CHECKF(ctx, !stat_of(ctx, t, false, &sr, &s), "a cut tree_write left %s", t);
@@ -550,8 +556,8 @@ void tree_write_cancel(conf_ctx *ctx)
 	p.has_offset = true;
 	p.offset = 10;
 	asp_proc_write_result pr;
-	CONF_ERR(ctx, ctx->ops->proc_write(ctx->self, &p, &pr, ctx->a, &err), ASP_E_INVALID_ARGUMENT,
-	         &err);
+	CONF_ERR(ctx, ctx->ops->proc_write(ctx->self, &p, &pr, ctx->a, &err),
+	         ASP_E_INVALID_ARGUMENT, &err);
 	CONF_OK(ctx, do_signal(ctx, r.proc, "KILL", &err), &err);
 }
 
@@ -568,7 +574,9 @@ static asp_status list_member(void *user, const asp_tar_member *m, asp_error *er
 	(void)err;
 	listing *l = user;
 	int n = snprintf(l->text + l->len, sizeof l->text - l->len, "%c %o %s%s%s %llu\n",
-	                 m->type == ASP_TAR_DIR ? 'd' : m->type == ASP_TAR_FILE ? 'f' : 'l',
+	                 m->type == ASP_TAR_DIR    ? 'd'
+	                 : m->type == ASP_TAR_FILE ? 'f'
+	                                           : 'l',
 	                 (unsigned)m->mode, m->path[0] ? m->path : ".", m->link ? " -> " : "",
 	                 m->link ? m->link : "", (unsigned long long)m->size);
 	if (n > 0 && (size_t)n < sizeof l->text - l->len)
@@ -606,8 +614,8 @@ static bool read_tree(conf_ctx *ctx, fx *f, int line, const char *path, const ch
 		return false;
 	}
 	if (st != ASP_OK)
-		return conf_fail(ctx, __FILE__, line, "tree_read %s: %s: %s", path, asp_strerror(st),
-		                 err.message),
+		return conf_fail(ctx, __FILE__, line, "tree_read %s: %s: %s", path,
+		                 asp_strerror(st), err.message),
 		       false;
 	if (!h_end(ctx, line, c))
 		return false;

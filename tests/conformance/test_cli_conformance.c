@@ -229,6 +229,10 @@ static void check_run(const char *label, const char *config, const expect_na *na
 	{                                                                                          \
 		"the feature \"follow\"", "not announce", "remove that key"                        \
 	}
+#define NEEDS_TREE_NATIVE                                                                          \
+	{                                                                                          \
+		"op \"tree_write\"", "not announce"                                                \
+	}
 #define NEEDS_ATTACH_POST                                                                          \
 	{                                                                                          \
 		"op \"proc_attach\"", "not announce", "remove that key"                            \
@@ -245,6 +249,13 @@ static void test_ssh_native(void)
 	    {"proc_attach_replay", NEEDS_ATTACH_NATIVE},
 	    {"proc_attach_truncated", NEEDS_ATTACH_NATIVE},
 	    {"proc_attach_after_close", NEEDS_ATTACH_NATIVE},
+	    {"tree_write_small", NEEDS_TREE_NATIVE},
+	    {"tree_write_chunked", NEEDS_TREE_NATIVE},
+	    {"tree_write_merge", NEEDS_TREE_NATIVE},
+	    {"tree_write_hostile", NEEDS_TREE_NATIVE},
+	    {"tree_write_cancel", NEEDS_TREE_NATIVE},
+	    {"tree_read_roundtrip", NEEDS_TREE_NATIVE},
+	    {"tree_read_errors", NEEDS_TREE_NATIVE},
 	    {"glob_order_and_patterns", {"op \"glob\"", "not announce", "set ssh.agent"}},
 	    {"grep_modes", {"op \"grep\"", "not announce", "set ssh.agent"}},
 	    {"grep_pcre2", {"op \"grep\"", "not announce", "set ssh.agent"}},
@@ -298,6 +309,8 @@ static void test_http_post(void)
 	    {"tty_large_output", NEEDS_FOLLOW_POST},
 	    {"tty_eof", NEEDS_FOLLOW_POST},
 	    {"tty_reattach", NEEDS_ATTACH_POST},
+	    {"tree_read_roundtrip", NEEDS_FOLLOW_POST},
+	    {"tree_read_errors", {"tree_read", "cannot carry notifications"}},
 	    {"connect_echo_and_half_close", NEEDS_FOLLOW_POST},
 	    {"connect_large_round_trip", NEEDS_FOLLOW_POST},
 	    {"connect_kill_and_errors", NEEDS_FOLLOW_POST},

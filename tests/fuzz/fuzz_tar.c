@@ -41,7 +41,8 @@ static asp_status on_member(void *user, const asp_tar_member *m, asp_error *err)
 		FUZZ_CHECK(!e || *c, "a trailing '/'");
 	}
 	FUZZ_CHECK(m->type == ASP_TAR_FILE || m->size == 0, "data on a non-file");
-	FUZZ_CHECK(m->type != ASP_TAR_SYMLINK || (m->link && m->link[0]), "a symlink without target");
+	FUZZ_CHECK(m->type != ASP_TAR_SYMLINK || (m->link && m->link[0]),
+	           "a symlink without target");
 	s->in_file = m->type == ASP_TAR_FILE && m->size > 0;
 	s->left = m->size;
 	return ASP_OK;
@@ -100,7 +101,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	asp_error err;
 	asp_status st = ASP_OK;
 	for (size_t off = 0; st == ASP_OK && off < size; off += step)
-		st = asp_tar_reader_feed(r, data + off, size - off < step ? size - off : step, &err);
+		st =
+		    asp_tar_reader_feed(r, data + off, size - off < step ? size - off : step, &err);
 	asp_status end = st == ASP_OK ? asp_tar_reader_end(r, &err) : st;
 	FUZZ_CHECK(end != ASP_OK || !s.in_file, "a good end inside a file");
 	asp_tar_reader_free(r);

@@ -30,7 +30,8 @@ static char root[256]; /* a scratch directory for the whole run */
 /* ---- helpers ---------------------------------------------------------------------- */
 
 /* snprintf, through a va_list: the paths here are short, and a cut one fails its test. */
-static void pathf(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void pathf(char *out, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 static void pathf(char *out, size_t cap, const char *fmt, ...)
 {
@@ -241,12 +242,12 @@ static void same_tree(const char *a, const char *b)
 {
 	char cmd[1200];
 	pathf(cmd, sizeof cmd,
-	         "cd '%s' && find . -printf '%%y %%m %%s %%l %%p\\n' | sort > '%s/.a' && "
-	         "find . -not -type l -exec stat -c '%%Y %%n' {} + | sort >> '%s/.a' && cd '%s' && "
-	         "find . -printf '%%y %%m %%s %%l %%p\\n' | sort > '%s/.b' && "
-	         "find . -not -type l -exec stat -c '%%Y %%n' {} + | sort >> '%s/.b' && "
-	         "diff '%s/.a' '%s/.b' && diff -r --no-dereference '%s' '%s'",
-	         a, root, root, b, root, root, root, root, a, b);
+	      "cd '%s' && find . -printf '%%y %%m %%s %%l %%p\\n' | sort > '%s/.a' && "
+	      "find . -not -type l -exec stat -c '%%Y %%n' {} + | sort >> '%s/.a' && cd '%s' && "
+	      "find . -printf '%%y %%m %%s %%l %%p\\n' | sort > '%s/.b' && "
+	      "find . -not -type l -exec stat -c '%%Y %%n' {} + | sort >> '%s/.b' && "
+	      "diff '%s/.a' '%s/.b' && diff -r --no-dereference '%s' '%s'",
+	      a, root, root, b, root, root, root, root, a, b);
 	run(cmd);
 }
 
@@ -262,7 +263,8 @@ static uint8_t *pack_all(const char *dir, const char *const *ex, size_t nex, siz
 		if (cap - len < ASP_TAR_HEADER_MAX)
 			b = realloc(b, cap *= 2);
 		size_t got;
-		CU_ASSERT_EQUAL_FATAL(asp_tree_pack_read(p, b + len, cap - len, &got, &err), ASP_OK);
+		CU_ASSERT_EQUAL_FATAL(asp_tree_pack_read(p, b + len, cap - len, &got, &err),
+		                      ASP_OK);
 		if (!got)
 			break;
 		len += got;
@@ -320,9 +322,9 @@ static void test_exclude(void)
 	fresh(box, sizeof box, "ex");
 	pathf(src, sizeof src, "%s/src", box);
 	pathf(cmd, sizeof cmd,
-	         "mkdir -p '%s/build/x' '%s/lib' && touch '%s/a.o' '%s/lib/b.o' '%s/lib/b.c' "
-	         "'%s/build/x/y'",
-	         src, src, src, src, src, src);
+	      "mkdir -p '%s/build/x' '%s/lib' && touch '%s/a.o' '%s/lib/b.o' '%s/lib/b.c' "
+	      "'%s/build/x/y'",
+	      src, src, src, src, src, src);
 	run(cmd);
 	const char *ex[] = {"*.o", "build"};
 	size_t n;
@@ -346,11 +348,11 @@ static void test_merge(void)
 	pathf(src, sizeof src, "%s/src", box);
 	pathf(dst, sizeof dst, "%s/dst", box);
 	pathf(cmd, sizeof cmd,
-	         "mkdir -p '%s/d' '%s/d/keep' && echo new > '%s/a' && echo y > '%s/d/y' && "
-	         "echo file > '%s/s' && "
-	         "mkdir -p '%s/d' && echo old > '%s/a' && echo x > '%s/d/x' && "
-	         "ln -s /etc '%s/s' && mkdir '%s/other'",
-	         src, src, src, src, src, dst, dst, dst, dst, dst);
+	      "mkdir -p '%s/d' '%s/d/keep' && echo new > '%s/a' && echo y > '%s/d/y' && "
+	      "echo file > '%s/s' && "
+	      "mkdir -p '%s/d' && echo old > '%s/a' && echo x > '%s/d/x' && "
+	      "ln -s /etc '%s/s' && mkdir '%s/other'",
+	      src, src, src, src, src, dst, dst, dst, dst, dst);
 	run(cmd);
 	size_t n;
 	asp_tree_counts c;
@@ -358,22 +360,22 @@ static void test_merge(void)
 	asp_error err;
 	CU_ASSERT_EQUAL(unpack(dst, b, n, &err, &c), ASP_OK);
 	pathf(cmd, sizeof cmd,
-	         "cd '%s' && test \"$(cat a)\" = new && test -f d/x && test -f d/y && "
-	         "test -d d/keep && test -f s && ! test -L s && test -d other && "
-	         "test $(ls -A | wc -l) = 4",
-	         dst);
+	      "cd '%s' && test \"$(cat a)\" = new && test -f d/x && test -f d/y && "
+	      "test -d d/keep && test -f s && ! test -L s && test -d other && "
+	      "test $(ls -A | wc -l) = 4",
+	      dst);
 	run(cmd);
 	free(b);
 	/* a conflict is found before anything moves */
 	pathf(cmd, sizeof cmd,
-	         "rm -rf '%s' '%s' && mkdir -p '%s/c' '%s/c' && echo new > '%s/a' && "
-	         "echo f > '%s/c/f' && echo old > '%s/a' && rm -r '%s/c' && echo file > '%s/c'",
-	         src, dst, src, dst, src, src, dst, src, src);
+	      "rm -rf '%s' '%s' && mkdir -p '%s/c' '%s/c' && echo new > '%s/a' && "
+	      "echo f > '%s/c/f' && echo old > '%s/a' && rm -r '%s/c' && echo file > '%s/c'",
+	      src, dst, src, dst, src, src, dst, src, src);
 	run(cmd);
 	b = pack_all(src, NULL, 0, &n, &c);
 	CU_ASSERT_EQUAL(unpack(dst, b, n, &err, &c), ASP_E_IS_A_DIRECTORY);
 	pathf(cmd, sizeof cmd, "cd '%s' && test \"$(cat a)\" = old && test $(ls -A | wc -l) = 2",
-	         dst);
+	      dst);
 	run(cmd);
 	free(b);
 	/* the target is a file */
@@ -390,9 +392,9 @@ static void test_dead_temps(void)
 	fresh(box, sizeof box, "dead");
 	/* pid 0x7ffffffe is above any pid_max: that unpacker is dead */
 	pathf(cmd, sizeof cmd,
-	         "mkdir -p '%s/.t.asp-tree-7ffffffe-1/x' '%s/e/.asp-tree-7ffffffe-2' && "
-	         "mkdir '%s/.t.asp-tree-%x-9'",
-	         box, box, box, (unsigned)getpid());
+	      "mkdir -p '%s/.t.asp-tree-7ffffffe-1/x' '%s/e/.asp-tree-7ffffffe-2' && "
+	      "mkdir '%s/.t.asp-tree-%x-9'",
+	      box, box, box, (unsigned)getpid());
 	run(cmd);
 	char t[700];
 	pathf(t, sizeof t, "%s/t", box);
@@ -404,9 +406,9 @@ static void test_dead_temps(void)
 	CU_ASSERT_EQUAL_FATAL(asp_tree_unpack_open(t, "test", &u, &err), ASP_OK);
 	asp_tree_unpack_free(u);
 	pathf(cmd, sizeof cmd,
-	         "cd '%s' && test \"$(LC_ALL=C ls -A)\" = \"$(printf '.t.asp-tree-%x-9\\ne')\" && "
-	         "test -z \"$(ls -A e)\"",
-	         box, (unsigned)getpid());
+	      "cd '%s' && test \"$(LC_ALL=C ls -A)\" = \"$(printf '.t.asp-tree-%x-9\\ne')\" && "
+	      "test -z \"$(ls -A e)\"",
+	      box, (unsigned)getpid());
 	run(cmd); /* a live pid's (ours) stays */
 }
 

@@ -77,8 +77,8 @@ typedef struct asp_tar_reader_cb {
  * devices, fifos, sparse files); a header whose checksum or numbers do not parse; a pax
  * header over ASP_TAR_PAX_MAX or with a record that does not parse; and, at the end, a
  * stream cut before the end-of-archive blocks. Memory: a block, one extended header, and
- * the names of the symlinks seen (at most ASP_TAR_PAX_MAX * 256 bytes of them, past
- * which the stream is too_large). `cb` is copied; `user` is borrowed. NULL when out of
+ * the names of the symlinks seen (at most 16 MiB of them, past which the stream is
+ * too_large). `cb` is copied; `user` is borrowed. NULL when out of
  * memory.
  */
 typedef struct asp_tar_reader asp_tar_reader;
@@ -92,6 +92,20 @@ asp_status asp_tar_reader_feed(asp_tar_reader *r, const uint8_t *p, size_t n, as
 
 /* The stream has ended: ASP_OK when the end-of-archive blocks came, else invalid_argument. */
 asp_status asp_tar_reader_end(asp_tar_reader *r, asp_error *err);
+
+/*
+ * Devices and fifos are skipped rather than refused (their headers checked, no callback):
+ * for reading a tree that a tar of the sandbox wrote, which keeps them. Hard links are
+ * still refused. Before the first feed.
+ */
+void asp_tar_reader_skip_special(asp_tar_reader *r);
+
+/*
+ * Where the end-of-archive blocks begin (a stream offset) when the last block decoded is
+ * a zero block: the end, or perhaps its first half. UINT64_MAX otherwise. So a
+ * transport that passes a stream on can hold those blocks back and end it its own way.
+ */
+uint64_t asp_tar_reader_end_at(const asp_tar_reader *r);
 
 /* Whether the end-of-archive blocks came. */
 bool asp_tar_reader_done(const asp_tar_reader *r);

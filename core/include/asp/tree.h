@@ -29,6 +29,20 @@ typedef struct asp_tree_counts {
 	uint64_t bytes;
 } asp_tree_counts;
 
+/* ---- exclude patterns ------------------------------------------------------------- */
+
+/*
+ * tree_read's exclude: patterns of glob's syntax, matched against a path below the tree's
+ * root ("a/b.o"); a pattern without '/' matches a name at any depth. For a transport that
+ * filters a stream itself. invalid_argument for an empty pattern or one that expands too
+ * far.
+ */
+typedef struct asp_tree_exclude asp_tree_exclude;
+asp_status asp_tree_exclude_new(const char *const *patterns, size_t n, asp_tree_exclude **out,
+                                asp_error *err);
+bool asp_tree_exclude_match(const asp_tree_exclude *x, const char *rel);
+void asp_tree_exclude_free(asp_tree_exclude *x);
+
 /* ---- a local directory into a stream ---------------------------------------------- */
 
 /*

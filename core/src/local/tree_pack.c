@@ -5,7 +5,6 @@
  */
 #include "asp/tar.h"
 #include "asp/tree.h"
-#include "glob_match.h"
 #include "local_impl.h"
 
 #include <dirent.h>
@@ -29,8 +28,7 @@ typedef struct frame {
 
 struct asp_tree_pack {
 	char *dir;
-	patset *ex;
-	size_t nex;
+	asp_tree_exclude *ex;
 	frame *st;
 	size_t depth, cap;
 	char rel[ASP_TAR_PATH_MAX + NAME_MAX + 2];
@@ -118,33 +116,17 @@ static int push(asp_tree_pack *p, int fd, size_t rel_len)
 	return 0;
 }
 
-static bool excluded(const asp_tree_pack *p, const char *rel)
-{
-	for (size_t i = 0; i < p->nex; i++)
-		if (patset_match(&p->ex[i], rel))
-			return true;
-	return false;
-}
-
 asp_status asp_tree_pack_open(const char *dir, const char *const *exclude, size_t n,
                               asp_tree_pack **out, asp_error *err)
 {
 	*out = NULL;
 	asp_tree_pack *p = calloc(1, sizeof *p);
-	if (!p || !(p->dir = strdup(dir && dir[0] ? dir : ".")) ||
-	    (n && !(p->ex = calloc(n, sizeof *p->ex)))) {
+	if (!p || !(p->dir = strdup(dir && dir[0] ? dir : "."))) {
 		asp_tree_pack_free(p);
 		return asp_error_oom(err, "tree_read", "packing a tree");
 	}
 	p->file_fd = -1;
-	asp_status st = ASP_OK;
-	for (size_t i = 0; i < n && st == ASP_OK; i++) {
-		if (!exclude[i] || !exclude[i][0])
-			st = asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
-			                   "tree_read: exclude pattern %zu is empty", i);
-		else if ((st = patset_init(&p->ex[i], "tree_read", exclude[i], err)) == ASP_OK)
-			p->nex++;
-	}
+	asp_status st = n ? asp_tree_exclude_new(exclude, n, &p->ex, err) : ASP_OK;
 	int fd = st == ASP_OK ? open(p->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
 	if (st == ASP_OK && fd < 0)
 		st = asp_error_errno(err, errno, p->dir, "tree_read: cannot open the directory %s",
@@ -212,7 +194,7 @@ static asp_status next_member(asp_tree_pack *p, asp_error *err)
 			    "more than a tar member may have",
 			    p->dir, p->rel, ASP_TAR_PATH_MAX);
 		}
-		if (excluded(p, p->rel))
+		if (asp_tree_exclude_match(p->ex, p->rel))
 			continue;
 		struct stat sb;
 		if (fstatat(f->fd, nm, &sb, AT_SYMLINK_NOFOLLOW) < 0) {
@@ -372,9 +354,7 @@ void asp_tree_pack_free(asp_tree_pack *p)
 	while (p->depth > 0)
 		frame_free(&p->st[--p->depth]);
 	free(p->st);
-	for (size_t i = 0; i < p->nex; i++)
-		patset_free(&p->ex[i]);
-	free(p->ex);
+	asp_tree_exclude_free(p->ex);
 	if (p->file_fd >= 0)
 		close(p->file_fd);
 	free(p->file_rel);
