@@ -39,6 +39,8 @@ typedef struct cli {
 	/* Set by commands whose errors name sandbox paths only (read, write, stat, ls, mkdir,
 	 * rm, mv): a relative path in an error is shown joined to the sandbox's cwd. */
 	bool sandbox_paths;
+	/* The command's help after `usage`, printed by code (cli_command.usage_more). */
+	void (*usage_more)(FILE *f);
 } cli;
 
 typedef struct cli_command {
@@ -46,6 +48,8 @@ typedef struct cli_command {
 	int (*run)(cli *c, int argc, char **argv);
 	const char *summary; /* one line for `asp --help` */
 	const char *usage;   /* the text of `asp NAME --help` */
+	/* Prints what the help shows after `usage` that code knows better (NULL: nothing). */
+	void (*usage_more)(FILE *f);
 } cli_command;
 
 int cmd_hello(cli *c, int argc, char **argv);
@@ -79,10 +83,13 @@ int cmd_bind(cli *c, int argc, char **argv);
 	"  --config FILE   use this .asp.json instead of discovery ($ASP_CONFIG, then\n"           \
 	"                  .asp.json in the working directory and its parents)\n"                  \
 	"  --json          print results as JSON on stdout\n"                                      \
-	"  --help          this help\n"
+	"  -h, --help      this help\n"
 
 /* Prints c->usage (the command's help), then the common options, on stdout. */
 void cli_print_help(const cli *c);
+
+/* The tools of each vocabulary, for the help of asp mcp and asp tool. */
+void cli_print_tools(FILE *f);
 
 /* Long options every command accepts; getopt_long returns these values for them. */
 enum { CLI_OPT_CONFIG = 0x100, CLI_OPT_JSON, CLI_OPT_HELP, CLI_OPT_FIRST_PRIVATE };
@@ -102,6 +109,14 @@ enum { CLI_OPT_CONFIG = 0x100, CLI_OPT_JSON, CLI_OPT_HELP, CLI_OPT_FIRST_PRIVATE
  * unknown option or a missing argument (the caller exits c->fail_code), -1 at the end.
  */
 int cli_getopt(cli *c, int argc, char **argv, const char *shortopts, const struct option *longopts);
+
+/*
+ * Prints an option table, one option a line: "SHORT LONG ARG" ("-" for none; ARG 1 when it
+ * takes a value), the common options only `with_common`. With ASP_CLI_LIST_OPTIONS set in
+ * the environment, cli_getopt prints the command's table so and exits 0: the test that holds
+ * the help, the man pages and docs/cli.md to the options that exist reads it.
+ */
+void cli_list_options(const char *shortopts, const struct option *longopts, bool with_common);
 
 /* Starts a fresh scan (getopt's state is global). */
 void cli_getopt_reset(void);

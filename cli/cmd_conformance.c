@@ -179,6 +179,16 @@ static int run_json(const char *root, asp_client *client, const conf_streaming *
 	return failed;
 }
 
+/* True when some case's name contains `word`, as --only selects them. */
+static bool matches_any(const char *word)
+{
+	for (size_t i = 0; i < conf_case_count; i++) {
+		if (strstr(conf_cases[i].name, word))
+			return true;
+	}
+	return false;
+}
+
 int cmd_conformance(cli *c, int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -206,6 +216,9 @@ int cmd_conformance(cli *c, int argc, char **argv)
 		return cli_usage(c, "unexpected argument '%s'", argv[optind]);
 	if (base[0] != '/')
 		return cli_usage(c, "--root needs an absolute path in the sandbox, got '%s'", base);
+	if (only && !matches_any(only))
+		return cli_usage(
+		    c, "--only '%s' matches no case (asp conformance --list shows them)", only);
 
 	asp_client *client = cli_client(c);
 	char *root = NULL;

@@ -52,8 +52,8 @@ static const cli_command commands[] = {
      "a terminal, so Ctrl-C, Ctrl-Z and Ctrl-D are keys for the remote shell, which runs\n"
      "job control and its own prompt. With ARGV, runs ARGV (no shell parses it) instead.\n"
      "Exits with the shell's exit code: 128+N when signal N ended it; 255 when ASP failed\n"
-     "(the sandbox has no terminals, the connection was lost), or when TERM, HUP or INT\n"
-     "from outside made asp hang the remote terminal up. The local terminal is restored\n"
+     "(the sandbox has no terminals, the connection was lost), or when TERM, HUP, INT or\n"
+     "QUIT from outside made asp hang the remote terminal up. The local terminal is restored\n"
      "on every way out.\n"
      "\n  --cwd DIR    working directory (relative: joined to the config's cwd)\n"
      "  --env K=V    add to the environment (repeatable)\n"},
@@ -73,7 +73,9 @@ static const cli_command commands[] = {
      "asp exec does. Ctrl-C detaches and leaves the process running.\n"
      "A process on a terminal (asp shell, asp exec -t), attached from a terminal, is shown\n"
      "as asp shell shows it: raw mode, our keys typed into it, our window's size; there\n"
-     "Ctrl-] detaches (exit 0).\n"},
+     "Ctrl-] detaches (exit 0).\n"
+     "\n  --stdout-offset N  replay stdout from byte N of the process's output\n"
+     "  --stderr-offset N  replay stderr from byte N\n"},
     {"kill", cmd_kill, "signal a spawned process",
      "usage: asp kill PROC [SIGNAL]\n"
      "\nSends SIGNAL (TERM by default; KILL, INT, HUP, QUIT, USR1, USR2; with or without\n"
@@ -99,8 +101,10 @@ static const cli_command commands[] = {
      "\n  -r, --recursive  also every directory below PATH, including new ones\n"},
     {"read", cmd_read, "file bytes to stdout",
      "usage: asp read PATH [--offset N] [--length N]\n"
-     "\nWrites the file's bytes (from N, at most N of them) to stdout. Sizes take k, M, G\n"
-     "suffixes (KiB, MiB, GiB). With --json: {\"data\", \"size\", \"eof\"}, data as for exec.\n"},
+     "\nWrites the file's bytes to stdout. Sizes take k, M, G suffixes (KiB, MiB, GiB).\n"
+     "With --json: {\"data\", \"size\", \"eof\"}, data as for exec.\n"
+     "\n  --offset N  start at byte N\n"
+     "  --length N  at most N bytes\n"},
     {"write", cmd_write, "stdin to a file",
      "usage: asp write PATH [--append] [--mkdirs] [--atomic]\n"
      "\nReplaces the file with this command's stdin.\n"
@@ -116,54 +120,60 @@ static const cli_command commands[] = {
     {"ls", cmd_ls, "list a directory",
      "usage: asp ls [-a] [PATH]\n"
      "\nLists PATH (default: the config's cwd) as mode, size, modification time and name.\n"
-     "Names starting with '.' are shown only with -a. With --json: {\"entries\": [{\"name\",\n"
-     "\"type\", \"size\", \"mode\", \"mtime_ns\"}]} (every entry, names as for exec output).\n"},
+     "With --json: {\"entries\": [{\"name\", \"type\", \"size\", \"mode\", \"mtime_ns\"}]} (every\n"
+     "entry, names as for exec output).\n"
+     "\n  -a, --all  also the names starting with '.'\n"},
     {"mkdir", cmd_mkdir, "create directories",
      "usage: asp mkdir [-p] PATH...\n"
      "\n  -p, --parents  create missing parents; an existing directory is fine\n"},
     {"rm", cmd_rm, "remove paths",
      "usage: asp rm [-r] [-f] PATH...\n"
-     "\n  -r, --recursive  remove directories and their contents\n"
-     "  -f, --force      a path that does not exist is not an error\n"},
+     "\n  -r, -R, --recursive  remove directories and their contents\n"
+     "  -f, --force          a path that does not exist is not an error\n"},
     {"mv", cmd_mv, "rename a path",
      "usage: asp mv [-n] FROM TO\n"
      "\nRenames FROM to TO, replacing TO; onto an existing directory it moves FROM into it.\n"
      "\n  -n, --no-clobber  fail with already_exists instead of replacing TO\n"},
     {"cp", cmd_cp, "copy files between here and the sandbox",
-     "usage: asp cp [-r] SRC DST\n"
+     "usage: asp cp [-r] [-q] SRC DST\n"
      "\nA path starting with ':' is in the sandbox (asp cp a.txt :/w/a.txt, asp cp :/w/a.txt .).\n"
      "Onto an existing directory, SRC is copied into it. Files of any size move in chunks\n"
      "with several requests in flight, into a temporary file beside the target that is\n"
      "renamed at the end. A progress bar is drawn on stderr when it is a terminal.\n"
-     "\n  -r, --recursive  copy directories\n"
-     "  -q, --quiet      no progress bar\n"},
+     "\n  -r, -R, --recursive  copy directories\n"
+     "  -q, --quiet          no progress bar\n"},
     {"conformance", cmd_conformance, "run the conformance suite against the sandbox",
-     "usage: asp conformance [--root DIR] [--keep]\n"
+     "usage: asp conformance [--root DIR] [--keep] [--only WORD]\n"
+     "       asp conformance --list\n"
      "\nRuns the conformance case table against the configured sandbox in a fresh scratch\n"
      "directory (DIR/asp-conformance-RANDOM, DIR default /tmp) that it removes afterwards,\n"
      "prints a pass/fail table and exits 1 when any case failed. A case that needs an op or\n"
      "feature the sandbox's hello does not announce is n/a, with the reason, not a failure.\n"
-     "\n  --root DIR  where to create the scratch directory in the sandbox\n"
-     "  --keep      leave the scratch directory for inspection\n"},
+     "\n  --root DIR   where to create the scratch directory in the sandbox\n"
+     "  --keep       leave the scratch directory for inspection\n"
+     "  --only WORD  run only the cases whose names contain WORD (none: an error)\n"
+     "  --list       list the cases and the ops and features each needs; run nothing\n"},
     {"mcp", cmd_mcp, "serve the sandbox's tools to an MCP client on stdin/stdout",
      "usage: asp mcp [--tools LIST] [--workers N] [--vocabulary NAME]\n"
      "\nAn MCP server (newline-delimited JSON-RPC 2.0 on stdin/stdout) whose tools act in\n"
-     "the sandbox: bash, bash_output, kill_bash, read, write, edit, glob, grep, ls,\n"
-     "apply_patch (docs/tools.md). For Claude Code, Codex, OpenCode and the Claude Agent\n"
-     "SDK see docs/harnesses.md. Logs go to stderr. When stdin closes it answers the calls\n"
-     "already received, then exits.\n"
+     "the sandbox (listed below; docs/tools.md). For Claude Code, Codex, OpenCode and the\n"
+     "Claude Agent SDK see docs/harnesses.md. Logs go to stderr. When stdin closes it\n"
+     "answers the calls already received, then exits.\n"
      "\n  --tools LIST   only these tools (comma-separated names)\n"
      "  --workers N    most tool calls run at once (default 32)\n"
      "  --vocabulary NAME  the tools under a harness's names and arguments: claude (the\n"
-     "                 default) or opencode (filePath, oldString, ...; docs/tools.md)\n"},
+     "                 default) or opencode (filePath, oldString, ...; docs/tools.md)\n",
+     cli_print_tools},
     {"tool", cmd_tool, "call one tool of the tools layer",
      "usage: asp tool [--vocabulary NAME] NAME [ARGS-JSON | -]\n"
      "       asp tool [--vocabulary NAME]\n"
      "\nRuns tool NAME (as asp mcp serves it) with the JSON object ARGS-JSON (\"-\": read it\n"
      "from stdin; none: {}) and prints the tool's text. Exits 1 when the tool reports an\n"
-     "error. Without NAME, lists the tools. --vocabulary opencode: OpenCode's names and\n"
-     "argument spellings (docs/tools.md, \"Vocabularies\").\n"
-     "\nExample: asp tool read '{\"file_path\": \"/w/main.c\", \"limit\": 20}'\n"},
+     "error. Without NAME, lists the tools.\n"
+     "\n  --vocabulary NAME  the tools under a harness's names and argument spellings: claude\n"
+     "                     (the default) or opencode (docs/tools.md, \"Vocabularies\")\n"
+     "\nExample: asp tool read '{\"file_path\": \"/w/main.c\", \"limit\": 20}'\n",
+     cli_print_tools},
     {"exec-server", cmd_exec_server, "serve Codex's exec-server protocol from the sandbox",
      "usage: asp exec-server [--listen ws://IP:PORT | --listen stdio]\n"
      "\nCodex's exec-server protocol (newline-delimited JSON-RPC) on stdin/stdout, or on a\n"
@@ -184,21 +194,29 @@ static const cli_command commands[] = {
      "running asp exec-server, as the default. opencode: .opencode/tool/*.js, OpenCode's\n"
      "bash, read, write, edit, glob, grep and apply_patch on the sandbox (bindings/opencode),\n"
      "and a lockfile so OpenCode installs nothing for them. pi: .pi/settings.json lists the\n"
-     "extension bindings/pi. Existing settings are kept; a second run\n"
-     "changes nothing. docs/harnesses.md tells what moves and what stays.\n"
+     "extension bindings/pi. Existing settings are kept; a second run changes nothing.\n"
+     "docs/harnesses.md tells what moves and what stays.\n"
      "\n  --print   show the files as they would be written; write nothing\n"},
     {"init", cmd_init, "write a .asp.json",
      "usage: asp init --stdio [options] -- COMMAND...\n"
      "       asp init --ssh [USER@]HOST[:PORT] [--identity FILE] [host key options] [options]\n"
      "       asp init --http URL [--token-env NAME | --token-file FILE] [--websocket |\n"
      "                --no-websocket] [options]\n"
-     "       asp init --from-v0 FILE     the version 1 file an ASP v0 draft file means\n"
+     "       asp init --from-v0 FILE\n"
      "\nWrites .asp.json in the working directory (or the --config FILE), checks it by loading\n"
      "it, and refuses to replace an existing file without --force.\n"
-     "\n  --cwd DIR       default working directory in the sandbox\n"
-     "  --env K=V       added to every exec (repeatable)\n"
-     "  --timeout SEC   default exec timeout\n"
-     "  --force         replace an existing file\n"
+     "\nThe transport (one of):\n"
+     "  --stdio              run COMMAND (after --) and speak over its stdin and stdout\n"
+     "  --ssh [USER@]HOST[:PORT]  an SSH server (native mode; docs/design.md, \".asp.json\")\n"
+     "  --http URL           asp-agent --listen at URL (docs/http.md)\n"
+     "  --from-v0 FILE       the version 1 file an ASP v0 draft file means\n"
+     "\n  --identity FILE      (--ssh) the private key to log in with\n"
+     "  --token-env NAME     (--http) the environment variable holding the bearer token\n"
+     "  --token-file FILE    (--http) the file holding it\n"
+     "  --cwd DIR            default working directory in the sandbox\n"
+     "  --env K=V            added to every exec (repeatable)\n"
+     "  --timeout SEC        default exec timeout\n"
+     "  --force              replace an existing file\n"
      "\nHost key options (--ssh; default: the key must already be in ~/.ssh/known_hosts):\n"
      "  --host-key-sha256 SHA256:...  accept only this key (known_hosts not consulted)\n"
      "  --known-hosts FILE            verify against FILE instead of ~/.ssh/known_hosts\n"
@@ -227,11 +245,15 @@ static void usage(FILE *f)
 	        "Commands:\n");
 	for (size_t i = 0; i < NCOMMANDS; i++)
 		fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
-	fprintf(f, CLI_COMMON_HELP
-	        "  --version       print the version\n"
-	        "\n`asp COMMAND --help` describes a command. Commands exit 0, or 1 with a message\n"
-	        "on stderr; exec and shell exit with their command's exit code, or 255 when ASP\n"
-	        "failed.\n");
+	fputs(CLI_COMMON_HELP "  --version       print the version\n"
+	                      "\n`asp COMMAND --help` describes a command.\n",
+	      f);
+	fputs("\nExit status: 0, or 1 with one line on stderr, \"asp: WHAT: CODE: MESSAGE\"\n"
+	      "(a usage mistake has the CODE invalid_argument). exec and shell exit with their\n"
+	      "command's exit code: 128+N when signal N ended it, 124 when exec --timeout ended\n"
+	      "it, 255 when ASP itself failed or TERM, HUP, INT or QUIT from outside made asp\n"
+	      "hang a terminal up. conformance exits 1 when a case failed (n/a is not one).\n",
+	      f);
 }
 
 int main(int argc, char **argv)
@@ -259,6 +281,10 @@ int main(int argc, char **argv)
 	    {"version", no_argument, NULL, 'V'},
 	    {NULL, 0, NULL, 0},
 	};
+	if (argc == 1 && getenv("ASP_CLI_LIST_OPTIONS")) { /* cli_list_options */
+		cli_list_options("+h", longopts, true);
+		return CLI_EXIT_OK;
+	}
 	opterr = 0;
 	int opt;
 	/* '+': stop at the command name; what follows is the command's to parse. */
@@ -286,6 +312,7 @@ int main(int argc, char **argv)
 		if (cmd) {
 			c.cmd = cmd->name;
 			c.usage = cmd->usage;
+			c.usage_more = cmd->usage_more;
 			cli_print_help(&c);
 		} else {
 			usage(stdout);
@@ -297,6 +324,7 @@ int main(int argc, char **argv)
 		return cli_usage(&c, "unknown command '%s'", name);
 	c.cmd = cmd->name;
 	c.usage = cmd->usage;
+	c.usage_more = cmd->usage_more;
 	if (cmd->run == cmd_exec || cmd->run == cmd_shell)
 		c.fail_code = CLI_EXIT_EXEC_FAIL;
 	int first = optind;

@@ -10,7 +10,31 @@ void cli_print_help(const cli *c)
 {
 	if (c->usage)
 		fputs(c->usage, stdout);
+	if (c->usage_more)
+		c->usage_more(stdout);
 	fputs(CLI_COMMON_HELP, stdout);
+}
+
+void cli_print_tools(FILE *f)
+{
+	static const char *const vocabs[] = {ASP_TOOLS_VOCAB_DEFAULT, "opencode"};
+	for (size_t v = 0; v < sizeof vocabs / sizeof vocabs[0]; v++) {
+		size_t n;
+		const asp_tool_desc *d = asp_tools_vocab_list(vocabs[v], &n);
+		fprintf(f, "\nTools, --vocabulary %s:", vocabs[v]);
+		/* wrapped as the rest of the help is, under 88 columns */
+		size_t col = 22 + strlen(vocabs[v]);
+		for (size_t i = 0; d && i < n; i++) {
+			size_t w = strlen(d[i].name) + (i + 1 < n ? 1 : 0);
+			if (col + 1 + w > 88) {
+				fputs("\n ", f);
+				col = 1;
+			}
+			fprintf(f, " %s%s", d[i].name, i + 1 < n ? "," : "");
+			col += 1 + w;
+		}
+		fputc('\n', f);
+	}
 }
 
 void cli_getopt_reset(void)
@@ -19,8 +43,33 @@ void cli_getopt_reset(void)
 	opterr = 0;
 }
 
+void cli_list_options(const char *shortopts, const struct option *longopts, bool with_common)
+{
+	for (const char *s = shortopts; *s; s++) {
+		if (*s == '+' || *s == ':' || (*s == 'h' && !with_common))
+			continue;
+		const char *name = "-";
+		for (const struct option *o = longopts; o->name; o++) {
+			if (o->val == *s)
+				name = o->name;
+		}
+		printf("-%c %s%s %d\n", *s, name[0] == '-' ? "" : "--", name, s[1] == ':');
+	}
+	for (const struct option *o = longopts; o->name; o++) {
+		bool common = o->val == CLI_OPT_CONFIG || o->val == CLI_OPT_JSON || o->val == 'h';
+		bool paired = o->val > 0 && o->val < 0x100 && strchr(shortopts, o->val);
+		if ((with_common || !common) && !paired)
+			printf("- --%s %d\n", o->name, o->has_arg != no_argument);
+	}
+	fflush(stdout);
+}
+
 int cli_getopt(cli *c, int argc, char **argv, const char *shortopts, const struct option *longopts)
 {
+	if (getenv("ASP_CLI_LIST_OPTIONS")) {
+		cli_list_options(shortopts, longopts, false);
+		exit(CLI_EXIT_OK);
+	}
 	/* A leading ':' (after any '+') makes a missing argument ':' rather than '?'. */
 	char spec[64];
 	bool plus = shortopts[0] == '+';

@@ -20,17 +20,29 @@
 #endif
 
 static const char usage[] =
-    "usage: asp-agent [--stdio | --listen ADDR | --relay unix:PATH | --version | --help]\n"
+    "usage: asp-agent [--stdio]\n"
+    "       asp-agent --listen ADDR [--token-file FILE] [--tls-cert FILE --tls-key FILE]\n"
+    "       asp-agent --relay unix:PATH [--token-file FILE]\n"
+    "       asp-agent --version | --help\n"
     "\n"
-    "Serves ASP requests with this machine's files and processes.\n"
-    "  --stdio        frames on stdin, answers on stdout, logs on stderr (the default);\n"
-    "                 exits 0 at the end of stdin once every request in flight is answered\n"
-    "  --listen ADDR  serve HTTP/WebSocket on ADDR (when built with HTTP support):\n"
-    "                 HOST:PORT or unix:/path; --token-file FILE (or $ASP_TOKEN) for the\n"
-    "                 bearer token, required off loopback; --tls-cert FILE --tls-key FILE\n"
-    "  --relay unix:PATH  relay stdio frames to an asp-agent --listen unix:PATH daemon\n"
-    "  --version      print the version and protocol, then exit\n"
-    "  --help         print this help, then exit\n";
+    "Serves ASP requests with this machine's files and processes: the responder that runs\n"
+    "inside the sandbox (docs/design.md, \"Parts and where they live\").\n"
+    "\n"
+    "  --stdio            frames on stdin, answers on stdout, logs on stderr (the default);\n"
+    "                     exits 0 at the end of stdin once every request in flight is\n"
+    "                     answered, and the processes it spawned end with it\n"
+    "  --listen ADDR      serve HTTP and WebSocket on ADDR: HOST:PORT, [V6ADDR]:PORT, :PORT\n"
+    "                     or unix:/path, port 0 any free one (a build with HTTP support;\n"
+    "                     docs/http.md); spawned processes outlive their connection\n"
+    "  --token-file FILE  the bearer token clients must send (else $ASP_TOKEN, removed from\n"
+    "                     the environment); --listen off loopback refuses to start without\n"
+    "                     one; --relay sends it to the daemon\n"
+    "  --tls-cert FILE    with --tls-key, serve HTTPS and WSS (PEM)\n"
+    "  --tls-key FILE     the certificate's private key (PEM)\n"
+    "  --relay unix:PATH  relay frames on stdin and stdout to asp-agent --listen unix:PATH,\n"
+    "                     so processes outlive this connection (docs/http.md)\n"
+    "  --version          print the version and protocol, then exit\n"
+    "  -h, --help         print this help, then exit\n";
 
 /*
  * A handled SIGPIPE makes writes to a vanished client fail with EPIPE instead of killing

@@ -89,6 +89,12 @@ run 1 "terse stat" -- "$ASP" --config "$WORK/terse.json" stat /box/s
 expect_grep "a path already named is not repeated" "$ERR" \
 	'^asp: stat /box/s: permission_denied: Permission denied$'
 
+# --- a filter that selects nothing is a mistake, not a pass -------------------------------
+run 1 "conformance --only matching no case" -- "$ASP" conformance --only no-such-case
+expect_grep "--only names the word and where the names are" "$ERR" \
+	"--only 'no-such-case' matches no case \\(asp conformance --list shows them"
+expect_out "--only matching no case: nothing on stdout" ""
+
 # --- a timeout says what happened --------------------------------------------------------
 run 124 "exec --timeout" -- "$ASP" exec --timeout 1 -- sleep 30
 expect_grep "exec timeout says so" "$ERR" '^asp: exec: the command timed out and was killed'
