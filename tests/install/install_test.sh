@@ -42,6 +42,11 @@ done
 if [ "$have_static" = 1 ]; then
 	[ -x "$bindir/asp-agent-static" ] || fail "asp-agent-static not installed in $bindir"
 fi
+# The manual: asp(1), asp-agent(1), asp.json(5) (cli/gen_manual.py).
+for page in man1/asp.1 man1/asp-agent.1 man5/asp.json.5; do
+	[ -n "$(find "$dest" -type f -path "*/man/$page" -print -quit)" ] ||
+		fail "man page $page not installed"
+done
 incdir=$(find "$dest" -type d -name asp -path '*/include/asp' -print -quit)
 [ -n "$incdir" ] || fail "no include/asp installed"
 for h in asp.h arena.h channel.h client.h config.h proc.h proto.h server.h status.h \
