@@ -285,6 +285,8 @@ def tracked_docs():
 
 problems = []
 for rel in sorted(tracked_docs()):
+    if rel == "docs/cli.md":
+        continue  # the help texts, checked as such below
     with open(os.path.join(SRC, rel), encoding="utf-8") as fh:
         lines = fh.read().splitlines()
     fenced = False
