@@ -260,8 +260,8 @@ class Client(ClientBase):
     ) -> Process:
         """
         Start a process and stream its output as output notifications, then exit. It
-        gets its own session and process group and outlives the connection that started
-        it.
+        gets its own session and process group. It outlives the connection that started
+        it where hello lists reattach; elsewhere it ends with the connection.
 
         Give exactly one of ``command`` and ``argv``.
 

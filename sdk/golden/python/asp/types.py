@@ -154,7 +154,8 @@ class HelloResult:
     connection run at once, so a slow exec delays no other call. pty: spawn takes tty
     and proc_resize works (processes on a pseudo-terminal). connect: connect opens TCP
     connections from inside the sandbox. watch: watch reports file changes as fs_event
-    notifications. Absent: none of these. Optional. (since 2)
+    notifications. grep-pcre2 or grep-ere: grep takes Perl-compatible (PCRE2) or POSIX
+    extended patterns. Absent: none of these. Optional. (since 2)
     """
 
 
@@ -426,8 +427,9 @@ class RenameResult:
 class SpawnParams:
     """
     Params of spawn: Start a process and stream its output as output notifications, then
-    exit. It gets its own session and process group and outlives the connection that
-    started it. Exactly one of command and argv must be given.
+    exit. It gets its own session and process group. It outlives the connection that
+    started it where hello lists reattach; elsewhere it ends with the connection.
+    Exactly one of command and argv must be given.
     """
 
     command: str | None = None

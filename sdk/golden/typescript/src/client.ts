@@ -113,10 +113,10 @@ export class Client extends ClientBase {
 
   /**
    * Start a process and stream its output as output notifications, then exit. It gets its own
-   * session and process group and outlives the connection that started it. Give exactly one of
-   * `command` and `argv`. Resolves to a Process: `for await` it for output events and the final
-   * exit event; `.proc` is the handle. Needs notifications: stdio, or HTTP with its WebSocket (not
-   * http.websocket false).
+   * session and process group. It outlives the connection that started it where hello lists
+   * reattach; elsewhere it ends with the connection. Give exactly one of `command` and `argv`.
+   * Resolves to a Process: `for await` it for output events and the final exit event; `.proc` is
+   * the handle. Needs notifications: stdio, or HTTP with its WebSocket (not http.websocket false).
    */
   async spawn(params: SpawnParams = {}): Promise<Process<ProcessEvent>> {
     return this._stream<ProcessEvent>("spawn", params, "result");

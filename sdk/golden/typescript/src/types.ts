@@ -100,7 +100,8 @@ export interface HelloResult {
    * responder can proc_attach to them. concurrent: calls on this connection run at once, so a slow
    * exec delays no other call. pty: spawn takes tty and proc_resize works (processes on a
    * pseudo-terminal). connect: connect opens TCP connections from inside the sandbox. watch: watch
-   * reports file changes as fs_event notifications. Absent: none of these. Optional. (since 2)
+   * reports file changes as fs_event notifications. grep-pcre2 or grep-ere: grep takes
+   * Perl-compatible (PCRE2) or POSIX extended patterns. Absent: none of these. Optional. (since 2)
    */
   features?: string[];
 }
@@ -285,8 +286,9 @@ export interface RenameResult {
 
 /**
  * Params of spawn: Start a process and stream its output as output notifications, then exit. It
- * gets its own session and process group and outlives the connection that started it. Exactly one
- * of command and argv must be given.
+ * gets its own session and process group. It outlives the connection that started it where hello
+ * lists reattach; elsewhere it ends with the connection. Exactly one of command and argv must be
+ * given.
  */
 export interface SpawnParams {
   /** Runs as /bin/sh -c command. Optional. (since 1) */
