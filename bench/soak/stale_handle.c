@@ -1,10 +1,9 @@
 /*
- * What the soak found: a process handle from a responder that died must not
- * name another process on the next one. Each asp-agent numbered its processes from 1, so
- * after a reconnect the old handle was the new responder's first spawn: asp_proc_detach
- * of the old handle (the thread that saw on_lost tidying up) silently took another
- * thread's follower, which then never got on_exit, and proc_wait of the old handle waited
- * for the other process and returned its exit.
+ * A process handle from a responder that died must not name another process on the next
+ * one (docs/faults.md, "Soak"): were both responders to number from the same start, the
+ * old handle would be the new responder's first spawn, asp_proc_detach of it (the thread
+ * that saw on_lost tidying up) would take another thread's follower, which would never get
+ * on_exit, and proc_wait of it would wait for the other process and return its exit.
  *
  *   soak_stale_handle ASP_AGENT
  */

@@ -429,9 +429,9 @@ static void *start_second(void *arg)
 }
 
 /*
- * Regression: starting a background shell while another one floods output. The start
- * used to hold the tools lock while waiting for the spawn's answer, and the reader
- * thread, blocked on that lock in the flooding shell's callback, never delivered it.
+ * Starting a background shell while another one floods output: a start that held the
+ * tools lock while waiting for the spawn's answer would never get it, the reader thread
+ * being blocked on that lock in the flooding shell's callback.
  */
 static void test_background_while_flooding(void)
 {
