@@ -1,7 +1,7 @@
 /*
  * The .asp.json rules as tables: each schema (spec/asp.schema.json, spec/asp.v0.schema.json)
  * becomes a flat list of nodes, node 0 the whole file, children after their parent. A node
- * holds what its schema asserts (types, values, range, length, pattern, properties,
+ * holds what its schema asserts (types, values, range, length, pattern, not, properties,
  * required, items, allOf, if/then) and the texts a message quotes: "expected" (everything
  * it accepts, in words), "keys" (the keys of a closed object) and "cond" (an "if" in
  * words). The validators of the three languages only walk the nodes, so a key added to
@@ -9,7 +9,12 @@
  * word because the words are made here.
  *
  * The subset of JSON Schema implemented is exactly what `keywords` lists; anything else in
- * a schema stops the build, naming the place, so no rule can be silently ignored.
+ * a schema stops the build, naming the place, so no rule can be silently ignored. A
+ * "$ref" (a JSON pointer into the same schema) is compiled in place, so the validators
+ * never see one; a "not" may hold only assertions on the value itself (no properties,
+ * items or conditions), which the validators check with the value's other assertions.
+ * A node's "title", when it has one, is its "expected" text: the words for what a pattern
+ * means.
  */
 #include "emit_config.h"
 
@@ -38,7 +43,8 @@ static const char *const keywords[] = {
     "$schema",  "$comment",      "title",       "description", "default",    "examples",
     "type",     "const",         "enum",        "minimum",     "maximum",    "minLength",
     "pattern",  "minItems",      "prefixItems", "items",       "properties", "additionalProperties",
-    "required", "propertyNames", "allOf",       "if",          "then"};
+    "required", "propertyNames", "allOf",       "if",          "then",       "not",
+    "$ref"};
 
 /* One compiled schema node. Child indexes are 0 when absent: node 0 is nobody's child. */
 typedef struct cnode {
@@ -49,7 +55,7 @@ typedef struct cnode {
 	json_t *props;                                                       /* borrowed */
 	int *prop_nodes;
 	bool closed; /* additionalProperties: false */
-	int more, names, items, if_, then_;
+	int more, names, items, if_, then_, not_;
 	int *prefix, *all;
 	size_t nprefix, nall;
 	char *expected, *keys, *cond;
@@ -57,6 +63,8 @@ typedef struct cnode {
 
 typedef struct compiler {
 	const char *file; /* for messages: spec/asp.schema.json */
+	json_t *root;     /* the whole schema, for "$ref" */
+	int ref_depth;    /* "$ref"s being followed, against a loop */
 	cnode *nodes;
 	size_t n, cap;
 } compiler;
@@ -190,13 +198,15 @@ static void describe_type(sbuf *b, json_t *s, const char *type)
 	}
 }
 
-/* Everything `s` accepts, in words, for "expected ...". */
-static char *describe(json_t *s)
+/* Everything `s` accepts, in words, for "expected ..." (its title, when it has one). */
+static char *describe(json_t *s, bool titled)
 {
 	sbuf b = {0};
 	json_t *c = json_object_get(s, "const"), *e = json_object_get(s, "enum");
-	json_t *type = json_object_get(s, "type");
-	if (c) {
+	json_t *type = json_object_get(s, "type"), *title = json_object_get(s, "title");
+	if (titled && json_is_string(title)) {
+		sb_add(&b, "%s", json_string_value(title));
+	} else if (c) {
 		show_value(&b, c);
 	} else if (e) {
 		sb_add(&b, "one of ");
@@ -229,6 +239,8 @@ static char *describe_condition(json_t *cond)
 	json_object_foreach(props, k, p)
 	{
 		json_t *c = json_object_get(p, "const");
+		if (json_is_false(p))
+			sb_add(&b, "%s%s is absent", b.len ? " and " : "", k);
 		if (!c)
 			continue;
 		sb_add(&b, "%s%s is ", b.len ? " and " : "", k);
@@ -290,9 +302,69 @@ static int compile_at(compiler *c, json_t *s, const char *ptr, const char *kw, c
 	return compile(c, s, sub);
 }
 
+/* The schema a "$ref" points at ("#/properties/ssh/properties/port"), or NULL. */
+static json_t *resolve_ref(const compiler *c, const char *ref)
+{
+	if (ref[0] != '#')
+		return NULL;
+	json_t *at = c->root;
+	for (const char *p = ref + 1; at && *p == '/';) {
+		p++;
+		size_t n = strcspn(p, "/");
+		char seg[128];
+		if (n >= sizeof seg || memchr(p, '~', n))
+			return NULL; /* escaped segments: not needed by our schemas */
+		memcpy(seg, p, n);
+		seg[n] = '\0';
+		at = json_object_get(at, seg);
+		p += n;
+	}
+	return at;
+}
+
+/* A "$ref": its target compiled in place (only annotations may stand beside it). */
+static int compile_ref(compiler *c, json_t *s, const char *ptr)
+{
+	const char *k;
+	json_t *v;
+	json_object_foreach(s, k, v)
+	{
+		if (strcmp(k, "$ref") && strcmp(k, "description") && strcmp(k, "$comment"))
+			return bug(c, ptr, "a keyword beside $ref: ", k);
+	}
+	const char *ref = json_string_value(json_object_get(s, "$ref"));
+	json_t *target = ref ? resolve_ref(c, ref) : NULL;
+	if (!target)
+		return bug(c, ptr, "a $ref that does not resolve: ", ref ? ref : "(not a string)");
+	if (c->ref_depth >= 8)
+		return bug(c, ptr, "$refs nested too deep (a loop?) at ", ref);
+	c->ref_depth++;
+	int me = compile(c, target, ref + 1);
+	c->ref_depth--;
+	return me;
+}
+
+/* What a "not" may hold: assertions on the value alone, which value_ok checks. */
+static bool value_only(json_t *s)
+{
+	static const char *const ok[] = {"description", "$comment", "title",   "type",
+	                                 "const",       "enum",     "minimum", "maximum",
+	                                 "minLength",   "pattern",  "minItems"};
+	const char *k;
+	json_t *v;
+	json_object_foreach(s, k, v)
+	{
+		if (!in_list(k, ok, sizeof ok / sizeof *ok))
+			return false;
+	}
+	return json_is_object(s);
+}
+
 /* Compiles `s` into a new node; returns its index, or -1 after saying why. */
 static int compile(compiler *c, json_t *s, const char *ptr)
 {
+	if (json_is_object(s) && json_object_get(s, "$ref"))
+		return compile_ref(c, s, ptr);
 	if (c->n == c->cap) {
 		size_t cap = c->cap ? c->cap * 2 : 32;
 		cnode *p = realloc(c->nodes, cap * sizeof *p);
@@ -376,7 +448,7 @@ static int compile(compiler *c, json_t *s, const char *ptr)
 	}
 	json_t *more = json_object_get(s, "additionalProperties");
 	n.closed = json_is_false(more);
-	n.expected = describe(s);
+	n.expected = describe(s, *ptr != '\0'); /* the root's title names the file */
 	if ((n.props = json_object_get(s, "properties"))) {
 		if (!json_is_object(n.props))
 			return bug(c, ptr, "malformed or unsupported value of ", "properties");
@@ -400,6 +472,12 @@ static int compile(compiler *c, json_t *s, const char *ptr)
 	if ((v = json_object_get(s, "items")) &&
 	    (n.items = compile_at(c, v, ptr, "items", NULL)) < 0)
 		return -1;
+	if ((v = json_object_get(s, "not"))) {
+		if (!value_only(v))
+			return bug(c, ptr, "a not with more than assertions on the value", NULL);
+		if ((n.not_ = compile_at(c, v, ptr, "not", NULL)) < 0)
+			return -1;
+	}
 	static const char *const lists[] = {"prefixItems", "allOf"};
 	int **outs[] = {&n.prefix, &n.all};
 	size_t *counts[] = {&n.nprefix, &n.nall};
@@ -456,6 +534,7 @@ static int compile_text(compiler *c, const char *file, const char *text, size_t 
 		fprintf(stderr, "asp-sdkgen: %s:%d:%d: %s\n", file, je.line, je.column, je.text);
 		return -1;
 	}
+	c->root = *doc;
 	return compile(c, *doc, "") < 0 ? -1 : 0;
 }
 
@@ -559,9 +638,9 @@ static void print_sdk_node(const lang *L, FILE *o, const cnode *n)
 	}
 	if (n->closed)
 		put_field(L, o, &first, "closed"), fputs(L->true_, o);
-	const char *subs[] = {"more", "names", "items", "if", "then"};
-	int idx[] = {n->more, n->names, n->items, n->if_, n->then_};
-	for (size_t i = 0; i < 5; i++) {
+	const char *subs[] = {"more", "names", "items", "if", "then", "not"};
+	int idx[] = {n->more, n->names, n->items, n->if_, n->then_, n->not_};
+	for (size_t i = 0; i < 6; i++) {
 		if (idx[i])
 			put_field(L, o, &first, subs[i]), fprintf(o, "%d", idx[i]);
 	}
@@ -660,9 +739,9 @@ static void print_c_node(FILE *o, const cnode *n)
 	}
 	if (n->closed)
 		fputs(".closed = true,\n     ", o);
-	const char *subs[] = {"more", "names", "items", "if_", "then_"};
-	int idx[] = {n->more, n->names, n->items, n->if_, n->then_};
-	for (size_t i = 0; i < 5; i++) {
+	const char *subs[] = {"more", "names", "items", "if_", "then_", "not_"};
+	int idx[] = {n->more, n->names, n->items, n->if_, n->then_, n->not_};
+	for (size_t i = 0; i < 6; i++) {
 		if (idx[i])
 			fprintf(o, ".%s = %d,\n     ", subs[i], idx[i]);
 	}

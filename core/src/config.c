@@ -52,6 +52,9 @@ enum field_kind {
 	F_HOSTKEY,    /* asp_hostkey_check */
 	F_ENV,        /* env, env_count */
 	F_ARGV,       /* stdio.argv, stdio.argc */
+	F_PROXY,      /* ssh.proxy_command, proxy_command_argc: strings as written */
+	F_JUMP,       /* ssh.jump, jump_count (after the keys a hop inherits) */
+	F_HEADERS,    /* http.headers, header_count */
 };
 
 #define AT(member) offsetof(asp_config_view, member)
@@ -79,12 +82,17 @@ static const struct field {
     {"ssh.strict_host_key_checking", F_HOSTKEY, AT(ssh.strict_host_key_checking)},
     {"ssh.connect_timeout_ms", F_UINT, AT(ssh.connect_timeout_ms)},
     {"ssh.agent", F_STRING, AT(ssh.agent)},
+    {"ssh.proxy_command", F_PROXY, 0},
+    {"ssh.config_host", F_STRING, AT(ssh.config_host)},
+    {"ssh.config_file", F_LOCAL_PATH, AT(ssh.config_file)},
+    {"ssh.jump", F_JUMP, 0},
     {"stdio.command", F_ARGV, 0},
     {"http.url", F_STRING, AT(http.url)},
     {"http.token_env", F_STRING, AT(http.token_env)},
     {"http.token_file", F_LOCAL_PATH, AT(http.token_file)},
     {"http.ca_file", F_LOCAL_PATH, AT(http.ca_file)},
     {"http.websocket", F_WEBSOCKET, AT(http.websocket)},
+    {"http.headers", F_HEADERS, 0},
     {"workspace.local", F_LOCAL_PATH, AT(workspace.local)},
     {"workspace.sandbox", F_STRING, AT(workspace.sandbox)},
 };
@@ -273,6 +281,153 @@ static asp_status build_env(asp_cs_ctx *v, asp_config *cfg, json_t *obj)
 	return ASP_OK;
 }
 
+static asp_status store_value(asp_cs_ctx *v, enum field_kind k, const char *path, json_t *val,
+                              void *dst, asp_config *cfg, const char *base);
+
+/* An array of strings as written, NULL after the last. */
+static asp_status build_strings(asp_cs_ctx *v, asp_config *cfg, json_t *arr,
+                                const char *const **out, size_t *count)
+{
+	size_t n = json_array_size(arr);
+	const char **list = asp_arena_alloc(cfg->arena, (n + 1) * sizeof *list);
+	if (!list)
+		return out_of_memory(v->err);
+	for (size_t i = 0; i < n; i++) {
+		json_t *s = json_array_get(arr, i);
+		if (!json_is_string(s))
+			return view_bug(v->err, "an array of strings");
+		if (!(list[i] = copy(cfg->arena, s)))
+			return out_of_memory(v->err);
+	}
+	list[n] = NULL;
+	*out = list;
+	*count = n;
+	return ASP_OK;
+}
+
+static asp_status build_headers(asp_cs_ctx *v, asp_config *cfg, json_t *obj)
+{
+	size_t n = json_object_size(obj), i = 0;
+	asp_config_header *h = asp_arena_alloc(cfg->arena, (n ? n : 1) * sizeof *h);
+	if (!h)
+		return out_of_memory(v->err);
+	for (void *it = json_object_iter(obj); it; it = json_object_iter_next(obj, it), i++) {
+		const char *key = json_object_iter_key(it);
+		json_t *val = json_object_iter_value(it), *env = json_object_get(val, "env");
+		h[i] = (asp_config_header){.name = asp_arena_strndup(cfg->arena, key, strlen(key))};
+		if (json_is_string(val))
+			h[i].value = copy(cfg->arena, val);
+		else if (json_is_string(env))
+			h[i].env = copy(cfg->arena, env);
+		else
+			return view_bug(v->err, "http.headers");
+		if (!h[i].name || (!h[i].value && !h[i].env))
+			return out_of_memory(v->err);
+	}
+	cfg->view.http.headers = h;
+	cfg->view.http.header_count = n;
+	return ASP_OK;
+}
+
+/* The keys of a hop written as an object, where they land in its asp_config_ssh. */
+#define HOP(member) offsetof(asp_config_ssh, member)
+static const struct field hop_fields[] = {
+    {"host", F_STRING, HOP(host)},
+    {"port", F_UINT, HOP(port)},
+    {"user", F_STRING, HOP(user)},
+    {"identity_file", F_LOCAL_PATH, HOP(identity_file)},
+    {"identity_env", F_STRING, HOP(identity_env)},
+    {"password_env", F_STRING, HOP(password_env)},
+    {"known_hosts", F_LOCAL_PATH, HOP(known_hosts)},
+    {"host_key_sha256", F_STRING, HOP(host_key_sha256)},
+    {"host_key", F_STRING, HOP(host_key)},
+    {"strict_host_key_checking", F_HOSTKEY, HOP(strict_host_key_checking)},
+    {"connect_timeout_ms", F_UINT, HOP(connect_timeout_ms)},
+};
+#undef HOP
+
+/* "[user@]host[:port]" (host may be "[v6 address]"): config_host, user, port. */
+static asp_status parse_hop_string(asp_cs_ctx *v, asp_config *cfg, const char *z,
+                                   asp_config_ssh *hop)
+{
+	const char *at = strrchr(z, '@'), *h = at ? at + 1 : z, *end;
+	if (at && !(hop->user = asp_arena_strndup(cfg->arena, z, (size_t)(at - z))))
+		return out_of_memory(v->err);
+	const char *colon;
+	if (*h == '[') {
+		end = strchr(h, ']');
+		colon = end && end[1] == ':' ? end + 1 : NULL;
+		h++;
+	} else {
+		colon = strchr(h, ':');
+		end = colon ? colon : h + strlen(h);
+	}
+	if (colon) {
+		unsigned long port = strtoul(colon + 1, NULL, 10);
+		if (port < 1 || port > 65535)
+			return asp_cs_fail(v, ASP_CS_AT_VALUE, "port %s is not between 1 and 65535",
+			                   colon + 1);
+		hop->port = (unsigned)port;
+	}
+	if (!end || end == h)
+		return asp_cs_fail(v, ASP_CS_AT_VALUE, "no host name in \"%s\"", z);
+	hop->config_host = asp_arena_strndup(cfg->arena, h, (size_t)(end - h));
+	return hop->config_host ? ASP_OK : out_of_memory(v->err);
+}
+
+/* A hop takes what it lacks of these from the ssh section. */
+static void hop_inherit(asp_config_ssh *hop, const asp_config_ssh *ssh, json_t *obj)
+{
+	if (!json_object_get(obj, "identity_file") && !json_object_get(obj, "identity_env")) {
+		hop->identity_file = ssh->identity_file;
+		hop->identity_env = ssh->identity_env;
+	}
+	if (!json_object_get(obj, "known_hosts"))
+		hop->known_hosts = ssh->known_hosts;
+	if (!json_object_get(obj, "strict_host_key_checking"))
+		hop->strict_host_key_checking = ssh->strict_host_key_checking;
+	if (!json_object_get(obj, "connect_timeout_ms"))
+		hop->connect_timeout_ms = ssh->connect_timeout_ms;
+}
+
+static asp_status build_jump(asp_cs_ctx *v, asp_config *cfg, json_t *arr, const char *base)
+{
+	size_t n = json_array_size(arr);
+	asp_config_ssh *hops = asp_arena_alloc(cfg->arena, (n ? n : 1) * sizeof *hops);
+	if (!hops)
+		return out_of_memory(v->err);
+	asp_status st = ASP_OK;
+	for (size_t i = 0; st == ASP_OK && i < n; i++) {
+		json_t *e = json_array_get(arr, i);
+		hops[i] = (asp_config_ssh){0};
+		asp_cs_push_index(v, i);
+		if (json_is_string(e)) {
+			st = parse_hop_string(v, cfg, json_string_value(e), &hops[i]);
+		} else if (json_is_object(e)) {
+			for (size_t k = 0;
+			     st == ASP_OK && k < sizeof hop_fields / sizeof *hop_fields; k++) {
+				json_t *val = json_object_get(e, hop_fields[k].path);
+				if (!val)
+					continue;
+				asp_cs_push_key(v, hop_fields[k].path);
+				st =
+				    store_value(v, hop_fields[k].kind, "ssh.jump", val,
+				                (char *)&hops[i] + hop_fields[k].offset, cfg, base);
+				asp_cs_pop(v);
+			}
+		} else {
+			st = view_bug(v->err, "ssh.jump");
+		}
+		hop_inherit(&hops[i], &cfg->view.ssh, json_is_object(e) ? e : NULL);
+		asp_cs_pop(v);
+	}
+	if (st != ASP_OK)
+		return st;
+	cfg->view.ssh.jump = hops;
+	cfg->view.ssh.jump_count = n;
+	return ASP_OK;
+}
+
 /* A default from the schema as JSON; NULL when there is none or no memory. */
 static json_t *default_value(const char *path)
 {
@@ -320,14 +475,12 @@ static asp_status build_field(asp_cs_ctx *v, const struct field *f, json_t *doc,
 	return st;
 }
 
-static asp_status store_field(asp_cs_ctx *v, const struct field *f, json_t *val, asp_config *cfg,
-                              const char *base)
+/* One value of kind `k` into `dst`; `path` names the key for view_bug. */
+static asp_status store_value(asp_cs_ctx *v, enum field_kind k, const char *path, json_t *val,
+                              void *dst, asp_config *cfg, const char *base)
 {
-	char segs[ASP_CS_MAX_STEPS][64];
-	set_path(v, f->path, segs);
-	void *dst = (char *)&cfg->view + f->offset;
 	json_int_t n = json_integer_value(val);
-	switch (f->kind) {
+	switch (k) {
 	case F_SKIP: return ASP_OK;
 	case F_TRANSPORT:
 		for (size_t i = 0; i < sizeof transports / sizeof *transports; i++) {
@@ -337,29 +490,29 @@ static asp_status store_field(asp_cs_ctx *v, const struct field *f, json_t *val,
 				return ASP_OK;
 			}
 		}
-		return view_bug(v->err, f->path);
+		return view_bug(v->err, path);
 	case F_STRING:
 		if (!json_is_string(val))
-			return view_bug(v->err, f->path);
+			return view_bug(v->err, path);
 		*(const char **)dst = copy(cfg->arena, val);
 		return *(const char **)dst ? ASP_OK : out_of_memory(v->err);
 	case F_LOCAL_PATH:
 		if (!json_is_string(val))
-			return view_bug(v->err, f->path);
+			return view_bug(v->err, path);
 		return local_path(v, cfg->arena, base, json_string_value(val), (const char **)dst);
 	case F_UINT:
 		if (!json_is_integer(val) || n < 0 || (unsigned long long)n > UINT_MAX)
-			return view_bug(v->err, f->path);
+			return view_bug(v->err, path);
 		*(unsigned *)dst = (unsigned)n;
 		return ASP_OK;
 	case F_U64:
 		if (!json_is_integer(val) || n < 0)
-			return view_bug(v->err, f->path);
+			return view_bug(v->err, path);
 		*(uint64_t *)dst = (uint64_t)n;
 		return ASP_OK;
 	case F_WEBSOCKET:
 		if (!json_is_boolean(val))
-			return view_bug(v->err, f->path);
+			return view_bug(v->err, path);
 		*(asp_http_websocket *)dst =
 		    json_is_true(val) ? ASP_HTTP_WS_ONLY : ASP_HTTP_WS_NEVER;
 		return ASP_OK;
@@ -370,14 +523,29 @@ static asp_status store_field(asp_cs_ctx *v, const struct field *f, json_t *val,
 		else if (json_is_string(val) && strcmp(json_string_value(val), "accept-new") == 0)
 			*(asp_hostkey_check *)dst = ASP_HOSTKEY_ACCEPT_NEW;
 		else
-			return view_bug(v->err, f->path);
+			return view_bug(v->err, path);
 		return ASP_OK;
-	case F_ENV: return json_is_object(val) ? build_env(v, cfg, val) : view_bug(v->err, f->path);
+	case F_ENV: return json_is_object(val) ? build_env(v, cfg, val) : view_bug(v->err, path);
 	case F_ARGV:
-		return json_is_array(val) ? build_argv(v, cfg, val, base)
-		                          : view_bug(v->err, f->path);
+		return json_is_array(val) ? build_argv(v, cfg, val, base) : view_bug(v->err, path);
+	case F_PROXY:
+		return json_is_array(val) ? build_strings(v, cfg, val, &cfg->view.ssh.proxy_command,
+		                                          &cfg->view.ssh.proxy_command_argc)
+		                          : view_bug(v->err, path);
+	case F_JUMP:
+		return json_is_array(val) ? build_jump(v, cfg, val, base) : view_bug(v->err, path);
+	case F_HEADERS:
+		return json_is_object(val) ? build_headers(v, cfg, val) : view_bug(v->err, path);
 	}
-	return view_bug(v->err, f->path);
+	return view_bug(v->err, path);
+}
+
+static asp_status store_field(asp_cs_ctx *v, const struct field *f, json_t *val, asp_config *cfg,
+                              const char *base)
+{
+	char segs[ASP_CS_MAX_STEPS][64];
+	set_path(v, f->path, segs);
+	return store_value(v, f->kind, f->path, val, (char *)&cfg->view + f->offset, cfg, base);
 }
 
 /* ---- public entry points ------------------------------------------------------------------ */

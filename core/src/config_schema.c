@@ -202,7 +202,7 @@ static bool matches(const char *pattern, const char *s)
 }
 
 /* The checks on the value itself, all described by the node's one "expected" phrase. */
-static bool value_ok(const asp_cs_node *n, json_t *inst)
+static bool value_ok(const asp_cs_schema *s, const asp_cs_node *n, json_t *inst)
 {
 	if (n->types && !(n->types & type_of(inst)))
 		return false;
@@ -231,7 +231,7 @@ static bool value_ok(const asp_cs_node *n, json_t *inst)
 	if (json_is_array(inst) && n->has_min_items &&
 	    (long long)json_array_size(inst) < n->min_items)
 		return false;
-	return true;
+	return !n->not_ || !value_ok(s, &s->nodes[n->not_], inst);
 }
 
 static const asp_cs_node *prop(const asp_cs_schema *s, const asp_cs_node *n, const char *key)
@@ -270,7 +270,7 @@ static asp_status validate_object(asp_cs_ctx *v, const asp_cs_schema *s, const a
 			json_t *k = json_string(key);
 			if (!k)
 				st = asp_error_set(v->err, ASP_E_INTERNAL, NULL, "out of memory");
-			else if (!value_ok(&s->nodes[n->names], k))
+			else if (!value_ok(s, &s->nodes[n->names], k))
 				st = asp_cs_fail(v, ASP_CS_AT_KEY, "invalid key: expected %s",
 				                 s->nodes[n->names].expected);
 			json_decref(k);
@@ -320,7 +320,7 @@ static asp_status validate(asp_cs_ctx *v, const asp_cs_schema *s, const asp_cs_n
 		return v->cond && *v->cond
 		           ? asp_cs_fail(v, ASP_CS_AT_VALUE, "not allowed when %s", v->cond)
 		           : asp_cs_fail(v, ASP_CS_AT_VALUE, "not allowed here");
-	if (!value_ok(n, inst))
+	if (!value_ok(s, n, inst))
 		return fail_expected(v, n, inst);
 	asp_status st = ASP_OK;
 	if (json_is_object(inst))

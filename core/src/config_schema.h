@@ -53,6 +53,7 @@ typedef struct asp_cs_node {
 	bool closed;            /* "additionalProperties": false */
 	int more, names, items; /* additionalProperties, propertyNames, items */
 	int if_, then_;
+	int not_; /* "not": value assertions the value must fail */
 	const char *const *required;
 	size_t nrequired;
 	const int *prefix, *all; /* prefixItems, allOf */

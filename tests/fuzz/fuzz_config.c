@@ -48,10 +48,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		n += len_of(v->env[i].key) + len_of(v->env[i].value);
 	switch (v->transport) {
 	case ASP_TRANSPORT_SSH:
-		FUZZ_CHECK(v->ssh.host && v->ssh.host[0], "ssh has a host");
+		FUZZ_CHECK((v->ssh.host && v->ssh.host[0]) || v->ssh.config_host,
+		           "ssh has a host, or a Host of the SSH config file");
 		n += len_of(v->ssh.user) + len_of(v->ssh.identity_file) +
 		     len_of(v->ssh.known_hosts) + len_of(v->ssh.host_key_sha256) +
-		     len_of(v->ssh.password_env) + len_of(v->ssh.agent);
+		     len_of(v->ssh.password_env) + len_of(v->ssh.agent) +
+		     len_of(v->ssh.config_file);
+		for (size_t i = 0; i < v->ssh.proxy_command_argc; i++)
+			n += len_of(v->ssh.proxy_command[i]);
+		for (size_t i = 0; i < v->ssh.jump_count; i++) {
+			const asp_config_ssh *h = &v->ssh.jump[i];
+			FUZZ_CHECK(h->host || h->config_host, "a hop has a host");
+			n += len_of(h->host) + len_of(h->config_host) + len_of(h->user) +
+			     len_of(h->identity_file) + len_of(h->known_hosts);
+		}
 		if (v->ssh.identity_file)
 			FUZZ_CHECK(v->ssh.identity_file[0] == '/', "local paths are absolute");
 		break;
@@ -65,6 +75,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(v->http.url && v->http.url[0], "http has a url");
 		n += len_of(v->http.token_env) + len_of(v->http.token_file) +
 		     len_of(v->http.ca_file);
+		for (size_t i = 0; i < v->http.header_count; i++)
+			n += len_of(v->http.headers[i].name) + len_of(v->http.headers[i].value) +
+			     len_of(v->http.headers[i].env);
 		if (v->http.token_file)
 			FUZZ_CHECK(v->http.token_file[0] == '/', "local paths are absolute");
 		break;

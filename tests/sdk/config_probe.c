@@ -4,7 +4,8 @@
  * Python and TypeScript SDKs make of the same file:
  *   {"code": "invalid_argument", "message": "...", "path": "..."}   or
  *   {"view": {"path", "transport", "cwd", "env", "timeout_ms", "call_timeout_ms", "ssh": {...},
- *             "stdio": {"command"}, "http": {...}, "document": the whole file as version 1}}
+ *             "stdio": {"command"}, "http": {..., "headers": [[name, value, env]...]},
+ *             "document": the whole file as version 1}}
  * usage: config_probe [FILE]
  */
 #include "asp/config.h"
@@ -73,6 +74,14 @@ int main(int argc, char **argv)
 		                    v->http.websocket == ASP_HTTP_WS_BOTH
 		                        ? json_null()
 		                        : json_boolean(v->http.websocket == ASP_HTTP_WS_ONLY));
+		json_t *headers = json_array();
+		for (size_t i = 0; i < v->http.header_count; i++) {
+			const asp_config_header *h = &v->http.headers[i];
+			json_array_append_new(headers,
+			                      json_pack("[soo]", h->name, str_or_null(h->value),
+			                                str_or_null(h->env)));
+		}
+		json_object_set_new(http, "headers", headers);
 		json_object_set_new(view, "http", http);
 		json_object_set_new(view, "document", json_loads(asp_config_json(cfg), 0, NULL));
 		json_object_set_new(out, "view", view);

@@ -28,7 +28,8 @@ try {
       path: v.path ?? null, transport: v.transport, cwd: v.cwd ?? null, env: v.env,
       timeout_ms: v.timeout_ms, call_timeout_ms: v.call_timeout_ms, ssh, stdio: { command: v.stdio.command ?? null },
       http: { url: v.http.url ?? null, token_env: v.http.token_env ?? null, token_file: v.http.token_file ?? null,
-        ca_file: v.http.ca_file ?? null, websocket: v.http.websocket ?? null },
+        ca_file: v.http.ca_file ?? null, websocket: v.http.websocket ?? null,
+        headers: v.http.headers.map((h) => [h.name, h.value ?? null, h.env ?? null]) },
       document: plain(v.document),
     },
   };

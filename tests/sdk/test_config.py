@@ -46,6 +46,22 @@ CASES = [
      b'"identity_env":"KEY","host_key":"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5 me@box"}}'),
     ("ssh-identity-user", b'{"version":1,"transport":"ssh","ssh":{"host":"h",'
      b'"identity_file":"~root/id"}}'),
+    # gateways (docs/design.md, ".asp.json")
+    ("http-headers", b'{"version":1,"transport":"http","http":{"url":"http://a",'
+     b'"headers":{"X-Gateway-Token":{"env":"GW"},"Proxy-Authorization":"Bearer x"}}}'),
+    ("http-header-refused", b'{"version":1,"transport":"http","http":{"url":"http://a",'
+     b'"headers":{"Sec-WebSocket-Key":"x"}}}'),
+    ("http-header-crlf", b'{"version":1,"transport":"http","http":{"url":"http://a",'
+     b'"headers":{"X-A":"a\\r\\nB: c"}}}'),
+    ("http-header-env-missing", b'{"version":1,"transport":"http","http":{"url":"http://a",'
+     b'"headers":{"X-A":{}}}}'),
+    ("ssh-gateways", b'{"version":1,"transport":"ssh","ssh":{"config_host":"box",'
+     b'"proxy_command":["ssh","-W","%h:%p","gw"],"jump":["ops@b:2200",{"host":"c"}]}}'),
+    ("ssh-proxy-escape", b'{"version":1,"transport":"ssh","ssh":{"host":"h",'
+     b'"proxy_command":["nc","%h","%P"]}}'),
+    ("ssh-jump-object-key", b'{"version":1,"transport":"ssh","ssh":{"host":"h",'
+     b'"jump":[{"host":"b","jump":[]}]}}'),
+    ("ssh-no-host", b'{"version":1,"transport":"ssh","ssh":{"user":"u"}}'),
     # JSON syntax, as jansson words it
     ("syntax-empty", b""),
     ("syntax-whitespace", b"  \n \n"),

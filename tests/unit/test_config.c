@@ -397,10 +397,11 @@ static void test_ssh_fields(void)
 	    SSH("'hostname': 'x'"),
 	    "/w/.asp.json:6:5: ssh.hostname: unknown key (expected one of: host, port, user, "
 	    "identity_file, identity_env, password_env, known_hosts, host_key_sha256, "
-	    "host_key, strict_host_key_checking, connect_timeout_ms, agent)");
+	    "host_key, strict_host_key_checking, connect_timeout_ms, agent, proxy_command, jump, "
+	    "config_host, config_file)");
 	expect_invalid(
 	    "{\n  'version': 1,\n  'transport': 'ssh',\n  'ssh': {\n    'port': 22\n  }\n}",
-	    "/w/.asp.json:4:10: ssh.host: required key missing when transport is \"ssh\"");
+	    "/w/.asp.json:4:10: ssh.host: required key missing when config_host is absent");
 	expect_invalid("{'version': 1, 'transport': 'ssh'}",
 	               "/w/.asp.json:1:1: ssh: required key missing when transport is \"ssh\"");
 	/* The fingerprint pattern accepts both forms ssh-keygen prints. */
@@ -450,7 +451,7 @@ static void test_http_fields(void)
 	               "/w/.asp.json:6:18: http.token_env: expected a non-empty string, got \"\"");
 	expect_invalid(HTTP("'tokenfile': 'x'"),
 	               "/w/.asp.json:6:5: http.tokenfile: unknown key (expected one of: url, "
-	               "token_env, token_file, ca_file, websocket)");
+	               "token_env, token_file, ca_file, websocket, headers)");
 	expect_invalid(
 	    "{\n  'version': 1,\n  'transport': 'http',\n  'http': {\n    'url': 'ftp://x'\n  }\n}",
 	    "/w/.asp.json:5:12: http.url: expected a string matching ^https?://[^ ]+$, got "
@@ -458,6 +459,123 @@ static void test_http_fields(void)
 	expect_invalid(
 	    "{'version': 1, 'transport': 'http', 'http': {'websocket': true}}",
 	    "/w/.asp.json:1:45: http.url: required key missing when transport is \"http\"");
+}
+
+/* ---- gateways: proxy_command, jump, config_host, http.headers ------------------------------ */
+
+/* What http.headers' names must be, as the schema's title says it. */
+#define HEADER_NAME                                                                                \
+	"an HTTP header name (letters, digits and !#$%&'*+-.^_`|~) that the transport does not "   \
+	"set itself (not Authorization, Host, Connection, Proxy-Connection, Keep-Alive, "          \
+	"Upgrade, TE, Trailer, Transfer-Encoding, Content-Length, Content-Type or "                \
+	"Sec-WebSocket-*)"
+
+static void test_gateway_fields(void)
+{
+	expect_invalid(
+	    SSH("'proxy_command': []"),
+	    "/w/.asp.json:6:22: ssh.proxy_command: expected a non-empty array of strings, got []");
+	expect_invalid(SSH("'proxy_command': ['ssh', '-W', '%h:%x']"),
+	               "/w/.asp.json:6:36: ssh.proxy_command[2]: expected a string whose only % "
+	               "escapes are %h, %p, %r, %n and %%, got \"%h:%x\"");
+	expect_invalid(SSH("'proxy_command': ['nc', '%']"),
+	               "/w/.asp.json:6:29: ssh.proxy_command[1]: expected a string whose only % "
+	               "escapes are %h, %p, %r, %n and %%, got \"%\"");
+	expect_invalid(SSH("'jump': []"),
+	               "/w/.asp.json:6:13: ssh.jump: expected a non-empty array, got []");
+	expect_invalid(SSH("'jump': ['a@b@c']"),
+	               "/w/.asp.json:6:14: ssh.jump[0]: expected a jump host: "
+	               "\"[user@]host[:port]\" (host may name a Host of the SSH config file) or an "
+	               "object with host and the other connection keys, got \"a@b@c\"");
+	expect_invalid(SSH("'jump': ['bastion:99999']"),
+	               "/w/.asp.json:6:14: ssh.jump[0]: port 99999 is not between 1 and 65535");
+	expect_invalid(SSH("'jump': [{'port': 22}]"),
+	               "/w/.asp.json:6:14: ssh.jump[0].host: required key missing");
+	expect_invalid(SSH("'jump': [{'host': 'b', 'agent': '/x'}]"),
+	               "/w/.asp.json:6:28: ssh.jump[0].agent: unknown key (expected one of: host, "
+	               "port, user, identity_file, identity_env, password_env, known_hosts, "
+	               "host_key_sha256, host_key, strict_host_key_checking, connect_timeout_ms)");
+	expect_invalid(
+	    SSH("'jump': [{'host': 'b', 'port': 0}]"),
+	    "/w/.asp.json:6:36: ssh.jump[0].port: expected an integer from 1 to 65535, got 0");
+	expect_invalid(SSH("'config_host': ''"),
+	               "/w/.asp.json:6:20: ssh.config_host: expected a non-empty string, got \"\"");
+	expect_invalid(
+	    "{'version': 1, 'transport': 'ssh', 'ssh': {'config_file': 'c'}}",
+	    "/w/.asp.json:1:43: ssh.host: required key missing when config_host is absent");
+	expect_invalid(
+	    HTTP("'headers': {'Authorization': 'x'}"),
+	    "/w/.asp.json:6:17: http.headers.Authorization: invalid key: expected " HEADER_NAME "");
+	expect_invalid(HTTP("'headers': {'sec-websocket-protocol': 'x'}"),
+	               "/w/.asp.json:6:17: http.headers.sec-websocket-protocol: invalid key: "
+	               "expected " HEADER_NAME "");
+	expect_invalid(
+	    HTTP("'headers': {'X Token': 'x'}"),
+	    "/w/.asp.json:6:17: http.headers[\"X Token\"]: invalid key: expected " HEADER_NAME "");
+	expect_invalid(HTTP("'headers': {'X-Token': 'a\\r\\nHost: evil'}"),
+	               "/w/.asp.json:6:28: http.headers.X-Token: expected a header value (text "
+	               "without control characters) or {\"env\": NAME}, got \"a\\r\\nHost: evil\"");
+	expect_invalid(
+	    HTTP("'headers': {'X-Token': {'file': 'x'}}"),
+	    "/w/.asp.json:6:29: http.headers.X-Token.file: unknown key (expected one of: env)");
+	expect_invalid(HTTP("'headers': {'X-Token': {}}"),
+	               "/w/.asp.json:6:28: http.headers.X-Token.env: required key missing");
+	expect_invalid(HTTP("'headers': {'X-Token': 5}"),
+	               "/w/.asp.json:6:28: http.headers.X-Token: expected a header value (text "
+	               "without control characters) or {\"env\": NAME}, got 5");
+	/* What each accepts. */
+	asp_config_free(parse_ok(SSH("'proxy_command': ['sh', '-c', 'nc %h %p # 100%% %r %n']")));
+	asp_config_free(parse_ok(SSH("'jump': ['u@[::1]:2222', 'b', {'host': 'c'}]")));
+	asp_config_free(
+	    parse_ok("{'version': 1, 'transport': 'ssh', 'ssh': {'config_host': 'c'}}"));
+	asp_config_free(parse_ok(HTTP("'headers': {'X-Gateway-Token': {'env': 'T'}, "
+	                              "'Proxy-Authorization': 'Bearer x', 'Hostname': ''}")));
+}
+
+static void test_gateway_view(void)
+{
+	asp_config *cfg = parse_ok(
+	    "{'version': 1, 'transport': 'ssh', 'ssh': {'host': 't', 'identity_file': 'k', "
+	    "'connect_timeout_ms': 700, 'strict_host_key_checking': 'accept-new', "
+	    "'proxy_command': ['ssh', '-W', '%h:%p', 'gw'], 'config_host': 'alias', "
+	    "'config_file': 'sshconf', "
+	    "'jump': ['ops@bastion:2200', '[fe80::1]', {'host': 'inner', 'user': 'u', 'port': 22, "
+	    "'known_hosts': 'kh2', 'strict_host_key_checking': false}]}, "
+	    "'http': {'url': 'http://x', 'headers': {'X-A': 'one', 'X-B': {'env': 'B_TOKEN'}}}}");
+	const asp_config_view *v = asp_config_get(cfg);
+	CU_ASSERT_EQUAL_FATAL(v->ssh.proxy_command_argc, 4);
+	CU_ASSERT_STRING_EQUAL(v->ssh.proxy_command[2], "%h:%p"); /* expanded when connecting */
+	CU_ASSERT_PTR_NULL(v->ssh.proxy_command[4]);
+	CU_ASSERT_STRING_EQUAL(v->ssh.config_host, "alias");
+	CU_ASSERT_STRING_EQUAL(v->ssh.config_file, "/w/sshconf");
+	CU_ASSERT_EQUAL_FATAL(v->ssh.jump_count, 3);
+	const asp_config_ssh *j = v->ssh.jump;
+	CU_ASSERT_STRING_EQUAL(j[0].config_host, "bastion");
+	CU_ASSERT_PTR_NULL(j[0].host);
+	CU_ASSERT_STRING_EQUAL(j[0].user, "ops");
+	CU_ASSERT_EQUAL(j[0].port, 2200);
+	CU_ASSERT_STRING_EQUAL(j[0].identity_file, "/w/k"); /* inherited */
+	CU_ASSERT_EQUAL(j[0].connect_timeout_ms, 700);
+	CU_ASSERT_EQUAL(j[0].strict_host_key_checking, ASP_HOSTKEY_ACCEPT_NEW);
+	CU_ASSERT_STRING_EQUAL(j[1].config_host, "fe80::1");
+	CU_ASSERT_PTR_NULL(j[1].user);
+	CU_ASSERT_EQUAL(j[1].port, 0);
+	CU_ASSERT_PTR_NULL(j[2].config_host);
+	CU_ASSERT_STRING_EQUAL(j[2].host, "inner");
+	CU_ASSERT_STRING_EQUAL(j[2].user, "u");
+	CU_ASSERT_EQUAL(j[2].port, 22);
+	CU_ASSERT_STRING_EQUAL(j[2].known_hosts, "/w/kh2");
+	CU_ASSERT_EQUAL(j[2].strict_host_key_checking, ASP_HOSTKEY_ANY);
+	CU_ASSERT_STRING_EQUAL(j[2].identity_file, "/w/k");
+	CU_ASSERT_EQUAL(j[2].jump_count, 0);
+	CU_ASSERT_EQUAL_FATAL(v->http.header_count, 2);
+	CU_ASSERT_STRING_EQUAL(v->http.headers[0].name, "X-A");
+	CU_ASSERT_STRING_EQUAL(v->http.headers[0].value, "one");
+	CU_ASSERT_PTR_NULL(v->http.headers[0].env);
+	CU_ASSERT_STRING_EQUAL(v->http.headers[1].name, "X-B");
+	CU_ASSERT_PTR_NULL(v->http.headers[1].value);
+	CU_ASSERT_STRING_EQUAL(v->http.headers[1].env, "B_TOKEN");
+	asp_config_free(cfg);
 }
 
 static void test_positions(void)
@@ -540,7 +658,7 @@ static void test_load_errors(void)
 	CU_ASSERT_EQUAL_FATAL(chdir(scratch), 0);
 	CU_ASSERT_EQUAL(asp_config_load("d/.asp.json", &cfg, &err), ASP_E_INVALID_ARGUMENT);
 	snprintf(want, sizeof want,
-	         "%s:4:10: ssh.host: required key missing when transport is \"ssh\"",
+	         "%s:4:10: ssh.host: required key missing when config_host is absent",
 	         at("d/.asp.json"));
 	CU_ASSERT_STRING_EQUAL(err.message, want);
 	CU_ASSERT_STRING_EQUAL(err.path, at("d/.asp.json"));
@@ -565,15 +683,21 @@ static void test_defaults(void)
 	CU_ASSERT_EQUAL(v->env_count, 0);
 	CU_ASSERT_EQUAL(v->timeout_ms, 0);
 	CU_ASSERT_STRING_EQUAL(v->ssh.host, "box");
-	CU_ASSERT_EQUAL(v->ssh.port, 22);
+	CU_ASSERT_EQUAL(v->ssh.port, 0); /* 22 unless config_host's file says otherwise */
 	CU_ASSERT_PTR_NULL(v->ssh.user);
 	CU_ASSERT_PTR_NULL(v->ssh.identity_file);
 	CU_ASSERT_PTR_NULL(v->ssh.password_env);
-	CU_ASSERT_STRING_EQUAL(v->ssh.known_hosts, kh);
+	CU_ASSERT_PTR_NULL(v->ssh.known_hosts); /* ~/.ssh/known_hosts, as for port */
 	CU_ASSERT_PTR_NULL(v->ssh.host_key_sha256);
 	CU_ASSERT_EQUAL(v->ssh.strict_host_key_checking, ASP_HOSTKEY_STRICT);
 	CU_ASSERT_EQUAL(v->ssh.connect_timeout_ms, 10000);
 	CU_ASSERT_PTR_NULL(v->ssh.agent);
+	CU_ASSERT_PTR_NULL(v->ssh.proxy_command);
+	CU_ASSERT_EQUAL(v->ssh.jump_count, 0);
+	CU_ASSERT_PTR_NULL(v->ssh.config_host);
+	snprintf(kh, sizeof kh, "%s/.ssh/config", getenv("HOME"));
+	CU_ASSERT_STRING_EQUAL(v->ssh.config_file, kh);
+	CU_ASSERT_EQUAL(v->http.header_count, 0);
 	CU_ASSERT_PTR_NULL(v->stdio.argv);
 	CU_ASSERT_EQUAL(v->stdio.argc, 0);
 	CU_ASSERT_PTR_NULL(v->http.url);
@@ -586,9 +710,10 @@ static void test_defaults(void)
 	json_t *ssh = json_object_get(json_object_get(schema, "properties"), "ssh");
 	json_t *props = json_object_get(ssh, "properties");
 #define DEFAULT(name) json_object_get(json_object_get(props, name), "default")
-	CU_ASSERT_EQUAL(json_integer_value(DEFAULT("port")), 22);
+	CU_ASSERT_PTR_NULL(DEFAULT("port"));
 	CU_ASSERT_EQUAL(json_integer_value(DEFAULT("connect_timeout_ms")), 10000);
-	CU_ASSERT_STRING_EQUAL(json_string_value(DEFAULT("known_hosts")), "~/.ssh/known_hosts");
+	CU_ASSERT_PTR_NULL(DEFAULT("known_hosts"));
+	CU_ASSERT_STRING_EQUAL(json_string_value(DEFAULT("config_file")), "~/.ssh/config");
 	CU_ASSERT_TRUE(json_is_true(DEFAULT("strict_host_key_checking")));
 	CU_ASSERT_TRUE(json_is_null(DEFAULT("agent")));
 #undef DEFAULT
@@ -813,7 +938,10 @@ static void test_secret_file(void)
 
 /* ---- the schema itself ------------------------------------------------------------------- */
 
-/* Every property is described and every object with fixed keys refuses others. */
+/*
+ * Every property is described (a "$ref" by what it points at) and every object with fixed
+ * keys refuses others.
+ */
 static void check_schema_node(json_t *s, const char *where)
 {
 	if (!json_is_object(s))
@@ -830,7 +958,8 @@ static void check_schema_node(json_t *s, const char *where)
 		json_t *p = json_object_iter_value(it);
 		char sub[512];
 		snprintf(sub, sizeof sub, "%s.%s", where, name);
-		if (structural && !json_is_string(json_object_get(p, "description"))) {
+		if (structural && !json_is_string(json_object_get(p, "description")) &&
+		    !json_is_string(json_object_get(p, "$ref"))) {
 			fprintf(stderr, "\n  %s has no description\n", sub);
 			CU_FAIL("description");
 		}
@@ -881,6 +1010,8 @@ int main(void)
 	    {"ssh fields", test_ssh_fields},
 	    {"stdio fields", test_stdio_fields},
 	    {"http fields", test_http_fields},
+	    {"gateway fields", test_gateway_fields},
+	    {"gateway view", test_gateway_view},
 	    {"positions", test_positions},
 	    {"hostile values", test_hostile_values},
 	    {"load errors", test_load_errors},

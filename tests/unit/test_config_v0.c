@@ -64,12 +64,12 @@ static void test_minimal_file_trusts_on_first_use(void)
 	          &err);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
 	const asp_config_view *v = asp_config_get(cfg);
-	CU_ASSERT_EQUAL(v->ssh.port, 22);
+	CU_ASSERT_EQUAL(v->ssh.port, 0); /* the transport's 22 */
 	CU_ASSERT_STRING_EQUAL(v->ssh.identity_env, "K");
 	CU_ASSERT_PTR_NULL(v->ssh.identity_file);
 	CU_ASSERT_PTR_NULL(v->ssh.host_key);
 	CU_ASSERT_EQUAL(v->ssh.strict_host_key_checking, ASP_HOSTKEY_ACCEPT_NEW);
-	CU_ASSERT_PTR_NOT_NULL(v->ssh.known_hosts); /* the default ~/.ssh/known_hosts */
+	CU_ASSERT_PTR_NULL(v->ssh.known_hosts); /* the transport's ~/.ssh/known_hosts */
 	CU_ASSERT_PTR_NULL(v->cwd);
 	asp_config_free(cfg);
 }

@@ -88,6 +88,23 @@ typedef struct asp_config_ssh {
 	asp_hostkey_check strict_host_key_checking;
 	unsigned connect_timeout_ms;
 	const char *agent; /* NULL, a path in the sandbox, or "upload" */
+	/*
+	 * Gateways (docs/design.md, ".asp.json"). port is 0 and known_hosts NULL when neither
+	 * is given (the transport then uses 22 and ~/.ssh/known_hosts, unless config_host's
+	 * file names them). proxy_command is the argv as written, its % escapes expanded only
+	 * when connecting. jump lists the hops in order: a hop written as an object has its
+	 * own keys, and those of identity_file, identity_env, known_hosts,
+	 * strict_host_key_checking and connect_timeout_ms it lacks from this section; a hop
+	 * written as "[user@]host[:port]" has config_host set to host (looked up in
+	 * config_file when connecting), user and port when given, and the same inherited
+	 * keys. A hop's own proxy_command, jump and agent are never set.
+	 */
+	const char *const *proxy_command; /* proxy_command_argc strings, then NULL */
+	size_t proxy_command_argc;
+	const struct asp_config_ssh *jump;
+	size_t jump_count;
+	const char *config_host;
+	const char *config_file; /* absolute: ~/.ssh/config when not given */
 } asp_config_ssh;
 
 typedef struct asp_config_stdio {
@@ -106,12 +123,21 @@ typedef enum asp_http_websocket {
 	ASP_HTTP_WS_NEVER = 2, /* false: every call a POST; nothing streams */
 } asp_http_websocket;
 
+/* One of http.headers: `value` as written, or `env` naming the variable that holds it. */
+typedef struct asp_config_header {
+	const char *name;
+	const char *value;
+	const char *env;
+} asp_config_header;
+
 typedef struct asp_config_http {
 	const char *url;
 	const char *token_env;
 	const char *token_file;
 	const char *ca_file;
 	asp_http_websocket websocket;
+	const asp_config_header *headers; /* header_count entries, in file order */
+	size_t header_count;
 } asp_config_http;
 
 /*

@@ -667,11 +667,10 @@ const CONFIG_SCHEMA =
   "          \"minLength\": 1\n" +
   "        },\n" +
   "        \"port\": {\n" +
-  "          \"description\": \"TCP port of the sshd.\",\n" +
+  "          \"description\": \"TCP port of the sshd; 22 when neither this file nor the SSH config file (config_host) gives one.\",\n" +
   "          \"type\": \"integer\",\n" +
   "          \"minimum\": 1,\n" +
-  "          \"maximum\": 65535,\n" +
-  "          \"default\": 22\n" +
+  "          \"maximum\": 65535\n" +
   "        },\n" +
   "        \"user\": {\n" +
   "          \"description\": \"Login name; the local user name when absent.\",\n" +
@@ -694,10 +693,9 @@ const CONFIG_SCHEMA =
   "          \"minLength\": 1\n" +
   "        },\n" +
   "        \"known_hosts\": {\n" +
-  "          \"description\": \"Local known_hosts file used to verify the host key; not consulted when host_key_sha256 is set.\",\n" +
+  "          \"description\": \"Local known_hosts file used to verify the host key; not consulted when host_key_sha256 or host_key is set. ~/.ssh/known_hosts when neither this file nor the SSH config file (UserKnownHostsFile) names one.\",\n" +
   "          \"type\": \"string\",\n" +
-  "          \"minLength\": 1,\n" +
-  "          \"default\": \"~/.ssh/known_hosts\"\n" +
+  "          \"minLength\": 1\n" +
   "        },\n" +
   "        \"host_key_sha256\": {\n" +
   "          \"description\": \"The only host key accepted, as its SHA256 fingerprint (the form ssh-keygen -l prints).\",\n" +
@@ -726,6 +724,52 @@ const CONFIG_SCHEMA =
   "          \"type\": [\"null\", \"string\"],\n" +
   "          \"minLength\": 1,\n" +
   "          \"default\": null\n" +
+  "        },\n" +
+  "        \"proxy_command\": {\n" +
+  "          \"description\": \"A local command whose stdin and stdout carry the SSH connection instead of a TCP connection (as OpenSSH's ProxyCommand, without a shell): ssh -W %h:%p bastion, socat - TCP:%h:%p, websocat, a cloud tunnel. In each argument %h, %p and %r become the host, port and user it reaches (the first jump host when jump is given, else the sandbox), %n the host as this file names it, %% a %. Its stderr's last line is quoted when the connection fails.\",\n" +
+  "          \"type\": \"array\",\n" +
+  "          \"minItems\": 1,\n" +
+  "          \"items\": {\n" +
+  "            \"title\": \"a string whose only % escapes are %h, %p, %r, %n and %%\",\n" +
+  "            \"type\": \"string\",\n" +
+  "            \"pattern\": \"^([^%]|%[hprn%])*$\"\n" +
+  "          }\n" +
+  "        },\n" +
+  "        \"jump\": {\n" +
+  "          \"description\": \"Jump hosts (OpenSSH's ProxyJump), reached in order, each through a direct-tcpip channel of the one before; the connection to the sandbox goes through the last. Host keys are verified at every hop. A hop missing identity_file, identity_env, known_hosts, strict_host_key_checking or connect_timeout_ms takes the sandbox's.\",\n" +
+  "          \"type\": \"array\",\n" +
+  "          \"minItems\": 1,\n" +
+  "          \"items\": {\n" +
+  "            \"title\": \"a jump host: \\\"[user@]host[:port]\\\" (host may name a Host of the SSH config file) or an object with host and the other connection keys\",\n" +
+  "            \"type\": [\"string\", \"object\"],\n" +
+  "            \"pattern\": \"^([^@]+@)?(\\\\[[0-9A-Fa-f:.]+\\\\]|[^@:]+)(:[0-9]{1,5})?$\",\n" +
+  "            \"additionalProperties\": false,\n" +
+  "            \"required\": [\"host\"],\n" +
+  "            \"properties\": {\n" +
+  "              \"host\": {\"$ref\": \"#/properties/ssh/properties/host\"},\n" +
+  "              \"port\": {\"$ref\": \"#/properties/ssh/properties/port\"},\n" +
+  "              \"user\": {\"$ref\": \"#/properties/ssh/properties/user\"},\n" +
+  "              \"identity_file\": {\"$ref\": \"#/properties/ssh/properties/identity_file\"},\n" +
+  "              \"identity_env\": {\"$ref\": \"#/properties/ssh/properties/identity_env\"},\n" +
+  "              \"password_env\": {\"$ref\": \"#/properties/ssh/properties/password_env\"},\n" +
+  "              \"known_hosts\": {\"$ref\": \"#/properties/ssh/properties/known_hosts\"},\n" +
+  "              \"host_key_sha256\": {\"$ref\": \"#/properties/ssh/properties/host_key_sha256\"},\n" +
+  "              \"host_key\": {\"$ref\": \"#/properties/ssh/properties/host_key\"},\n" +
+  "              \"strict_host_key_checking\": {\"$ref\": \"#/properties/ssh/properties/strict_host_key_checking\"},\n" +
+  "              \"connect_timeout_ms\": {\"$ref\": \"#/properties/ssh/properties/connect_timeout_ms\"}\n" +
+  "            }\n" +
+  "          }\n" +
+  "        },\n" +
+  "        \"config_host\": {\n" +
+  "          \"description\": \"A Host of the SSH config file (config_file) whose HostName, Port, User, IdentityFile, ProxyCommand, ProxyJump and UserKnownHostsFile fill what this section does not set (proxy_command and jump together count as one setting: either replaces both of the file's). host is then optional (the Host's HostName, else its name).\",\n" +
+  "          \"type\": \"string\",\n" +
+  "          \"minLength\": 1\n" +
+  "        },\n" +
+  "        \"config_file\": {\n" +
+  "          \"description\": \"The SSH config file config_host and jump host names are looked up in; only this file is read (not /etc/ssh/ssh_config).\",\n" +
+  "          \"type\": \"string\",\n" +
+  "          \"minLength\": 1,\n" +
+  "          \"default\": \"~/.ssh/config\"\n" +
   "        }\n" +
   "      }\n" +
   "    },\n" +
@@ -780,6 +824,29 @@ const CONFIG_SCHEMA =
   "        \"websocket\": {\n" +
   "          \"description\": \"Absent: calls and bulk data go over POST and a process's output over a WebSocket opened when the first spawn or attach needs it. true: every call over one WebSocket (pipelined). false: every call a POST, and nothing streams (spawn and attach cannot follow output).\",\n" +
   "          \"type\": \"boolean\"\n" +
+  "        },\n" +
+  "        \"headers\": {\n" +
+  "          \"description\": \"HTTP headers sent with every request and the WebSocket upgrade, for a gateway in front of asp-agent --listen (a service token). A value is the header's text or {\\\"env\\\": NAME}, a local environment variable holding it. Headers the transport sets itself are refused: Authorization (token_env, token_file), Host, Content-Type, Content-Length, the hop-by-hop ones and Sec-WebSocket-*.\",\n" +
+  "          \"type\": \"object\",\n" +
+  "          \"propertyNames\": {\n" +
+  "            \"title\": \"an HTTP header name (letters, digits and !#$%&'*+-.^_`|~) that the transport does not set itself (not Authorization, Host, Connection, Proxy-Connection, Keep-Alive, Upgrade, TE, Trailer, Transfer-Encoding, Content-Length, Content-Type or Sec-WebSocket-*)\",\n" +
+  "            \"pattern\": \"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$\",\n" +
+  "            \"not\": {\"pattern\": \"^([Aa][Uu][Tt][Hh][Oo][Rr][Ii][Zz][Aa][Tt][Ii][Oo][Nn]|[Hh][Oo][Ss][Tt]|[Cc][Oo][Nn][Nn][Ee][Cc][Tt][Ii][Oo][Nn]|[Pp][Rr][Oo][Xx][Yy]-[Cc][Oo][Nn][Nn][Ee][Cc][Tt][Ii][Oo][Nn]|[Kk][Ee][Ee][Pp]-[Aa][Ll][Ii][Vv][Ee]|[Uu][Pp][Gg][Rr][Aa][Dd][Ee]|[Tt][Ee]|[Tt][Rr][Aa][Ii][Ll][Ee][Rr]|[Tt][Rr][Aa][Nn][Ss][Ff][Ee][Rr]-[Ee][Nn][Cc][Oo][Dd][Ii][Nn][Gg]|[Cc][Oo][Nn][Tt][Ee][Nn][Tt]-[Ll][Ee][Nn][Gg][Tt][Hh]|[Cc][Oo][Nn][Tt][Ee][Nn][Tt]-[Tt][Yy][Pp][Ee]|[Ss][Ee][Cc]-[Ww][Ee][Bb][Ss][Oo][Cc][Kk][Ee][Tt]-.*)$\"}\n" +
+  "          },\n" +
+  "          \"additionalProperties\": {\n" +
+  "            \"title\": \"a header value (text without control characters) or {\\\"env\\\": NAME}\",\n" +
+  "            \"type\": [\"string\", \"object\"],\n" +
+  "            \"pattern\": \"^[^\\u0001-\\u0008\\u000a-\\u001f\\u007f]*$\",\n" +
+  "            \"additionalProperties\": false,\n" +
+  "            \"required\": [\"env\"],\n" +
+  "            \"properties\": {\n" +
+  "              \"env\": {\n" +
+  "                \"description\": \"Name of a local environment variable holding the header's value.\",\n" +
+  "                \"type\": \"string\",\n" +
+  "                \"minLength\": 1\n" +
+  "              }\n" +
+  "            }\n" +
+  "          }\n" +
   "        }\n" +
   "      }\n" +
   "    }\n" +
@@ -792,7 +859,12 @@ const CONFIG_SCHEMA =
   "      },\n" +
   "      \"then\": {\n" +
   "        \"required\": [\"ssh\"],\n" +
-  "        \"properties\": {\"ssh\": {\"required\": [\"host\"]}}\n" +
+  "        \"properties\": {\n" +
+  "          \"ssh\": {\n" +
+  "            \"if\": {\"properties\": {\"config_host\": false}},\n" +
+  "            \"then\": {\"required\": [\"host\"]}\n" +
+  "          }\n" +
+  "        }\n" +
   "      }\n" +
   "    },\n" +
   "    {\n" +

@@ -52,7 +52,8 @@ _FIELDS = (
     ("ssh.connect_timeout_ms", "uint"), ("ssh.agent", "string"),
     ("stdio.command", "argv"), ("http.url", "string"), ("http.token_env", "string"),
     ("http.token_file", "local_path"), ("http.ca_file", "local_path"),
-    ("http.websocket", "bool"), ("workspace.local", "local_path"),
+    ("http.websocket", "bool"), ("http.headers", "headers"),
+    ("workspace.local", "local_path"),
     ("workspace.sandbox", "string"),
 )
 _TRANSPORTS = ("stdio", "ssh", "http")
@@ -187,6 +188,8 @@ class Config:
         self.http_token_file = None
         self.http_ca_file = None
         self.http_websocket = None  # absent: POST and a WebSocket for streams
+        # http.headers in file order: (name, value, env), one of value and env None
+        self.http_headers = []
         # the harness's directory (absolute) and the sandbox directory it stands for, keys
         # "local" and "sandbox" when set (asp.Workspace maps between them)
         self.workspace = {}
@@ -200,7 +203,8 @@ class Config:
             "ssh": dict(self.ssh), "stdio": {"command": self.stdio_command},
             "http": {"url": self.http_url, "token_env": self.http_token_env,
                      "token_file": self.http_token_file, "ca_file": self.http_ca_file,
-                     "websocket": self.http_websocket},
+                     "websocket": self.http_websocket,
+                     "headers": [list(h) for h in self.http_headers]},
         }
 
 
@@ -248,6 +252,16 @@ def _build_field(v, path, kind, doc, cfg, base):
         if not isinstance(val, dict) or not all(isinstance(x, str) for x in val.values()):
             raise _view_bug(path)
         cfg.env = dict(val)
+    elif kind == "headers":
+        if not isinstance(val, dict):
+            raise _view_bug(path)
+        for name, x in val.items():
+            if isinstance(x, str):
+                cfg.http_headers.append((name, x, None))
+            elif isinstance(x, dict) and isinstance(x.get("env"), str):
+                cfg.http_headers.append((name, None, x["env"]))
+            else:
+                raise _view_bug(path)
     elif kind == "argv":
         if not isinstance(val, list) or not all(isinstance(x, str) for x in val):
             raise _view_bug(path)

@@ -326,7 +326,7 @@ def _equals(a, v):
     return type_of(a) == type_of(v) and a == v
 
 
-def _value_ok(n, v):
+def _value_ok(nodes, n, v):
     """The checks on the value itself, all described by the node's one "expected"."""
     types = n.get("types")
     if types and not types & type_of(v):
@@ -344,7 +344,7 @@ def _value_ok(n, v):
             return False
     if isinstance(v, list) and "min_items" in n and len(v) < n["min_items"]:
         return False
-    return True
+    return "not" not in n or not _value_ok(nodes, nodes[n["not"]], v)
 
 
 def _prop(n, key):
@@ -357,7 +357,7 @@ def _prop(n, key):
 def _validate(v, nodes, n, inst):
     if n.get("never"):
         raise v.fail("value", "not allowed when %s" % v.cond if v.cond else "not allowed here")
-    if not _value_ok(n, inst):
+    if not _value_ok(nodes, n, inst):
         got = _SBuf(128)
         _show_value(got, inst)
         raise v.fail("value", "expected %s, got %s" % (n["expected"], got.text()))
@@ -398,7 +398,7 @@ def _validate_object(v, nodes, n, inst):
     for key, val in inst.items():
         v.path.append(key)
         try:
-            if names is not None and not _value_ok(names, key):
+            if names is not None and not _value_ok(nodes, names, key):
                 raise v.fail("key", "invalid key: expected %s" % names["expected"])
             i = _prop(n, key)
             if i is not None:

@@ -73,7 +73,9 @@ export function osError(e: unknown, what: string, path?: string): AspError {
 const isInt = (v: unknown): v is bigint => typeof v === "bigint";
 const isObj = (v: unknown): v is JsonObject => v instanceof Map;
 
-type Kind = "skip" | "transport" | "string" | "local_path" | "uint" | "u64" | "bool" | "hostkey" | "env" | "argv";
+type Kind =
+  | "skip" | "transport" | "string" | "local_path" | "uint" | "u64" | "bool" | "hostkey" | "env" | "argv"
+  | "headers";
 const FIELDS: [string, Kind][] = [
   ["version", "skip"], ["transport", "transport"], ["cwd", "string"], ["env", "env"],
   ["timeout_ms", "u64"], ["call_timeout_ms", "uint"], ["ssh.host", "string"], ["ssh.port", "uint"],
@@ -83,7 +85,7 @@ const FIELDS: [string, Kind][] = [
   ["ssh.strict_host_key_checking", "hostkey"], ["ssh.connect_timeout_ms", "uint"],
   ["ssh.agent", "string"], ["stdio.command", "argv"], ["http.url", "string"],
   ["http.token_env", "string"], ["http.token_file", "local_path"],
-  ["http.ca_file", "local_path"], ["http.websocket", "bool"],
+  ["http.ca_file", "local_path"], ["http.websocket", "bool"], ["http.headers", "headers"],
   ["workspace.local", "local_path"], ["workspace.sandbox", "string"],
 ];
 const TRANSPORTS = ["stdio", "ssh", "http"];
@@ -201,7 +203,15 @@ export interface Config {
   call_timeout_ms: number;
   ssh: Record<string, string | number | boolean>;
   stdio: { command?: string[] };
-  http: { url?: string; token_env?: string; token_file?: string; ca_file?: string; websocket?: boolean };
+  http: {
+    url?: string;
+    token_env?: string;
+    token_file?: string;
+    ca_file?: string;
+    websocket?: boolean;
+    /** http.headers in file order: the value as written, or the variable holding it. */
+    headers: { name: string; value?: string; env?: string }[];
+  };
   /** The harness's directory (absolute) and the sandbox directory it stands for
    * (workspace.ts maps between them). */
   workspace: { local?: string; sandbox?: string };
@@ -265,6 +275,14 @@ function buildField(v: Ctx, path: string, kind: Kind, doc: JsonValue, cfg: Confi
         cfg.env.push([k, x]);
       }
       return;
+    case "headers":
+      if (!isObj(val)) throw viewBug(path);
+      for (const [name, x] of val) {
+        if (typeof x === "string") cfg.http.headers.push({ name, value: x });
+        else if (isObj(x) && typeof x.get("env") === "string") cfg.http.headers.push({ name, env: x.get("env") as string });
+        else throw viewBug(path);
+      }
+      return;
     case "argv": {
       if (!Array.isArray(val) || !val.every((x) => typeof x === "string")) throw viewBug(path);
       const argv = [...(val as string[])];
@@ -325,7 +343,7 @@ export function parseConfig(data: Uint8Array, filename: string | undefined): Con
     doc = v0ToV1(doc as JsonObject);
   }
   validate(v, V1, doc);
-  const cfg: Config = { transport: "stdio", env: [], timeout_ms: 0, call_timeout_ms: 60000, ssh: {}, stdio: {}, http: {}, workspace: {}, document: doc as JsonObject };
+  const cfg: Config = { transport: "stdio", env: [], timeout_ms: 0, call_timeout_ms: 60000, ssh: {}, stdio: {}, http: { headers: [] }, workspace: {}, document: doc as JsonObject };
   if (filename !== undefined) cfg.path = file;
   for (const [path, kind] of FIELDS) buildField(v, path, kind, doc, cfg, base);
   return cfg;

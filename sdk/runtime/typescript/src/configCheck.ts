@@ -43,6 +43,7 @@ export interface SchemaNode {
   items?: number;
   if?: number;
   then?: number;
+  not?: number; // value assertions the value must fail
   required?: string[];
   prefix?: number[]; // prefixItems
   all?: number[]; // allOf
@@ -331,7 +332,7 @@ function equals(a: string | number | boolean | null, v: JsonValue): boolean {
 }
 
 /** The checks on the value itself, all described by the node's one "expected". */
-function valueOk(n: SchemaNode, v: JsonValue): boolean {
+function valueOk(nodes: SchemaNode[], n: SchemaNode, v: JsonValue): boolean {
   if (n.types && !(n.types & typeOf(v))) return false;
   if (n.values && !n.values.some((x) => equals(x, v))) return false;
   if (isInt(v)) {
@@ -343,7 +344,7 @@ function valueOk(n: SchemaNode, v: JsonValue): boolean {
     if (n.pattern !== undefined && !regex(n.pattern).test(v)) return false;
   }
   if (Array.isArray(v) && n.min_items !== undefined && v.length < n.min_items) return false;
-  return true;
+  return n.not === undefined || !valueOk(nodes, nodes[n.not], v);
 }
 
 function prop(n: SchemaNode, key: string): number | undefined {
@@ -353,7 +354,7 @@ function prop(n: SchemaNode, key: string): number | undefined {
 
 function check(v: Ctx, nodes: SchemaNode[], n: SchemaNode, inst: JsonValue): void {
   if (n.never) throw v.fail("value", v.cond ? `not allowed when ${v.cond}` : "not allowed here");
-  if (!valueOk(n, inst)) {
+  if (!valueOk(nodes, n, inst)) {
     const got = new SBuf(128);
     showValue(got, inst);
     throw v.fail("value", `expected ${n.expected}, got ${got.text()}`);
@@ -399,7 +400,7 @@ function checkObject(v: Ctx, nodes: SchemaNode[], n: SchemaNode, inst: JsonObjec
   for (const [key, val] of inst) {
     v.path.push(key);
     try {
-      if (names && !valueOk(names, key)) throw v.fail("key", `invalid key: expected ${names.expected}`);
+      if (names && !valueOk(nodes, names, key)) throw v.fail("key", `invalid key: expected ${names.expected}`);
       const i = prop(n, key);
       if (i !== undefined) check(v, nodes, nodes[i], val);
       else if (n.more !== undefined) check(v, nodes, nodes[n.more], val);
