@@ -12,6 +12,7 @@
 
 #include "asp/arena.h"
 #include "config_schema.h"
+#include "ssh_config_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -346,33 +347,14 @@ static const struct field hop_fields[] = {
 };
 #undef HOP
 
-/* "[user@]host[:port]" (host may be "[v6 address]"): config_host, user, port. */
+/* "[user@]host[:port]": config_host, user and port (ssh_hop_parse). */
 static asp_status parse_hop_string(asp_cs_ctx *v, asp_config *cfg, const char *z,
                                    asp_config_ssh *hop)
 {
-	const char *at = strrchr(z, '@'), *h = at ? at + 1 : z, *end;
-	if (at && !(hop->user = asp_arena_strndup(cfg->arena, z, (size_t)(at - z))))
-		return out_of_memory(v->err);
-	const char *colon;
-	if (*h == '[') {
-		end = strchr(h, ']');
-		colon = end && end[1] == ':' ? end + 1 : NULL;
-		h++;
-	} else {
-		colon = strchr(h, ':');
-		end = colon ? colon : h + strlen(h);
-	}
-	if (colon) {
-		unsigned long port = strtoul(colon + 1, NULL, 10);
-		if (port < 1 || port > 65535)
-			return asp_cs_fail(v, ASP_CS_AT_VALUE, "port %s is not between 1 and 65535",
-			                   colon + 1);
-		hop->port = (unsigned)port;
-	}
-	if (!end || end == h)
-		return asp_cs_fail(v, ASP_CS_AT_VALUE, "no host name in \"%s\"", z);
-	hop->config_host = asp_arena_strndup(cfg->arena, h, (size_t)(end - h));
-	return hop->config_host ? ASP_OK : out_of_memory(v->err);
+	const char *why = NULL;
+	if (ssh_hop_parse(z, cfg->arena, &hop->user, &hop->config_host, &hop->port, &why) != 0)
+		return asp_cs_fail(v, ASP_CS_AT_VALUE, "%s in \"%s\"", why, z);
+	return ASP_OK;
 }
 
 /* A hop takes what it lacks of these from the ssh section. */

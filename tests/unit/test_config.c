@@ -488,7 +488,8 @@ static void test_gateway_fields(void)
 	               "\"[user@]host[:port]\" (host may name a Host of the SSH config file) or an "
 	               "object with host and the other connection keys, got \"a@b@c\"");
 	expect_invalid(SSH("'jump': ['bastion:99999']"),
-	               "/w/.asp.json:6:14: ssh.jump[0]: port 99999 is not between 1 and 65535");
+	               "/w/.asp.json:6:14: ssh.jump[0]: the port is not a number from 1 to 65535 "
+	               "in \"bastion:99999\"");
 	expect_invalid(SSH("'jump': [{'port': 22}]"),
 	               "/w/.asp.json:6:14: ssh.jump[0].host: required key missing");
 	expect_invalid(SSH("'jump': [{'host': 'b', 'agent': '/x'}]"),
