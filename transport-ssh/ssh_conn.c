@@ -4,6 +4,7 @@
  * steps so that no thread holds the lock across a network round trip.
  */
 #include "ssh_internal.h"
+#include "ssh_via.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -245,9 +246,11 @@ bool sshc_check(sshc *c)
 
 asp_status sshc_dead_error(sshc *c, const char *what, asp_error *err)
 {
+	char via[800]; /* a jump host's or the proxy command's account of the end */
+	ssh_via_explain(c->via, 0, via, sizeof via);
 	return asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
-	                     "%s: ssh %s: %s; the next call reconnects", what, c->target,
-	                     c->why[0] ? c->why : "connection closed");
+	                     "%s: ssh %s: %s%s%s; the next call reconnects", what, c->target,
+	                     c->why[0] ? c->why : "connection closed", via[0] ? "; " : "", via);
 }
 
 void sshc_abort(sshc *c)
@@ -371,6 +374,8 @@ void sshc_close(sshc *c)
 		ssh_free(c->s);
 		c->s = NULL;
 	}
+	ssh_via_free(c->via); /* after the session: its socket is the way's far end */
+	c->via = NULL;
 	if (c->wake_fd >= 0)
 		close(c->wake_fd);
 	if (c->lead_fd >= 0)

@@ -41,6 +41,7 @@
 #define SSH_ENVELOPE_HEADROOM (64u * 1024u)
 
 typedef struct sftpc sftpc;
+struct ssh_via;
 
 /* What a channel is for: each class has slots the others cannot take. */
 enum sshc_class {
@@ -112,6 +113,8 @@ typedef struct sshc {
 	ssh_channel kill_line;
 	bool kill_line_gone; /* its shell ended: kills open their own channels again */
 	unsigned kill_sent, kill_acked;
+	/* the proxy command and jump hosts the session runs over (ssh_via.h); NULL: TCP */
+	struct ssh_via *via;
 } sshc;
 
 /* Whether the server's banner names a Dropbear with the fragile channel open (above). */
@@ -125,6 +128,12 @@ bool ssh_fragile_open_banner(const char *banner);
  * authentication method accepted), invalid_argument (config). On failure *c is torn down.
  */
 asp_status sshc_connect(sshc *c, const asp_config_view *cfg, asp_error *err);
+/*
+ * A jump host's session (ssh_jump.c): as sshc_connect for `cfg` exactly as given (no
+ * route of its own), over `fd` when >= 0 (which it takes), and without the pump: the
+ * caller's thread alone uses the session afterwards.
+ */
+asp_status sshc_connect_hop(sshc *c, const asp_config_view *cfg, int fd, asp_error *err);
 
 /* ---- ssh_cipher.c ------------------------------------------------------------------- */
 

@@ -4,6 +4,7 @@
  * identity file, ssh-agent, default keys or a password from the environment.
  */
 #include "ssh_internal.h"
+#include "ssh_via.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -368,7 +369,8 @@ bool ssh_fragile_open_banner(const char *banner)
 	return year < 2024 || (year == 2024 && rel < 86);
 }
 
-asp_status sshc_connect(sshc *c, const asp_config_view *cfg, asp_error *err)
+/* A fresh connection object for `cfg`: no session yet. */
+static void conn_init(sshc *c, const asp_config_view *cfg)
 {
 	memset(c, 0, sizeof *c);
 	c->cfg = cfg;
@@ -384,35 +386,40 @@ asp_status sshc_connect(sshc *c, const asp_config_view *cfg, asp_error *err)
 	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&c->mu, NULL);
 	c->slice_ns = sshc_wait_slice_ns();
+}
 
-	const asp_config_ssh *sc = &cfg->ssh;
+/*
+ * The session for c->cfg: TCP (or `via`, which libssh takes), the handshake, the host
+ * key, authentication.
+ */
+static asp_status handshake(sshc *c, int via, asp_error *err)
+{
+	const asp_config_ssh *sc = &c->cfg->ssh;
 	asp_status st = ASP_OK;
-	if (!sc->host || !sc->host[0]) {
-		st = asp_error_set(err, ASP_E_INVALID_ARGUMENT, cfg->path,
-		                   "%s: ssh.host is required for the ssh transport",
-		                   cfg->path ? cfg->path : ".asp.json");
-		goto fail;
-	}
 	c->s = ssh_new();
 	if (!c->s) {
-		st = asp_error_set(err, ASP_E_INTERNAL, NULL, "ssh: out of memory");
-		goto fail;
+		if (via >= 0)
+			close(via);
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "ssh: out of memory");
 	}
 	ssh_set_counters(c->s, &c->io, &c->rx);
 	unsigned port = sc->port ? sc->port : 22;
 	unsigned ms = sc->connect_timeout_ms ? sc->connect_timeout_ms : 10000;
 	long secs = (long)(ms / 1000), usecs = (long)(ms % 1000) * 1000;
 	int no = 0, yes = 1;
-	/* .asp.json is the whole config: ~/.ssh/config is not read, so runs are reproducible */
+	/* .asp.json is the whole config: ~/.ssh/config is read only through ssh.config_host
+	 * (asp/ssh_route.h), never by libssh, so runs are reproducible */
 	ssh_options_set(c->s, SSH_OPTIONS_PROCESS_CONFIG, &no);
 	if (ssh_options_set(c->s, SSH_OPTIONS_HOST, sc->host) < 0 ||
 	    ssh_options_set(c->s, SSH_OPTIONS_PORT, &port) < 0 ||
 	    (sc->user && ssh_options_set(c->s, SSH_OPTIONS_USER, sc->user) < 0) ||
 	    (sc->known_hosts &&
-	     ssh_options_set(c->s, SSH_OPTIONS_KNOWNHOSTS, sc->known_hosts) < 0)) {
-		st = asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL, "ssh: bad option: %s",
-		                   ssh_get_error(c->s));
-		goto fail;
+	     ssh_options_set(c->s, SSH_OPTIONS_KNOWNHOSTS, sc->known_hosts) < 0) ||
+	    (via >= 0 && ssh_options_set(c->s, SSH_OPTIONS_FD, &via) < 0)) {
+		if (via >= 0)
+			close(via);
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL, "ssh: bad option: %s",
+		                     ssh_get_error(c->s));
 	}
 	ssh_options_set(c->s, SSH_OPTIONS_TIMEOUT, &secs);
 	ssh_options_set(c->s, SSH_OPTIONS_TIMEOUT_USEC, &usecs);
@@ -426,31 +433,62 @@ asp_status sshc_connect(sshc *c, const asp_config_view *cfg, asp_error *err)
 	ssh_options_get(c->s, SSH_OPTIONS_USER, &user);
 	/* no user in the config: libssh logs in as the local user, so messages name that one */
 	const struct passwd *pw = user ? NULL : getpwuid(getuid());
-	snprintf(c->target, sizeof c->target, "%s@%s:%u",
+	bool v6 = strchr(sc->host, ':') != NULL;
+	snprintf(c->target, sizeof c->target, "%s@%s%s%s:%u",
 	         user                ? user
 	         : pw && pw->pw_name ? pw->pw_name
 	                             : "?",
-	         sc->host, port);
+	         v6 ? "[" : "", sc->host, v6 ? "]" : "", port);
 	ssh_string_free_char(user);
 
+	/* from here libssh owns `via`: it closes it on errors and in ssh_free */
+	uint64_t deadline = ssh_deadline_ms(ms);
 	if (ssh_connect(c->s) != SSH_OK) {
-		st = asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
-		                   "ssh %s: cannot connect: %s; check host and port, and that sshd "
-		                   "runs there (connect_timeout_ms %u)",
-		                   c->target, ssh_get_error(c->s), ms);
-		goto fail;
+		/* a proxy command that closed the socket is exiting: wait for its last words,
+		 * within what is left of connect_timeout_ms */
+		uint64_t now = ssh_now_ns(), left = deadline > now ? deadline - now : 0;
+		unsigned wait = left / SSH_NS_PER_MS < 500 ? (unsigned)(left / SSH_NS_PER_MS) : 500;
+		char why[800] = "";
+		ssh_via_explain(c->via, wait, why, sizeof why);
+		return asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
+		                     "ssh %s: cannot connect: %s; %s (connect_timeout_ms %u)",
+		                     c->target, ssh_get_error(c->s),
+		                     why[0] ? why : "check host and port, and that sshd runs there",
+		                     ms);
 	}
+	/* Forget that the descriptor came from us, so ssh_disconnect closes it as it closes
+	 * a socket of its own (it keeps one set by the option open). */
+	if (via >= 0)
+		ssh_options_set(c->s, SSH_OPTIONS_FD, NULL);
 	c->fd = ssh_get_fd(c->s);
 	tune_socket(c->fd);
 	c->fragile_open = ssh_fragile_open_banner(ssh_get_serverbanner(c->s));
 	st = verify_host_key(c, err);
 	if (st == ASP_OK)
 		st = authenticate(c, err);
+	return st;
+}
+
+asp_status sshc_connect(sshc *c, const asp_config_view *cfg, asp_error *err)
+{
+	conn_init(c, cfg);
+	int via = -1;
+	asp_status st = ssh_via_open(cfg, &c->via, &c->cfg, &via, err);
+	if (st == ASP_OK)
+		st = handshake(c, via, err);
 	if (st == ASP_OK)
 		st = sshc_pump_start(c, err);
 	if (st == ASP_OK)
 		return ASP_OK;
-fail:
 	sshc_close(c);
+	return st;
+}
+
+asp_status sshc_connect_hop(sshc *c, const asp_config_view *cfg, int fd, asp_error *err)
+{
+	conn_init(c, cfg);
+	asp_status st = handshake(c, fd, err);
+	if (st != ASP_OK)
+		sshc_close(c);
 	return st;
 }
