@@ -106,7 +106,8 @@ static bool list_matches(char *list, const char *name)
 {
 	char *pats[MAX_ARGS], *save = NULL;
 	int n = 0;
-	for (char *p = strtok_r(list, ",", &save); p && n < MAX_ARGS; p = strtok_r(NULL, ",", &save))
+	for (char *p = strtok_r(list, ",", &save); p && n < MAX_ARGS;
+	     p = strtok_r(NULL, ",", &save))
 		pats[n++] = p;
 	return patterns_match(pats, n, name);
 }
@@ -169,8 +170,7 @@ static asp_status include(reader *r, const char *from, char **argv, int n, int d
 static asp_status keep(reader *r, enum ssh_cf_key k, const char *text, const char *at)
 {
 	/* ProxyCommand and ProxyJump exclude each other: the first one seen is the route */
-	if (r->out->v[k].text ||
-	    (k == SSH_CF_PROXY_COMMAND && r->out->v[SSH_CF_PROXY_JUMP].text) ||
+	if (r->out->v[k].text || (k == SSH_CF_PROXY_COMMAND && r->out->v[SSH_CF_PROXY_JUMP].text) ||
 	    (k == SSH_CF_PROXY_JUMP && r->out->v[SSH_CF_PROXY_COMMAND].text))
 		return ASP_OK;
 	r->out->v[k].text = asp_arena_strndup(r->a, text, strlen(text));
@@ -287,8 +287,8 @@ asp_status ssh_cf_lookup(const char *path, const char *name, asp_arena *a, ssh_c
 	return read_file(&r, path, 0, true);
 }
 
-int ssh_hop_parse(const char *z, asp_arena *a, const char **user, const char **host,
-                  unsigned *port, const char **why)
+int ssh_hop_parse(const char *z, asp_arena *a, const char **user, const char **host, unsigned *port,
+                  const char **why)
 {
 	const char *at = strrchr(z, '@'), *h = at ? at + 1 : z, *end, *colon;
 	*user = NULL;

@@ -53,7 +53,7 @@ asp_status ssh_cf_lookup(const char *path, const char *name, asp_arena *a, ssh_c
  * user (NULL when absent) and host land in `a`, *port is 0 when absent. -1 with `why`
  * (a static string) when it cannot be read: no host, a port outside 1..65535.
  */
-int ssh_hop_parse(const char *z, asp_arena *a, const char **user, const char **host,
-                  unsigned *port, const char **why);
+int ssh_hop_parse(const char *z, asp_arena *a, const char **user, const char **host, unsigned *port,
+                  const char **why);
 
 #endif

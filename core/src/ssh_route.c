@@ -130,8 +130,8 @@ static asp_status bad_escape(builder *b, char letter, const char *what, const ch
 	if (!letter)
 		return oom(b);
 	return asp_error_set(b->err, ASP_E_INVALID_ARGUMENT, b->cf_path,
-	                     "%s: %s: unknown escape %%%c (known: %%h %%p %%r %%n %%%%%s)", at, what,
-	                     letter,
+	                     "%s: %s: unknown escape %%%c (known: %%h %%p %%r %%n %%%%%s)", at,
+	                     what, letter,
 	                     strcmp(what, "ProxyCommand") == 0 ? "" : " and ~ %d %u in paths");
 }
 
@@ -204,7 +204,8 @@ static asp_status fill(builder *b, asp_ssh_hop *h, const asp_config_ssh *g, cons
 		h->host_from = cf_from(b, cf, SSH_CF_HOSTNAME);
 	} else {
 		h->ssh.host = name;
-		h->host_from = fmt(b, "the name itself (%s sets no HostName for it)", b->cf_path, NULL);
+		h->host_from =
+		    fmt(b, "the name itself (%s sets no HostName for it)", b->cf_path, NULL);
 	}
 	if (g->port) {
 		h->port_from = given(b, where, "port");
@@ -231,7 +232,8 @@ static asp_status fill(builder *b, asp_ssh_hop *h, const asp_config_ssh *g, cons
 	}
 	bool own_key = g->identity_file || g->identity_env;
 	if (own_key && !inherited) {
-		h->identity_from = given(b, where, g->identity_file ? "identity_file" : "identity_env");
+		h->identity_from =
+		    given(b, where, g->identity_file ? "identity_file" : "identity_env");
 	} else if (cf_text(cf, SSH_CF_IDENTITY_FILE)) {
 		asp_status st = cf_path(b, cf, SSH_CF_IDENTITY_FILE, h, &h->ssh.identity_file);
 		if (st)
@@ -239,9 +241,9 @@ static asp_status fill(builder *b, asp_ssh_hop *h, const asp_config_ssh *g, cons
 		h->ssh.identity_env = NULL;
 		h->identity_from = cf_from(b, cf, SSH_CF_IDENTITY_FILE);
 	} else if (own_key) {
-		h->identity_from = fmt(b, "the sandbox's %s in %s",
-		                       g->identity_file ? "ssh.identity_file" : "ssh.identity_env",
-		                       b->file);
+		h->identity_from =
+		    fmt(b, "the sandbox's %s in %s",
+		        g->identity_file ? "ssh.identity_file" : "ssh.identity_env", b->file);
 	} else {
 		h->identity_from = "none given: ssh-agent and the default keys (~/.ssh/id_*)";
 	}
@@ -315,10 +317,11 @@ static asp_status prepend(builder *b, asp_ssh_hop *add, size_t n)
 {
 	asp_ssh_route_view *v = &b->r->view;
 	if (v->hop_count + n > MAX_HOPS)
-		return asp_error_set(b->err, ASP_E_INVALID_ARGUMENT, b->cf_path,
-		                     "more than %d hosts on the way to the sandbox (ProxyJump in %s "
-		                     "leads to itself?)",
-		                     MAX_HOPS, b->cf_path);
+		return asp_error_set(
+		    b->err, ASP_E_INVALID_ARGUMENT, b->cf_path,
+		    "more than %d hosts on the way to the sandbox (ProxyJump in %s "
+		    "leads to itself?)",
+		    MAX_HOPS, b->cf_path);
 	memmove(&b->r->hops[n], &b->r->hops[0], v->hop_count * sizeof *b->r->hops);
 	memcpy(&b->r->hops[0], add, n * sizeof *add);
 	v->hop_count += n;
@@ -373,7 +376,8 @@ static asp_status first_hop_route(builder *b, ssh_cf_host first)
 		asp_status st = proxy_jump(b, &first, g, &n);
 		if (st == ASP_OK && n > 0) {
 			char where[4200];
-			snprintf(where, sizeof where, "ProxyJump at %s", first.v[SSH_CF_PROXY_JUMP].at);
+			snprintf(where, sizeof where, "ProxyJump at %s",
+			         first.v[SSH_CF_PROXY_JUMP].at);
 			st = fill_list(b, g, n, where, add, cfs);
 		}
 		if (st == ASP_OK)
@@ -403,10 +407,11 @@ static asp_status expand_proxy(builder *b)
 			return oom(b);
 		for (size_t i = 0; i < b->proxy_argc; i++) {
 			if (!(argv[i] = expand(b, b->proxy_argv[i], &e, &bad)))
-				return bad ? asp_error_set(b->err, ASP_E_INVALID_ARGUMENT, b->file,
-				                           "%s: ssh.proxy_command[%zu]: unknown escape "
-				                           "%%%c",
-				                           b->file, i, bad)
+				return bad ? asp_error_set(
+				                 b->err, ASP_E_INVALID_ARGUMENT, b->file,
+				                 "%s: ssh.proxy_command[%zu]: unknown escape "
+				                 "%%%c",
+				                 b->file, i, bad)
 				           : oom(b);
 		}
 		argv[b->proxy_argc] = NULL;
@@ -447,15 +452,17 @@ static asp_status resolve(builder *b)
 		if (st)
 			return st;
 		if (!cf.exists)
-			return asp_error_set(b->err, ASP_E_INVALID_ARGUMENT, b->cfg->path,
-			                     "%s: ssh.config_host \"%s\": the SSH config file %s does "
-			                     "not exist (ssh.config_file names another one)",
-			                     b->file, name, b->cf_path);
+			return asp_error_set(
+			    b->err, ASP_E_INVALID_ARGUMENT, b->cfg->path,
+			    "%s: ssh.config_host \"%s\": the SSH config file %s does "
+			    "not exist (ssh.config_file names another one)",
+			    b->file, name, b->cf_path);
 		if (!cf.named)
-			return asp_error_set(b->err, ASP_E_INVALID_ARGUMENT, b->cfg->path,
-			                     "%s: ssh.config_host \"%s\": no Host or Match line of %s "
-			                     "names it (check the spelling, or set ssh.host instead)",
-			                     b->file, name, b->cf_path);
+			return asp_error_set(
+			    b->err, ASP_E_INVALID_ARGUMENT, b->cfg->path,
+			    "%s: ssh.config_host \"%s\": no Host or Match line of %s "
+			    "names it (check the spelling, or set ssh.host instead)",
+			    b->file, name, b->cf_path);
 	}
 	/* the sandbox last; the jump hosts go before it */
 	asp_ssh_hop target;

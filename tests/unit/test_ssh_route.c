@@ -142,7 +142,8 @@ static void test_config_host(void)
 	CU_ASSERT_EQUAL(err.code, ASP_E_INVALID_ARGUMENT);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "no Host or Match line"));
 	asp_config_free(cfg);
-	CU_ASSERT_PTR_NULL(route_of(SSH("'config_host': 'box', 'config_file': 'nope'"), &cfg, &err));
+	CU_ASSERT_PTR_NULL(
+	    route_of(SSH("'config_host': 'box', 'config_file': 'nope'"), &cfg, &err));
 	CU_ASSERT_PTR_NOT_NULL(strstr(err.message, "does not exist"));
 	asp_config_free(cfg);
 }
