@@ -48,6 +48,7 @@ typedef struct handle {
 struct http_client {
 	char *base_url, *rpc_url, *ca_file, *hint, *ca_hint;
 	struct curl_slist *headers;
+	char refused_hint[600]; /* for a 401 or 403: http.headers to check or set */
 	CURLSH *share;
 	pthread_mutex_t share_mu[CURL_LOCK_DATA_LAST];
 	pthread_mutex_t mu; /* the pool, the list and the fds */
@@ -371,8 +372,13 @@ static asp_status status_failed(http_client *c, handle *h, long status, asp_erro
 	case 401:
 		return asp_error_set(err, ASP_E_UNAUTHORIZED, NULL,
 		                     "%s answered 401 Unauthorized: the bearer token is missing or "
-		                     "wrong%s",
-		                     c->base_url, c->hint ? c->hint : "");
+		                     "wrong%s%s",
+		                     c->base_url, c->hint ? c->hint : "", c->refused_hint);
+	case 403:
+		return asp_error_set(err, ASP_E_UNAUTHORIZED, NULL,
+		                     "%s answered 403 Forbidden%s%s: something in front of "
+		                     "asp-agent --listen refused the request%s",
+		                     c->base_url, text[0] ? ": " : "", text, c->refused_hint);
 	case 413:
 		return asp_error_set(err, ASP_E_TOO_LARGE, NULL, "%s answered 413: %s", c->base_url,
 		                     text[0] ? text : "the request is too large");
@@ -492,6 +498,13 @@ asp_status http_client_new(const http_client_cfg *cfg, http_client **out, asp_er
 		ok = n != NULL;
 		hl = n ? n : hl;
 	}
+	for (size_t i = 0; ok && cfg->headers && i < cfg->headers->count; i++) {
+		struct curl_slist *n = curl_slist_append(hl, cfg->headers->lines[i]);
+		ok = n != NULL;
+		hl = n ? n : hl;
+	}
+	if (cfg->headers)
+		snprintf(c->refused_hint, sizeof c->refused_hint, "%s", cfg->headers->hint);
 	if (ok && cfg->token) {
 		size_t n = strlen(cfg->token) + 32;
 		char *line = malloc(n);
@@ -548,7 +561,7 @@ void http_client_free(http_client *c)
 	}
 	if (c->share)
 		curl_share_cleanup(c->share);
-	if (c->headers) { /* the Authorization line holds the token */
+	if (c->headers) { /* the Authorization line holds the token, http.headers secrets */
 		for (struct curl_slist *s = c->headers; s; s = s->next)
 			memset(s->data, 0, strlen(s->data));
 		curl_slist_free_all(c->headers);

@@ -7,6 +7,7 @@
 #define ASP_HTTP_CLIENT_H
 
 #include "asp/status.h"
+#include "http_headers.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -15,12 +16,13 @@
 typedef struct http_client http_client;
 
 typedef struct http_client_cfg {
-	const char *base_url; /* as configured, for messages */
-	const char *rpc_url;  /* the endpoint */
-	const char *token;    /* NULL: no Authorization header */
-	const char *ca_file;  /* NULL: the system's CAs */
-	const char *hint;     /* appended to a 401's message: where the token comes from */
-	const char *ca_hint;  /* appended to a TLS failure's message */
+	const char *base_url;        /* as configured, for messages */
+	const char *rpc_url;         /* the endpoint */
+	const char *token;           /* NULL: no Authorization header */
+	const char *ca_file;         /* NULL: the system's CAs */
+	const char *hint;            /* appended to a 401's message: where the token comes from */
+	const char *ca_hint;         /* appended to a TLS failure's message */
+	const http_headers *headers; /* http.headers for every POST; NULL: none */
 } http_client_cfg;
 
 /* Copies every string of `cfg`. */
@@ -46,8 +48,8 @@ typedef struct http_deadline {
  * POSTs `body` (one msgpack request) and returns the 200 answer's body in *resp
  * (malloc'd, the caller's), within `dl` (NULL: no deadline but the connect's). Errors:
  * unauthorized (401), too_large (413), protocol_error (400, or an answer that is not
- * msgpack or larger than `max_resp`), timeout (past dl), transport_error (no connection,
- * TLS, the listener went away or stalled, other statuses, abort).
+ * msgpack or larger than `max_resp`), unauthorized (403: a gateway's refusal), timeout (past dl),
+ * transport_error (no connection, TLS, the listener went away or stalled, other statuses, abort).
  */
 asp_status http_client_post(http_client *c, const uint8_t *body, size_t len, size_t max_resp,
                             const http_deadline *dl, uint8_t **resp, size_t *rlen, asp_error *err);

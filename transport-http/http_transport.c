@@ -17,6 +17,7 @@
 
 #include "http_addr.h"
 #include "http_client.h"
+#include "http_headers.h"
 #include "ws_client.h"
 
 #include <pthread.h>
@@ -62,6 +63,7 @@ typedef struct http_backend {
 
 	/* ASP_HTTP_WS_BOTH: where the WebSocket is (copies; the token wiped when freed) */
 	char *ws_url, *ws_host, *ws_host_port, *ws_path, *ws_token, *ws_ca_file, *ws_hint;
+	http_headers ws_headers;
 	int ws_port;
 	bool ws_tls;
 	pthread_mutex_t ws_mu; /* ws, retired, opening, aborted; never held while blocking */
@@ -206,7 +208,8 @@ static asp_status ws_dial(http_backend *b, ws_link **out, asp_error *err)
 	               .path = b->ws_path,
 	               .token = b->ws_token,
 	               .url = b->ws_url,
-	               .hint = b->ws_hint};
+	               .hint = b->ws_hint,
+	               .headers = &b->ws_headers};
 	ws_link *l = calloc(1, sizeof *l);
 	if (!l)
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
@@ -464,6 +467,7 @@ static void backend_free(http_backend *b)
 	wipe_free(b->ws_token);
 	free(b->ws_ca_file);
 	free(b->ws_hint);
+	http_headers_free(&b->ws_headers);
 	free(b);
 }
 
@@ -481,7 +485,7 @@ static bool keep_ws_target(http_backend *b, const ws_target *t)
 	return dup_to(&b->ws_url, t->url) && dup_to(&b->ws_host, t->address) &&
 	       dup_to(&b->ws_host_port, t->host_header) && dup_to(&b->ws_path, t->path) &&
 	       dup_to(&b->ws_token, t->token) && dup_to(&b->ws_ca_file, t->ca_file) &&
-	       dup_to(&b->ws_hint, t->hint);
+	       dup_to(&b->ws_hint, t->hint) && http_headers_copy(t->headers, &b->ws_headers);
 }
 
 static asp_status http_open(const asp_config_view *cfg, const asp_ops **ops, void **self,
@@ -512,9 +516,16 @@ static asp_status http_open(const asp_config_view *cfg, const asp_ops **ops, voi
 			    why_token.message, where);
 		}
 	}
+	http_headers headers;
+	asp_status hst = http_headers_load(cfg, &headers, err);
+	if (hst != ASP_OK) {
+		wipe_free(token);
+		return hst;
+	}
 	http_backend *b = calloc(1, sizeof *b);
 	if (!b) {
 		wipe_free(token);
+		http_headers_free(&headers);
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
 	}
 	b->mode = cfg->http.websocket;
@@ -562,7 +573,8 @@ static asp_status http_open(const asp_config_view *cfg, const asp_ops **ops, voi
 	               .path = endpoint,
 	               .token = token,
 	               .url = url,
-	               .hint = hint};
+	               .hint = hint,
+	               .headers = &headers};
 	asp_status st;
 	if (b->mode == ASP_HTTP_WS_ONLY) {
 		asp_channel *ch;
@@ -584,12 +596,14 @@ static asp_status http_open(const asp_config_view *cfg, const asp_ops **ops, voi
 		                      .token = token,
 		                      .ca_file = cfg->http.ca_file,
 		                      .hint = hint,
-		                      .ca_hint = ca_hint};
+		                      .ca_hint = ca_hint,
+		                      .headers = &headers};
 		st = http_client_new(&hc, &b->hc, err);
 		if (st == ASP_OK && b->mode == ASP_HTTP_WS_BOTH && !keep_ws_target(b, &t))
 			st = asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
 	}
 	wipe_free(token);
+	http_headers_free(&headers);
 	if (st == ASP_OK)
 		st = say_hello(b, cfg, err);
 	if (st) {

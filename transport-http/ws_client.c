@@ -79,6 +79,7 @@ typedef struct ws_chan {
 
 	/* copies of the target */
 	char *url, *address, *host_header, *path, *auth, *ca_file, *hint;
+	http_headers headers; /* http.headers, sent with the upgrade */
 	int port;
 	bool tls;
 	lws_retry_bo_t retry;
@@ -138,8 +139,13 @@ static void connect_failed(ws_chan *ch, struct lws *wsi, const char *in, size_t 
 	if (status == 401 || strcasestr(reason, "unauthorized"))
 		asp_error_set(
 		    &e, ASP_E_UNAUTHORIZED, NULL,
-		    "%s answered 401 Unauthorized: the bearer token is missing or wrong%s", ch->url,
-		    ch->hint ? ch->hint : "");
+		    "%s answered 401 Unauthorized: the bearer token is missing or wrong%s%s",
+		    ch->url, ch->hint ? ch->hint : "", ch->headers.hint);
+	else if (status == 403 || strcasestr(reason, "forbidden"))
+		asp_error_set(&e, ASP_E_UNAUTHORIZED, NULL,
+		              "%s answered 403 Forbidden to the WebSocket upgrade: something in "
+		              "front of asp-agent --listen refused it%s",
+		              ch->url, ch->headers.hint);
 	else if (status && status != 101)
 		asp_error_set(&e, ASP_E_TRANSPORT_ERROR, NULL,
 		              "%s answered HTTP %u to the WebSocket upgrade, not 101; is it "
@@ -320,6 +326,25 @@ static int on_writeable(ws_chan *ch, struct lws *wsi)
 	return 0;
 }
 
+/* http.headers into the upgrade request: lws wants "Name:" and the value apart. */
+static int add_headers(ws_chan *ch, struct lws *wsi, unsigned char **p, unsigned char *end)
+{
+	for (size_t i = 0; i < ch->headers.count; i++) {
+		const char *line = ch->headers.lines[i], *colon = strchr(line, ':');
+		char name[256];
+		if (!colon || (size_t)(colon - line) + 2 > sizeof name)
+			return -1;
+		memcpy(name, line, (size_t)(colon - line) + 1);
+		name[colon - line + 1] = '\0';
+		const char *value = colon + 1 + (colon[1] == ' ');
+		if (lws_add_http_header_by_name(wsi, (const unsigned char *)name,
+		                                (const unsigned char *)value, (int)strlen(value), p,
+		                                end))
+			return -1;
+	}
+	return 0;
+}
+
 static int ws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                  size_t len)
 {
@@ -328,14 +353,12 @@ static int ws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, 
 	switch (reason) {
 	case LWS_CALLBACK_EVENT_WAIT_CANCELLED: on_wake(ch); return 0;
 	case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER: {
-		if (!ch->auth)
-			return 0;
 		unsigned char **p = (unsigned char **)in, *end = *p + len;
-		return lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_AUTHORIZATION,
-		                                    (const unsigned char *)ch->auth,
-		                                    (int)strlen(ch->auth), p, end)
-		           ? -1
-		           : 0;
+		if (ch->auth && lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_AUTHORIZATION,
+		                                             (const unsigned char *)ch->auth,
+		                                             (int)strlen(ch->auth), p, end))
+			return -1;
+		return add_headers(ch, wsi, p, end);
 	}
 	case LWS_CALLBACK_CLIENT_ESTABLISHED: {
 		int rcv = SOCK_RCVBUF;
@@ -518,6 +541,7 @@ static void ch_free(void *base)
 	free(ch->host_header);
 	free(ch->path);
 	free(ch->auth);
+	http_headers_free(&ch->headers);
 	free(ch->ca_file);
 	free(ch->hint);
 	free(ch);
@@ -583,6 +607,8 @@ asp_status ws_channel_open(const ws_target *t, unsigned timeout_ms, asp_channel 
 	bool ok = dup_to(&ch->url, t->url) && dup_to(&ch->address, t->address) &&
 	          dup_to(&ch->host_header, t->host_header) && dup_to(&ch->path, t->path) &&
 	          dup_to(&ch->ca_file, t->ca_file) && dup_to(&ch->hint, t->hint);
+	if (ok && t->headers)
+		ok = http_headers_copy(t->headers, &ch->headers);
 	if (ok && t->token) {
 		size_t n = strlen(t->token) + 8;
 		ch->auth = malloc(n);

@@ -8,6 +8,7 @@
 #define ASP_WS_CLIENT_H
 
 #include "asp/channel.h"
+#include "http_headers.h"
 
 #include <stdbool.h>
 
@@ -15,18 +16,19 @@ typedef struct ws_target {
 	const char *address; /* host name or address, or "+/path" for a unix socket */
 	int port;
 	bool tls;
-	const char *ca_file;     /* NULL: the system's CAs */
-	const char *host_header; /* "host:port" */
-	const char *path;        /* ".../v1/ws" */
-	const char *token;       /* NULL: no Authorization header */
-	const char *url;         /* how messages name the server */
-	const char *hint;        /* appended to a 401's message (where the token comes from) */
+	const char *ca_file;         /* NULL: the system's CAs */
+	const char *host_header;     /* "host:port" */
+	const char *path;            /* ".../v1/ws" */
+	const char *token;           /* NULL: no Authorization header */
+	const char *url;             /* how messages name the server */
+	const char *hint;            /* appended to a 401's message (where the token comes from) */
+	const http_headers *headers; /* http.headers for the upgrade; NULL: none */
 } ws_target;
 
 /*
  * Connects (waits up to `timeout_ms`) and returns the channel. Errors: unauthorized for a
- * 401; transport_error naming the URL for a refused connection, a TLS failure, any other
- * answer than the upgrade, or the timeout. Every string of `t` is copied.
+ * 401 or 403 (a gateway's refusal); transport_error naming the URL for a refused connection, a TLS
+ * failure, any other answer than the upgrade, or the timeout. Every string of `t` is copied.
  */
 asp_status ws_channel_open(const ws_target *t, unsigned timeout_ms, asp_channel **out,
                            asp_error *err);
