@@ -57,17 +57,19 @@ asp_status http_headers_load(const asp_config_view *cfg, http_headers *out, asp_
 			asp_status st = asp_config_secret(h->env, NULL, &secret, err);
 			if (st != ASP_OK) {
 				http_headers_free(out);
-				return asp_error_prefix(err, st, "http.headers.%s in %s", h->name, where);
+				return asp_error_prefix(err, st, "http.headers.%s in %s", h->name,
+				                        where);
 			}
 			value = secret;
 			if (bad_char(value)) {
 				wipe(secret);
 				http_headers_free(out);
-				return asp_error_set(err, ASP_E_INVALID_ARGUMENT, cfg->path,
-				                     "http.headers.%s in %s: the variable %s holds a "
-				                     "control character (a newline?), which a header "
-				                     "cannot carry",
-				                     h->name, where, h->env);
+				return asp_error_set(
+				    err, ASP_E_INVALID_ARGUMENT, cfg->path,
+				    "http.headers.%s in %s: the variable %s holds a "
+				    "control character (a newline?), which a header "
+				    "cannot carry",
+				    h->name, where, h->env);
 			}
 		}
 		size_t len = strlen(h->name) + 2 + strlen(value) + 1;
@@ -84,4 +86,3 @@ asp_status http_headers_load(const asp_config_view *cfg, http_headers *out, asp_
 	make_hint(cfg, out);
 	return ASP_OK;
 }
-

@@ -247,7 +247,7 @@ bool sshc_check(sshc *c)
 asp_status sshc_dead_error(sshc *c, const char *what, asp_error *err)
 {
 	char via[800]; /* a jump host's or the proxy command's account of the end */
-	ssh_via_explain(c->via, 0, via, sizeof via);
+	ssh_via_explain(c->via, VIA_EXPLAIN_WAIT_MS, via, sizeof via);
 	return asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
 	                     "%s: ssh %s: %s%s%s; the next call reconnects", what, c->target,
 	                     c->why[0] ? c->why : "connection closed", via[0] ? "; " : "", via);

@@ -81,7 +81,8 @@ static bool relay_once(ssh_hop *j, size_t *down_len, size_t *down_off, size_t *u
 			*down_len += (size_t)n;
 		}
 		if (*down_len == 0 && (ssh_channel_is_eof(j->ch) || ssh_channel_is_closed(j->ch))) {
-			set_why(j, "%s: the connection it carries was closed at the far end", j->label);
+			set_why(j, "%s: the connection it carries was closed at the far end",
+			        j->label);
 			shutdown(j->pair, SHUT_WR);
 			*done = true;
 			return true;
@@ -106,7 +107,8 @@ static bool relay_once(ssh_hop *j, size_t *down_len, size_t *down_off, size_t *u
 	if (*up_off == *up_len && !*pair_eof) {
 		uint32_t win = ssh_channel_window_size(j->ch);
 		if (win > 0) {
-			ssize_t r = recv(j->pair, j->up, win < RELAY_BUF ? win : RELAY_BUF, MSG_DONTWAIT);
+			ssize_t r =
+			    recv(j->pair, j->up, win < RELAY_BUF ? win : RELAY_BUF, MSG_DONTWAIT);
 			if (r > 0) {
 				*up_len = (size_t)r;
 				*up_off = 0;
@@ -141,9 +143,14 @@ static void *relay_thread(void *arg)
 	size_t down_len = 0, down_off = 0, up_len = 0, up_off = 0;
 	bool pair_eof = false, done = false;
 	while (!done) {
+		uint64_t seen = j->c.rx.in_packets;
 		if (relay_once(j, &down_len, &down_off, &up_len, &up_off, &pair_eof, &done))
 			continue;
 		bool sending = ssh_blocking_flush(j->c.s, 0) == SSH_AGAIN;
+		/* any libssh call may have read packets (a window adjust, data): the socket
+		 * would not show them again, so look before sleeping */
+		if (j->c.rx.in_packets != seen)
+			continue;
 		bool want_up = up_off == up_len && ssh_channel_window_size(j->ch) > 0;
 		struct pollfd fds[3] = {
 		    {.fd = j->stop_fd, .events = POLLIN},
@@ -159,7 +166,8 @@ static void *relay_thread(void *arg)
 			/* let libssh read the reason (a disconnect message, the socket's error) */
 			ssh_channel_poll(j->ch, 0);
 			if (!ssh_is_connected(j->c.s)) {
-				set_why(j, "%s: connection lost: %s", j->label, ssh_get_error(j->c.s));
+				set_why(j, "%s: connection lost: %s", j->label,
+				        ssh_get_error(j->c.s));
 				break;
 			}
 		}
@@ -174,10 +182,11 @@ static asp_status open_failed(ssh_hop *j, const char *host, unsigned port, asp_e
 {
 	const char *e = ssh_get_error(j->c.s);
 	if (!ssh_is_connected(j->c.s))
-		return asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
-		                     "%s: connection lost while asking it to connect to %s port %u: "
-		                     "%s",
-		                     j->label, host, port, e);
+		return asp_error_set(
+		    err, ASP_E_TRANSPORT_ERROR, NULL,
+		    "%s: connection lost while asking it to connect to %s port %u: "
+		    "%s",
+		    j->label, host, port, e);
 	return asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
 	                     "%s cannot reach %s port %u (%s); check the next host's address "
 	                     "and port, and that the jump host allows TCP forwarding "
@@ -186,8 +195,7 @@ static asp_status open_failed(ssh_hop *j, const char *host, unsigned port, asp_e
 }
 
 asp_status ssh_hop_open(const asp_ssh_hop *h, const char *config_path, const char *label, int fd,
-                        const char *host, unsigned port, ssh_hop **out, int *out_fd,
-                        asp_error *err)
+                        const char *host, unsigned port, ssh_hop **out, int *out_fd, asp_error *err)
 {
 	*out = NULL;
 	*out_fd = -1;

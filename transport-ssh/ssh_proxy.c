@@ -41,6 +41,7 @@ struct ssh_proxy {
 	pthread_cond_t cv; /* CLOCK_MONOTONIC; signalled at stderr's EOF */
 	bool err_eof;
 	bool exited; /* seen through waitid(WNOWAIT): reaped only once its group is gone */
+	bool waited; /* an explanation waited for the exit already: later ones do not */
 	siginfo_t how;
 	size_t err_total;
 	char ring[ERR_RING];
@@ -223,8 +224,9 @@ void ssh_proxy_explain(ssh_proxy *p, unsigned wait_ms, char *out, size_t cap)
 {
 	/* a closed socket usually means the command is exiting: give it a moment, first for
 	 * its stderr's EOF (its last words), then for the exit itself */
-	uint64_t until = now_ms() + wait_ms;
 	pthread_mutex_lock(&p->mu);
+	uint64_t until = now_ms() + (p->waited ? 0 : wait_ms);
+	p->waited = p->waited || wait_ms > 0;
 	while (!p->err_eof && !exited_locked(p) && now_ms() < until) {
 		struct timespec ts;
 		clock_gettime(CLOCK_MONOTONIC, &ts);

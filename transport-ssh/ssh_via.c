@@ -14,7 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
 struct ssh_via {
 	asp_ssh_route *route;
 	asp_config_view target; /* the caller's config with the resolved sandbox keys */
@@ -31,14 +30,14 @@ static unsigned exit_wait(const struct timespec *t0, unsigned timeout_ms)
 {
 	struct timespec now;
 	clock_gettime(CLOCK_MONOTONIC, &now);
-	int64_t spent = (int64_t)(now.tv_sec - t0->tv_sec) * 1000 +
-	                (now.tv_nsec - t0->tv_nsec) / 1000000;
+	int64_t spent =
+	    (int64_t)(now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec - t0->tv_nsec) / 1000000;
 	int64_t left = (int64_t)(timeout_ms ? timeout_ms : 10000) - spent;
 	return left <= 0 ? 0 : left < 500 ? (unsigned)left : 500;
 }
 
-asp_status ssh_via_open(const asp_config_view *cfg, ssh_via **out,
-                        const asp_config_view **target, int *fd, asp_error *err)
+asp_status ssh_via_open(const asp_config_view *cfg, ssh_via **out, const asp_config_view **target,
+                        int *fd, asp_error *err)
 {
 	*out = NULL;
 	*fd = -1;
@@ -76,8 +75,9 @@ asp_status ssh_via_open(const asp_config_view *cfg, ssh_via **out,
 		if (st != ASP_OK) {
 			if (i == 0 && v->proxy) {
 				char why[700];
-				ssh_proxy_explain(v->proxy, exit_wait(&t0, h->ssh.connect_timeout_ms),
-				                  why, sizeof why);
+				ssh_proxy_explain(v->proxy,
+				                  exit_wait(&t0, h->ssh.connect_timeout_ms), why,
+				                  sizeof why);
 				asp_error_hint(err, why);
 			}
 			ssh_via_free(v);

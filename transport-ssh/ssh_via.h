@@ -62,9 +62,14 @@ typedef struct ssh_via ssh_via;
  * sandbox with (the resolved keys; valid until ssh_via_free), *fd the descriptor to run
  * its session over (-1: a TCP connection of libssh's own). On failure nothing is left.
  */
-asp_status ssh_via_open(const asp_config_view *cfg, ssh_via **out,
-                        const asp_config_view **target, int *fd, asp_error *err);
-/* Why the way broke (a hop's relay, the proxy's exit); "" when there is nothing to say. */
+asp_status ssh_via_open(const asp_config_view *cfg, ssh_via **out, const asp_config_view **target,
+                        int *fd, asp_error *err);
+/*
+ * Why the way broke (a hop's relay, the proxy's exit); "" when there is nothing to say.
+ * The first call waits up to `wait_ms` for a proxy command to end (a socket that closed
+ * under us usually means it is dying; its exit takes a moment to show), later ones not.
+ */
+#define VIA_EXPLAIN_WAIT_MS 300
 void ssh_via_explain(ssh_via *v, unsigned wait_ms, char *out, size_t cap);
 /* After the sandbox's session is freed: ends the relays and the proxy. NULL: no-op. */
 void ssh_via_free(ssh_via *v);

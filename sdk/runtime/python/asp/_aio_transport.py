@@ -256,7 +256,8 @@ class _AioWsConn(_rpc.WsRpcConn):
             self.r, self.w = await asyncio.wait_for(asyncio.open_connection(
                 t.host, t.port, ssl=t.ctx, server_hostname=t.host if t.ctx else None,
                 limit=_ws.MAX_HEAD + 1), t.call_timeout_ms / 1000.0)
-            req, accept = _ws.handshake(t.host, t.port, t.default_port, t.ws_path, t.token)
+            req, accept = _ws.handshake(t.host, t.port, t.default_port, t.ws_path, t.token,
+                                        extra=t.extra_headers)
             self.w.write(req)
             buf = bytearray()
             end = -1
@@ -337,10 +338,10 @@ class AioHttpTransport(_Pipelined):
     websocket True every call) over one WebSocket on the loop, as HttpTransport does."""
 
     def __init__(self, url, token, max_message, ca_file=None, call_timeout_ms=60000,
-                 websocket=None, on_notify=None):
+                 websocket=None, on_notify=None, headers=()):
         self._t = HttpTransport(url, token, max_message, ca_file=ca_file,
                                 call_timeout_ms=call_timeout_ms, websocket=websocket,
-                                on_notify=on_notify)
+                                on_notify=on_notify, headers=headers)
         self._open_lock = None
         self._conn = None  # the WebSocket, opened by the first call that needs it
         self._closed = False

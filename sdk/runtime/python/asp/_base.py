@@ -201,18 +201,21 @@ class ClientBase:
 
     @classmethod
     def http(cls, url, token=None, *, ca_file=None, cwd=None, env=None, timeout_ms=0,
-             call_timeout_ms=60000, websocket=None):
+             call_timeout_ms=60000, websocket=None, headers=None):
         """A client of ``asp-agent --listen`` at ``url``, with ``Authorization: Bearer
         token`` when a token is given. Calls go as ``POST URL/v1/rpc``; ``spawn`` and
         ``proc_attach``, whose output comes as notifications, over one WebSocket
         (``GET URL/v1/ws``) opened when the first needs it. ``websocket=True`` sends
         every call over the WebSocket, ``False`` none (streams are then unsupported), as
         http.websocket in .asp.json. ``call_timeout_ms`` is the deadline of calls without
-        a time limit of their own, as for stdio."""
+        a time limit of their own, as for stdio. ``headers`` (a dict, or name and value
+        pairs) go with every request and the upgrade, for a gateway in front of the
+        listener, as http.headers in .asp.json."""
         self = cls.__new__(cls)
         t = cls._HttpTransport(url, token, cls._spec.MAX_MESSAGE, ca_file=ca_file,
                                call_timeout_ms=call_timeout_ms, websocket=websocket,
-                               on_notify=self._on_notify)
+                               on_notify=self._on_notify,
+                               headers=_config.check_headers(headers))
         ClientBase.__init__(self, t, cwd, env, timeout_ms)
         return self
 
@@ -226,7 +229,8 @@ class ClientBase:
         if cfg.transport == "http":
             token = _config.secret(cfg.http_token_env, cfg.http_token_file)
             return cls.http, (cfg.http_url, token), dict(
-                common, ca_file=cfg.http_ca_file, websocket=cfg.http_websocket)
+                common, ca_file=cfg.http_ca_file, websocket=cfg.http_websocket,
+                headers=_config.headers_of(cfg))
         raise AspError("unsupported", "%s: the %s SDK cannot serve transport %s; use the "
                        "asp CLI or the C library" % (cfg.path, cls.SDK_NAME, cfg.transport),
                        path=cfg.path)

@@ -408,6 +408,41 @@ def load(path):
     return parse(data, path)
 
 
+def check_headers(headers):
+    """Extra HTTP headers as [(name, value)], from a dict or pairs, checked as the schema
+    checks http.headers (the names the transport sets itself refused)."""
+    nodes = _config_tables.V1[1]
+    h = _config_check.walk(_config_tables.V1, "http.headers")
+    names, values = nodes[h["names"]], nodes[h["more"]]
+    items = list(headers.items()) if isinstance(headers, dict) else list(headers or ())
+    for name, value in items:
+        if not isinstance(name, str) or not _config_check._value_ok(nodes, names, name):
+            raise _error("invalid_argument", "headers: %r: expected %s" % (
+                name, names["expected"]))
+        if not isinstance(value, str) or not _config_check._value_ok(nodes, values, value):
+            raise _error("invalid_argument", "headers: %s: expected %s, got %r" % (
+                name, values["expected"], value))
+    return items
+
+
+def headers_of(cfg):
+    """http.headers with each {"env": NAME} read from the environment: [(name, value)]."""
+    where = cfg.path or "the config"
+    out = []
+    for name, value, env in cfg.http_headers:
+        if env is not None:
+            value = os.environ.get(env)
+            if value is None:
+                raise _error("not_found", "http.headers.%s in %s: environment variable %s is "
+                             "not set" % (name, where, env))
+            if any((ord(c) < 0x20 and c != "\t") or c == "\x7f" for c in value):
+                raise _error("invalid_argument", "http.headers.%s in %s: the variable %s "
+                             "holds a control character (a newline?), which a header cannot "
+                             "carry" % (name, where, env), cfg.path)
+        out.append((name, value))
+    return out
+
+
 def secret(env_name, file_path):
     """A secret named by an *_env key or an *_file key, as asp_config_secret reads it.
     None when both are None."""

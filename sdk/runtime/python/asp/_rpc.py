@@ -385,6 +385,10 @@ def http_status_error(url, status):
         return AspError("unauthorized", "%s refused the request (HTTP 401): the token is "
                         "missing or wrong; set the one asp-agent --listen was given "
                         "(http.token_env or http.token_file)" % url)
+    if status == 403:
+        return AspError("unauthorized", "%s answered 403 Forbidden: something in front of "
+                        "asp-agent --listen refused the request; if a gateway wants a header "
+                        "of its own, set http.headers" % url)
     if status == 413:
         return AspError("too_large", "%s refused the request as too large (HTTP 413)" % url)
     if status == 400:

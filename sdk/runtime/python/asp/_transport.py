@@ -293,7 +293,8 @@ class _WsConn(_rpc.WsRpcConn):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if t.ctx is not None:
                 sock = t.ctx.wrap_socket(sock, server_hostname=t.host)
-            req, accept = _ws.handshake(t.host, t.port, t.default_port, t.ws_path, t.token)
+            req, accept = _ws.handshake(t.host, t.port, t.default_port, t.ws_path, t.token,
+                                        extra=t.extra_headers)
             sock.sendall(req)
             buf = bytearray()
             end = -1
@@ -389,7 +390,7 @@ class HttpTransport(_Pipelined):
     on a connection of its own every call_timeout_ms instead."""
 
     def __init__(self, url, token, max_message, ca_file=None, call_timeout_ms=60000,
-                 websocket=None, on_notify=None):
+                 websocket=None, on_notify=None, headers=()):
         u = urllib.parse.urlsplit(url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise AspError("invalid_argument", "http needs a URL like http://127.0.0.1:8722, "
@@ -404,6 +405,7 @@ class HttpTransport(_Pipelined):
         self.path = u.path.rstrip("/") + "/v1/rpc"
         self.ws_path = u.path.rstrip("/") + "/v1/ws"
         self.token = token
+        self.extra_headers = list(headers or ())  # [(name, value)], checked by the caller
         self.max_message = max_message
         self.ca_file = ca_file
         self.ctx = None
@@ -452,6 +454,7 @@ class HttpTransport(_Pipelined):
         headers = {"Content-Type": "application/msgpack", "Accept": "application/msgpack"}
         if self.token:
             headers["Authorization"] = "Bearer " + self.token
+        headers.update(self.extra_headers)
         return headers
 
     def _probe(self):

@@ -32,8 +32,9 @@ class WsError(Exception):
         self.message = message
 
 
-def handshake(host, port, default_port, path, token, key=None):
-    """The upgrade request and the Sec-WebSocket-Accept value the answer must carry."""
+def handshake(host, port, default_port, path, token, key=None, extra=()):
+    """The upgrade request (with the `extra` (name, value) headers) and the
+    Sec-WebSocket-Accept value the answer must carry."""
     key = key or base64.b64encode(os.urandom(16)).decode("ascii")
     hostport = host if port == default_port else "%s:%d" % (host, port)
     if ":" in host and not host.startswith("["):
@@ -43,6 +44,7 @@ def handshake(host, port, default_port, path, token, key=None):
              "Sec-WebSocket-Version: 13", "Sec-WebSocket-Protocol: " + SUBPROTOCOL]
     if token:
         lines.append("Authorization: Bearer " + token)
+    lines.extend("%s: %s" % (k, v) for k, v in extra)
     req = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
     accept = base64.b64encode(hashlib.sha1(key.encode("ascii") + _GUID).digest())
     return req, accept.decode("ascii")
@@ -78,6 +80,10 @@ def check_answer(head, rest, url, accept):
         raise AspError("unauthorized", "%s answered 401 Unauthorized to the WebSocket "
                        "upgrade: the bearer token is missing or wrong; set the one "
                        "asp-agent --listen was given (http.token_env or http.token_file)" % url)
+    if status == 403:
+        raise AspError("unauthorized", "%s answered 403 Forbidden to the WebSocket upgrade: "
+                       "something in front of asp-agent --listen refused it; if a gateway "
+                       "wants a header of its own, set http.headers" % url)
     if status != 101:
         body = rest[:200].decode("utf-8", "replace").strip()
         raise AspError("transport_error", "%s answered HTTP %d to the WebSocket upgrade, not "

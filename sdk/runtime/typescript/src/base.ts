@@ -3,7 +3,7 @@
  * (cwd, env, timeout), and Process, the async iterator a spawn returns.
  */
 import { type OpDesc, type RecordDesc, decodeRecord, encodeParams } from "./codec.js";
-import { type Config, loadConfig, readSecret } from "./config.js";
+import { type Config, checkHeaders, headersOf, loadConfig, readSecret } from "./config.js";
 import { AspError, copyError } from "./errors.js";
 import { HttpTransport, type RpcConn, StdioTransport, type Subscriber, type Transport } from "./transport.js";
 import { type Message, type WireMap, errorFromMap } from "./wire.js";
@@ -39,6 +39,9 @@ export interface HttpOptions extends ClientOptions {
   /** http.websocket: absent, POST and a WebSocket for streams; true, every call over the
    * WebSocket; false, POST only (spawn and proc_attach unsupported). */
   websocket?: boolean;
+  /** Headers for every request and the upgrade, for a gateway in front of the listener
+   * (http.headers); the names the transport sets itself are refused. */
+  headers?: Record<string, string> | [string, string][];
 }
 
 /** A relative sandbox path joined to the config's cwd, as the C client does it. */
@@ -228,11 +231,20 @@ export class ClientBase {
   /** A client of asp-agent --listen at `url`: calls as POST URL/v1/rpc; spawn and
    * proc_attach, whose output comes as notifications, over one WebSocket (GET URL/v1/ws)
    * opened when the first needs it. `websocket: true` sends every call over the
-   * WebSocket, `false` none (streams are then unsupported), as http.websocket. */
+   * WebSocket, `false` none (streams are then unsupported), as http.websocket; `headers`
+   * go with every request and the upgrade, as http.headers. */
   static http<T extends ClientBase>(this: Ctor<T> & typeof ClientBase, url: string, token?: string, options?: HttpOptions, config?: Config): T {
     let self: T | undefined;
-    const t = new HttpTransport(url, token, this.spec.MAX_MESSAGE, options?.ca_file, options?.call_timeout_ms, options?.websocket, (conn, method, params) =>
-      (self as ClientBase).onNotify(conn, method, params),
+    const headers = checkHeaders(options?.headers);
+    const t = new HttpTransport(
+      url,
+      token,
+      this.spec.MAX_MESSAGE,
+      options?.ca_file,
+      options?.call_timeout_ms,
+      options?.websocket,
+      (conn, method, params) => (self as ClientBase).onNotify(conn, method, params),
+      headers,
     );
     self = new this(t, options, config);
     return self;
@@ -257,7 +269,13 @@ export class ClientBase {
     }
     if (cfg.transport === "http") {
       const token = readSecret(cfg.http.token_env, cfg.http.token_file);
-      const opts = { ...options, ca_file: cfg.http.ca_file, call_timeout_ms: cfg.call_timeout_ms, websocket: cfg.http.websocket };
+      const opts = {
+        ...options,
+        ca_file: cfg.http.ca_file,
+        call_timeout_ms: cfg.call_timeout_ms,
+        websocket: cfg.http.websocket,
+        headers: headersOf(cfg),
+      };
       return this.http(cfg.http.url as string, token, opts, cfg) as T;
     }
     throw new AspError(

@@ -8,7 +8,7 @@
 import * as fs from "node:fs";
 import * as os from "node:os";
 
-import { Ctx, cut, validate, walk } from "./configCheck.js";
+import { Ctx, type SchemaNode, cut, validate, valueOk, walk } from "./configCheck.js";
 import { V0, V1 } from "./configTables.js";
 import { AspError } from "./errors.js";
 import { JsonError, type JsonObject, type JsonValue, parse as parseJson } from "./json.js";
@@ -427,6 +427,40 @@ export function loadConfig(path?: string): Config {
 
 /** A secret named by an *_env key or an *_file key, as asp_config_secret reads it;
  * undefined when both are undefined. */
+/** Extra HTTP headers as [name, value] pairs, from a record or pairs, checked as the schema
+ * checks http.headers (the names the transport sets itself refused). */
+export function checkHeaders(headers?: Record<string, string> | [string, string][]): [string, string][] {
+  const items: [string, string][] = Array.isArray(headers) ? [...headers] : Object.entries(headers ?? {});
+  const h = walk(V1, "http.headers") as SchemaNode;
+  const names = V1.nodes[h.names as number],
+    values = V1.nodes[h.more as number];
+  for (const [name, value] of items) {
+    if (typeof name !== "string" || !valueOk(V1.nodes, names, name))
+      throw error("invalid_argument", `headers: ${JSON.stringify(name)}: expected ${names.expected}`);
+    if (typeof value !== "string" || !valueOk(V1.nodes, values, value))
+      throw error("invalid_argument", `headers: ${name}: expected ${values.expected}, got ${JSON.stringify(value)}`);
+  }
+  return items;
+}
+
+/** http.headers with each {"env": NAME} read from the environment. */
+export function headersOf(cfg: Config): [string, string][] {
+  const where = cfg.path ?? "the config";
+  return cfg.http.headers.map(({ name, value, env }) => {
+    if (env !== undefined) {
+      value = process.env[env];
+      if (value === undefined) throw error("not_found", `http.headers.${name} in ${where}: environment variable ${env} is not set`);
+      if ([...value].some((c) => (c < " " && c !== "\t") || c === "\x7f"))
+        throw error(
+          "invalid_argument",
+          `http.headers.${name} in ${where}: the variable ${env} holds a control character (a newline?), which a header cannot carry`,
+          cfg.path,
+        );
+    }
+    return [name, value as string];
+  });
+}
+
 export function readSecret(envName?: string, filePath?: string): string | undefined {
   const value = envName ? process.env[envName] : undefined;
   let s: string;

@@ -332,7 +332,7 @@ function equals(a: string | number | boolean | null, v: JsonValue): boolean {
 }
 
 /** The checks on the value itself, all described by the node's one "expected". */
-function valueOk(nodes: SchemaNode[], n: SchemaNode, v: JsonValue): boolean {
+export function valueOk(nodes: SchemaNode[], n: SchemaNode, v: JsonValue): boolean {
   if (n.types && !(n.types & typeOf(v))) return false;
   if (n.values && !n.values.some((x) => equals(x, v))) return false;
   if (isInt(v)) {

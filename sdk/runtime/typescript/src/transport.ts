@@ -246,6 +246,8 @@ export class HttpTransport implements Transport {
     /** http.websocket: undefined (POST, and the WebSocket for streams), true or false. */
     readonly websocket?: boolean,
     private readonly onNotify?: NotifyHandler,
+    /** http.headers: [name, value], checked by the caller. */
+    private readonly extraHeaders: [string, string][] = [],
   ) {
     let u: URL;
     try {
@@ -288,6 +290,7 @@ export class HttpTransport implements Transport {
     const opening = WsConn.open({
       url: this.url,
       token: this.token,
+      headers: this.extraHeaders,
       ca: this.ca,
       caFile: this.caFile,
       callTimeoutMs: this.callTimeoutMs || 60000,
@@ -309,6 +312,7 @@ export class HttpTransport implements Transport {
   private headers(): Record<string, string> {
     const h: Record<string, string> = { "Content-Type": "application/msgpack", Accept: "application/msgpack" };
     if (this.token) h.Authorization = `Bearer ${this.token}`;
+    for (const [k, v] of this.extraHeaders) h[k] = v;
     return h;
   }
 
@@ -450,6 +454,11 @@ export class HttpTransport implements Transport {
       throw new AspError(
         "unauthorized",
         `${this.url} refused the request (HTTP 401): the token is missing or wrong; set the one asp-agent --listen was given (http.token_env or http.token_file)`,
+      );
+    if (status === 403)
+      throw new AspError(
+        "unauthorized",
+        `${this.url} answered 403 Forbidden: something in front of asp-agent --listen refused the request; if a gateway wants a header of its own, set http.headers`,
       );
     if (status === 413) throw new AspError("too_large", `${this.url} refused the request as too large (HTTP 413)`);
     if (status === 400) throw new AspError("protocol_error", `${this.url} could not decode the request (HTTP 400)`);

@@ -38,8 +38,15 @@ export class WsError extends Error {
   }
 }
 
-/** The upgrade request and the Sec-WebSocket-Accept its answer must carry. */
-export function handshake(hostport: string, path: string, token?: string, key?: string): { request: Buffer; accept: string } {
+/** The upgrade request (with the `extra` headers) and the Sec-WebSocket-Accept its answer
+ * must carry. */
+export function handshake(
+  hostport: string,
+  path: string,
+  token?: string,
+  key?: string,
+  extra: [string, string][] = [],
+): { request: Buffer; accept: string } {
   const k = key ?? randomBytes(16).toString("base64");
   const lines = [
     `GET ${path} HTTP/1.1`,
@@ -51,6 +58,7 @@ export function handshake(hostport: string, path: string, token?: string, key?: 
     `Sec-WebSocket-Protocol: ${SUBPROTOCOL}`,
   ];
   if (token) lines.push(`Authorization: Bearer ${token}`);
+  for (const [k, v] of extra) lines.push(`${k}: ${v}`);
   const accept = createHash("sha1").update(k + GUID).digest("base64");
   return { request: Buffer.from(lines.join("\r\n") + "\r\n\r\n", "latin1"), accept };
 }
@@ -80,6 +88,11 @@ export function checkAnswer(head: Buffer, rest: Buffer, url: string, accept: str
     throw new AspError(
       "unauthorized",
       `${url} answered 401 Unauthorized to the WebSocket upgrade: the bearer token is missing or wrong; set the one asp-agent --listen was given (http.token_env or http.token_file)`,
+    );
+  if (status === 403)
+    throw new AspError(
+      "unauthorized",
+      `${url} answered 403 Forbidden to the WebSocket upgrade: something in front of asp-agent --listen refused it; if a gateway wants a header of its own, set http.headers`,
     );
   if (status !== 101) {
     const body = rest.subarray(0, 200).toString("utf8").trim();
@@ -217,6 +230,7 @@ export function closedError(url: string, code: number | null, reason: string): A
 export interface WsTarget {
   readonly url: string;
   readonly token?: string;
+  readonly headers?: [string, string][];
   readonly ca?: Buffer;
   readonly caFile?: string;
   readonly callTimeoutMs: number;
@@ -248,7 +262,7 @@ export class WsConn extends RpcConn {
     const port = Number(u.port) || (secure ? 443 : 80);
     const host = u.hostname.replace(/^\[|\]$/g, "");
     const path = u.pathname.replace(/\/+$/, "") + "/v1/ws";
-    const { request, accept } = handshake(u.host, path, t.token);
+    const { request, accept } = handshake(u.host, path, t.token, undefined, t.headers);
     return new Promise((resolve, reject) => {
       const sock = secure
         ? tls.connect({ host, port, ca: t.ca, servername: net.isIP(host) ? undefined : host })
