@@ -243,12 +243,16 @@ def schema_type(node):
     if isinstance(t, list):
         t = " or ".join(t)
     if t == "array" and isinstance(node.get("items"), dict):
-        it = node["items"].get("type", "value")
-        t = f"array of {it}s"
+        t = "array of " + plural(node["items"].get("type", "value"))
     if t == "object" and "additionalProperties" in node and isinstance(
             node["additionalProperties"], dict):
-        t = "object of " + node["additionalProperties"].get("type", "value") + "s"
+        t = "object of " + plural(node["additionalProperties"].get("type", "value"))
     return t or "value"
+
+
+def plural(t):
+    """ "strings", or "strings or objects" for a list of types."""
+    return " or ".join(x + "s" for x in (t if isinstance(t, list) else [t]))
 
 
 def schema_keys(node, prefix, out):
