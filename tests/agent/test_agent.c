@@ -3,6 +3,7 @@
  * with requests in flight, options. Every suite runs against $ASP_AGENT and again
  * against $ASP_AGENT_STATIC when that is set.
  */
+#include "cu_run.h"
 #include "testproc.h"
 
 #include "proto_desc.h"
@@ -1248,7 +1249,7 @@ static void add_suite(const char *name, int (*init)(void))
 	            test_term_ends_running);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	dynamic_agent = t_env("ASP_AGENT");
 	static_agent = t_env("ASP_AGENT_STATIC");
@@ -1263,9 +1264,7 @@ int main(void)
 	add_suite("asp-agent", use_dynamic);
 	if (static_agent)
 		add_suite("asp-agent-static", use_static);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	unsigned failed = CU_get_number_of_failures();
-	CU_cleanup_registry();
+	/* every test, or the suites and tests named as arguments */
+	unsigned failed = (unsigned)cu_run(argc, argv);
 	return failed ? 1 : 0;
 }

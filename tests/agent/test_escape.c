@@ -4,6 +4,7 @@
  * (setsid, a double fork, a cleared environment): real asp-agent processes, pids checked
  * in /proc with bounded waits.
  */
+#include "cu_run.h"
 #include "testproc.h"
 
 #include <CUnit/Basic.h>
@@ -1204,7 +1205,7 @@ static void test_killed_atomic_writes_leave_nothing(void)
 	rmdir(dir);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	agent = t_env("ASP_AGENT");
 	if (!agent) {
@@ -1242,9 +1243,7 @@ int main(void)
 	CU_add_test(s, "reaping orphans keeps every exit status", test_reaping_keeps_statuses);
 	CU_add_test(s, "killed atomic writes leave no temporary",
 	            test_killed_atomic_writes_leave_nothing);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	unsigned failed = CU_get_number_of_failures();
-	CU_cleanup_registry();
+	/* every test, or the suites and tests named as arguments */
+	unsigned failed = (unsigned)cu_run(argc, argv);
 	return failed ? 1 : 0;
 }

@@ -4,7 +4,8 @@
 
 /*
  * Runs, verbosely, every registered test, or with arguments only the suites and tests they
- * name (a name may be a suite's or a test's in any suite), then cleans the registry up.
+ * name (a name may be a suite's, a test's in any suite, or SUITE/TEST), then cleans the
+ * registry up.
  * 0 when everything run passed, 1 on a failure or a name that matches nothing.
  */
 int cu_run(int argc, char **argv);

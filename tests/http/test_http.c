@@ -4,6 +4,7 @@
  * clients, stalled clients, limits (413, 400, WebSocket 1002), a listener killed
  * mid-call, graceful SIGTERM, and the relay to a --listen unix:PATH daemon.
  */
+#include "cu_run.h"
 #include "asp/asp.h"
 #include "asp/transport.h"
 #include "http_addr.h"
@@ -1594,7 +1595,7 @@ static void test_url_parse(void)
 	expect_url_refused(long_path, "the path is too long");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
 	if (!getenv("ASP_AGENT")) {
@@ -1633,10 +1634,8 @@ int main(void)
 			return 1;
 	if (!s)
 		return 1;
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	unsigned failed = CU_get_number_of_failures();
-	CU_cleanup_registry();
+	/* every test, or the suites and tests named as arguments */
+	unsigned failed = (unsigned)cu_run(argc, argv);
 	curl_global_cleanup();
 	return failed ? 1 : 0;
 }

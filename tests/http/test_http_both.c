@@ -8,6 +8,7 @@
  * a WebSocket cut mid-stream giving on_lost while POST calls go on and the next spawn
  * opening another; with "websocket": false nothing streams and hello says so.
  */
+#include "cu_run.h"
 #include "asp/asp.h"
 #include "asp/transport.h"
 #include "listener.h"
@@ -445,7 +446,7 @@ static void test_false_never_streams(void)
 	setup_close(&s);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
 	if (listener_start(&agent, "127.0.0.1:0", NULL, NULL) < 0)
@@ -465,10 +466,8 @@ int main(void)
 	    !CU_add_test(s, "websocket false: nothing streams, hello says so",
 	                 test_false_never_streams))
 		return 1;
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	unsigned failed = CU_get_number_of_failures();
-	CU_cleanup_registry();
+	/* every test, or the suites and tests named as arguments */
+	unsigned failed = (unsigned)cu_run(argc, argv);
 	int st = listener_stop(&agent, SIGTERM, 10000);
 	if (st != 0) {
 		char *log = listener_log_text(&agent);

@@ -4,6 +4,7 @@
  * engine over /v1/ws, with streaming, and a second connection for the reattach case) and
  * suite "http-both" (the default: POST, and a WebSocket for the streams).
  */
+#include "cu_run.h"
 #include "asp/transport.h"
 #include "conformance.h"
 #include "listener.h"
@@ -93,7 +94,7 @@ static void st_peer_close(void *ctx, void *peer)
 		b->t->close(peer);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
 	listener l;
@@ -131,10 +132,8 @@ int main(void)
 	    conf_register_cunit_st("websocket", ws.ops, ws.self, &ws.st, "/tmp") < 0 ||
 	    conf_register_cunit_st("http-both", both.ops, both.self, &both.st, "/tmp") < 0)
 		return 1;
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	unsigned failed = CU_get_number_of_failures();
-	CU_cleanup_registry();
+	/* every test, or the suites and tests named as arguments */
+	unsigned failed = (unsigned)cu_run(argc, argv);
 	http.t->close(http.self);
 	ws.t->close(ws.self);
 	both.t->close(both.self);

@@ -3,6 +3,7 @@
  * transport: config applied to calls, respawn, prompt failure of pending calls, the
  * child's stderr in errors, threads, and no child left unreaped.
  */
+#include "cu_run.h"
 #include "asp/asp.h"
 #include "asp/transport.h"
 #include "testproc.h"
@@ -573,7 +574,7 @@ static void add_stdio_suite(const char *name, int (*init)(void))
 	CU_add_test(s, "spawn follows the config; free ends what runs", test_spawn_and_free);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	dynamic_agent = t_env("ASP_AGENT");
 	static_agent = t_env("ASP_AGENT_STATIC");
@@ -592,9 +593,7 @@ int main(void)
 	CU_add_test(s, "a command that does not exist", test_nonexistent_command);
 	CU_add_test(s, "a command that is not an agent", test_not_an_agent);
 	CU_add_test(s, "local transport", test_local_transport);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	unsigned failed = CU_get_number_of_failures();
-	CU_cleanup_registry();
+	/* every test, or the suites and tests named as arguments */
+	unsigned failed = (unsigned)cu_run(argc, argv);
 	return failed ? 1 : 0;
 }

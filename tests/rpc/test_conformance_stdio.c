@@ -6,6 +6,7 @@
  * "Concurrency and lifetime"), where a second connection can reattach to a process after
  * the first one closed.
  */
+#include "cu_run.h"
 #include "asp/transport.h"
 #include "conformance.h"
 
@@ -147,7 +148,7 @@ static pid_t start_daemon(const char *agent, char *dir, char *sock, size_t cap)
 	return -2;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	const char *agent = getenv("ASP_AGENT"), *agent_static = getenv("ASP_AGENT_STATIC");
 	if (!agent || !agent[0]) {
@@ -181,29 +182,8 @@ int main(void)
 	    (have_relay && conf_register_cunit_st("stdio_relay", relay_b.ops, relay_b.self,
 	                                          &relay_b.st, "/tmp") < 0))
 		return 1;
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	/* ASP_CONF_ONLY=SUITE[/CASE] runs one suite or case, to chase a flake by repetition. */
-	const char *only = getenv("ASP_CONF_ONLY");
-	if (only && only[0]) {
-		char sname[64];
-		const char *slash = strchr(only, '/');
-		snprintf(sname, sizeof sname, "%.*s",
-		         slash ? (int)(slash - only) : (int)strlen(only), only);
-		CU_pSuite su = CU_get_suite(sname);
-		CU_pTest te = su && slash ? CU_get_test(su, slash + 1) : NULL;
-		if (!su || (slash && !te)) {
-			fprintf(stderr, "ASP_CONF_ONLY: no suite or case %s\n", only);
-			return 1;
-		}
-		if (te)
-			CU_basic_run_test(su, te);
-		else
-			CU_basic_run_suite(su);
-	} else {
-		CU_basic_run_tests();
-	}
-	unsigned failed = CU_get_number_of_failures();
-	CU_cleanup_registry();
+	/* every case, or the suites and cases named as arguments (stdio_relay/exec_timeout_...) */
+	unsigned failed = (unsigned)cu_run(argc, argv);
 	dyn.t->close(dyn.self);
 	if (have_static)
 		sta.t->close(sta.self);

@@ -4,6 +4,7 @@
  * through the C client and the `asp` command line. Nothing may hang: every call ends
  * within its deadline, and the next call reconnects.
  */
+#include "cu_run.h"
 #include "asp/asp.h"
 #include "asp/transport.h"
 #include "testproc.h"
@@ -337,7 +338,7 @@ static void test_exec_requests(void)
 	unlink(log);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	agent = t_env("ASP_AGENT");
 	cli = t_env("ASP_CLI");
@@ -362,10 +363,8 @@ int main(void)
 	            test_tty_needs_pty);
 	CU_add_test(s, "asp stat against wedged and confused responders", test_cli);
 	CU_add_test(s, "asp exec -- true: two requests on a fresh connection", test_exec_requests);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	unsigned failures = CU_get_number_of_failures();
-	CU_cleanup_registry();
+	/* every test, or the suites and tests named as arguments */
+	unsigned failures = (unsigned)cu_run(argc, argv);
 	rmdir(tmp);
 	return failures ? 1 : 0;
 }

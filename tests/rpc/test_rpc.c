@@ -2,6 +2,7 @@
  * The RPC engine (core/src/rpc/rpc.c) and the fd channel: against a real asp-agent over
  * a socketpair, and against a scripted fake responder for what a real one never sends.
  */
+#include "cu_run.h"
 #include "rpc/rpc.h"
 #include "testproc.h"
 
@@ -1130,7 +1131,7 @@ static void test_channel_epipe_while_closing(void)
 	sigaction(SIGPIPE, &old, NULL);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	agent = t_env("ASP_AGENT");
 	if (!agent) {
@@ -1163,9 +1164,7 @@ int main(void)
 	            test_follow_spawn_gate);
 	CU_add_test(s, "attach: replay kept until the answer; failure calls nothing",
 	            test_follow_attach_replay);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	unsigned failed = CU_get_number_of_failures();
-	CU_cleanup_registry();
+	/* every test, or the suites and tests named as arguments */
+	unsigned failed = (unsigned)cu_run(argc, argv);
 	return failed ? 1 : 0;
 }

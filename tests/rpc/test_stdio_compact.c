@@ -5,6 +5,7 @@
  * limit hold one descriptor each and work as any other: calls from many threads, a
  * transfer both ways, and the child's stderr in the error that explains its death.
  */
+#include "cu_run.h"
 #include "asp/asp.h"
 #include "asp/transport.h"
 #include "testproc.h"
@@ -185,7 +186,7 @@ static void test_past_half(void)
 	CU_ASSERT(waitpid(-1, &st, WNOHANG) < 0 && errno == ECHILD);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	agent = t_env("ASP_AGENT");
 	if (!agent) {
@@ -196,9 +197,7 @@ int main(void)
 		return 1;
 	CU_pSuite s = CU_add_suite("stdio past half the descriptor limit", NULL, NULL);
 	CU_add_test(s, "one descriptor per connection past half", test_past_half);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	unsigned failed = CU_get_number_of_failures();
-	CU_cleanup_registry();
+	/* every test, or the suites and tests named as arguments */
+	unsigned failed = (unsigned)cu_run(argc, argv);
 	return failed ? 1 : 0;
 }

@@ -6,6 +6,7 @@
  *
  *   test_ssh_cli PATH/TO/asp
  */
+#include "cu_run.h"
 #include "asp/asp.h"
 #include "asp/transport.h"
 #include "asp_ssh.h"
@@ -358,10 +359,8 @@ int main(int argc, char **argv)
 	            test_v0_cli_conformance_and_convert);
 	CU_add_test(s, "agent upload from the build tree", test_upload_from_build_tree);
 	CU_add_test(s, "agent upload beside an installed asp", test_upload_beside_asp);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	unsigned failed = CU_get_number_of_failures();
-	CU_cleanup_registry();
+	/* every test, or the suites and tests named after argv[1] */
+	unsigned failed = (unsigned)cu_run(argc - 1, argv + 1);
 	sshd_stop(&fx);
 	return failed ? 1 : 0;
 }

@@ -3,6 +3,7 @@
  * (`$SHELL -c LINE`) under bash and dash (and zsh, ksh, busybox sh when installed), with
  * hostile argv, env and cwd. Every byte must arrive verbatim and nothing may run.
  */
+#include "cu_run.h"
 #include "ssh_internal.h"
 
 #include <CUnit/Basic.h>
@@ -420,7 +421,7 @@ static void test_quote_word(void)
 	CU_ASSERT_FALSE(ssh_is_shell_name(""));
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	snprintf(dir, sizeof dir, "/tmp/asp-quote-XXXXXX");
 	if (!mkdtemp(dir))
@@ -434,10 +435,8 @@ int main(void)
 	    !CU_add_test(s, "not_group_leader", test_not_group_leader) ||
 	    !CU_add_test(s, "ignored_signals", test_ignored_signals))
 		return 2;
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	unsigned failures = CU_get_number_of_failures();
-	CU_cleanup_registry();
+	/* every test, or the suites and tests named as arguments */
+	unsigned failures = (unsigned)cu_run(argc, argv);
 	char cmd[300];
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
 	if (system(cmd) != 0)

@@ -4,6 +4,7 @@
  * forms, path resolution against the config's cwd, cancellation from another thread and
  * concurrent calls, and the glob matcher.
  */
+#include "cu_run.h"
 #include "asp/asp.h"
 #include "tools/shared.h"
 
@@ -568,7 +569,7 @@ static void test_glob_match(void)
 	CU_ASSERT_FALSE(tools_glob_match("?", "/"));
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	if (!getenv("ASP_AGENT")) {
 		fprintf(stderr, "ASP_AGENT is not set\n");
@@ -591,9 +592,7 @@ int main(void)
 	            test_background_while_flooding);
 	CU_add_test(s, "glob matcher", test_glob_match);
 	CU_add_test(s, "OpenCode's vocabulary over the same tools", test_vocab_opencode);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	unsigned fails = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
-	CU_cleanup_registry();
+	/* every test, or the suites and tests named as arguments */
+	unsigned fails = (unsigned)cu_run(argc, argv);
 	return fails ? 1 : 0;
 }

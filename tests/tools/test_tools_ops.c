@@ -12,6 +12,7 @@
  *   - the grep op itself: the whole-buffer search against line-by-line matching, ERE
  *     against PCRE2, an answer past max_message cut rather than refused.
  */
+#include "cu_run.h"
 #include "asp/asp.h"
 #include "asp/transport.h"
 #include "tools/shared.h"
@@ -950,7 +951,7 @@ static void test_grep_answer_fits(void)
 	free(t);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	if (!getenv("ASP_AGENT")) {
 		fprintf(stderr, "ASP_AGENT is not set\n");
@@ -978,9 +979,7 @@ int main(void)
 	CU_add_test(s, "hello names the grep dialect (grep-pcre2, grep-ere)", test_grep_dialect);
 	CU_add_test(s, "grep op: an answer past max_message is cut, not refused",
 	            test_grep_answer_fits);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	unsigned fails = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
-	CU_cleanup_registry();
+	/* every test, or the suites and tests named as arguments */
+	unsigned fails = (unsigned)cu_run(argc, argv);
 	return fails ? 1 : 0;
 }

@@ -5,6 +5,7 @@
  * long a call waits, unknown sessions, and a terminal (or its refusal where the agent's
  * hello lists no pty).
  */
+#include "cu_run.h"
 #include "asp/asp.h"
 #include "tools/shared.h"
 
@@ -378,7 +379,7 @@ static void test_tty(void)
 	free(all);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	if (!getenv("ASP_AGENT")) {
 		fprintf(stderr, "ASP_AGENT is not set\n");
@@ -396,9 +397,7 @@ int main(void)
 	CU_add_test(s, "yield time: floors, early return at exit", test_yield_bounds);
 	CU_add_test(s, "unknown or missing session_id", test_unknown_session);
 	CU_add_test(s, "tty: a terminal of 24x80, typed input", test_tty);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	unsigned fails = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
-	CU_cleanup_registry();
+	/* every test, or the suites and tests named as arguments */
+	unsigned fails = (unsigned)cu_run(argc, argv);
 	return fails ? 1 : 0;
 }

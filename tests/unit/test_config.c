@@ -3,6 +3,7 @@
  * defaults, path resolution and secrets. Each test gets a fresh scratch directory, a
  * $HOME inside it and no $ASP_CONFIG; the working directory is restored after it.
  */
+#include "cu_run.h"
 #include "asp/config.h"
 
 #include <CUnit/Basic.h>
@@ -991,7 +992,7 @@ static void test_schema(void)
 #endif
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 2;
@@ -1031,9 +1032,7 @@ int main(void)
 		CU_cleanup_registry();
 		return 2;
 	}
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-	CU_cleanup_registry();
+	/* every test, or the suites and tests named as arguments */
+	unsigned failed = (unsigned)cu_run(argc, argv);
 	return failed ? 1 : 0;
 }

@@ -4,6 +4,7 @@
  * SSH transport (docs/design.md, ".asp.json"); asp_config_v0_to_v1 writes the version 1
  * text they mean.
  */
+#include "cu_run.h"
 #include "asp/config.h"
 
 #include <CUnit/Basic.h>
@@ -153,7 +154,7 @@ static void test_convert_to_v1(void)
 	CU_ASSERT_PTR_NULL(v1);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 2;
@@ -163,9 +164,7 @@ int main(void)
 	CU_add_test(s, "a SHA256 host_key pins the fingerprint", test_fingerprint_pins);
 	CU_add_test(s, "strict errors with line:col and key path", test_strict_errors);
 	CU_add_test(s, "asp_config_v0_to_v1", test_convert_to_v1);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	unsigned failed = CU_get_number_of_failures();
-	CU_cleanup_registry();
+	/* every test, or the suites and tests named as arguments */
+	unsigned failed = (unsigned)cu_run(argc, argv);
 	return failed ? 1 : 0;
 }

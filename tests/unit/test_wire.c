@@ -2,6 +2,7 @@
  * The generated codecs and the wire layer: round trips of every op's params and result
  * and of every notification, the exact bytes of a request, hostile vectors, and dispatch.
  */
+#include "cu_run.h"
 #include "wire.h"
 
 #include <CUnit/Basic.h>
@@ -675,7 +676,7 @@ static void test_kept_zone(void)
 	asp_buf_free(&small);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	asp_ops_complete(&test_ops);
 	arena = asp_arena_new();
@@ -698,10 +699,8 @@ int main(void)
 	CU_add_test(s, "dispatch: too large, unsupported", test_dispatch_too_large);
 	CU_add_test(s, "large bins by reference", test_refs_same_bytes);
 	CU_add_test(s, "a message's zone is kept for the next", test_kept_zone);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-	CU_cleanup_registry();
+	/* every test, or the suites and tests named as arguments */
+	unsigned failed = (unsigned)cu_run(argc, argv);
 	asp_arena_free(arena);
 	return failed ? 1 : 0;
 }

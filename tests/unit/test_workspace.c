@@ -5,6 +5,7 @@
  * defaults (the file's directory; cwd, else the start directory); then the table both SDKs'
  * tests read (tests/vectors/workspace/cases.json, the path in argv[1]).
  */
+#include "cu_run.h"
 #include "asp/workspace.h"
 
 #include <CUnit/Basic.h>
@@ -292,9 +293,7 @@ int main(int argc, char **argv)
 	CU_add_test(s, "defaults from the config", test_from_config);
 	if (cases_path)
 		CU_add_test(s, "the shared table (tests/vectors/workspace)", test_table);
-	CU_basic_set_mode(CU_BRM_VERBOSE);
-	CU_basic_run_tests();
-	unsigned failed = CU_get_number_of_failures();
-	CU_cleanup_registry();
+	/* every test, or the suites and tests named after argv[1] */
+	unsigned failed = (unsigned)cu_run(argc - 1, argv + 1);
 	return failed ? 1 : 0;
 }
