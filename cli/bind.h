@@ -75,11 +75,13 @@ int bind_plan_text(const bind_ctx *b, bind_plan *plan, const char *path, char *c
 
 /*
  * The absolute directory of the `harness` binding (holding `entry`) in *out (bind_dir.c):
- * $ASP_BINDINGS_DIR, the installed tree beside this asp, the install directory, the source
- * tree. 0, or -1 after reporting where it looked.
+ * $ASP_BINDINGS_DIR alone when set; else the installed tree beside this asp, this build's
+ * copy, the install directory, the source tree. With `module` (an npm package the binding
+ * imports, or NULL), only a copy from which Node resolves it. 0, or -1 after reporting what
+ * is missing and how to get it.
  */
-int bind_bindings_dir(const bind_ctx *b, const char *harness, const char *entry, char *out,
-                      size_t cap);
+int bind_bindings_dir(const bind_ctx *b, const char *harness, const char *entry, const char *module,
+                      char *out, size_t cap);
 
 /* `s` as a JSON (and TOML basic) string literal, malloc'd. */
 char *bind_quote(const char *s);

@@ -63,7 +63,7 @@ static int plan_tool(const bind_ctx *b, bind_plan *plan, const char *dir, const 
 static int plan_opencode(const bind_ctx *b, bind_plan *plan)
 {
 	char dir[PATH_MAX], path[PATH_MAX];
-	if (bind_bindings_dir(b, "opencode", "asp.js", dir, sizeof dir) != 0)
+	if (bind_bindings_dir(b, "opencode", "asp.js", NULL, dir, sizeof dir) != 0)
 		return -1;
 	for (size_t i = 0; i < sizeof tools / sizeof *tools; i++)
 		if (plan_tool(b, plan, dir, tools[i]) != 0)

@@ -12,7 +12,7 @@
 static int plan_pi(const bind_ctx *b, bind_plan *plan)
 {
 	char dir[PATH_MAX], path[PATH_MAX], entry[PATH_MAX + 16];
-	if (bind_bindings_dir(b, "pi", "index.ts", dir, sizeof dir) != 0)
+	if (bind_bindings_dir(b, "pi", "index.ts", "asp-sdk", dir, sizeof dir) != 0)
 		return -1;
 	snprintf(entry, sizeof entry, "%s/index.ts", dir);
 	snprintf(path, sizeof path, "%s/.pi/settings.json", b->project);

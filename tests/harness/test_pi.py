@@ -4,8 +4,11 @@ in the project plays a scripted coding session; every tool call (bash, write, ed
 grep, find, ls) acts in the sandbox and none in the project, and the system prompt names
 the sandbox's directory.
 
-usage: test_pi.py NODE_WORK ASP ASP_AGENT SCRIPTED_MODEL BINDINGS SDK_WORK
-BINDINGS is the source tree's bindings/, SDK_WORK the built TypeScript SDK (tests/sdk/ts_run.sh).
+usage: test_pi.py NODE_WORK ASP ASP_AGENT SCRIPTED_MODEL BINDINGS SDK_WORK [--build-tree]
+BINDINGS is the source tree's bindings/, SDK_WORK the built TypeScript SDK (tests/sdk/ts_run.sh):
+the binding is staged from them as meson install lays it out. With --build-tree nothing is
+staged and ASP_BINDINGS_DIR is unset: `asp bind pi` run from the build tree, as after the
+quick start, must pick the build's own copy (BUILD/bindings) and pi must load it.
 Runs inside a network namespace holding only loopback."""
 import json
 import os
@@ -15,6 +18,7 @@ import sys
 from harness_session import SANDBOX_HOST, Session, chat_tool_results, check_result, fail
 
 node_work, asp, agent, scripted_model, bindings, sdk_work = sys.argv[1:7]
+build_tree = sys.argv[7:] == ["--build-tree"]
 sdk_work = os.path.abspath(sdk_work)
 asp, node_work = os.path.abspath(asp), os.path.abspath(node_work)
 pi = os.path.join(node_work, "node_modules", ".bin", "pi")
@@ -23,9 +27,10 @@ P, S = s.project, s.sandbox
 
 # The binding as installed: its files and the SDK it imports, beside each other.
 staged = os.path.join(s.root, "bindings")
-shutil.copytree(os.path.join(bindings, "pi"), os.path.join(staged, "pi"))
-os.makedirs(os.path.join(staged, "pi", "node_modules"))
-os.symlink(sdk_work, os.path.join(staged, "pi", "node_modules", "asp-sdk"))
+if not build_tree:
+    shutil.copytree(os.path.join(bindings, "pi"), os.path.join(staged, "pi"))
+    os.makedirs(os.path.join(staged, "pi", "node_modules"))
+    os.symlink(sdk_work, os.path.join(staged, "pi", "node_modules", "asp-sdk"))
 
 
 def call(cid, name, **arguments):
@@ -50,8 +55,11 @@ port = s.start_model(steps)
 
 env = s.env()
 agent_dir = os.path.join(s.home, ".pi", "agent")
-env.update(PI_CODING_AGENT_DIR=agent_dir, PI_OFFLINE="1", PI_TELEMETRY="0",
-           ASP_BINDINGS_DIR=staged)
+env.update(PI_CODING_AGENT_DIR=agent_dir, PI_OFFLINE="1", PI_TELEMETRY="0")
+if build_tree:
+    env.pop("ASP_BINDINGS_DIR", None)
+else:
+    env["ASP_BINDINGS_DIR"] = staged
 # pi's own settings: the scripted model as an OpenAI-compatible provider, by default.
 s.put(os.path.join(agent_dir, "models.json"), json.dumps({"providers": {"scripted": {
     "baseUrl": "http://127.0.0.1:%d/v1" % port, "api": "openai-completions", "apiKey": "none",
@@ -63,6 +71,13 @@ s.put(os.path.join(agent_dir, "settings.json"),
 rc, out = s.run([asp, "bind", "pi"], env, timeout=30)
 if rc != 0:
     fail("asp bind pi: " + out)
+if build_tree:
+    with open(os.path.join(P, ".pi", "settings.json")) as f:
+        listed = json.load(f)["extensions"]
+    want = os.path.join(os.path.dirname(os.path.dirname(asp)), "bindings", "pi", "index.ts")
+    if listed != [os.path.realpath(want)]:
+        fail("asp bind pi from the build tree listed %s, not the build's copy %s"
+             % (listed, want))
 before = s.project_files()
 rc, out = s.run([pi, "-p", "--no-session", "Add a greet function and run the tests"], env)
 if rc != 0:

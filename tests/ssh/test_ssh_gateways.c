@@ -109,7 +109,8 @@ static void expect_failure(const char *proxy, unsigned timeout_ms, const char *n
 	CU_ASSERT_PTR_NOT_NULL(strstr(msg, needle2));
 	if (st != ASP_E_TRANSPORT_ERROR || !strstr(msg, needle1) || !strstr(msg, needle2) ||
 	    took >= (long long)timeout_ms + 3000)
-		fprintf(stderr, "\n  %s: %s after %lld ms: %s\n", proxy, asp_strerror(st), took, msg);
+		fprintf(stderr, "\n  %s: %s after %lld ms: %s\n", proxy, asp_strerror(st), took,
+		        msg);
 }
 
 static void test_proxy_exits(void)
@@ -307,7 +308,8 @@ static pid_t child_named(const char *comm)
 		char state;
 		if (sscanf(close + 2, "%c %d", &state, &ppid) != 2 || ppid != getpid())
 			continue;
-		if ((size_t)(close - open - 1) == strlen(comm) && !strncmp(open + 1, comm, strlen(comm)))
+		if ((size_t)(close - open - 1) == strlen(comm) &&
+		    !strncmp(open + 1, comm, strlen(comm)))
 			found = (pid_t)atoi(e->d_name);
 	}
 	closedir(d);
@@ -368,7 +370,8 @@ static void test_proxy_dies_mid_transfer(void)
 			char p[700];
 			struct stat sb;
 			snprintf(p, sizeof p, "%s/%s", scratch, e->d_name);
-			moving = strstr(e->d_name, "cut.bin") && stat(p, &sb) == 0 && sb.st_size > 0;
+			moving =
+			    strstr(e->d_name, "cut.bin") && stat(p, &sb) == 0 && sb.st_size > 0;
 		}
 		if (d)
 			closedir(d);
