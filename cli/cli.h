@@ -218,6 +218,15 @@ void jw_bytes_field(jw *w, const char *key, const uint8_t *data, size_t len);
 /* Writes `s` (valid UTF-8) as a JSON string literal, outside any jw document. */
 void jw_put_string(FILE *f, const char *s);
 
+/* ---- route_info.c: asp hello's account of the way to an SSH sandbox -------------------- */
+
+struct asp_ssh_route;
+/* The SSH route of the config (NULL: not SSH, or unresolvable); asp_ssh_route_free it. */
+struct asp_ssh_route *cli_route(cli *c);
+/* {"hops": [{"role", "name", "host": {"value", "from"}, ...}], "jump_from", "proxy_command"} */
+void cli_route_json(jw *w, const struct asp_ssh_route *r);
+void cli_route_text(FILE *f, const struct asp_ssh_route *r);
+
 /* True when the bytes are valid UTF-8 (no overlongs, surrogates or code points > U+10FFFF). */
 bool cli_utf8_valid(const uint8_t *s, size_t len);
 

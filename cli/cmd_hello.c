@@ -1,6 +1,8 @@
 /* asp hello: who answers, and how fast. */
 #include "cli.h"
 
+#include "asp/ssh_route.h"
+
 #include <time.h>
 
 #ifndef ASP_VERSION
@@ -29,14 +31,22 @@ int cmd_hello(cli *c, int argc, char **argv)
 	if (optind < argc)
 		return cli_usage(c, "unexpected argument '%s'", argv[optind]);
 
+	/* where each value came from, before connecting: most useful when that fails */
+	asp_ssh_route *route = cli_route(c);
+	if (route && !c->json)
+		cli_route_text(stdout, route);
+	fflush(stdout);
 	double t0 = now_ms();
 	asp_client *client = cli_client(c);
-	if (!client)
+	if (!client) {
+		asp_ssh_route_free(route);
 		return c->fail_code;
+	}
 	asp_arena *a = cli_arena(c), *scratch = cli_arena(c);
 	if (!a || !scratch) {
 		asp_arena_free(a);
 		asp_arena_free(scratch);
+		asp_ssh_route_free(route);
 		return c->fail_code;
 	}
 	asp_hello_params p;
@@ -101,6 +111,10 @@ int cmd_hello(cli *c, int argc, char **argv)
 		jw_double(&w, connect_ms);
 		jw_key(&w, "rtt_ms");
 		jw_double(&w, rtt_ms);
+		if (route) {
+			jw_key(&w, "route");
+			cli_route_json(&w, route);
+		}
 		jw_obj_end(&w);
 		jw_end(&w);
 	} else {
@@ -124,5 +138,6 @@ int cmd_hello(cli *c, int argc, char **argv)
 out:
 	asp_arena_free(a);
 	asp_arena_free(scratch);
+	asp_ssh_route_free(route);
 	return rc;
 }

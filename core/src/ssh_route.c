@@ -137,6 +137,12 @@ static asp_status bad_escape(builder *b, char letter, const char *what, const ch
 
 /* ---- one hop ------------------------------------------------------------------------------ */
 
+/* Both NULL, or the same text. */
+static bool same(const char *x, const char *y)
+{
+	return x == y || (x && y && strcmp(x, y) == 0);
+}
+
 /* A value from the file, with its provenance "KEYWORD at FILE:LINE". */
 static const char *cf_text(const ssh_cf_host *cf, enum ssh_cf_key k)
 {
@@ -231,7 +237,16 @@ static asp_status fill(builder *b, asp_ssh_hop *h, const asp_config_ssh *g, cons
 		h->user_from = "the default: the local user";
 	}
 	bool own_key = g->identity_file || g->identity_env;
-	if (own_key && !inherited) {
+	/* a hop's object takes the sandbox's identity and known_hosts when it names none */
+	const asp_config_ssh *sb = &b->cfg->ssh;
+	bool hop = strcmp(where, "ssh") != 0;
+	bool same_key = hop && (same(g->identity_file, sb->identity_file) &&
+	                        same(g->identity_env, sb->identity_env));
+	if (own_key && !inherited && same_key) {
+		h->identity_from =
+		    fmt(b, "the sandbox's %s in %s",
+		        g->identity_file ? "ssh.identity_file" : "ssh.identity_env", b->file);
+	} else if (own_key && !inherited) {
 		h->identity_from =
 		    given(b, where, g->identity_file ? "identity_file" : "identity_env");
 	} else if (cf_text(cf, SSH_CF_IDENTITY_FILE)) {
@@ -247,7 +262,9 @@ static asp_status fill(builder *b, asp_ssh_hop *h, const asp_config_ssh *g, cons
 	} else {
 		h->identity_from = "none given: ssh-agent and the default keys (~/.ssh/id_*)";
 	}
-	if (g->known_hosts && !inherited) {
+	if (g->known_hosts && !inherited && hop && same(g->known_hosts, sb->known_hosts)) {
+		h->known_hosts_from = fmt(b, "the sandbox's ssh.known_hosts in %s", b->file, NULL);
+	} else if (g->known_hosts && !inherited) {
 		h->known_hosts_from = given(b, where, "known_hosts");
 	} else if (cf_text(cf, SSH_CF_KNOWN_HOSTS)) {
 		asp_status st = cf_path(b, cf, SSH_CF_KNOWN_HOSTS, h, &h->ssh.known_hosts);
@@ -263,6 +280,21 @@ static asp_status fill(builder *b, asp_ssh_hop *h, const asp_config_ssh *g, cons
 	if (!h->host_from || !h->port_from || !h->identity_from || !h->known_hosts_from ||
 	    !h->user_from || !h->ssh.known_hosts)
 		return oom(b);
+	/* the route owns its strings: the config may be freed before it */
+	const char **own[] = {&h->name,
+	                      &h->ssh.host,
+	                      &h->ssh.user,
+	                      &h->ssh.identity_file,
+	                      &h->ssh.identity_env,
+	                      &h->ssh.password_env,
+	                      &h->ssh.known_hosts,
+	                      &h->ssh.host_key_sha256,
+	                      &h->ssh.host_key,
+	                      &h->ssh.agent};
+	for (size_t i = 0; i < sizeof own / sizeof *own; i++) {
+		if (*own[i] && !(*own[i] = asp_arena_strndup(b->r->a, *own[i], strlen(*own[i]))))
+			return oom(b);
+	}
 	return ASP_OK;
 }
 
