@@ -24,11 +24,18 @@ enum {
 	OPT_WEBSOCKET,
 	OPT_NO_WEBSOCKET,
 	OPT_FROM_V0,
+	OPT_PROXY_COMMAND,
+	OPT_JUMP,
+	OPT_FROM_SSH_CONFIG,
 };
 
 typedef struct init_opts {
 	const char *transport;
 	const char *ssh_spec, *identity;
+	const char *proxy_command; /* --proxy-command: words, split as ssh_config's are */
+	char **jumps;              /* --jump: each "[user@]host[:port]", commas split */
+	size_t jump_count;
+	const char *config_host;            /* --from-ssh-config NAME */
 	const char *host_key, *known_hosts; /* --host-key-sha256, --known-hosts */
 	bool accept_new;
 	/* "true", "false" or NULL (absent: both; docs/design.md, ".asp.json") */
@@ -102,6 +109,80 @@ static void put_kv(FILE *f, const char *key, const char *value, bool *first)
 	jw_put_string(f, value);
 }
 
+/*
+ * --proxy-command's words: whitespace between them, "..." or '...' keeping spaces, as an
+ * SSH config file's words are split. -1 (said) for an unclosed quote.
+ */
+static int put_words(cli *c, FILE *f, const char *line)
+{
+	size_t n = strlen(line);
+	char *word = malloc(n + 1);
+	if (!word)
+		return cli_fail_errno(c, ENOMEM, "init"), -1;
+	const char *p = line;
+	int words = 0;
+	fputs(",\n    \"proxy_command\": [", f);
+	while (*p) {
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (!*p)
+			break;
+		size_t o = 0;
+		while (*p && *p != ' ' && *p != '\t') {
+			if (*p == '"' || *p == '\'') {
+				char q = *p++;
+				while (*p && *p != q)
+					word[o++] = *p++;
+				if (*p != q) {
+					free(word);
+					return cli_usage(
+					           c,
+					           "--proxy-command: a quote is not closed in '%s'",
+					           line),
+					       -1;
+				}
+				p++;
+			} else {
+				word[o++] = *p++;
+			}
+		}
+		word[o] = '\0';
+		fputs(words++ ? ", " : "", f);
+		jw_put_string(f, word);
+	}
+	fputs("]", f);
+	free(word);
+	if (!words)
+		return cli_usage(c, "--proxy-command needs a command"), -1;
+	return 0;
+}
+
+/* ssh.proxy_command and ssh.jump from --proxy-command and --jump. */
+static int render_gateways(cli *c, const init_opts *o, FILE *f, bool *first)
+{
+	if (o->proxy_command && put_words(c, f, o->proxy_command) < 0)
+		return -1;
+	if (o->proxy_command)
+		*first = false;
+	if (!o->jump_count)
+		return 0;
+	fputs(",\n    \"jump\": [", f);
+	size_t n = 0;
+	for (size_t i = 0; i < o->jump_count; i++) {
+		char *copy = strdup(o->jumps[i]), *save = NULL;
+		if (!copy)
+			return cli_fail_errno(c, ENOMEM, "init"), -1;
+		for (char *h = strtok_r(copy, ",", &save); h; h = strtok_r(NULL, ",", &save)) {
+			fputs(n++ ? ", " : "", f);
+			jw_put_string(f, h);
+		}
+		free(copy);
+	}
+	fputs("]", f);
+	*first = false;
+	return 0;
+}
+
 /* The file's text, formatted for people to edit; malloc'd into *out. */
 static int render(cli *c, const init_opts *o, char **out, size_t *len)
 {
@@ -140,12 +221,21 @@ static int render(cli *c, const init_opts *o, char **out, size_t *len)
 		}
 		fputs("]", f);
 		first = false;
-	} else if (o->ssh_spec) {
-		put_kv(f, "host", st.host, &first);
-		if (st.port)
+	} else if (o->ssh_spec || o->config_host) {
+		if (o->config_host)
+			put_kv(f, "config_host", o->config_host, &first);
+		if (o->ssh_spec)
+			put_kv(f, "host", st.host, &first);
+		if (o->ssh_spec && st.port)
 			fprintf(f, ",\n    \"port\": %u", st.port);
-		if (st.user[0])
+		if (o->ssh_spec && st.user[0])
 			put_kv(f, "user", st.user, &first);
+		if (render_gateways(c, o, f, &first) < 0) {
+			fclose(f);
+			free(*out);
+			*out = NULL;
+			return -1;
+		}
 		if (o->identity)
 			put_kv(f, "identity_file", o->identity, &first);
 		if (o->host_key)
@@ -289,14 +379,22 @@ int cmd_init(cli *c, int argc, char **argv)
 	    {"websocket", no_argument, NULL, OPT_WEBSOCKET},
 	    {"no-websocket", no_argument, NULL, OPT_NO_WEBSOCKET},
 	    {"from-v0", required_argument, NULL, OPT_FROM_V0},
+	    {"proxy-command", required_argument, NULL, OPT_PROXY_COMMAND},
+	    {"jump", required_argument, NULL, OPT_JUMP},
+	    {"from-ssh-config", required_argument, NULL, OPT_FROM_SSH_CONFIG},
 	    {NULL, 0, NULL, 0},
 	};
 	init_opts o = {0};
 	const char *from_v0 = NULL;
 	char **env = calloc((size_t)argc, sizeof *env);
-	if (!env)
+	char **jumps = calloc((size_t)argc, sizeof *jumps);
+	if (!env || !jumps) {
+		free(env);
+		free(jumps);
 		return cli_fail_errno(c, ENOMEM, "init");
+	}
 	o.env = env;
+	o.jumps = jumps;
 	int rc = c->fail_code, opt, transports = 0;
 	char *text = NULL;
 	/* '+': the stdio command after "--" keeps its own options. */
@@ -329,9 +427,15 @@ int cmd_init(cli *c, int argc, char **argv)
 		case OPT_WEBSOCKET: o.websocket = "true"; break;
 		case OPT_NO_WEBSOCKET: o.websocket = "false"; break;
 		case OPT_FROM_V0: from_v0 = optarg, transports++; break;
+		case OPT_PROXY_COMMAND: o.proxy_command = optarg; break;
+		case OPT_JUMP: o.jumps[o.jump_count++] = optarg; break;
+		case OPT_FROM_SSH_CONFIG: o.config_host = optarg; break;
 		default: goto out;
 		}
 	}
+	/* --from-ssh-config alone is the SSH transport too: its Host gives the host */
+	if (o.config_host && !o.ssh_spec && transports == 0)
+		o.transport = "ssh", transports++;
 	if (transports != 1) {
 		rc = cli_usage(c, "give one of --stdio -- COMMAND..., --ssh [USER@]HOST[:PORT], "
 		                  "--http URL or --from-v0 FILE");
@@ -342,10 +446,16 @@ int cmd_init(cli *c, int argc, char **argv)
 		                   : init_from_v0(c, from_v0, o.force);
 		goto out;
 	}
-	if ((o.identity || o.host_key || o.known_hosts || o.accept_new) && !o.ssh_spec) {
-		rc =
-		    cli_usage(c, "--identity, --host-key-sha256, --known-hosts and --accept-new go "
-		                 "with --ssh");
+	bool ssh = o.ssh_spec || o.config_host;
+	if ((o.identity || o.host_key || o.known_hosts || o.accept_new || o.proxy_command ||
+	     o.jump_count || o.config_host) &&
+	    !ssh) {
+		rc = cli_usage(c, "--identity, --host-key-sha256, --known-hosts, --accept-new, "
+		                  "--proxy-command, --jump and --from-ssh-config go with --ssh");
+		goto out;
+	}
+	if (o.config_host && strcmp(o.transport, "ssh") != 0) {
+		rc = cli_usage(c, "--from-ssh-config goes with --ssh (or alone)");
 		goto out;
 	}
 	if (o.websocket && !o.url) {
@@ -373,7 +483,11 @@ int cmd_init(cli *c, int argc, char **argv)
 	          all_utf8(c, "--token-env", o.token_env) &&
 	          all_utf8(c, "--token-file", o.token_file) &&
 	          all_utf8(c, "--host-key-sha256", o.host_key) &&
-	          all_utf8(c, "--known-hosts", o.known_hosts);
+	          all_utf8(c, "--known-hosts", o.known_hosts) &&
+	          all_utf8(c, "--proxy-command", o.proxy_command) &&
+	          all_utf8(c, "--from-ssh-config", o.config_host);
+	for (size_t i = 0; ok && i < o.jump_count; i++)
+		ok = all_utf8(c, "--jump", o.jumps[i]);
 	for (size_t i = 0; ok && i < o.env_count; i++)
 		ok = all_utf8(c, "--env", o.env[i]);
 	for (size_t i = 0; ok && i < o.command_count; i++)
@@ -406,5 +520,6 @@ int cmd_init(cli *c, int argc, char **argv)
 out:
 	free(text);
 	free(env);
+	free(jumps);
 	return rc;
 }

@@ -199,7 +199,9 @@ static const cli_command commands[] = {
      "\n  --print   show the files as they would be written; write nothing\n"},
     {"init", cmd_init, "write a .asp.json",
      "usage: asp init --stdio [options] -- COMMAND...\n"
-     "       asp init --ssh [USER@]HOST[:PORT] [--identity FILE] [host key options] [options]\n"
+     "       asp init --ssh [USER@]HOST[:PORT] [--identity FILE] [host key options]\n"
+     "                [gateway options] [options]\n"
+     "       asp init --from-ssh-config NAME [gateway options] [options]\n"
      "       asp init --http URL [--token-env NAME | --token-file FILE] [--websocket |\n"
      "                --no-websocket] [options]\n"
      "       asp init --from-v0 FILE\n"
@@ -221,6 +223,14 @@ static const cli_command commands[] = {
      "  --host-key-sha256 SHA256:...  accept only this key (known_hosts not consulted)\n"
      "  --known-hosts FILE            verify against FILE instead of ~/.ssh/known_hosts\n"
      "  --accept-new                  record an unknown key on first use, refuse a changed one\n"
+     "\nGateway options (--ssh; docs/transports.md, \"Gateways\"):\n"
+     "  --proxy-command 'CMD ARGS'    run CMD (its stdin and stdout carry the connection;\n"
+     "                                %h %p %r %n %% as in ssh_config; quotes group words)\n"
+     "  --jump [USER@]HOST[:PORT],... reach the sandbox through these jump hosts in order\n"
+     "                                (repeatable; a HOST may name a Host of ~/.ssh/config)\n"
+     "  --from-ssh-config NAME        take HostName, Port, User, IdentityFile, ProxyCommand,\n"
+     "                                ProxyJump and UserKnownHostsFile from ~/.ssh/config's\n"
+     "                                Host NAME (ssh.config_host); what --ssh gives wins\n"
      "\nStreaming (--http; absent: the transport's default, see docs/http.md):\n"
      "  --websocket      every call over one WebSocket (streams spawned processes)\n"
      "  --no-websocket   one POST per call\n"},

@@ -105,9 +105,9 @@ void cli_route_text(FILE *f, const asp_ssh_route *route)
 		fprintf(f, "    user         %s (%s)\n", h->ssh.user ? h->ssh.user : "-",
 		        h->user_from);
 		fprintf(f, "    identity     %s (%s)\n",
-		        h->ssh.identity_file   ? h->ssh.identity_file
+		        h->ssh.identity_file  ? h->ssh.identity_file
 		        : h->ssh.identity_env ? h->ssh.identity_env
-		                               : "-",
+		                              : "-",
 		        h->identity_from);
 		fprintf(f, "    known_hosts  %s (%s)\n", h->ssh.known_hosts, h->known_hosts_from);
 	}

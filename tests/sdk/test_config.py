@@ -17,6 +17,18 @@ import tempfile
 here = os.path.dirname(os.path.abspath(__file__))
 c_probe, py_sdk = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 ts_sdk = os.path.abspath(sys.argv[sys.argv.index("--ts") + 1]) if "--ts" in sys.argv else None
+# --asp ASP: also the files `asp init` writes for SSH gateways (--proxy-command, --jump,
+# --from-ssh-config), read by the three the same way
+asp = os.path.abspath(sys.argv[sys.argv.index("--asp") + 1]) if "--asp" in sys.argv else None
+INIT_CASES = (
+    ("init-proxy-command", ["--ssh", "ops@box:2222", "--proxy-command",
+                            "ssh -W '%h:%p' -i \"my key\" bastion"]),
+    ("init-jump", ["--ssh", "box", "--identity", "~/.ssh/id", "--jump",
+                   "bastion,ops@[fd00::7]:2200", "--jump", "third"]),
+    ("init-from-ssh-config", ["--from-ssh-config", "sandbox", "--cwd", "/work"]),
+    ("init-from-ssh-config-and-host", ["--ssh", "me@10.0.0.5", "--from-ssh-config",
+                                       "sandbox", "--proxy-command", "websocat -b - %h"]),
+)
 
 GOOD_STDIO = b'{"version": 1, "transport": "stdio", "stdio": {"command": ["asp-agent", "--stdio"]}}'
 KEY = "SHA256:" + "A" * 43
@@ -283,6 +295,16 @@ try:
     env.pop("ASP_CONFIG", None)
     env["HOME"] = "/home/asp-test"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    for name, args in INIT_CASES if asp else ():
+        d = os.path.join(tmp, name)
+        os.makedirs(d)
+        r = subprocess.run([asp, "--config", os.path.join(d, ".asp.json"), "init"] + args,
+                           env=env, capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            failed += 1
+            print("FAIL - %s: asp init %s: %s" % (name, " ".join(args), r.stderr.strip()))
+            continue
+        compare(name, probes([os.path.join(d, ".asp.json")], tmp, env))
     for name, text in CASES:
         d = os.path.join(tmp, name)
         os.makedirs(d)
