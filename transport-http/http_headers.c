@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void wipe(char *s)
+void http_secret_free(char *s)
 {
 	if (s) {
 		memset(s, 0, strlen(s));
@@ -34,7 +34,7 @@ bool http_headers_copy(const http_headers *src, http_headers *dst)
 void http_headers_free(http_headers *h)
 {
 	for (size_t i = 0; i < h->count; i++)
-		wipe(h->lines[i]);
+		http_secret_free(h->lines[i]);
 	free(h->lines);
 	h->lines = NULL;
 	h->count = 0;

@@ -27,5 +27,7 @@ asp_status http_headers_load(const asp_config_view *cfg, http_headers *out, asp_
 /* A copy of `src`'s lines into `dst`; false when out of memory (dst then holds nothing). */
 bool http_headers_copy(const http_headers *src, http_headers *dst);
 void http_headers_free(http_headers *h);
+/* Zeroes a malloc'd secret and frees it; NULL: no-op. */
+void http_secret_free(char *s);
 
 #endif

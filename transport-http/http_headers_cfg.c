@@ -16,14 +16,6 @@ static const char *bad_char(const char *v)
 	return NULL;
 }
 
-static void wipe(char *s)
-{
-	if (s) {
-		memset(s, 0, strlen(s));
-		free(s);
-	}
-}
-
 static void make_hint(const asp_config_view *cfg, http_headers *h)
 {
 	const char *where = cfg->path ? cfg->path : "the config";
@@ -62,7 +54,7 @@ asp_status http_headers_load(const asp_config_view *cfg, http_headers *out, asp_
 			}
 			value = secret;
 			if (bad_char(value)) {
-				wipe(secret);
+				http_secret_free(secret);
 				http_headers_free(out);
 				return asp_error_set(
 				    err, ASP_E_INVALID_ARGUMENT, cfg->path,
@@ -76,7 +68,7 @@ asp_status http_headers_load(const asp_config_view *cfg, http_headers *out, asp_
 		out->lines[i] = malloc(len);
 		if (out->lines[i])
 			snprintf(out->lines[i], len, "%s: %s", h->name, value);
-		wipe(secret);
+		http_secret_free(secret);
 		if (!out->lines[i]) {
 			http_headers_free(out);
 			return asp_error_oom(err, "http.headers", NULL);

@@ -100,8 +100,8 @@ static int write_ssh_config(void)
 	         "Host target\n  ProxyJump bastion\n"
 	         "Host *\n  BatchMode yes\n  StrictHostKeyChecking yes\n  IdentitiesOnly yes\n"
 	         "  LogLevel ERROR\n",
-	         bastion.port, bastion.user, bastion.client_key, bastion.known_hosts,
-	         target.port, target.user, target.client_key, target.known_hosts);
+	         bastion.port, bastion.user, bastion.client_key, bastion.known_hosts, target.port,
+	         target.user, target.client_key, target.known_hosts);
 	return write_text(ssh_config, text);
 }
 
@@ -227,8 +227,7 @@ static int sftp_bulk(const char *host, size_t mib, double *up, double *down)
 
 enum { R_CONNECT, R_EXEC, R_UP, R_DOWN, R_COUNT };
 static const char *const row_name[R_COUNT] = {"connect and exec `true`",
-                                              "exec `true` on a connection",
-                                              "upload", "download"};
+                                              "exec `true` on a connection", "upload", "download"};
 
 int main(int argc, char **argv)
 {
@@ -258,10 +257,11 @@ int main(int argc, char **argv)
 	char line[2000];
 	const char *hosts[2] = {"target", "direct"};
 	for (int h = 0; h < 2; h++) {
-		snprintf(line, sizeof line, "ssh -F %s -M -S %s-%s -fN %s", ssh_config, cm, hosts[h],
-		         hosts[h]);
+		snprintf(line, sizeof line, "ssh -F %s -M -S %s-%s -fN %s", ssh_config, cm,
+		         hosts[h], hosts[h]);
 		if (shell(line) != 0) {
-			fprintf(stderr, "bench_jump: the ControlMaster to %s did not start\n", hosts[h]);
+			fprintf(stderr, "bench_jump: the ControlMaster to %s did not start\n",
+			        hosts[h]);
 			return 1;
 		}
 	}
@@ -278,7 +278,7 @@ int main(int argc, char **argv)
 		for (int k = 0; k < 4; k++) {
 			int path = order[k] / 2, peer = order[k] % 2;
 			const char *host = hosts[path];
-			double (*out)[32] = v[path][peer];
+			double(*out)[32] = v[path][peer];
 			double up = -1, down = -1;
 			if (peer == 0) {
 				snprintf(line, sizeof line, "%s --config %s exec -- true", asp_cli,

@@ -69,13 +69,10 @@ static asp_status exec_sh(asp_client *c, const char *cmd, asp_exec_result *r, as
 
 /* ---- a proxy command that fails before the handshake ------------------------------------ */
 
-/* Connects with `proxy` (a JSON argv) and calls exec: the status, message and time. */
-static asp_status failing_proxy(const char *proxy, unsigned timeout_ms, char *msg, size_t cap,
-                                long long *took)
+/* Connects with `extra` ssh keys and calls exec: the status, message and time. */
+static asp_status connect_exec(const char *extra, char *msg, size_t cap, long long *took)
 {
-	char extra[1024], json[8192];
-	snprintf(extra, sizeof extra, "\"connect_timeout_ms\": %u, \"proxy_command\": %s",
-	         timeout_ms, proxy);
+	char json[8192];
 	sshd_config_json(&fx, NULL, extra, json, sizeof json);
 	asp_config *cfg = NULL;
 	asp_error err;
@@ -94,6 +91,16 @@ static asp_status failing_proxy(const char *proxy, unsigned timeout_ms, char *ms
 	asp_client_free(c);
 	asp_config_free(cfg);
 	return st;
+}
+
+/* The same with `proxy` (a JSON argv) as the proxy command. */
+static asp_status failing_proxy(const char *proxy, unsigned timeout_ms, char *msg, size_t cap,
+                                long long *took)
+{
+	char extra[1024];
+	snprintf(extra, sizeof extra, "\"connect_timeout_ms\": %u, \"proxy_command\": %s",
+	         timeout_ms, proxy);
+	return connect_exec(extra, msg, cap, took);
 }
 
 static void expect_failure(const char *proxy, unsigned timeout_ms, const char *needle1,
@@ -231,25 +238,10 @@ static void test_jump_bulk(void)
 	asp_config_free(cfg);
 }
 
-/* Connects with `extra` and calls exec: the status and message. */
 static asp_status failing_jump(const char *extra, char *msg, size_t cap)
 {
-	char json[8192];
-	sshd_config_json(&fx, NULL, extra, json, sizeof json);
-	asp_config *cfg = NULL;
-	asp_error err;
-	CU_ASSERT_EQUAL_FATAL(asp_config_parse(json, strlen(json), NULL, &cfg, &err), ASP_OK);
-	asp_client *c = NULL;
-	asp_arena *a = asp_arena_new();
-	asp_exec_result r;
-	asp_status st = asp_client_open_view(asp_config_get(cfg), &c, &err);
-	if (st == ASP_OK)
-		st = exec_sh(c, "true", &r, a, &err);
-	snprintf(msg, cap, "%s", err.message);
-	asp_arena_free(a);
-	asp_client_free(c);
-	asp_config_free(cfg);
-	return st;
+	long long took;
+	return connect_exec(extra, msg, cap, &took);
 }
 
 static void test_jump_wrong_key(void)
