@@ -16,7 +16,10 @@ static const cli_command commands[] = {
     {"hello", cmd_hello, "agent info and round-trip time",
      "usage: asp hello\n"
      "\nAsks the sandbox's responder who it is (protocol, agent, os, arch, cwd, max_message,\n"
-     "ops) and measures the time to connect and the round-trip time of one call.\n"},
+     "ops) and measures the time to connect and the round-trip time of one call. Over SSH\n"
+     "it first shows the way there: each jump host and the sandbox, and for each value\n"
+     "where it came from (.asp.json, the SSH config file and line, a default); --json\n"
+     "puts that under \"route\".\n"},
     {"exec", cmd_exec, "run a command in the sandbox",
      "usage: asp exec [--cwd DIR] [--env K=V]... [--timeout SEC] [--stdin] -- ARGV...\n"
      "       asp exec [options] -c 'COMMAND STRING'\n"
