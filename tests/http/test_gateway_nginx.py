@@ -1,6 +1,6 @@
 """http.headers through a gateway: Debian's nginx in front of asp-agent --listen.
 
-usage: test_gateway_nginx.py ASP AGENT SDK_PYTHON_DIR
+usage: test_gateway_nginx.py ASP AGENT SDK_PYTHON_DIR [--ts TS_SDK_DIR]
 
 nginx runs from a configuration of this test's own (foreground, one process, its files in
 a temporary folder, 127.0.0.1 and a free port) and answers 403 to every request without
@@ -10,6 +10,7 @@ through it with http.headers (POST, and the WebSocket for spawned processes), an
 spawn cases with every call over the WebSocket; without the header, and with a wrong one, a clear error
 (unauthorized, naming the 403 and http.headers) and nothing run; the Python SDK through
 the same gateway, by .asp.json and by Client.http(headers=...), and the names it refuses.
+With --ts, only the same SDK checks, through the built TypeScript SDK.
 """
 import json
 import os
@@ -23,6 +24,7 @@ import time
 BOUND = 30.0
 
 asp, agent, sdk_dir = (os.path.abspath(a) for a in sys.argv[1:4])
+ts_sdk = os.path.abspath(sys.argv[sys.argv.index("--ts") + 1]) if "--ts" in sys.argv else None
 nginx = shutil.which("nginx") or "/usr/sbin/nginx"
 if not os.path.exists(nginx):
     sys.exit("nginx is not installed: run scripts/install-deps.sh")
@@ -134,6 +136,40 @@ http {
     def asp_run(cfg, args, timeout=BOUND):
         return subprocess.run([asp, "--config", cfg] + args, capture_output=True, text=True,
                               env=env, timeout=timeout)
+
+    if ts_sdk:
+        ts_code = r"""
+import { pathToFileURL } from "node:url";
+const [sdk, good, bare, url] = process.argv.slice(2);
+const asp = await import(pathToFileURL(`${sdk}/dist/index.js`).href);
+const dec = new TextDecoder();
+const must = (c, m) => { if (!c) throw new Error(m); };
+let c = await asp.Client.fromConfig(good);
+must(dec.decode((await c.exec({ argv: ["echo", "sdk"] })).stdout) === "sdk\n", "exec");
+await c.close();
+c = asp.Client.http(url, "agent-token", { headers: { "X-Gateway-Token": "s3cret" } });
+must((await c.exec({ argv: ["true"] })).exit_code === 0, "headers option");
+await c.close();
+let code = "ok", msg = "";
+try { const b = await asp.Client.fromConfig(bare); await b.exec({ argv: ["true"] }); }
+catch (e) { code = e.code; msg = e.message; }
+must(code === "unauthorized" && msg.includes("http.headers"), `without: ${code} ${msg}`);
+for (const bad of [{ Authorization: "x" }, { "sec-websocket-key": "x" }, { "X-A": "a\r\nb" }]) {
+  let got = "ok";
+  try { asp.Client.http(url, undefined, { headers: bad }); } catch (e) { got = e.code; }
+  must(got === "invalid_argument", `accepted ${JSON.stringify(bad)}`);
+}
+console.log("sdk ok");
+"""
+        js = os.path.join(tmp, "ts_gateway.mjs")
+        with open(js, "w") as f:
+            f.write(ts_code)
+        r = subprocess.run(["node", js, ts_sdk, good, bare, url], capture_output=True,
+                           text=True, env=env, timeout=120)
+        check(r.returncode == 0 and "sdk ok" in r.stdout,
+              "the TypeScript SDK through nginx (http.headers, headers option, refusals)",
+              r.stdout + r.stderr)
+        raise SystemExit(0 if not failures else 1)
 
     r = asp_run(good, ["exec", "--", "echo", "through the gateway"])
     check(r.returncode == 0 and r.stdout == "through the gateway\n",
