@@ -1126,6 +1126,8 @@ out:
 	if (st == ASP_OK) {
 		r->written = p->data.len;
 		r->size = p->data.len;
+		r->has_created = true;
+		r->created = !exists;
 	}
 	return st;
 }
@@ -1151,7 +1153,7 @@ asp_status ssh_sftp_write(sftpc *f, const asp_write_params *p, asp_write_result 
 	handle h;
 	sreq rst, rcl;
 	bool want_size = p->append || p->has_offset;
-	bool sent_stat = false, sent_close = false;
+	bool sent_stat = false, sent_close = false, created = false;
 	st = do_stat(f, p->path, true, &at, &fx, err);
 	if (st != ASP_OK)
 		goto out;
@@ -1165,6 +1167,7 @@ asp_status ssh_sftp_write(sftpc *f, const asp_write_params *p, asp_write_result 
 		if (e)
 			goto out;
 	}
+	created = fx == FX_NO_SUCH_FILE;
 	fx = FX_OK;
 	uint32_t flags = FXF_WRITE | FXF_CREAT;
 	if (p->append)
@@ -1218,6 +1221,8 @@ out:
 		r->written = p->data.len;
 		if (!want_size)
 			r->size = p->data.len;
+		r->has_created = true;
+		r->created = created;
 	}
 	return st;
 }

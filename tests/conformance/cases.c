@@ -1095,6 +1095,49 @@ static void write_replace(conf_ctx *ctx)
 	CONF_CHECKF(ctx, bytes_is(got, "bye"), "content '%s'", show(ctx, got));
 }
 
+/* write says whether it made the file, whatever the way of writing */
+static void write_created(conf_ctx *ctx)
+{
+	asp_write_params p;
+	asp_write_result r;
+	asp_error err;
+	static const struct {
+		const char *name;
+		bool atomic, append, offset, created;
+	} steps[] = {
+	    {"f", false, false, false, true}, {"f", false, false, false, false},
+	    {"a", true, false, false, true},  {"a", true, false, false, false},
+	    {"f", true, false, false, false}, {"g", false, true, false, true},
+	    {"g", false, true, false, false}, {"f", false, false, true, false},
+	    {"h", false, false, true, true},
+	};
+	for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+		wparams(&p, P(steps[i].name), "xy");
+		p.atomic = steps[i].atomic;
+		p.append = steps[i].append;
+		p.has_offset = steps[i].offset;
+		p.offset = 1;
+		CONF_OK(ctx, do_write(ctx, &p, &r, &err), &err);
+		CONF_CHECKF(ctx, r.has_created && r.created == steps[i].created,
+		            "step %zu (%s%s%s): created %s, want %s", i, steps[i].name,
+		            steps[i].atomic ? ", atomic" : "", steps[i].append ? ", append" : "",
+		            !r.has_created ? "absent"
+		            : r.created    ? "true"
+		                           : "false",
+		            steps[i].created ? "true" : "false");
+	}
+	/* through a symlink: the file it names */
+	asp_exec_result sh;
+	SH("ln -s f l", &sh);
+	wparams(&p, P("l"), "z");
+	p.atomic = true;
+	CONF_OK(ctx, do_write(ctx, &p, &r, &err), &err);
+	CONF_CHECKF(ctx, r.has_created && !r.created, "atomic through a link to a file: created");
+	wparams(&p, P("l"), "z");
+	CONF_OK(ctx, do_write(ctx, &p, &r, &err), &err);
+	CONF_CHECKF(ctx, r.has_created && !r.created, "through a link to a file: created");
+}
+
 static void write_offset(conf_ctx *ctx)
 {
 	PUTS(P("f"), "abcdef");
@@ -2026,6 +2069,7 @@ const conf_case conf_cases[] = {
     CASE(read_large, "read a 3 MiB file back whole"),
     CASE(read_errors, "read missing, a directory, through a file"),
     CASE(write_replace, "write replaces the whole file by default"),
+    CASE(write_created, "write says whether it made the file (plain, atomic, append, offset)"),
     CASE(write_offset, "write at an offset keeps the rest; past the end leaves a hole"),
     CASE(write_append, "write append adds to the end"),
     CASE(write_mkdirs, "write mkdirs creates parents; without it not_found"),

@@ -439,6 +439,32 @@ static int write_named(const asp_write_params *p, const char *target, bool exist
 }
 
 /*
+ * open with O_CREAT (in `flags`) that tells whether it made the file: the file opened
+ * without O_CREAT first, and made with O_EXCL only when missing, so write's `created` is
+ * exact even with another writer racing.
+ */
+static int open_or_create(const char *path, int flags, mode_t mode, bool *created)
+{
+	*created = false;
+	for (int tries = 0; tries < 2; tries++) {
+		int fd = open(path, flags & ~O_CREAT, mode);
+		if (fd >= 0 || errno != ENOENT)
+			return fd;
+		fd = open(path, flags | O_EXCL, mode);
+		if (fd >= 0) {
+			*created = true;
+			return fd;
+		}
+		if (errno != EEXIST)
+			return -1;
+	}
+	/* ENOENT, then EEXIST twice: a dangling symlink, whose target O_CREAT makes */
+	int fd = open(path, flags, mode);
+	*created = fd >= 0;
+	return fd;
+}
+
+/*
  * Written in full and fsynced beside the target, then renamed over it: a crash leaves
  * the old or the new file (docs/decisions.md says what else at each point). A symlink is
  * resolved first so the link keeps pointing at the file.
@@ -470,6 +496,8 @@ static asp_status write_atomic(const asp_write_params *p, asp_write_result *r, a
 		return write_error(p, e, err);
 	r->written = p->data.len;
 	r->size = p->data.len;
+	r->has_created = true;
+	r->created = !exists;
 	return ASP_OK;
 }
 
@@ -497,12 +525,13 @@ asp_status asp_local_write(void *self, const asp_write_params *p, asp_write_resu
 	if (p->append)
 		flags |= O_APPEND;
 	/* O_NONBLOCK: a fifo without a reader fails (ENXIO) rather than hanging. */
-	int fd = open(p->path, flags, (mode_t)p->mode);
+	bool created = false;
+	int fd = open_or_create(p->path, flags, (mode_t)p->mode, &created);
 	if (fd < 0 && errno == ENOENT && p->mkdirs) {
 		int e = make_parents(p->path);
 		if (e)
 			return write_error(p, e, err);
-		fd = open(p->path, flags, (mode_t)p->mode);
+		fd = open_or_create(p->path, flags, (mode_t)p->mode, &created);
 	}
 	if (fd < 0)
 		return write_error(p, errno, err);
@@ -519,5 +548,7 @@ asp_status asp_local_write(void *self, const asp_write_params *p, asp_write_resu
 		return write_error(p, errno, err);
 	r->written = p->data.len;
 	r->size = (p->append || p->has_offset) ? (uint64_t)sb.st_size : p->data.len;
+	r->has_created = true;
+	r->created = created;
 	return ASP_OK;
 }

@@ -124,6 +124,7 @@ OPS = {
         Record("write result", (
             Field("written", "written", "uint"),
             Field("size", "size", "uint"),
+            Field("created", "created", "bool", optional=True),
         ), _t.WriteResult)),
     "stat": Op("stat", 1, False,
         Record("stat params", (

@@ -293,6 +293,12 @@ class WriteResult:
     size: int
     """File size afterwards. (since 1)"""
 
+    created: bool | None
+    """
+    True when this write made the file (nothing was at the path), false when it replaced
+    or changed one; absent from a protocol 1 responder. Optional. (since 2)
+    """
+
 
 @dataclass(kw_only=True)
 class StatParams:

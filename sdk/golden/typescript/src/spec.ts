@@ -176,6 +176,7 @@ const OPS: Record<string, OpDesc> = {
       fields: [
         { name: "written", type: "uint" },
         { name: "size", type: "uint" },
+        { name: "created", type: "bool", optional: true },
       ],
     },
   },

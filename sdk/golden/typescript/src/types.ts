@@ -195,6 +195,11 @@ export interface WriteResult {
   written: number | bigint;
   /** File size afterwards. (since 1) */
   size: number | bigint;
+  /**
+   * True when this write made the file (nothing was at the path), false when it replaced or changed
+   * one; absent from a protocol 1 responder. Optional. (since 2)
+   */
+  created?: boolean;
 }
 
 /** Params of stat: Metadata of a path. */
