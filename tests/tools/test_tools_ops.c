@@ -250,6 +250,8 @@ static void make_tree(void)
 /* ---- suite ------------------------------------------------------------------------ */
 
 static side op_side, bare_side, counted_side, static_op, static_bare;
+/* counted, with the usual PATH: with every op, and with glob, grep and edit hidden */
+static side counted_plain, counted_bare;
 static bool have_static;
 
 static int suite_init(void)
@@ -286,14 +288,18 @@ static int suite_init(void)
 		return -1;
 	char prefix[400];
 	snprintf(prefix, sizeof prefix, "\"/usr/bin/env\", \"PATH=%s\", ", empty_dir);
-	if (side_open(&counted_side, prefix, agent))
+	if (side_open(&counted_side, prefix, agent) || side_open(&counted_plain, "", agent) ||
+	    side_open(&counted_bare, "", agent))
 		return -1;
+	side_hide_ops(&counted_bare);
 	return 0;
 }
 
 static int suite_clean(void)
 {
 	side_close(&counted_side);
+	side_close(&counted_plain);
+	side_close(&counted_bare);
 	side_close(&op_side);
 	side_close(&bare_side);
 	if (have_static) {
@@ -352,6 +358,73 @@ static void test_one_op_call(void)
 	counts_reset();
 	s = call(t, "bash", "{\"command\": \"grep -r foo .\"}", &e);
 	CU_ASSERT_PTR_NOT_NULL(strstr(s, "not found"));
+	free(s);
+}
+
+/*
+ * Every tool call is one round trip where the responder has the op: read, write and ls
+ * ask nothing first (what the op refuses says what the path is; write's result says
+ * whether it made the file), bash is one spawn; without the glob op, glob is one exec of
+ * find and asks about the path only when find found nothing.
+ */
+static void test_one_call_each(void)
+{
+	make_tree();
+	asp_tools *t = counted_plain.t;
+	bool e;
+	struct {
+		const char *tool, *args, *text;
+		bool error;
+		int slot;
+	} cases[] = {
+	    {"read", "{\"file_path\": \"src/util.h\"}", "int util_answer(void);", false, C_READ},
+	    {"read", "{\"file_path\": \"src\"}", "is a directory, not a file", true, C_READ},
+	    {"read", "{\"file_path\": \"nope.txt\"}", "file does not exist", true, C_READ},
+	    {"write", "{\"file_path\": \"new.txt\", \"content\": \"a\"}",
+	     "File created successfully at: ", false, C_WRITE},
+	    {"write", "{\"file_path\": \"new.txt\", \"content\": \"b\"}", "has been updated", false,
+	     C_WRITE},
+	    {"write", "{\"file_path\": \"src\", \"content\": \"b\"}", "is a directory", true,
+	     C_WRITE},
+	    {"ls", "{\"path\": \"src\"}", "util.c", false, C_LIST},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		counts_reset();
+		char *s = call(t, cases[i].tool, cases[i].args, &e);
+		CU_ASSERT_EQUAL(e, cases[i].error);
+		CU_ASSERT_PTR_NOT_NULL(strstr(s, cases[i].text));
+		if (!only(cases[i].slot) || !strstr(s, cases[i].text))
+			fprintf(stderr, "%s %s: %s\n", cases[i].tool, cases[i].args, s);
+		free(s);
+	}
+	CU_ASSERT_STRING_EQUAL(slurp("new.txt"), "b");
+	counts_reset();
+	atomic_store(&follows, 0);
+	char *s = call(t, "bash", "{\"command\": \"echo hi\"}", &e);
+	CU_ASSERT_FALSE(e);
+	CU_ASSERT_STRING_EQUAL(s, "hi");
+	CU_ASSERT_EQUAL(atomic_load(&follows), 1);
+	for (int i = 0; i < C_N; i++)
+		CU_ASSERT_EQUAL(atomic_load(&counts[i]), 0);
+	free(s);
+	/* glob through find: one exec; a missing path is then asked about, once */
+	counts_reset();
+	s = call(counted_bare.t, "glob", "{\"pattern\": \"src/*.c\"}", &e);
+	CU_ASSERT_FALSE(e);
+	CU_ASSERT_PTR_NOT_NULL(strstr(s, "/src/util.c"));
+	CU_ASSERT(only(C_EXEC));
+	free(s);
+	counts_reset();
+	s = call(counted_bare.t, "glob", "{\"pattern\": \"*\", \"path\": \"nope\"}", &e);
+	CU_ASSERT(e);
+	CU_ASSERT_PTR_NOT_NULL(strstr(s, "Error: directory does not exist: "));
+	CU_ASSERT_EQUAL(atomic_load(&counts[C_EXEC]), 1);
+	CU_ASSERT_EQUAL(atomic_load(&counts[C_STAT]), 1);
+	free(s);
+	counts_reset();
+	s = call(counted_bare.t, "glob", "{\"pattern\": \"*\", \"path\": \"src/util.c\"}", &e);
+	CU_ASSERT(e);
+	CU_ASSERT_PTR_NOT_NULL(strstr(s, "is not a directory"));
 	free(s);
 }
 
@@ -961,6 +1034,8 @@ int main(int argc, char **argv)
 		return 1;
 	CU_pSuite s = CU_add_suite("tools on ops", suite_init, suite_clean);
 	CU_add_test(s, "glob, grep, edit: one op call, no find or grep on PATH", test_one_op_call);
+	CU_add_test(s, "read, write, ls, bash, glob through find: one op call each",
+	            test_one_call_each);
 	CU_add_test(s, "op and fallback give the same text (asp-agent, PCRE2)",
 	            test_same_as_fallback);
 	CU_add_test(s, "op and fallback give the same text (asp-agent-static, ERE)",

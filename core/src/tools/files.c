@@ -159,32 +159,25 @@ bool tool_read(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 	if (!abs)
 		return tools_fail(r, "Error: out of memory.");
 	asp_error err;
-	char type[16];
 	uint64_t size = 0;
 	char *data = NULL;
 	size_t len = 0;
 	bool ok = false;
-	if (stat_path(t, abs, type, sizeof type, &size, &err) != ASP_OK) {
-		if (err.code == ASP_E_NOT_FOUND)
+	/* the read alone: one round trip; what it refuses says what the path is */
+	if (!tools_read_file(t, abs, &data, &len, &size, &err)) {
+		if (err.code == ASP_E_TOO_LARGE && size > TOOLS_FILE_MAX)
+			ok = read_in_pieces(t, abs, size, offset, limit, r);
+		else if (err.code == ASP_E_NOT_FOUND)
 			tools_fail(
 			    r,
 			    "Error: file does not exist: %s. Check the path; glob or ls show "
 			    "what exists.",
 			    abs);
+		else if (err.code == ASP_E_IS_A_DIRECTORY)
+			tools_fail(r, "Error: %s is a directory, not a file. Use ls to list it.",
+			           abs);
 		else
 			tools_fail_asp(r, &err, "reading", abs);
-		goto out;
-	}
-	if (!strcmp(type, "dir")) {
-		tools_fail(r, "Error: %s is a directory, not a file. Use ls to list it.", abs);
-		goto out;
-	}
-	if (size > TOOLS_FILE_MAX) {
-		ok = read_in_pieces(t, abs, size, offset, limit, r);
-		goto out;
-	}
-	if (!tools_read_file(t, abs, &data, &len, &err)) {
-		tools_fail_asp(r, &err, "reading", abs);
 		goto out;
 	}
 	if (len == 0) {
@@ -251,15 +244,20 @@ bool tool_write(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 		return tools_fail(r, "Error: out of memory.");
 	asp_error err;
 	char type[16];
-	bool existed = stat_path(t, abs, type, sizeof type, NULL, &err) == ASP_OK;
-	bool ok = false;
+	bool ok = false, created = false;
+	/* a responder of protocol 2 says whether the write made the file: no stat first */
+	bool ask = t->protocol < 2;
+	bool existed = ask && stat_path(t, abs, type, sizeof type, NULL, &err) == ASP_OK;
 	if (existed && !strcmp(type, "dir")) {
 		tools_fail(r, "Error: %s is a directory; give the path of a file.", abs);
-	} else if (tools_write_file(t, abs, json_string_value(cv), json_string_length(cv), &err) !=
-	           ASP_OK) {
-		tools_fail_asp(r, &err, "writing", abs);
+	} else if (tools_write_file(t, abs, json_string_value(cv), json_string_length(cv), &created,
+	                            &err) != ASP_OK) {
+		if (err.code == ASP_E_IS_A_DIRECTORY)
+			tools_fail(r, "Error: %s is a directory; give the path of a file.", abs);
+		else
+			tools_fail_asp(r, &err, "writing", abs);
 	} else {
-		if (existed)
+		if (ask ? existed : !created)
 			tb_printf(&r->text, "The file %s has been updated.", abs);
 		else
 			tb_printf(&r->text, "File created successfully at: %s", abs);
@@ -380,10 +378,10 @@ static bool edit_backend(asp_tools *t, const char *abs, const char *old, size_t 
 	asp_error err;
 	char *data = NULL;
 	size_t len = 0;
-	if (!tools_read_file(t, abs, &data, &len, &err)) {
+	if (!tools_read_file(t, abs, &data, &len, NULL, &err)) {
 		if (err.code == ASP_E_NOT_FOUND && olen == 0) {
 			/* an empty old_string creates the file */
-			if (tools_write_file(t, abs, new, nlen, &err) != ASP_OK)
+			if (tools_write_file(t, abs, new, nlen, NULL, &err) != ASP_OK)
 				return tools_fail_asp(r, &err, "creating", abs);
 			*count = 1;
 			return true;
@@ -404,7 +402,7 @@ static bool edit_backend(asp_tools *t, const char *abs, const char *old, size_t 
 			    abs);
 			goto out;
 		}
-		if (tools_write_file(t, abs, new, nlen, &err) != ASP_OK) {
+		if (tools_write_file(t, abs, new, nlen, NULL, &err) != ASP_OK) {
 			tools_fail_asp(r, &err, "writing", abs);
 			goto out;
 		}
@@ -435,7 +433,7 @@ static bool edit_backend(asp_tools *t, const char *abs, const char *old, size_t 
 		tools_fail(r, "Error: out of memory.");
 		goto out;
 	}
-	if (tools_write_file(t, abs, out.p, out.len, &err) != ASP_OK) {
+	if (tools_write_file(t, abs, out.p, out.len, NULL, &err) != ASP_OK) {
 		tb_free(&out);
 		tools_fail_asp(r, &err, "writing", abs);
 		goto out;

@@ -317,7 +317,7 @@ static bool compute_update(asp_tools *t, fileop *o, tresult *r)
 	asp_error err;
 	char *data = NULL;
 	size_t len = 0;
-	if (!tools_read_file(t, o->path, &data, &len, &err)) {
+	if (!tools_read_file(t, o->path, &data, &len, NULL, &err)) {
 		if (err.code == ASP_E_NOT_FOUND)
 			return tools_fail(
 			    r,
@@ -495,11 +495,11 @@ bool tool_apply_patch(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *
 			st = remove_file(t, o->path, &err);
 			what = "deleting", letter = 'D';
 		} else if (o->kind == OP_ADD) {
-			st = tools_write_file(t, o->path, o->result.p, o->result.len, &err);
+			st = tools_write_file(t, o->path, o->result.p, o->result.len, NULL, &err);
 			what = "writing", letter = 'A';
 		} else {
 			const char *dst = o->move_to ? o->move_to : o->path;
-			st = tools_write_file(t, dst, o->result.p, o->result.len, &err);
+			st = tools_write_file(t, dst, o->result.p, o->result.len, NULL, &err);
 			if (st == ASP_OK && o->move_to && strcmp(o->move_to, o->path))
 				st = remove_file(t, o->path, &err);
 			what = "writing", letter = 'M';

@@ -241,6 +241,31 @@ static bool glob_op(asp_tools *t, const char *dir, const char *pattern, tresult 
 	return true;
 }
 
+static bool is_dir(asp_tools *t, const char *abs, tresult *r)
+{
+	asp_arena *a = asp_arena_new();
+	if (!a)
+		return tools_fail(r, "Error: out of memory.");
+	asp_stat_params p;
+	asp_stat_params_init(&p);
+	p.path = abs;
+	p.follow = true;
+	asp_stat_result res;
+	asp_error err;
+	bool ok = true;
+	if (asp_stat(t->c, &p, &res, a, &err) != ASP_OK) {
+		if (err.code == ASP_E_NOT_FOUND)
+			ok = tools_fail(r, "Error: directory does not exist: %s.", abs);
+		else
+			ok = tools_fail_asp(r, &err, "searching", abs);
+	} else if (strcmp(res.type, "dir")) {
+		ok = tools_fail(r, "Error: %s is not a directory; give the directory to search in.",
+		                abs);
+	}
+	asp_arena_free(a);
+	return ok;
+}
+
 /* Files under `dir` matching `pattern` from `find` in the sandbox, matched here. */
 static bool glob_exec(asp_tools *t, const char *dir, const char *pattern, tresult *r)
 {
@@ -256,6 +281,28 @@ static bool glob_exec(asp_tools *t, const char *dir, const char *pattern, tresul
 	if (tools_exec_argv(t, argv, sizeof argv / sizeof argv[0], NULL, &res, a, &err) != ASP_OK) {
 		asp_arena_free(a);
 		return tools_fail_asp(r, &err, "searching", dir);
+	}
+	/*
+	 * find alone, one exec: the path is asked about only when find failed or printed
+	 * nothing but (perhaps) the path itself, which is then not a directory (the start of
+	 * a directory is never -type f or l): the words of the answer are the stat's.
+	 */
+	bool self = false, any = false;
+	for (const char *q = (const char *)res.stdout_data.data, *qe = q + res.stdout_data.len;
+	     q < qe;) {
+		const char *z = memchr(q, '\0', (size_t)(qe - q));
+		const char *sp = z ? memchr(q, ' ', (size_t)(z - q)) : NULL;
+		if (!z)
+			break;
+		any = true;
+		self = self || (sp && sp + 1 == z);
+		q = z + 1;
+	}
+	if ((res.exit_code != 0 && res.stdout_data.len == 0) || self || !any) {
+		if (!is_dir(t, dir, r)) {
+			asp_arena_free(a);
+			return false;
+		}
 	}
 	if (res.exit_code != 0 && res.stdout_data.len == 0) {
 		tools_fail(r, "Error: searching %s failed: %.*s", dir, (int)res.stderr_data.len,
@@ -295,31 +342,6 @@ static bool glob_exec(asp_tools *t, const char *dir, const char *pattern, tresul
 	return true;
 }
 
-static bool is_dir(asp_tools *t, const char *abs, tresult *r)
-{
-	asp_arena *a = asp_arena_new();
-	if (!a)
-		return tools_fail(r, "Error: out of memory.");
-	asp_stat_params p;
-	asp_stat_params_init(&p);
-	p.path = abs;
-	p.follow = true;
-	asp_stat_result res;
-	asp_error err;
-	bool ok = true;
-	if (asp_stat(t->c, &p, &res, a, &err) != ASP_OK) {
-		if (err.code == ASP_E_NOT_FOUND)
-			ok = tools_fail(r, "Error: directory does not exist: %s.", abs);
-		else
-			ok = tools_fail_asp(r, &err, "searching", abs);
-	} else if (strcmp(res.type, "dir")) {
-		ok = tools_fail(r, "Error: %s is not a directory; give the directory to search in.",
-		                abs);
-	}
-	asp_arena_free(a);
-	return ok;
-}
-
 bool tool_glob(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 {
 	(void)k;
@@ -348,7 +370,7 @@ bool tool_glob(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 	if (tools_has_op(t, "glob"))
 		ok = glob_op(t, dir, pattern, r, &done);
 	if (!done)
-		ok = is_dir(t, dir, r) && glob_exec(t, dir, pattern, r);
+		ok = glob_exec(t, dir, pattern, r);
 	free(dir);
 	return ok;
 }

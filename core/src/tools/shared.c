@@ -186,7 +186,8 @@ char *tools_abs(const asp_tools *t, const char *path)
 
 /* --- sandbox helpers --------------------------------------------------------------------- */
 
-bool tools_read_file(asp_tools *t, const char *abs, char **data, size_t *len, asp_error *err)
+bool tools_read_file(asp_tools *t, const char *abs, char **data, size_t *len, uint64_t *size,
+                     asp_error *err)
 {
 	asp_arena *a = asp_arena_new();
 	tbuf b = {0};
@@ -201,10 +202,15 @@ bool tools_read_file(asp_tools *t, const char *abs, char **data, size_t *len, as
 		asp_read_params_init(&p);
 		p.path = abs;
 		p.offset = off;
+		/* the first 1 MiB, then the rest: a huge file is refused without moving it */
+		p.has_length = off == 0;
+		p.length = TOOLS_READ_FIRST;
 		asp_read_result res;
 		if (asp_read(t->c, &p, &res, a, err) != ASP_OK)
 			goto out;
 		if (res.size > TOOLS_FILE_MAX) {
+			if (size)
+				*size = res.size;
 			asp_error_set(
 			    err, ASP_E_TOO_LARGE, abs,
 			    "the file has %llu bytes, more than the %u MiB the tools read whole",
@@ -231,7 +237,7 @@ out:
 }
 
 asp_status tools_write_file(asp_tools *t, const char *abs, const char *data, size_t len,
-                            asp_error *err)
+                            bool *created, asp_error *err)
 {
 	asp_arena *a = asp_arena_new();
 	if (!a)
@@ -245,6 +251,8 @@ asp_status tools_write_file(asp_tools *t, const char *abs, const char *data, siz
 	p.atomic = true;
 	asp_write_result res;
 	asp_status st = asp_write(t->c, &p, &res, a, err);
+	if (created)
+		*created = st == ASP_OK && res.has_created && res.created;
 	asp_arena_free(a);
 	return st;
 }

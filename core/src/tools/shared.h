@@ -21,7 +21,9 @@
 #define TOOLS_READ_LINE_MAX        2000u
 /* Files larger than this are not read whole: edit refuses them, read reads them in pieces. */
 #define TOOLS_FILE_MAX (64u << 20)
-#define TOOLS_GLOB_MAX 100u
+/* What a whole-file read asks for first: most files in one round trip, a huge one not moved. */
+#define TOOLS_READ_FIRST (1u << 20)
+#define TOOLS_GLOB_MAX   100u
 
 /* A growable NUL-terminated text. On out of memory `oom` is set and appends stop. */
 typedef struct tbuf {
@@ -56,6 +58,7 @@ struct asp_tools {
 	asp_workspace *ws; /* the harness's paths onto the sandbox's; NULL: none */
 	char **ops;        /* the responder's ops from hello */
 	size_t n_ops;
+	uint64_t protocol;  /* hello's: from 2, write says whether it created the file */
 	bool grep_ere;      /* hello says the grep op speaks POSIX ERE (grep-ere), not PCRE2 */
 	bool pty;           /* hello lists the feature pty: spawn takes tty */
 	pthread_mutex_t mu; /* guards the table of running commands */
@@ -96,11 +99,18 @@ bool arg_str(tresult *r, json_t *args, const char *key, bool required, const cha
 bool arg_uint(tresult *r, json_t *args, const char *key, uint64_t dflt, uint64_t *out);
 bool arg_bool(tresult *r, json_t *args, const char *key, bool dflt, bool *out);
 
-/* Reads a whole file (at most TOOLS_FILE_MAX bytes). false with `err` filled on failure. */
-bool tools_read_file(asp_tools *t, const char *abs, char **data, size_t *len, asp_error *err);
-/* Writes a whole file, atomically, making its parent folders. */
+/*
+ * Reads a whole file (at most TOOLS_FILE_MAX bytes). false with `err` filled on failure:
+ * too_large with *size set when the file is larger (*size may be NULL).
+ */
+bool tools_read_file(asp_tools *t, const char *abs, char **data, size_t *len, uint64_t *size,
+                     asp_error *err);
+/*
+ * Writes a whole file, atomically, making its parent folders. *created (may be NULL) gets
+ * whether the write made the file; false when the responder does not say (protocol 1).
+ */
 asp_status tools_write_file(asp_tools *t, const char *abs, const char *data, size_t len,
-                            asp_error *err);
+                            bool *created, asp_error *err);
 
 /* Runs argv to completion in the sandbox (stdout, stderr and exit code kept in `a`). */
 asp_status tools_exec_argv(asp_tools *t, const char *const *argv, size_t argc, const char *cwd,

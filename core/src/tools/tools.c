@@ -68,6 +68,7 @@ asp_status asp_tools_new(asp_client *c, asp_tools **out, asp_error *err)
 			free(mapped);
 		}
 	}
+	t->protocol = hr.protocol;
 	t->ops = calloc(hr.ops.count + 1, sizeof *t->ops);
 	for (size_t i = 0; t->ops && i < hr.ops.count; i++)
 		if ((t->ops[t->n_ops] = strdup(hr.ops.items[i])))
