@@ -9,7 +9,7 @@ packages=(
   libssh-dev libcurl4-openssl-dev libwebsockets-dev
   musl-tools
   clang libclang-rt-14-dev clang-format
-  openssh-server openssh-client dropbear-bin openssl curl tmux
+  openssh-server openssh-client dropbear-bin openssl curl tmux rsync
   iproute2 util-linux socat nginx man-db groff-base
   python3 python3-msgpack python3-paramiko python3-websockets
   python3-pip python3-setuptools python3-wheel python3-venv

@@ -233,11 +233,12 @@ static int wait_listening(sshd_fixture *fx, const char *name);
  * findings only printed to the channel's stderr; ASan's 256 MB quarantine, which swamps
  * the checks that bound its memory).
  */
-static int write_noise(const char *path, mode_t mode)
+static int write_noise(const char *path, mode_t mode, bool quiet)
 {
 	static const char *const vars[] = {"ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"};
 	char text[2048];
-	size_t n = (size_t)snprintf(text, sizeof text, "%s", noise_script);
+	size_t n =
+	    (size_t)snprintf(text, sizeof text, "%s", quiet ? "unset BASH_ENV\n" : noise_script);
 	for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
 		const char *v = getenv(vars[i]);
 		if (v && !strchr(v, '\'') && n < sizeof text)
@@ -303,7 +304,7 @@ static int dropbear_files(sshd_fixture *fx, char *passwd, char *group, size_t ca
 	}
 	ok = ok && key[0] && (mkdir(fx->home, 0700) == 0 || errno == EEXIST) &&
 	     (mkdir(ssh_dir, 0700) == 0 || errno == EEXIST) && write_file(ak, key, 0600) == 0 &&
-	     write_noise(rc, 0644) == 0;
+	     write_noise(rc, 0644, false) == 0;
 	/* the user owns its home (Dropbear checks), and may pass through the folder */
 	ok = ok && chown(fx->home, uid, gid) == 0 && chown(ssh_dir, uid, gid) == 0 &&
 	     chown(ak, uid, gid) == 0 && chown(rc, uid, gid) == 0 && chmod(fx->dir, 0755) == 0;
@@ -542,7 +543,7 @@ static int launch_sshd(sshd_fixture *fx)
 	char cfg[400], text[3072], pidfile[400], noise[400], setenv_line[600] = "";
 	snprintf(noise, sizeof noise, "%s/login_noise.sh", fx->dir);
 	if (!fx->real_login) {
-		if (write_noise(noise, 0644) < 0) {
+		if (write_noise(noise, 0644, fx->quiet) < 0) {
 			snprintf(fx->why, sizeof fx->why, "cannot write %s", noise);
 			return -1;
 		}
@@ -647,9 +648,10 @@ static int wait_listening(sshd_fixture *fx, const char *name)
 }
 
 static int start(sshd_fixture *fx, bool real_login, unsigned max_sessions, bool dropbear,
-                 bool non_root, bool root_login, const char *listen)
+                 bool non_root, bool root_login, const char *listen, bool quiet)
 {
 	memset(fx, 0, sizeof *fx);
+	fx->quiet = quiet;
 	snprintf(fx->listen, sizeof fx->listen, "%s", listen ? listen : "");
 	fx->real_login = real_login || root_login;
 	fx->max_sessions = max_sessions;
@@ -730,28 +732,33 @@ static int start(sshd_fixture *fx, bool real_login, unsigned max_sessions, bool 
 
 int sshd_start(sshd_fixture *fx)
 {
-	return start(fx, false, 64, false, false, false, NULL);
+	return start(fx, false, 64, false, false, false, NULL, false);
 }
 
 int dropbear_start(sshd_fixture *fx, bool non_root)
 {
 	/* Dropbear's MAX_CHANNELS: 100 per connection */
-	return start(fx, false, 100, true, non_root, false, NULL);
+	return start(fx, false, 100, true, non_root, false, NULL, false);
+}
+
+int sshd_start_quiet(sshd_fixture *fx)
+{
+	return start(fx, false, 64, false, false, false, NULL, true);
 }
 
 int sshd_start_real_login(sshd_fixture *fx)
 {
-	return start(fx, true, 64, false, false, false, NULL);
+	return start(fx, true, 64, false, false, false, NULL, false);
 }
 
 int sshd_start_root_login(sshd_fixture *fx, bool dropbear)
 {
-	return start(fx, true, dropbear ? 100 : 64, dropbear, false, true, NULL);
+	return start(fx, true, dropbear ? 100 : 64, dropbear, false, true, NULL, false);
 }
 
 int sshd_start_max_sessions(sshd_fixture *fx, unsigned max_sessions)
 {
-	return start(fx, false, max_sessions, false, false, false, NULL);
+	return start(fx, false, max_sessions, false, false, false, NULL, false);
 }
 
 static void stop_process(sshd_fixture *fx)
@@ -909,5 +916,5 @@ void sshd_config_json(const sshd_fixture *fx, const char *agent, const char *ext
 
 int sshd_start_listen(sshd_fixture *fx, const char *addr, bool dropbear)
 {
-	return start(fx, false, dropbear ? 100 : 64, dropbear, false, false, addr);
+	return start(fx, false, dropbear ? 100 : 64, dropbear, false, false, addr, false);
 }

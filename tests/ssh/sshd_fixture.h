@@ -31,6 +31,7 @@ typedef struct sshd_fixture {
 	bool root_login;       /* root, its own shell and startup files, INT and QUIT ignored */
 	char home[320];        /* Dropbear: the login user's home (authorized_keys) */
 	char listen[64];       /* the IPv4 address it listens on; "": 127.0.0.1 */
+	bool quiet;            /* the tests' login shell without its noise (sshd_start_quiet) */
 } sshd_fixture;
 
 /*
@@ -47,6 +48,12 @@ int sshd_start(sshd_fixture *fx);
  * known_hosts and sshd_config_json name that address.
  */
 int sshd_start_listen(sshd_fixture *fx, const char *addr, bool dropbear);
+
+/*
+ * As sshd_start, but the login shell prints nothing: for benchmarks that pipe a command's
+ * stdout into a program (tar, rsync), which the noise would corrupt.
+ */
+int sshd_start_quiet(sshd_fixture *fx);
 
 /* Starts sshd with the login shell as users have it (startup files read): benchmarks. */
 int sshd_start_real_login(sshd_fixture *fx);
