@@ -44,6 +44,12 @@ struct ssh_agent_link {
 	char marker[40]; /* "\1ASPAGENT<nonce>\n": what the login shell printed first is noise */
 	size_t matched;  /* bytes of the marker matched so far */
 	size_t noise;    /* bytes skipped before it */
+	/*
+	 * The exec request went out without waiting for its answer (the first frames follow
+	 * it at once); until `started`, the reader looks for the answer, `cmd` its command.
+	 */
+	bool started;
+	char *cmd;
 };
 
 /* Under the lock: the agent's stderr into the ring (its logs; they explain a death). */
@@ -137,6 +143,12 @@ static int read_exact(ssh_agent_link *l, uint8_t *dst, size_t len, bool boundary
 		if (atomic_load(&l->closed)) {
 			asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL, "agent channel closed");
 			return -1;
+		}
+		if (!l->started) {
+			int rc = sshc_channel_exec_step(l->c, l->ch, l->cmd, false, err);
+			if (rc == SSH_ERROR)
+				return -1;
+			l->started = rc == SSH_OK;
 		}
 		size_t want = len - got;
 		int n = link_read(l, dst + got, want > 1u << 30 ? 1u << 30 : want);
@@ -300,6 +312,7 @@ static void ch_free(void *base)
 	sshc_unlock(l->c);
 	free(l->rbuf);
 	free(l->ebuf);
+	free(l->cmd);
 	free(l);
 }
 
@@ -345,7 +358,18 @@ asp_status ssh_agent_start(sshc *c, const char *agent_path, ssh_agent_link **out
 	asp_status st = sshc_channel_open(c, SSHC_COMMAND, dl, dl, &l->ch, err);
 	if (st == ASP_OK) {
 		ssh_exit_watch(l->ch, &l->cb, &l->exit);
-		st = sshc_channel_exec(c, l->ch, cmd.p, false, dl, err);
+		/* hello follows the request without waiting for its answer, except where
+		 * channel opens are fragile (Dropbear: the gate wants the command started) */
+		if (c->fragile_open) {
+			st = sshc_channel_exec(c, l->ch, cmd.p, false, dl, err);
+			l->started = true;
+		} else if (!(l->cmd = strdup(cmd.p))) {
+			st = asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+		} else {
+			int rc = sshc_channel_exec_step(c, l->ch, l->cmd, false, err);
+			st = rc == SSH_ERROR ? ASP_E_TRANSPORT_ERROR : ASP_OK;
+			l->started = rc == SSH_OK;
+		}
 	}
 	sshc_unlock(c);
 	sstr_free(&cmd);

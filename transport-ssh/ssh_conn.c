@@ -368,6 +368,10 @@ void sshc_close(sshc *c)
 		ssh_channel_free(c->idle);
 		c->idle = NULL;
 	}
+	if (c->spare) {
+		ssh_channel_free(c->spare);
+		c->spare = NULL;
+	}
 	if (c->s) {
 		if (!atomic_load(&c->dead) && ssh_is_connected(c->s))
 			ssh_disconnect(c->s); /* a goodbye to the server; bounded by the timeout */
@@ -496,7 +500,8 @@ static asp_status slot_wait(sshc *c, enum sshc_class k, uint64_t deadline, asp_e
 		 * waits for no exec, so file ops are not held up by a long command) */
 		bool gated = c->fragile_open && k != SSHC_URGENT &&
 		             (c->gate_busy || (k == SSHC_COMMAND && c->execs > 0));
-		if (c->chans < class_limit(c, k) && (!queued || c->slot_queue == &w) && !gated)
+		if ((c->chans < class_limit(c, k) || c->spare) &&
+		    (!queued || c->slot_queue == &w) && !gated)
 			break;
 		if (ssh_now_ns() >= deadline) {
 			st = asp_error_set(err, ASP_E_TIMEOUT, NULL,
@@ -512,6 +517,63 @@ static asp_status slot_wait(sshc *c, enum sshc_class k, uint64_t deadline, asp_e
 	return st;
 }
 
+/* Under the lock: the open of a spare goes out (not awaited) when none is held and there is room.
+ */
+static void spare_refill(sshc *c)
+{
+	if (!c->spares || c->spare || c->spare_off || c->fragile_open || c->slot_queue ||
+	    atomic_load(&c->dead) || c->chans >= class_limit(c, SSHC_COMMAND))
+		return;
+	ssh_channel ch = ssh_channel_new(c->s);
+	if (!ch)
+		return;
+	ssh_set_blocking(c->s, 0);
+	int rc = ssh_channel_open_session(ch);
+	ssh_set_blocking(c->s, 1);
+	if (rc == SSH_ERROR) {
+		ssh_channel_free(ch);
+		sshc_check(c);
+		return;
+	}
+	c->spare = ch;
+	c->chans++;
+	c->by_class[SSHC_COMMAND]++;
+}
+
+/*
+ * Under the lock, for a caller that slot_wait let through: the spare for class k, once
+ * the server confirmed it; NULL when there is none, or it was refused or closed (then
+ * freed, and a refusal lowers the limit as sshc_channel_open's would).
+ */
+static ssh_channel spare_take(sshc *c, enum sshc_class k, uint64_t deadline)
+{
+	if (!c->spare)
+		return NULL;
+	ssh_channel ch = c->spare;
+	c->spare = NULL;
+	c->by_class[SSHC_COMMAND]--;
+	c->by_class[k]++;
+	bool late;
+	int rc = sshc_run_steps(c, ch, step_open, NULL, deadline, &late);
+	if (rc == SSH_OK) {
+		c->opened++;
+		if (c->opened > c->peak)
+			c->peak = c->opened;
+		if (c->opened > c->chan_limit)
+			c->chan_limit = c->opened;
+		return ch;
+	}
+	c->opened++; /* undone by the free: it was never open */
+	sshc_channel_free(c, ch, k);
+	if (!late && sshc_check(c)) {
+		unsigned floor = c->peak > 3 ? c->peak : 3;
+		if (c->chan_limit > c->opened)
+			c->chan_limit = c->opened < floor ? floor : c->opened;
+		c->spare_off = true;
+	}
+	return NULL;
+}
+
 asp_status sshc_channel_open(sshc *c, enum sshc_class k, uint64_t slot_deadline, uint64_t deadline,
                              ssh_channel *out, asp_error *err)
 {
@@ -524,6 +586,14 @@ asp_status sshc_channel_open(sshc *c, enum sshc_class k, uint64_t slot_deadline,
 			return st;
 		uint64_t step = sshc_setup_deadline(c); /* counted from now, not from the wait */
 		uint64_t open_by = step < deadline ? step : deadline;
+		ssh_channel spare = spare_take(c, k, open_by);
+		if (spare) {
+			spare_refill(c);
+			*out = spare;
+			return ASP_OK;
+		}
+		if (c->chans >= class_limit(c, k))
+			continue; /* the spare held the slot, and it is gone: wait again */
 		ssh_channel ch = ssh_channel_new(c->s);
 		if (!ch)
 			return asp_error_set(err, ASP_E_INTERNAL, NULL, "ssh %s: out of memory",
@@ -546,6 +616,7 @@ asp_status sshc_channel_open(sshc *c, enum sshc_class k, uint64_t slot_deadline,
 			if (c->opened > c->chan_limit)
 				c->chan_limit =
 				    c->opened; /* learned low: the server allows this many */
+			spare_refill(c);
 			*out = ch;
 			return ASP_OK;
 		}
@@ -649,6 +720,28 @@ asp_status sshc_channel_exec(sshc *c, ssh_channel ch, const char *cmd, bool subs
 	    subsystem ? "start the sftp subsystem" : "run a command", ssh_get_error(c->s));
 }
 
+int sshc_channel_exec_step(sshc *c, ssh_channel ch, const char *cmd, bool subsystem, asp_error *err)
+{
+	ssh_set_blocking(c->s, 0);
+	/* the first call sends, later ones look */
+	int rc =
+	    subsystem ? ssh_channel_request_subsystem(ch, cmd) : ssh_channel_request_exec(ch, cmd);
+	ssh_set_blocking(c->s, 1);
+	if (rc == SSH_AGAIN)
+		return rc;
+	gate_open(c, ch);
+	if (rc == SSH_OK)
+		return rc;
+	if (!sshc_check(c))
+		sshc_dead_error(c, subsystem ? "start sftp" : "exec", err);
+	else
+		asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
+		              "ssh %s: the server refused to %s: %s", c->target,
+		              subsystem ? "start the sftp subsystem" : "run a command",
+		              ssh_get_error(c->s));
+	return SSH_ERROR;
+}
+
 size_t sshc_channel_write(sshc *c, ssh_channel ch, const void *data, size_t len, uint64_t deadline)
 {
 	const uint8_t *p = data;
@@ -685,6 +778,7 @@ void sshc_channel_free(sshc *c, ssh_channel ch, enum sshc_class k)
 	gate_open(c, ch);
 	/* ssh_channel_free sends the close without waiting; libssh drops it on the reply */
 	ssh_channel_free(ch);
+	c->spare_off = false; /* a slot came free: the server may take a spare again */
 	if (c->chans > 0)
 		c->chans--;
 	if (c->opened > 0)

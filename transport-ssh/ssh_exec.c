@@ -532,15 +532,40 @@ asp_status ssh_exec_run(sshc *c, const asp_exec_params *p, size_t budget, asp_ex
 		goto done;
 	c->execs++; /* (see sshc.fragile_open) */
 	ssh_exit_watch(x.ch, &x.cb, &x.xi);
-	st = sshc_channel_exec(c, x.ch, cmd.p, false, sshc_setup_deadline(c), err);
-	if (st != ASP_OK)
-		goto done;
+	/*
+	 * The request, then stdin and its EOF at once, without waiting for the answer: the
+	 * server takes them in order, and its answer comes before any output. Where channel
+	 * opens are fragile (Dropbear), the gate needs the answer first.
+	 */
+	uint64_t start_by = sshc_setup_deadline(c);
+	bool started = false;
+	if (c->fragile_open) {
+		st = sshc_channel_exec(c, x.ch, cmd.p, false, start_by, err);
+		if (st != ASP_OK)
+			goto done;
+		started = true;
+	}
 
 	for (;;) {
 		bool progress = false;
 		if (!sshc_check(c)) {
 			st = sshc_dead_error(c, "exec", err);
 			goto done;
+		}
+		if (!started) {
+			int rc = sshc_channel_exec_step(c, x.ch, cmd.p, false, err);
+			if (rc == SSH_ERROR) {
+				st = ASP_E_TRANSPORT_ERROR;
+				goto done;
+			}
+			started = rc == SSH_OK;
+			if (!started && ssh_now_ns() >= start_by) {
+				st = asp_error_set(
+				    err, ASP_E_TIMEOUT, NULL,
+				    "ssh %s: the server did not start the command in time",
+				    c->target);
+				goto done;
+			}
 		}
 		/* stdin, as far as the remote window allows */
 		if (x.in_off < p->stdin_data.len && ssh_channel_is_open(x.ch)) {
@@ -622,7 +647,7 @@ asp_status ssh_exec_run(sshc *c, const asp_exec_params *p, size_t budget, asp_ex
 			report_by = sshc_setup_deadline(c);
 			/* honoured by sshd for non-root; where the wrapper relays, the channel's
 			 * process is the wrapper, which ignores it (and would die of a KILL) */
-			if (!x.relayed)
+			if (!x.relayed && started)
 				ssh_channel_request_send_signal(x.ch, "TERM");
 		}
 		/* the group is known once the wrapper's line arrived (maybe after the timeout) */
@@ -657,6 +682,8 @@ asp_status ssh_exec_run(sshc *c, const asp_exec_params *p, size_t budget, asp_ex
 			    : kill_sent ? (now < give_up_at || !killer2 ? give_up_at : kill_ran_by)
 			    : x.pid > 0 ? kill_at
 			                : late;
+			if (!started && start_by < until)
+				until = start_by;
 			if (timed_out && x.pid > 0 && (!term_sent || !kill_sent) &&
 			    retry_at > now && retry_at < until)
 				until = retry_at;

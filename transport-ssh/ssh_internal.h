@@ -111,6 +111,16 @@ typedef struct sshc {
 	 * line and answering each with an ACK byte.
 	 */
 	ssh_channel kill_line;
+	/*
+	 * Native mode (`spares`): a session channel whose open went out ahead, so the next
+	 * command, sftp channel or kill skips the open's round trip: after a channel is handed
+	 * out and there is room, another open is sent without waiting (sshc_channel_open). It
+	 * counts in chans and by_class[SSHC_COMMAND] as any channel does. Never where opens
+	 * are fragile; `spare_off` after the server refused one, until a channel closes.
+	 */
+	bool spares;
+	bool spare_off;
+	ssh_channel spare;
 	bool kill_line_gone; /* its shell ended: kills open their own channels again */
 	unsigned kill_sent, kill_acked;
 	/* the proxy command and jump hosts the session runs over (ssh_via.h); NULL: TCP */
@@ -204,6 +214,15 @@ asp_status sshc_channel_open(sshc *c, enum sshc_class k, uint64_t slot_deadline,
 /* Under the lock: sends "exec" with `cmd` (or a subsystem request) and waits for the reply. */
 asp_status sshc_channel_exec(sshc *c, ssh_channel ch, const char *cmd, bool subsystem,
                              uint64_t deadline, asp_error *err);
+/*
+ * Under the lock: the exec (or subsystem) request without waiting for its answer, which
+ * the server gives before any output, so data for the command can follow at once: the
+ * first call sends it, later ones look. SSH_AGAIN while unanswered, SSH_OK when
+ * accepted, SSH_ERROR refused or lost (`err` set). Until it is answered libssh sends no
+ * other request on the channel (a signal waits).
+ */
+int sshc_channel_exec_step(sshc *c, ssh_channel ch, const char *cmd, bool subsystem,
+                           asp_error *err);
 /* A terminal for a command's channel (spawn with tty). */
 typedef struct sshc_pty {
 	const char *term;

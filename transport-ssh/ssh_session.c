@@ -265,23 +265,18 @@ static int load_identity(const asp_config_ssh *sc, ssh_key *k, char *label, size
 static asp_status authenticate(sshc *c, asp_error *err)
 {
 	const asp_config_ssh *sc = &c->cfg->ssh;
-	int rc = ssh_userauth_none(c->s, NULL);
-	if (rc == SSH_AUTH_SUCCESS)
-		return ASP_OK;
-	if (rc == SSH_AUTH_ERROR)
-		goto lost;
-	int methods = ssh_userauth_list(c->s, NULL);
 	char tried[512] = "";
 	char line[600];
-
+	int rc;
+	/*
+	 * The configured key first, signed at once: one round trip, not two (a "none"
+	 * request to learn the methods, then the key). The methods are then those its
+	 * refusal lists; "none" is asked only without a key to try, or after a refusal.
+	 */
 	if (sc->identity_file || sc->identity_env) {
 		ssh_key k = NULL;
 		char label[300];
 		if (load_identity(sc, &k, label, sizeof label, line, sizeof line) != 0) {
-			note(tried, sizeof tried, line);
-		} else if (!(methods & SSH_AUTH_METHOD_PUBLICKEY)) {
-			ssh_key_free(k);
-			snprintf(line, sizeof line, "%s: the server does not accept keys", label);
 			note(tried, sizeof tried, line);
 		} else {
 			rc = ssh_userauth_publickey(c->s, NULL, k);
@@ -290,10 +285,20 @@ static asp_status authenticate(sshc *c, asp_error *err)
 				return ASP_OK;
 			if (rc == SSH_AUTH_ERROR)
 				goto lost;
-			snprintf(line, sizeof line, "%s: refused", label);
+			int m = ssh_userauth_list(c->s, NULL);
+			snprintf(line, sizeof line, "%s: %s", label,
+			         m && !(m & SSH_AUTH_METHOD_PUBLICKEY)
+			             ? "the server does not accept keys"
+			             : "refused");
 			note(tried, sizeof tried, line);
 		}
 	}
+	rc = ssh_userauth_none(c->s, NULL);
+	if (rc == SSH_AUTH_SUCCESS)
+		return ASP_OK;
+	if (rc == SSH_AUTH_ERROR)
+		goto lost;
+	int methods = ssh_userauth_list(c->s, NULL);
 	const char *sock = getenv("SSH_AUTH_SOCK");
 	if (sock && sock[0] && (methods & SSH_AUTH_METHOD_PUBLICKEY)) {
 		rc = ssh_userauth_agent(c->s, NULL);

@@ -90,8 +90,8 @@ static asp_status fx_error(asp_error *err, int e, const char *srv, const char *p
  * optional attributes, and waits for the reply. *fx gets the status (FX_OK for a
  * non-status reply); the reply stays in *r for the caller to parse and forget.
  */
-static asp_status call(sftpc *f, uint8_t type, const char *ext, const char *s1, const char *s2,
-                       const sattr *at, sreq *r, int *fx, asp_error *err)
+static asp_status send_call(sftpc *f, uint8_t type, const char *ext, const char *s1, const char *s2,
+                            const sattr *at, sreq *r, asp_error *err)
 {
 	sbuild b;
 	sb_init(&b);
@@ -106,6 +106,13 @@ static asp_status call(sftpc *f, uint8_t type, const char *ext, const char *s1, 
 	memset(r, 0, sizeof *r);
 	asp_status st = sftp_send(f, type, &b, NULL, 0, r, err);
 	sb_free(&b);
+	return st;
+}
+
+static asp_status call(sftpc *f, uint8_t type, const char *ext, const char *s1, const char *s2,
+                       const sattr *at, sreq *r, int *fx, asp_error *err)
+{
+	asp_status st = send_call(f, type, ext, s1, s2, at, r, err);
 	if (st == ASP_OK)
 		st = sftp_await(f, r, err);
 	if (st != ASP_OK) {
@@ -185,8 +192,9 @@ typedef struct handle {
 	size_t len;
 } handle;
 
-static asp_status do_open(sftpc *f, const char *path, uint32_t flags, const sattr *at, bool dir,
-                          handle *h, int *fx, char *srv, size_t cap, asp_error *err)
+/* Sends OPEN (OPENDIR when `dir`) of `path` without waiting; `r` gets the reply. */
+static asp_status send_open(sftpc *f, const char *path, uint32_t flags, const sattr *at, bool dir,
+                            sreq *r, asp_error *err)
 {
 	sbuild b;
 	sb_init(&b);
@@ -197,28 +205,41 @@ static asp_status do_open(sftpc *f, const char *path, uint32_t flags, const satt
 		if (at && (at->flags & FXA_PERMISSIONS))
 			sb_u32(&b, at->perm);
 	}
-	sreq r = {0};
-	asp_status st = sftp_send(f, dir ? FXP_OPENDIR : FXP_OPEN, &b, NULL, 0, &r, err);
+	memset(r, 0, sizeof *r);
+	asp_status st = sftp_send(f, dir ? FXP_OPENDIR : FXP_OPEN, &b, NULL, 0, r, err);
 	sb_free(&b);
+	return st;
+}
+
+/* An OPEN's answer: the handle, or *fx the status (server text in srv). */
+static void open_result(const sreq *r, handle *h, int *fx, char *srv, size_t cap)
+{
+	int s = sftp_status(r);
+	*fx = s < 0 ? FX_OK : (s == FX_OK ? FX_FAILURE : s);
+	if (srv)
+		fx_text(r, srv, cap);
+	if (*fx != FX_OK)
+		return;
+	scur c = {r->body, r->len, false};
+	size_t l = 0;
+	const uint8_t *p = r->type == FXP_HANDLE ? sc_str(&c, &l) : NULL;
+	if (!p || c.bad || l > sizeof h->h) {
+		*fx = FX_BAD_MESSAGE;
+	} else {
+		memcpy(h->h, p, l);
+		h->len = l;
+	}
+}
+
+static asp_status do_open(sftpc *f, const char *path, uint32_t flags, const sattr *at, bool dir,
+                          handle *h, int *fx, char *srv, size_t cap, asp_error *err)
+{
+	sreq r;
+	asp_status st = send_open(f, path, flags, at, dir, &r, err);
 	if (st == ASP_OK)
 		st = sftp_await(f, &r, err);
-	if (st == ASP_OK) {
-		int s = sftp_status(&r);
-		*fx = s < 0 ? FX_OK : (s == FX_OK ? FX_FAILURE : s);
-		if (srv)
-			fx_text(&r, srv, cap);
-		if (*fx == FX_OK) {
-			scur c = {r.body, r.len, false};
-			size_t l = 0;
-			const uint8_t *p = r.type == FXP_HANDLE ? sc_str(&c, &l) : NULL;
-			if (!p || c.bad || l > sizeof h->h) {
-				*fx = FX_BAD_MESSAGE;
-			} else {
-				memcpy(h->h, p, l);
-				h->len = l;
-			}
-		}
-	}
+	if (st == ASP_OK)
+		open_result(&r, h, fx, srv, cap);
 	sftp_forget(f, &r);
 	return st;
 }
@@ -689,6 +710,305 @@ out:
 	return st;
 }
 
+/* A request on an open handle (FSTAT, CLOSE, FSETSTAT, fsync), sent now, awaited later. */
+static asp_status send_on_handle(sftpc *f, uint8_t type, const char *ext, const handle *h,
+                                 const sattr *at, sreq *r, asp_error *err)
+{
+	sbuild b;
+	sb_init(&b);
+	if (ext)
+		sb_cstr(&b, ext);
+	sb_str(&b, h->h, h->len);
+	if (at)
+		sb_attrs(&b, at);
+	memset(r, 0, sizeof *r);
+	asp_status st = sftp_send(f, type, &b, NULL, 0, r, err);
+	sb_free(&b);
+	return st;
+}
+
+/* Awaits a status reply; *fx gets it (kept when already set to an error). */
+static asp_status await_status(sftpc *f, sreq *r, int *fx, char *srv, size_t cap, asp_error *err)
+{
+	asp_status st = sftp_await(f, r, err);
+	if (st == ASP_OK) {
+		int s = sftp_status(r);
+		if (*fx == FX_OK && s != FX_OK) {
+			*fx = s > 0 ? s : FX_BAD_MESSAGE;
+			if (srv)
+				fx_text(r, srv, cap);
+		}
+	}
+	sftp_forget(f, r);
+	return st;
+}
+
+/* ---- OPEN with what follows it: one round trip ------------------------------------------ */
+
+/*
+ * Bytes of READs or WRITEs sent on a guessed handle (ssh_sftp_handles.c) with its OPEN:
+ * most files whole, and little wasted when the guess misses.
+ */
+#define GUESS_BYTES (1u << 20)
+
+/* Whether the OPEN's answer `h` is the handle guessed. */
+static bool hit(const handle *h, const handle *g)
+{
+	return h->len == g->len && memcmp(h->h, g->h, g->len) == 0;
+}
+
+/*
+ * OPEN `path` for reading and READ up to `want` bytes at `base` into buf. The OPEN and the
+ * first READs (up to GUESS_BYTES) go out together on the handle the OPEN is expected to
+ * get, so a small file takes one round trip; without a guess, or when it missed, the
+ * reads follow the OPEN's answer. *ofx: the OPEN's status; then *h is its handle (the
+ * caller closes it), *got and *eof as bulk_read's, *fx a read's failure.
+ */
+static asp_status open_read(sftpc *f, const char *path, uint64_t base, uint8_t *buf, size_t want,
+                            handle *h, size_t *got, bool *eof, int *ofx, int *fx, char *srv,
+                            size_t cap, asp_error *err)
+{
+	*got = 0;
+	*eof = false;
+	*fx = *ofx = FX_OK;
+	asp_status st = sftp_ready(f, err);
+	if (st != ASP_OK)
+		return st;
+	size_t csz = f->max_read ? f->max_read : 32768;
+	size_t ahead = want < GUESS_BYTES ? want : GUESS_BYTES;
+	size_t n = ahead ? (ahead + csz - 1) / csz : 0, sent = 0;
+	struct chunk *q = n ? calloc(n, sizeof *q) : NULL;
+	handle g = {.len = 4};
+	sreq ro;
+	sftp_batch_begin(f);
+	bool guessed = q && sftp_handles_guess(f, g.h);
+	st = send_open(f, path, FXF_READ, NULL, false, &ro, err);
+	for (; st == ASP_OK && guessed && sent < n; sent++) {
+		struct chunk *c = &q[sent];
+		c->off = sent * csz;
+		c->len = ahead - c->off < csz ? ahead - c->off : csz;
+		c->r.dst = buf + c->off;
+		c->r.dst_cap = c->len;
+		st = send_chunk(f, FXP_READ, &g, base, c, NULL, err);
+	}
+	sftp_batch_end(f);
+	if (st == ASP_OK)
+		st = sftp_await(f, &ro, err);
+	if (st == ASP_OK)
+		open_result(&ro, h, ofx, srv, cap);
+	sftp_forget(f, &ro);
+	size_t first = 0;
+	bool more = true; /* the ahead reads left bytes to ask for */
+	if (st == ASP_OK && *ofx == FX_OK && guessed && hit(h, &g)) {
+		for (size_t i = 0; i < sent && st == ASP_OK; i++) {
+			struct chunk *c = &q[i];
+			st = sftp_await(f, &c->r, err);
+			if (st != ASP_OK)
+				break;
+			int s2 = sftp_status(&c->r);
+			if (c->r.type == FXP_DATA && c->r.len == c->len) {
+				first += c->len;
+				continue;
+			}
+			if (c->r.type == FXP_DATA && c->r.len > 0) {
+				first += c->r.len; /* short: bulk_read asks again for the rest */
+			} else if (c->r.type == FXP_DATA || s2 == FX_EOF) {
+				*eof = true; /* the file ends here */
+				more = false;
+			} else {
+				*fx = s2 > 0 ? s2 : FX_BAD_MESSAGE;
+				fx_text(&c->r, srv, cap);
+				more = false;
+			}
+			break;
+		}
+	}
+	for (size_t k = 0; k < sent; k++)
+		sftp_forget(f, &q[k].r); /* a guess that missed: those answers are dropped */
+	free(q);
+	if (st != ASP_OK || *ofx != FX_OK || *fx != FX_OK)
+		return st;
+	if (!more || first == want) {
+		*got = first;
+		return ASP_OK;
+	}
+	size_t rest = 0;
+	st =
+	    bulk_read(f, h, base + first, buf + first, want - first, &rest, eof, fx, srv, cap, err);
+	*got = first + rest;
+	return st;
+}
+
+/* A file written through its handle: what to send after the OPEN, and what came back. */
+typedef struct wplan {
+	const uint8_t *data;
+	size_t len;
+	uint64_t base;
+	/*
+	 * FSTAT at once (the mode the server gave the new file, its umask applied, into
+	 * `made`), then FSETSTAT to `narrow` before any byte is written: a temporary file
+	 * whose target is private is never readable by others with the new bytes in it.
+	 */
+	bool first_mode;
+	uint32_t narrow;
+	bool sync; /* fsync@openssh.com after the writes */
+	bool size; /* FSTAT after the writes, into `after` */
+	sattr made, after;
+	int wfx; /* the first failure after the OPEN */
+} wplan;
+
+enum wkind { W_MODE, W_NARROW, W_WRITE, W_SYNC, W_SIZE, W_CLOSE };
+
+typedef struct wreq {
+	struct chunk c;
+	enum wkind k;
+} wreq;
+
+/* Which of a plan's requests plan_send sends. */
+enum { W_PRE = 1, W_DATA = 2, W_POST = 4 };
+
+#define WREQ_MAX(len, csz) (((len) + (csz)-1) / (csz) + 5)
+
+/* Sends the `parts` of plan `w` on handle `x`, appending each to q[*n]. */
+static asp_status plan_send(sftpc *f, const wplan *w, const handle *x, int parts, wreq *q,
+                            size_t *n, asp_error *err)
+{
+	asp_status st = ASP_OK;
+	if ((parts & W_PRE) && w->first_mode) {
+		q[*n].k = W_MODE;
+		st = send_on_handle(f, FXP_FSTAT, NULL, x, NULL, &q[(*n)++].c.r, err);
+		sattr nm = {.flags = FXA_PERMISSIONS, .perm = w->narrow};
+		q[*n].k = W_NARROW;
+		if (st == ASP_OK)
+			st = send_on_handle(f, FXP_FSETSTAT, NULL, x, &nm, &q[(*n)++].c.r, err);
+	}
+	size_t csz = f->max_write ? f->max_write : 32768;
+	for (uint64_t off = 0; st == ASP_OK && (parts & W_DATA) && off < w->len; off += csz) {
+		wreq *r = &q[(*n)++];
+		r->k = W_WRITE;
+		r->c.off = off;
+		r->c.len = w->len - off < csz ? (size_t)(w->len - off) : csz;
+		memset(&r->c.r, 0, sizeof r->c.r);
+		st = send_chunk(f, FXP_WRITE, x, w->base, &r->c, w->data + off, err);
+	}
+	if (st == ASP_OK && (parts & W_POST) && w->sync && f->fsync) {
+		q[*n].k = W_SYNC;
+		st = send_on_handle(f, FXP_EXTENDED, "fsync@openssh.com", x, NULL, &q[(*n)++].c.r,
+		                    err);
+	}
+	if (st == ASP_OK && (parts & W_POST) && w->size) {
+		q[*n].k = W_SIZE;
+		st = send_on_handle(f, FXP_FSTAT, NULL, x, NULL, &q[(*n)++].c.r, err);
+	}
+	if (st == ASP_OK && (parts & W_POST)) {
+		q[*n].k = W_CLOSE;
+		st = send_on_handle(f, FXP_CLOSE, NULL, x, NULL, &q[(*n)++].c.r, err);
+	}
+	return st;
+}
+
+/* An FSTAT's answer into *a (flags 0 when it failed); its failure counts in *fx when `count`. */
+static asp_status await_attrs(sftpc *f, sreq *r, sattr *a, int *fx, bool count, asp_error *err)
+{
+	asp_status st = sftp_await(f, r, err);
+	scur c = {r->body, r->len, false};
+	memset(a, 0, sizeof *a);
+	if (st == ASP_OK && r->type == FXP_ATTRS)
+		sc_attrs(&c, a);
+	if (st == ASP_OK && (r->type != FXP_ATTRS || c.bad)) {
+		memset(a, 0, sizeof *a);
+		if (count && *fx == FX_OK)
+			*fx = sftp_status(r) > 0 ? sftp_status(r) : FX_BAD_MESSAGE;
+	}
+	sftp_forget(f, r);
+	return st;
+}
+
+/* The answers to q[from .. n) into the plan. */
+static asp_status plan_await(sftpc *f, wplan *w, wreq *q, size_t from, size_t n, char *srv,
+                             size_t cap, asp_error *err)
+{
+	asp_status st = ASP_OK;
+	for (size_t i = from; i < n; i++) {
+		asp_status s2 = ASP_OK;
+		int ignored = FX_OK;
+		if (st != ASP_OK)
+			sftp_forget(f, &q[i].c.r);
+		else if (q[i].k == W_MODE)
+			s2 = await_attrs(f, &q[i].c.r, &w->made, &ignored, false, err);
+		else if (q[i].k == W_SIZE)
+			s2 = await_attrs(f, &q[i].c.r, &w->after, &w->wfx, true, err);
+		else if (q[i].k == W_NARROW)
+			s2 = await_status(f, &q[i].c.r, &ignored, NULL, 0, err);
+		else
+			s2 = await_status(f, &q[i].c.r, &w->wfx, srv, cap, err);
+		if (st == ASP_OK)
+			st = s2;
+	}
+	return st;
+}
+
+/*
+ * OPEN `path` with `flags` and `at`, then on its handle what `w` plans, CLOSE last. With
+ * up to GUESS_BYTES of data it all goes out together on the handle the OPEN is expected
+ * to get: one round trip. Otherwise, or when the guess missed, the rest follows the OPEN's
+ * answer on its handle (the data through bulk_write). *ofx: the OPEN's status (its text in
+ * srv); w->wfx: the first failure after it (FX_OK: all written, synced and closed).
+ */
+static asp_status open_write(sftpc *f, const char *path, uint32_t flags, const sattr *at, wplan *w,
+                             int *ofx, char *srv, size_t cap, asp_error *err)
+{
+	*ofx = w->wfx = FX_OK;
+	asp_status st = sftp_ready(f, err);
+	if (st != ASP_OK)
+		return st;
+	size_t csz = f->max_write ? f->max_write : 32768;
+	size_t n = 0, qn = WREQ_MAX(w->len <= GUESS_BYTES ? w->len : 0, csz);
+	wreq *q = calloc(qn, sizeof *q);
+	if (!q)
+		return asp_error_oom(err, "write", NULL);
+	handle g = {.len = 4}, h;
+	sreq ro;
+	sftp_batch_begin(f);
+	bool guessed = w->len <= GUESS_BYTES && sftp_handles_guess(f, g.h);
+	st = send_open(f, path, flags, at, false, &ro, err);
+	if (st == ASP_OK && guessed)
+		st = plan_send(f, w, &g, W_PRE | W_DATA | W_POST, q, &n, err);
+	sftp_batch_end(f);
+	if (st == ASP_OK)
+		st = sftp_await(f, &ro, err);
+	if (st == ASP_OK)
+		open_result(&ro, &h, ofx, srv, cap);
+	sftp_forget(f, &ro);
+	bool opened = st == ASP_OK && *ofx == FX_OK;
+	if (opened && guessed && hit(&h, &g)) {
+		st = plan_await(f, w, q, 0, n, srv, cap, err);
+		free(q);
+		return st;
+	}
+	for (size_t i = 0; i < n; i++)
+		sftp_forget(f, &q[i].c.r); /* on a wrong handle, or after a refused OPEN */
+	if (!opened) {
+		free(q);
+		return st;
+	}
+	/* on the real handle: the first FSTAT and FSETSTAT, the data, then the rest */
+	n = 0;
+	st = plan_send(f, w, &h, W_PRE, q, &n, err);
+	if (st == ASP_OK)
+		st = plan_await(f, w, q, 0, n, srv, cap, err);
+	if (st == ASP_OK)
+		st = bulk_write(f, &h, w->base, w->data, w->len, &w->wfx, srv, cap, err);
+	size_t post = n;
+	if (st == ASP_OK)
+		st = plan_send(f, w, &h, W_POST, q, &n, err);
+	else
+		close_nowait(f, &h);
+	asp_status s2 = plan_await(f, w, q, post, n, srv, cap, err);
+	free(q);
+	return st == ASP_OK ? s2 : st;
+}
+
 /* ---- read ------------------------------------------------------------------------------ */
 
 asp_status ssh_sftp_read(sftpc *f, const asp_read_params *p, size_t budget, asp_read_result *r,
@@ -739,22 +1059,21 @@ asp_status ssh_sftp_read(sftpc *f, const asp_read_params *p, size_t budget, asp_
 		if (avail < want)
 			want = (size_t)avail;
 	}
-	st = do_open(f, p->path, FXF_READ, NULL, false, &h, &fx, srv, sizeof srv, err);
+	if (want && !(buf = malloc(want))) {
+		st = asp_error_oom(err, "read", NULL);
+		goto out;
+	}
+	int ofx;
+	st = open_read(f, p->path, p->offset, buf, want, &h, &got, &hit_eof, &ofx, &fx, srv,
+	               sizeof srv, err);
+	if (st == ASP_OK && ofx != FX_OK) {
+		st = op_error(f, "read", p->path, ofx, srv, err);
+		goto out;
+	}
+	if (st == ASP_OK)
+		close_nowait(f, &h);
 	if (st == ASP_OK && fx != FX_OK)
 		st = op_error(f, "read", p->path, fx, srv, err);
-	if (st != ASP_OK)
-		goto out;
-	if (want) {
-		buf = malloc(want);
-		if (!buf)
-			st = asp_error_oom(err, "read", NULL);
-		else
-			st = bulk_read(f, &h, p->offset, buf, want, &got, &hit_eof, &fx, srv,
-			               sizeof srv, err);
-		if (st == ASP_OK && fx != FX_OK)
-			st = op_error(f, "read", p->path, fx, srv, err);
-	}
-	close_nowait(f, &h);
 	if (st != ASP_OK)
 		goto out;
 	r->size = at.size;
@@ -901,39 +1220,6 @@ asp_status ssh_sftp_mkdir(sftpc *f, const asp_mkdir_params *p, asp_error *err)
 
 /* ---- write ------------------------------------------------------------------------------ */
 
-/* A request on an open handle (FSTAT, CLOSE, FSETSTAT, fsync), sent now, awaited later. */
-static asp_status send_on_handle(sftpc *f, uint8_t type, const char *ext, const handle *h,
-                                 const sattr *at, sreq *r, asp_error *err)
-{
-	sbuild b;
-	sb_init(&b);
-	if (ext)
-		sb_cstr(&b, ext);
-	sb_str(&b, h->h, h->len);
-	if (at)
-		sb_attrs(&b, at);
-	memset(r, 0, sizeof *r);
-	asp_status st = sftp_send(f, type, &b, NULL, 0, r, err);
-	sb_free(&b);
-	return st;
-}
-
-/* Awaits a status reply; *fx gets it (kept when already set to an error). */
-static asp_status await_status(sftpc *f, sreq *r, int *fx, char *srv, size_t cap, asp_error *err)
-{
-	asp_status st = sftp_await(f, r, err);
-	if (st == ASP_OK) {
-		int s = sftp_status(r);
-		if (*fx == FX_OK && s != FX_OK) {
-			*fx = s > 0 ? s : FX_BAD_MESSAGE;
-			if (srv)
-				fx_text(r, srv, cap);
-		}
-	}
-	sftp_forget(f, r);
-	return st;
-}
-
 static asp_status make_parents(sftpc *f, const char *path, int *e, asp_error *err)
 {
 	char *dir = asp_path_parent(path);
@@ -1033,10 +1319,11 @@ static asp_status rename_over(sftpc *f, const char *from, const char *to, int *f
 /*
  * Temp file beside the target, written, fsynced (fsync@openssh.com), renamed over it: a
  * crash leaves the old or the new file. A symlink is resolved first so the link keeps
- * pointing at the file; an existing file's mode (and owner, when allowed) is kept.
+ * pointing at the file; an existing file's mode (and owner, when allowed) is kept. One
+ * request at a time: the way when write_atomic's two round trips cannot be had.
  */
-static asp_status write_atomic(sftpc *f, const asp_write_params *p, asp_write_result *r,
-                               asp_error *err)
+static asp_status write_atomic_steps(sftpc *f, const asp_write_params *p, asp_write_result *r,
+                                     asp_error *err)
 {
 	char *real = NULL, *tmp = NULL;
 	const char *target = p->path;
@@ -1132,6 +1419,121 @@ out:
 	return st;
 }
 
+/* An await of a STAT or LSTAT sent earlier: *fx its status, *a the attributes. */
+static asp_status await_stat(sftpc *f, sreq *r, sattr *a, int *fx, asp_error *err)
+{
+	asp_status st = sftp_await(f, r, err);
+	int s = st == ASP_OK ? sftp_status(r) : -1;
+	*fx = s < 0 ? FX_OK : s == FX_OK ? FX_BAD_MESSAGE : s;
+	if (st == ASP_OK && *fx == FX_OK) {
+		scur c = {r->body, r->len, false};
+		if (r->type == FXP_ATTRS)
+			sc_attrs(&c, a);
+		if (r->type != FXP_ATTRS || c.bad)
+			*fx = FX_BAD_MESSAGE;
+	}
+	sftp_forget(f, r);
+	return st;
+}
+
+/*
+ * write_atomic_steps in two round trips where it can: the target's LSTAT and the temp
+ * file's OPEN, writes, fsync and CLOSE together (open_write); then its mode (and owner)
+ * and the rename together. The temp is made with the mode asked for, its umask applied,
+ * and narrowed to its owner bits before any byte is written; it gets the old file's mode,
+ * or the one it was made with, at the end. A symlink target, missing parents or data
+ * past GUESS_BYTES take the steps.
+ */
+static asp_status write_atomic(sftpc *f, const asp_write_params *p, asp_write_result *r,
+                               asp_error *err)
+{
+	if (p->data.len > GUESS_BYTES)
+		return write_atomic_steps(f, p, r, err);
+	char *tmp = temp_name(p->path);
+	if (!tmp)
+		return asp_error_oom(err, "write", NULL);
+	char srv[256] = "";
+	sattr old, at = {.flags = FXA_PERMISSIONS, .perm = (uint32_t)p->mode};
+	wplan w = {.data = p->data.data,
+	           .len = p->data.len,
+	           .first_mode = true,
+	           .narrow = (uint32_t)p->mode & 0600,
+	           .sync = true};
+	int lfx = FX_OK, ofx = FX_OK, e = 0;
+	sreq rl;
+	asp_status st = send_call(f, FXP_LSTAT, NULL, p->path, NULL, NULL, &rl, err);
+	if (st == ASP_OK)
+		st = open_write(f, tmp, FXF_WRITE | FXF_CREAT | FXF_TRUNC, &at, &w, &ofx, srv,
+		                sizeof srv, err);
+	asp_status s2 =
+	    st == ASP_OK ? await_stat(f, &rl, &old, &lfx, err) : (sftp_forget(f, &rl), st);
+	if (st == ASP_OK)
+		st = s2;
+	bool made = st == ASP_OK && ofx == FX_OK; /* the temp exists: remove it unless renamed */
+	bool exists = lfx == FX_OK;
+	if (st == ASP_OK && ((exists && (old.flags & FXA_PERMISSIONS) && S_ISLNK(old.perm)) ||
+	                     (ofx == FX_NO_SUCH_FILE && p->mkdirs))) {
+		if (made) {
+			int rfx;
+			asp_error e2;
+			(void)call_status(f, FXP_REMOVE, NULL, tmp, NULL, NULL, &rfx, NULL, 0, &e2);
+		}
+		free(tmp);
+		return write_atomic_steps(f, p, r, err);
+	}
+	int fx = st != ASP_OK ? FX_OK : ofx != FX_OK ? ofx : w.wfx;
+	if (st == ASP_OK && exists && is_dir(&old))
+		e = EISDIR;
+	if (st == ASP_OK && !e && fx == FX_OK) {
+		/* the final mode, the old owner (best effort), the rename: together */
+		uint32_t mode = exists                             ? old.perm & 07777
+		                : (w.made.flags & FXA_PERMISSIONS) ? w.made.perm & 07777
+		                                                   : (uint32_t)p->mode & 07777;
+		sattr own = {.flags = FXA_UIDGID, .uid = old.uid, .gid = old.gid};
+		sattr keep = {.flags = FXA_PERMISSIONS, .perm = mode};
+		sreq ro, rm, rr;
+		bool s_own = exists && (old.flags & FXA_UIDGID), s_mode = true;
+		bool s_ren = f->posix_rename;
+		int ign = FX_OK;
+		if (s_own)
+			s_own =
+			    send_call(f, FXP_SETSTAT, NULL, tmp, NULL, &own, &ro, err) == ASP_OK;
+		s_mode = send_call(f, FXP_SETSTAT, NULL, tmp, NULL, &keep, &rm, err) == ASP_OK;
+		if (s_ren)
+			s_ren = send_call(f, FXP_EXTENDED, "posix-rename@openssh.com", tmp, p->path,
+			                  NULL, &rr, err) == ASP_OK;
+		if (s_own)
+			st = await_status(f, &ro, &ign, NULL, 0, err);
+		if (s_mode) {
+			s2 = await_status(f, &rm, &ign, NULL, 0, err);
+			st = st == ASP_OK ? s2 : st;
+		}
+		if (s_ren) {
+			s2 = await_status(f, &rr, &fx, srv, sizeof srv, err);
+			st = st == ASP_OK ? s2 : st;
+		} else if (st == ASP_OK) {
+			st = rename_over(f, tmp, p->path, &fx, srv, sizeof srv, err);
+		}
+		if (st == ASP_OK && fx == FX_OK)
+			made = false;
+	}
+	if (made) {
+		int rfx;
+		asp_error e2;
+		(void)call_status(f, FXP_REMOVE, NULL, tmp, NULL, NULL, &rfx, NULL, 0, &e2);
+	}
+	free(tmp);
+	if (st == ASP_OK && (e || fx != FX_OK))
+		st = write_error(f, p, fx, e, srv, err);
+	if (st == ASP_OK) {
+		r->written = p->data.len;
+		r->size = p->data.len;
+		r->has_created = true;
+		r->created = !exists;
+	}
+	return st;
+}
+
 asp_status ssh_sftp_write(sftpc *f, const asp_write_params *p, asp_write_result *r, asp_error *err)
 {
 	memset(r, 0, sizeof *r);
@@ -1150,10 +1552,8 @@ asp_status ssh_sftp_write(sftpc *f, const asp_write_params *p, asp_write_result 
 	char srv[256] = "";
 	int fx = FX_OK, e = 0;
 	sattr at;
-	handle h;
-	sreq rst, rcl;
 	bool want_size = p->append || p->has_offset;
-	bool sent_stat = false, sent_close = false, created = false;
+	bool created = false;
 	st = do_stat(f, p->path, true, &at, &fx, err);
 	if (st != ASP_OK)
 		goto out;
@@ -1175,44 +1575,20 @@ asp_status ssh_sftp_write(sftpc *f, const asp_write_params *p, asp_write_result 
 	else if (!p->has_offset)
 		flags |= FXF_TRUNC;
 	sattr mode = {.flags = FXA_PERMISSIONS, .perm = (uint32_t)p->mode};
-	st = open_for_write(f, p, p->path, flags, &mode, &h, &fx, &e, srv, sizeof srv, err);
-	if (st != ASP_OK || e || fx != FX_OK)
-		goto out;
-	st = bulk_write(f, &h, p->has_offset ? p->offset : 0, p->data.data, p->data.len, &fx, srv,
-	                sizeof srv, err);
-	if (st == ASP_OK && fx == FX_OK && want_size) {
-		st = send_on_handle(f, FXP_FSTAT, NULL, &h, NULL, &rst, err);
-		sent_stat = st == ASP_OK;
+	wplan w = {.data = p->data.data,
+	           .len = p->data.len,
+	           .base = p->has_offset ? p->offset : 0,
+	           .size = want_size};
+	int ofx;
+	st = open_write(f, p->path, flags, &mode, &w, &ofx, srv, sizeof srv, err);
+	if (st == ASP_OK && ofx == FX_NO_SUCH_FILE && p->mkdirs) {
+		st = make_parents(f, p->path, &e, err);
+		if (st == ASP_OK && !e)
+			st = open_write(f, p->path, flags, &mode, &w, &ofx, srv, sizeof srv, err);
 	}
-	if (st == ASP_OK) {
-		st = send_on_handle(f, FXP_CLOSE, NULL, &h, NULL, &rcl, err);
-		sent_close = st == ASP_OK;
-	} else {
-		close_nowait(f, &h);
-	}
-	if (sent_stat) {
-		asp_status s2 = sftp_await(f, &rst, err);
-		if (s2 == ASP_OK) {
-			scur c = {rst.body, rst.len, false};
-			if (rst.type == FXP_ATTRS)
-				sc_attrs(&c, &at);
-			if (rst.type != FXP_ATTRS || c.bad) {
-				if (fx == FX_OK)
-					fx = sftp_status(&rst) > 0 ? sftp_status(&rst)
-					                           : FX_BAD_MESSAGE;
-			} else {
-				r->size = at.size;
-			}
-		}
-		sftp_forget(f, &rst);
-		if (st == ASP_OK)
-			st = s2;
-	}
-	if (sent_close) {
-		asp_status s2 = await_status(f, &rcl, &fx, srv, sizeof srv, err);
-		if (st == ASP_OK)
-			st = s2;
-	}
+	fx = ofx != FX_OK ? ofx : w.wfx;
+	if (st == ASP_OK && fx == FX_OK && want_size)
+		r->size = w.after.size;
 out:
 	if (st == ASP_OK && (e || fx != FX_OK))
 		st = write_error(f, p, fx, e, srv, err);

@@ -117,6 +117,24 @@ void sc_attrs(scur *c, sattr *a);
 /* Appends `a` as a request's ATTRS; only the parts this client sets (uid/gid, permissions). */
 void sb_attrs(sbuild *b, const sattr *a);
 
+/* ssh_sftp_handles.c: what sftp-server's handle table holds, for guessing the next. */
+typedef struct sftp_hevent {
+	bool open; /* an OPEN or OPENDIR not answered yet (id), else a CLOSE of handle v */
+	uint32_t id, v;
+} sftp_hevent;
+
+typedef struct sftp_handles {
+	bool off;       /* the server is not the one described: no guesses */
+	uint32_t slots; /* its table's size */
+	uint32_t *free; /* slots freed, the last freed last */
+	size_t n_free, cap_free;
+	uint32_t *open; /* our handles open */
+	size_t n_open, cap_open;
+	sftp_hevent *q; /* from the oldest OPEN unanswered, in the order sent */
+	size_t n_q, cap_q;
+	unsigned pending; /* OPENs unanswered */
+} sftp_handles;
+
 struct sftpc {
 	sshc *c;
 	ssh_channel ch;
@@ -130,6 +148,10 @@ struct sftpc {
 	bool posix_rename, fsync, limits, got_limits;
 	uint32_t max_read, max_write; /* data bytes per READ / WRITE request */
 	uint64_t req_timeout_ns;
+	sftp_handles handles;
+	/* sftp_batch_begin: this thread's requests go out back to back, nobody else's between */
+	bool batching;
+	pthread_t batch_owner;
 };
 
 /* Under the lock, all of these. */
@@ -155,5 +177,22 @@ void sftp_forget(sftpc *f, sreq *r);
 bool sftp_take_packets(sftpc *f);
 /* The status code of a STATUS reply; -1 for any other reply. */
 int sftp_status(const sreq *r);
+/*
+ * Between these, only this thread sends on the channel (others wait), so a request
+ * naming a guessed handle follows its OPEN with nothing between. Call sftp_ready first.
+ */
+void sftp_batch_begin(sftpc *f);
+void sftp_batch_end(sftpc *f);
+
+/* ---- ssh_sftp_handles.c: the handle the next OPEN gets -------------------------------- */
+
+/* A new channel: a new, empty table. */
+void sftp_handles_reset(sftpc *f);
+/* A request of `type` went out with `id`; `body` is what follows the id. */
+void sftp_handles_sent(sftpc *f, uint8_t type, uint32_t id, const uint8_t *body, size_t len);
+/* A reply to `id` came (every reply, a forgotten request's too). */
+void sftp_handles_reply(sftpc *f, uint32_t id, uint8_t type, const uint8_t *body, size_t len);
+/* The handle an OPEN sent now would get, when it is known and not one of ours open. */
+bool sftp_handles_guess(sftpc *f, uint8_t out[4]);
 
 #endif

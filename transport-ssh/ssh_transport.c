@@ -34,10 +34,11 @@ typedef struct asp_ssh {
 static const char *native_names[ASP_OP_COUNT];
 static size_t native_count;
 
-/* uname and the login directory, once per connection: one exec. */
-static asp_status learn_host(asp_ssh *t, asp_error *err)
+/* uname and the login directory, once per connection: one exec (*fresh: this call's). */
+static asp_status learn_host(asp_ssh *t, bool *fresh, asp_error *err)
 {
 	asp_status st = ASP_OK;
+	*fresh = false;
 	pthread_mutex_lock(&t->hello_mu);
 	if (t->hello_done)
 		goto out;
@@ -84,7 +85,7 @@ static asp_status learn_host(asp_ssh *t, asp_error *err)
 				st = asp_error_set(err, ASP_E_INTERNAL, NULL,
 				                   "hello: out of memory");
 			else
-				t->hello_done = true;
+				t->hello_done = *fresh = true;
 		}
 	}
 	asp_arena_free(a);
@@ -99,7 +100,8 @@ static asp_status n_hello(void *self, const asp_hello_params *p, asp_hello_resul
 	(void)p;
 	asp_ssh *t = self;
 	memset(r, 0, sizeof *r);
-	asp_status st = learn_host(t, err);
+	bool fresh;
+	asp_status st = learn_host(t, &fresh, err);
 	if (st != ASP_OK)
 		return st;
 	size_t n = native_count;
@@ -113,10 +115,14 @@ static asp_status n_hello(void *self, const asp_hello_params *p, asp_hello_resul
 	r->ops.count = n;
 	r->os = asp_arena_strndup(a, t->os, strlen(t->os));
 	r->arch = asp_arena_strndup(a, t->arch, strlen(t->arch));
-	/* one round trip, so hello proves the connection works (and times it) */
+	/*
+	 * A round trip, so hello proves the connection works (and times it): the exec that
+	 * learnt the host did, else sftp's realpath (which also sees a changed directory).
+	 */
 	char *here = NULL;
 	asp_error e2;
-	if (ssh_sftp_realpath(t->sftp, ".", &here, &e2) != ASP_OK && atomic_load(&t->c.dead))
+	if (!fresh && ssh_sftp_realpath(t->sftp, ".", &here, &e2) != ASP_OK &&
+	    atomic_load(&t->c.dead))
 		return sshc_dead_error(&t->c, "hello", err);
 	const char *cwd = here ? here : t->cwd;
 	r->cwd = asp_arena_strndup(a, cwd, strlen(cwd));
@@ -439,6 +445,9 @@ static asp_status ssh_open(const asp_config_view *cfg, const asp_ops **ops, void
 		st = ssh_agent_start(&t->c, agent, &t->link, err);
 		*ops = &agent_ops;
 	} else {
+		sshc_lock(&t->c);
+		t->c.spares = true; /* commands open channels all the time: one ahead */
+		sshc_unlock(&t->c);
 		t->sftp = sftpc_new(&t->c);
 		t->procs = ssh_procs_new(&t->c);
 		if (!t->sftp || !t->procs)

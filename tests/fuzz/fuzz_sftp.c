@@ -6,6 +6,9 @@
  * code and message, HANDLE, NAME entries with their attributes, ATTRS, the limits
  * extension's numbers).
  *
+ * The handle table (ssh_sftp_handles.c) follows the answers to four OPENs among them:
+ * a guess never names a handle that is open.
+ *
  * The input: one byte saying which of the eight pending requests read DATA into a
  * buffer of their own, one byte where the stream is cut in two (replies arrive in
  * pieces), then the stream.
@@ -143,6 +146,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		req[i].next = f.pending;
 		f.pending = &req[i];
 	}
+	/* the handle table saw requests 1, 2, 5 and 6 as OPENs, a CLOSE of slot 0 between */
+	static const uint8_t close0[8] = {0, 0, 0, 4, 0, 0, 0, 0};
+	for (uint32_t id = 1; id <= NREQ; id++) {
+		if (id == 1 || id == 2 || id == 5 || id == 6)
+			sftp_handles_sent(&f, FXP_OPEN, id, NULL, 0);
+		if (id == 3)
+			sftp_handles_sent(&f, FXP_CLOSE, id, close0, sizeof close0);
+	}
 	f.rx_cap = size ? size : 1;
 	f.rx = malloc(f.rx_cap);
 	FUZZ_CHECK(f.rx, "malloc");
@@ -178,6 +189,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int listed = 0;
 	for (sreq *r = f.pending; r; r = r->next)
 		FUZZ_CHECK(++listed <= NREQ && r->pending && !r->done, "the pending list");
+	/* whatever the answers, a guess never names a handle of ours that is open */
+	const sftp_handles *h = &f.handles;
+	FUZZ_CHECK(h->n_free <= h->slots + 1 && h->n_open <= h->slots && h->pending <= 4,
+	           "the handle table stays within what was sent");
+	uint8_t g[4];
+	if (sftp_handles_guess(&f, g)) {
+		uint32_t v =
+		    (uint32_t)g[0] << 24 | (uint32_t)g[1] << 16 | (uint32_t)g[2] << 8 | g[3];
+		for (size_t i = 0; i < h->n_open; i++)
+			FUZZ_CHECK(h->open[i] != v, "a guess names an open handle");
+	}
+	sftp_handles_reset(&f);
 	free(f.rx);
 	return 0;
 }
