@@ -425,6 +425,31 @@ void ssh_procs_unsubscribe(ssh_procs *ps, uint64_t proc);
 /* unsupported, saying agent mode can. */
 asp_status ssh_proc_attach_unsupported(asp_error *err);
 
+/* ---- ssh_tree.c: tree_write and tree_read through the sandbox's tar (native mode) ------ */
+
+typedef struct ssh_trees ssh_trees;
+
+/* The tree handles of a connection's process table `ps`. NULL: out of memory. */
+ssh_trees *ssh_trees_new(ssh_procs *ps);
+/* After ssh_procs_free (whose followers' last callbacks come here). NULL: no-op. */
+void ssh_trees_free(ssh_trees *ts);
+asp_status ssh_tree_write(ssh_trees *ts, const asp_tree_write_params *p, asp_tree_write_result *r,
+                          asp_error *err);
+/* tree_read, followed by `sub` (asp_transport.subscribe's contract). */
+asp_status ssh_tree_read(ssh_trees *ts, const asp_tree_read_params *p, asp_tree_read_result *r,
+                         asp_proc_sub *sub, asp_error *err);
+/*
+ * When `proc` is a tree handle these serve the call (*st, err) and return true; else
+ * false, and the call is the process table's.
+ */
+bool ssh_tree_proc_write(ssh_trees *ts, const asp_proc_write_params *p, asp_status *st,
+                         asp_error *err);
+bool ssh_tree_proc_wait(ssh_trees *ts, const asp_proc_wait_params *p, asp_proc_wait_result *r,
+                        asp_arena *a, asp_status *st, asp_error *err);
+bool ssh_tree_proc_signal(ssh_trees *ts, const asp_proc_signal_params *p, asp_status *st,
+                          asp_error *err);
+bool ssh_tree_unsubscribe(ssh_trees *ts, uint64_t proc);
+
 /* ---- ssh_sftp_proto.c / ssh_sftp.c: files over SFTP ----------------------------------- */
 
 sftpc *sftpc_new(sshc *c);

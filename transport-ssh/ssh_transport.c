@@ -21,6 +21,7 @@ typedef struct asp_ssh {
 	sshc c;
 	sftpc *sftp;          /* native mode */
 	ssh_procs *procs;     /* native mode: spawned processes */
+	ssh_trees *trees;     /* native mode: tree_write and tree_read handles among them */
 	ssh_agent_link *link; /* agent mode */
 	size_t budget;        /* bytes of data one result may carry */
 	pthread_mutex_t hello_mu;
@@ -279,6 +280,9 @@ static asp_status n_proc_write(void *self, const asp_proc_write_params *p, asp_p
 	(void)a;
 	(void)r;
 	asp_ssh *t = self;
+	asp_status st;
+	if (ssh_tree_proc_write(t->trees, p, &st, err))
+		return st;
 	return ssh_proc_write(t->procs, p, err);
 }
 
@@ -288,6 +292,9 @@ static asp_status n_proc_signal(void *self, const asp_proc_signal_params *p,
 	(void)a;
 	(void)r;
 	asp_ssh *t = self;
+	asp_status st;
+	if (ssh_tree_proc_signal(t->trees, p, &st, err))
+		return st;
 	return ssh_proc_signal(t->procs, p, err);
 }
 
@@ -305,6 +312,9 @@ static asp_status n_proc_wait(void *self, const asp_proc_wait_params *p, asp_pro
 {
 	asp_ssh *t = self;
 	memset(r, 0, sizeof *r);
+	asp_status st;
+	if (ssh_tree_proc_wait(t->trees, p, r, a, &st, err))
+		return st;
 	return ssh_proc_wait(t->procs, p, r, a, err);
 }
 
@@ -362,6 +372,26 @@ static asp_status n_connect(void *self, const asp_connect_params *p, asp_connect
 	return ssh_proc_connect(t->procs, p, r, false, err);
 }
 
+/* Trees through the sandbox's tar (ssh_tree.c). */
+static asp_status n_tree_write(void *self, const asp_tree_write_params *p, asp_tree_write_result *r,
+                               asp_arena *a, asp_error *err)
+{
+	(void)a;
+	asp_ssh *t = self;
+	return ssh_tree_write(t->trees, p, r, err);
+}
+
+/* The stream has one way out here, to its follower: asp_tree_read_start subscribes. */
+static asp_status n_tree_read(void *self, const asp_tree_read_params *p, asp_tree_read_result *r,
+                              asp_arena *a, asp_error *err)
+{
+	(void)self, (void)p, (void)r, (void)a;
+	return asp_error_set(err, ASP_E_UNSUPPORTED, NULL,
+	                     "tree_read over native SSH goes to its follower from the start: "
+	                     "call asp_tree_read_start (or asp_tree_download), not the plain "
+	                     "op");
+}
+
 static asp_ops native_ops = {
     .hello = n_hello,
     .exec = n_exec,
@@ -380,6 +410,8 @@ static asp_ops native_ops = {
     .proc_list = n_proc_list,
     .edit = n_edit,
     .connect = n_connect,
+    .tree_write = n_tree_write,
+    .tree_read = n_tree_read,
 };
 
 /*
@@ -450,7 +482,8 @@ static asp_status ssh_open(const asp_config_view *cfg, const asp_ops **ops, void
 		sshc_unlock(&t->c);
 		t->sftp = sftpc_new(&t->c);
 		t->procs = ssh_procs_new(&t->c);
-		if (!t->sftp || !t->procs)
+		t->trees = t->procs ? ssh_trees_new(t->procs) : NULL;
+		if (!t->sftp || !t->procs || !t->trees)
 			st = asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
 		if (st == ASP_OK && t->c.fragile_open) {
 			/* the channels that live long are opened now, while no command can exit
@@ -466,6 +499,7 @@ static asp_status ssh_open(const asp_config_view *cfg, const asp_ops **ops, void
 	if (st != ASP_OK) {
 		*ops = NULL;
 		ssh_procs_free(t->procs);
+		ssh_trees_free(t->trees);
 		sshc_close(&t->c);
 		free(t->sftp);
 		pthread_mutex_destroy(&t->hello_mu);
@@ -499,6 +533,7 @@ static void ssh_close_backend(void *self)
 		return;
 	ssh_agent_free(t->link);
 	ssh_procs_free(t->procs); /* before the sftp channel and the pump: it may run a kill */
+	ssh_trees_free(t->trees); /* after: the followers' last callbacks come to it */
 	if (t->sftp) {
 		sshc_lock(&t->c);
 		sftpc_free(t->sftp);
@@ -520,6 +555,8 @@ static asp_status ssh_subscribe(void *self, asp_op_id op, const void *params, vo
 	asp_ssh *t = self;
 	if (t->link)
 		return asp_rpc_subscribe(ssh_agent_self(t->link), op, params, result, a, sub, err);
+	if (op == ASP_OP_TREE_READ)
+		return ssh_tree_read(t->trees, params, result, sub, err);
 	return ssh_procs_subscribe(t->procs, op, params, result, a, sub, err);
 }
 
@@ -528,7 +565,7 @@ static void ssh_unsubscribe(void *self, uint64_t proc)
 	asp_ssh *t = self;
 	if (t->link)
 		asp_rpc_unsubscribe(ssh_agent_self(t->link), proc);
-	else
+	else if (!ssh_tree_unsubscribe(t->trees, proc))
 		ssh_procs_unsubscribe(t->procs, proc);
 }
 

@@ -229,10 +229,6 @@ static void check_run(const char *label, const char *config, const expect_na *na
 	{                                                                                          \
 		"the feature \"follow\"", "not announce", "remove that key"                        \
 	}
-#define NEEDS_TREE_NATIVE                                                                          \
-	{                                                                                          \
-		"op \"tree_write\"", "not announce"                                                \
-	}
 #define NEEDS_ATTACH_POST                                                                          \
 	{                                                                                          \
 		"op \"proc_attach\"", "not announce", "remove that key"                            \
@@ -249,13 +245,7 @@ static void test_ssh_native(void)
 	    {"proc_attach_replay", NEEDS_ATTACH_NATIVE},
 	    {"proc_attach_truncated", NEEDS_ATTACH_NATIVE},
 	    {"proc_attach_after_close", NEEDS_ATTACH_NATIVE},
-	    {"tree_write_small", NEEDS_TREE_NATIVE},
-	    {"tree_write_chunked", NEEDS_TREE_NATIVE},
-	    {"tree_write_merge", NEEDS_TREE_NATIVE},
-	    {"tree_write_hostile", NEEDS_TREE_NATIVE},
-	    {"tree_write_cancel", NEEDS_TREE_NATIVE},
-	    {"tree_read_roundtrip", NEEDS_TREE_NATIVE},
-	    {"tree_read_errors", NEEDS_TREE_NATIVE},
+	    {"tree_read_errors", {"tree_read", "native SSH", "asp_tree_read_start"}},
 	    {"glob_order_and_patterns", {"op \"glob\"", "not announce", "set ssh.agent"}},
 	    {"grep_modes", {"op \"grep\"", "not announce", "set ssh.agent"}},
 	    {"grep_pcre2", {"op \"grep\"", "not announce", "set ssh.agent"}},
