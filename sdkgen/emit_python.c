@@ -480,6 +480,14 @@ static void readme_head(FILE *o, const spec *s)
 	        "Process yielding `FsEventEvent`s until it is closed (`.signal(\"KILL\")`). "
 	        "Events are queued in the client as they come: a reader that stops does not "
 	        "slow the sandbox's sender here (the C library and `asp forward` do).\n"
+	        "- `c.upload_dir(source_dir, target_dir, exclude=None)` and "
+	        "`c.download_dir(source_dir, target_dir, exclude=None)` copy a directory tree "
+	        "into the sandbox and back as one tar stream (`tree_write`, `tree_read`; "
+	        "docs/design.md, \"Trees as one stream\"), the shape of Harbor's environments "
+	        "(`await` them on `asp.aio.Client`): the target is made with its parents or "
+	        "merged into, files, directories and symlinks keep their modes and mtimes, and a "
+	        "failure, or a stream that climbs out of the target, leaves nothing. They return "
+	        "`TreeCounts(entries, bytes)`.\n"
 	        "\n",
 	        s->protocol);
 	sdk_readme_transports(o);

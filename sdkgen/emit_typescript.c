@@ -400,6 +400,13 @@ static void readme_head(FILE *o, const spec *s)
 	    "the stream's backpressure), `'end'` once the peer shut its side, `end()` "
 	    "half-closes, `destroy()` resets it. `watch({ path, recursive: true })` resolves to "
 	    "a Process yielding fs_event events until it is closed (`signal(\"KILL\")`).\n"
+	    "- `await c.uploadDir(sourceDir, targetDir, { exclude? })` and "
+	    "`await c.downloadDir(sourceDir, targetDir, { exclude? })` copy a directory tree "
+	    "into the sandbox and back as one tar stream (`tree_write`, `tree_read`; "
+	    "docs/design.md, \"Trees as one stream\"), as Harbor's environments do: the target "
+	    "is made with its parents or merged into, files, directories and symlinks keep "
+	    "their modes and mtimes, and a failure, or a stream that climbs out of the target, "
+	    "leaves nothing. They resolve to `{ entries, bytes }`.\n"
 	    "\n",
 	    s->protocol);
 	sdk_readme_transports(o);

@@ -150,8 +150,8 @@ struct ssh_trees {
 	ssh_procs *ps;
 	pthread_mutex_t mu; /* the list and every handle's state; never held with sshc.mu */
 	tree_h *head;
-	unsigned done;    /* listed handles that finished */
-	uint64_t seq;     /* finishing order */
+	unsigned done; /* listed handles that finished */
+	uint64_t seq;  /* finishing order */
 };
 
 struct tree_h {
@@ -252,7 +252,8 @@ static void evict_locked(ssh_trees *ts)
 	while (ts->done > KEEP_DONE) {
 		tree_h *old = NULL;
 		for (tree_h *x = ts->head; x; x = x->next)
-			if (x->listed && (x->exited || x->lost) && (!old || x->done_seq < old->done_seq))
+			if (x->listed && (x->exited || x->lost) &&
+			    (!old || x->done_seq < old->done_seq))
 				old = x;
 		if (!old)
 			break;
@@ -602,7 +603,8 @@ static asp_status start(ssh_trees *ts, tree_h *h, asp_spawn_params *sp, asp_erro
 {
 	asp_proc_sub *sub = asp_proc_sub_new(&follower, h);
 	asp_arena *a = asp_arena_new();
-	asp_status st = sub && a ? ASP_OK : asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	asp_status st =
+	    sub && a ? ASP_OK : asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
 	asp_spawn_result r = {0};
 	if (st == ASP_OK)
 		st = ssh_procs_subscribe(ts->ps, ASP_OP_SPAWN, sp, &r, a, sub, err);
@@ -696,8 +698,8 @@ static asp_status send_end(tree_h *h, asp_error *err)
 {
 	char name[40];
 	snprintf(name, sizeof name, ".asp-tree-done-%s", h->nonce);
-	asp_tar_member m = {ASP_TAR_FILE, name, NULL, 0600,
-	                    h->has_root ? h->root_mtime : (int64_t)time(NULL), 0};
+	asp_tar_member m = {
+	    ASP_TAR_FILE, name, NULL, 0600, h->has_root ? h->root_mtime : (int64_t)time(NULL), 0};
 	uint8_t buf[ASP_TAR_HEADER_MAX + ASP_TAR_END_BYTES];
 	size_t n = asp_tar_header(&m, buf, sizeof buf, err);
 	if (!n)
@@ -736,11 +738,12 @@ static asp_status feed(tree_h *h, const uint8_t *p, size_t n, bool has_offset, u
 	if (has_offset && offset < h->in_off) {
 		uint64_t have = h->in_off;
 		pthread_mutex_unlock(&ts->mu);
-		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
-		                     "proc_write: offset %llu of handle %llu is before the %llu bytes "
-		                     "already written: a write sent twice?",
-		                     (unsigned long long)offset, (unsigned long long)h->proc,
-		                     (unsigned long long)have);
+		return asp_error_set(
+		    err, ASP_E_INVALID_ARGUMENT, NULL,
+		    "proc_write: offset %llu of handle %llu is before the %llu bytes "
+		    "already written: a write sent twice?",
+		    (unsigned long long)offset, (unsigned long long)h->proc,
+		    (unsigned long long)have);
 	}
 	struct timespec dl;
 	clock_gettime(CLOCK_REALTIME, &dl);
@@ -762,14 +765,15 @@ static asp_status feed(tree_h *h, const uint8_t *p, size_t n, bool has_offset, u
 	if (failed) {
 		st = err->code;
 	} else if (late) {
-		st = asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
-		                   "proc_write: offset %llu of handle %llu: the bytes before it did "
-		                   "not come within %u s",
-		                   (unsigned long long)offset, (unsigned long long)h->proc,
-		                   OFFSET_WAIT_MS / 1000);
+		st = asp_error_set(
+		    err, ASP_E_INVALID_ARGUMENT, NULL,
+		    "proc_write: offset %llu of handle %llu: the bytes before it did "
+		    "not come within %u s",
+		    (unsigned long long)offset, (unsigned long long)h->proc, OFFSET_WAIT_MS / 1000);
 	} else if (h->input_closed || (gone && !h->complete)) {
 		st = asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
-		                   "proc_write: tree stream %llu has ended", (unsigned long long)h->proc);
+		                   "proc_write: tree stream %llu has ended",
+		                   (unsigned long long)h->proc);
 	} else if (!h->complete) { /* (once complete, what follows the end is ignored) */
 		asp_error e;
 		uint64_t at = h->in_off;
@@ -868,7 +872,8 @@ static asp_status wait_end(tree_h *h, uint64_t timeout_ms, asp_proc_wait_result 
 		if (h->msg[0])
 			r->error = asp_arena_strndup(a, h->msg, strlen(h->msg));
 		if (h->code[0])
-			r->error_code = asp_strerror(asp_status_from_name(h->code, strlen(h->code)));
+			r->error_code =
+			    asp_strerror(asp_status_from_name(h->code, strlen(h->code)));
 		r->has_entries = r->has_bytes = h->read_exit == 0;
 		r->entries = h->counts.entries;
 		r->bytes = h->counts.bytes;
@@ -936,11 +941,12 @@ asp_status ssh_tree_write(ssh_trees *ts, const asp_tree_write_params *p, asp_tre
 		st = a ? wait_end(h, 0, &wr, a, err)
 		       : asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
 		if (st == ASP_OK && wr.exit_code != 0)
-			st = asp_error_set(err,
-			                   wr.error_code ? asp_status_from_name(wr.error_code,
-			                                                        strlen(wr.error_code))
-			                                 : ASP_E_IO_ERROR,
-			                   NULL, "%s", wr.error ? wr.error : "tree_write: cancelled");
+			st = asp_error_set(
+			    err,
+			    wr.error_code
+			        ? asp_status_from_name(wr.error_code, strlen(wr.error_code))
+			        : ASP_E_IO_ERROR,
+			    NULL, "%s", wr.error ? wr.error : "tree_write: cancelled");
 		r->has_entries = r->has_bytes = st == ASP_OK;
 		r->entries = wr.entries;
 		r->bytes = wr.bytes;
@@ -1025,7 +1031,7 @@ asp_status ssh_tree_read(ssh_trees *ts, const asp_tree_read_params *p, asp_tree_
 	st = start(ts, h, &sp, err);
 	if (st == ASP_E_NOT_FOUND || st == ASP_E_NOT_A_DIRECTORY || st == ASP_E_PERMISSION_DENIED)
 		asp_error_set(err, st, p->path, "tree_read: %s: %s", p->path,
-		              st == ASP_E_NOT_FOUND       ? "no such directory"
+		              st == ASP_E_NOT_FOUND         ? "no such directory"
 		              : st == ASP_E_NOT_A_DIRECTORY ? "not a directory"
 		                                            : "permission denied");
 	if (st == ASP_OK)
@@ -1098,10 +1104,11 @@ bool ssh_tree_proc_signal(ssh_trees *ts, const asp_proc_signal_params *p, asp_st
 	const char *sig = p->signal ? p->signal : "";
 	*st = ASP_OK;
 	if (strcmp(sig, "KILL") != 0 && strcmp(sig, "TERM") != 0) {
-		*st = asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
-		                    "proc_signal: %llu is a tree stream, which KILL or TERM closes; "
-		                    "%.32s means nothing to it",
-		                    (unsigned long long)p->proc, sig);
+		*st =
+		    asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
+		                  "proc_signal: %llu is a tree stream, which KILL or TERM closes; "
+		                  "%.32s means nothing to it",
+		                  (unsigned long long)p->proc, sig);
 	} else if (h->reading) {
 		*st = ssh_proc_signal(ts->ps, p, err);
 	} else {

@@ -99,6 +99,18 @@ class AioClientBase(ClientBase):
 
         return AioConnection(await self.connect(port, host=host, timeout_ms=timeout_ms))
 
+    async def upload_dir(self, source_dir, target_dir, *, exclude=None):
+        """As asp.Client.upload_dir: a local directory into the sandbox, one stream."""
+        from . import _tree
+
+        return await _tree.aupload(self, source_dir, target_dir, exclude)
+
+    async def download_dir(self, source_dir, target_dir, *, exclude=None):
+        """As asp.Client.download_dir: a sandbox directory into a local one, one stream."""
+        from . import _tree
+
+        return await _tree.adownload(self, source_dir, target_dir, exclude)
+
     # ---- opening ----
     @classmethod
     async def stdio(cls, argv, *, cwd=None, env=None, timeout_ms=0, call_timeout_ms=60000):

@@ -257,6 +257,25 @@ class ClientBase:
 
         return Connection(self.connect(port, host=host, timeout_ms=timeout_ms))
 
+    def upload_dir(self, source_dir, target_dir, *, exclude=None):
+        """Copies the local directory ``source_dir`` into the sandbox directory
+        ``target_dir`` (made with its parents when absent, merged into when it exists) as
+        one tar stream (tree_write): files, directories and symlinks with their modes and
+        mtimes. ``exclude``: glob patterns left out. Returns TreeCounts (entries, bytes).
+        A sandbox that refuses the stream, or any failure, leaves nothing there."""
+        from . import _tree
+
+        return _tree.upload(self, source_dir, target_dir, exclude)
+
+    def download_dir(self, source_dir, target_dir, *, exclude=None):
+        """Copies the sandbox directory ``source_dir`` into the local directory
+        ``target_dir`` (made when absent, merged into when it exists; files there of the
+        same names are replaced) as one tar stream (tree_read), checked and unpacked
+        through a temporary directory: a failure leaves nothing. Returns TreeCounts."""
+        from . import _tree
+
+        return _tree.download(self, source_dir, target_dir, exclude)
+
     def close(self):
         """Closes the connection: a stdio responder gets EOF, answers what is in flight
         and exits. Calls after close raise transport_error."""

@@ -8,6 +8,7 @@ import { AspError, copyError } from "./errors.js";
 import { HttpTransport, type RpcConn, StdioTransport, type Subscriber, type Transport } from "./transport.js";
 import { type Message, type WireMap, errorFromMap } from "./wire.js";
 import { Connection } from "./socket.js";
+import { type TreeCounts, type TreeOptions, downloadDir, uploadDir } from "./tree.js";
 
 /** What the generated spec.ts gives the runtime. */
 export interface SpecTables {
@@ -348,6 +349,25 @@ export class ClientBase {
     if (host !== undefined) params.host = host;
     const p = await this._stream<{ proc?: number | bigint }>("connect", params, "result");
     return new Connection(p as unknown as ConstructorParameters<typeof Connection>[0]);
+  }
+
+  /**
+   * Copies the local directory `sourceDir` into the sandbox directory `targetDir` (made
+   * with its parents when absent, merged into when it exists) as one tar stream
+   * (tree_write): files, directories and symlinks with their modes and mtimes. A refused
+   * stream, or any failure, leaves nothing there.
+   */
+  async uploadDir(sourceDir: string, targetDir: string, options?: TreeOptions): Promise<TreeCounts> {
+    return uploadDir(this as never, sourceDir, targetDir, options);
+  }
+
+  /**
+   * Copies the sandbox directory `sourceDir` into the local directory `targetDir` (made
+   * when absent, merged into when it exists) as one tar stream (tree_read), checked and
+   * unpacked through a temporary directory: a failure leaves nothing.
+   */
+  async downloadDir(sourceDir: string, targetDir: string, options?: TreeOptions): Promise<TreeCounts> {
+    return downloadDir(this as never, sourceDir, targetDir, options);
   }
 
   /** @internal An op whose process is followed by notifications: spawn (the handle

@@ -1,0 +1,192 @@
+#!/usr/bin/env node
+// The TypeScript SDK's trees, the same checks as test_tree.py: the shared tar vectors
+// through tar.ts's decoder and unpacker (a refusal leaves nothing), uploadDir and
+// downloadDir against a real asp-agent over stdio (kinds, modes, mtimes, links, a chunked
+// tree, exclude, merging, a conflict), and a hostile responder (hostile_tree.py).
+// usage: node test_tree.mjs SDK_DIR AGENT TAR_CASES_JSON HOSTILE_PY
+import * as crypto from "node:crypto";
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { pathToFileURL } from "node:url";
+import { test, finish } from "./tap.mjs";
+
+const [sdk, agentArg, casesPath, hostilePy] = process.argv.slice(2);
+const agent = path.resolve(agentArg);
+const asp = await import(pathToFileURL(`${sdk}/dist/index.js`).href);
+const tar = await import(pathToFileURL(`${sdk}/dist/tar.js`).href);
+const work = fs.mkdtempSync(path.join(os.tmpdir(), "asp-sdk-tree-ts-"));
+
+function assert(cond, msg = "assertion failed") {
+  if (!cond) throw new Error(msg);
+}
+
+function fresh(name) {
+  const d = path.join(work, name);
+  fs.rmSync(d, { recursive: true, force: true });
+  fs.mkdirSync(d, { recursive: true });
+  return d;
+}
+
+// ---- the shared vectors ----------------------------------------------------------------
+const doc = JSON.parse(fs.readFileSync(casesPath, "utf8"));
+for (const c of doc.cases) {
+  const data = new Uint8Array(fs.readFileSync(path.join(path.dirname(casesPath), c.file)));
+  await test(`${c.file}: ${c.expect}${c.member ? ` naming ${c.member}` : ""}`, async () => {
+    for (const step of [0, data.length < 20000 ? 1 : 511]) {
+      const r = new tar.TarReader();
+      let err = null;
+      try {
+        if (step) for (let i = 0; i < data.length; i += step) r.feed(data.subarray(i, i + step));
+        else r.feed(data);
+        r.end();
+      } catch (e) {
+        err = e;
+      }
+      if (c.expect === "ok") {
+        assert(!err, `step ${step}: ${err?.message}`);
+        assert(r.entries === c.entries && r.bytes === c.bytes, `step ${step}: ${r.entries} entries, ${r.bytes} bytes`);
+      } else {
+        assert(err && err.code === c.expect, `step ${step}: got ${err?.code}: ${err?.message}`);
+        assert(!c.member || err.message.includes(c.member), `step ${step}: ${err.message}`);
+      }
+    }
+    const box = fresh("vec");
+    let err = null;
+    const u = new tar.Unpacker(path.join(box, "t"), "test");
+    try {
+      for (let i = 0; i < data.length; i += 777) u.feed(data.subarray(i, i + 777));
+      u.finish();
+    } catch (e) {
+      err = e;
+    } finally {
+      u.close();
+    }
+    const left = fs.readdirSync(box);
+    assert((err === null) === (c.expect === "ok"), `unpacked: ${err?.message}`);
+    assert(JSON.stringify(left) === JSON.stringify(c.expect === "ok" ? ["t"] : []), `left: ${left}`);
+    assert(!fs.existsSync("/tmp/asp-escape"), "/tmp/asp-escape exists");
+  });
+}
+
+// ---- a tree to copy --------------------------------------------------------------------
+function makeTree(root) {
+  fs.mkdirSync(path.join(root, "sub", "deeper"), { recursive: true });
+  fs.mkdirSync(path.join(root, "empty-dir"));
+  const files = { "a.txt": ["hello\n", 0o644], "run.sh": ["#!/bin/sh\n", 0o755], "sub/secret": ["s", 0o600], ["sub/deeper/" + "n".repeat(200)]: ["long", 0o640] };
+  for (const [rel, [d, mode]] of Object.entries(files)) {
+    const p = path.join(root, rel);
+    fs.writeFileSync(p, d);
+    fs.chmodSync(p, mode);
+    fs.utimesSync(p, 1500000000, 1500000000);
+  }
+  fs.symlinkSync("a.txt", path.join(root, "link"));
+  fs.symlinkSync("../../../etc/passwd", path.join(root, "sub", "out"));
+  fs.mkdirSync(path.join(root, "ro"));
+  fs.writeFileSync(path.join(root, "ro", "f"), "r");
+  fs.chmodSync(path.join(root, "ro"), 0o555);
+  for (const d of ["sub/deeper", "sub", "empty-dir", "ro", ""]) fs.utimesSync(path.join(root, d), 1234567890, 1234567890);
+}
+
+function listing(root) {
+  const out = [];
+  const walk = (rel) => {
+    for (const n of fs.readdirSync(path.join(root, rel)).sort()) {
+      const r = rel ? `${rel}/${n}` : n;
+      const p = path.join(root, r);
+      const st = fs.lstatSync(p);
+      if (st.isSymbolicLink()) out.push(`${r} l ${fs.readlinkSync(p)}`);
+      else if (st.isDirectory()) {
+        out.push(`${r} d ${(st.mode & 0o7777).toString(8)} ${Math.floor(st.mtimeMs / 1000)}`);
+        walk(r);
+      } else out.push(`${r} f ${(st.mode & 0o7777).toString(8)} ${Math.floor(st.mtimeMs / 1000)} ${crypto.createHash("sha1").update(fs.readFileSync(p)).digest("hex")}`);
+    }
+  };
+  walk("");
+  return out.sort().join("\n");
+}
+
+const src = path.join(work, "src");
+makeTree(src);
+const big = path.join(work, "big");
+fs.mkdirSync(big);
+for (let i = 0; i < 40; i++) fs.writeFileSync(path.join(big, `f${String(i).padStart(2, "0")}`), crypto.randomBytes(300000));
+
+const c = await asp.Client.stdio([agent, "--stdio"]);
+try {
+  const box = fresh("rt");
+  const remote = path.join(box, "remote/deep");
+  const back = path.join(box, "back");
+  await test("uploadDir: kinds, modes, mtimes, links; parents made; counts", async () => {
+    const n = await c.uploadDir(src, remote);
+    assert(n.entries === 11 && n.bytes === 22, JSON.stringify(n));
+    assert(listing(remote) === listing(src), "the uploaded tree differs");
+  });
+  await test("downloadDir: the same tree back, the root's mtime too", async () => {
+    const n = await c.downloadDir(remote, back);
+    assert(n.entries === 11 && n.bytes === 22, JSON.stringify(n));
+    assert(listing(back) === listing(src), "the downloaded tree differs");
+    assert(Math.floor(fs.statSync(back).mtimeMs / 1000) === 1234567890, "root mtime");
+  });
+  await test("a 12 MB tree in chunks, and exclude", async () => {
+    const n = await c.uploadDir(big, path.join(box, "big"));
+    assert(n.entries === 40 && n.bytes === 40 * 300000, JSON.stringify(n));
+    const m = await c.downloadDir(path.join(box, "big"), path.join(box, "big2"), { exclude: ["f1*"] });
+    assert(m.entries === 30, JSON.stringify(m));
+    const want = listing(big).split("\n").filter((l) => !l.startsWith("f1")).join("\n");
+    assert(listing(path.join(box, "big2")) === want, "the chunked tree differs");
+  });
+  await test("downloadDir merges into an existing directory; a conflict moves nothing", async () => {
+    fs.writeFileSync(path.join(back, "mine.txt"), "mine");
+    fs.writeFileSync(path.join(remote, "a.txt"), "changed");
+    await c.downloadDir(remote, back);
+    assert(fs.readFileSync(path.join(back, "a.txt"), "utf8") === "changed" && fs.existsSync(path.join(back, "mine.txt")), "merge");
+    fs.rmSync(path.join(remote, "a.txt"));
+    fs.mkdirSync(path.join(remote, "a.txt"));
+    let err = null;
+    try {
+      await c.downloadDir(remote, back);
+    } catch (e) {
+      err = e;
+    }
+    assert(err?.code === "not_a_directory", `got ${err?.code}: ${err?.message}`);
+    assert(fs.readFileSync(path.join(back, "a.txt"), "utf8") === "changed", "a conflict changed the target");
+    assert(!fs.readdirSync(back).some((n) => n.startsWith(".asp-tree")), "a temporary is left");
+  });
+  for (const d of [remote, back, path.join(box, "big")]) {
+    const fix = (p) => {
+      if (!fs.lstatSync(p).isDirectory()) return;
+      fs.chmodSync(p, 0o755);
+      for (const n of fs.readdirSync(p)) fix(path.join(p, n));
+    };
+    if (fs.existsSync(d)) fix(d);
+  }
+} finally {
+  await c.close();
+}
+
+await test("a hostile tree_read stream is refused naming its member and leaves nothing", async () => {
+  const box = fresh("hostile");
+  const h = await asp.Client.stdio(["/usr/bin/python3", hostilePy, path.join(path.dirname(casesPath), "symlink-then-file.tar")]);
+  let err = null;
+  try {
+    await h.downloadDir("/anything", path.join(box, "t"));
+  } catch (e) {
+    err = e;
+  } finally {
+    await h.close();
+  }
+  assert(err?.code === "invalid_argument" && err.message.includes("l/escape"), `got ${err?.code}: ${err?.message}`);
+  assert(fs.readdirSync(box).length === 0, `left: ${fs.readdirSync(box)}`);
+});
+
+const fixAll = (p) => {
+  try {
+    if (!fs.lstatSync(p).isDirectory()) return;
+    fs.chmodSync(p, 0o755);
+    for (const n of fs.readdirSync(p)) fixAll(path.join(p, n));
+  } catch {}
+};
+fixAll(work);
+fs.rmSync(work, { recursive: true, force: true });
+finish();

@@ -1,0 +1,228 @@
+"""The Python SDK's trees (docs/design.md, "Trees as one stream"): the shared tar vectors
+through asp._tar's decoder (whole and a byte at a time) and unpacker (a refusal leaves
+nothing); upload_dir and download_dir, sync and asyncio, against a real asp-agent over
+stdio (kinds, modes, mtimes, links, a chunked tree, exclude, merging, a conflict); and a
+hostile responder (hostile_tree.py) whose tree_read stream climbs out, which must leave
+nothing here.
+
+usage: test_tree.py SDK_DIR AGENT TAR_CASES_JSON
+"""
+import asyncio
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, sys.argv[1])
+import asp  # noqa: E402
+import asp.aio  # noqa: E402
+from asp import _tar  # noqa: E402
+
+AGENT = [os.path.abspath(sys.argv[2]), "--stdio"]
+CASES = sys.argv[3]
+failures = []
+work = tempfile.mkdtemp(prefix="asp-sdk-tree-")
+
+
+def check(cond, msg):
+    print(("ok: " if cond else "FAIL: ") + msg, flush=True)
+    if not cond:
+        failures.append(msg)
+
+
+def decode(data, step=None):
+    r = _tar.Reader()
+    try:
+        if step:
+            for i in range(0, len(data), step):
+                r.feed(data[i:i + step])
+        else:
+            r.feed(data)
+        r.end()
+    except asp.AspError as e:
+        return e, r
+    return None, r
+
+
+def fresh(name):
+    d = os.path.join(work, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    return d
+
+
+# ---- the shared vectors ----------------------------------------------------------------
+doc = json.load(open(CASES))
+for c in doc["cases"]:
+    data = open(os.path.join(os.path.dirname(CASES), c["file"]), "rb").read()
+    for step in (None, 1 if len(data) < 20000 else 511):
+        e, r = decode(data, step)
+        if c["expect"] == "ok":
+            check(e is None and (r.entries, r.bytes) == (c["entries"], c["bytes"]),
+                  "%s (step %s): ok, %s entries, %s bytes (%s)"
+                  % (c["file"], step, r.entries, r.bytes, e and e.message))
+        else:
+            check(e is not None and e.code == c["expect"] and
+                  (not c.get("member") or c["member"] in e.message),
+                  "%s (step %s): %s naming %r (%s)"
+                  % (c["file"], step, c["expect"], c.get("member"), e and e.message))
+    box = fresh("vec")
+    target = os.path.join(box, "t")
+    err = None
+    u = _tar.Unpacker(target, "test")
+    try:
+        for i in range(0, len(data), 777):
+            u.feed(data[i:i + 777])
+        u.finish()
+    except asp.AspError as e:
+        err = e
+    finally:
+        u.close()
+    want_ok = c["expect"] == "ok"
+    check((err is None) == want_ok and os.listdir(box) == (["t"] if want_ok else []) and
+          not os.path.exists("/tmp/asp-escape"),
+          "%s unpacked: %s, %s left" % (c["file"], err and err.message, os.listdir(box)))
+
+
+# ---- a tree to copy --------------------------------------------------------------------
+def make_tree(root):
+    os.makedirs(os.path.join(root, "sub", "deeper"))
+    os.makedirs(os.path.join(root, "empty-dir"))
+    files = {"a.txt": (b"hello\n", 0o644), "run.sh": (b"#!/bin/sh\n", 0o755),
+             "sub/secret": (b"s", 0o600), "sub/deeper/" + "n" * 200: (b"long", 0o640)}
+    for rel, (data, mode) in files.items():
+        p = os.path.join(root, rel)
+        with open(p, "wb") as f:
+            f.write(data)
+        os.chmod(p, mode)
+        os.utime(p, (1500000000, 1500000000))
+    os.symlink("a.txt", os.path.join(root, "link"))
+    os.symlink("../../../etc/passwd", os.path.join(root, "sub", "out"))
+    ro = os.path.join(root, "ro")
+    os.makedirs(ro)
+    open(os.path.join(ro, "f"), "w").write("r")
+    os.chmod(ro, 0o555)
+    for d in ("sub/deeper", "sub", "empty-dir", "ro", ""):
+        os.utime(os.path.join(root, d), (1234567890, 1234567890))
+
+
+def listing(root):
+    out = []
+    for dp, dns, fns in os.walk(root):
+        for n in sorted(dns + fns):
+            p = os.path.join(dp, n)
+            st = os.lstat(p)
+            rel = os.path.relpath(p, root)
+            if stat.S_ISLNK(st.st_mode):
+                out.append((rel, "l", os.readlink(p)))
+            elif stat.S_ISDIR(st.st_mode):
+                out.append((rel, "d", oct(st.st_mode & 0o7777), int(st.st_mtime)))
+            else:
+                out.append((rel, "f", oct(st.st_mode & 0o7777), int(st.st_mtime),
+                            open(p, "rb").read()))
+    return sorted(out)
+
+
+src = os.path.join(work, "src")
+make_tree(src)
+big = os.path.join(work, "big")
+os.makedirs(big)
+for i in range(40):
+    with open(os.path.join(big, "f%02d" % i), "wb") as f:
+        f.write(os.urandom(300000))
+
+
+def round_trips(label, up, down):
+    box = fresh(label)
+    remote = os.path.join(box, "remote/deep")  # parents made
+    n = up(src, remote)
+    check((n.entries, n.bytes) == (11, 22), "%s: upload_dir counts %s" % (label, n))
+    check(listing(remote) == listing(src), "%s: uploaded tree equals the source" % label)
+    back = os.path.join(box, "back")
+    n = down(remote, back)
+    check((n.entries, n.bytes) == (11, 22), "%s: download_dir counts %s" % (label, n))
+    check(listing(back) == listing(src), "%s: downloaded tree equals the source" % label)
+    check(os.stat(back).st_mtime == 1234567890, "%s: the root's mtime came too" % label)
+    n = up(big, os.path.join(box, "big"))
+    check(n.entries == 40 and n.bytes == 40 * 300000, "%s: a 12 MB tree in chunks" % label)
+    n = down(os.path.join(box, "big"), os.path.join(box, "big2"), exclude=["f1*"])
+    check(n.entries == 30 and sorted(os.listdir(os.path.join(box, "big2"))) ==
+          sorted(f for f in os.listdir(big) if not f.startswith("f1")),
+          "%s: download_dir with exclude" % label)
+    check(listing(os.path.join(box, "big2")) ==
+          [x for x in listing(big) if not x[0].startswith("f1")],
+          "%s: the chunked tree's bytes" % label)
+    # merging into an existing directory: a file replaced, the rest kept
+    mine = os.path.join(back, "mine.txt")
+    open(mine, "w").write("mine")
+    open(os.path.join(remote, "a.txt"), "w").write("changed")
+    down(remote, back)
+    check(open(os.path.join(back, "a.txt")).read() == "changed" and os.path.exists(mine),
+          "%s: download_dir merges into an existing directory" % label)
+    # a conflict moves nothing
+    os.remove(os.path.join(remote, "a.txt"))
+    os.makedirs(os.path.join(remote, "a.txt"))
+    try:
+        down(remote, back)
+        check(False, "%s: a directory over a local file is refused" % label)
+    except asp.AspError as e:
+        check(e.code == "not_a_directory" and
+              open(os.path.join(back, "a.txt")).read() == "changed" and
+              not any(n.startswith(".asp-tree") for n in os.listdir(back)),
+              "%s: a conflict is not_a_directory and moves nothing (%s)" % (label, e.message))
+    try:
+        up(os.path.join(work, "nonexistent"), os.path.join(box, "x"))
+        check(False, "%s: uploading a missing directory fails" % label)
+    except (asp.AspError, OSError) as e:
+        check(not os.path.exists(os.path.join(box, "x")), "%s: a missing source: %s"
+              % (label, e))
+    for dp, dns, _ in os.walk(box):
+        for d in dns:
+            os.chmod(os.path.join(dp, d), 0o755)
+
+
+with asp.Client.stdio(AGENT) as c:
+    round_trips("sync", c.upload_dir, c.download_dir)
+
+
+async def aio():
+    c = await asp.aio.Client.stdio(AGENT)
+    try:
+        loop = asyncio.get_running_loop()
+
+        def up(a, b, exclude=None):
+            return asyncio.run_coroutine_threadsafe(c.upload_dir(a, b, exclude=exclude),
+                                                    loop).result()
+
+        def down(a, b, exclude=None):
+            return asyncio.run_coroutine_threadsafe(c.download_dir(a, b, exclude=exclude),
+                                                    loop).result()
+
+        await loop.run_in_executor(None, round_trips, "asyncio", up, down)
+    finally:
+        await c.close()
+
+
+asyncio.run(aio())
+
+# ---- a hostile sandbox: its tree_read stream climbs out --------------------------------
+script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostile_tree.py")
+vec = os.path.join(os.path.dirname(CASES), "symlink-then-file.tar")
+box = fresh("hostile")
+target = os.path.join(box, "t")
+with asp.Client.stdio([sys.executable, script, vec]) as c:
+    try:
+        c.download_dir("/anything", target)
+        check(False, "a hostile stream is refused")
+    except asp.AspError as e:
+        check(e.code == "invalid_argument" and "l/escape" in e.message and
+              os.listdir(box) == [] and not os.path.exists(os.path.join(box, "escape")),
+              "a hostile tree_read stream is refused naming its member and leaves nothing "
+              "(%s)" % e.message)
+
+shutil.rmtree(work, ignore_errors=True)
+print("%d failures" % len(failures))
+sys.exit(1 if failures else 0)
