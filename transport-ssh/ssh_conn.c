@@ -498,8 +498,9 @@ static asp_status slot_wait(sshc *c, enum sshc_class k, uint64_t deadline, asp_e
 		}
 		/* (a kill never waits: it is what ends a running exec; the one sftp channel
 		 * waits for no exec, so file ops are not held up by a long command) */
-		bool gated = c->fragile_open && k != SSHC_URGENT &&
-		             (c->gate_busy || (k == SSHC_COMMAND && c->execs > 0));
+		bool gated =
+		    c->fragile_open && k != SSHC_URGENT &&
+		    (c->gate_busy || c->exiting > 0 || (k == SSHC_COMMAND && c->execs > 0));
 		if ((c->chans < class_limit(c, k) || c->spare) &&
 		    (!queued || c->slot_queue == &w) && !gated)
 			break;
@@ -681,6 +682,33 @@ static void gate_open(sshc *c, ssh_channel ch)
 	pthread_cond_broadcast(&c->cv);
 }
 
+void sshc_gate_keep(sshc *c, ssh_channel ch)
+{
+	if (c->gate == ch)
+		c->gate_kept = ch;
+}
+
+void sshc_gate_done(sshc *c, ssh_channel ch)
+{
+	if (!ch)
+		return;
+	if (c->gate_kept == ch)
+		c->gate_kept = NULL;
+	gate_open(c, ch);
+}
+
+void sshc_exit_begin(sshc *c)
+{
+	c->exiting++;
+}
+
+void sshc_exit_done(sshc *c)
+{
+	if (c->exiting > 0)
+		c->exiting--;
+	pthread_cond_broadcast(&c->cv);
+}
+
 asp_status sshc_channel_pty(sshc *c, ssh_channel ch, const sshc_pty *t, uint64_t deadline,
                             asp_error *err)
 {
@@ -706,7 +734,8 @@ asp_status sshc_channel_exec(sshc *c, ssh_channel ch, const char *cmd, bool subs
 	bool late;
 	int rc =
 	    sshc_run_steps(c, ch, subsystem ? step_subsystem : step_exec, cmd, deadline, &late);
-	gate_open(c, ch);
+	if (c->gate_kept != ch || rc != SSH_OK)
+		sshc_gate_done(c, ch);
 	if (rc == SSH_OK)
 		return ASP_OK;
 	if (late)
@@ -775,7 +804,7 @@ void sshc_channel_free(sshc *c, ssh_channel ch, enum sshc_class k)
 {
 	if (!ch)
 		return;
-	gate_open(c, ch);
+	sshc_gate_done(c, ch);
 	/* ssh_channel_free sends the close without waiting; libssh drops it on the reply */
 	ssh_channel_free(ch);
 	c->spare_off = false; /* a slot came free: the server may take a spare again */

@@ -323,8 +323,8 @@ static asp_status validate(const char *op, const asp_exec_params *p, asp_error *
 }
 
 /* The command line for sshd; *words holds the malloc'd "NAME=VALUE" strings. */
-static int build_command(const asp_exec_params *p, const char *nonce, sstr *cmd, char ***words,
-                         const char ***argvp)
+static int build_command(const asp_exec_params *p, bool hold, const char *nonce, sstr *cmd,
+                         char ***words, const char ***argvp)
 {
 	size_t ne = p->has_env ? p->env.count : 0;
 	bool plain = true; /* every name is a shell variable name: the wrapper exports them */
@@ -378,6 +378,7 @@ static int build_command(const asp_exec_params *p, const char *nonce, sstr *cmd,
 	    .env_count = plain ? ne : 0,
 	    .argv = argv,
 	    .argc = n,
+	    .hold = hold,
 	};
 	return ssh_wrap_build(&wrap, cmd);
 }
@@ -393,8 +394,8 @@ static void make_nonce(char out[17])
 		snprintf(out + 2 * i, 3, "%02x", b[i]);
 }
 
-asp_status ssh_cmd_build(const char *op, const asp_exec_params *p, char nonce[17], sstr *cmd,
-                         asp_error *err)
+asp_status ssh_cmd_build(const char *op, const asp_exec_params *p, bool hold, char nonce[17],
+                         sstr *cmd, asp_error *err)
 {
 	asp_status st = validate(op, p, err);
 	if (st != ASP_OK)
@@ -403,7 +404,7 @@ asp_status ssh_cmd_build(const char *op, const asp_exec_params *p, char nonce[17
 	char **words = NULL;
 	const char **argv = NULL;
 	size_t ne = p->has_env ? p->env.count : 0;
-	int brc = build_command(p, nonce, cmd, &words, &argv);
+	int brc = build_command(p, hold, nonce, cmd, &words, &argv);
 	free(argv);
 	for (size_t i = 0; words && i < ne; i++)
 		free(words[i]);
@@ -496,7 +497,7 @@ asp_status ssh_exec_run(sshc *c, const asp_exec_params *p, size_t budget, asp_ex
 	memset(r, 0, sizeof *r);
 	char nonce[17];
 	sstr cmd = {0};
-	asp_status st = ssh_cmd_build("exec", p, nonce, &cmd, err);
+	asp_status st = ssh_cmd_build("exec", p, false, nonce, &cmd, err);
 	if (st != ASP_OK)
 		return st;
 	struct run x = {0};

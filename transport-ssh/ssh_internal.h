@@ -105,6 +105,14 @@ typedef struct sshc {
 	ssh_channel gate; /* that channel once open (NULL while its open is in flight) */
 	unsigned execs;   /* exec channels (ssh_exec.c) open now */
 	/*
+	 * A spawned process's end is chosen here instead: its wrapper holds (ssh_wrap.hold)
+	 * until told to end, which is done only while the gate is free, and no channel opens
+	 * until the server reported that end (`exiting`). A spawn keeps the gate until its
+	 * wrapper said "ok" (`gate_kept`): a wrapper that refuses the command ends at once.
+	 */
+	ssh_channel gate_kept;
+	unsigned exiting;
+	/*
 	 * There, too, a kill's own channel (ssh_killer_exec) would be opened just as the
 	 * command it is meant for may exit: the same abort. So kills go down one channel
 	 * opened while nothing runs (ssh_kill_line_open), a shell reading one command per
@@ -211,6 +219,15 @@ uint64_t sshc_setup_deadline(const sshc *c);
  */
 asp_status sshc_channel_open(sshc *c, enum sshc_class k, uint64_t slot_deadline, uint64_t deadline,
                              ssh_channel *out, asp_error *err);
+/*
+ * Under the lock, on a fragile_open connection before sshc_channel_exec: `ch` keeps the
+ * gate after its command started, until sshc_gate_done (or its free).
+ */
+void sshc_gate_keep(sshc *c, ssh_channel ch);
+void sshc_gate_done(sshc *c, ssh_channel ch);
+/* Under the lock: a wrapper told to end (`exiting`), and its end reported or given up. */
+void sshc_exit_begin(sshc *c);
+void sshc_exit_done(sshc *c);
 /* Under the lock: sends "exec" with `cmd` (or a subsystem request) and waits for the reply. */
 asp_status sshc_channel_exec(sshc *c, ssh_channel ch, const char *cmd, bool subsystem,
                              uint64_t deadline, asp_error *err);
@@ -299,6 +316,9 @@ typedef struct ssh_wrap {
 	size_t env_count;
 	const char *const *argv; /* what to exec */
 	size_t argc;
+	/* where it relays: after the command's end it waits for the channel's USR1 (at
+	 * most 10 s) before it ends, so the client chooses when (sshc.fragile_open) */
+	bool hold;
 } ssh_wrap;
 
 /*
@@ -320,10 +340,11 @@ asp_status ssh_exec_run(sshc *c, const asp_exec_params *p, size_t budget, asp_ex
 /*
  * Checks `p` (invalid_argument) and builds the wrapper's command line for sshd with a
  * fresh `nonce` (16 hex digits). too_large past what `$SHELL -c` takes in one argument.
- * `op` ("exec", "spawn") starts every message. On failure `cmd` is freed.
+ * `op` ("exec", "spawn") starts every message; `hold` as ssh_wrap's. On failure `cmd` is
+ * freed.
  */
-asp_status ssh_cmd_build(const char *op, const asp_exec_params *p, char nonce[17], sstr *cmd,
-                         asp_error *err);
+asp_status ssh_cmd_build(const char *op, const asp_exec_params *p, bool hold, char nonce[17],
+                         sstr *cmd, asp_error *err);
 /* The wrapper's "err CODE" as the local backend's error (not_found, permission_denied...). */
 asp_status ssh_cmd_refused(const char *op, const asp_exec_params *p, const char *code,
                            asp_error *err);

@@ -62,6 +62,9 @@ typedef struct sproc {
 	char marker[2][40];
 	long pid, pgid;
 	bool relayed; /* the wrapper stays as the channel's process (ssh_quote.c) */
+	/* its wrapper ends when told (ssh_wrap.hold, sshc.fragile_open): told, and counted
+	 * in sshc.exiting until the server reports the end */
+	bool hold, go_sent, exiting;
 	bool tty;     /* on a pseudo-terminal: one stream (stdout), writes are typed */
 	bool started; /* the exec request went out: a process may run (ssh_exit_settle) */
 	/* a connection (connect): a direct-tcpip channel, not a session */
@@ -145,6 +148,25 @@ static void put_pend(void *ctx, const uint8_t *p, size_t n)
 	b->len += n;
 }
 
+/*
+ * Under the lock: tells a holding wrapper to end (its channel's USR1), which may be done
+ * only while no channel is between its open and its command's start; from then until
+ * the server reports the end no channel opens (sshc.fragile_open). False while the gate
+ * is busy.
+ */
+static bool let_go(sshc *c, sproc *p)
+{
+	if (!p->hold || p->go_sent)
+		return true;
+	if (c->gate_busy)
+		return false;
+	if (p->ch && ssh_channel_is_open(p->ch) && !atomic_load(&c->dead))
+		ssh_channel_request_send_signal(p->ch, "USR1");
+	p->go_sent = p->exiting = true;
+	sshc_exit_begin(c);
+	return true;
+}
+
 /* Under the lock: gives the channel (and its slot) back. */
 static void drop_channel(sshc *c, sproc *p)
 {
@@ -157,8 +179,17 @@ static void drop_channel(sshc *c, sproc *p)
 		pthread_cond_broadcast(&c->cv);
 		return;
 	}
-	if (p->started) /* (a refused pty-req started nothing: no exit to wait for) */
+	if (p->started) { /* (a refused pty-req started nothing: no exit to wait for) */
+		/* a wrapper still holding is told to end first: the gate may be busy a while */
+		for (uint64_t dl = sshc_setup_deadline(c); !let_go(c, p);)
+			if (ssh_now_ns() >= dl || !sshc_wait(c, dl))
+				break;
 		ssh_exit_settle(c, p->ch, &p->xi);
+	}
+	if (p->exiting) {
+		p->exiting = false;
+		sshc_exit_done(c);
+	}
 	ssh_remove_channel_callbacks(p->ch, &p->cb);
 	sshc_channel_free(c, p->ch, SSHC_COMMAND);
 	p->ch = NULL;
@@ -384,6 +415,9 @@ static bool step(ssh_procs *ps, sproc *p, batch *b, uint64_t *wake)
 			return busy;
 		if (!p->sock)
 			busy |= run_timeout(ps, p, wake);
+		/* the command's output all read: its wrapper holds for our word to end */
+		if (!p->finished && p->hold && !p->go_sent && p->eof[0] && p->eof[1])
+			busy |= let_go(c, p);
 	}
 	if (!p->finished && !p->sock && p->eof[0] && p->eof[1] && !p->pend[0].len &&
 	    !p->pend[1].len &&
@@ -804,7 +838,7 @@ asp_status ssh_proc_spawn(ssh_procs *ps, const asp_spawn_params *sp, asp_spawn_r
 		return st;
 	char nonce[17];
 	sstr cmd = {0};
-	st = ssh_cmd_build("spawn", &ep, nonce, &cmd, err);
+	st = ssh_cmd_build("spawn", &ep, c->fragile_open, nonce, &cmd, err);
 	free(env); /* the command line holds its words now */
 	if (st != ASP_OK)
 		return st;
@@ -879,12 +913,16 @@ asp_status ssh_proc_spawn(ssh_procs *ps, const asp_spawn_params *sp, asp_spawn_r
 		st = sshc_channel_pty(c, p->ch, &pty, setup, err);
 	if (st == ASP_OK) {
 		p->started = true;
+		/* (a wrapper that refuses ends at once: not while another channel opens) */
+		sshc_gate_keep(c, p->ch);
 		st = sshc_channel_exec(c, p->ch, cmd.p, false, setup, err);
 	}
 	if (st == ASP_OK)
 		st = await_wrapper(ps, p, &ep, setup, buf, err);
 	if (st != ASP_OK)
-		goto fail;
+		goto fail; /* (the gate opens once the channel went) */
+	sshc_gate_done(c, p->ch);
+	p->hold = p->relayed && c->fragile_open;
 	if (sp->stdin_eof) { /* the command runs: nothing will be written, say so now */
 		p->stdin_eof = true;
 		if (p->tty) /* typed: see proc_write's eof */

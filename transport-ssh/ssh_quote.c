@@ -194,25 +194,30 @@ static const char wrapper_head[] =
     "eval \"$o\"\n"
     "}\n"
     "t='while [ $# -gt ";
-static const char wrapper_tail[] =
-    " ]; do export \"$1\"; shift; done\n'\n"
-    "if [ \"$g\" = $$ ] || [ -t 1 ]; then\n"
-    "E '' \"$n\" $$ \"$g\" '' \"$@\"\n"
-    "eval \"$t\"\n"
-    "exec \"$@\"\n"
-    "fi\n"
-    "s= q=\n"
-    "IFS=:\n"
-    "set -f\n"
-    "for x in ${PATH-/usr/bin:/bin}; do\n"
-    "case $x in /*)\n"
-    "[ -n \"$s\" ] || ! [ -x \"$x/setsid\" ] || s=$x/setsid\n"
-    "[ -n \"$q\" ] || ! [ -x \"$x/perl\" ] || q=$x/perl;;\n"
-    "esac\n"
-    "done\n"
-    "set +f\n"
-    "unset IFS\n"
-    "trap : HUP INT QUIT TERM USR1 USR2 ALRM\n"
+static const char wrapper_tail[] = " ]; do export \"$1\"; shift; done\n'\n"
+                                   "if [ \"$g\" = $$ ] || [ -t 1 ]; then\n"
+                                   "E '' \"$n\" $$ \"$g\" '' \"$@\"\n"
+                                   "eval \"$t\"\n"
+                                   "exec \"$@\"\n"
+                                   "fi\n"
+                                   "s= q=\n"
+                                   "IFS=:\n"
+                                   "set -f\n"
+                                   "for x in ${PATH-/usr/bin:/bin}; do\n"
+                                   "case $x in /*)\n"
+                                   "[ -n \"$s\" ] || ! [ -x \"$x/setsid\" ] || s=$x/setsid\n"
+                                   "[ -n \"$q\" ] || ! [ -x \"$x/perl\" ] || q=$x/perl;;\n"
+                                   "esac\n"
+                                   "done\n"
+                                   "set +f\n"
+                                   "unset IFS\n"
+                                   "trap : HUP INT QUIT TERM USR1 USR2 ALRM\n"
+                                   "G=\n";
+/* With a hold: a USR1 from now on is the client's word that the wrapper may end. */
+static const char wrapper_hold_trap[] =
+    "w=\n"
+    "trap 'G=1; [ -z \"$w\" ] || kill -s KILL $w 2>/dev/null' USR1\n";
+static const char wrapper_relay[] =
     "exec 3>&1 4>&2\n"
     "r=$( { { { (\n"
     /* the traps above are the wrapper's: a shell may keep running them in a subshell, and
@@ -235,7 +240,19 @@ static const char wrapper_tail[] =
     /* the subshell's own stderr is /dev/null: dash reports a job killed by a signal */
     ") 2>&5 3>&- 4>&- 5>&- 6>&-; echo $? >&6; } 5>&2 2>/dev/null | cat >&3 3>&- 4>&- 6>&-; "
     "} 2>&1 | cat >&4 3>&- 4>&- 6>&-; } 6>&1 )\n"
-    "case $r in ''|*[!0-9]*) r=255;; esac\n"
+    "case $r in ''|*[!0-9]*) r=255;; esac\n";
+/*
+ * The hold: the relay is done, the command's output all out. The wrapper lets go of the
+ * channel's pipes, so the server sends EOF, and waits (at most 10 s) for the client's
+ * USR1 (the channel's signal request) before it ends: its end is what makes Dropbear
+ * look at every channel of the connection (ssh_internal.h, fragile_open).
+ */
+static const char wrapper_hold[] =
+    "exec >/dev/null 2>&1 3>&- 4>&-\n"
+    "if [ -z \"$G\" ]; then sleep 10 & w=$!; [ -z \"$G\" ] || kill -s KILL $w 2>/dev/null; "
+    "wait $w; fi\n"
+    "trap : USR1\n";
+static const char wrapper_end[] =
     "if [ \"$r\" -gt 128 ] && x=$(kill -l $((r - 128)) 2>/dev/null); then\n"
     "case $x in HUP|INT|QUIT|ILL|TRAP|ABRT|BUS|FPE|KILL|USR1|SEGV|USR2|PIPE|ALRM|TERM|XCPU|"
     "XFSZ|VTALRM|PROF|SYS)\n"
@@ -260,7 +277,11 @@ int ssh_wrap_build(const ssh_wrap *w, sstr *out)
 	snprintf(count, sizeof count, "%zu", w->argc);
 	sstr script = {0};
 	if (sstr_adds(&script, wrapper_head) < 0 || sstr_adds(&script, count) < 0 ||
-	    sstr_adds(&script, wrapper_tail) < 0)
+	    sstr_adds(&script, wrapper_tail) < 0 ||
+	    (w->hold && sstr_adds(&script, wrapper_hold_trap) < 0) ||
+	    sstr_adds(&script, wrapper_relay) < 0 ||
+	    (w->hold && sstr_adds(&script, wrapper_hold) < 0) ||
+	    sstr_adds(&script, wrapper_end) < 0)
 		return -1;
 	int rc = -1;
 	if (sstr_adds(out, "exec /bin/sh -c ") < 0 || sstr_add_quoted(out, script.p) < 0 ||

@@ -391,6 +391,82 @@ static void concurrent_channels(backend *b)
 		fprintf(stderr, "concurrent channels: %d of %d\n", ok, T * N);
 }
 
+/* ---- processes that end while channels open --------------------------------------- */
+
+struct churn {
+	backend *b;
+	int n, ok;
+	bool spawns; /* short-lived spawned processes; else execs and file ops */
+	unsigned seed;
+};
+
+static void *churn_worker(void *v)
+{
+	struct churn *w = v;
+	asp_arena *a = asp_arena_new();
+	for (int i = 0; i < w->n; i++) {
+		asp_error err;
+		asp_status st;
+		if (w->spawns) {
+			/* ends on its own a few ms on, while others' channels open */
+			char cmd[64];
+			snprintf(cmd, sizeof cmd, "sleep 0.0%u", rand_r(&w->seed) % 10);
+			asp_spawn_params p;
+			asp_spawn_params_init(&p);
+			p.command = cmd;
+			asp_spawn_result r;
+			st = w->b->ops->spawn(w->b->self, &p, &r, a, &err);
+		} else if (i % 2) {
+			asp_exec_params p;
+			asp_exec_params_init(&p);
+			p.command = "true";
+			asp_exec_result r;
+			st = w->b->ops->exec(w->b->self, &p, &r, a, &err);
+		} else {
+			asp_stat_params p;
+			asp_stat_params_init(&p);
+			p.path = "/";
+			asp_stat_result r;
+			st = w->b->ops->stat(w->b->self, &p, &r, a, &err);
+		}
+		if (st == ASP_OK)
+			w->ok++;
+		else
+			fprintf(stderr, "churn: %s\n", err.message);
+		asp_arena_reset(a);
+	}
+	asp_arena_free(a);
+	return NULL;
+}
+
+/*
+ * Spawned processes that end on their own while other threads spawn and exec: Dropbear
+ * 2022.83 closes a channel opened but not started yet whenever one of the connection's
+ * processes exits, and aborts the connection when the command then starts on it. Every
+ * call succeeds and the server never fails its assertion: a spawned process's wrapper
+ * ends only when the transport lets it (no channel between open and start).
+ */
+static void spawns_end_beside_opens(backend *b)
+{
+	size_t aborts = log_count(&fxs[b->who], "Failed assertion");
+	enum { T = 4, N = 20 };
+	struct churn w[T];
+	pthread_t th[T];
+	for (int i = 0; i < T; i++) {
+		w[i] = (struct churn){.b = b, .n = N, .spawns = i < 3, .seed = 7u + (unsigned)i};
+		CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, churn_worker, &w[i]), 0);
+	}
+	int ok = 0;
+	for (int i = 0; i < T; i++) {
+		pthread_join(th[i], NULL);
+		ok += w[i].ok;
+	}
+	CU_ASSERT_EQUAL(ok, T * N);
+	CU_ASSERT_EQUAL(log_count(&fxs[b->who], "Failed assertion"), aborts);
+	if (ok != T * N)
+		fprintf(stderr, "spawns beside opens: %d of %d\n", ok, T * N);
+}
+
 #define BOTH(name, fn)                                                                             \
 	static void test_##name##_root(void)                                                       \
 	{                                                                                          \
@@ -404,6 +480,7 @@ BOTH(timeout_kills_group, timeout_kills_group)
 BOTH(late_output_kept, late_output_kept)
 BOTH(signal_reaches_group, signal_reaches_group)
 BOTH(concurrent_channels, concurrent_channels)
+BOTH(spawns_end_beside_opens, spawns_end_beside_opens)
 
 static void test_concurrent_channels_agent(void)
 {
@@ -599,6 +676,10 @@ int main(int argc, char **argv)
 	ok = ok && CU_add_test(s, "concurrent_channels_root", test_concurrent_channels_root);
 	ok = ok && CU_add_test(s, "concurrent_channels_user", test_concurrent_channels_user);
 	ok = ok && CU_add_test(s, "concurrent_channels_agent", test_concurrent_channels_agent);
+	ok =
+	    ok && CU_add_test(s, "spawns_end_beside_opens_root", test_spawns_end_beside_opens_root);
+	ok =
+	    ok && CU_add_test(s, "spawns_end_beside_opens_user", test_spawns_end_beside_opens_user);
 #define TTY_ADD(name)                                                                              \
 	ok = ok && CU_add_test(s, "tty_" #name "_root", test_tty_##name##_root) &&                 \
 	     CU_add_test(s, "tty_" #name "_user", test_tty_##name##_user) &&                       \
