@@ -43,6 +43,7 @@ typedef struct handle {
 	int64_t moved_ms, sent_ms, probed_ms;
 	asp_status why_st;
 	char why[256];
+	bool sending; /* the request went out once in this perform (on_prereq) */
 } handle;
 
 struct http_client {
@@ -191,6 +192,28 @@ static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, cu
 	                 d->call_ms);
 }
 
+/*
+ * Right before the request goes out on a connection, new or reused. A second time in one
+ * perform is libcurl's retry after a reused connection died before any answer: the
+ * request may have reached the listener and run (an exec, a write), so it is not sent
+ * again; the call fails as on any transport whose connection died under it.
+ */
+static int on_prereq(void *ud, char *conn_primary_ip, char *conn_local_ip, int conn_primary_port,
+                     int conn_local_port)
+{
+	(void)conn_primary_ip, (void)conn_local_ip, (void)conn_primary_port, (void)conn_local_port;
+	handle *h = ud;
+	if (!h->sending) {
+		h->sending = true;
+		return CURL_PREREQFUNC_OK;
+	}
+	stop_call(h, ASP_E_TRANSPORT_ERROR,
+	          "%s: the connection to %s closed before the answer; the request is not sent "
+	          "again (it may have run); the next call reconnects",
+	          h->dl && h->dl->op ? h->dl->op : "call", h->c->base_url);
+	return CURL_PREREQFUNC_ABORT;
+}
+
 static size_t on_data(char *p, size_t size, size_t n, void *ud)
 {
 	handle *h = ud;
@@ -262,6 +285,8 @@ static handle *handle_new(http_client *c)
 	curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
 	curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_progress);
 	curl_easy_setopt(e, CURLOPT_XFERINFODATA, h);
+	curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, on_prereq);
+	curl_easy_setopt(e, CURLOPT_PREREQDATA, h);
 	curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 256L * 1024);
 	curl_easy_setopt(e, CURLOPT_SHARE, c->share);
 	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -422,6 +447,7 @@ static asp_status post(http_client *c, const uint8_t *body, size_t len, size_t m
 	h->moved_ms = now_ms();
 	h->sent_ms = h->probed_ms = 0;
 	h->why_st = ASP_OK;
+	h->sending = false;
 	curl_easy_setopt(h->e, CURLOPT_POSTFIELDS, (const char *)body);
 	curl_easy_setopt(h->e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
 	CURLcode r = curl_easy_perform(h->e);
