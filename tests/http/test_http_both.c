@@ -12,6 +12,7 @@
 #include "asp/asp.h"
 #include "asp/transport.h"
 #include "listener.h"
+#include "lost_conn.h"
 #include "tcp_relay.h"
 
 #include <CUnit/Basic.h>
@@ -446,6 +447,34 @@ static void test_false_never_streams(void)
 	setup_close(&s);
 }
 
+/* Every connection through the relay cut, as a network that drops them would. */
+static int cut_all(void *ctx)
+{
+	return (int)tcp_relay_cut(ctx, "");
+}
+
+/*
+ * The client's connections to the listener cut with each kind of stream open
+ * (tests/common/lost_conn.c), in both-mode and over the WebSocket alone: streams end
+ * with on_lost, calls in flight fail, the next call reconnects.
+ */
+static void test_lost_streams(void)
+{
+	static const asp_http_websocket modes[] = {ASP_HTTP_WS_BOTH, ASP_HTTP_WS_ONLY};
+	for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
+		setup s;
+		if (!setup_open(&s, modes[i]))
+			return;
+		lost_target t = {.c = s.c,
+		                 .kill = cut_all,
+		                 .ctx = s.relay,
+		                 .scratch = "/tmp",
+		                 .name = i ? "HTTP, WebSocket only" : "HTTP, both-mode"};
+		lost_conn_run_all(&t);
+		setup_close(&s);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -464,7 +493,9 @@ int main(int argc, char **argv)
 	    !CU_add_test(s, "a WebSocket cut mid-stream: lost, POST goes on, the next reopens",
 	                 test_ws_cut_mid_stream) ||
 	    !CU_add_test(s, "websocket false: nothing streams, hello says so",
-	                 test_false_never_streams))
+	                 test_false_never_streams) ||
+	    !CU_add_test(s, "connections cut with each kind of stream open: lost, then reconnect",
+	                 test_lost_streams))
 		return 1;
 	/* every test, or the suites and tests named as arguments */
 	unsigned failed = (unsigned)cu_run(argc, argv);

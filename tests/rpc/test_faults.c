@@ -7,9 +7,11 @@
 #include "cu_run.h"
 #include "asp/asp.h"
 #include "asp/transport.h"
+#include "lost_conn.h"
 #include "testproc.h"
 
 #include <CUnit/Basic.h>
+#include <dirent.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -338,6 +340,48 @@ static void test_exec_requests(void)
 	unlink(log);
 }
 
+/* SIGKILLs this process's live asp-agent children (the stdio responder): how many. */
+static int kill_agents(void *ctx)
+{
+	(void)ctx;
+	DIR *d = opendir("/proc");
+	int n = 0;
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		char path[300], line[512];
+		snprintf(path, sizeof path, "/proc/%.64s/stat", de->d_name);
+		FILE *f = fopen(path, "re");
+		if (!f)
+			continue;
+		size_t len = fread(line, 1, sizeof line - 1, f);
+		fclose(f);
+		line[len] = '\0';
+		char *rp = strrchr(line, ')');
+		int ppid = 0;
+		char state = 0;
+		if (strstr(line, "(asp-agent)") && rp &&
+		    sscanf(rp + 2, "%c %d", &state, &ppid) == 2 && ppid == (int)getpid() &&
+		    state != 'Z' && kill(atoi(de->d_name), SIGKILL) == 0)
+			n++;
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* The agent SIGKILLed with each kind of stream open (tests/common/lost_conn.c). */
+static void test_lost_streams(void)
+{
+	const char *argv[] = {agent, "--stdio", NULL};
+	asp_config_view v = view_of(argv, 2, 0);
+	asp_client *c;
+	asp_error err;
+	CU_ASSERT_EQUAL_FATAL(asp_client_open_view(&v, &c, &err), ASP_OK);
+	lost_target t = {.c = c, .kill = kill_agents, .scratch = tmp, .name = "stdio"};
+	lost_conn_run_all(&t);
+	asp_client_free(c);
+}
+
 int main(int argc, char **argv)
 {
 	agent = t_env("ASP_AGENT");
@@ -363,6 +407,8 @@ int main(int argc, char **argv)
 	            test_tty_needs_pty);
 	CU_add_test(s, "asp stat against wedged and confused responders", test_cli);
 	CU_add_test(s, "asp exec -- true: two requests on a fresh connection", test_exec_requests);
+	CU_add_test(s, "a killed agent with each kind of stream open: on_lost, then reconnect",
+	            test_lost_streams);
 	/* every test, or the suites and tests named as arguments */
 	unsigned failures = (unsigned)cu_run(argc, argv);
 	rmdir(tmp);

@@ -863,7 +863,8 @@ static bool under(pid_t pid, pid_t sshd)
 	return false;
 }
 
-int sshd_signal_sftp(sshd_fixture *fx, int sig)
+/* Sends `sig` to every process under the server whose name starts with `name`: how many. */
+static int signal_named(sshd_fixture *fx, const char *name, int sig)
 {
 	DIR *d = opendir("/proc");
 	if (!d)
@@ -882,12 +883,22 @@ int sshd_signal_sftp(sshd_fixture *fx, int sig)
 		if (!fgets(comm, sizeof comm, f))
 			comm[0] = '\0';
 		fclose(f);
-		if (strcmp(comm, "sftp-server\n") == 0 && under((pid_t)pid, fx->pid) &&
+		if (strncmp(comm, name, strlen(name)) == 0 && under((pid_t)pid, fx->pid) &&
 		    kill((pid_t)pid, sig) == 0)
 			n++;
 	}
 	closedir(d);
 	return n;
+}
+
+int sshd_signal_sftp(sshd_fixture *fx, int sig)
+{
+	return signal_named(fx, "sftp-server\n", sig);
+}
+
+int sshd_kill_agents(sshd_fixture *fx)
+{
+	return signal_named(fx, "asp-agent", SIGKILL);
 }
 
 void sshd_config_json(const sshd_fixture *fx, const char *agent, const char *extra, char *out,

@@ -106,6 +106,9 @@ int sshd_kill_sessions(sshd_fixture *fx);
 /* Sends `sig` to every sftp-server of this sshd's sessions: how many. */
 int sshd_signal_sftp(sshd_fixture *fx, int sig);
 
+/* Kills (SIGKILL) every asp-agent of this server's sessions (agent mode): how many. */
+int sshd_kill_agents(sshd_fixture *fx);
+
 /* An .asp.json text for this server: "native" or an agent path, and extra ssh keys. */
 void sshd_config_json(const sshd_fixture *fx, const char *agent, const char *extra, char *out,
                       size_t cap);

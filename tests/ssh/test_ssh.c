@@ -12,6 +12,7 @@
 #include "asp/transport.h"
 #include "asp_ssh.h"
 #include "conformance.h"
+#include "lost_conn.h"
 #include "ssh_backend.h"
 #include "ssh_internal.h"
 #include "ssh_tty.h"
@@ -1358,6 +1359,50 @@ static void killed_mid_stream(const char *agent_path)
 	seen_destroy(&w);
 }
 
+/*
+ * The server's process for the connection (and in agent mode the asp-agent) SIGKILLed
+ * with each kind of stream open (tests/common/lost_conn.c): the streams end with
+ * on_lost, the calls in flight fail, old handles are not_found, the next call works.
+ */
+static int kill_connection(void *ctx)
+{
+	sshd_fixture *f = ctx;
+	int agents = sshd_kill_agents(f);
+	return agents + sshd_kill_sessions(f);
+}
+
+static void lost_streams(const char *agent_path, lost_kind k)
+{
+	asp_config *cfg;
+	asp_client *c = client_for(agent_path, &cfg);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+	lost_target t = {.c = c,
+	                 .kill = kill_connection,
+	                 .ctx = &fx,
+	                 .scratch = scratch,
+	                 .name = agent_path ? "OpenSSH agent mode" : "OpenSSH native"};
+	lost_conn_run(&t, k);
+	asp_client_free(c);
+	asp_config_free(cfg);
+}
+
+#define LOST_TEST(kind, name)                                                                      \
+	static void test_lost_##name##_native(void)                                                \
+	{                                                                                          \
+		lost_streams(NULL, kind);                                                          \
+	}                                                                                          \
+	static void test_lost_##name##_agent(void)                                                 \
+	{                                                                                          \
+		lost_streams(getenv("ASP_AGENT"), kind);                                           \
+	}
+LOST_TEST(LOST_SPAWN, spawn)
+LOST_TEST(LOST_TTY, tty)
+LOST_TEST(LOST_CONNECT, connect)
+LOST_TEST(LOST_WATCH, watch)
+LOST_TEST(LOST_EXEC, exec)
+LOST_TEST(LOST_WAIT, wait)
+#undef LOST_TEST
+
 static void test_killed_mid_stream_native(void)
 {
 	killed_mid_stream(NULL);
@@ -2047,6 +2092,16 @@ int main(int argc, char **argv)
 	ok = ok && CU_add_test(s, "killed_mid_stream_native", test_killed_mid_stream_native);
 	if (have_agent)
 		ok = ok && CU_add_test(s, "killed_mid_stream_agent", test_killed_mid_stream_agent);
+#define LOST_ADD(name)                                                                             \
+	ok = ok && CU_add_test(s, "lost_" #name "_native", test_lost_##name##_native) &&           \
+	     (!have_agent || CU_add_test(s, "lost_" #name "_agent", test_lost_##name##_agent))
+	LOST_ADD(spawn);
+	LOST_ADD(tty);
+	LOST_ADD(connect);
+	LOST_ADD(watch);
+	LOST_ADD(exec);
+	LOST_ADD(wait);
+#undef LOST_ADD
 
 	/* last: restarts sshd with a new host key */
 	ok = ok && CU_add_test(s, "hostkey_changed_refused", test_hostkey_changed_refused);

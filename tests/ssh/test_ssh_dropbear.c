@@ -16,6 +16,7 @@
 #include "asp/transport.h"
 #include "asp_ssh.h"
 #include "conformance.h"
+#include "lost_conn.h"
 #include "ssh_backend.h"
 #include "ssh_tty.h"
 #include "sshd_fixture.h"
@@ -500,6 +501,51 @@ static void test_killed_connection_agent(void)
 }
 
 /*
+ * Dropbear's process for the connection (and in agent mode the asp-agent) SIGKILLed with
+ * each kind of stream open (tests/common/lost_conn.c), as over OpenSSH.
+ */
+static int kill_connection(void *ctx)
+{
+	sshd_fixture *f = ctx;
+	int agents = sshd_kill_agents(f);
+	return agents + sshd_kill_sessions(f);
+}
+
+static void lost_streams(bool agent, lost_kind k)
+{
+	asp_config *cfg = ssh_backend_config(&fxs[0], agent ? agent_bin[0] : NULL, NULL);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
+	asp_client *c = NULL;
+	asp_error err;
+	CU_ASSERT_EQUAL_FATAL(asp_client_open_view(asp_config_get(cfg), &c, &err), ASP_OK);
+	lost_target t = {.c = c,
+	                 .kill = kill_connection,
+	                 .ctx = &fxs[0],
+	                 .scratch = scratch[0],
+	                 .name = agent ? "Dropbear agent mode" : "Dropbear native"};
+	lost_conn_run(&t, k);
+	asp_client_free(c);
+	asp_config_free(cfg);
+}
+
+#define LOST_TEST(kind, name)                                                                      \
+	static void test_lost_##name##_native(void)                                                \
+	{                                                                                          \
+		lost_streams(false, kind);                                                         \
+	}                                                                                          \
+	static void test_lost_##name##_agent(void)                                                 \
+	{                                                                                          \
+		lost_streams(true, kind);                                                          \
+	}
+LOST_TEST(LOST_SPAWN, spawn)
+LOST_TEST(LOST_TTY, tty)
+LOST_TEST(LOST_CONNECT, connect)
+LOST_TEST(LOST_WATCH, watch)
+LOST_TEST(LOST_EXEC, exec)
+LOST_TEST(LOST_WAIT, wait)
+#undef LOST_TEST
+
+/*
  * A copy of the built asp-agent in the fixture's folder: the non-root login may not reach
  * the build tree (a clone under /root, or a mktemp folder of mode 0700).
  */
@@ -696,6 +742,16 @@ int main(int argc, char **argv)
 	/* these kill every session of a fixture's server (the shared backends' too) */
 	ok = ok && CU_add_test(s, "killed_connection_native", test_killed_connection_native);
 	ok = ok && CU_add_test(s, "killed_connection_agent", test_killed_connection_agent);
+#define LOST_ADD(name)                                                                             \
+	ok = ok && CU_add_test(s, "lost_" #name "_native", test_lost_##name##_native) &&           \
+	     CU_add_test(s, "lost_" #name "_agent", test_lost_##name##_agent)
+	LOST_ADD(spawn);
+	LOST_ADD(tty);
+	LOST_ADD(connect);
+	LOST_ADD(watch);
+	LOST_ADD(exec);
+	LOST_ADD(wait);
+#undef LOST_ADD
 	if (!ok) {
 		fprintf(stderr, "CUnit: %s\n", CU_get_error_msg());
 		return 2;
