@@ -320,7 +320,8 @@ static bool next_call(const lost_target *t, lost_kind k, bool can_connect, int e
 		st = asp_exec(c, &p, &r, a, &err);
 		if (st == ASP_OK &&
 		    (r.stdout_data.len != 6 || memcmp(r.stdout_data.data, "after\n", 6) != 0))
-			st = asp_error_set(&err, ASP_E_INTERNAL, NULL, "exec gave the wrong output");
+			st =
+			    asp_error_set(&err, ASP_E_INTERNAL, NULL, "exec gave the wrong output");
 		break;
 	}
 	case LOST_CONNECT: {
@@ -514,7 +515,8 @@ void lost_conn_run(const lost_target *t, lost_kind k)
 		thread = pthread_create(&in.th, NULL, inflight_main, &in) == 0;
 		CU_ASSERT_FATAL(thread);
 		/* the wait must be pending when the connection dies */
-		for (int64_t until = t_now_ms() + UP_MS; !atomic_load(&in.tid) && t_now_ms() < until;)
+		for (int64_t until = t_now_ms() + UP_MS;
+		     !atomic_load(&in.tid) && t_now_ms() < until;)
 			usleep(1000);
 		CU_ASSERT(t_thread_asleep(atomic_load(&in.tid), UP_MS));
 		break;

@@ -1,9 +1,25 @@
-/* Streaming for conformance registrations: through the client API or a transport's slots. */
+/*
+ * What conformance registrations go through besides an op table: the public client API
+ * (its calls as an op table, and its streaming), or a transport's subscribe slots.
+ */
 #include "conformance.h"
 
 #include "asp/transport.h"
 
 /* ---- the public client API (self is an asp_client *) ---- */
+
+#define THUNK(op)                                                                                  \
+	static asp_status call_##op(void *self, const asp_##op##_params *p, asp_##op##_result *r,  \
+	                            asp_arena *a, asp_error *err)                                  \
+	{                                                                                          \
+		return asp_##op((asp_client *)self, p, r, a, err);                                 \
+	}
+ASP_FOR_EACH_OP(THUNK)
+#undef THUNK
+
+#define SLOT(op) .op = call_##op,
+const asp_ops conf_client_ops = {ASP_FOR_EACH_OP(SLOT)};
+#undef SLOT
 
 static asp_status client_spawn(void *ctx, void *self, const asp_spawn_params *p,
                                const asp_proc_callbacks *cb, void *user, uint64_t *proc,

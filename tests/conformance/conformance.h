@@ -170,6 +170,8 @@ int conf_register_cunit_st(const char *suite, const asp_ops *ops, void *self,
  * asp_client *), and through a transport's subscribe slots (ctx is the asp_transport).
  */
 extern const conf_streaming conf_client_streaming;
+/* The client's calls as an op table (self is an asp_client *): reconnects, config applied. */
+extern const asp_ops conf_client_ops;
 struct asp_transport;
 void conf_transport_streaming(conf_streaming *st, const struct asp_transport *t);
 

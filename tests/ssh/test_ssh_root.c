@@ -1,7 +1,8 @@
 /*
  * The conformance table against servers that log in as the real root, with root's own
  * login shell and startup files (sshd_start_root_login): OpenSSH and Dropbear, native
- * and agent mode. The servers start as a script's background job starts them (SIGINT
+ * and agent mode, each through a client (a dropped connection fails the case in flight,
+ * the next reconnects). The servers start as a script's background job starts them (SIGINT
  * and SIGQUIT ignored), so what a sandbox run that way gives its commands is tested too.
  *
  *   test_ssh_root                  run everything
@@ -27,10 +28,13 @@ enum { OPENSSH, DROPBEAR, NSERVERS };
 
 static sshd_fixture fxs[NSERVERS];
 
+/*
+ * Each registration goes through a client, as a harness would use it: a connection the
+ * server dropped fails the case in flight, and the next case reconnects.
+ */
 typedef struct backend {
 	asp_config *cfg;
-	const asp_ops *ops;
-	void *self;
+	asp_client *c;
 } backend;
 
 static backend natives[NSERVERS], agents[NSERVERS];
@@ -45,7 +49,7 @@ static asp_status open_backend(backend *b, const sshd_fixture *fx, const char *a
 	sshd_config_json(fx, agent, "\"connect_timeout_ms\": 30000", json, sizeof json);
 	asp_status st = asp_config_parse(json, strlen(json), NULL, &b->cfg, err);
 	if (st == ASP_OK)
-		st = asp_transport_ssh.open(asp_config_get(b->cfg), &b->ops, &b->self, err);
+		st = asp_client_open_view(asp_config_get(b->cfg), &b->c, err);
 	if (st != ASP_OK) {
 		asp_config_free(b->cfg);
 		b->cfg = NULL;
@@ -55,8 +59,7 @@ static asp_status open_backend(backend *b, const sshd_fixture *fx, const char *a
 
 static void close_backend(backend *b)
 {
-	if (b->self)
-		asp_transport_ssh.close(b->self);
+	asp_client_free(b->c);
 	asp_config_free(b->cfg);
 	memset(b, 0, sizeof *b);
 }
@@ -127,22 +130,21 @@ int main(int argc, char **argv)
 		    open_backend(&agents[i], &fxs[i], agent, &err) != ASP_OK) {
 			fprintf(stderr, "test_ssh_root: %s, %s mode: %s\n(log %s)\n",
 			        i == DROPBEAR ? "Dropbear" : "OpenSSH",
-			        natives[i].self ? "agent" : "native", err.message, fxs[i].log);
+			        natives[i].c ? "agent" : "native", err.message, fxs[i].log);
 			stop_all();
 			return 1;
 		}
 	}
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 2;
-	static conf_streaming st;
-	conf_transport_streaming(&st, &asp_transport_ssh);
+	const conf_streaming *st = &conf_client_streaming;
 	const char *only = getenv("ASP_TEST_ONLY");
 	if (only) {
 		int f = 0;
 		for (int i = 0; i < NSERVERS; i++) {
-			f += conf_run_filtered_st(natives[i].ops, natives[i].self, &st, "/tmp",
-			                          only, stdout);
-			f += conf_run_filtered_st(agents[i].ops, agents[i].self, &st, "/tmp", only,
+			f += conf_run_filtered_st(&conf_client_ops, natives[i].c, st, "/tmp", only,
+			                          stdout);
+			f += conf_run_filtered_st(&conf_client_ops, agents[i].c, st, "/tmp", only,
 			                          stdout);
 		}
 		if (f)
@@ -156,9 +158,9 @@ int main(int argc, char **argv)
 	};
 	bool ok = true;
 	for (int i = 0; i < NSERVERS && ok; i++)
-		ok = conf_register_cunit_st(names[i][0], natives[i].ops, natives[i].self, &st,
+		ok = conf_register_cunit_st(names[i][0], &conf_client_ops, natives[i].c, st,
 		                            "/tmp") == 0 &&
-		     conf_register_cunit_st(names[i][1], agents[i].ops, agents[i].self, &st,
+		     conf_register_cunit_st(names[i][1], &conf_client_ops, agents[i].c, st,
 		                            "/tmp") == 0;
 	if (!ok) {
 		fprintf(stderr, "CUnit: %s\n", CU_get_error_msg());
