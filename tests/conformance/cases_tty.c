@@ -131,6 +131,10 @@ static asp_strmap prompt_env(conf_ctx *ctx)
 
 /* ---- the cases -------------------------------------------------------------------- */
 
+/* The terminal's size as "ROWS COLS": busybox's stty takes LINES and COLUMNS over the
+ * kernel's, so a login profile that exported them would be read instead. */
+#define STTY_SIZE "unset LINES COLUMNS; stty size"
+
 PROC_CASE(tty_isatty_one_stream)
 {
 	COLL(c, MIB);
@@ -156,7 +160,7 @@ PROC_CASE(tty_size_and_term)
 	/* The requested size and TERM, whatever env says of TERM; env sets other variables. */
 	COLL(c, MIB);
 	asp_spawn_params p;
-	tty_params(ctx, &p, "stty size; echo \"T=$TERM X=$ASP_CONF_X\"");
+	tty_params(ctx, &p, STTY_SIZE "; echo \"T=$TERM X=$ASP_CONF_X\"");
 	p.tty = tty_of(ctx, 33, 101, "vt100");
 	asp_strmap_entry *e = asp_arena_alloc(ctx->a, 2 * sizeof *e);
 	CONF_CHECK(ctx, e != NULL);
@@ -170,18 +174,28 @@ PROC_CASE(tty_size_and_term)
 	CONF_CHECKF(ctx, coll_is(c, 0, "33 101\r\nT=vt100 X=x1\r\n"), "'%s'", coll_show(ctx, c, 0));
 	/* term absent: xterm-256color; 24 x 80 as the spec's defaults */
 	COLL(d, MIB);
-	tty_params(ctx, &p, "stty size; echo \"T=$TERM\"");
+	tty_params(ctx, &p, STTY_SIZE "; echo \"T=$TERM\"");
 	SPAWN(&p, d, &proc);
 	END(d);
 	CONF_CHECKF(ctx, coll_is(d, 0, "24 80\r\nT=" ASP_TTY_TERM_DEFAULT "\r\n"), "'%s'",
 	            coll_show(ctx, d, 0));
-	/* the extremes of the range */
-	COLL(e2, MIB);
-	tty_params(ctx, &p, "stty size");
+	/*
+	 * The extremes of the range: one row is taken, and a terminal of 2 rows and 4096
+	 * columns reads as that. (busybox's stty shows any size of 1 as its default, 24 or
+	 * 80, whatever the kernel says: `stty size` cannot tell one row apart there.)
+	 */
+	COLL(e1, MIB);
+	tty_params(ctx, &p, "echo one");
 	p.tty = tty_of(ctx, 1, ASP_TTY_MAX, NULL);
+	SPAWN(&p, e1, &proc);
+	END(e1);
+	CONF_CHECKF(ctx, coll_is(e1, 0, "one\r\n"), "'%s'", coll_show(ctx, e1, 0));
+	COLL(e2, MIB);
+	tty_params(ctx, &p, STTY_SIZE);
+	p.tty = tty_of(ctx, 2, ASP_TTY_MAX, NULL);
 	SPAWN(&p, e2, &proc);
 	END(e2);
-	CONF_CHECKF(ctx, coll_is(e2, 0, "1 4096\r\n"), "'%s'", coll_show(ctx, e2, 0));
+	CONF_CHECKF(ctx, coll_is(e2, 0, "2 4096\r\n"), "'%s'", coll_show(ctx, e2, 0));
 }
 
 PROC_CASE(tty_resize_winch)
@@ -190,7 +204,7 @@ PROC_CASE(tty_resize_winch)
 	asp_spawn_params p;
 	/* The trap is set before READY; the loop lets the shell run it between sleeps. */
 	tty_params(ctx, &p,
-	           "trap 'echo \"winch $(stty size)\"' WINCH; echo READY; "
+	           "unset LINES COLUMNS; trap 'echo \"winch $(stty size)\"' WINCH; echo READY; "
 	           "while :; do sleep 0.05; done");
 	uint64_t proc;
 	SPAWN(&p, c, &proc);
