@@ -5,9 +5,12 @@
  * open, call and close rates, and what the client holds per idle sandbox: RSS delta / N,
  * and file descriptors and threads counted in /proc/self/fd and /proc/self/task.
  *
- *   bench_scale ASP_AGENT [N ...] [-t THREADS]
+ *   bench_scale ASP_AGENT [N ...] [-t THREADS] [-c]
  *
- * Defaults: N = 100 1000 5000, 64 threads. The children's memory is theirs, not counted.
+ * Defaults: N = 100 1000 5000, 64 threads. With -c each sandbox is opened from a config
+ * of its own (asp_config_parse of its .asp.json text), kept until it closes, as a harness
+ * with one config per sandbox does; the config counts as the sandbox's. The children's
+ * memory is theirs, not counted.
  */
 #include "asp/asp.h"
 #include "asp/transport.h"
@@ -25,6 +28,8 @@
 
 static const char *agent;
 static asp_client **clients;
+static asp_config **configs; /* -c: each client's own */
+static bool per_config;
 static int nclients;
 static atomic_int next_index;
 static atomic_int failures;
@@ -82,7 +87,18 @@ static void *worker(void *arg)
 		if (i >= nclients)
 			break;
 		asp_error err;
-		if (ph == OPEN) {
+		if (ph == OPEN && per_config) {
+			char json[1024];
+			snprintf(json, sizeof json,
+			         "{\"version\": 1, \"transport\": \"stdio\", \"stdio\": "
+			         "{\"command\": [\"%s\", \"--stdio\"]}}",
+			         agent);
+			if (asp_config_parse(json, strlen(json), NULL, &configs[i], &err) ||
+			    asp_client_open(configs[i], &clients[i], &err)) {
+				clients[i] = NULL;
+				fail("open", &err);
+			}
+		} else if (ph == OPEN) {
 			asp_config_view v;
 			memset(&v, 0, sizeof v);
 			v.transport = ASP_TRANSPORT_STDIO;
@@ -109,6 +125,8 @@ static void *worker(void *arg)
 		} else {
 			asp_client_free(clients[i]);
 			clients[i] = NULL;
+			asp_config_free(configs[i]);
+			configs[i] = NULL;
 		}
 	}
 	asp_arena_free(a);
@@ -135,7 +153,7 @@ static double run(phase ph, int threads)
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		fprintf(stderr, "usage: bench_scale ASP_AGENT [N ...] [-t THREADS]\n");
+		fprintf(stderr, "usage: bench_scale ASP_AGENT [N ...] [-t THREADS] [-c]\n");
 		return 2;
 	}
 	agent = argv[1];
@@ -143,6 +161,8 @@ int main(int argc, char **argv)
 	for (int i = 2; i < argc; i++) {
 		if (strcmp(argv[i], "-t") == 0 && i + 1 < argc)
 			threads = atoi(argv[++i]);
+		else if (strcmp(argv[i], "-c") == 0)
+			per_config = true;
 		else if (nsizes < 16)
 			sizes[nsizes++] = atoi(argv[i]);
 	}
@@ -152,7 +172,8 @@ int main(int argc, char **argv)
 	}
 	struct rlimit rl;
 	getrlimit(RLIMIT_NOFILE, &rl);
-	printf("agent %s, %d threads, RLIMIT_NOFILE soft %llu hard %llu at start\n", agent, threads,
+	printf("agent %s, %d threads, %s, RLIMIT_NOFILE soft %llu hard %llu at start\n", agent,
+	       threads, per_config ? "a config per sandbox" : "one view for all",
 	       (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
 
 	/* A round of `threads` sandboxes first, closed again: the pool's poller and first
@@ -160,10 +181,12 @@ int main(int argc, char **argv)
 	 * registration are there before the baseline, so what is measured is per sandbox. */
 	nclients = threads;
 	clients = calloc((size_t)nclients, sizeof *clients);
+	configs = calloc((size_t)nclients, sizeof *configs);
 	run(OPEN, threads);
 	run(CALL, threads);
 	run(CLOSE, threads);
 	free(clients);
+	free(configs);
 
 	printf(
 	    "\n| sandboxes | open /s | exec /s | close /s | RSS / sandbox idle | fds / sandbox | "
@@ -171,6 +194,7 @@ int main(int argc, char **argv)
 	for (int s = 0; s < nsizes; s++) {
 		nclients = sizes[s];
 		clients = calloc((size_t)nclients, sizeof *clients);
+		configs = calloc((size_t)nclients, sizeof *configs);
 		atomic_store(&failures, 0);
 		long rss0 = rss_kib();
 		int fd0 = count_dir("/proc/self/fd"), th0 = count_dir("/proc/self/task");
@@ -187,6 +211,7 @@ int main(int argc, char **argv)
 		       th1 - th0, open_failures);
 		fflush(stdout);
 		free(clients);
+		free(configs);
 	}
 	getrlimit(RLIMIT_NOFILE, &rl);
 	printf("\nRLIMIT_NOFILE soft %llu hard %llu at the end\n", (unsigned long long)rl.rlim_cur,

@@ -1,5 +1,6 @@
 /* asp_arena: chained blocks plus a list of adopted malloc'd pointers. */
 #include "asp/arena.h"
+#include "arena_cap.h"
 
 #include <stdalign.h>
 #include <stdlib.h>
@@ -34,17 +35,30 @@ static struct block *block_new(size_t cap)
 	return b;
 }
 
-asp_arena *asp_arena_new(void)
+asp_arena *asp_arena_new_cap(size_t cap)
 {
 	asp_arena *a = calloc(1, sizeof *a);
 	if (!a)
 		return NULL;
-	a->blocks = block_new(FIRST_BLOCK);
+	a->blocks = block_new(cap);
 	if (!a->blocks) {
 		free(a);
 		return NULL;
 	}
 	return a;
+}
+
+asp_arena *asp_arena_new(void)
+{
+	return asp_arena_new_cap(FIRST_BLOCK);
+}
+
+size_t asp_arena_used(const asp_arena *a)
+{
+	size_t n = 0;
+	for (const struct block *b = a->blocks; b; b = b->next)
+		n += b->used;
+	return n;
 }
 
 static void free_adopted(asp_arena *a)

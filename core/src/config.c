@@ -11,6 +11,7 @@
 #include "asp/config.h"
 
 #include "asp/arena.h"
+#include "config_copy.h"
 #include "config_schema.h"
 #include "ssh_config_file.h"
 
@@ -661,6 +662,26 @@ asp_status asp_config_v0_to_v1(const char *text, size_t len, const char *filenam
 	return st;
 }
 
+/*
+ * Moves what the parse left in a 4 KiB arena into one of its size: a harness may keep a
+ * config per sandbox for as long as it runs. Out of memory: it stays where it is.
+ */
+static void compact(asp_config *cfg)
+{
+	size_t jl = strlen(cfg->json);
+	asp_config_view v;
+	asp_arena *a = asp_config_view_dup(&cfg->view, &v, jl + 1);
+	char *json = a ? asp_arena_strndup(a, cfg->json, jl) : NULL;
+	if (!json) {
+		asp_arena_free(a);
+		return;
+	}
+	asp_arena_free(cfg->arena);
+	cfg->arena = a;
+	cfg->view = v;
+	cfg->json = json;
+}
+
 asp_status asp_config_parse(const char *text, size_t len, const char *filename, asp_config **out,
                             asp_error *err)
 {
@@ -719,6 +740,7 @@ asp_status asp_config_parse(const char *text, size_t len, const char *filename, 
 		asp_config_free(cfg);
 		return st;
 	}
+	compact(cfg);
 	*out = cfg;
 	return ASP_OK;
 }

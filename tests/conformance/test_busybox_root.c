@@ -39,9 +39,10 @@ static bool is_static(const char *path)
 	          memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 && eh.e_ident[EI_CLASS] == ELFCLASS64;
 	for (unsigned i = 0; ok && i < eh.e_phnum; i++) {
 		Elf64_Phdr ph;
-		ok = pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + (uint64_t)i * eh.e_phentsize)) ==
-		         (ssize_t)sizeof ph &&
-		     ph.p_type != PT_INTERP;
+		ok =
+		    pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + (uint64_t)i * eh.e_phentsize)) ==
+		        (ssize_t)sizeof ph &&
+		    ph.p_type != PT_INTERP;
 	}
 	close(fd);
 	return ok;
@@ -137,8 +138,9 @@ int main(void)
 		return 1;
 	}
 	if (!is_static(BUSYBOX)) {
-		fprintf(stderr, "test_busybox_root: %s is missing or not statically linked: "
-		                "install busybox-static (scripts/install-deps.sh)\n",
+		fprintf(stderr,
+		        "test_busybox_root: %s is missing or not statically linked: "
+		        "install busybox-static (scripts/install-deps.sh)\n",
 		        BUSYBOX);
 		return 1;
 	}

@@ -15,7 +15,7 @@ struct asp_proc_routes {
 	route *v;
 	size_t n, cap;
 	bool lost;
-	asp_error why;
+	char *why; /* the loss's message (malloc'd; NULL: out of memory) */
 };
 
 asp_proc_routes *asp_proc_routes_new(void)
@@ -35,6 +35,7 @@ void asp_proc_routes_free(asp_proc_routes *t)
 		asp_proc_sub_unref(t->v[i].sub);
 	}
 	free(t->v);
+	free(t->why);
 	pthread_mutex_destroy(&t->mu);
 	free(t);
 }
@@ -96,7 +97,7 @@ void asp_proc_routes_lost(asp_proc_routes *t, const asp_error *why)
 		return;
 	}
 	t->lost = true;
-	t->why = *why;
+	t->why = strdup(why->message);
 	route *v = t->v;
 	size_t n = t->n;
 	t->v = NULL;
@@ -129,7 +130,8 @@ static asp_status add(asp_proc_routes *t, uint64_t proc, asp_proc_sub *sub, asp_
 	pthread_mutex_lock(&t->mu);
 	size_t i = find(t, proc);
 	if (t->lost) {
-		asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL, "%s", t->why.message);
+		asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL, "%s",
+		              t->why ? t->why : "the connection was lost");
 		st = ASP_E_TRANSPORT_ERROR;
 	} else if (i < t->n && !asp_proc_sub_done(t->v[i].sub)) {
 		st = asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,

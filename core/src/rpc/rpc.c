@@ -71,9 +71,11 @@ struct asp_rpc {
 	pthread_mutex_t mu;      /* everything below up to send_mu */
 	pthread_cond_t state_cv; /* DYING → DEAD, and a slot coming free when all are used */
 	atomic_int state;
-	bool closing;    /* asp_rpc_close asked: no need to explain the death */
-	asp_error death; /* why it died: what every later call reports */
-	waiter **slots;  /* cap entries; NULL when free */
+	bool closing; /* asp_rpc_close asked: no need to explain the death */
+	/* why it died, what every later call reports: malloc'd at the death (an asp_error is
+	 * 2 KiB, which a live connection need not carry) */
+	asp_error *death;
+	waiter **slots; /* cap entries; NULL when free */
 	uint16_t *gens;
 	uint32_t *free_idx;
 	size_t nfree, cap, slot_waiters;
@@ -206,8 +208,11 @@ static void rpc_die(asp_rpc *rpc, const asp_error *why)
 		asp_channel_explain(rpc->ch, &e); /* may wait briefly, outside the lock */
 	e.code = protocol ? ASP_E_PROTOCOL_ERROR : ASP_E_TRANSPORT_ERROR;
 
+	asp_error *kept = malloc(sizeof *kept);
+	if (kept)
+		*kept = e;
 	pthread_mutex_lock(&rpc->mu);
-	rpc->death = e;
+	rpc->death = kept;
 	atomic_store(&rpc->state, DEAD);
 	for (size_t i = 0; i < rpc->cap; i++) {
 		waiter *w = rpc->slots[i];
@@ -229,9 +234,12 @@ static asp_status dead_error(asp_rpc *rpc, asp_error *err)
 {
 	while (atomic_load(&rpc->state) == DYING)
 		pthread_cond_wait(&rpc->state_cv, &rpc->mu);
+	if (!rpc->death) /* out of memory at the death */
+		return asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
+		                     "the connection was lost (out of memory to say why)");
 	if (err)
-		*err = rpc->death;
-	return rpc->death.code;
+		*err = *rpc->death;
+	return rpc->death->code;
 }
 
 bool asp_rpc_alive(asp_rpc *rpc)
@@ -657,6 +665,7 @@ void asp_rpc_free(asp_rpc *rpc)
 	free(rpc->gens);
 	free(rpc->free_idx);
 	free(rpc->hello_frame);
+	free(rpc->death);
 	free(rpc);
 }
 
