@@ -130,6 +130,13 @@ int cli_parse_size(cli *c, const char *opt, const char *s, uint64_t *out);
 /* Seconds, with a fraction ("1.5"), as milliseconds; -1 after reporting a usage error. */
 int cli_parse_seconds(cli *c, const char *opt, const char *s, uint64_t *out_ms);
 
+/*
+ * The session asp mcp, asp tool and asp exec-server tag their commands with (docs/tools.md,
+ * "Sessions"): `flag` (--session) when given, "" meaning none (NULL); else the working
+ * directory, the harness's project, into `buf`; NULL when that cannot be had.
+ */
+const char *cli_session_name(const char *flag, char *buf, size_t cap);
+
 /* --env NAME=VALUE into *out, splitting `arg` in place; -1 after reporting a usage error. */
 int cli_parse_env(cli *c, char *arg, asp_strmap_entry *out);
 

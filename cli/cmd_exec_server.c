@@ -33,11 +33,11 @@ static void send_stdout(void *user, const char *msg, size_t len)
 }
 
 /* Reads stdin line by line into the session until EOF. */
-static int serve_stdio(cli *c, asp_client *client)
+static int serve_stdio(cli *c, asp_client *client, const char *session)
 {
 	bool broken = false;
 	asp_error err;
-	xs_session *s = xs_session_new(client, send_stdout, &broken, &err);
+	xs_session *s = xs_session_new(client, session, send_stdout, &broken, &err);
 	if (!s)
 		return cli_fail(c, &err, "exec-server");
 	size_t cap = 65536, len = 0, scan = 0;
@@ -92,9 +92,9 @@ static int serve_stdio(cli *c, asp_client *client)
 }
 
 #ifndef ASP_HAVE_LWS
-int xs_ws_serve(asp_client *client, const char *url, char *why, size_t cap)
+int xs_ws_serve(asp_client *client, const char *session, const char *url, char *why, size_t cap)
 {
-	(void)client;
+	(void)client, (void)session;
 	snprintf(why, cap, "--listen %s: this asp was built without libwebsockets", url);
 	return -1;
 }
@@ -102,17 +102,22 @@ int xs_ws_serve(asp_client *client, const char *url, char *why, size_t cap)
 
 int cmd_exec_server(cli *c, int argc, char **argv)
 {
-	enum { OPT_LISTEN = CLI_OPT_FIRST_PRIVATE };
+	enum { OPT_LISTEN = CLI_OPT_FIRST_PRIVATE, OPT_SESSION };
 	static const struct option longopts[] = {CLI_COMMON_LONGOPTS,
 	                                         {"listen", required_argument, NULL, OPT_LISTEN},
+	                                         {"session", required_argument, NULL, OPT_SESSION},
 	                                         {NULL, 0, NULL, 0}};
-	const char *listen = NULL;
+	const char *listen = NULL, *session_flag = NULL;
 	int opt;
 	while ((opt = cli_getopt(c, argc, argv, "+h", longopts)) != -1) {
 		if (opt == 'h')
 			return cli_finish(c, CLI_EXIT_OK);
 		if (opt == OPT_LISTEN) {
 			listen = optarg;
+			continue;
+		}
+		if (opt == OPT_SESSION) {
+			session_flag = optarg;
 			continue;
 		}
 		return c->fail_code;
@@ -127,10 +132,12 @@ int cmd_exec_server(cli *c, int argc, char **argv)
 	asp_client *client = cli_client(c);
 	if (!client)
 		return c->fail_code;
+	char here[4096];
+	const char *session = cli_session_name(session_flag, here, sizeof here);
 	if (!listen)
-		return serve_stdio(c, client);
+		return serve_stdio(c, client, session);
 	char why[512];
-	if (xs_ws_serve(client, listen, why, sizeof why) != 0) {
+	if (xs_ws_serve(client, session, listen, why, sizeof why) != 0) {
 		fprintf(stderr, "asp: exec-server: %s\n", why);
 		return CLI_EXIT_FAIL;
 	}

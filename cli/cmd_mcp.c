@@ -57,8 +57,9 @@ typedef struct job {
 
 typedef struct mcp {
 	cli *c;
-	const char *vocab; /* --vocabulary: whose names and argument spellings */
-	bool *enabled;     /* per asp_tools_vocab_list index */
+	const char *vocab;   /* --vocabulary: whose names and argument spellings */
+	const char *session; /* --session, or the working directory; NULL: none */
+	bool *enabled;       /* per asp_tools_vocab_list index */
 	pthread_mutex_t out_mu;
 	pthread_mutex_t mu; /* queue, in-flight, tools handle, stopping */
 	pthread_cond_t cv;
@@ -109,6 +110,28 @@ static bool tool_enabled(const mcp *m, const char *name)
 	return false;
 }
 
+/*
+ * The session's commands a previous asp mcp left running are followed again, and the log
+ * says so, or that background commands end with the connection (docs/tools.md,
+ * "Sessions").
+ */
+static void resume_session(asp_tools *t, const char *session)
+{
+	if (!session || !asp_tools_set_session(t, session))
+		return;
+	size_t found = 0;
+	asp_error err;
+	if (asp_tools_resume(t, &found, &err) != ASP_OK)
+		fprintf(stderr, "asp: mcp: the commands of session %s could not be listed: %s\n",
+		        session, err.message);
+	else if (found)
+		fprintf(stderr, "asp: mcp: %zu running command%s of session %s followed again\n",
+		        found, found == 1 ? "" : "s", session);
+	const char *note = asp_tools_notice(t);
+	if (note)
+		fprintf(stderr, "asp: mcp: %s\n", note);
+}
+
 /* The tools handle, opened on the first call so that a sandbox down at start is retried. */
 static asp_tools *get_tools(mcp *m, char *why, size_t cap)
 {
@@ -122,6 +145,8 @@ static asp_tools *get_tools(mcp *m, char *why, size_t cap)
 			m->client = NULL;
 		} else if (asp_tools_new(m->client, &m->tools, &err) != ASP_OK) {
 			m->tools = NULL;
+		} else {
+			resume_session(m->tools, m->session);
 		}
 		t = m->tools;
 		if (!t)
@@ -436,7 +461,7 @@ static int parse_tools(cli *c, mcp *m, const char *list)
 	return 0;
 }
 
-enum { OPT_TOOLS = CLI_OPT_FIRST_PRIVATE, OPT_WORKERS, OPT_VOCABULARY };
+enum { OPT_TOOLS = CLI_OPT_FIRST_PRIVATE, OPT_WORKERS, OPT_VOCABULARY, OPT_SESSION };
 
 int cmd_mcp(cli *c, int argc, char **argv)
 {
@@ -445,8 +470,9 @@ int cmd_mcp(cli *c, int argc, char **argv)
 	    {"tools", required_argument, NULL, OPT_TOOLS},
 	    {"workers", required_argument, NULL, OPT_WORKERS},
 	    {"vocabulary", required_argument, NULL, OPT_VOCABULARY},
+	    {"session", required_argument, NULL, OPT_SESSION},
 	    {NULL, 0, NULL, 0}};
-	const char *tools_list = NULL, *vocab = NULL;
+	const char *tools_list = NULL, *vocab = NULL, *session = NULL;
 	unsigned workers = MCP_WORKERS_DEFAULT;
 	int opt;
 	while ((opt = cli_getopt(c, argc, argv, "h", longopts)) != -1) {
@@ -456,6 +482,8 @@ int cmd_mcp(cli *c, int argc, char **argv)
 			tools_list = optarg;
 		} else if (opt == OPT_VOCABULARY) {
 			vocab = optarg;
+		} else if (opt == OPT_SESSION) {
+			session = optarg;
 		} else if (opt == OPT_WORKERS) {
 			char *end;
 			unsigned long w = strtoul(optarg, &end, 10);
@@ -473,7 +501,8 @@ int cmd_mcp(cli *c, int argc, char **argv)
 	if (!asp_tools_vocab_list(vocab, &n))
 		return cli_usage(c, "--vocabulary: no vocabulary is called '%s' (claude, opencode)",
 		                 vocab);
-	mcp m = {.c = c, .vocab = vocab};
+	char here[4096];
+	mcp m = {.c = c, .vocab = vocab, .session = cli_session_name(session, here, sizeof here)};
 	m.enabled = calloc(n, sizeof *m.enabled);
 	if (!m.enabled)
 		return cli_fail_errno(c, ENOMEM, "mcp");

@@ -8,18 +8,23 @@
 
 int cmd_tool(cli *c, int argc, char **argv)
 {
-	enum { OPT_VOCABULARY = CLI_OPT_FIRST_PRIVATE };
+	enum { OPT_VOCABULARY = CLI_OPT_FIRST_PRIVATE, OPT_SESSION };
 	static const struct option longopts[] = {
 	    CLI_COMMON_LONGOPTS,
 	    {"vocabulary", required_argument, NULL, OPT_VOCABULARY},
+	    {"session", required_argument, NULL, OPT_SESSION},
 	    {NULL, 0, NULL, 0}};
-	const char *vocab = NULL;
+	const char *vocab = NULL, *session = NULL;
 	int opt;
 	while ((opt = cli_getopt(c, argc, argv, "+h", longopts)) != -1) {
 		if (opt == 'h')
 			return cli_finish(c, CLI_EXIT_OK);
 		if (opt == OPT_VOCABULARY) {
 			vocab = optarg;
+			continue;
+		}
+		if (opt == OPT_SESSION) {
+			session = optarg;
 			continue;
 		}
 		return c->fail_code;
@@ -70,6 +75,13 @@ int cmd_tool(cli *c, int argc, char **argv)
 	if (asp_tools_new(client, &t, &err) != ASP_OK) {
 		free(args);
 		return cli_fail(c, &err, "tool %s", name);
+	}
+	char here[4096];
+	const char *name_of_session = cli_session_name(session, here, sizeof here);
+	if (name_of_session && !asp_tools_set_session(t, name_of_session)) {
+		free(args);
+		asp_tools_free(t);
+		return cli_fail_errno(c, ENOMEM, "tool %s", name);
 	}
 	char *text = NULL;
 	bool is_error = true;

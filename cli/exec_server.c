@@ -91,7 +91,8 @@ static void probe_sandbox(xs_session *s)
 		s->tmp = strdup("/tmp");
 }
 
-xs_session *xs_session_new(asp_client *c, xs_send_fn send, void *user, asp_error *err)
+xs_session *xs_session_new(asp_client *c, const char *session, xs_send_fn send, void *user,
+                           asp_error *err)
 {
 	xs_session *s = calloc(1, sizeof *s);
 	asp_arena *a = asp_arena_new();
@@ -102,6 +103,12 @@ xs_session *xs_session_new(asp_client *c, xs_send_fn send, void *user, asp_error
 		return NULL;
 	}
 	s->c = c;
+	if (session && !(s->session = strdup(session))) {
+		free(s);
+		asp_arena_free(a);
+		asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+		return NULL;
+	}
 	s->send = send;
 	s->send_user = user;
 	pthread_mutex_init(&s->mu, NULL);
@@ -139,6 +146,7 @@ xs_session *xs_session_new(asp_client *c, xs_send_fn send, void *user, asp_error
 	}
 	probe_sandbox(s);
 	new_session_id(s->id);
+	xs_procs_resume(s);
 	return s;
 }
 
@@ -152,6 +160,7 @@ void xs_session_free(xs_session *s)
 	free(s->home);
 	free(s->shell);
 	free(s->tmp);
+	free(s->session);
 	pthread_cond_destroy(&s->cv);
 	pthread_mutex_destroy(&s->mu);
 	free(s);

@@ -39,6 +39,7 @@ typedef struct xs_session {
 	char *shell;       /* bash's path in the sandbox, or NULL for /bin/sh */
 	char *tmp;         /* the sandbox's $TMPDIR or /tmp */
 	bool pty;          /* the responder's hello lists pty */
+	char *session;     /* --session: the tag its processes carry (docs/tools.md), or NULL */
 	char id[40];       /* the sessionId initialize answers */
 	xs_send_fn send;
 	void *send_user;
@@ -47,8 +48,13 @@ typedef struct xs_session {
 	struct xs_proc *procs;
 } xs_session;
 
-/* A session over `c` (borrowed), sending with `send`. NULL with `err` filled on failure. */
-xs_session *xs_session_new(asp_client *c, xs_send_fn send, void *user, asp_error *err);
+/*
+ * A session over `c` (borrowed), sending with `send`, whose processes carry `session`
+ * (NULL: none); it follows again the running processes an earlier asp exec-server of the
+ * same session left. NULL with `err` filled on failure.
+ */
+xs_session *xs_session_new(asp_client *c, const char *session, xs_send_fn send, void *user,
+                           asp_error *err);
 
 /* Handles one incoming message (a request or a notification), answering through send. */
 void xs_session_handle(xs_session *s, const char *msg, size_t len);
@@ -93,6 +99,12 @@ bool xs_fs_handle(xs_session *s, const char *method, json_t *id, json_t *params)
 bool xs_proc_handle(xs_session *s, const char *method, json_t *id, json_t *params);
 /* Kills what still runs and frees the table (at session end). */
 void xs_procs_free(xs_session *s);
+/*
+ * Enters the session's running processes proc_list shows that no session of this process
+ * follows (an earlier asp exec-server's, killed) into the table, followed from the start
+ * the responder holds, so process/read and process/write reach them by their processId.
+ */
+void xs_procs_resume(xs_session *s);
 
 /* --- exec_server_ws.c ---------------------------------------------------------------------- */
 
@@ -100,6 +112,6 @@ void xs_procs_free(xs_session *s);
  * Serves sessions over WebSocket on `url` (ws://IP:PORT; port 0 picks one) until SIGINT or
  * SIGTERM; prints "listening on ws://IP:PORT" on stderr once ready. 0, or -1 with `why`.
  */
-int xs_ws_serve(asp_client *c, const char *url, char *why, size_t cap);
+int xs_ws_serve(asp_client *c, const char *session, const char *url, char *why, size_t cap);
 
 #endif

@@ -157,6 +157,45 @@ static void on_lost(void *user, uint64_t proc, const asp_error *err)
 	pthread_mutex_unlock(&p->s->mu);
 }
 
+static const asp_proc_callbacks proc_cbs = {on_output, on_exit_cb, on_lost};
+
+/* --- tags: what proc_list shows, and what a restart finds again ------------------------------ */
+
+/*
+ * "asp exec-server tty=0 process=ID session=S": the processId last before the session, so
+ * an id with spaces still parses; without a session the id ends the tag.
+ */
+#define TAG_PREFIX  "asp exec-server"
+#define TAG_SESSION " session="
+#define TAG_PROCESS " process="
+
+static char *proc_tag(const xs_session *s, const char *id, bool tty)
+{
+	size_t n = strlen(TAG_PREFIX) + strlen(id) + (s->session ? strlen(s->session) : 0) + 40;
+	char *tag = malloc(n);
+	if (tag)
+		snprintf(tag, n, "%s tty=%d%s%s%s%s", TAG_PREFIX, tty, TAG_PROCESS, id,
+		         s->session ? TAG_SESSION : "", s->session ? s->session : "");
+	return tag;
+}
+
+/* The processId and tty of a tag of the session's (malloc'd id), or NULL. */
+static char *parse_tag(const xs_session *s, const char *tag, bool *tty)
+{
+	if (!tag || !s->session || strncmp(tag, TAG_PREFIX " tty=", strlen(TAG_PREFIX) + 5))
+		return NULL;
+	const char *p = tag + strlen(TAG_PREFIX) + 5;
+	if ((*p != '0' && *p != '1') || strncmp(p + 1, TAG_PROCESS, strlen(TAG_PROCESS)))
+		return NULL;
+	*tty = *p == '1';
+	const char *id = p + 1 + strlen(TAG_PROCESS);
+	size_t idlen = strlen(id), sl = strlen(TAG_SESSION) + strlen(s->session);
+	if (idlen <= sl || strcmp(id + idlen - sl + strlen(TAG_SESSION), s->session) ||
+	    strncmp(id + idlen - sl, TAG_SESSION, strlen(TAG_SESSION)))
+		return NULL;
+	return strndup(id, idlen - sl);
+}
+
 /* --- process/start ------------------------------------------------------------------------ */
 
 static const char *env_get(json_t *env, const char *key)
@@ -219,8 +258,8 @@ static bool start(xs_session *s, json_t *id, json_t *params)
 	if (json_is_object(json_object_get(policy, "set")))
 		json_object_update(vars, json_object_get(policy, "set"));
 	size_t nvars = json_object_size(vars), n = 0;
-	const char **argv = calloc(argc + nvars + 8, sizeof *argv);
-	asp_strmap_entry *ents = calloc(nvars + 1, sizeof *ents);
+	const char **argv = calloc(argc + nvars + 9, sizeof *argv);
+	asp_strmap_entry *ents = calloc(nvars + 2, sizeof *ents);
 	char **owned = calloc(nvars + 1, sizeof *owned);
 	xs_proc *p = calloc(1, sizeof *p);
 	if (!argv || !ents || !owned || !p || !(p->id = strdup(json_string_value(jid))) ||
@@ -242,6 +281,7 @@ static bool start(xs_session *s, json_t *id, json_t *params)
 	size_t nents = 0, nowned = 0;
 	bool clean = strcmp(inherit, "all") != 0;
 	char keep_core[256], script[512]; /* live until the spawn below */
+	char *session_kv = NULL;
 	if (clean) {
 		keep_core[0] = '\0';
 		if (!strcmp(inherit, "core"))
@@ -271,8 +311,16 @@ static bool start(xs_session *s, json_t *id, json_t *params)
 			nents++;
 		}
 	}
+	/* $ASP_SESSION names the session to a look at the sandbox's processes (asp ui) */
+	if (s->session && clean && (session_kv = malloc(strlen(s->session) + 13))) {
+		sprintf(session_kv, "ASP_SESSION=%s", s->session);
+		argv[n++] = session_kv;
+	} else if (s->session && !clean) {
+		ents[nents++] = (asp_strmap_entry){"ASP_SESSION", s->session};
+	}
 	for (size_t i = 0; i < argc; i++)
 		argv[n++] = json_string_value(json_array_get(jargv, i));
+	char *tag = proc_tag(s, p->id, tty);
 	asp_tty term = {.rows = 24, .cols = 80, .term = env_get(vars, "TERM")};
 	asp_spawn_params sp;
 	asp_spawn_params_init(&sp);
@@ -283,14 +331,13 @@ static bool start(xs_session *s, json_t *id, json_t *params)
 	sp.has_env = nents > 0;
 	sp.env.items = ents;
 	sp.env.count = nents;
-	sp.tag = "asp exec-server";
+	sp.tag = tag ? tag : TAG_PREFIX;
 	sp.tty = tty ? &term : NULL;
 	sp.stdin_eof = !tty && !pipe;
 	p->s = s;
 	p->tty = tty;
 	p->pipe_stdin = pipe || tty;
 	p->following = true;
-	static const asp_proc_callbacks cbs = {on_output, on_exit_cb, on_lost};
 	pthread_mutex_lock(&s->mu);
 	bool dup = find_locked(s, p->id) != NULL;
 	if (!dup) {
@@ -299,10 +346,12 @@ static bool start(xs_session *s, json_t *id, json_t *params)
 	}
 	pthread_mutex_unlock(&s->mu);
 	asp_error err;
-	asp_status st = dup ? ASP_OK : asp_spawn_start(s->c, &sp, &cbs, p, &p->handle, &err);
+	asp_status st = dup ? ASP_OK : asp_spawn_start(s->c, &sp, &proc_cbs, p, &p->handle, &err);
 	for (size_t i = 0; i < nowned; i++)
 		free(owned[i]);
 	free(owned);
+	free(session_kv);
+	free(tag);
 	free(argv);
 	free(ents);
 	free(cwd);
@@ -576,4 +625,68 @@ void xs_procs_free(xs_session *s)
 		free(p->id);
 		free(p);
 	}
+}
+
+void xs_procs_resume(xs_session *s)
+{
+	if (!s->session)
+		return;
+	asp_arena *a = asp_arena_new();
+	asp_proc_list_params lp;
+	asp_proc_list_params_init(&lp);
+	asp_proc_list_result lr;
+	asp_error err;
+	if (!a || asp_proc_list(s->c, &lp, &lr, a, &err) != ASP_OK) {
+		asp_arena_free(a);
+		return; /* nothing to find again: a sandbox without proc_list keeps nothing */
+	}
+	size_t found = 0;
+	for (size_t i = 0; i < lr.procs.count; i++) {
+		const asp_proc_info *pi = &lr.procs.items[i];
+		bool tty = false;
+		char *id = pi->running ? parse_tag(s, pi->tag, &tty) : NULL;
+		xs_proc *p = id ? calloc(1, sizeof *p) : NULL;
+		if (!p || !(p->pending = json_array())) {
+			free(id);
+			free(p);
+			continue;
+		}
+		p->s = s;
+		p->id = id;
+		p->handle = pi->proc;
+		p->tty = tty;
+		p->pipe_stdin = true; /* stdin as it was: a write to a closed one says so */
+		p->announced = true;
+		p->following = true;
+		pthread_mutex_lock(&s->mu);
+		bool dup = find_locked(s, id) != NULL;
+		if (!dup) {
+			p->next = s->procs;
+			s->procs = p;
+		}
+		pthread_mutex_unlock(&s->mu);
+		asp_proc_attach_params ap;
+		asp_proc_attach_params_init(&ap);
+		ap.proc = pi->proc;
+		/* invalid_argument: another session of this process follows it already */
+		if (!dup && asp_proc_attach_start(s->c, &ap, &proc_cbs, p, &err) == ASP_OK) {
+			found++;
+			continue;
+		}
+		pthread_mutex_lock(&s->mu);
+		for (xs_proc **pp = &s->procs; !dup && *pp; pp = &(*pp)->next)
+			if (*pp == p) {
+				*pp = p->next;
+				break;
+			}
+		pthread_mutex_unlock(&s->mu);
+		json_decref(p->pending);
+		free(p->id);
+		free(p);
+	}
+	asp_arena_free(a);
+	if (found)
+		fprintf(stderr,
+		        "asp: exec-server: %zu running process%s of session %s followed again\n",
+		        found, found == 1 ? "" : "es", s->session);
 }

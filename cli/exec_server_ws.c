@@ -44,8 +44,9 @@ typedef struct ws_conn {
 
 static struct {
 	struct lws_context *ctx;
-	asp_client *client; /* borrowed: every session's */
-	pthread_mutex_t mu; /* guards conns */
+	asp_client *client;  /* borrowed: every session's */
+	const char *session; /* borrowed: --session */
+	pthread_mutex_t mu;  /* guards conns */
 	ws_conn *conns;
 	unsigned live; /* connection threads still running */
 	pthread_cond_t ended;
@@ -99,7 +100,7 @@ static void *conn_main(void *arg)
 {
 	ws_conn *c = arg;
 	asp_error err;
-	xs_session *s = xs_session_new(c->client, conn_send, c, &err);
+	xs_session *s = xs_session_new(c->client, server.session, conn_send, c, &err);
 	if (!s)
 		fprintf(stderr, "asp: exec-server: %s\n", err.message);
 	for (;;) {
@@ -342,8 +343,9 @@ bad:
 	return -1;
 }
 
-int xs_ws_serve(asp_client *client, const char *url, char *why, size_t cap)
+int xs_ws_serve(asp_client *client, const char *session, const char *url, char *why, size_t cap)
 {
+	server.session = session;
 	char host[64];
 	int port;
 	if (parse_url(url, host, sizeof host, &port, why, cap) != 0)

@@ -157,7 +157,7 @@ static const cli_command commands[] = {
      "  --only WORD  run only the cases whose names contain WORD (none: an error)\n"
      "  --list       list the cases and the ops and features each needs; run nothing\n"},
     {"mcp", cmd_mcp, "serve the sandbox's tools to an MCP client on stdin/stdout",
-     "usage: asp mcp [--tools LIST] [--workers N] [--vocabulary NAME]\n"
+     "usage: asp mcp [--tools LIST] [--workers N] [--vocabulary NAME] [--session NAME]\n"
      "\nAn MCP server (newline-delimited JSON-RPC 2.0 on stdin/stdout) whose tools act in\n"
      "the sandbox (listed below; docs/tools.md). For Claude Code, Codex, OpenCode and the\n"
      "Claude Agent SDK see docs/harnesses.md. Logs go to stderr. When stdin closes it\n"
@@ -165,20 +165,26 @@ static const cli_command commands[] = {
      "\n  --tools LIST   only these tools (comma-separated names)\n"
      "  --workers N    most tool calls run at once (default 32)\n"
      "  --vocabulary NAME  the tools under a harness's names and arguments: claude (the\n"
-     "                 default) or opencode (filePath, oldString, ...; docs/tools.md)\n",
+     "                 default) or opencode (filePath, oldString, ...; docs/tools.md)\n"
+     "  --session NAME the session its commands belong to (default: the working\n"
+     "                 directory; '' for none): started again with the same one, it\n"
+     "                 follows the session's running commands again and bash_list shows\n"
+     "                 them (docs/tools.md, \"Sessions\")\n",
      cli_print_tools},
     {"tool", cmd_tool, "call one tool of the tools layer",
-     "usage: asp tool [--vocabulary NAME] NAME [ARGS-JSON | -]\n"
+     "usage: asp tool [--vocabulary NAME] [--session NAME] NAME [ARGS-JSON | -]\n"
      "       asp tool [--vocabulary NAME]\n"
      "\nRuns tool NAME (as asp mcp serves it) with the JSON object ARGS-JSON (\"-\": read it\n"
      "from stdin; none: {}) and prints the tool's text. Exits 1 when the tool reports an\n"
      "error. Without NAME, lists the tools.\n"
      "\n  --vocabulary NAME  the tools under a harness's names and argument spellings: claude\n"
      "                     (the default) or opencode (docs/tools.md, \"Vocabularies\")\n"
+     "  --session NAME     the session the commands it starts belong to, as for asp mcp\n"
+     "                     (default: the working directory)\n"
      "\nExample: asp tool read '{\"file_path\": \"/w/main.c\", \"limit\": 20}'\n",
      cli_print_tools},
     {"exec-server", cmd_exec_server, "serve Codex's exec-server protocol from the sandbox",
-     "usage: asp exec-server [--listen ws://IP:PORT | --listen stdio]\n"
+     "usage: asp exec-server [--listen ws://IP:PORT | --listen stdio] [--session NAME]\n"
      "\nCodex's exec-server protocol (newline-delimited JSON-RPC) on stdin/stdout, or on a\n"
      "WebSocket at a loopback address: Codex's own shell, exec_command, write_stdin,\n"
      "apply_patch and file reads then act in the sandbox. Paths under the .asp.json\n"
@@ -186,7 +192,10 @@ static const cli_command commands[] = {
      "asp bind codex, or see docs/harnesses.md. With --listen ws:// the URL is printed on\n"
      "stdout once listening; SIGINT or SIGTERM stops it. Processes a connection started\n"
      "are killed when it closes.\n"
-     "\n  --listen URL   ws://IP:PORT (port 0: any free one) or stdio (the default)\n"},
+     "\n  --listen URL   ws://IP:PORT (port 0: any free one) or stdio (the default)\n"
+     "  --session NAME the session its processes belong to (default: the working\n"
+     "                 directory; '' for none): processes of the session an earlier\n"
+     "                 exec-server left running are followed again by their processId\n"},
     {"bind", cmd_bind, "set a harness up so its own tools act in the sandbox",
      "usage: asp bind claude|codex|opencode|pi [--print]\n"
      "\nRun in the harness's project: writes that harness's own configuration so that a\n"

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void cli_print_help(const cli *c)
 {
@@ -138,6 +139,13 @@ int cli_parse_seconds(cli *c, const char *opt, const char *s, uint64_t *out_ms)
 	/* A positive timeout below 1 ms must not turn into 0, which means "none". */
 	*out_ms = (ms == 0 && v > 0) ? 1 : ms;
 	return 0;
+}
+
+const char *cli_session_name(const char *flag, char *buf, size_t cap)
+{
+	if (flag)
+		return *flag ? flag : NULL;
+	return getcwd(buf, cap);
 }
 
 int cli_parse_env(cli *c, char *arg, asp_strmap_entry *out)

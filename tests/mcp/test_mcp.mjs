@@ -156,8 +156,9 @@ try {
 
   await test('tools/list: every tool with an object JSON Schema and a description', async () => {
     const { tools } = await client.listTools();
-    assert.deepEqual(tools.map((t) => t.name).sort(), ['apply_patch', 'bash', 'bash_output',
-      'edit', 'exec_command', 'glob', 'grep', 'kill_bash', 'ls', 'read', 'write', 'write_stdin']);
+    assert.deepEqual(tools.map((t) => t.name).sort(), ['apply_patch', 'bash', 'bash_list',
+      'bash_output', 'edit', 'exec_command', 'glob', 'grep', 'kill_bash', 'ls', 'read', 'write',
+      'write_stdin']);
     for (const t of tools) {
       assert.equal(t.inputSchema.type, 'object', t.name);
       assert.ok(t.description.length > 40, t.name);

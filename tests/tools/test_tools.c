@@ -107,7 +107,7 @@ static void test_list(void)
 {
 	size_t n;
 	const asp_tool_desc *d = asp_tools_list(&n);
-	CU_ASSERT_EQUAL(n, 12);
+	CU_ASSERT_EQUAL(n, 13);
 	for (size_t i = 0; i < n; i++) {
 		json_t *s = json_loads(d[i].input_schema, 0, NULL);
 		CU_ASSERT_PTR_NOT_NULL(s);

@@ -38,6 +38,30 @@ asp_status asp_tools_new(asp_client *c, asp_tools **out, asp_error *err);
 /* Kills nothing: background commands keep running in the sandbox. NULL is a no-op. */
 void asp_tools_free(asp_tools *t);
 
+/*
+ * Sessions (docs/tools.md, "Sessions"): the harness's name for its work, by default its
+ * project directory. Once set, every command the handle starts carries it (in its
+ * proc_list tag, " session=NAME", and as $ASP_SESSION in its environment), and bash_list
+ * lists the session's commands, those a previous run of the harness started included.
+ * Set it before the first call; NULL or "" is none. false when out of memory.
+ */
+bool asp_tools_set_session(asp_tools *t, const char *session);
+
+/*
+ * Rebuilds the table of running commands from proc_list: the session's commands the
+ * sandbox still runs are followed again (their output from the start the responder holds),
+ * so bash_output and write_stdin read them as if this handle had started them. *found
+ * gets their number. A handle without a session adopts nothing.
+ */
+asp_status asp_tools_resume(asp_tools *t, size_t *found, asp_error *err);
+
+/*
+ * NULL where the responder keeps processes for another connection (hello's reattach);
+ * else a sentence for the person or model: background commands end with the connection.
+ * Static text.
+ */
+const char *asp_tools_notice(const asp_tools *t);
+
 /* Every tool, in a fixed order; *count gets their number. */
 const asp_tool_desc *asp_tools_list(size_t *count);
 

@@ -212,10 +212,15 @@ static void kill_group(asp_tools *t, uint64_t proc)
 }
 
 static asp_status start_shell(asp_tools *t, const char *script, const char *cwd, uint64_t timeout,
-                              const char *tag, const asp_proc_callbacks *cb, void *user,
-                              uint64_t *proc, asp_error *err)
+                              const asp_proc_callbacks *cb, void *user, uint64_t *proc,
+                              asp_error *err)
 {
 	static const char *const shells[] = {"bash", "/bin/sh"};
+	char *tag = tools_tag(t, TOOLS_TAG_BASH);
+	if (!tag)
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	asp_strmap_entry env[1];
+	size_t n_env = tools_env(t, NULL, 0, env);
 	asp_status st = ASP_E_INTERNAL;
 	for (size_t i = 0; i < 2; i++) {
 		const char *argv[] = {shells[i], "-c", script};
@@ -227,10 +232,13 @@ static asp_status start_shell(asp_tools *t, const char *script, const char *cwd,
 		p.cwd = cwd ? cwd : t->base;
 		p.timeout_ms = timeout;
 		p.tag = tag;
+		p.has_env = n_env > 0;
+		p.env = (asp_strmap){env, n_env};
 		st = asp_spawn_start(t->c, &p, cb, user, proc, err);
 		if (st != ASP_E_NOT_FOUND)
 			break;
 	}
+	free(tag);
 	return st;
 }
 
@@ -245,6 +253,8 @@ static bool bash_exec(asp_tools *t, const char *script, const char *cwd, uint64_
 	static const char *const shells[] = {"bash", "/bin/sh"};
 	if (!a)
 		return tools_fail(r, "Error: out of memory.");
+	asp_strmap_entry env[1];
+	size_t n_env = tools_env(t, NULL, 0, env);
 	for (size_t i = 0; i < 2; i++) {
 		const char *argv[] = {shells[i], "-c", script};
 		asp_exec_params p;
@@ -254,6 +264,8 @@ static bool bash_exec(asp_tools *t, const char *script, const char *cwd, uint64_
 		p.argv.count = 3;
 		p.cwd = cwd ? cwd : t->base;
 		p.timeout_ms = timeout;
+		p.has_env = n_env > 0;
+		p.env = (asp_strmap){env, n_env};
 		st = asp_exec(t->c, &p, &res, a, &err);
 		if (st != ASP_E_NOT_FOUND)
 			break;
@@ -293,7 +305,7 @@ static bool bash_foreground(asp_tools *t, const char *command, const char *cwd, 
 	uint64_t proc = 0;
 	asp_error err;
 	bool ok = true;
-	asp_status st = start_shell(t, script, cwd, timeout, "asp-tools bash", &cb, f, &proc, &err);
+	asp_status st = start_shell(t, script, cwd, timeout, &cb, f, &proc, &err);
 	if (st == ASP_E_UNSUPPORTED) {
 		ok = bash_exec(t, script, cwd, timeout, r);
 		goto out;
@@ -358,8 +370,14 @@ out:
 static bool bash_background(asp_tools *t, const char *command, const char *cwd, tresult *r)
 {
 	char *script = shell_script(command);
-	if (!script)
+	char *tag = tools_tag(t, TOOLS_TAG_BACKGROUND);
+	if (!script || !tag) {
+		free(script);
+		free(tag);
 		return tools_fail(r, "Error: out of memory.");
+	}
+	asp_strmap_entry env[1];
+	size_t n_env = tools_env(t, NULL, 0, env);
 	static const char *const shells[] = {"bash", "/bin/sh"};
 	asp_error err;
 	asp_error_clear(&err);
@@ -373,12 +391,15 @@ static bool bash_background(asp_tools *t, const char *command, const char *cwd, 
 		sp.argv.items = argv;
 		sp.argv.count = 3;
 		sp.cwd = cwd ? cwd : t->base;
-		sp.tag = "asp-tools bash (background)";
+		sp.tag = tag;
+		sp.has_env = n_env > 0;
+		sp.env = (asp_strmap){env, n_env};
 		st = tools_proc_spawn(t, &sp, false, &p, &err);
 		if (st != ASP_E_NOT_FOUND)
 			break;
 	}
 	free(script);
+	free(tag);
 	if (st != ASP_OK) {
 		if (st == ASP_E_UNSUPPORTED)
 			return tools_fail(r,
@@ -390,6 +411,9 @@ static bool bash_background(asp_tools *t, const char *command, const char *cwd, 
 	          "Command running in the background with ID: bash_%" PRIu64
 	          "\nUse bash_output with this bash_id to read its output, kill_bash to stop it.",
 	          p->proc);
+	const char *note = asp_tools_notice(t);
+	if (note)
+		tb_printf(&r->text, "\nNote: %s", note);
 	tools_proc_put(p);
 	return true;
 }

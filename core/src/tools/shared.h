@@ -61,6 +61,8 @@ struct asp_tools {
 	uint64_t protocol;  /* hello's: from 2, write says whether it created the file */
 	bool grep_ere;      /* hello says the grep op speaks POSIX ERE (grep-ere), not PCRE2 */
 	bool pty;           /* hello lists the feature pty: spawn takes tty */
+	bool reattach;      /* hello lists reattach: processes outlive the connection */
+	char *session;      /* asp_tools_set_session's name, or NULL */
 	pthread_mutex_t mu; /* guards the table of running commands */
 	pthread_cond_t cv;  /* broadcast when a command in the table has output or ends */
 	struct tools_proc *procs;
@@ -121,6 +123,7 @@ typedef bool (*tool_fn)(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel
 bool tool_bash(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k);
 bool tool_bash_output(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k);
 bool tool_kill_bash(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k);
+bool tool_bash_list(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k);
 bool tool_read(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k);
 bool tool_write(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k);
 bool tool_edit(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k);
@@ -200,6 +203,20 @@ bool tools_vocab_known(const char *name);
 const asp_tool_desc *tools_vocab_list(const char *name, size_t *count);
 json_t *tools_vocab_translate(const char *vname, const char *name, json_t *args,
                               const char **target, tresult *r);
+
+/*
+ * Sessions (session.c). The tag of a command of kind `what` (TOOLS_TAG_*), with the
+ * session when there is one; malloc'd, NULL when out of memory.
+ */
+#define TOOLS_TAG_BASH       "asp-tools bash"
+#define TOOLS_TAG_BACKGROUND "asp-tools bash (background)"
+#define TOOLS_TAG_EXEC       "asp-tools exec_command"
+char *tools_tag(const asp_tools *t, const char *what);
+/*
+ * `base` (n entries) and, with a session, ASP_SESSION into `out` (room for n + 1); the
+ * count. Set sp->env from it.
+ */
+size_t tools_env(const asp_tools *t, const asp_strmap_entry *base, size_t n, asp_strmap_entry *out);
 
 /* Frees the table (at asp_tools_free): the processes keep running. */
 void tools_procs_free(asp_tools *t);

@@ -76,6 +76,7 @@ asp_status asp_tools_new(asp_client *c, asp_tools **out, asp_error *err)
 	for (size_t i = 0; hr.has_features && i < hr.features.count; i++) {
 		t->grep_ere = t->grep_ere || !strcmp(hr.features.items[i], "grep-ere");
 		t->pty = t->pty || !strcmp(hr.features.items[i], "pty");
+		t->reattach = t->reattach || !strcmp(hr.features.items[i], "reattach");
 	}
 	asp_arena_free(a);
 	if (!t->base || !t->ops) {
@@ -95,6 +96,7 @@ void asp_tools_free(asp_tools *t)
 		free(t->ops[i]);
 	free(t->ops);
 	free(t->base);
+	free(t->session);
 	asp_workspace_free(t->ws);
 	pthread_cond_destroy(&t->cv);
 	pthread_mutex_destroy(&t->mu);
@@ -139,6 +141,13 @@ static const tool_entry tools_table[] = {
       "\"bash_id\":{\"type\":\"string\",\"description\":\"The id of the background shell to kill\"}},"
       "\"required\":[\"bash_id\"],\"additionalProperties\":false}"},
      tool_kill_bash},
+    {{"bash_list",
+      "Lists the commands of the current session that the sandbox still knows: background bash "
+      "commands (bash_N) and exec_command sessions, running or finished, those started "
+      "before the tool server restarted included, each with its state and command. Use it "
+      "to find a command whose id you no longer have; bash_output then reads its output.",
+      "{\"type\":\"object\",\"properties\":{},\"required\":[],\"additionalProperties\":false}"},
+     tool_bash_list},
     {{"exec_command",
       "Runs a command in a PTY, returning output or a session ID for ongoing interaction. "
       "The command runs in the sandbox as `shell -lc cmd`; the call waits up to "

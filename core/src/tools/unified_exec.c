@@ -180,6 +180,13 @@ bool tool_exec_command(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel 
 	const char *shells[2] = {shell && *shell ? shell : "bash", "/bin/sh"};
 	size_t n_shells = shell && *shell ? 1 : 2;
 	asp_tty term = {.rows = 24, .cols = 80, .term = "dumb"};
+	asp_strmap_entry env[sizeof exec_env / sizeof exec_env[0] + 1];
+	size_t n_env = tools_env(t, exec_env, sizeof exec_env / sizeof exec_env[0], env);
+	char *tag = tools_tag(t, TOOLS_TAG_EXEC);
+	if (!tag) {
+		free(cwd);
+		return tools_fail(r, "Error: out of memory.");
+	}
 	asp_error err;
 	asp_error_clear(&err);
 	asp_status st = ASP_E_INTERNAL;
@@ -193,15 +200,16 @@ bool tool_exec_command(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel 
 		sp.argv.count = 3;
 		sp.cwd = cwd ? cwd : t->base;
 		sp.has_env = true;
-		sp.env.items = exec_env;
-		sp.env.count = sizeof exec_env / sizeof exec_env[0];
-		sp.tag = "asp-tools exec_command";
+		sp.env.items = env;
+		sp.env.count = n_env;
+		sp.tag = tag;
 		sp.tty = tty ? &term : NULL;
 		st = tools_proc_spawn(t, &sp, true, &p, &err);
 		if (st != ASP_E_NOT_FOUND)
 			break;
 	}
 	free(cwd);
+	free(tag);
 	if (st != ASP_OK) {
 		const char *why = err.message[0] ? err.message : asp_strerror(st);
 		if (st == ASP_E_UNSUPPORTED && tty)
