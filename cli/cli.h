@@ -237,6 +237,12 @@ void cli_route_text(FILE *f, const struct asp_ssh_route *r);
 /* True when the bytes are valid UTF-8 (no overlongs, surrogates or code points > U+10FFFF). */
 bool cli_utf8_valid(const uint8_t *s, size_t len);
 
+/* --- base64.c ------------------------------------------------------------------------------ */
+
+/* Base64 (RFC 4648, padded). Encode: malloc'd text. Decode `n` chars: false on bad input. */
+char *cli_b64_encode(const uint8_t *data, size_t len);
+bool cli_b64_decode(const char *text, size_t n, uint8_t **out, size_t *len);
+
 /* --- path.c: path strings ----------------------------------------------------------------- */
 
 /* malloc'd "DIR/NAME" without a doubled '/'; NULL when out of memory. */

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "asp/asp.h"
+#include "cli.h"
 
 /* JSON-RPC error codes, as Codex's own exec-server answers them. */
 enum {
@@ -87,10 +88,6 @@ void xs_notify_locked(xs_session *s, const char *method, json_t *params);
 char *xs_path_param(xs_session *s, json_t *id, json_t *params, const char *key);
 /* A file:// URI (new reference) for the sandbox's absolute `path`, mapped back. */
 json_t *xs_uri(xs_session *s, const char *path);
-
-/* Base64 (RFC 4648, padded). Encode: malloc'd text. Decode: false on bad input. */
-char *xs_b64_encode(const uint8_t *data, size_t len);
-bool xs_b64_decode(const char *text, uint8_t **out, size_t *len);
 
 /* --- exec_server_fs.c, exec_server_proc.c -------------------------------------------------- */
 

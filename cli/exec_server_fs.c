@@ -79,7 +79,7 @@ static bool read_file(xs_session *s, json_t *id, const char *path, asp_arena *a)
 		if (r.eof || r.data.len == 0)
 			break;
 	}
-	char *b64 = xs_b64_encode(data ? data : (const uint8_t *)"", len);
+	char *b64 = cli_b64_encode(data ? data : (const uint8_t *)"", len);
 	free(data);
 	if (!b64)
 		return xs_error(s, id, XS_INTERNAL, "out of memory");
@@ -96,7 +96,7 @@ static bool write_file(xs_session *s, json_t *id, const char *path, json_t *para
 	size_t len = 0;
 	if (!json_is_string(v))
 		return xs_error(s, id, XS_INVALID_PARAMS, "missing field `dataBase64`");
-	if (!xs_b64_decode(json_string_value(v), &data, &len))
+	if (!cli_b64_decode(json_string_value(v), strlen(json_string_value(v)), &data, &len))
 		return xs_error(s, id, XS_INVALID_PARAMS, "`dataBase64` is not base64");
 	asp_write_params p;
 	asp_write_params_init(&p);

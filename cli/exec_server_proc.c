@@ -81,7 +81,7 @@ static void on_output(void *user, uint64_t proc, asp_stream stream, uint64_t off
 	(void)proc;
 	(void)offset;
 	xs_proc *p = user;
-	char *b64 = xs_b64_encode(data, len);
+	char *b64 = cli_b64_encode(data, len);
 	xs_chunk *c = malloc(sizeof *c + len);
 	pthread_mutex_lock(&p->s->mu);
 	p->seq++;
@@ -444,7 +444,7 @@ static bool read_proc(xs_session *s, json_t *id, json_t *params)
 			next = c->seq;
 			break;
 		}
-		char *b64 = xs_b64_encode(c->data, c->len);
+		char *b64 = cli_b64_encode(c->data, c->len);
 		if (b64)
 			json_array_append_new(chunks, json_pack("{s:I, s:s, s:s}", "seq",
 			                                        (json_int_t)c->seq, "stream",
@@ -503,7 +503,8 @@ static bool write_proc(xs_session *s, json_t *id, json_t *params)
 		return xs_reply(s, id, json_pack("{s:s}", "status", "stdinClosed"));
 	uint8_t *data;
 	size_t len;
-	if (!xs_b64_decode(json_string_value(chunk), &data, &len))
+	if (!cli_b64_decode(json_string_value(chunk), strlen(json_string_value(chunk)), &data,
+	                    &len))
 		return xs_error(s, id, XS_INVALID_PARAMS, "`chunk` is not base64");
 	asp_proc_write_params p;
 	asp_proc_write_params_init(&p);

@@ -183,8 +183,8 @@ bool tool_bash_list(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 			         pi->has_exit_code ? pi->exit_code : 0);
 		char *cmd = model_command(pi->command);
 		if (!strcmp(kind, TOOLS_TAG_EXEC))
-			tb_printf(&r->text, "session ID %" PRIu64 " (exec_command, %s): %s\n", pi->proc,
-			          state, cmd ? cmd : pi->command);
+			tb_printf(&r->text, "session ID %" PRIu64 " (exec_command, %s): %s\n",
+			          pi->proc, state, cmd ? cmd : pi->command);
 		else
 			tb_printf(&r->text, "bash_%" PRIu64 " (%s%s): %s\n", pi->proc, state,
 			          !strcmp(kind, TOOLS_TAG_BASH) ? ", foreground" : "",
@@ -194,10 +194,12 @@ bool tool_bash_list(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 	asp_arena_free(a);
 	if (!shown)
 		tb_printf(&r->text, "No commands of %s%s are known to the sandbox.",
-		          t->session ? "session " : "this tool server", t->session ? t->session : "");
+		          t->session ? "session " : "this tool server",
+		          t->session ? t->session : "");
 	else
-		tb_puts(&r->text, "bash_output reads a bash_N's output (from its start after a "
-		                  "restart), kill_bash stops it; write_stdin continues a session ID.");
+		tb_puts(&r->text,
+		        "bash_output reads a bash_N's output (from its start after a "
+		        "restart), kill_bash stops it; write_stdin continues a session ID.");
 	const char *note = asp_tools_notice(t);
 	if (note)
 		tb_printf(&r->text, "\nNote: %s", note);
