@@ -74,6 +74,7 @@ int cmd_forward(cli *c, int argc, char **argv);
 int cmd_watch(cli *c, int argc, char **argv);
 int cmd_exec_server(cli *c, int argc, char **argv);
 int cmd_bind(cli *c, int argc, char **argv);
+int cmd_ui(cli *c, int argc, char **argv);
 
 /* --- opts.c: option parsing shared by every command ----------------------------------------- */
 
@@ -310,6 +311,9 @@ int cli_attach_follow(cli *c, asp_client *client, const asp_proc_attach_params *
  * outside made us hang it up). A sandbox without terminals is an unsupported error.
  */
 int cli_tty_follow(cli *c, asp_client *client, const asp_spawn_params *p, const char *what);
+
+/* The sandbox user's login shell, for /bin/sh -c (asp shell, asp ui's terminal). */
+extern const char cli_login_script[];
 
 /* --- term.c: the local terminal ------------------------------------------------------------ */
 

@@ -15,7 +15,7 @@ enum { OPT_CWD = CLI_OPT_FIRST_PRIVATE, OPT_ENV };
  * started with -l (every common shell takes it) and exec'd, so it is the terminal's
  * session leader and runs job control. The user's own startup files set the prompt.
  */
-static const char login_script[] =
+const char cli_login_script[] =
     "s=${SHELL:-}; [ -x \"$s\" ] || s=$(command -v bash) || s=/bin/sh; exec \"$s\" -l";
 
 int cmd_shell(cli *c, int argc, char **argv)
@@ -48,7 +48,7 @@ int cmd_shell(cli *c, int argc, char **argv)
 		}
 	}
 	p.env.items = env;
-	static const char *const login[] = {"/bin/sh", "-c", login_script};
+	static const char *const login[] = {"/bin/sh", "-c", cli_login_script};
 	p.has_argv = true;
 	if (optind < argc) {
 		p.argv.items = (const char *const *)(argv + optind);

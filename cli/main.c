@@ -196,6 +196,20 @@ static const cli_command commands[] = {
      "  --session NAME the session its processes belong to (default: the working\n"
      "                 directory; '' for none): processes of the session an earlier\n"
      "                 exec-server left running are followed again by their processId\n"},
+    {"ui", cmd_ui, "a page in the browser that shows the sandbox",
+     "usage: asp ui [--listen 127.0.0.1:PORT]\n"
+     "\nServes a page on a loopback address that shows the sandbox: its files (a tree,\n"
+     "a viewer for text and images, download, upload by drag and drop, rename, delete),\n"
+     "its processes (proc_list, their output, signals) and whose session each belongs\n"
+     "to, the changes in the open folder, and a terminal. Prints the page's URL, which\n"
+     "carries a random token: a request without it (or the cookie its first visit\n"
+     "sets), for another Host than the address printed, or from another Origin is\n"
+     "refused. What the sandbox's transport lacks, the page says it cannot do, and why.\n"
+     "Runs until INT or TERM; closing a page hangs its terminal up and ends its uploads\n"
+     "(no half-written file is left: each goes to a temporary file renamed at the end).\n"
+     "docs/design.md, \"The page\", says what it may do and what it refuses.\n"
+     "\n  --listen ADDR:PORT  the loopback address and port (default 127.0.0.1:0: a free\n"
+     "                     port)\n"},
     {"bind", cmd_bind, "set a harness up so its own tools act in the sandbox",
      "usage: asp bind claude|codex|opencode|pi [--print]\n"
      "\nRun in the harness's project: writes that harness's own configuration so that a\n"
