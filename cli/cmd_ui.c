@@ -25,8 +25,8 @@ static int parse_listen(cli *c, const char *arg, ui_listen *l, char *host, size_
 	char *end;
 	long n = strtol(port, &end, 10);
 	if (!*port || *end || n < 0 || n > 65535 || hl >= cap)
-		return cli_usage(c, "--listen takes 127.0.0.1:PORT (PORT 0: any free one), not '%s'",
-		                 arg);
+		return cli_usage(
+		    c, "--listen takes 127.0.0.1:PORT (PORT 0: any free one), not '%s'", arg);
 	memcpy(host, colon ? h : "127.0.0.1", colon ? hl : 10);
 	host[colon ? hl : 9] = '\0';
 	unsigned char a[16];
@@ -35,10 +35,11 @@ static int parse_listen(cli *c, const char *arg, ui_listen *l, char *host, size_
 	                ? !memcmp(a, "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\1", 16)
 	                : false;
 	if (!loop)
-		return cli_usage(c,
-		                 "--listen %s: only a loopback address (127.0.0.1, [::1]) is served: "
-		                 "the page acts in the sandbox as you",
-		                 arg);
+		return cli_usage(
+		    c,
+		    "--listen %s: only a loopback address (127.0.0.1, [::1]) is served: "
+		    "the page acts in the sandbox as you",
+		    arg);
 	l->host = host;
 	l->port = (int)n;
 	return 0;

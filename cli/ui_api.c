@@ -93,8 +93,7 @@ static json_t *transport_of(asp_client *client)
 	char text[512];
 	switch (v->transport) {
 	case ASP_TRANSPORT_STDIO:
-		snprintf(text, sizeof text, "stdio (%s)",
-		         v->stdio.argc ? v->stdio.argv[0] : "");
+		snprintf(text, sizeof text, "stdio (%s)", v->stdio.argc ? v->stdio.argv[0] : "");
 		break;
 	case ASP_TRANSPORT_SSH:
 		snprintf(text, sizeof text, "ssh %s%s%s:%u (%s)", v->ssh.user ? v->ssh.user : "",
@@ -177,12 +176,11 @@ static void op_procs(ui_page *p, json_t *id)
 	for (size_t i = 0; i < lr.procs.count; i++) {
 		const asp_proc_info *pi = &lr.procs.items[i];
 		bool lossy;
-		json_t *e = json_pack("{s:I, s:o, s:o, s:b, s:o}", "proc", (json_int_t)pi->proc,
-		                      "tag",
-		                      pi->tag ? ui_string(pi->tag, strlen(pi->tag), &lossy)
-		                              : json_null(),
-		                      "command", ui_string(pi->command, strlen(pi->command), &lossy),
-		                      "running", pi->running, "session", tag_session(pi->tag));
+		json_t *e =
+		    json_pack("{s:I, s:o, s:o, s:b, s:o}", "proc", (json_int_t)pi->proc, "tag",
+		              pi->tag ? ui_string(pi->tag, strlen(pi->tag), &lossy) : json_null(),
+		              "command", ui_string(pi->command, strlen(pi->command), &lossy),
+		              "running", pi->running, "session", tag_session(pi->tag));
 		if (pi->has_exit_code)
 			json_object_set_new(e, "exit_code", json_integer(pi->exit_code));
 		if (pi->signal)
@@ -252,12 +250,14 @@ static void op_sessions(ui_page *p, json_t *id)
 	json_t *e;
 	json_object_foreach(all, pid, e)
 	{
-		json_t *parent = json_object_get(all, json_string_value(json_object_get(e, "ppid")));
-		if (parent && json_equal(json_object_get(parent, "session"), json_object_get(e, "session")))
+		json_t *parent =
+		    json_object_get(all, json_string_value(json_object_get(e, "ppid")));
+		if (parent &&
+		    json_equal(json_object_get(parent, "session"), json_object_get(e, "session")))
 			continue;
-		json_array_append_new(list, json_pack("{s:i, s:O, s:O}", "pid", atoi(pid), "session",
-		                                      json_object_get(e, "session"), "command",
-		                                      json_object_get(e, "command")));
+		json_array_append_new(list, json_pack("{s:i, s:O, s:O}", "pid", atoi(pid),
+		                                      "session", json_object_get(e, "session"),
+		                                      "command", json_object_get(e, "command")));
 	}
 	json_decref(all);
 	free(text);

@@ -42,11 +42,11 @@ static const ui_asset *table(size_t *n)
 	};
 	/* the lengths are not constant expressions in C: filled on each look, which only the
 	 * socket thread makes */
-	const size_t lens[] = {ui_asset_index_html_len, ui_asset_style_css_len,
-	                       ui_asset_app_js_len,     ui_asset_files_js_len,
-	                       ui_asset_procs_js_len,   ui_asset_changes_js_len,
+	const size_t lens[] = {ui_asset_index_html_len,  ui_asset_style_css_len,
+	                       ui_asset_app_js_len,      ui_asset_files_js_len,
+	                       ui_asset_procs_js_len,    ui_asset_changes_js_len,
 	                       ui_asset_terminal_js_len, ui_asset_xterm_js_len,
-	                       ui_asset_xterm_css_len,  ui_asset_fit_js_len};
+	                       ui_asset_xterm_css_len,   ui_asset_fit_js_len};
 	*n = sizeof assets / sizeof assets[0];
 	for (size_t i = 0; i < *n; i++)
 		assets[i].len = lens[i];

@@ -52,7 +52,7 @@ static uint64_t uint_arg(json_t *req, const char *key, uint64_t dflt)
 {
 	json_t *v = json_object_get(req, key);
 	return json_is_integer(v) && json_integer_value(v) >= 0 ? (uint64_t)json_integer_value(v)
-	                                                       : dflt;
+	                                                        : dflt;
 }
 
 /* Runs `st`'s answer: the result (stolen) when ASP_OK, else the error. */
@@ -82,11 +82,11 @@ static void op_list(asp_client *cl, ui_conn *c, json_t *id, json_t *req, asp_are
 		const asp_list_entry *e = &r.entries.items[i];
 		bool lossy;
 		json_t *name = ui_string(e->name, strlen(e->name), &lossy);
-		json_array_append_new(entries,
-		                      json_pack("{s:o, s:s, s:I, s:I, s:I, s:b}", "name", name, "type",
-		                                e->type, "size", (json_int_t)e->size, "mode",
-		                                (json_int_t)e->mode, "mtime_ms",
-		                                (json_int_t)(e->mtime_ns / 1000000), "lossy", lossy));
+		json_array_append_new(
+		    entries,
+		    json_pack("{s:o, s:s, s:I, s:I, s:I, s:b}", "name", name, "type", e->type,
+		              "size", (json_int_t)e->size, "mode", (json_int_t)e->mode, "mtime_ms",
+		              (json_int_t)(e->mtime_ns / 1000000), "lossy", lossy));
 	}
 	finish(c, id, st, &err, json_pack("{s:o}", "entries", entries));
 }
@@ -131,10 +131,10 @@ static void op_read(asp_client *cl, ui_conn *c, json_t *id, json_t *req, asp_are
 		return;
 	}
 	finish(c, id, st, &err,
-	       st == ASP_OK ? json_pack("{s:s, s:I, s:I, s:b}", "data", b64, "offset",
-	                                (json_int_t)p.offset, "size", (json_int_t)r.size, "eof",
-	                                r.eof)
-	                    : NULL);
+	       st == ASP_OK
+	           ? json_pack("{s:s, s:I, s:I, s:b}", "data", b64, "offset", (json_int_t)p.offset,
+	                       "size", (json_int_t)r.size, "eof", r.eof)
+	           : NULL);
 	free(b64);
 }
 
@@ -183,8 +183,8 @@ static void op_remove(asp_client *cl, ui_conn *c, json_t *id, json_t *req, asp_a
 	if (!str_arg(c, id, req, "path", &path))
 		return;
 	asp_error err;
-	asp_status st = remove_path(cl, path, json_is_true(json_object_get(req, "recursive")), a,
-	                            &err);
+	asp_status st =
+	    remove_path(cl, path, json_is_true(json_object_get(req, "recursive")), a, &err);
 	finish(c, id, st, &err, NULL);
 }
 
@@ -302,12 +302,15 @@ static void op_upload_chunk(asp_client *cl, ui_conn *c, ui_uploads *ups, json_t 
 	uint8_t *bytes = NULL;
 	size_t len = 0;
 	uint64_t off = uint_arg(req, "offset", UINT64_MAX);
+	/* the entry is let go before the answer: upload_end may follow it at once */
 	if (!cli_b64_decode(json_string_value(data), json_string_length(data), &bytes, &len)) {
+		upload_put(ups, u);
 		ui_reply_error(c, id, "invalid_argument", "`data` is not base64");
 	} else if (off > u->size || len > u->size - off) {
+		upload_put(ups, u);
 		ui_reply_error(c, id, "invalid_argument",
-		               "a chunk of %zu bytes at %llu is beyond the upload's %llu bytes", len,
-		               (unsigned long long)off, (unsigned long long)u->size);
+		               "a chunk of %zu bytes at %llu is beyond the upload's %llu bytes",
+		               len, (unsigned long long)off, (unsigned long long)u->size);
 	} else {
 		asp_write_params wp;
 		asp_write_params_init(&wp);
@@ -319,15 +322,14 @@ static void op_upload_chunk(asp_client *cl, ui_conn *c, ui_uploads *ups, json_t 
 		asp_write_result wr;
 		asp_error err;
 		asp_status st = asp_write(cl, &wp, &wr, a, &err);
-		if (st == ASP_OK) {
-			pthread_mutex_lock(&ups->mu);
+		pthread_mutex_lock(&ups->mu);
+		if (st == ASP_OK)
 			u->written += len;
-			pthread_mutex_unlock(&ups->mu);
-		}
+		u->busy--;
+		pthread_mutex_unlock(&ups->mu);
 		finish(c, id, st, &err, NULL);
 	}
 	free(bytes);
-	upload_put(ups, u);
 }
 
 static void op_upload_end(asp_client *cl, ui_conn *c, ui_uploads *ups, json_t *id, json_t *req,
@@ -337,7 +339,8 @@ static void op_upload_end(asp_client *cl, ui_conn *c, ui_uploads *ups, json_t *i
 	if (!u)
 		return;
 	if (!upload_unlink(ups, u)) {
-		ui_reply_error(c, id, "invalid_argument", "the upload's chunks are still being written");
+		ui_reply_error(c, id, "invalid_argument",
+		               "the upload's chunks are still being written");
 		return;
 	}
 	asp_error err;
@@ -386,10 +389,9 @@ void ui_uploads_free(asp_client *client, ui_uploads *ups)
 bool ui_files_handle(asp_client *client, ui_conn *c, ui_uploads *up, const char *op, json_t *id,
                      json_t *req)
 {
-	static const char *const ops[] = {"list",         "stat",         "read",
-	                                  "mkdir",        "rename",       "remove",
-	                                  "upload_begin", "upload_chunk", "upload_end",
-	                                  "upload_abort"};
+	static const char *const ops[] = {
+	    "list",   "stat",         "read",         "mkdir",      "rename",
+	    "remove", "upload_begin", "upload_chunk", "upload_end", "upload_abort"};
 	size_t i = 0;
 	while (i < sizeof ops / sizeof ops[0] && strcmp(ops[i], op))
 		i++;

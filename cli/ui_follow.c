@@ -41,8 +41,8 @@ static void on_output(void *user, uint64_t proc, asp_stream stream, uint64_t off
 	follow *f = user;
 	char *b64 = cli_b64_encode(data, len);
 	if (b64)
-		ui_send_output(f->c, json_pack("{s:s, s:I, s:s, s:I, s:s}", "event", "output", "proc",
-		                               (json_int_t)proc, "stream",
+		ui_send_output(f->c, json_pack("{s:s, s:I, s:s, s:I, s:s}", "event", "output",
+		                               "proc", (json_int_t)proc, "stream",
 		                               stream == ASP_STREAM_STDERR ? "stderr" : "stdout",
 		                               "offset", (json_int_t)offset, "data", b64));
 	free(b64);
@@ -54,8 +54,7 @@ static void on_exit_cb(void *user, const asp_exit_event *ev)
 	json_t *m = json_pack("{s:s, s:I, s:I, s:s?, s:b, s:s?}", "event",
 	                      f->kind == F_WATCH ? "watch_end" : "exit", "proc",
 	                      (json_int_t)ev->proc, "exit_code", (json_int_t)ev->exit_code,
-	                      "signal", ev->signal, "timed_out", ev->timed_out, "error",
-	                      ev->error);
+	                      "signal", ev->signal, "timed_out", ev->timed_out, "error", ev->error);
 	pthread_mutex_lock(&table_mu);
 	f->ended = true;
 	pthread_mutex_unlock(&table_mu);
@@ -76,10 +75,9 @@ static void on_fs(void *user, const asp_fs_event_event *ev)
 {
 	follow *f = user;
 	bool lossy;
-	json_t *m = json_pack("{s:s, s:I, s:o, s:s, s:s}", "event", "fs", "proc",
-	                      (json_int_t)ev->proc, "path",
-	                      ui_string(ev->path, strlen(ev->path), &lossy), "kind", ev->kind,
-	                      "type", ev->type);
+	json_t *m = json_pack(
+	    "{s:s, s:I, s:o, s:s, s:s}", "event", "fs", "proc", (json_int_t)ev->proc, "path",
+	    ui_string(ev->path, strlen(ev->path), &lossy), "kind", ev->kind, "type", ev->type);
 	if (ev->old_path)
 		json_object_set_new(m, "old_path",
 		                    ui_string(ev->old_path, strlen(ev->old_path), &lossy));
@@ -153,13 +151,14 @@ static void follow_end(asp_client *cl, follow *f)
 	free(f);
 }
 
-/* --- ops --------------------------------------------------------------------------------------- */
+/* --- ops ---------------------------------------------------------------------------------------
+ */
 
 static uint64_t proc_arg(json_t *req)
 {
 	json_t *v = json_object_get(req, "proc");
 	return json_is_integer(v) && json_integer_value(v) >= 0 ? (uint64_t)json_integer_value(v)
-	                                                       : 0;
+	                                                        : 0;
 }
 
 static void op_attach(ui_follows *o, json_t *id, json_t *req)
@@ -270,7 +269,8 @@ static bool spawn_followed(ui_follows *o, json_t *id, const asp_spawn_params *p,
 static void op_term_open(ui_follows *o, json_t *id, json_t *req)
 {
 	static const char *const argv[] = {"/bin/sh", "-c", cli_login_script};
-	asp_tty tty = {.rows = size_arg(req, "rows", 24), .cols = size_arg(req, "cols", 80),
+	asp_tty tty = {.rows = size_arg(req, "rows", 24),
+	               .cols = size_arg(req, "cols", 80),
 	               .term = "xterm-256color"};
 	asp_spawn_params p;
 	asp_spawn_params_init(&p);
@@ -289,7 +289,8 @@ static void op_run(ui_follows *o, json_t *id, json_t *req)
 {
 	json_t *cmd = json_object_get(req, "command");
 	if (!json_is_string(cmd) || !*json_string_value(cmd)) {
-		ui_reply_error(o->c, id, "invalid_argument", "`command` must be a non-empty string");
+		ui_reply_error(o->c, id, "invalid_argument",
+		               "`command` must be a non-empty string");
 		return;
 	}
 	asp_spawn_params p;

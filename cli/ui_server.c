@@ -62,9 +62,9 @@ static struct {
 	struct lws_context *ctx;
 	asp_client *client;
 	char token[65];
-	char host[80];     /* the Host header a request must carry: 127.0.0.1:PORT */
-	char origin[96];   /* the Origin it may carry: http://127.0.0.1:PORT */
-	char cookie[32];   /* the cookie's name, per port: asp_ui_PORT */
+	char host[80];      /* the Host header a request must carry: 127.0.0.1:PORT */
+	char origin[96];    /* the Origin it may carry: http://127.0.0.1:PORT */
+	char cookie[32];    /* the cookie's name, per port: asp_ui_PORT */
 	pthread_mutex_t mu; /* guards conns, downloads and ctx for the wakes */
 	ui_conn *conns;
 	http_pss *downloads;
@@ -399,7 +399,8 @@ static int add_header(struct lws *wsi, const char *name, const char *value, unsi
                       unsigned char *end)
 {
 	return lws_add_http_header_by_name(wsi, (const unsigned char *)name,
-	                                   (const unsigned char *)value, (int)strlen(value), p, end);
+	                                   (const unsigned char *)value, (int)strlen(value), p,
+	                                   end);
 }
 
 /* The headers every answer has; nonzero when they did not fit. */
@@ -422,8 +423,8 @@ static int answer_now(struct lws *wsi, int status, const char *msg, const char *
 	char cookie[256];
 	snprintf(cookie, sizeof cookie, "%s=%s; Path=/; HttpOnly; SameSite=Strict", server.cookie,
 	         server.token);
-	if (lws_add_http_common_headers(wsi, (unsigned)status, "text/plain; charset=utf-8", ml,
-	                                &p, end) ||
+	if (lws_add_http_common_headers(wsi, (unsigned)status, "text/plain; charset=utf-8", ml, &p,
+	                                end) ||
 	    common_headers(wsi, page_csp, &p, end) ||
 	    (location && add_header(wsi, "location:", location, &p, end)) ||
 	    (set_cookie && add_header(wsi, "set-cookie:", cookie, &p, end)) ||
@@ -444,9 +445,10 @@ static int refuse_upgrade(struct lws *wsi, int status, const char *msg)
 	size_t ml = strlen(msg);
 	char line[64];
 	int ll = snprintf(line, sizeof line, "HTTP/1.1 %d %s", status,
-	                  status == 401 ? "Unauthorized" : status == 403 ? "Forbidden"
-	                                               : status == 421 ? "Misdirected Request"
-	                                                               : "Bad Request");
+	                  status == 401   ? "Unauthorized"
+	                  : status == 403 ? "Forbidden"
+	                  : status == 421 ? "Misdirected Request"
+	                                  : "Bad Request");
 	if (lws_add_http_header_by_name(wsi, NULL, (const unsigned char *)line, ll, &p, end) ||
 	    add_header(wsi, "content-type:", "text/plain; charset=utf-8", &p, end) ||
 	    lws_add_http_header_content_length(wsi, ml, &p, end) ||
@@ -484,14 +486,13 @@ static void disposition(const char *path, bool download, char *out, size_t cap)
 	char ascii[256];
 	size_t n = 0;
 	for (const char *s = base; *s && n + 1 < sizeof ascii; s++)
-		ascii[n++] = (*s < 0x20 || *s == '"' || *s == '\\' || (unsigned char)*s >= 0x7f)
-		                 ? '_'
-		                 : *s;
+		ascii[n++] =
+		    (*s < 0x20 || *s == '"' || *s == '\\' || (unsigned char)*s >= 0x7f) ? '_' : *s;
 	ascii[n] = '\0';
 	int w = snprintf(out, cap, "%s; filename=\"%s\"; filename*=UTF-8''",
 	                 download ? "attachment" : "inline", ascii);
-	for (const unsigned char *s = (const unsigned char *)base; *s && w > 0 && (size_t)w + 4 < cap;
-	     s++)
+	for (const unsigned char *s = (const unsigned char *)base;
+	     *s && w > 0 && (size_t)w + 4 < cap; s++)
 		w += (*s >= 0x80 || *s <= 0x20 || strchr("\"%'()*,/:;<=>?@[\\]{}", *s))
 		         ? snprintf(out + w, cap - (size_t)w, "%%%02X", *s)
 		         : snprintf(out + w, cap - (size_t)w, "%c", *s);
@@ -500,8 +501,8 @@ static void disposition(const char *path, bool download, char *out, size_t cap)
 static const char *file_type(const char *path)
 {
 	static const char *const types[][2] = {
-	    {".png", "image/png"},   {".jpg", "image/jpeg"},     {".jpeg", "image/jpeg"},
-	    {".gif", "image/gif"},   {".webp", "image/webp"},    {".bmp", "image/bmp"},
+	    {".png", "image/png"},    {".jpg", "image/jpeg"},    {".jpeg", "image/jpeg"},
+	    {".gif", "image/gif"},    {".webp", "image/webp"},   {".bmp", "image/bmp"},
 	    {".ico", "image/x-icon"}, {".svg", "image/svg+xml"},
 	};
 	size_t pl = strlen(path);
@@ -573,7 +574,8 @@ static int on_http(struct lws *wsi, http_pss *h, const char *uri)
 	unsigned char buf[LWS_PRE + 2048], *start = buf + LWS_PRE, *p = start,
 	                                   *end = buf + sizeof buf - 1;
 	if (lws_add_http_common_headers(wsi, HTTP_STATUS_OK, a->type, a->len, &p, end) ||
-	    common_headers(wsi, page_csp, &p, end) || lws_finalize_write_http_header(wsi, start, &p, end))
+	    common_headers(wsi, page_csp, &p, end) ||
+	    lws_finalize_write_http_header(wsi, start, &p, end))
 		return -1;
 	h->body = a->data;
 	h->len = a->len;

@@ -78,12 +78,7 @@ function append(stream, text) {
 
 async function follow(p) {
   if (followed !== null) call('detach', { proc: followed }).catch(() => {});
-  followed = p.proc;
-  decoders.stdout = new TextDecoder();
-  decoders.stderr = new TextDecoder();
-  $('proc-out').replaceChildren();
-  $('proc-out-title').textContent = `Output of ${p.proc}: ${p.command}`;
-  $('proc-out-state').textContent = ' (following)';
+  show(p);
   try {
     await call('attach', { proc: p.proc });
   } catch (e) {
@@ -91,14 +86,50 @@ async function follow(p) {
   }
 }
 
+// Output of a command run from here comes from its start, before its handle is known:
+// kept until the answer names it.
+let early = null;
+
+function show(p) {
+  followed = p.proc;
+  decoders.stdout = new TextDecoder();
+  decoders.stderr = new TextDecoder();
+  $('proc-out').replaceChildren();
+  $('proc-out-title').textContent = `Output of ${p.proc}: ${p.command}`;
+  $('proc-out-state').textContent = ' (following)';
+}
+
 async function run(command) {
+  if (followed !== null) call('detach', { proc: followed }).catch(() => {});
+  followed = null;
+  early = [];
   try {
     const r = await call('run', { command });
+    show({ proc: r.proc, command });
+    const kept = early;
+    early = null;
+    for (const ev of kept) if (ev.proc === r.proc) event(ev);
     status(`started process ${r.proc}`);
-    await list();
-    follow({ proc: r.proc, command });
+    list();
   } catch (e) {
+    early = null;
     report(`run ${command}`, e);
+  }
+}
+
+function event(ev) {
+  if (early && ev.proc !== followed) {
+    early.push(ev);
+    return;
+  }
+  if (ev.proc !== followed) return;
+  if (ev.event === 'output') {
+    append(ev.stream, decoders[ev.stream].decode(fromBase64(ev.data), { stream: true }));
+  } else if (ev.event === 'exit') {
+    $('proc-out-state').textContent = ev.signal ? ` (killed by ${ev.signal})` : ` (exited with ${ev.exit_code})`;
+    if (shown) list();
+  } else {
+    $('proc-out-state').textContent = ` (${ev.message})`;
   }
 }
 
@@ -129,16 +160,5 @@ export function init() {
     const c = $('run-command').value.trim();
     if (c) run(c);
   });
-  on('output', (ev) => {
-    if (ev.proc !== followed) return;
-    append(ev.stream, decoders[ev.stream].decode(fromBase64(ev.data), { stream: true }));
-  });
-  on('exit', (ev) => {
-    if (ev.proc !== followed) return;
-    $('proc-out-state').textContent = ev.signal ? ` (killed by ${ev.signal})` : ` (exited with ${ev.exit_code})`;
-    if (shown) list();
-  });
-  on('lost', (ev) => {
-    if (ev.proc === followed) $('proc-out-state').textContent = ` (${ev.message})`;
-  });
+  for (const name of ['output', 'exit', 'lost']) on(name, event);
 }

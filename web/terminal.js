@@ -28,6 +28,27 @@ async function start() {
   }
 }
 
+// Keys go one request at a time, in order; what is typed meanwhile goes in the next one.
+let typed = '';
+let sending = false;
+
+async function type(data) {
+  typed += data;
+  if (sending) return;
+  sending = true;
+  while (typed && proc !== null) {
+    const chunk = typed;
+    typed = '';
+    try {
+      await call('term_input', { proc, data: chunk });
+    } catch (e) {
+      report('terminal input', e);
+      typed = '';
+    }
+  }
+  sending = false;
+}
+
 export function visible(yes) {
   if (!yes || !term) return;
   if (!started) start();
@@ -47,9 +68,7 @@ export function init() {
   fit = new window.FitAddon.FitAddon();
   term.loadAddon(fit);
   term.open($('term'));
-  term.onData((data) => {
-    if (proc !== null) call('term_input', { proc, data }).catch((e) => report('terminal input', e));
-  });
+  term.onData(type);
   term.onResize(({ rows, cols }) => {
     if (proc !== null) call('term_resize', { proc, rows, cols }).catch(() => {});
   });

@@ -160,6 +160,8 @@ async function startUi() {
 const shot = (page, view) => page.screenshot({ path: path.join(outDir, `ui-${mode}-${view}.png`) });
 const text = (page, sel) => page.$eval(sel, (e) => e.textContent);
 const tab = (page, view) => page.click(`#tabs button[data-view="${view}"]`);
+// A click on what a refresh of the listing may redraw meanwhile: again on the new node.
+const click = (page, sel) => until(`a click on ${sel}`, () => page.click(sel).then(() => true));
 
 async function main() {
   sandboxFiles();
@@ -195,7 +197,7 @@ async function main() {
     await page.click(`#tree li[data-path="${path.join(work, 'src')}"] > .name`);
     await until('src opened', async () => (await text(page, '#folder-path')) === path.join(work, 'src'));
     await until('main.c listed', () => page.$('#entries tr[data-name="main.c"]'));
-    await page.click('#entries tr[data-name="main.c"] a.file');
+    await click(page, '#entries tr[data-name="main.c"] a.file');
     await until('main.c in the viewer', async () => (await text(page, '#viewer-body')).includes('hello from the sandbox'));
     const n = await page.$$eval('#viewer-body ol.code li', (l) => l.length);
     assert.equal(n, 7);
@@ -206,7 +208,7 @@ async function main() {
     await page.click('#viewer-close');
     await page.click('#folder-up');
     await until('big.log listed', () => page.$('#entries tr[data-name="big.log"]'));
-    await page.click('#entries tr[data-name="big.log"] a.file');
+    await click(page, '#entries tr[data-name="big.log"] a.file');
     const size = fs.statSync(path.join(work, 'big.log')).size;
     await until('the first page', async () => (await text(page, '#viewer-range')).startsWith('bytes 1–') &&
       (await text(page, '#viewer-range')).includes(`of ${size}`));
@@ -226,7 +228,7 @@ async function main() {
     await page.type('#goto-path', path.join(work, 'docs'));
     await page.click('#goto button');
     await until('pic.png listed', () => page.$('#entries tr[data-name="pic.png"]'));
-    await page.click('#entries tr[data-name="pic.png"] a.file');
+    await click(page, '#entries tr[data-name="pic.png"] a.file');
     const w = await until('the image decoded', () => page.$eval('#viewer-body img', (i) => i.complete && i.naturalWidth));
     assert.equal(w, 24);
     await page.click('#viewer-close');
@@ -252,18 +254,18 @@ async function main() {
   });
 
   await test('rename, and delete after a confirmation', async () => {
-    await page.click('#entries tr[data-name="dropped.txt"] button:nth-of-type(1)');
+    await click(page, '#entries tr[data-name="dropped.txt"] button:nth-of-type(1)');
     await page.waitForSelector('#dialog[open]');
     await page.$eval('#dialog-input', (e) => { e.value = ''; });
     await page.type('#dialog-input', 'renamed.txt');
     await page.click('#dialog-ok');
     await until('the rename in the sandbox', () => fs.existsSync(path.join(work, 'renamed.txt')) && !fs.existsSync(path.join(work, 'dropped.txt')));
     await until('the renamed file listed', () => page.$('#entries tr[data-name="renamed.txt"]'));
-    await page.click('#entries tr[data-name="renamed.txt"] button:nth-of-type(2)');
+    await click(page, '#entries tr[data-name="renamed.txt"] button:nth-of-type(2)');
     await page.waitForSelector('#dialog[open]');
     await page.click('#dialog-cancel');
     assert.ok(fs.existsSync(path.join(work, 'renamed.txt')), 'cancel keeps the file');
-    await page.click('#entries tr[data-name="renamed.txt"] button:nth-of-type(2)');
+    await click(page, '#entries tr[data-name="renamed.txt"] button:nth-of-type(2)');
     await page.waitForSelector('#dialog[open]');
     await page.click('#dialog-ok');
     await until('the delete in the sandbox', () => !fs.existsSync(path.join(work, 'renamed.txt')));
