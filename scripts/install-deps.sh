@@ -10,6 +10,7 @@ packages=(
   musl-tools
   clang libclang-rt-14-dev clang-format
   openssh-server openssh-client dropbear-bin openssl curl tmux rsync
+  chromium fonts-dejavu-core
   iproute2 util-linux socat nginx man-db groff-base busybox-static
   python3 python3-msgpack python3-paramiko python3-websockets
   python3-pip python3-setuptools python3-wheel python3-venv
