@@ -244,6 +244,20 @@ bool cli_utf8_valid(const uint8_t *s, size_t len);
 char *cli_b64_encode(const uint8_t *data, size_t len);
 bool cli_b64_decode(const char *text, size_t n, uint8_t **out, size_t *len);
 
+/* --- ws_rx.c ---------------------------------------------------------------------------------- */
+
+/* A WebSocket message being received in fragments; zeroed to start. */
+typedef struct cli_ws_rx {
+	char *buf; /* malloc'd, len bytes */
+	size_t len;
+	bool over; /* longer than the max, or out of memory: refuse it */
+} cli_ws_rx;
+
+/* Appends a fragment, unless the message would pass `max` bytes (then over is set). */
+void cli_ws_rx_add(cli_ws_rx *rx, const void *in, size_t len, size_t max);
+/* Frees what was received: ready for the next message. */
+void cli_ws_rx_reset(cli_ws_rx *rx);
+
 /* --- path.c: path strings ----------------------------------------------------------------- */
 
 /* malloc'd "DIR/NAME" without a doubled '/'; NULL when out of memory. */

@@ -36,10 +36,8 @@ typedef struct ws_conn {
 	size_t in_bytes;
 	ws_msg *out_head, *out_tail; /* to send */
 	bool closed;
-	bool kill; /* the session could not start: close the socket */
-	char *rx;  /* the message being received, in fragments */
-	size_t rx_len;
-	bool rx_too_big;
+	bool kill;    /* the session could not start: close the socket */
+	cli_ws_rx rx; /* the message being received, in fragments */
 } ws_conn;
 
 static struct {
@@ -134,7 +132,7 @@ static void *conn_main(void *arg)
 	xs_session_free(s); /* kills what still runs; no callback after this */
 	free_list(c->in_head);
 	free_list(c->out_head);
-	free(c->rx);
+	cli_ws_rx_reset(&c->rx);
 	pthread_cond_destroy(&c->cv);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
@@ -147,26 +145,12 @@ static void *conn_main(void *arg)
 
 static void conn_receive(ws_conn *c, struct lws *wsi, const void *in, size_t len)
 {
-	if (!c->rx_too_big && c->rx_len + len <= WS_MSG_MAX) {
-		char *grown = realloc(c->rx, c->rx_len + len + 1);
-		if (grown) {
-			memcpy(grown + c->rx_len, in, len);
-			c->rx = grown;
-			c->rx_len += len;
-		} else {
-			c->rx_too_big = true;
-		}
-	} else {
-		c->rx_too_big = true;
-	}
+	cli_ws_rx_add(&c->rx, in, len, WS_MSG_MAX);
 	if (!lws_is_final_fragment(wsi))
 		return;
-	ws_msg *m = c->rx_too_big ? NULL : msg_new(c->rx, c->rx_len);
-	bool over = c->rx_too_big;
-	free(c->rx);
-	c->rx = NULL;
-	c->rx_len = 0;
-	c->rx_too_big = false;
+	ws_msg *m = c->rx.over ? NULL : msg_new(c->rx.buf, c->rx.len);
+	bool over = c->rx.over;
+	cli_ws_rx_reset(&c->rx);
 	pthread_mutex_lock(&c->mu);
 	if (m && c->in_bytes + m->len <= WS_QUEUE_MAX) {
 		if (c->in_tail)

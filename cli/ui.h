@@ -66,6 +66,8 @@ void ui_reply(ui_conn *c, json_t *id, json_t *result);
 void ui_reply_error(ui_conn *c, json_t *id, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 void ui_reply_asp(ui_conn *c, json_t *id, const asp_error *err);
+/* The answer of a call that returned `st`: `result` (stolen; NULL: {}) when ASP_OK, else `err`. */
+void ui_reply_status(ui_conn *c, json_t *id, asp_status st, const asp_error *err, json_t *result);
 
 /* A JSON string of `s` whatever its bytes (invalid UTF-8 becomes U+FFFD); *lossy set then. */
 json_t *ui_string(const char *s, size_t len, bool *lossy);

@@ -47,6 +47,16 @@ void ui_reply_asp(ui_conn *c, json_t *id, const asp_error *err)
 	ui_reply_error(c, id, asp_strerror(err->code), "%s", err->message);
 }
 
+void ui_reply_status(ui_conn *c, json_t *id, asp_status st, const asp_error *err, json_t *result)
+{
+	if (st == ASP_OK) {
+		ui_reply(c, id, result);
+	} else {
+		json_decref(result);
+		ui_reply_asp(c, id, err);
+	}
+}
+
 json_t *ui_string(const char *s, size_t len, bool *lossy)
 {
 	*lossy = !cli_utf8_valid((const uint8_t *)s, len);
@@ -115,11 +125,10 @@ static void op_hello(ui_page *p, json_t *id)
 	hp.client = "asp ui " ASP_VERSION;
 	asp_hello_result hr;
 	asp_error err;
-	if (!a || asp_hello(p->client, &hp, &hr, a, &err) != ASP_OK) {
-		if (a)
-			ui_reply_asp(p->c, id, &err);
-		else
-			ui_reply_error(p->c, id, "internal", "out of memory");
+	asp_status st =
+	    a ? asp_hello(p->client, &hp, &hr, a, &err) : asp_error_oom(&err, "asp ui", NULL);
+	if (st != ASP_OK) {
+		ui_reply_asp(p->c, id, &err);
 		asp_arena_free(a);
 		return;
 	}
@@ -164,11 +173,10 @@ static void op_procs(ui_page *p, json_t *id)
 	asp_proc_list_params_init(&lp);
 	asp_proc_list_result lr;
 	asp_error err;
-	if (!a || asp_proc_list(p->client, &lp, &lr, a, &err) != ASP_OK) {
-		if (a)
-			ui_reply_asp(p->c, id, &err);
-		else
-			ui_reply_error(p->c, id, "internal", "out of memory");
+	asp_status st =
+	    a ? asp_proc_list(p->client, &lp, &lr, a, &err) : asp_error_oom(&err, "asp ui", NULL);
+	if (st != ASP_OK) {
+		ui_reply_asp(p->c, id, &err);
 		asp_arena_free(a);
 		return;
 	}
@@ -220,11 +228,10 @@ static void op_sessions(ui_page *p, json_t *id)
 	asp_exec_result er;
 	asp_error err;
 	asp_arena *a = asp_arena_new();
-	if (!a || asp_exec(p->client, &ep, &er, a, &err) != ASP_OK) {
-		if (a)
-			ui_reply_asp(p->c, id, &err);
-		else
-			ui_reply_error(p->c, id, "internal", "out of memory");
+	asp_status st =
+	    a ? asp_exec(p->client, &ep, &er, a, &err) : asp_error_oom(&err, "asp ui", NULL);
+	if (st != ASP_OK) {
+		ui_reply_asp(p->c, id, &err);
 		asp_arena_free(a);
 		return;
 	}

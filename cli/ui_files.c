@@ -55,17 +55,6 @@ static uint64_t uint_arg(json_t *req, const char *key, uint64_t dflt)
 	                                                        : dflt;
 }
 
-/* Runs `st`'s answer: the result (stolen) when ASP_OK, else the error. */
-static void finish(ui_conn *c, json_t *id, asp_status st, const asp_error *err, json_t *result)
-{
-	if (st == ASP_OK)
-		ui_reply(c, id, result);
-	else {
-		json_decref(result);
-		ui_reply_asp(c, id, err);
-	}
-}
-
 static void op_list(asp_client *cl, ui_conn *c, json_t *id, json_t *req, asp_arena *a)
 {
 	const char *path;
@@ -88,7 +77,7 @@ static void op_list(asp_client *cl, ui_conn *c, json_t *id, json_t *req, asp_are
 		              "size", (json_int_t)e->size, "mode", (json_int_t)e->mode, "mtime_ms",
 		              (json_int_t)(e->mtime_ns / 1000000), "lossy", lossy));
 	}
-	finish(c, id, st, &err, json_pack("{s:o}", "entries", entries));
+	ui_reply_status(c, id, st, &err, json_pack("{s:o}", "entries", entries));
 }
 
 static void op_stat(asp_client *cl, ui_conn *c, json_t *id, json_t *req, asp_arena *a)
@@ -102,11 +91,11 @@ static void op_stat(asp_client *cl, ui_conn *c, json_t *id, json_t *req, asp_are
 	asp_stat_result r;
 	asp_error err;
 	asp_status st = asp_stat(cl, &p, &r, a, &err);
-	finish(c, id, st, &err,
-	       st == ASP_OK ? json_pack("{s:s, s:I, s:I, s:I}", "type", r.type, "size",
-	                                (json_int_t)r.size, "mode", (json_int_t)r.mode, "mtime_ms",
-	                                (json_int_t)(r.mtime_ns / 1000000))
-	                    : NULL);
+	ui_reply_status(c, id, st, &err,
+	                st == ASP_OK ? json_pack("{s:s, s:I, s:I, s:I}", "type", r.type, "size",
+	                                         (json_int_t)r.size, "mode", (json_int_t)r.mode,
+	                                         "mtime_ms", (json_int_t)(r.mtime_ns / 1000000))
+	                             : NULL);
 }
 
 static void op_read(asp_client *cl, ui_conn *c, json_t *id, json_t *req, asp_arena *a)
@@ -130,11 +119,11 @@ static void op_read(asp_client *cl, ui_conn *c, json_t *id, json_t *req, asp_are
 		ui_reply_error(c, id, "internal", "out of memory");
 		return;
 	}
-	finish(c, id, st, &err,
-	       st == ASP_OK
-	           ? json_pack("{s:s, s:I, s:I, s:b}", "data", b64, "offset", (json_int_t)p.offset,
-	                       "size", (json_int_t)r.size, "eof", r.eof)
-	           : NULL);
+	ui_reply_status(c, id, st, &err,
+	                st == ASP_OK ? json_pack("{s:s, s:I, s:I, s:b}", "data", b64, "offset",
+	                                         (json_int_t)p.offset, "size", (json_int_t)r.size,
+	                                         "eof", r.eof)
+	                             : NULL);
 	free(b64);
 }
 
@@ -148,7 +137,7 @@ static void op_mkdir(asp_client *cl, ui_conn *c, json_t *id, json_t *req, asp_ar
 	p.path = path;
 	asp_mkdir_result r;
 	asp_error err;
-	finish(c, id, asp_mkdir(cl, &p, &r, a, &err), &err, NULL);
+	ui_reply_status(c, id, asp_mkdir(cl, &p, &r, a, &err), &err, NULL);
 }
 
 static void op_rename(asp_client *cl, ui_conn *c, json_t *id, json_t *req, asp_arena *a)
@@ -163,7 +152,7 @@ static void op_rename(asp_client *cl, ui_conn *c, json_t *id, json_t *req, asp_a
 	p.overwrite = false; /* the page asks before it replaces anything */
 	asp_rename_result r;
 	asp_error err;
-	finish(c, id, asp_rename(cl, &p, &r, a, &err), &err, NULL);
+	ui_reply_status(c, id, asp_rename(cl, &p, &r, a, &err), &err, NULL);
 }
 
 static asp_status remove_path(asp_client *cl, const char *path, bool recursive, asp_arena *a,
@@ -185,7 +174,7 @@ static void op_remove(asp_client *cl, ui_conn *c, json_t *id, json_t *req, asp_a
 	asp_error err;
 	asp_status st =
 	    remove_path(cl, path, json_is_true(json_object_get(req, "recursive")), a, &err);
-	finish(c, id, st, &err, NULL);
+	ui_reply_status(c, id, st, &err, NULL);
 }
 
 /* --- uploads ------------------------------------------------------------------------------- */
@@ -327,7 +316,7 @@ static void op_upload_chunk(asp_client *cl, ui_conn *c, ui_uploads *ups, json_t 
 			u->written += len;
 		u->busy--;
 		pthread_mutex_unlock(&ups->mu);
-		finish(c, id, st, &err, NULL);
+		ui_reply_status(c, id, st, &err, NULL);
 	}
 	free(bytes);
 }
@@ -364,7 +353,7 @@ static void op_upload_end(asp_client *cl, ui_conn *c, ui_uploads *ups, json_t *i
 		asp_error e2;
 		remove_path(cl, u->temp, false, a, &e2);
 	}
-	finish(c, id, st, &err, NULL);
+	ui_reply_status(c, id, st, &err, NULL);
 	upload_free(u);
 }
 

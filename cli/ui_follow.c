@@ -206,9 +206,10 @@ static void op_attach(ui_follows *o, json_t *id, json_t *req)
 	ui_reply(o->c, id, NULL);
 }
 
-static void op_detach(ui_follows *o, json_t *id, json_t *req)
+/* detach, term_close: this page's entry of that kind for the process ends. */
+static void op_end(ui_follows *o, json_t *id, json_t *req, follow_kind kind)
 {
-	follow *f = table_take(o, F_ATTACH, proc_arg(req), false);
+	follow *f = table_take(o, (int)kind, proc_arg(req), false);
 	if (f)
 		follow_end(o->client, f);
 	ui_reply(o->c, id, NULL);
@@ -222,10 +223,8 @@ static void op_signal(ui_follows *o, json_t *id, json_t *req)
 		return;
 	}
 	asp_error err;
-	if (send_signal(o->client, proc_arg(req), json_string_value(sig), &err) != ASP_OK)
-		ui_reply_asp(o->c, id, &err);
-	else
-		ui_reply(o->c, id, NULL);
+	asp_status st = send_signal(o->client, proc_arg(req), json_string_value(sig), &err);
+	ui_reply_status(o->c, id, st, &err, NULL);
 }
 
 static unsigned size_arg(json_t *req, const char *key, unsigned dflt)
@@ -321,10 +320,7 @@ static void op_term_input(ui_follows *o, json_t *id, json_t *req)
 	asp_status st = a ? asp_proc_write(o->client, &p, &r, a, &err)
 	                  : asp_error_set(&err, ASP_E_INTERNAL, NULL, "out of memory");
 	asp_arena_free(a);
-	if (st != ASP_OK)
-		ui_reply_asp(o->c, id, &err);
-	else
-		ui_reply(o->c, id, NULL);
+	ui_reply_status(o->c, id, st, &err, NULL);
 }
 
 static void op_term_resize(ui_follows *o, json_t *id, json_t *req)
@@ -340,18 +336,7 @@ static void op_term_resize(ui_follows *o, json_t *id, json_t *req)
 	asp_status st = a ? asp_proc_resize(o->client, &p, &r, a, &err)
 	                  : asp_error_set(&err, ASP_E_INTERNAL, NULL, "out of memory");
 	asp_arena_free(a);
-	if (st != ASP_OK)
-		ui_reply_asp(o->c, id, &err);
-	else
-		ui_reply(o->c, id, NULL);
-}
-
-static void op_term_close(ui_follows *o, json_t *id, json_t *req)
-{
-	follow *f = table_take(o, F_TERMINAL, proc_arg(req), false);
-	if (f)
-		follow_end(o->client, f);
-	ui_reply(o->c, id, NULL);
+	ui_reply_status(o->c, id, st, &err, NULL);
 }
 
 static void op_watch(ui_follows *o, json_t *id, json_t *req)
@@ -412,7 +397,7 @@ bool ui_follows_handle(ui_follows *o, const char *op, json_t *id, json_t *req)
 	if (!strcmp(op, "attach"))
 		op_attach(o, id, req);
 	else if (!strcmp(op, "detach"))
-		op_detach(o, id, req);
+		op_end(o, id, req, F_ATTACH);
 	else if (!strcmp(op, "signal"))
 		op_signal(o, id, req);
 	else if (!strcmp(op, "run"))
@@ -424,7 +409,7 @@ bool ui_follows_handle(ui_follows *o, const char *op, json_t *id, json_t *req)
 	else if (!strcmp(op, "term_resize"))
 		op_term_resize(o, id, req);
 	else if (!strcmp(op, "term_close"))
-		op_term_close(o, id, req);
+		op_end(o, id, req, F_TERMINAL);
 	else if (!strcmp(op, "watch"))
 		op_watch(o, id, req);
 	else if (!strcmp(op, "unwatch"))

@@ -10,6 +10,8 @@
  */
 #include "ui.h"
 
+#include "cli.h"
+
 #include <libwebsockets.h>
 #include <signal.h>
 #include <stdio.h>
@@ -40,9 +42,7 @@ struct ui_conn {
 	bool closed, kill;
 	unsigned refs; /* the socket's and one per job */
 	ui_page *page;
-	char *rx; /* the message being received, in fragments */
-	size_t rx_len;
-	bool rx_over;
+	cli_ws_rx rx; /* the message being received, in fragments */
 };
 
 /* An HTTP transaction: a body from memory (an asset, a refusal) or a download. */
@@ -102,7 +102,7 @@ static void conn_finish(void *arg)
 	ui_conn *c = arg;
 	ui_page_free(c->page);
 	free_msgs(c->out_head);
-	free(c->rx);
+	cli_ws_rx_reset(&c->rx);
 	pthread_cond_destroy(&c->room);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
@@ -190,25 +190,14 @@ static void run_request(void *arg)
 
 static void conn_receive(ui_conn *c, struct lws *wsi, const void *in, size_t len)
 {
-	if (!c->rx_over && c->rx_len + len <= UI_MSG_MAX) {
-		char *grown = realloc(c->rx, c->rx_len + len + 1);
-		if (grown) {
-			memcpy(grown + c->rx_len, in, len);
-			c->rx = grown;
-			c->rx_len += len;
-		} else {
-			c->rx_over = true;
-		}
-	} else {
-		c->rx_over = true;
-	}
+	cli_ws_rx_add(&c->rx, in, len, UI_MSG_MAX);
 	if (!lws_is_final_fragment(wsi))
 		return;
-	request_job *j = c->rx_over ? NULL : malloc(sizeof *j + c->rx_len);
+	request_job *j = c->rx.over ? NULL : malloc(sizeof *j + c->rx.len);
 	if (j) {
 		j->c = c;
-		j->len = c->rx_len;
-		memcpy(j->data, c->rx, c->rx_len);
+		j->len = c->rx.len;
+		memcpy(j->data, c->rx.buf, c->rx.len);
 		pthread_mutex_lock(&c->mu);
 		c->refs++;
 		pthread_mutex_unlock(&c->mu);
@@ -219,10 +208,7 @@ static void conn_receive(ui_conn *c, struct lws *wsi, const void *in, size_t len
 		}
 	}
 	bool over = !j;
-	free(c->rx);
-	c->rx = NULL;
-	c->rx_len = 0;
-	c->rx_over = false;
+	cli_ws_rx_reset(&c->rx);
 	if (over) /* beyond the budget, or no worker: drop the page */
 		lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
 }
