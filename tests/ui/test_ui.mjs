@@ -48,10 +48,11 @@ async function until(what, fn, ms = 30000) {
 }
 
 async function test(name, fn) {
+  const t0 = Date.now();
   try {
     await fn();
     passed++;
-    console.log(`ok - ${mode}: ${name}`);
+    console.log(`ok - ${mode}: ${name} (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
   } catch (e) {
     failed++;
     console.log(`not ok - ${mode}: ${name}\n  ${(e && e.stack) || e}`);
