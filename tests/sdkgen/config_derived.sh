@@ -36,7 +36,7 @@ PY
 "${cc[@]}" -std=c11 -D_GNU_SOURCE -I"$src/core/include" -I"$src/core/src" -o "$tmp/c_probe" \
   "$src/tests/sdk/config_probe.c" "$src/core/src/config.c" "$src/core/src/config_schema.c" \
   "$src/core/src/config_locate.c" "$src/core/src/ssh_config_file.c" "$src/core/src/error.c" \
-  "$src/core/src/arena.c" \
+  "$src/core/src/arena.c" "$src/core/src/config_copy.c" \
   "$tmp/config_tables.c" -x c - $(pkg-config --cflags --libs jansson 2>/dev/null || echo -ljansson) \
   <<<'const char asp_config_schema_json[] = "{}";'
 for lang in python typescript; do
