@@ -757,23 +757,68 @@ static bool hit(const handle *h, const handle *g)
 	return h->len == g->len && memcmp(h->h, g->h, g->len) == 0;
 }
 
+/* The STAT answer in r: *fx FX_OK with *a filled, or the status. */
+static void stat_result(const sreq *r, sattr *a, int *fx)
+{
+	int s = sftp_status(r);
+	*fx = s < 0 ? FX_OK : s;
+	if (*fx != FX_OK)
+		return;
+	scur c = {r->body, r->len, false};
+	if (r->type == FXP_ATTRS)
+		sc_attrs(&c, a);
+	if (r->type != FXP_ATTRS || c.bad)
+		*fx = FX_BAD_MESSAGE;
+}
+
+/*
+ * sftp-server opens a fifo with a blocking open(2), which waits for a writer and holds
+ * every request behind it: open it here read-write (which never waits on Linux) for a
+ * moment, through an exec channel, so its open returns and its reads see the end. The
+ * connection's lock is let go meanwhile (the exec takes it).
+ */
+static void unblock_fifo(sftpc *f, const char *path)
+{
+	static const char script[] = ": <>\"$1\"";
+	const char *argv[] = {"sh", "-c", script, "sh", path};
+	asp_exec_params p;
+	asp_exec_params_init(&p);
+	p.has_argv = true;
+	p.argv.items = argv;
+	p.argv.count = sizeof argv / sizeof argv[0];
+	p.timeout_ms = 10000;
+	asp_arena *a = asp_arena_new();
+	if (!a)
+		return;
+	asp_exec_result r;
+	asp_error e;
+	sshc_unlock(f->c);
+	(void)ssh_exec_run(f->c, &p, 4096, &r, a, &e); /* failed: the OPEN's timeout says so */
+	sshc_lock(f->c);
+	asp_arena_free(a);
+}
+
 /*
  * OPEN `path` for reading and READ up to `want` bytes at `base` into buf. The OPEN and the
  * first READs (up to GUESS_BYTES) go out together on the handle the OPEN is expected to
  * get, so a small file takes one round trip; without a guess, or when it missed, the
- * reads follow the OPEN's answer. *ofx: the OPEN's status; then *h is its handle (the
- * caller closes it), *got and *eof as bulk_read's, *fx a read's failure.
+ * reads follow the OPEN's answer. With `at`, a STAT goes first in the same batch (*sfx
+ * its status, *at its attributes): a regular file's size trims `want`, and a fifo is
+ * unblocked before the OPEN's answer is awaited. *ofx: the OPEN's status; then *h is its
+ * handle (the caller closes it), *got and *eof as bulk_read's, *fx a read's failure.
  */
-static asp_status open_read(sftpc *f, const char *path, uint64_t base, uint8_t *buf, size_t want,
-                            handle *h, size_t *got, bool *eof, int *ofx, int *fx, char *srv,
-                            size_t cap, asp_error *err)
+static asp_status open_read(sftpc *f, const char *path, uint64_t base, uint8_t **bufp, size_t want,
+                            sattr *at, int *sfx, handle *h, size_t *got, bool *eof, int *ofx,
+                            int *fx, char *srv, size_t cap, asp_error *err)
 {
+	uint8_t *buf = *bufp;
 	*got = 0;
 	*eof = false;
 	*fx = *ofx = FX_OK;
 	asp_status st = sftp_ready(f, err);
 	if (st != ASP_OK)
 		return st;
+	sreq rs;
 	size_t csz = f->max_read ? f->max_read : 32768;
 	size_t ahead = want < GUESS_BYTES ? want : GUESS_BYTES;
 	size_t n = ahead ? (ahead + csz - 1) / csz : 0, sent = 0;
@@ -782,7 +827,13 @@ static asp_status open_read(sftpc *f, const char *path, uint64_t base, uint8_t *
 	sreq ro;
 	sftp_batch_begin(f);
 	bool guessed = q && sftp_handles_guess(f, g.h);
-	st = send_open(f, path, FXF_READ, NULL, false, &ro, err);
+	bool stat_sent = false;
+	if (at) {
+		st = send_call(f, FXP_STAT, NULL, path, NULL, NULL, &rs, err);
+		stat_sent = st == ASP_OK;
+	}
+	if (st == ASP_OK)
+		st = send_open(f, path, FXF_READ, NULL, false, &ro, err);
 	for (; st == ASP_OK && guessed && sent < n; sent++) {
 		struct chunk *c = &q[sent];
 		c->off = sent * csz;
@@ -792,6 +843,21 @@ static asp_status open_read(sftpc *f, const char *path, uint64_t base, uint8_t *
 		st = send_chunk(f, FXP_READ, &g, base, c, NULL, err);
 	}
 	sftp_batch_end(f);
+	if (stat_sent) {
+		if (st == ASP_OK)
+			st = sftp_await(f, &rs, err);
+		if (st == ASP_OK)
+			stat_result(&rs, at, sfx);
+		sftp_forget(f, &rs);
+		uint32_t ft = (at->flags & FXA_PERMISSIONS) ? (at->perm & S_IFMT) : S_IFREG;
+		if (st == ASP_OK && *sfx == FX_OK && ft == S_IFIFO)
+			unblock_fifo(f, path);
+		if (st == ASP_OK && *sfx == FX_OK && ft == S_IFREG && at->size > 0) {
+			uint64_t avail = base < at->size ? at->size - base : 0;
+			if (avail < want)
+				want = (size_t)avail;
+		}
+	}
 	if (st == ASP_OK)
 		st = sftp_await(f, &ro, err);
 	if (st == ASP_OK)
@@ -828,9 +894,16 @@ static asp_status open_read(sftpc *f, const char *path, uint64_t base, uint8_t *
 	free(q);
 	if (st != ASP_OK || *ofx != FX_OK || *fx != FX_OK)
 		return st;
-	if (!more || first == want) {
-		*got = first;
+	if (!more || first >= want) {
+		*got = first; /* past want: the file grew since its STAT */
 		return ASP_OK;
+	}
+	if (want > ahead) {
+		/* past what the first READs asked for: the buffer grows to what is left */
+		uint8_t *grown = realloc(buf, want);
+		if (!grown)
+			return asp_error_oom(err, "read", NULL);
+		*bufp = buf = grown;
 	}
 	size_t rest = 0;
 	st =
@@ -1029,12 +1102,22 @@ asp_status ssh_sftp_read(sftpc *f, const asp_read_params *p, size_t budget, asp_
 	size_t want = budget, got = 0;
 	bool hit_eof = false, regular = false;
 	handle h;
+	if (p->has_length && p->length < want)
+		want = (size_t)p->length;
+	/* the first READs' room; open_read grows it once the STAT gave the size */
+	if (want && !(buf = malloc(want < GUESS_BYTES ? want : GUESS_BYTES)))
+		return asp_error_oom(err, "read", NULL);
+	/* the STAT, the OPEN and the first READs together: one round trip */
+	int ofx, sfx = FX_OK;
 	sshc_lock(f->c);
-	st = do_stat(f, p->path, true, &at, &fx, err);
+	st = open_read(f, p->path, p->offset, &buf, want, &at, &sfx, &h, &got, &hit_eof, &ofx, &fx,
+	               srv, sizeof srv, err);
+	if (st == ASP_OK && ofx == FX_OK)
+		close_nowait(f, &h);
 	if (st != ASP_OK)
 		goto out;
-	if (fx != FX_OK) {
-		st = op_error(f, "read", p->path, fx, NULL, err);
+	if (sfx != FX_OK) {
+		st = op_error(f, "read", p->path, sfx, NULL, err);
 		goto out;
 	}
 	uint32_t ft = (at.flags & FXA_PERMISSIONS) ? (at.perm & S_IFMT) : S_IFREG;
@@ -1047,35 +1130,20 @@ asp_status ssh_sftp_read(sftpc *f, const asp_read_params *p, size_t budget, asp_
 		goto out;
 	}
 	if (ft == S_IFIFO) {
-		/* sftp-server would block opening it; with no writer it reads as empty anyway */
+		/* sftp-server seeks before it reads, which a fifo refuses: it reads as empty */
+		got = 0;
 		r->eof = true;
 		goto out;
 	}
-	regular = ft == S_IFREG;
-	if (p->has_length && p->length < want)
-		want = (size_t)p->length;
-	if (regular && at.size > 0) {
-		uint64_t avail = p->offset < at.size ? at.size - p->offset : 0;
-		if (avail < want)
-			want = (size_t)avail;
-	}
-	if (want && !(buf = malloc(want))) {
-		st = asp_error_oom(err, "read", NULL);
-		goto out;
-	}
-	int ofx;
-	st = open_read(f, p->path, p->offset, buf, want, &h, &got, &hit_eof, &ofx, &fx, srv,
-	               sizeof srv, err);
-	if (st == ASP_OK && ofx != FX_OK) {
+	if (ofx != FX_OK) {
 		st = op_error(f, "read", p->path, ofx, srv, err);
 		goto out;
 	}
-	if (st == ASP_OK)
-		close_nowait(f, &h);
-	if (st == ASP_OK && fx != FX_OK)
+	if (fx != FX_OK) {
 		st = op_error(f, "read", p->path, fx, srv, err);
-	if (st != ASP_OK)
 		goto out;
+	}
+	regular = ft == S_IFREG;
 	r->size = at.size;
 	if (regular && at.size > 0)
 		r->eof = hit_eof || p->offset + got >= at.size;

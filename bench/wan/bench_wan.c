@@ -203,9 +203,19 @@ static void ssh_argv(const char **argv, const char *const *extra, const char *cm
 	int n = 0;
 	static char khopt[500];
 	snprintf(khopt, sizeof khopt, "UserKnownHostsFile=%s", kh_proxy);
-	const char *base[] = {"ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-	                      "-o",  khopt, "-o",           "LogLevel=ERROR", "-i",
-	                      fx.client_key, "-p", ssh_port_s};
+	const char *base[] = {"ssh",
+	                      "-o",
+	                      "BatchMode=yes",
+	                      "-o",
+	                      "StrictHostKeyChecking=yes",
+	                      "-o",
+	                      khopt,
+	                      "-o",
+	                      "LogLevel=ERROR",
+	                      "-i",
+	                      fx.client_key,
+	                      "-p",
+	                      ssh_port_s};
 	for (size_t i = 0; i < sizeof base / sizeof base[0]; i++)
 		argv[n++] = base[i];
 	for (size_t i = 0; extra && extra[i]; i++)
@@ -229,8 +239,8 @@ static int cm_run(const char *cmd, const char *in)
 static void cm_start(void)
 {
 	snprintf(cm_opt, sizeof cm_opt, "ControlPath=%s", cm_path);
-	const char *extra[] = {"-o", "ControlMaster=yes", "-o", cm_opt, "-o", "ControlPersist=600",
-	                       "-N", "-f", NULL};
+	const char *extra[] = {
+	    "-o", "ControlMaster=yes", "-o", cm_opt, "-o", "ControlPersist=600", "-N", "-f", NULL};
 	const char *argv[32];
 	ssh_argv(argv, extra, NULL);
 	if (run(argv, NULL) != 0)
@@ -247,8 +257,8 @@ static double time_master_setup(void)
 	char path[500], opt[520];
 	snprintf(path, sizeof path, "%s/cm-setup", fx.dir);
 	snprintf(opt, sizeof opt, "ControlPath=%s", path);
-	const char *extra[] = {"-o", "ControlMaster=yes", "-o", opt, "-o", "ControlPersist=60",
-	                       "-N", "-f", NULL};
+	const char *extra[] = {
+	    "-o", "ControlMaster=yes", "-o", opt, "-o", "ControlPersist=60", "-N", "-f", NULL};
 	const char *argv[32];
 	ssh_argv(argv, extra, NULL);
 	double t0 = now_ms();
@@ -292,9 +302,9 @@ typedef struct ctx {
 	asp_client *c;
 	asp_tools *tools;
 	asp_arena *a;
-	int mk, rm;   /* folders made and removed */
-	int ed, rn;   /* edits and renames: which way */
-	int t;        /* transport */
+	int mk, rm; /* folders made and removed */
+	int ed, rn; /* edits and renames: which way */
+	int t;      /* transport */
 	char err[256];
 } ctx;
 
@@ -335,7 +345,8 @@ static int t_write(ctx *x)
 		char body[1025];
 		memset(body, 'w', 1024);
 		body[1024] = '\0';
-		snprintf(args, sizeof args, "{\"file_path\": \"w.txt\", \"content\": \"%s\"}", body);
+		snprintf(args, sizeof args, "{\"file_path\": \"w.txt\", \"content\": \"%s\"}",
+		         body);
 	}
 	return tool(x, "write", args);
 }
@@ -767,17 +778,17 @@ static void measure_calls(void)
 }
 
 /*
- * --trace NAME: the row whose name starts with NAME (or "first": the first call), three calls on each transport after
- * one untimed, each call's start and end on stderr (CLOCK_MONOTONIC ms, as the proxy's
- * WAN_PROXY_TRACE lines): which packets a call waits for.
+ * --trace NAME: the row whose name starts with NAME (or "first": the first call), three calls on
+ * each transport after one untimed, each call's start and end on stderr (CLOCK_MONOTONIC ms, as the
+ * proxy's WAN_PROXY_TRACE lines): which packets a call waits for.
  */
 static void trace_row(const char *name)
 {
 	if (!strcmp(name, "first")) {
 		for (int t = 0; t < NT; t++) {
 			double t0 = now_ms(), ms = first_call(t);
-			fprintf(stderr, "%.3f begin %s first call\n%.3f end (%.2f RTT)\n", t0, tname[t],
-			        t0 + ms, ms / rtt_ms);
+			fprintf(stderr, "%.3f begin %s first call\n%.3f end (%.2f RTT)\n", t0,
+			        tname[t], t0 + ms, ms / rtt_ms);
 		}
 		const char *argv[32];
 		ssh_argv(argv, NULL, "true");
@@ -885,8 +896,8 @@ static void print_calls(void)
 					printf("\nn/a:\n");
 				any = true;
 				printf("- %s, %s: %s\n",
-				       r < NOP ? op_rows[r].name : tool_rows[r - NOP].name, tname[t],
-				       fig.why[r][t]);
+				       r < NOP ? op_rows[r].name : tool_rows[r - NOP].name,
+				       tname[t], fig.why[r][t]);
 			}
 }
 
@@ -896,8 +907,17 @@ static int tree_reps;
 static double tree_cap = 120;
 
 /* The copies of one tree: asp per transport up and down, then the peers. */
-enum { K_ASP_UP, K_ASP_DOWN = K_ASP_UP + NT, K_TAR_UP = K_ASP_DOWN + NT, K_TAR_DOWN, K_SCP_UP,
-       K_SCP_DOWN, K_RSYNC_UP, K_RSYNC_DOWN, NK };
+enum {
+	K_ASP_UP,
+	K_ASP_DOWN = K_ASP_UP + NT,
+	K_TAR_UP = K_ASP_DOWN + NT,
+	K_TAR_DOWN,
+	K_SCP_UP,
+	K_SCP_DOWN,
+	K_RSYNC_UP,
+	K_RSYNC_DOWN,
+	NK
+};
 
 typedef struct tree_fig {
 	const char *name;
@@ -923,12 +943,13 @@ static void make_small_tree(const char *dir)
 static void make_big_tree(const char *dir)
 {
 	char line[8192];
-	snprintf(line, sizeof line,
-	         "set -e; rm -rf %s; mkdir -p %s; cp -a /usr/lib/python3/dist-packages "
-	         "%s/dist-packages; n=$(find %s -type f | wc -l); mkdir -p %s/stdlib; "
-	         "cd /usr/lib/python3.11 && find . -type f -name '*.py' -not -path './site-packages/*' "
-	         "| sort | head -n $((4000 - n)) | tar -cf - -T - | tar -C %s/stdlib -xf -",
-	         dir, dir, dir, dir, dir, dir);
+	snprintf(
+	    line, sizeof line,
+	    "set -e; rm -rf %s; mkdir -p %s; cp -a /usr/lib/python3/dist-packages "
+	    "%s/dist-packages; n=$(find %s -type f | wc -l); mkdir -p %s/stdlib; "
+	    "cd /usr/lib/python3.11 && find . -type f -name '*.py' -not -path './site-packages/*' "
+	    "| sort | head -n $((4000 - n)) | tar -cf - -T - | tar -C %s/stdlib -xf -",
+	    dir, dir, dir, dir, dir, dir);
 	if (shell(line) != 0)
 		die("making the 4,000-file tree", NULL);
 }
@@ -965,10 +986,10 @@ static void measure_tree(int which, const char *name, const char *src_local, con
 	for (int rep = 0; rep < tree_reps; rep++) {
 		for (int j = 0; j < NK; j++) {
 			char line[6000];
-			const char *clean = j < K_ASP_DOWN || j == K_TAR_UP || j == K_SCP_UP ||
-			                            j == K_RSYNC_UP
-			                        ? clean_up
-			                        : clean_down;
+			const char *clean =
+			    j < K_ASP_DOWN || j == K_TAR_UP || j == K_SCP_UP || j == K_RSYNC_UP
+			        ? clean_up
+			        : clean_down;
 			if (j < K_ASP_DOWN)
 				snprintf(line, sizeof line, "%s --config %s cp -r %s :%s", asp_bin,
 				         cfg[j - K_ASP_UP], src_local, up_dst);
@@ -976,23 +997,28 @@ static void measure_tree(int which, const char *name, const char *src_local, con
 				snprintf(line, sizeof line, "%s --config %s cp -r :%s %s", asp_bin,
 				         cfg[j - K_ASP_DOWN], src_remote, down_dst);
 			else if (j == K_TAR_UP)
-				snprintf(line, sizeof line,
-				         "tar -C %s -cf - . | %s %s@127.0.0.1 'mkdir -p %s && tar -C %s "
-				         "-xf -'",
-				         src_local, ssh_cmd, fx.user, up_dst, up_dst);
+				snprintf(
+				    line, sizeof line,
+				    "tar -C %s -cf - . | %s %s@127.0.0.1 'mkdir -p %s && tar -C %s "
+				    "-xf -'",
+				    src_local, ssh_cmd, fx.user, up_dst, up_dst);
 			else if (j == K_TAR_DOWN)
 				snprintf(line, sizeof line,
-				         "mkdir -p %s && %s %s@127.0.0.1 'tar -C %s -cf - .' | tar -C %s "
+				         "mkdir -p %s && %s %s@127.0.0.1 'tar -C %s -cf - .' | tar "
+				         "-C %s "
 				         "-xf -",
 				         down_dst, ssh_cmd, fx.user, src_remote, down_dst);
 			else if (j == K_SCP_UP)
 				snprintf(line, sizeof line,
-				         "scp -q -r -o BatchMode=yes -o UserKnownHostsFile=%s -i %s -P %s "
+				         "scp -q -r -o BatchMode=yes -o UserKnownHostsFile=%s -i "
+				         "%s -P %s "
 				         "%s %s@127.0.0.1:%s",
-				         kh_proxy, fx.client_key, ssh_port_s, src_local, fx.user, up_dst);
+				         kh_proxy, fx.client_key, ssh_port_s, src_local, fx.user,
+				         up_dst);
 			else if (j == K_SCP_DOWN)
 				snprintf(line, sizeof line,
-				         "scp -q -r -o BatchMode=yes -o UserKnownHostsFile=%s -i %s -P %s "
+				         "scp -q -r -o BatchMode=yes -o UserKnownHostsFile=%s -i "
+				         "%s -P %s "
 				         "%s@127.0.0.1:%s %s",
 				         kh_proxy, fx.client_key, ssh_port_s, fx.user, src_remote,
 				         down_dst);
@@ -1099,8 +1125,9 @@ static void start_listener(void)
 int main(int argc, char **argv)
 {
 	if (argc < 4) {
-		fprintf(stderr, "usage: bench_wan WAN_PROXY ASP_AGENT ASP [--rtt MS]... [--iters N] "
-		                "[--calls-only] [--trees-only] [--tree-cap S]\n");
+		fprintf(stderr,
+		        "usage: bench_wan WAN_PROXY ASP_AGENT ASP [--rtt MS]... [--iters N] "
+		        "[--calls-only] [--trees-only] [--tree-cap S]\n");
 		return 2;
 	}
 	static char pb[4096], ab[4096], cb[4096];

@@ -10,8 +10,8 @@
  *       runs PROGRAM with its stdin and stdout behind the delay (its stderr is ours), for
  *       the stdio transport; exits with its status once its stdout ended
  *
- * With WAN_PROXY_TRACE=FILE set, each read is logged there ("ms conn >|< bytes", ms on CLOCK_MONOTONIC, > toward
- * the server or the program): which messages wait for which.
+ * With WAN_PROXY_TRACE=FILE set, each read is logged there ("ms conn >|< bytes", ms on
+ * CLOCK_MONOTONIC, > toward the server or the program): which messages wait for which.
  *
  * One thread, epoll, and a timerfd armed for the earliest byte due: the delay holds to
  * within tens of microseconds, which a Python relay's timer jitter would not. C so that
