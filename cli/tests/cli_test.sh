@@ -276,15 +276,20 @@ last=$(tail -1 "$OUT" | cut -d' ' -f1)
 if [ "$(cut -d' ' -f2 "$OUT" | tr -d '\n')" == "123" ] &&
 	[ $(((last - first) / 1000000)) -ge 1000 ]; then ok "exec streams output live"
 else not_ok "exec streams output live" "lines: $(tr '\n' '|' < "$OUT")"; fi
-# --stdin forwards as it comes: cat answers the first line before the second is typed.
-# The pause covers the start of asp and the agent (over 200 ms under ASan on a loaded
-# machine), so the time between the answers cannot be eaten by a slow start.
-(echo first; sleep 1.5; echo second) | "$ASP" exec --stdin -- cat 2> "$ERR" |
-	while IFS= read -r l; do echo "$(date +%s%N) $l"; done > "$OUT"
-t1=$(head -1 "$OUT" | cut -d' ' -f1)
-t2=$(tail -1 "$OUT" | cut -d' ' -f1)
-if [ "$(cut -d' ' -f2 "$OUT" | tr '\n' ' ')" == "first second " ] &&
-	[ $(((t2 - t1) / 1000000)) -ge 750 ]; then ok "exec --stdin forwards live"
+# --stdin forwards as it comes: cat answers the first line while stdin is still open, and
+# only then is the second typed (a condition, not a pause: a slow start cannot fake it).
+rm -f "$WORK/stdin.fifo"
+mkfifo "$WORK/stdin.fifo"
+"$ASP" exec --stdin -- cat < "$WORK/stdin.fifo" > "$OUT" 2> "$ERR" &
+apid=$!
+exec 7> "$WORK/stdin.fifo"
+echo first >&7
+if wait_for 60 grep -qx first "$OUT"; then live=1; else live=0; fi
+echo second >&7
+exec 7>&-
+wait $apid
+if [ "$live" = 1 ] && [ "$(tr '\n' ' ' < "$OUT")" == "first second " ]; then
+	ok "exec --stdin forwards live"
 else not_ok "exec --stdin forwards live" "lines: $(tr '\n' '|' < "$OUT")"; fi
 head -c 300000 /dev/urandom > "$WORK/rand.bin"
 run_in "$WORK/rand.bin" 0 "exec --stdin binary" -- "$ASP" exec --stdin -- cat

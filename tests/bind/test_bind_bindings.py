@@ -117,7 +117,8 @@ if os.path.isfile(os.path.join(build_bindings, "pi", "node_modules", "asp-sdk", 
     check("pi from the build tree: the build's copy, which has the SDK",
           rc == 0 and os.path.join(build_bindings, "pi", "index.ts") in out, (rc, out, err))
 else:
-    print("ok - pi from the build tree # SKIP the build has no TypeScript SDK (node, npm)")
+    print("ok - pi from the build tree # SKIP the build staged no copy (node and npm are "
+          "needed; a sanitizer build stages none)")
 
 os.makedirs(os.path.join(proj, ".pi"))
 with open(os.path.join(proj, ".pi", "settings.json"), "w") as f:

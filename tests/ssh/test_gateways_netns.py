@@ -8,7 +8,8 @@ only to the bastion's by a second pair; every interface exists before anything c
 and no namespace has a default route, so the target's address is unreachable from the
 harness (checked). The OpenSSH fixture of tests/ssh (SSHD_HELPER) runs as the bastion, and
 OpenSSH and Dropbear run as targets. Through ssh.jump: the conformance suite (asp
-conformance), native and agent mode, against both targets. Through ssh.proxy_command:
+conformance), native and agent mode, against both targets (the whole table over OpenSSH
+native and Dropbear agent mode, the spawn and exec cases over the other two). Through ssh.proxy_command:
 `ssh -W %h:%p bastion` (OpenSSH's client) with the conformance suite's write cases, and
 `socat - TCP:%h:%p` run inside the bastion's namespace (the shape of a cloud tunnel
 command) with an exec and a file round trip. Through a ~/.ssh/config (a temporary HOME) whose
@@ -149,12 +150,16 @@ try:
             d["ssh"]["agent"] = agent
         return d
 
+    # The whole table through the jump to each server, native mode to OpenSSH (SFTP, exec
+    # and direct-tcpip channels on the tunnelled session) and agent mode to Dropbear; the
+    # other two pairs with the cases of one op: past the connection, each pair runs the
+    # same transport code as its direct run in test_ssh and test_ssh_dropbear.
     runs = {}  # name -> (config path, --only WORD or None), for the conformance runs
-    for name, doc in (("jump-openssh-native", through_jump(t_doc, False)),
-                      ("jump-openssh-agent", through_jump(t_doc, True)),
-                      ("jump-dropbear-native", through_jump(d_doc, False)),
-                      ("jump-dropbear-agent", through_jump(d_doc, True))):
-        runs[name] = (write_config(name, doc), None)
+    for name, doc, only in (("jump-openssh-native", through_jump(t_doc, False), None),
+                            ("jump-openssh-agent", through_jump(t_doc, True), "spawn"),
+                            ("jump-dropbear-native", through_jump(d_doc, False), "exec"),
+                            ("jump-dropbear-agent", through_jump(d_doc, True), None)):
+        runs[name] = (write_config(name, doc), only)
 
     # ssh -W %h:%p bastion as the proxy command: OpenSSH's client reaches the target
     w_doc = json.loads(json.dumps(t_doc))
@@ -226,8 +231,8 @@ try:
     check(r.returncode == 0 and ("HostName at %s:9" % ssh_config) in r.stdout,
           "asp hello says it too", r.stdout + r.stderr)
 
-    # The conformance suite: the whole table through each jump, the cases of one op
-    # through ssh -W and the alias (the other paths of those are the jump's), all at once.
+    # The conformance suite: through the jumps as above, the cases of one op through
+    # ssh -W and the alias (the other paths of those are the jump's), all at once.
     results = {}
 
     def conformance(name):
