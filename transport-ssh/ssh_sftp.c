@@ -440,52 +440,94 @@ static int take_names(const sreq *r, dlist *d)
 	return c.bad ? -1 : 0;
 }
 
+static bool hit(const handle *h, const handle *g)
+{
+	return h->len == g->len && memcmp(h->h, g->h, g->len) == 0;
+}
+
+/* One READDIR answer in r: 0 names taken, 1 the end, -1 *fx the status, -2 out of memory. */
+static int take_readdir(const sreq *r, dlist *out, int *fx, char *srv, size_t cap)
+{
+	int s = sftp_status(r);
+	if (s == FX_EOF)
+		return 1;
+	if (s >= 0 || r->type != FXP_NAME) {
+		*fx = s > 0 ? s : FX_BAD_MESSAGE;
+		if (srv)
+			fx_text(r, srv, cap);
+		return -1;
+	}
+	return take_names(r, out) < 0 ? -2 : 0;
+}
+
+static asp_status send_readdir(sftpc *f, const handle *h, sreq *r, asp_error *err)
+{
+	sbuild b;
+	sb_init(&b);
+	sb_str(&b, h->h, h->len);
+	memset(r, 0, sizeof *r);
+	asp_status st = sftp_send(f, FXP_READDIR, &b, NULL, 0, r, err);
+	sb_free(&b);
+	return st;
+}
+
 /*
  * Reads the entries of a directory (their attributes are lstat's: OpenSSH's sftp-server
  * does not follow symlinks there). `first_only` stops after one batch. *fx is the
  * status when it could not be read.
+ *
+ * OPENDIR goes out with two READDIRs on the handle it will get (ssh_sftp_handles.c):
+ * sftp-server answers up to 100 names a READDIR, so a directory of that many is read,
+ * its end included, in one round trip. An OPENDIR never blocks (opendir(3) opens with
+ * O_NONBLOCK), so nothing queued behind it waits on a fifo.
  */
 static asp_status read_dir(sftpc *f, const char *path, bool first_only, dlist *out, int *fx,
                            char *srv, size_t cap, asp_error *err)
 {
-	handle h;
-	asp_status st = do_open(f, path, 0, NULL, true, &h, fx, srv, cap, err);
-	if (st != ASP_OK || *fx != FX_OK)
+	asp_status st = sftp_ready(f, err);
+	if (st != ASP_OK)
 		return st;
-	for (;;) {
-		sbuild b;
-		sb_init(&b);
-		sb_str(&b, h.h, h.len);
-		sreq r = {0};
-		st = sftp_send(f, FXP_READDIR, &b, NULL, 0, &r, err);
-		sb_free(&b);
+	handle g = {.len = 4}, h;
+	sreq ro, rd[2];
+	size_t nrd = 0, ahead = first_only ? 1 : 2;
+	sftp_batch_begin(f);
+	bool guessed = sftp_handles_guess(f, g.h);
+	st = send_open(f, path, 0, NULL, true, &ro, err);
+	for (; st == ASP_OK && guessed && nrd < ahead; nrd++)
+		st = send_readdir(f, &g, &rd[nrd], err);
+	sftp_batch_end(f);
+	if (st == ASP_OK)
+		st = sftp_await(f, &ro, err);
+	if (st == ASP_OK)
+		open_result(&ro, &h, fx, srv, cap);
+	sftp_forget(f, &ro);
+	if (st != ASP_OK || *fx != FX_OK || !hit(&h, &g)) {
+		for (size_t i = 0; i < nrd; i++)
+			sftp_forget(f, &rd[i]); /* on a wrong handle, or after a refused OPENDIR */
+		if (st != ASP_OK || *fx != FX_OK)
+			return st;
+		nrd = 0;
+	}
+	int rc = 0;
+	for (size_t i = 0; i < nrd; i++) {
+		if (st == ASP_OK && rc == 0 && !(first_only && out->n > 0)) {
+			st = sftp_await(f, &rd[i], err);
+			if (st == ASP_OK)
+				rc = take_readdir(&rd[i], out, fx, srv, cap);
+		}
+		sftp_forget(f, &rd[i]);
+	}
+	while (st == ASP_OK && rc == 0 && !(first_only && out->n > 0)) {
+		sreq r;
+		st = send_readdir(f, &h, &r, err);
 		if (st == ASP_OK)
 			st = sftp_await(f, &r, err);
-		if (st != ASP_OK) {
-			sftp_forget(f, &r);
-			break;
-		}
-		int s = sftp_status(&r);
-		if (s == FX_EOF) {
-			sftp_forget(f, &r);
-			break;
-		}
-		if (s >= 0 || r.type != FXP_NAME) {
-			*fx = s > 0 ? s : FX_BAD_MESSAGE;
-			if (srv)
-				fx_text(&r, srv, cap);
-			sftp_forget(f, &r);
-			break;
-		}
-		int rc = take_names(&r, out);
+		if (st == ASP_OK)
+			rc = take_readdir(&r, out, fx, srv, cap);
 		sftp_forget(f, &r);
-		if (rc < 0) {
-			st = asp_error_oom(err, "list", NULL);
-			break;
-		}
-		if (first_only && out->n > 0)
-			break;
 	}
+	if (st == ASP_OK && rc == -2)
+		st = asp_error_oom(err, "list", NULL);
 	close_nowait(f, &h);
 	return st;
 }
@@ -752,11 +794,6 @@ static asp_status await_status(sftpc *f, sreq *r, int *fx, char *srv, size_t cap
 #define GUESS_BYTES (1u << 20)
 
 /* Whether the OPEN's answer `h` is the handle guessed. */
-static bool hit(const handle *h, const handle *g)
-{
-	return h->len == g->len && memcmp(h->h, g->h, g->len) == 0;
-}
-
 /* The STAT answer in r: *fx FX_OK with *a filled, or the status. */
 static void stat_result(const sreq *r, sattr *a, int *fx)
 {
@@ -1029,7 +1066,8 @@ static asp_status plan_await(sftpc *f, wplan *w, wreq *q, size_t from, size_t n,
  * srv); w->wfx: the first failure after it (FX_OK: all written, synced and closed).
  */
 static asp_status open_write(sftpc *f, const char *path, uint32_t flags, const sattr *at, wplan *w,
-                             int *ofx, char *srv, size_t cap, asp_error *err)
+                             sattr *sat, int *sfx, int *ofx, char *srv, size_t cap,
+                             asp_error *err)
 {
 	*ofx = w->wfx = FX_OK;
 	asp_status st = sftp_ready(f, err);
@@ -1042,12 +1080,29 @@ static asp_status open_write(sftpc *f, const char *path, uint32_t flags, const s
 		return asp_error_oom(err, "write", NULL);
 	handle g = {.len = 4}, h;
 	sreq ro;
+	sreq rs;
 	sftp_batch_begin(f);
 	bool guessed = w->len <= GUESS_BYTES && sftp_handles_guess(f, g.h);
-	st = send_open(f, path, flags, at, false, &ro, err);
+	bool stat_sent = false;
+	if (sat) {
+		st = send_call(f, FXP_STAT, NULL, path, NULL, NULL, &rs, err);
+		stat_sent = st == ASP_OK;
+	}
+	if (st == ASP_OK)
+		st = send_open(f, path, flags, at, false, &ro, err);
 	if (st == ASP_OK && guessed)
 		st = plan_send(f, w, &g, W_PRE | W_DATA | W_POST, q, &n, err);
 	sftp_batch_end(f);
+	if (stat_sent) {
+		if (st == ASP_OK)
+			st = sftp_await(f, &rs, err);
+		if (st == ASP_OK)
+			stat_result(&rs, sat, sfx);
+		sftp_forget(f, &rs);
+		if (st == ASP_OK && *sfx == FX_OK && (sat->flags & FXA_PERMISSIONS) &&
+		    S_ISFIFO(sat->perm))
+			unblock_fifo(f, path);
+	}
 	if (st == ASP_OK)
 		st = sftp_await(f, &ro, err);
 	if (st == ASP_OK)
@@ -1531,8 +1586,8 @@ static asp_status write_atomic(sftpc *f, const asp_write_params *p, asp_write_re
 	sreq rl;
 	asp_status st = send_call(f, FXP_LSTAT, NULL, p->path, NULL, NULL, &rl, err);
 	if (st == ASP_OK)
-		st = open_write(f, tmp, FXF_WRITE | FXF_CREAT | FXF_TRUNC, &at, &w, &ofx, srv,
-		                sizeof srv, err);
+		st = open_write(f, tmp, FXF_WRITE | FXF_CREAT | FXF_TRUNC, &at, &w, NULL, NULL,
+		                &ofx, srv, sizeof srv, err);
 	asp_status s2 =
 	    st == ASP_OK ? await_stat(f, &rl, &old, &lfx, err) : (sftp_forget(f, &rl), st);
 	if (st == ASP_OK)
@@ -1622,10 +1677,16 @@ asp_status ssh_sftp_write(sftpc *f, const asp_write_params *p, asp_write_result 
 	sattr at;
 	bool want_size = p->append || p->has_offset;
 	bool created = false;
-	st = do_stat(f, p->path, true, &at, &fx, err);
+	/*
+	 * The STAT goes with the OPEN and the writes (one round trip), but for an append: a
+	 * fifo's append write would reach the fifo (sftp-server does not seek first).
+	 */
+	bool together = !p->append;
+	if (!together)
+		st = do_stat(f, p->path, true, &at, &fx, err);
 	if (st != ASP_OK)
 		goto out;
-	if (fx == FX_OK && (at.flags & FXA_PERMISSIONS)) {
+	if (fx == FX_OK && !together && (at.flags & FXA_PERMISSIONS)) {
 		uint32_t t = at.perm & S_IFMT;
 		if (t == S_IFDIR)
 			e = EISDIR;
@@ -1635,7 +1696,8 @@ asp_status ssh_sftp_write(sftpc *f, const asp_write_params *p, asp_write_result 
 		if (e)
 			goto out;
 	}
-	created = fx == FX_NO_SUCH_FILE;
+	if (!together)
+		created = fx == FX_NO_SUCH_FILE;
 	fx = FX_OK;
 	uint32_t flags = FXF_WRITE | FXF_CREAT;
 	if (p->append)
@@ -1647,12 +1709,24 @@ asp_status ssh_sftp_write(sftpc *f, const asp_write_params *p, asp_write_result 
 	           .len = p->data.len,
 	           .base = p->has_offset ? p->offset : 0,
 	           .size = want_size};
-	int ofx;
-	st = open_write(f, p->path, flags, &mode, &w, &ofx, srv, sizeof srv, err);
+	int ofx, sfx = FX_OK;
+	st = open_write(f, p->path, flags, &mode, &w, together ? &at : NULL, &sfx, &ofx, srv,
+	                sizeof srv, err);
+	if (st == ASP_OK && together) {
+		created = sfx == FX_NO_SUCH_FILE;
+		uint32_t t = sfx == FX_OK && (at.flags & FXA_PERMISSIONS) ? at.perm & S_IFMT : 0;
+		if (t == S_IFDIR)
+			e = EISDIR; /* the OPEN was refused */
+		else if (t == S_IFIFO || t == S_IFSOCK)
+			e = ENXIO; /* nothing reached it: sftp-server seeks before it writes */
+		if (e)
+			goto out;
+	}
 	if (st == ASP_OK && ofx == FX_NO_SUCH_FILE && p->mkdirs) {
 		st = make_parents(f, p->path, &e, err);
 		if (st == ASP_OK && !e)
-			st = open_write(f, p->path, flags, &mode, &w, &ofx, srv, sizeof srv, err);
+			st = open_write(f, p->path, flags, &mode, &w, NULL, NULL, &ofx, srv,
+			                sizeof srv, err);
 	}
 	fx = ofx != FX_OK ? ofx : w.wfx;
 	if (st == ASP_OK && fx == FX_OK && want_size)

@@ -11,10 +11,11 @@
  *
  * What is counted (after one call of each, which opens the spare channel and sftp's):
  * exec 1 (a spare session channel opened ahead: the exec request alone), stat 1, read 1
- * (STAT, OPEN and READ together on the handle sftp-server will give), write 2 (STAT;
+ * (STAT, OPEN and READ together on the handle sftp-server will give), write 1 (STAT,
  * OPEN, WRITE and CLOSE together), atomic write 2 (LSTAT with the temporary file's OPEN,
  * WRITE, fsync and CLOSE; its mode and the rename), the tools' read and write as their
- * ops. A fifo read (sftp-server's open of it would wait for a writer) still answers.
+ * ops. A fifo read and write (sftp-server's open of it would wait for the other end)
+ * still answer: empty, and io_error.
  */
 #include "asp/asp.h"
 #include "sshd_fixture.h"
@@ -194,15 +195,65 @@ static int c_read_fifo(void)
 	return ok ? 0 : -1;
 }
 
+static int list_n(const char *path, size_t n)
+{
+	asp_list_params p;
+	asp_list_params_init(&p);
+	p.path = path;
+	asp_list_result r;
+	asp_error err;
+	asp_arena *a = asp_arena_new();
+	asp_status st = asp_list(client, &p, &r, a, &err);
+	bool ok = st == ASP_OK && r.entries.count == n;
+	if (!ok)
+		fprintf(stderr, "list %s: %s\n", path,
+		        st == ASP_OK ? "a wrong number of entries" : err.message);
+	asp_arena_free(a);
+	return ok ? 0 : -1;
+}
+
+static int c_list(void)
+{
+	return list_n("dir", 3);
+}
+
+static int t_ls(void)
+{
+	return tool("ls", "{\"path\": \"dir\"}");
+}
+
+static int c_write_fifo(void)
+{
+	static const uint8_t byte[1] = {'x'};
+	asp_write_params p;
+	asp_write_params_init(&p);
+	p.path = "fifo";
+	p.data.data = byte;
+	p.data.len = 1;
+	asp_write_result r;
+	asp_error err;
+	asp_arena *a = asp_arena_new();
+	asp_status st = asp_write(client, &p, &r, a, &err);
+	asp_arena_free(a);
+	if (st != ASP_E_IO_ERROR)
+		fprintf(stderr, "fifo write: %d %s\n", st, st == ASP_OK ? "" : err.message);
+	return st == ASP_E_IO_ERROR ? 0 : -1;
+}
+
 static void test_native_round_trips(void)
 {
 	CU_ASSERT(round_trips(c_exec, "exec") <= 1);
 	CU_ASSERT(round_trips(c_stat, "stat") <= 1);
 	CU_ASSERT(round_trips(c_read, "read 4 KiB") <= 1);
-	CU_ASSERT(round_trips(c_write, "write 1 KiB") <= 2);
+	CU_ASSERT(round_trips(c_write, "write 1 KiB") <= 1);
 	CU_ASSERT(round_trips(c_write_atomic, "atomic write 1 KiB") <= 2);
 	CU_ASSERT(round_trips(t_read, "tool read") <= 1);
 	CU_ASSERT(round_trips(t_write, "tool write") <= 2);
+	CU_ASSERT(round_trips(c_list, "list") <= 1);
+	CU_ASSERT(round_trips(t_ls, "tool ls") <= 1);
+	/* more names than one READDIR answers: the rest after the pipelined two */
+	CU_ASSERT_EQUAL(list_n("big", 250), 0);
+	CU_ASSERT_EQUAL(c_list(), 0);
 	/* what was written is there, whole */
 	char path[500];
 	snprintf(path, sizeof path, "%s/t.txt", work);
@@ -215,6 +266,8 @@ static void test_native_round_trips(void)
 	/* a fifo without a writer: read answers (empty, at its end), and sftp goes on */
 	CU_ASSERT_EQUAL(c_read_fifo(), 0);
 	CU_ASSERT_EQUAL(c_read(), 0);
+	CU_ASSERT_EQUAL(c_write_fifo(), 0);
+	CU_ASSERT_EQUAL(c_write(), 0);
 }
 
 static int suite_init(void)
@@ -227,9 +280,10 @@ static int suite_init(void)
 	snprintf(trace, sizeof trace, "%s/trace", fx.dir);
 	char line[1400], pf[400], target[64];
 	snprintf(line, sizeof line,
-	         "mkdir -p %s && head -c 4096 /dev/zero | tr '\\0' x > %s/small.txt && "
-	         "mkfifo %s/fifo",
-	         work, work, work);
+	         "mkdir -p %s && cd %s && head -c 4096 /dev/zero | tr '\\0' x > small.txt && "
+	         "mkfifo fifo && mkdir dir big && touch dir/a dir/b dir/c && cd big && "
+	         "seq 1 250 | xargs touch",
+	         work, work);
 	if (system(line) != 0)
 		return -1;
 	snprintf(pf, sizeof pf, "%s/proxy.port", fx.dir);
@@ -301,8 +355,8 @@ int main(int argc, char **argv)
 		return 1;
 	CU_pSuite s = CU_add_suite("native SSH round trips", suite_init, suite_clean);
 	CU_add_test(s,
-	            "exec 1, stat 1, read 1, write 2, atomic write 2, tools read 1 and write 2; a "
-	            "fifo read",
+	            "exec 1, stat 1, read 1, write 2, atomic write 2, list 1, tools read 1, write "
+	            "2 and ls 1; a fifo read, a list of 250",
 	            test_native_round_trips);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
