@@ -12,7 +12,8 @@
  *
  * `quick` skips the transfers and prints one line of the round trips (for interleaved
  * runs of two builds). Both modes also print how the agent starts its commands and how
- * often each of its threads slept per exec over stdio (voluntary context switches).
+ * often each of its threads slept per exec over stdio (voluntary context switches), and
+ * how many threads it has once idle after the runs.
  */
 #include "asp/asp.h"
 #include "asp/transport.h"
@@ -30,6 +31,7 @@
 #include <limits.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -182,6 +184,26 @@ static void sleeps_line(const struct threads *a, const struct threads *b, int ex
 		len += (size_t)snprintf(buf + len, cap - len, "%s%.2f", i ? "," : "=",
 		                        (b->sleeps[order[i]] - before) / execs);
 	}
+}
+
+/*
+ * The agent's threads once it is idle: waits (up to 10 s, well past the agent's linger)
+ * for the count to settle at one, and returns what it is then; -1 without an agent.
+ */
+static int idle_threads(pid_t pid)
+{
+	if (pid <= 0)
+		return -1;
+	static struct threads t;
+	double until = now_us() + 10e6;
+	do {
+		read_threads(pid, &t);
+		if (t.n <= 1)
+			break;
+		struct timespec ts = {0, 20 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	} while (now_us() < until);
+	return t.n;
 }
 
 static void exec_true(asp_client *c, asp_arena *a)
@@ -383,14 +405,15 @@ int main(int argc, char **argv)
 	double c1 = concurrent_execs(c, 1, 400);
 	double c8 = concurrent_execs(c, 8, 100);
 	double c64 = concurrent_execs(c, 64, 20);
+	int idle = idle_threads(agent_pid);
 	if (quick) {
 		printf(
 		    "exec %.0f floor %.0f ratio %.3f in-process %.3f start-floor %.3f bound %.3f "
 		    "relay-floor %.3f over-relay %.3f stat %.1f write %.1f read %.1f c1 %.0f "
-		    "c8 %.0f c64 %.0f spawn %s sleeps/exec %s\n",
+		    "c8 %.0f c64 %.0f idle-threads %d spawn %s sleeps/exec %s\n",
 		    exec_us, floor_us, exec_us / floor_us, lexec_us / floor_us, start_us / floor_us,
 		    (start_us + stat_us) / floor_us, relay_us / floor_us, exec_us / relay_us,
-		    stat_us, write_us, read_us, c1, c8, c64, how, sleeps);
+		    stat_us, write_us, read_us, c1, c8, c64, idle, how, sleeps);
 		asp_arena_free(a);
 		free(v);
 		asp_client_free(c);
@@ -429,7 +452,9 @@ int main(int argc, char **argv)
 		pipe_s = t < pipe_s ? t : pipe_s;
 	}
 
-	printf("agent: commands started with %s; sleeps per exec by thread: %s\n\n", how, sleeps);
+	printf("agent: commands started with %s; sleeps per exec by thread: %s; threads when "
+	       "idle after the runs: %d\n\n",
+	       how, sleeps, idle);
 	printf("| measure | asp over stdio | floor / peer | ratio |\n|---|---|---|---|\n");
 	printf("| exec `true` round trip, median | %.0f µs | %.0f µs (posix_spawn + waitpid) | "
 	       "%.2f× |\n",
