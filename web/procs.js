@@ -33,7 +33,7 @@ async function list() {
   const mine = (p) => p.tag === 'asp ui' && p.command.startsWith('watch ');
   const rows = r.procs.filter((p) => !mine(p)).sort((a, b) => b.proc - a.proc).map((p) => {
     const actions = el('td', { class: 'actions' });
-    if (!ui.caps.attach) actions.append(el('button', { onclick: () => follow(p) }, 'Output'));
+    if (!ui.caps.attach) actions.append(el('button', { 'data-action': 'output', onclick: () => follow(p) }, 'Output'));
     if (p.running && !ui.caps.signal)
       for (const s of SIGNALS)
         actions.append(el('button', { 'data-signal': s, onclick: () => signal(p.proc, s) }, s));

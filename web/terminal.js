@@ -17,9 +17,12 @@ async function start() {
   fit.fit();
   $('term-state').textContent = 'starting a shell…';
   try {
-    const r = await call('term_open', { rows: term.rows, cols: term.cols });
+    const { rows, cols } = term;
+    const r = await call('term_open', { rows, cols });
     proc = r.proc;
-    $('term-state').textContent = `a login shell in the sandbox (process ${proc})`;
+    // a resize while the shell started was not sent: the terminal's size now is
+    if (term.rows !== rows || term.cols !== cols) send({ op: 'term_resize', rows: term.rows, cols: term.cols });
+    shown();
     term.focus();
   } catch (e) {
     $('term-state').textContent = `the shell could not start: ${e.message}`;
@@ -28,25 +31,36 @@ async function start() {
   }
 }
 
-// Keys go one request at a time, in order; what is typed meanwhile goes in the next one.
-let typed = '';
+// Keys and resizes go one request at a time, in the order they came (a program redraws
+// for the size it was told before the keys that follow); keys typed meanwhile go together,
+// and of resizes in a row only the last.
+const queue = [];
 let sending = false;
 
-async function type(data) {
-  typed += data;
-  if (sending) return;
+function send(item) {
+  const last = queue[queue.length - 1];
+  if (last && last.op === item.op && item.op === 'term_input') last.data += item.data;
+  else if (last && last.op === item.op) Object.assign(last, item);
+  else queue.push(item);
+  if (!sending) drain();
+}
+
+async function drain() {
   sending = true;
-  while (typed && proc !== null) {
-    const chunk = typed;
-    typed = '';
+  while (queue.length && proc !== null) {
+    const { op, ...args } = queue.shift();
     try {
-      await call('term_input', { proc, data: chunk });
+      await call(op, { proc, ...args });
     } catch (e) {
-      report('terminal input', e);
-      typed = '';
+      report(op === 'term_input' ? 'terminal input' : 'terminal resize', e);
     }
   }
+  queue.length = 0;
   sending = false;
+}
+
+function shown() {
+  $('term-state').textContent = `a login shell in the sandbox (process ${proc}, ${term.rows}×${term.cols})`;
 }
 
 export function visible(yes) {
@@ -68,9 +82,11 @@ export function init() {
   fit = new window.FitAddon.FitAddon();
   term.loadAddon(fit);
   term.open($('term'));
-  term.onData(type);
+  term.onData((data) => send({ op: 'term_input', data }));
   term.onResize(({ rows, cols }) => {
-    if (proc !== null) call('term_resize', { proc, rows, cols }).catch(() => {});
+    if (proc === null) return;
+    send({ op: 'term_resize', rows, cols });
+    shown();
   });
   new ResizeObserver(() => { if ($('view-terminal').classList.contains('active')) fit.fit(); }).observe($('term'));
   on('output', (ev) => { if (ev.proc === proc) term.write(fromBase64(ev.data)); });

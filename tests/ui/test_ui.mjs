@@ -1,10 +1,13 @@
 // asp ui's page in Debian's Chromium, driven over the DevTools protocol (puppeteer-core),
 // against a real sandbox: asp-agent over stdio, sshd in native mode (tests/ssh's
 // sshd_helper), or asp-agent --listen over HTTP. In one browser session: browse to a file
-// and read it (text pages, an image), upload a file by dropping it and find it in the
-// sandbox, see a file created in the sandbox appear, type `echo hi; exit` in the terminal
-// and read it back, run a command and send it TERM from the table, see a session's
-// command. A screenshot of each view goes to OUT_DIR; any console error fails the test.
+// and read it (text pages, an image), download it, upload a file by dropping it and find
+// it in the sandbox, see a file created in the sandbox appear, resize the terminal and
+// type `echo hi; exit` in it and read it back, follow a process's output (what it wrote
+// before first), see the table follow a process's end, send TERM from the table, see a
+// session's command. The page says what the transport lacks; nothing it loads comes from
+// anywhere but asp (offline). A screenshot of each view goes to OUT_DIR; any console
+// error fails the test.
 // usage: node test_ui.mjs ASP AGENT OUT_DIR stdio|ssh|http [SSHD_HELPER]
 import puppeteer from 'puppeteer-core';
 import { spawn, execFileSync } from 'node:child_process';
@@ -174,11 +177,21 @@ async function main() {
     executablePath: CHROMIUM, headless: true, userDataDir: profile,
     args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
            '--disable-background-networking', '--disable-component-update', '--disable-sync',
-           '--window-size=1280,800'],
+           '--window-size=1280,800',
+           // offline: anything but loopback (which Chromium never proxies) goes nowhere
+           '--proxy-server=http://127.0.0.1:9'],
     defaultViewport: { width: 1280, height: 800 },
   });
   cleanups.push(() => browser.close());
+  const downloads = fs.mkdtempSync(path.join(root, 'downloads-'));
+  const cdp = await browser.target().createCDPSession();
+  await cdp.send('Browser.setDownloadBehavior', { behavior: 'allow', downloadPath: downloads });
   const page = await browser.newPage();
+  const foreign = [];
+  page.on('request', (r) => {
+    const u = new URL(r.url());
+    if (u.protocol !== 'data:' && u.host !== new URL(url).host) foreign.push(r.url());
+  });
   page.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(m.text()); });
   page.on('pageerror', (e) => consoleErrors.push(`uncaught: ${e.message}`));
   page.on('dialog', (d) => d.dismiss());
@@ -189,6 +202,17 @@ async function main() {
 
   await test('the token traded for a cookie: the address bar has none', async () => {
     assert.equal(new URL(page.url()).search, '');
+  });
+
+  await test('the page says what this transport lacks, and why', async () => {
+    const notices = Object.fromEntries(await page.$$eval('#notices li', (l) => l.map((e) => [e.dataset.cap, e.textContent])));
+    if (mode === 'ssh') { // native SSH: no proc_attach, no watch feature in its hello
+      assert.deepEqual(Object.keys(notices).sort(), ['attach', 'watch']);
+      assert.match(notices.attach, /lacks proc_attach \(its hello\)/);
+      assert.match(notices.watch, /no watch feature/);
+    } else {
+      assert.deepEqual(notices, {});
+    }
   });
 
   await test('the tree and the open folder show the sandbox', async () => {
@@ -232,6 +256,23 @@ async function main() {
     await click(page, '#entries tr[data-name="pic.png"] a.file');
     const w = await until('the image decoded', () => page.$eval('#viewer-body img', (i) => i.complete && i.naturalWidth));
     assert.equal(w, 24);
+    await page.click('#viewer-close');
+  });
+
+  await test('a file is downloaded from its row and from the viewer', async () => {
+    const want = fs.readFileSync(path.join(work, 'docs', 'pic.png'));
+    await click(page, '#entries tr[data-name="pic.png"] a.button');
+    const got = path.join(downloads, 'pic.png');
+    await until('pic.png downloaded', () => fs.existsSync(got) && fs.readFileSync(got).equals(want));
+    fs.rmSync(got);
+    // a file of several read chunks, from the viewer's button
+    await page.click('#folder-up');
+    await click(page, '#entries tr[data-name="big.log"] a.file');
+    await until('big.log in the viewer', async () => (await text(page, '#viewer-range')).startsWith('bytes 1–'));
+    await page.click('#viewer-download');
+    const big = fs.readFileSync(path.join(work, 'big.log'));
+    const gotBig = path.join(downloads, 'big.log');
+    await until('big.log downloaded', () => fs.existsSync(gotBig) && fs.readFileSync(gotBig).equals(big));
     await page.click('#viewer-close');
   });
 
@@ -287,36 +328,79 @@ async function main() {
     await shot(page, 'changes');
   });
 
-  await test('the terminal: echo hi; exit', async () => {
+  await test('the terminal: its size follows the window; echo hi; exit', async () => {
     await tab(page, 'terminal');
     if (await page.$('#notices li[data-cap="terminal"]')) {
       console.log(`# ${mode}: ${await text(page, '#notices li[data-cap="terminal"]')}`);
       await shot(page, 'terminal');
       return;
     }
-    await until('the shell', async () => (await text(page, '#term-state')).startsWith('a login shell'));
+    const size = async () => (await text(page, '#term-state')).match(/, (\d+)×(\d+)\)$/)?.slice(1).join(' ');
+    const rows = () => page.$eval('.xterm-rows', (e) => [...e.children].map((r) => r.textContent.trimEnd()));
     let last = [];
-    await page.click('#term');
-    await page.keyboard.type('echo hi; exit\n');
-    const rows = await until(() => `the shell to echo and exit: ${JSON.stringify(last)}`, async () => {
-      const t = await page.$eval('.xterm-rows', (e) => [...e.children].map((r) => r.textContent.trimEnd()));
-      last = t.filter((l) => l);
-      return t.includes('hi') && t.some((l) => l.includes('[the shell exited with 0]')) && t;
+    const screen = (what, fn) => until(() => `${what}: ${JSON.stringify(last)}`, async () => {
+      last = (await rows()).filter((l) => l);
+      return fn(last) && last;
     });
-    assert.ok(rows.some((l) => l.includes('echo hi; exit')));
+    await until('the shell', async () => (await text(page, '#term-state')).startsWith('a login shell'));
+    const before = await size();
+    await page.click('#term');
+    await page.keyboard.type('clear; stty size\n');
+    await screen(`stty size to say ${before}`, (t) => t.includes(before));
+    await page.setViewport({ width: 900, height: 560 });
+    const after = await until('the terminal to take the smaller window', async () => {
+      const s = await size();
+      return s !== before && s;
+    });
+    await page.keyboard.type('clear; stty size\n');
+    await screen(`stty size to say ${after}`, (t) => t.includes(after));
+    await page.setViewport({ width: 1280, height: 800 });
+    await until('the terminal to take the window again', async () => (await size()) !== after);
+    await page.keyboard.type('clear\n');
+    await screen('the screen cleared', (t) => t.length === 1);
+    await page.keyboard.type('echo hi; exit\n');
+    const t = await screen('the shell to echo and exit', (t) => t.includes('hi') && t.some((l) => l.includes('[the shell exited with 0]')));
+    assert.ok(t.some((l) => l.includes('echo hi; exit')));
     await shot(page, 'terminal');
   });
 
-  await test('processes: run one, follow its output, send it TERM from the table', async () => {
+  await test('processes: output followed with what came before, the table following ends, TERM from it', async () => {
     await tab(page, 'procs');
-    await page.type('#run-command', 'echo started-from-the-page; exec sleep 300');
-    await page.click('#run button');
-    await until('its output', async () => (await text(page, '#proc-out')).includes('started-from-the-page'));
-    const row = await until('its row, running', () => page.$$eval('#procs tbody tr', (rs) =>
-      rs.filter((r) => r.querySelector('.command').textContent.includes('started-from-the-page') &&
-        r.querySelector('.state').textContent === 'running').map((r) => r.dataset.proc)[0]));
-    await page.click(`#procs tr[data-proc="${row}"] button[data-signal="TERM"]`);
-    await until('TERM to end it', async () => (await page.$eval(`#procs tr[data-proc="${row}"] .state`, (e) => e.textContent)) === 'TERM', 20000);
+    const gate = (n) => path.join(root, `gate-${n}`);
+    const waitFor = (n) => `until [ -e ${gate(n)} ]; do sleep 0.1; done`;
+    const rowOf = (word, st) => until(`the row of ${word}${st ? ', ' + st : ''}`, () => page.$$eval('#procs tbody tr', (rs, word, st) =>
+      rs.filter((r) => r.querySelector('.command').textContent.includes(word) &&
+        (!st || r.querySelector('.state').textContent === st)).map((r) => r.dataset.proc)[0], word, st), 20000);
+    const out = () => text(page, '#proc-out');
+    const run = async (command, word) => {
+      await page.$eval('#run-command', (e) => { e.value = ''; });
+      await page.type('#run-command', command);
+      await page.click('#run button');
+      await until(`the output of ${word}`, async () => (await out()).includes(`${word}-early`));
+      return rowOf(word, 'running');
+    };
+    const a = await run(`echo one-early; ${waitFor('one')}; echo one-late; exit 3`, 'one');
+    const b = await run(`echo two-early; ${waitFor('two')}; echo two-late; exec sleep 300`, 'two');
+    assert.ok(!(await out()).includes('one-early'), 'the pane follows the second command');
+    // the first ends while no page follows it: the table learns it from proc_list
+    fs.writeFileSync(gate('one'), '');
+    await rowOf('one', 'exit 3');
+    if (mode === 'ssh') {
+      assert.equal(await page.$('#procs button[data-action="output"]'), null, 'no Output without proc_attach');
+    } else {
+      // what it wrote, from the start, once followed again
+      await page.click(`#procs tr[data-proc="${a}"] button[data-action="output"]`);
+      await until('the first one\'s whole output', async () => /one-early\s*one-late/.test(await out()));
+      // the second, attached: what came before, then what comes
+      await page.click(`#procs tr[data-proc="${b}"] button[data-action="output"]`);
+      await until('the second one\'s output so far', async () => (await out()).includes('two-early'));
+      assert.ok(!(await out()).includes('one-'), 'the pane shows the second one alone');
+      await until('it followed', async () => (await text(page, '#proc-out-state')).includes('following'));
+    }
+    fs.writeFileSync(gate('two'), '');
+    await until('the second one\'s output as it comes', async () => /two-early\s*two-late/.test(await out()));
+    await page.click(`#procs tr[data-proc="${b}"] button[data-signal="TERM"]`);
+    await until('TERM to end it', async () => (await page.$eval(`#procs tr[data-proc="${b}"] .state`, (e) => e.textContent)) === 'TERM', 20000);
     await until('its exit in the output pane', async () => (await text(page, '#proc-out-state')).includes('TERM'));
     await until('the session command listed', async () => {
       const t = await text(page, '#sessions tbody');
@@ -325,6 +409,10 @@ async function main() {
     if (mode === 'http') // proc_list sees the tool server's command too: the responder keeps it
       await until('its session in the table', async () => (await text(page, '#procs tbody')).includes(SESSION));
     await shot(page, 'processes');
+  });
+
+  await test('nothing came from anywhere but asp', async () => {
+    assert.deepEqual(foreign, []);
   });
 
   await test('no console error', async () => {
