@@ -201,7 +201,8 @@ static asp_status upload_rest(upload *u, asp_tree_pack *k, size_t size, uint64_t
 		}
 		c->eof = c->len == 0; /* the last: empty, with eof */
 		offset += c->len;
-		if (!enqueue(u, c) || c->eof)
+		bool last = c->eof; /* once queued, a sender may send and free c at any moment */
+		if (!enqueue(u, c) || last)
 			break;
 	}
 	pthread_mutex_lock(&u->mu);
