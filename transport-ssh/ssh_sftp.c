@@ -1066,8 +1066,7 @@ static asp_status plan_await(sftpc *f, wplan *w, wreq *q, size_t from, size_t n,
  * srv); w->wfx: the first failure after it (FX_OK: all written, synced and closed).
  */
 static asp_status open_write(sftpc *f, const char *path, uint32_t flags, const sattr *at, wplan *w,
-                             sattr *sat, int *sfx, int *ofx, char *srv, size_t cap,
-                             asp_error *err)
+                             sattr *sat, int *sfx, int *ofx, char *srv, size_t cap, asp_error *err)
 {
 	*ofx = w->wfx = FX_OK;
 	asp_status st = sftp_ready(f, err);
