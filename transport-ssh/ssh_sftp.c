@@ -440,6 +440,7 @@ static int take_names(const sreq *r, dlist *d)
 	return c.bad ? -1 : 0;
 }
 
+/* Whether the OPEN's answer `h` is the handle guessed. */
 static bool hit(const handle *h, const handle *g)
 {
 	return h->len == g->len && memcmp(h->h, g->h, g->len) == 0;
@@ -793,7 +794,6 @@ static asp_status await_status(sftpc *f, sreq *r, int *fx, char *srv, size_t cap
  */
 #define GUESS_BYTES (1u << 20)
 
-/* Whether the OPEN's answer `h` is the handle guessed. */
 /* The STAT answer in r: *fx FX_OK with *a filled, or the status. */
 static void stat_result(const sreq *r, sattr *a, int *fx)
 {
@@ -1904,22 +1904,36 @@ asp_status ssh_sftp_remove(sftpc *f, const asp_remove_params *p, asp_error *err)
 	sattr at;
 	int fx = FX_OK, e = 0;
 	char srv[256] = "", where[ASP_ERROR_PATH_MAX / 2] = "";
+	/*
+	 * LSTAT, REMOVE and RMDIR go out together and the LSTAT's answer says which of the
+	 * other two counts: one round trip. The other fails and changes nothing (unlink(2)
+	 * of a directory is EISDIR, rmdir(2) of anything else ENOTDIR, or ENOENT once
+	 * REMOVE took it).
+	 */
+	sreq rq[3];
+	size_t sent = 0;
+	static const uint8_t types[3] = {FXP_LSTAT, FXP_REMOVE, FXP_RMDIR};
 	sshc_lock(f->c);
-	st = do_stat(f, path, false, &at, &fx, err);
-	if (st == ASP_OK && fx != FX_OK) {
+	for (st = ASP_OK; st == ASP_OK && sent < 3; sent++)
+		st = send_call(f, types[sent], NULL, path, NULL, NULL, &rq[sent], err);
+	if (st == ASP_OK)
+		st = sftp_await(f, &rq[0], err);
+	if (st == ASP_OK)
+		stat_result(&rq[0], &at, &fx);
+	size_t use = st == ASP_OK && fx == FX_OK ? (is_dir(&at) ? 2 : 1) : 0;
+	for (size_t i = 0; i < sent; i++)
+		if (i != use || !use)
+			sftp_forget(f, &rq[i]);
+	if (st != ASP_OK)
+		goto out;
+	if (fx != FX_OK) {
 		st = op_error(f, "remove", p->path, fx, NULL, err);
 		goto out;
 	}
-	if (st != ASP_OK)
-		goto out;
-	if (!is_dir(&at)) {
-		st = call_status(f, FXP_REMOVE, NULL, path, NULL, NULL, &fx, srv, sizeof srv, err);
-		if (st == ASP_OK && fx != FX_OK)
-			st = op_error(f, "remove", p->path, fx, srv, err);
-		goto out;
-	}
-	st = call_status(f, FXP_RMDIR, NULL, path, NULL, NULL, &fx, srv, sizeof srv, err);
-	if (st != ASP_OK || fx == FX_OK)
+	st = await_status(f, &rq[use], &fx, srv, sizeof srv, err);
+	if (st == ASP_OK && fx != FX_OK && use == 1)
+		st = op_error(f, "remove", p->path, fx, srv, err);
+	if (st != ASP_OK || fx == FX_OK || use == 1)
 		goto out;
 	if (fx == FX_FAILURE) {
 		/* ENOTEMPTY, or EBUSY for a mount point: a look inside tells them apart */

@@ -22,12 +22,14 @@
 
 #include <CUnit/Basic.h>
 #include <CUnit/CUnit.h>
+#include <fcntl.h>
 
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -240,6 +242,38 @@ static int c_write_fifo(void)
 	return st == ASP_E_IO_ERROR ? 0 : -1;
 }
 
+/* Makes `name` in the work directory here (no traffic), then removes it through the client. */
+static int remove_made(const char *name, bool dir)
+{
+	char path[500];
+	snprintf(path, sizeof path, "%s/%s", work, name);
+	if (dir ? mkdir(path, 0755) != 0 : close(open(path, O_CREAT | O_WRONLY, 0644)) != 0)
+		return -1;
+	asp_remove_params p;
+	asp_remove_params_init(&p);
+	p.path = name;
+	asp_remove_result r;
+	asp_error err;
+	asp_arena *a = asp_arena_new();
+	asp_status st = asp_remove(client, &p, &r, a, &err);
+	asp_arena_free(a);
+	struct stat sb;
+	bool ok = st == ASP_OK && lstat(path, &sb) != 0;
+	if (!ok)
+		fprintf(stderr, "remove %s: %s\n", name, st == ASP_OK ? "still there" : err.message);
+	return ok ? 0 : -1;
+}
+
+static int c_remove_file(void)
+{
+	return remove_made("gone.txt", false);
+}
+
+static int c_remove_dir(void)
+{
+	return remove_made("gone.d", true);
+}
+
 static void test_native_round_trips(void)
 {
 	CU_ASSERT(round_trips(c_exec, "exec") <= 1);
@@ -251,6 +285,8 @@ static void test_native_round_trips(void)
 	CU_ASSERT(round_trips(t_write, "tool write") <= 2);
 	CU_ASSERT(round_trips(c_list, "list") <= 1);
 	CU_ASSERT(round_trips(t_ls, "tool ls") <= 1);
+	CU_ASSERT(round_trips(c_remove_file, "remove a file") <= 1);
+	CU_ASSERT(round_trips(c_remove_dir, "remove an empty directory") <= 1);
 	/* more names than one READDIR answers: the rest after the pipelined two */
 	CU_ASSERT_EQUAL(list_n("big", 250), 0);
 	CU_ASSERT_EQUAL(c_list(), 0);
@@ -355,8 +391,8 @@ int main(int argc, char **argv)
 		return 1;
 	CU_pSuite s = CU_add_suite("native SSH round trips", suite_init, suite_clean);
 	CU_add_test(s,
-	            "exec 1, stat 1, read 1, write 2, atomic write 2, list 1, tools read 1, write "
-	            "2 and ls 1; a fifo read, a list of 250",
+	            "exec 1, stat 1, read 1, write 1, atomic write 2, list 1, tools read 1, write "
+	            "2 and ls 1; a fifo read and write, a list of 250",
 	            test_native_round_trips);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
