@@ -678,14 +678,24 @@ PROC_CASE(tree_read_roundtrip)
 	            "excluding *.sh and sub sent\n%s", l.text);
 }
 
-void tree_read_errors(conf_ctx *ctx)
+/* tree_read's refusals, through the follower where the transport has one (native SSH
+ * sends the stream nowhere else): the call fails, nothing is followed. */
+static asp_status read_error(conf_ctx *ctx, fx *f, const char *path, asp_error *err)
 {
+	coll *c = fx_coll(f, 0);
+	if (!c)
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of collectors");
 	asp_tree_read_params p;
 	asp_tree_read_params_init(&p);
-	p.path = in_dir(ctx, "missing");
-	asp_tree_read_result r;
+	p.path = path;
+	uint64_t proc = 0;
+	return do_tree_read(ctx, f, ctx->self, &p, c, &proc, err);
+}
+
+PROC_CASE(tree_read_errors)
+{
 	asp_error err;
-	asp_status st = ctx->ops->tree_read(ctx->self, &p, &r, ctx->a, &err);
+	asp_status st = read_error(ctx, f, in_dir(ctx, "missing"), &err);
 	if (st == ASP_E_UNSUPPORTED) {
 		conf_na(ctx, "%s", err.message);
 		return;
@@ -697,7 +707,6 @@ void tree_read_errors(conf_ctx *ctx)
 	st = tree_write(ctx, in_dir(ctx, "t"), &b, true, &wr, &err);
 	free(b.p);
 	CONF_OK(ctx, st, &err);
-	p.path = in_dir(ctx, "t/a.txt");
-	CONF_ERR(ctx, ctx->ops->tree_read(ctx->self, &p, &r, ctx->a, &err), ASP_E_NOT_A_DIRECTORY,
+	CONF_ERR(ctx, read_error(ctx, f, in_dir(ctx, "t/a.txt"), &err), ASP_E_NOT_A_DIRECTORY,
 	         &err);
 }
