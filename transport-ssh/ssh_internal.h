@@ -451,7 +451,7 @@ asp_status ssh_proc_attach_unsupported(asp_error *err);
 typedef struct ssh_trees ssh_trees;
 
 /* The tree handles of a connection's process table `ps`. NULL: out of memory. */
-ssh_trees *ssh_trees_new(ssh_procs *ps);
+ssh_trees *ssh_trees_new(ssh_procs *ps, sftpc *sftp, size_t budget);
 /* After ssh_procs_free (whose followers' last callbacks come here). NULL: no-op. */
 void ssh_trees_free(ssh_trees *ts);
 asp_status ssh_tree_write(ssh_trees *ts, const asp_tree_write_params *p, asp_tree_write_result *r,
@@ -489,6 +489,48 @@ asp_status ssh_sftp_remove(sftpc *f, const asp_remove_params *p, asp_error *err)
 asp_status ssh_sftp_rename(sftpc *f, const asp_rename_params *p, asp_error *err);
 /* The server's canonical form of `path` (malloc'd): one round trip. */
 asp_status ssh_sftp_realpath(sftpc *f, const char *path, char **out, asp_error *err);
+
+/*
+ * A tree's members (ssh_tree_sftp.c), each one round trip, from many threads at once.
+ * put: `len` bytes at `base` of `path`, made (O_EXCL) when `create`; the `last` piece sets
+ * mode and mtime. lstat: *kind 0 absent, 1 a directory, 2 anything else.
+ */
+asp_status ssh_sftp_tree_put(sftpc *f, const char *path, const uint8_t *data, size_t len,
+                             uint64_t base, bool create, bool last, uint32_t perm, uint32_t mtime,
+                             asp_error *err);
+asp_status ssh_sftp_tree_mkdir(sftpc *f, const char *path, uint32_t perm, asp_error *err);
+asp_status ssh_sftp_tree_setstat(sftpc *f, const char *path, uint32_t perm, uint32_t mtime,
+                                 asp_error *err);
+asp_status ssh_sftp_tree_symlink(sftpc *f, const char *target, const char *path, asp_error *err);
+asp_status ssh_sftp_tree_lstat(sftpc *f, const char *path, int *kind, uint32_t *perm,
+                               uint32_t *mtime, asp_error *err);
+/* A symlink's target (malloc'd). */
+asp_status ssh_sftp_tree_readlink(sftpc *f, const char *path, char **out, asp_error *err);
+
+/* ---- ssh_tree_sftp.c: trees over SFTP, for a sandbox without tar ----------------------- */
+
+struct asp_tar_member;
+struct asp_tree_exclude;
+
+/*
+ * tree_write's members into a temporary directory beside `target` (in it when it exists),
+ * put in place by sftp_tw_finish; sftp_tw_free before that removes the temporary.
+ */
+typedef struct sftp_tw sftp_tw;
+asp_status sftp_tw_open(sftpc *f, size_t budget, const char *target, const char *nonce,
+                        sftp_tw **out, asp_error *err);
+asp_status sftp_tw_member(sftp_tw *w, const struct asp_tar_member *m, asp_error *err);
+asp_status sftp_tw_data(sftp_tw *w, const uint8_t *p, size_t n, asp_error *err);
+asp_status sftp_tw_file_end(sftp_tw *w, asp_error *err);
+asp_status sftp_tw_finish(sftp_tw *w, asp_error *err);
+void sftp_tw_free(sftp_tw *w);
+
+/* tree_read's stream of `dir`, made here and handed to `emit` in order; an error from
+ * `emit` stops it. */
+typedef asp_status (*sftp_emit)(void *user, const uint8_t *p, size_t n, asp_error *err);
+asp_status sftp_tree_walk(sftpc *f, size_t budget, const char *dir,
+                          const struct asp_tree_exclude *ex, sftp_emit emit, void *user,
+                          asp_error *err);
 
 /* ---- ssh_agent_mode.c ------------------------------------------------------------------ */
 

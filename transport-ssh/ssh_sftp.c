@@ -961,13 +961,15 @@ typedef struct wplan {
 	 */
 	bool first_mode;
 	uint32_t narrow;
-	bool sync; /* fsync@openssh.com after the writes */
-	bool size; /* FSTAT after the writes, into `after` */
+	bool sync;  /* fsync@openssh.com after the writes */
+	bool size;  /* FSTAT after the writes, into `after` */
+	bool attrs; /* FSETSTAT to `set` after the writes (a tree's member: mode and mtime) */
+	sattr set;
 	sattr made, after;
 	int wfx; /* the first failure after the OPEN */
 } wplan;
 
-enum wkind { W_MODE, W_NARROW, W_WRITE, W_SYNC, W_SIZE, W_CLOSE };
+enum wkind { W_MODE, W_NARROW, W_WRITE, W_SYNC, W_SIZE, W_ATTRS, W_CLOSE };
 
 typedef struct wreq {
 	struct chunk c;
@@ -977,7 +979,7 @@ typedef struct wreq {
 /* Which of a plan's requests plan_send sends. */
 enum { W_PRE = 1, W_DATA = 2, W_POST = 4 };
 
-#define WREQ_MAX(len, csz) (((len) + (csz)-1) / (csz) + 5)
+#define WREQ_MAX(len, csz) (((len) + (csz)-1) / (csz) + 6)
 
 /* Sends the `parts` of plan `w` on handle `x`, appending each to q[*n]. */
 static asp_status plan_send(sftpc *f, const wplan *w, const handle *x, int parts, wreq *q,
@@ -1009,6 +1011,10 @@ static asp_status plan_send(sftpc *f, const wplan *w, const handle *x, int parts
 	if (st == ASP_OK && (parts & W_POST) && w->size) {
 		q[*n].k = W_SIZE;
 		st = send_on_handle(f, FXP_FSTAT, NULL, x, NULL, &q[(*n)++].c.r, err);
+	}
+	if (st == ASP_OK && (parts & W_POST) && w->attrs) {
+		q[*n].k = W_ATTRS;
+		st = send_on_handle(f, FXP_FSETSTAT, NULL, x, &w->set, &q[(*n)++].c.r, err);
 	}
 	if (st == ASP_OK && (parts & W_POST)) {
 		q[*n].k = W_CLOSE;
@@ -2029,6 +2035,113 @@ asp_status ssh_sftp_rename(sftpc *f, const asp_rename_params *p, asp_error *err)
 	if (e == EEXIST && !p->overwrite)
 		asp_error_hint(err, "the target exists and 'overwrite' is false");
 out:
+	sshc_unlock(f->c);
+	return st;
+}
+
+/* ---- a tree's members (ssh_tree_sftp.c): one round trip each, many threads at once ------ */
+
+asp_status ssh_sftp_tree_put(sftpc *f, const char *path, const uint8_t *data, size_t len,
+                             uint64_t base, bool create, bool last, uint32_t perm, uint32_t mtime,
+                             asp_error *err)
+{
+	sattr at = {.flags = FXA_PERMISSIONS, .perm = (perm & 07777) | 0600};
+	uint32_t flags = FXF_WRITE | (create ? FXF_CREAT | FXF_EXCL | FXF_TRUNC : 0);
+	wplan w = {.data = data, .len = len, .base = base, .attrs = last};
+	w.set = (sattr){.flags = FXA_PERMISSIONS | FXA_ACMODTIME,
+	                .perm = perm & 07777,
+	                .atime = mtime,
+	                .mtime = mtime};
+	char srv[256] = "";
+	int ofx = FX_OK;
+	sshc_lock(f->c);
+	asp_status st =
+	    open_write(f, path, flags, create ? &at : NULL, &w, &ofx, srv, sizeof srv, err);
+	int fx = ofx != FX_OK ? ofx : w.wfx;
+	if (st == ASP_OK && fx != FX_OK)
+		st = op_error(f, "tree_write: write", path, fx, srv, err);
+	sshc_unlock(f->c);
+	return st;
+}
+
+/* A status-only request of `type` on path (and s2), made an error naming `path`. */
+static asp_status tree_call(sftpc *f, uint8_t type, const char *ext, const char *path,
+                            const char *s2, const sattr *at, const char *what, asp_error *err)
+{
+	char srv[256] = "";
+	int fx = FX_OK;
+	sshc_lock(f->c);
+	asp_status st = sftp_ready(f, err);
+	if (st == ASP_OK)
+		st = call_status(f, type, ext, path, s2, at, &fx, srv, sizeof srv, err);
+	if (st == ASP_OK && fx != FX_OK)
+		st = op_error(f, what, path, fx, srv, err);
+	sshc_unlock(f->c);
+	return st;
+}
+
+asp_status ssh_sftp_tree_mkdir(sftpc *f, const char *path, uint32_t perm, asp_error *err)
+{
+	sattr at = {.flags = FXA_PERMISSIONS, .perm = perm & 07777};
+	return tree_call(f, FXP_MKDIR, NULL, path, NULL, &at, "tree_write: mkdir", err);
+}
+
+asp_status ssh_sftp_tree_setstat(sftpc *f, const char *path, uint32_t perm, uint32_t mtime,
+                                 asp_error *err)
+{
+	sattr at = {.flags = FXA_PERMISSIONS | FXA_ACMODTIME,
+	            .perm = perm & 07777,
+	            .atime = mtime,
+	            .mtime = mtime};
+	return tree_call(f, FXP_SETSTAT, NULL, path, NULL, &at, "tree_write: setstat", err);
+}
+
+asp_status ssh_sftp_tree_symlink(sftpc *f, const char *target, const char *path, asp_error *err)
+{
+	/* OpenSSH's sftp-server takes the target first (the draft's order reversed) */
+	char srv[256] = "";
+	int fx = FX_OK;
+	sshc_lock(f->c);
+	asp_status st = sftp_ready(f, err);
+	if (st == ASP_OK)
+		st = call_status(f, FXP_SYMLINK, NULL, target, path, NULL, &fx, srv, sizeof srv,
+		                 err);
+	if (st == ASP_OK && fx != FX_OK)
+		st = op_error(f, "tree_write: symlink", path, fx, srv, err);
+	sshc_unlock(f->c);
+	return st;
+}
+
+asp_status ssh_sftp_tree_lstat(sftpc *f, const char *path, int *kind, uint32_t *perm,
+                               uint32_t *mtime, asp_error *err)
+{
+	sattr a;
+	int fx = FX_OK;
+	sshc_lock(f->c);
+	asp_status st = sftp_ready(f, err);
+	if (st == ASP_OK)
+		st = do_stat(f, path, false, &a, &fx, err);
+	sshc_unlock(f->c);
+	*kind = fx == FX_NO_SUCH_FILE ? 0 : is_dir(&a) ? 1 : 2;
+	if (perm)
+		*perm = a.perm;
+	if (mtime)
+		*mtime = a.mtime;
+	if (st == ASP_OK && fx != FX_OK && fx != FX_NO_SUCH_FILE)
+		st = asp_error_set(err, ASP_E_IO_ERROR, path, "tree: lstat %s: sftp status %d",
+		                   path, fx);
+	return st;
+}
+
+asp_status ssh_sftp_tree_readlink(sftpc *f, const char *path, char **out, asp_error *err)
+{
+	int fx = FX_OK;
+	sshc_lock(f->c);
+	asp_status st = sftp_ready(f, err);
+	if (st == ASP_OK)
+		st = do_name(f, FXP_READLINK, path, out, &fx, err);
+	if (st == ASP_OK && fx != FX_OK)
+		st = op_error(f, "tree_read: readlink", path, fx, NULL, err);
 	sshc_unlock(f->c);
 	return st;
 }

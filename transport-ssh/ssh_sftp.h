@@ -31,6 +31,7 @@ enum {
 	FXP_STAT = 17,
 	FXP_RENAME = 18,
 	FXP_READLINK = 19,
+	FXP_SYMLINK = 20,
 	FXP_STATUS = 101,
 	FXP_HANDLE = 102,
 	FXP_DATA = 103,
@@ -114,7 +115,8 @@ typedef struct sattr {
 } sattr;
 
 void sc_attrs(scur *c, sattr *a);
-/* Appends `a` as a request's ATTRS; only the parts this client sets (uid/gid, permissions). */
+/* Appends `a` as a request's ATTRS; only the parts this client sets (uid/gid, permissions,
+ * times). */
 void sb_attrs(sbuild *b, const sattr *a);
 
 /* ssh_sftp_handles.c: what sftp-server's handle table holds, for guessing the next. */

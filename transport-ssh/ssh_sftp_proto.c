@@ -163,6 +163,10 @@ void sb_attrs(sbuild *b, const sattr *a)
 	}
 	if (a->flags & FXA_PERMISSIONS)
 		sb_u32(b, a->perm);
+	if (a->flags & FXA_ACMODTIME) {
+		sb_u32(b, a->atime);
+		sb_u32(b, a->mtime);
+	}
 }
 
 int sftp_status(const sreq *r)

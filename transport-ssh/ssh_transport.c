@@ -482,7 +482,7 @@ static asp_status ssh_open(const asp_config_view *cfg, const asp_ops **ops, void
 		sshc_unlock(&t->c);
 		t->sftp = sftpc_new(&t->c);
 		t->procs = ssh_procs_new(&t->c);
-		t->trees = t->procs ? ssh_trees_new(t->procs) : NULL;
+		t->trees = t->procs && t->sftp ? ssh_trees_new(t->procs, t->sftp, t->budget) : NULL;
 		if (!t->sftp || !t->procs || !t->trees)
 			st = asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
 		if (st == ASP_OK && t->c.fragile_open) {

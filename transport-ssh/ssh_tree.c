@@ -148,6 +148,9 @@ typedef struct tree_h tree_h;
 
 struct ssh_trees {
 	ssh_procs *ps;
+	sftpc *sftp;        /* where the sandbox has no tar */
+	size_t budget;      /* bytes of data one SFTP read may carry */
+	bool closing;       /* walks over SFTP stop */
 	pthread_mutex_t mu; /* the list and every handle's state; never held with sshc.mu */
 	tree_h *head;
 	unsigned done; /* listed handles that finished */
@@ -194,22 +197,33 @@ struct tree_h {
 	uint8_t *out;
 	size_t out_len;
 	uint64_t out_off;
+	/* no tar in the sandbox: the tree goes over SFTP (ssh_tree_sftp.c) and the handle
+	 * ends with it, not with the script */
+	bool via_sftp;
+	sftp_tw *tw;
+	char *dir;        /* tree_read's directory */
+	pthread_t walker; /* tree_read's walk, joined by ssh_trees_free */
+	bool walking;
 };
 
 /* ---- handles ---------------------------------------------------------------------- */
 
-ssh_trees *ssh_trees_new(ssh_procs *ps)
+ssh_trees *ssh_trees_new(ssh_procs *ps, sftpc *sftp, size_t budget)
 {
 	ssh_trees *ts = calloc(1, sizeof *ts);
 	if (!ts)
 		return NULL;
 	ts->ps = ps;
+	ts->sftp = sftp;
+	ts->budget = budget;
 	pthread_mutex_init(&ts->mu, NULL);
 	return ts;
 }
 
 static void handle_free(tree_h *h)
 {
+	sftp_tw_free(h->tw);
+	free(h->dir);
 	asp_tar_reader_free(h->rd);
 	asp_tar_reader_free(h->frd);
 	asp_tree_exclude_free(h->ex);
@@ -224,6 +238,12 @@ void ssh_trees_free(ssh_trees *ts)
 {
 	if (!ts)
 		return;
+	pthread_mutex_lock(&ts->mu);
+	ts->closing = true;
+	pthread_mutex_unlock(&ts->mu);
+	for (tree_h *h = ts->head; h; h = h->next)
+		if (h->walking)
+			pthread_join(h->walker, NULL);
 	while (ts->head) {
 		tree_h *h = ts->head;
 		ts->head = h->next;
@@ -490,7 +510,7 @@ static void read_exit(tree_h *h, const asp_exit_event *ev)
 	} else if (ev->signal && !h->ended_stream) {
 		out.exit_code = -1;
 		out.signal = ev->signal;
-	} else if (h->notar || ev->exit_code == 127) {
+	} else if (!h->via_sftp && (h->notar || ev->exit_code == 127)) {
 		snprintf(msg, sizeof msg, "tree_read: the sandbox has no tar");
 		out.error = msg;
 		out.error_code = asp_strerror(ASP_E_UNSUPPORTED);
@@ -537,10 +557,26 @@ static void on_output(void *user, uint64_t proc, asp_stream stream, uint64_t off
 	pthread_mutex_unlock(&h->ts->mu);
 }
 
+/* Under ts->mu: the handle has ended (exit_code as proc_wait's). */
+static void ended_locked(tree_h *h, int64_t exit_code, const char *sig)
+{
+	h->exited = true;
+	h->exit_code = exit_code;
+	snprintf(h->sig, sizeof h->sig, "%s", sig ? sig : "");
+	h->done_seq = ++h->ts->seq;
+	if (h->listed)
+		h->ts->done++;
+	evict_locked(h->ts);
+	pthread_cond_broadcast(&h->cv);
+}
+
 static void on_exit_ev(void *user, const asp_exit_event *ev)
 {
 	tree_h *h = user;
-	if (h->reading)
+	pthread_mutex_lock(&h->ts->mu);
+	bool notar = h->notar; /* its line came before the exit */
+	pthread_mutex_unlock(&h->ts->mu);
+	if (h->reading && !notar)
 		read_exit(h, ev);
 	pthread_mutex_lock(&h->ts->mu);
 	if (h->line_len) { /* a last line without its newline */
@@ -548,14 +584,10 @@ static void on_exit_ev(void *user, const asp_exit_event *ev)
 		protocol_line(h, h->line);
 		h->line_len = 0;
 	}
-	h->exited = true;
-	h->exit_code = ev->exit_code;
-	snprintf(h->sig, sizeof h->sig, "%s", ev->signal ? ev->signal : "");
-	h->done_seq = ++h->ts->seq;
-	if (h->listed)
-		h->ts->done++;
-	evict_locked(h->ts);
-	pthread_cond_broadcast(&h->cv);
+	if (notar) /* the tree goes over SFTP: the handle ends with it */
+		pthread_cond_broadcast(&h->cv);
+	else
+		ended_locked(h, ev->exit_code, ev->signal);
 	unref_locked(h->ts, h); /* the follower's */
 	pthread_mutex_unlock(&h->ts->mu);
 }
@@ -634,7 +666,9 @@ static asp_status await_ready(tree_h *h, const char *op, asp_error *err)
 		if (pthread_cond_timedwait(&h->cv, &h->ts->mu, &dl) == ETIMEDOUT)
 			break;
 	asp_status st = ASP_OK;
-	if (h->notar || (h->exited && h->exit_code == 127))
+	if (h->notar && h->ts->sftp)
+		st = ASP_OK; /* the caller goes over SFTP */
+	else if (h->notar || (h->exited && h->exit_code == 127))
 		st = asp_error_set(err, ASP_E_UNSUPPORTED, NULL,
 		                   "%s: the sandbox has no tar, which native SSH uses for trees; "
 		                   "install it there, or use agent mode (ssh.agent)",
@@ -676,12 +710,54 @@ static asp_status w_member(void *user, const asp_tar_member *m, asp_error *err)
 		h->has_root = true;
 		h->root_mtime = m->mtime;
 	}
-	return ASP_OK;
+	return h->tw ? sftp_tw_member(h->tw, m, err) : ASP_OK;
+}
+
+static asp_status w_data(void *user, const uint8_t *p, size_t n, asp_error *err)
+{
+	tree_h *h = user;
+	return h->tw ? sftp_tw_data(h->tw, p, n, err) : ASP_OK;
+}
+
+static asp_status w_file_end(void *user, asp_error *err)
+{
+	tree_h *h = user;
+	return h->tw ? sftp_tw_file_end(h->tw, err) : ASP_OK;
+}
+
+/*
+ * Under feed_mu, over SFTP: the stream ended (st ASP_OK: in place) or was given up; the
+ * temporary goes with the writer, and the handle ends.
+ */
+static void sftp_end(tree_h *h, asp_status st, const asp_error *why)
+{
+	sftp_tw *tw = h->tw;
+	h->tw = NULL;
+	sftp_tw_free(tw);
+	pthread_mutex_lock(&h->ts->mu);
+	if (st != ASP_OK && !h->failed && !h->cancelled) {
+		h->failed = true;
+		h->fail = *why;
+	}
+	if (!h->exited)
+		ended_locked(h, st == ASP_OK ? 0 : 1, h->cancelled ? h->sig : NULL);
+	pthread_mutex_unlock(&h->ts->mu);
 }
 
 /* Under feed_mu: bytes on to the script's stdin (eof: its end). */
+static void sftp_end(tree_h *h, asp_status st, const asp_error *why);
+
 static asp_status send_raw(tree_h *h, const uint8_t *p, size_t n, bool eof, asp_error *err)
 {
+	if (h->via_sftp) { /* the members went as they came; an end here is an abort */
+		if (eof && !h->eof_sent) {
+			h->eof_sent = true;
+			asp_error e;
+			asp_error_set(&e, ASP_E_IO_ERROR, NULL, "tree_write: the stream was cut");
+			sftp_end(h, ASP_E_IO_ERROR, &e);
+		}
+		return ASP_OK;
+	}
 	if (h->eof_sent)
 		return ASP_OK;
 	asp_proc_write_params w;
@@ -696,6 +772,21 @@ static asp_status send_raw(tree_h *h, const uint8_t *p, size_t n, bool eof, asp_
 /* Under feed_mu: the sentinel member and the end blocks, then the end of stdin. */
 static asp_status send_end(tree_h *h, asp_error *err)
 {
+	if (h->via_sftp) {
+		h->complete = true;
+		h->eof_sent = true;
+		asp_status st = sftp_tw_finish(h->tw, err);
+		if (st != ASP_OK) {
+			pthread_mutex_lock(&h->ts->mu);
+			if (!h->failed) {
+				h->failed = true;
+				h->fail = *err;
+			}
+			pthread_mutex_unlock(&h->ts->mu);
+		}
+		sftp_end(h, st, err);
+		return st;
+	}
 	char name[40];
 	snprintf(name, sizeof name, ".asp-tree-done-%s", h->nonce);
 	asp_tar_member m = {
@@ -748,11 +839,15 @@ static asp_status feed(tree_h *h, const uint8_t *p, size_t n, bool has_offset, u
 	struct timespec dl;
 	clock_gettime(CLOCK_REALTIME, &dl);
 	dl.tv_sec += OFFSET_WAIT_MS / 1000;
-	while (has_offset && offset > h->in_off && !h->failed && !h->exited && !h->lost &&
-	       !h->cancelled)
+	/* over SFTP the handle ends inside the write that completed the archive, before its
+	 * bytes count in in_off: the writes after it still wait for them */
+	while (has_offset && offset > h->in_off && !h->failed &&
+	       (!h->exited || (h->via_sftp && h->exit_code == 0)) && !h->lost && !h->cancelled)
 		if (pthread_cond_timedwait(&h->cv, &ts->mu, &dl) == ETIMEDOUT)
 			break;
-	bool late = has_offset && offset > h->in_off;
+	/* once the archive is complete (over SFTP the handle may have ended), what follows
+	 * its end is ignored in any order */
+	bool late = has_offset && offset > h->in_off && !h->complete;
 	pthread_mutex_unlock(&ts->mu);
 
 	pthread_mutex_lock(&h->feed_mu);
@@ -911,7 +1006,7 @@ asp_status ssh_tree_write(ssh_trees *ts, const asp_tree_write_params *p, asp_tre
 		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL,
 		                     "tree_write: 'data' has no bytes");
 	tree_h *h = handle_new(ts, false);
-	asp_tar_reader_cb cb = {.member = w_member};
+	asp_tar_reader_cb cb = {.member = w_member, .data = w_data, .file_end = w_file_end};
 	if (h)
 		h->rd = asp_tar_reader_new(&cb, h);
 	if (!h || !h->rd) {
@@ -933,6 +1028,13 @@ asp_status ssh_tree_write(ssh_trees *ts, const asp_tree_write_params *p, asp_tre
 		return st;
 	}
 	st = await_ready(h, "tree_write", err);
+	if (st == ASP_OK && h->notar) {
+		st = sftp_tw_open(ts->sftp, ts->budget, p->path, h->nonce, &h->tw, err);
+		pthread_mutex_lock(&ts->mu);
+		h->via_sftp = st == ASP_OK;
+		h->ready = h->via_sftp;
+		pthread_mutex_unlock(&ts->mu);
+	}
 	if (st == ASP_OK && (p->data.len || p->eof))
 		st = feed(h, p->data.data, p->data.len, false, 0, p->eof, err);
 	if (st == ASP_OK && p->eof) {
@@ -973,6 +1075,8 @@ asp_status ssh_tree_write(ssh_trees *ts, const asp_tree_write_params *p, asp_tre
 }
 
 /* ---- tree_read -------------------------------------------------------------------- */
+
+static asp_status walk_start(ssh_trees *ts, tree_h *h, const char *dir, asp_error *err);
 
 /* A pattern GNU tar's --exclude matches as glob does: a name pattern, no braces or '**'. */
 static bool simple_pattern(const char *s)
@@ -1036,6 +1140,7 @@ asp_status ssh_tree_read(ssh_trees *ts, const asp_tree_read_params *p, asp_tree_
 		                                            : "permission denied");
 	if (st == ASP_OK)
 		st = await_ready(h, "tree_read", err);
+	bool walk = st == ASP_OK && h->notar;
 	if (st != ASP_OK && h->proc)
 		unlist(ts, h);
 	for (size_t i = 0; i < nex; i++)
@@ -1049,6 +1154,17 @@ asp_status ssh_tree_read(ssh_trees *ts, const asp_tree_read_params *p, asp_tree_
 	}
 	r->proc = h->proc;
 	asp_proc_sub_start(sub, h->proc);
+	if (walk && (st = walk_start(ts, h, p->path, err)) != ASP_OK) {
+		asp_exit_event ev = {.proc = h->proc, .exit_code = 1};
+		pthread_mutex_lock(&ts->mu);
+		h->failed = true;
+		h->fail = *err;
+		pthread_mutex_unlock(&ts->mu);
+		read_exit(h, &ev);
+		pthread_mutex_lock(&ts->mu);
+		ended_locked(h, 1, NULL);
+		pthread_mutex_unlock(&ts->mu);
+	}
 	release(ts, h);
 	return ASP_OK;
 fail:
@@ -1061,6 +1177,63 @@ fail:
 		handle_free(h);
 	asp_proc_sub_fail(sub);
 	return st;
+}
+
+/* ---- tree_read over SFTP ---------------------------------------------------------- */
+
+/* The walk's bytes, through the same check and filter as tar's. */
+static asp_status walk_emit(void *user, const uint8_t *p, size_t n, asp_error *err)
+{
+	tree_h *h = user;
+	pthread_mutex_lock(&h->ts->mu);
+	bool stop = h->cancelled || h->ts->closing;
+	pthread_mutex_unlock(&h->ts->mu);
+	if (!stop && !h->failed)
+		read_stdout(h, p, n);
+	if (stop || h->failed)
+		return asp_error_set(err, ASP_E_IO_ERROR, NULL, "tree_read: stopped");
+	return ASP_OK;
+}
+
+static void *walker(void *arg)
+{
+	tree_h *h = arg;
+	asp_error e;
+	asp_status st = sftp_tree_walk(h->ts->sftp, h->ts->budget, h->dir, h->ex, walk_emit, h, &e);
+	pthread_mutex_lock(&h->ts->mu);
+	bool cancelled = h->cancelled;
+	if (st != ASP_OK && !h->failed && !cancelled) {
+		h->failed = true;
+		h->fail = e;
+	}
+	pthread_mutex_unlock(&h->ts->mu);
+	asp_exit_event ev = {.proc = h->proc, .exit_code = st == ASP_OK ? 0 : 1};
+	if (cancelled && !h->failed) {
+		ev.exit_code = -1;
+		ev.signal = h->sig[0] ? h->sig : "KILL";
+	}
+	read_exit(h, &ev);
+	pthread_mutex_lock(&h->ts->mu);
+	ended_locked(h, ev.exit_code, ev.signal);
+	unref_locked(h->ts, h); /* the walk's */
+	pthread_mutex_unlock(&h->ts->mu);
+	return NULL;
+}
+
+/* No tar: the walk starts; its reference on the handle is its own. */
+static asp_status walk_start(ssh_trees *ts, tree_h *h, const char *dir, asp_error *err)
+{
+	if (!(h->dir = strdup(dir)))
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "tree_read: out of memory");
+	pthread_mutex_lock(&ts->mu);
+	h->via_sftp = true;
+	h->refs++;
+	h->walking = pthread_create(&h->walker, NULL, walker, h) == 0;
+	if (!h->walking)
+		h->refs--;
+	pthread_mutex_unlock(&ts->mu);
+	return h->walking ? ASP_OK
+	                  : asp_error_set(err, ASP_E_INTERNAL, NULL, "tree_read: no thread");
 }
 
 /* ---- the handle's other calls ----------------------------------------------------- */
@@ -1109,6 +1282,13 @@ bool ssh_tree_proc_signal(ssh_trees *ts, const asp_proc_signal_params *p, asp_st
 		                  "proc_signal: %llu is a tree stream, which KILL or TERM closes; "
 		                  "%.32s means nothing to it",
 		                  (unsigned long long)p->proc, sig);
+	} else if (h->reading && h->via_sftp) {
+		pthread_mutex_lock(&ts->mu);
+		if (!h->exited && !h->cancelled) {
+			h->cancelled = true;
+			snprintf(h->sig, sizeof h->sig, "%s", sig);
+		}
+		pthread_mutex_unlock(&ts->mu);
 	} else if (h->reading) {
 		*st = ssh_proc_signal(ts->ps, p, err);
 	} else {
@@ -1125,7 +1305,8 @@ bool ssh_tree_proc_signal(ssh_trees *ts, const asp_proc_signal_params *p, asp_st
 			asp_error ignore;
 			send_raw(h, NULL, 0, true, &ignore);
 			pthread_mutex_unlock(&h->feed_mu);
-		} else if (!ended) { /* a write is stuck on a full window: the script goes */
+		} else if (!ended &&
+		           !h->via_sftp) { /* a write is stuck on a full window: the script goes */
 			asp_proc_signal_params tp = *p;
 			tp.signal = "TERM";
 			*st = ssh_proc_signal(ts->ps, &tp, err);

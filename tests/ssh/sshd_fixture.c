@@ -233,12 +233,14 @@ static int wait_listening(sshd_fixture *fx, const char *name);
  * findings only printed to the channel's stderr; ASan's 256 MB quarantine, which swamps
  * the checks that bound its memory).
  */
-static int write_noise(const char *path, mode_t mode, bool quiet)
+static int write_noise(const char *path, mode_t mode, bool quiet, const char *bin)
 {
 	static const char *const vars[] = {"ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"};
 	char text[2048];
 	size_t n =
 	    (size_t)snprintf(text, sizeof text, "%s", quiet ? "unset BASH_ENV\n" : noise_script);
+	if (bin && n < sizeof text)
+		n += (size_t)snprintf(text + n, sizeof text - n, "export PATH='%s'\n", bin);
 	for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
 		const char *v = getenv(vars[i]);
 		if (v && !strchr(v, '\'') && n < sizeof text)
@@ -304,7 +306,7 @@ static int dropbear_files(sshd_fixture *fx, char *passwd, char *group, size_t ca
 	}
 	ok = ok && key[0] && (mkdir(fx->home, 0700) == 0 || errno == EEXIST) &&
 	     (mkdir(ssh_dir, 0700) == 0 || errno == EEXIST) && write_file(ak, key, 0600) == 0 &&
-	     write_noise(rc, 0644, false) == 0;
+	     write_noise(rc, 0644, false, NULL) == 0;
 	/* the user owns its home (Dropbear checks), and may pass through the folder */
 	ok = ok && chown(fx->home, uid, gid) == 0 && chown(ssh_dir, uid, gid) == 0 &&
 	     chown(ak, uid, gid) == 0 && chown(rc, uid, gid) == 0 && chmod(fx->dir, 0755) == 0;
@@ -538,12 +540,40 @@ static int launch_dropbear(sshd_fixture *fx)
 	return wait_listening(fx, "dropbear (exit 97: no mount namespace, 98: mounts refused)");
 }
 
+/* The folder of links for sshd_start_no_tar: every program but tar. */
+static int make_bin_without_tar(sshd_fixture *fx, char *bin, size_t cap)
+{
+	snprintf(bin, cap, "%s/bin-without-tar", fx->dir);
+	if (mkdir(bin, 0755) != 0)
+		return -1;
+	static const char *const from[] = {"/usr/local/bin", "/usr/bin", "/usr/sbin"};
+	for (size_t i = 0; i < sizeof from / sizeof from[0]; i++) {
+		DIR *d = opendir(from[i]);
+		struct dirent *e;
+		while (d && (e = readdir(d))) {
+			if (e->d_name[0] == '.' || strcmp(e->d_name, "tar") == 0)
+				continue;
+			char src[700], dst[700];
+			snprintf(src, sizeof src, "%s/%s", from[i], e->d_name);
+			snprintf(dst, sizeof dst, "%s/%s", bin, e->d_name);
+			(void)symlink(src, dst); /* the first folder's name wins */
+		}
+		if (d)
+			closedir(d);
+	}
+	return 0;
+}
+
 static int launch_sshd(sshd_fixture *fx)
 {
-	char cfg[400], text[3072], pidfile[400], noise[400], setenv_line[600] = "";
+	char cfg[400], text[3072], pidfile[400], noise[400], setenv_line[600] = "", bin[400];
 	snprintf(noise, sizeof noise, "%s/login_noise.sh", fx->dir);
+	if (fx->no_tar && make_bin_without_tar(fx, bin, sizeof bin) < 0) {
+		snprintf(fx->why, sizeof fx->why, "cannot make %s", bin);
+		return -1;
+	}
 	if (!fx->real_login) {
-		if (write_noise(noise, 0644, fx->quiet) < 0) {
+		if (write_noise(noise, 0644, fx->quiet, fx->no_tar ? bin : NULL) < 0) {
 			snprintf(fx->why, sizeof fx->why, "cannot write %s", noise);
 			return -1;
 		}
@@ -648,10 +678,11 @@ static int wait_listening(sshd_fixture *fx, const char *name)
 }
 
 static int start(sshd_fixture *fx, bool real_login, unsigned max_sessions, bool dropbear,
-                 bool non_root, bool root_login, const char *listen, bool quiet)
+                 bool non_root, bool root_login, const char *listen, bool quiet, bool no_tar)
 {
 	memset(fx, 0, sizeof *fx);
 	fx->quiet = quiet;
+	fx->no_tar = no_tar;
 	snprintf(fx->listen, sizeof fx->listen, "%s", listen ? listen : "");
 	fx->real_login = real_login || root_login;
 	fx->max_sessions = max_sessions;
@@ -732,33 +763,38 @@ static int start(sshd_fixture *fx, bool real_login, unsigned max_sessions, bool 
 
 int sshd_start(sshd_fixture *fx)
 {
-	return start(fx, false, 64, false, false, false, NULL, false);
+	return start(fx, false, 64, false, false, false, NULL, false, false);
 }
 
 int dropbear_start(sshd_fixture *fx, bool non_root)
 {
 	/* Dropbear's MAX_CHANNELS: 100 per connection */
-	return start(fx, false, 100, true, non_root, false, NULL, false);
+	return start(fx, false, 100, true, non_root, false, NULL, false, false);
 }
 
 int sshd_start_quiet(sshd_fixture *fx)
 {
-	return start(fx, false, 64, false, false, false, NULL, true);
+	return start(fx, false, 64, false, false, false, NULL, true, false);
+}
+
+int sshd_start_no_tar(sshd_fixture *fx)
+{
+	return start(fx, false, 64, false, false, false, NULL, false, true);
 }
 
 int sshd_start_real_login(sshd_fixture *fx)
 {
-	return start(fx, true, 64, false, false, false, NULL, false);
+	return start(fx, true, 64, false, false, false, NULL, false, false);
 }
 
 int sshd_start_root_login(sshd_fixture *fx, bool dropbear)
 {
-	return start(fx, true, dropbear ? 100 : 64, dropbear, false, true, NULL, false);
+	return start(fx, true, dropbear ? 100 : 64, dropbear, false, true, NULL, false, false);
 }
 
 int sshd_start_max_sessions(sshd_fixture *fx, unsigned max_sessions)
 {
-	return start(fx, false, max_sessions, false, false, false, NULL, false);
+	return start(fx, false, max_sessions, false, false, false, NULL, false, false);
 }
 
 static void stop_process(sshd_fixture *fx)
@@ -927,5 +963,5 @@ void sshd_config_json(const sshd_fixture *fx, const char *agent, const char *ext
 
 int sshd_start_listen(sshd_fixture *fx, const char *addr, bool dropbear)
 {
-	return start(fx, false, dropbear ? 100 : 64, dropbear, false, false, addr, false);
+	return start(fx, false, dropbear ? 100 : 64, dropbear, false, false, addr, false, false);
 }

@@ -32,6 +32,7 @@ typedef struct sshd_fixture {
 	char home[320];        /* Dropbear: the login user's home (authorized_keys) */
 	char listen[64];       /* the IPv4 address it listens on; "": 127.0.0.1 */
 	bool quiet;            /* the tests' login shell without its noise (sshd_start_quiet) */
+	bool no_tar;           /* commands find no tar in PATH (sshd_start_no_tar) */
 } sshd_fixture;
 
 /*
@@ -54,6 +55,13 @@ int sshd_start_listen(sshd_fixture *fx, const char *addr, bool dropbear);
  * stdout into a program (tar, rsync), which the noise would corrupt.
  */
 int sshd_start_quiet(sshd_fixture *fx);
+
+/*
+ * As sshd_start, but a sandbox without tar: each command's PATH is one folder of the
+ * fixture's holding a link to every program of /usr/bin, /usr/sbin and /usr/local/bin
+ * but tar (a slim image's shape).
+ */
+int sshd_start_no_tar(sshd_fixture *fx);
 
 /* Starts sshd with the login shell as users have it (startup files read): benchmarks. */
 int sshd_start_real_login(sshd_fixture *fx);

@@ -1,0 +1,950 @@
+/*
+ * tree_write and tree_read in native mode when the sandbox has no tar (docs/design.md,
+ * "Trees as one stream"): the members go over SFTP, many requests in flight. A pool of
+ * threads each sends one member's requests (a file's OPEN, WRITEs, FSETSTAT and CLOSE go
+ * out together on the handle sftp-server will give: one round trip), so WORKERS members
+ * are in flight at once and the connection, not the round trip, sets the pace.
+ *
+ * Writing: members go into a temporary directory beside the target (inside it when it
+ * exists), each after its directory was made; directories get their mode and mtime once
+ * everything in them is written. At the end the temporary is renamed to the target, or
+ * its entries are moved into the existing target after every conflict was looked for
+ * (level by level, the lstats of one level at once). A stream refused or cancelled
+ * removes the temporary: nothing reaches the target.
+ *
+ * Reading: the directories are listed level by level (one level's lists at once), then
+ * the stream is made in the order asp-agent makes it, the files read WORKERS ahead of
+ * the one being sent.
+ */
+#include "ssh_internal.h"
+
+#include "asp/tar.h"
+#include "asp/tree.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define WORKERS      32u
+#define PIECE        (1u << 20)  /* a file's bytes per job */
+#define HELD_MAX     (32u << 20) /* bytes waiting in jobs at most */
+#define READ_AHEAD   64u         /* files read ahead of the one sent */
+#define TMP_TAG      ".asp-tree-sftp-"
+#define DEFAULT_PERM 0755u
+
+/* ---- a pool of threads, each one request (or a few) in flight --------------------- */
+
+typedef enum jkind { J_MKDIR, J_PUT, J_LINK, J_SETSTAT, J_LSTAT, J_RENAME, J_LIST, J_READ } jkind;
+
+typedef struct job job;
+struct job {
+	job *next; /* in the queue */
+	jkind kind;
+	char *path, *s2; /* s2: a symlink's target, a rename's destination */
+	uint8_t *data;   /* J_PUT's bytes (held), J_READ's result */
+	size_t len;
+	uint64_t base;
+	bool create, last;
+	uint32_t perm, mtime;
+	job *after; /* runs once this is done */
+	bool done;
+	asp_status st;
+	/* results */
+	int kind_out; /* J_LSTAT: 0 absent, 1 directory, 2 other */
+	asp_list_result list;
+	asp_arena *a;
+};
+
+typedef struct pool {
+	sftpc *f;
+	size_t budget;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	job *head, *tail;
+	pthread_t tids[WORKERS];
+	unsigned n;
+	bool closing;
+	unsigned pending; /* queued or running */
+	size_t held;      /* bytes of queued J_PUT jobs */
+	bool failed;
+	asp_error err; /* the first failure */
+} pool;
+
+static asp_status run_job(pool *p, job *j, asp_error *err)
+{
+	switch (j->kind) {
+	case J_MKDIR: return ssh_sftp_tree_mkdir(p->f, j->path, j->perm | 0700, err);
+	case J_PUT:
+		return ssh_sftp_tree_put(p->f, j->path, j->data, j->len, j->base, j->create,
+		                         j->last, j->perm, j->mtime, err);
+	case J_LINK: return ssh_sftp_tree_symlink(p->f, j->s2, j->path, err);
+	case J_SETSTAT: return ssh_sftp_tree_setstat(p->f, j->path, j->perm, j->mtime, err);
+	case J_LSTAT: return ssh_sftp_tree_lstat(p->f, j->path, &j->kind_out, NULL, NULL, err);
+	case J_RENAME: {
+		asp_rename_params rp;
+		asp_rename_params_init(&rp);
+		rp.from = j->path;
+		rp.to = j->s2;
+		return ssh_sftp_rename(p->f, &rp, err);
+	}
+	case J_LIST: {
+		asp_list_params lp;
+		asp_list_params_init(&lp);
+		lp.path = j->path;
+		j->a = asp_arena_new();
+		return j->a ? ssh_sftp_list(p->f, &lp, &j->list, j->a, err)
+		            : asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	}
+	case J_READ: {
+		if (j->s2) /* a symlink's target */
+			return ssh_sftp_tree_readlink(p->f, j->path, (char **)&j->data, err);
+		asp_read_params rp;
+		asp_read_params_init(&rp);
+		rp.path = j->path;
+		rp.has_length = true;
+		rp.length = j->len;
+		asp_read_result rr;
+		j->a = asp_arena_new();
+		asp_status st = j->a ? ssh_sftp_read(p->f, &rp, p->budget, &rr, j->a, err)
+		                     : asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+		if (st == ASP_OK) {
+			j->data = (uint8_t *)rr.data.data;
+			j->base = rr.data.len; /* what came */
+		}
+		return st;
+	}
+	}
+	return ASP_E_INTERNAL;
+}
+
+static void *worker(void *arg)
+{
+	pool *p = arg;
+	pthread_mutex_lock(&p->mu);
+	for (;;) {
+		while (!p->head && !p->closing)
+			pthread_cond_wait(&p->cv, &p->mu);
+		job *j = p->head;
+		if (!j)
+			break;
+		p->head = j->next;
+		if (!p->head)
+			p->tail = NULL;
+		while (j->after && !j->after->done)
+			pthread_cond_wait(&p->cv, &p->mu);
+		bool skip = p->failed || (j->after && j->after->st != ASP_OK);
+		pthread_mutex_unlock(&p->mu);
+		asp_error e;
+		asp_status st =
+		    skip ? ASP_E_IO_ERROR : run_job(p, j, &e); /* skipped: never reported */
+		pthread_mutex_lock(&p->mu);
+		if (st != ASP_OK && !skip && !p->failed) {
+			p->failed = true;
+			p->err = e;
+		}
+		if (j->kind == J_PUT) {
+			p->held -= j->len;
+			free(j->data);
+			j->data = NULL;
+		}
+		j->st = st;
+		j->done = true;
+		p->pending--;
+		pthread_cond_broadcast(&p->cv);
+	}
+	pthread_mutex_unlock(&p->mu);
+	return NULL;
+}
+
+static asp_status pool_start(pool *p, sftpc *f, size_t budget, asp_error *err)
+{
+	memset(p, 0, sizeof *p);
+	p->f = f;
+	p->budget = budget;
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->cv, NULL);
+	for (; p->n < WORKERS; p->n++)
+		if (pthread_create(&p->tids[p->n], NULL, worker, p) != 0)
+			break;
+	return p->n ? ASP_OK : asp_error_set(err, ASP_E_INTERNAL, NULL, "tree: no thread");
+}
+
+static void pool_stop(pool *p)
+{
+	pthread_mutex_lock(&p->mu);
+	p->closing = true;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+	for (unsigned i = 0; i < p->n; i++)
+		pthread_join(p->tids[i], NULL);
+	pthread_cond_destroy(&p->cv);
+	pthread_mutex_destroy(&p->mu);
+}
+
+/* Queues `j` once the bytes held allow; false once the pool failed (j not queued). */
+static bool pool_put(pool *p, job *j)
+{
+	pthread_mutex_lock(&p->mu);
+	while (!p->failed && j->kind == J_PUT && p->held && p->held + j->len > HELD_MAX)
+		pthread_cond_wait(&p->cv, &p->mu);
+	bool ok = !p->failed;
+	if (ok) {
+		j->next = NULL;
+		if (p->tail)
+			p->tail->next = j;
+		else
+			p->head = j;
+		p->tail = j;
+		p->pending++;
+		if (j->kind == J_PUT)
+			p->held += j->len;
+		pthread_cond_broadcast(&p->cv);
+	}
+	pthread_mutex_unlock(&p->mu);
+	return ok;
+}
+
+/* Waits for `j` (NULL: every job); the pool's first failure, or ASP_OK. */
+static asp_status pool_wait(pool *p, job *j, asp_error *err)
+{
+	pthread_mutex_lock(&p->mu);
+	while (j ? !j->done : p->pending > 0)
+		pthread_cond_wait(&p->cv, &p->mu);
+	asp_status st = p->failed ? (*err = p->err, err->code) : ASP_OK;
+	pthread_mutex_unlock(&p->mu);
+	return st;
+}
+
+static char *join(const char *a, const char *b)
+{
+	size_t na = strlen(a), nb = strlen(b);
+	char *s = malloc(na + nb + 2);
+	if (!s)
+		return NULL;
+	memcpy(s, a, na);
+	s[na] = '/';
+	memcpy(s + na + 1, b, nb + 1);
+	if (!nb)
+		s[na] = '\0';
+	return s;
+}
+
+static void job_free(job *j)
+{
+	if (!j)
+		return;
+	free(j->path);
+	free(j->s2);
+	if (!j->a)
+		free(j->data);
+	asp_arena_free(j->a);
+	free(j);
+}
+
+/* ---- tree_write ------------------------------------------------------------------- */
+
+typedef struct member {
+	char *rel; /* path below the root */
+	bool dir;
+	uint32_t perm, mtime;
+	job *made; /* the job that makes it (directories) */
+	int state; /* merging: 0 unknown, 1 merge into, 2 move */
+} member;
+
+struct sftp_tw {
+	pool p;
+	bool started;
+	char *target, *tmp;
+	bool inside; /* the target exists: tmp is in it */
+	member *m;
+	size_t n, cap;
+	bool has_root;
+	uint32_t root_perm, root_mtime;
+	job **jobs; /* every job, for freeing */
+	size_t nj, capj;
+	job *cur; /* the file being received: its piece */
+	uint64_t cur_off;
+	bool finished;
+};
+
+static job *new_job(sftp_tw *w, jkind k, char *path)
+{
+	if (!path)
+		return NULL;
+	if (w->nj == w->capj) {
+		size_t cap = w->capj ? 2 * w->capj : 256;
+		job **nj = realloc(w->jobs, cap * sizeof *nj);
+		if (!nj) {
+			free(path);
+			return NULL;
+		}
+		w->jobs = nj;
+		w->capj = cap;
+	}
+	job *j = calloc(1, sizeof *j);
+	if (!j) {
+		free(path);
+		return NULL;
+	}
+	j->kind = k;
+	j->path = path;
+	w->jobs[w->nj++] = j;
+	return j;
+}
+
+static asp_status oom(asp_error *err)
+{
+	return asp_error_set(err, ASP_E_INTERNAL, NULL, "tree_write: out of memory");
+}
+
+/* The queue refused the job: the pool's first failure. */
+static asp_status queue(sftp_tw *w, job *j, asp_error *err)
+{
+	if (pool_put(&w->p, j))
+		return ASP_OK;
+	return pool_wait(&w->p, NULL, err);
+}
+
+/* The job that makes the directory `rel` ("" the root: none); made when the stream did
+ * not name it first. */
+static asp_status dir_job(sftp_tw *w, const char *rel, job **out, asp_error *err);
+
+static asp_status add_member(sftp_tw *w, const char *rel, bool dir, uint32_t perm, uint32_t mtime,
+                             job *made, asp_error *err)
+{
+	if (w->n == w->cap) {
+		size_t cap = w->cap ? 2 * w->cap : 256;
+		member *nm = realloc(w->m, cap * sizeof *nm);
+		if (!nm)
+			return oom(err);
+		w->m = nm;
+		w->cap = cap;
+	}
+	char *r = strdup(rel);
+	if (!r)
+		return oom(err);
+	w->m[w->n++] = (member){r, dir, perm, mtime, made, 0};
+	return ASP_OK;
+}
+
+static asp_status make_dir(sftp_tw *w, const char *rel, uint32_t perm, uint32_t mtime, job **out,
+                           asp_error *err)
+{
+	*out = NULL;
+	const char *slash = strrchr(rel, '/');
+	job *parent = NULL;
+	if (slash) {
+		char *up = strndup(rel, (size_t)(slash - rel));
+		if (!up)
+			return oom(err);
+		asp_status st = dir_job(w, up, &parent, err);
+		free(up);
+		if (st != ASP_OK)
+			return st;
+	}
+	job *j = new_job(w, J_MKDIR, join(w->tmp, rel));
+	if (!j)
+		return oom(err);
+	j->perm = perm;
+	j->after = parent;
+	asp_status st = add_member(w, rel, true, perm, mtime, j, err);
+	if (st == ASP_OK)
+		st = queue(w, j, err);
+	*out = j;
+	return st;
+}
+
+static asp_status dir_job(sftp_tw *w, const char *rel, job **out, asp_error *err)
+{
+	*out = NULL;
+	if (!rel[0])
+		return ASP_OK;
+	for (size_t i = w->n; i-- > 0;)
+		if (w->m[i].dir && strcmp(w->m[i].rel, rel) == 0) {
+			*out = w->m[i].made;
+			return ASP_OK;
+		}
+	return make_dir(w, rel, DEFAULT_PERM, (uint32_t)time(NULL), out, err);
+}
+
+/* The job of a member `rel`'s directory. */
+static asp_status parent_of(sftp_tw *w, const char *rel, job **out, asp_error *err)
+{
+	const char *slash = strrchr(rel, '/');
+	if (!slash) {
+		*out = NULL;
+		return ASP_OK;
+	}
+	char *up = strndup(rel, (size_t)(slash - rel));
+	if (!up)
+		return oom(err);
+	asp_status st = dir_job(w, up, out, err);
+	free(up);
+	return st;
+}
+
+asp_status sftp_tw_open(sftpc *f, size_t budget, const char *target, const char *nonce,
+                        sftp_tw **out, asp_error *err)
+{
+	*out = NULL;
+	sftp_tw *w = calloc(1, sizeof *w);
+	if (!w)
+		return oom(err);
+	size_t tl = strlen(target);
+	while (tl > 1 && target[tl - 1] == '/')
+		tl--;
+	w->target = strndup(target, tl);
+	asp_status st = w->target ? ASP_OK : oom(err);
+	int kind = 0;
+	if (st == ASP_OK)
+		st = ssh_sftp_tree_lstat(f, w->target, &kind, NULL, NULL, err);
+	char name[64];
+	if (st == ASP_OK && kind == 2) {
+		st = asp_error_set(err, ASP_E_NOT_A_DIRECTORY, w->target,
+		                   "tree_write: %s exists and is not a directory", w->target);
+	} else if (st == ASP_OK && kind == 1) {
+		w->inside = true;
+		snprintf(name, sizeof name, TMP_TAG "%s", nonce);
+		w->tmp = join(w->target, name);
+	} else if (st == ASP_OK) {
+		const char *slash = strrchr(w->target, '/');
+		char *up =
+		    slash ? strndup(w->target, slash == w->target ? 1 : (size_t)(slash - w->target))
+		          : strdup(".");
+		const char *base = slash ? slash + 1 : w->target;
+		char *leaf = malloc(strlen(base) + sizeof TMP_TAG + strlen(nonce) + 2);
+		if (up && leaf) {
+			sprintf(leaf, ".%s" TMP_TAG "%s", base, nonce);
+			w->tmp = join(strcmp(up, "/") ? up : "", leaf);
+			asp_mkdir_params mp;
+			asp_mkdir_params_init(&mp);
+			mp.path = up;
+			mp.parents = true;
+			st = ssh_sftp_mkdir(f, &mp, err);
+		}
+		free(up);
+		free(leaf);
+	}
+	if (st == ASP_OK && !w->tmp)
+		st = oom(err);
+	if (st == ASP_OK)
+		st = ssh_sftp_tree_mkdir(f, w->tmp, 0700, err);
+	if (st == ASP_OK)
+		st = pool_start(&w->p, f, budget, err);
+	if (st != ASP_OK) {
+		free(w->tmp);
+		free(w->target);
+		free(w);
+		return st;
+	}
+	w->started = true;
+	*out = w;
+	return ASP_OK;
+}
+
+asp_status sftp_tw_member(sftp_tw *w, const asp_tar_member *m, asp_error *err)
+{
+	uint32_t perm = (uint32_t)m->mode & 07777 & ~06000u;
+	uint32_t mtime = m->mtime < 0 ? 0 : (uint32_t)m->mtime;
+	if (!m->path[0]) {
+		w->has_root = true;
+		w->root_perm = perm;
+		w->root_mtime = mtime;
+		return ASP_OK;
+	}
+	job *parent, *j = NULL;
+	asp_status st;
+	switch (m->type) {
+	case ASP_TAR_DIR: return make_dir(w, m->path, perm, mtime, &j, err);
+	case ASP_TAR_SYMLINK:
+		if ((st = parent_of(w, m->path, &parent, err)) != ASP_OK)
+			return st;
+		if (!(j = new_job(w, J_LINK, join(w->tmp, m->path))) || !(j->s2 = strdup(m->link)))
+			return oom(err);
+		j->after = parent;
+		if ((st = add_member(w, m->path, false, 0, 0, NULL, err)) != ASP_OK)
+			return st;
+		return queue(w, j, err);
+	case ASP_TAR_FILE:
+		if ((st = parent_of(w, m->path, &parent, err)) != ASP_OK)
+			return st;
+		if (!(j = new_job(w, J_PUT, join(w->tmp, m->path))))
+			return oom(err);
+		j->after = parent;
+		j->create = true;
+		j->perm = perm;
+		j->mtime = mtime;
+		w->cur = j;
+		w->cur_off = 0;
+		return add_member(w, m->path, false, perm, mtime, NULL, err);
+	default:
+		return asp_error_set(err, ASP_E_INVALID_ARGUMENT, m->path,
+		                     "tree_write: member '%s' is not a file, directory or symlink",
+		                     m->path);
+	}
+}
+
+/* The current piece is queued; the next one follows it. */
+static asp_status next_piece(sftp_tw *w, bool last, asp_error *err)
+{
+	job *j = w->cur;
+	j->last = last;
+	asp_status st = queue(w, j, err);
+	w->cur_off += j->len;
+	w->cur = NULL;
+	if (st != ASP_OK || last)
+		return st;
+	job *k = new_job(w, J_PUT, strdup(j->path));
+	if (!k)
+		return oom(err);
+	k->after = j;
+	k->base = w->cur_off;
+	k->perm = j->perm;
+	k->mtime = j->mtime;
+	w->cur = k;
+	return ASP_OK;
+}
+
+asp_status sftp_tw_data(sftp_tw *w, const uint8_t *p, size_t n, asp_error *err)
+{
+	while (n > 0 && w->cur) {
+		job *j = w->cur;
+		if (!j->data && !(j->data = malloc(PIECE)))
+			return oom(err);
+		size_t k = PIECE - j->len < n ? PIECE - j->len : n;
+		memcpy(j->data + j->len, p, k);
+		j->len += k;
+		p += k;
+		n -= k;
+		if (j->len == PIECE) {
+			asp_status st = next_piece(w, false, err);
+			if (st != ASP_OK)
+				return st;
+		}
+	}
+	return ASP_OK;
+}
+
+asp_status sftp_tw_file_end(sftp_tw *w, asp_error *err)
+{
+	return w->cur ? next_piece(w, true, err) : ASP_OK;
+}
+
+/* Into the existing target: every conflict found before anything moves. */
+static asp_status merge(sftp_tw *w, asp_error *err)
+{
+	pool *p = &w->p;
+	/* level by level: the members whose directory is merged into, their lstats at once */
+	for (size_t depth = 0;; depth++) {
+		size_t asked = 0;
+		for (size_t i = 0; i < w->n; i++) {
+			member *m = &w->m[i];
+			size_t d = 0;
+			for (const char *c = m->rel; *c; c++)
+				d += *c == '/';
+			if (d != depth || m->state)
+				continue;
+			int up = 1; /* the root is merged into */
+			const char *slash = strrchr(m->rel, '/');
+			if (slash)
+				for (size_t k = 0; k < w->n; k++)
+					if (w->m[k].dir &&
+					    strlen(w->m[k].rel) == (size_t)(slash - m->rel) &&
+					    !strncmp(w->m[k].rel, m->rel,
+					             (size_t)(slash - m->rel))) {
+						up = w->m[k].state;
+						break;
+					}
+			if (up != 1) {
+				m->state = 3; /* moves with its directory */
+				continue;
+			}
+			job *j = new_job(w, J_LSTAT, join(w->target, m->rel));
+			if (!j)
+				return oom(err);
+			m->made = j;
+			m->state = -1;
+			asked++;
+			if (!pool_put(p, j))
+				break;
+		}
+		asp_status st = pool_wait(p, NULL, err);
+		if (st != ASP_OK)
+			return st;
+		if (!asked)
+			break;
+		for (size_t i = 0; i < w->n; i++) {
+			member *m = &w->m[i];
+			if (m->state != -1)
+				continue;
+			int k = m->made->kind_out;
+			if (m->dir && k == 2)
+				return asp_error_set(
+				    err, ASP_E_NOT_A_DIRECTORY, m->rel,
+				    "tree_write: member '%s' is a directory but %s/%s is "
+				    "a file or symlink; remove it first",
+				    m->rel, w->target, m->rel);
+			if (!m->dir && k == 1)
+				return asp_error_set(
+				    err, ASP_E_IS_A_DIRECTORY, m->rel,
+				    "tree_write: member '%s' is a file or symlink but "
+				    "%s/%s is a directory; remove it first",
+				    m->rel, w->target, m->rel);
+			m->state = m->dir && k == 1 ? 1 : 2;
+		}
+	}
+	for (size_t i = 0; i < w->n; i++) {
+		member *m = &w->m[i];
+		if (m->state != 2)
+			continue;
+		job *j = new_job(w, J_RENAME, join(w->tmp, m->rel));
+		if (!j || !(j->s2 = join(w->target, m->rel)))
+			return oom(err);
+		if (!pool_put(p, j))
+			break;
+	}
+	return pool_wait(p, NULL, err);
+}
+
+asp_status sftp_tw_finish(sftp_tw *w, asp_error *err)
+{
+	pool *p = &w->p;
+	asp_status st = pool_wait(p, NULL, err);
+	/* directories last, deepest first: their mode and mtime once all is in them */
+	for (size_t i = w->n; st == ASP_OK && i-- > 0;) {
+		member *m = &w->m[i];
+		if (!m->dir)
+			continue;
+		job *j = new_job(w, J_SETSTAT, join(w->tmp, m->rel));
+		if (!j)
+			st = oom(err);
+		else {
+			j->perm = m->perm;
+			j->mtime = m->mtime;
+			if (!pool_put(p, j))
+				break;
+		}
+	}
+	if (st == ASP_OK)
+		st = pool_wait(p, NULL, err);
+	if (st == ASP_OK && !w->inside) {
+		st = ssh_sftp_tree_setstat(p->f, w->tmp, w->has_root ? w->root_perm : DEFAULT_PERM,
+		                           w->has_root ? w->root_mtime : (uint32_t)time(NULL), err);
+		asp_rename_params rp;
+		asp_rename_params_init(&rp);
+		rp.from = w->tmp;
+		rp.to = w->target;
+		rp.overwrite = false;
+		if (st == ASP_OK)
+			st = ssh_sftp_rename(p->f, &rp, err);
+	} else if (st == ASP_OK) {
+		st = merge(w, err);
+	}
+	if (st == ASP_OK && !w->inside)
+		w->finished = true; /* the temporary is the target now */
+	return st;
+}
+
+void sftp_tw_free(sftp_tw *w)
+{
+	if (!w)
+		return;
+	if (w->started)
+		pool_stop(&w->p);
+	if (!w->finished && w->tmp) {
+		asp_remove_params rp;
+		asp_remove_params_init(&rp);
+		rp.path = w->tmp;
+		rp.recursive = true;
+		asp_error ignore;
+		ssh_sftp_remove(w->p.f, &rp, &ignore);
+	}
+	for (size_t i = 0; i < w->nj; i++)
+		job_free(w->jobs[i]);
+	free(w->jobs);
+	for (size_t i = 0; i < w->n; i++)
+		free(w->m[i].rel);
+	free(w->m);
+	free(w->tmp);
+	free(w->target);
+	free(w);
+}
+
+/* ---- tree_read -------------------------------------------------------------------- */
+
+typedef struct node {
+	char *rel;
+	char type; /* 'd', 'f', 'l' */
+	uint32_t perm;
+	int64_t mtime;
+	uint64_t size;
+	size_t first, count; /* a directory's children in the list, once listed */
+	job *j;              /* its list (d), its read (f), its readlink (l) */
+} node;
+
+typedef struct walk {
+	pool p;
+	const char *dir;
+	const asp_tree_exclude *ex;
+	node *v;
+	size_t n, cap;
+	sftp_emit emit;
+	void *user;
+	job **jobs;
+	size_t nj, capj;
+} walk;
+
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(((const node *)a)->rel, ((const node *)b)->rel);
+}
+
+static job *walk_job(walk *k, jkind kind, char *path)
+{
+	sftp_tw fake = {.jobs = k->jobs, .nj = k->nj, .capj = k->capj};
+	job *j = new_job(&fake, kind, path);
+	k->jobs = fake.jobs;
+	k->nj = fake.nj;
+	k->capj = fake.capj;
+	return j;
+}
+
+static asp_status walk_oom(asp_error *err)
+{
+	return asp_error_set(err, ASP_E_INTERNAL, NULL, "tree_read: out of memory");
+}
+
+/* Lists the directories from v[from] on, level by level, into the list. */
+static asp_status list_all(walk *k, asp_error *err)
+{
+	size_t from = 0;
+	while (from < k->n) {
+		size_t to = k->n;
+		for (size_t i = from; i < to; i++) {
+			if (k->v[i].type != 'd' && k->v[i].type != 'l')
+				continue;
+			job *j = k->v[i].type == 'd'
+			             ? walk_job(k, J_LIST, join(k->dir, k->v[i].rel))
+			             : walk_job(k, J_READ, join(k->dir, k->v[i].rel));
+			if (!j)
+				return walk_oom(err);
+			if (k->v[i].type == 'l')
+				j->s2 = strdup("");
+			k->v[i].j = j;
+			if (!pool_put(&k->p, j))
+				break;
+		}
+		asp_status st = pool_wait(&k->p, NULL, err);
+		if (st != ASP_OK)
+			return st;
+		for (size_t i = from; i < to; i++) {
+			if (k->v[i].type != 'd')
+				continue;
+			asp_list_entry_array *e = &k->v[i].j->list.entries;
+			k->v[i].first = k->n;
+			for (size_t c = 0; c < e->count; c++) {
+				const asp_list_entry *x = &e->items[c];
+				char t = !strcmp(x->type, "dir")       ? 'd'
+				         : !strcmp(x->type, "file")    ? 'f'
+				         : !strcmp(x->type, "symlink") ? 'l'
+				                                       : 0;
+				if (!t)
+					continue; /* other kinds are skipped */
+				char *rel =
+				    k->v[i].rel[0] ? join(k->v[i].rel, x->name) : strdup(x->name);
+				if (!rel)
+					return walk_oom(err);
+				if (k->ex && asp_tree_exclude_match(k->ex, rel)) {
+					free(rel);
+					continue;
+				}
+				if (k->n == k->cap) {
+					size_t cap = 2 * k->cap;
+					node *nv = realloc(k->v, cap * sizeof *nv);
+					if (!nv) {
+						free(rel);
+						return walk_oom(err);
+					}
+					k->v = nv;
+					k->cap = cap;
+				}
+				k->v[k->n++] = (node){rel,
+				                      t,
+				                      (uint32_t)x->mode,
+				                      x->mtime_ns / 1000000000,
+				                      t == 'f' ? x->size : 0,
+				                      0,
+				                      0,
+				                      NULL};
+			}
+			k->v[i].count = k->n - k->v[i].first;
+			qsort(k->v + k->v[i].first, k->v[i].count, sizeof *k->v, by_name);
+			asp_arena_free(k->v[i].j->a);
+			k->v[i].j->a = NULL;
+			memset(&k->v[i].j->list, 0, sizeof k->v[i].j->list);
+		}
+		from = to;
+	}
+	return ASP_OK;
+}
+
+/* The stream's order: each directory, then what it holds, names bytewise. */
+static void order(const walk *k, size_t i, size_t *out, size_t *n)
+{
+	out[(*n)++] = i;
+	if (k->v[i].type != 'd')
+		return;
+	for (size_t c = 0; c < k->v[i].count; c++)
+		order(k, k->v[i].first + c, out, n);
+}
+
+static asp_status emit_zeros(walk *k, size_t n, asp_error *err)
+{
+	static const uint8_t zero[ASP_TAR_BLOCK];
+	while (n > 0) {
+		size_t c = n < sizeof zero ? n : sizeof zero;
+		asp_status st = k->emit(k->user, zero, c, err);
+		if (st != ASP_OK)
+			return st;
+		n -= c;
+	}
+	return ASP_OK;
+}
+
+/* Queues the read of file v[i] (a small one whole; a big one is read as it is sent). */
+static bool read_ahead(walk *k, size_t i, asp_error *err, asp_status *st)
+{
+	node *x = &k->v[i];
+	if (x->type != 'f' || x->size > PIECE || x->j)
+		return true;
+	x->j = walk_job(k, J_READ, join(k->dir, x->rel));
+	if (!x->j) {
+		*st = walk_oom(err);
+		return false;
+	}
+	x->j->len = x->size ? (size_t)x->size : 1;
+	return pool_put(&k->p, x->j);
+}
+
+static asp_status send_file(walk *k, node *x, asp_error *err)
+{
+	asp_status st = ASP_OK;
+	uint64_t sent = 0;
+	if (x->j) {
+		st = pool_wait(&k->p, x->j, err);
+		size_t got = x->j->base < x->size ? (size_t)x->j->base : (size_t)x->size;
+		if (st == ASP_OK && got)
+			st = k->emit(k->user, x->j->data, got, err);
+		sent = got;
+		asp_arena_free(x->j->a);
+		x->j->a = NULL;
+		x->j->data = NULL;
+	} else {
+		char *path = join(k->dir, x->rel);
+		asp_arena *a = asp_arena_new();
+		if (!path || !a)
+			st = walk_oom(err);
+		while (st == ASP_OK && sent < x->size) {
+			asp_read_params rp;
+			asp_read_params_init(&rp);
+			rp.path = path;
+			rp.offset = sent;
+			rp.has_length = true;
+			rp.length = x->size - sent < 4 * PIECE ? x->size - sent : 4 * PIECE;
+			asp_read_result rr;
+			st = ssh_sftp_read(k->p.f, &rp, k->p.budget, &rr, a, err);
+			if (st == ASP_OK && rr.data.len)
+				st = k->emit(k->user, rr.data.data, rr.data.len, err);
+			sent += rr.data.len;
+			asp_arena_reset(a);
+			if (st == ASP_OK && (rr.eof || !rr.data.len))
+				break;
+		}
+		asp_arena_free(a);
+		free(path);
+	}
+	/* a file that shrank is padded, one that grew cut at its listed size */
+	if (st == ASP_OK)
+		st = emit_zeros(k, (size_t)(x->size - sent) + asp_tar_padding(x->size), err);
+	return st;
+}
+
+asp_status sftp_tree_walk(sftpc *f, size_t budget, const char *dir, const asp_tree_exclude *ex,
+                          sftp_emit emit, void *user, asp_error *err)
+{
+	walk k = {.dir = dir, .ex = ex, .emit = emit, .user = user};
+	int kind;
+	uint32_t perm = 0, mtime = 0;
+	asp_status st = ssh_sftp_tree_lstat(f, dir, &kind, &perm, &mtime, err);
+	if (st == ASP_OK && kind != 1)
+		st = asp_error_set(err, kind ? ASP_E_NOT_A_DIRECTORY : ASP_E_NOT_FOUND, dir,
+		                   "tree_read: %s: %s", dir,
+		                   kind ? "not a directory" : "no such directory");
+	if (st != ASP_OK)
+		return st;
+	k.cap = 256;
+	k.v = malloc(k.cap * sizeof *k.v);
+	char *root = strdup("");
+	if (!k.v || !root) {
+		free(k.v);
+		free(root);
+		return walk_oom(err);
+	}
+	k.v[k.n++] = (node){root, 'd', perm & 07777, mtime, 0, 0, 0, NULL};
+	st = pool_start(&k.p, f, budget, err);
+	bool started = st == ASP_OK;
+	if (st == ASP_OK)
+		st = list_all(&k, err);
+	size_t *seq = st == ASP_OK ? malloc(k.n * sizeof *seq) : NULL;
+	size_t ns = 0;
+	if (st == ASP_OK && !seq)
+		st = walk_oom(err);
+	if (st == ASP_OK)
+		order(&k, 0, seq, &ns);
+	size_t ahead = 0, files_ahead = 0;
+	for (size_t s = 0; st == ASP_OK && s < ns; s++) {
+		while (st == ASP_OK && ahead < ns && files_ahead < READ_AHEAD) {
+			node *y = &k.v[seq[ahead]];
+			if (y->type == 'f' && ahead >= s)
+				files_ahead++;
+			if (!read_ahead(&k, seq[ahead++], err, &st) && st == ASP_OK)
+				st = pool_wait(&k.p, NULL, err);
+		}
+		if (st != ASP_OK)
+			break;
+		node *x = &k.v[seq[s]];
+		asp_tar_member m = {x->type == 'd'   ? ASP_TAR_DIR
+		                    : x->type == 'f' ? ASP_TAR_FILE
+		                                     : ASP_TAR_SYMLINK,
+		                    x->rel,
+		                    x->type == 'l' ? (const char *)x->j->data : NULL,
+		                    x->perm & 07777,
+		                    x->mtime,
+		                    x->size};
+		uint8_t hdr[ASP_TAR_HEADER_MAX];
+		size_t hn = asp_tar_header(&m, hdr, sizeof hdr, err);
+		if (!hn) {
+			st = err->code;
+			break;
+		}
+		st = emit(user, hdr, hn, err);
+		if (st == ASP_OK && x->type == 'f') {
+			st = send_file(&k, x, err);
+			files_ahead--;
+		}
+	}
+	if (st == ASP_OK)
+		st = emit_zeros(&k, ASP_TAR_END_BYTES, err);
+	if (started)
+		pool_stop(&k.p);
+	free(seq);
+	for (size_t i = 0; i < k.nj; i++)
+		job_free(k.jobs[i]);
+	free(k.jobs);
+	for (size_t i = 0; i < k.n; i++)
+		free(k.v[i].rel);
+	free(k.v);
+	return st;
+}
