@@ -148,9 +148,11 @@ typedef struct tree_h tree_h;
 
 struct ssh_trees {
 	ssh_procs *ps;
-	sftpc *sftp;        /* where the sandbox has no tar */
-	size_t budget;      /* bytes of data one SFTP read may carry */
-	bool closing;       /* walks over SFTP stop */
+	sftpc *sftp;    /* where the sandbox has no tar */
+	size_t budget;  /* bytes of data one SFTP read may carry */
+	bool closing;   /* walks over SFTP stop */
+	unsigned walks; /* walks over SFTP running (their threads detached) */
+	pthread_cond_t walks_cv;
 	pthread_mutex_t mu; /* the list and every handle's state; never held with sshc.mu */
 	tree_h *head;
 	unsigned done; /* listed handles that finished */
@@ -201,9 +203,7 @@ struct tree_h {
 	 * ends with it, not with the script */
 	bool via_sftp;
 	sftp_tw *tw;
-	char *dir;        /* tree_read's directory */
-	pthread_t walker; /* tree_read's walk, joined by ssh_trees_free */
-	bool walking;
+	char *dir; /* tree_read's directory */
 };
 
 /* ---- handles ---------------------------------------------------------------------- */
@@ -217,6 +217,7 @@ ssh_trees *ssh_trees_new(ssh_procs *ps, sftpc *sftp, size_t budget)
 	ts->sftp = sftp;
 	ts->budget = budget;
 	pthread_mutex_init(&ts->mu, NULL);
+	pthread_cond_init(&ts->walks_cv, NULL);
 	return ts;
 }
 
@@ -239,16 +240,16 @@ void ssh_trees_free(ssh_trees *ts)
 	if (!ts)
 		return;
 	pthread_mutex_lock(&ts->mu);
-	ts->closing = true;
+	ts->closing = true; /* a walk stops at its next bytes (SFTP calls have deadlines) */
+	while (ts->walks)
+		pthread_cond_wait(&ts->walks_cv, &ts->mu);
 	pthread_mutex_unlock(&ts->mu);
-	for (tree_h *h = ts->head; h; h = h->next)
-		if (h->walking)
-			pthread_join(h->walker, NULL);
 	while (ts->head) {
 		tree_h *h = ts->head;
 		ts->head = h->next;
 		handle_free(h);
 	}
+	pthread_cond_destroy(&ts->walks_cv);
 	pthread_mutex_destroy(&ts->mu);
 	free(ts);
 }
@@ -588,8 +589,9 @@ static void on_exit_ev(void *user, const asp_exit_event *ev)
 		pthread_cond_broadcast(&h->cv);
 	else
 		ended_locked(h, ev->exit_code, ev->signal);
-	unref_locked(h->ts, h); /* the follower's */
-	pthread_mutex_unlock(&h->ts->mu);
+	ssh_trees *ts = h->ts;
+	unref_locked(ts, h); /* the follower's (h may be gone) */
+	pthread_mutex_unlock(&ts->mu);
 }
 
 static void on_lost(void *user, uint64_t proc, const asp_error *why)
@@ -606,8 +608,9 @@ static void on_lost(void *user, uint64_t proc, const asp_error *why)
 		h->ts->done++;
 	evict_locked(h->ts);
 	pthread_cond_broadcast(&h->cv);
-	unref_locked(h->ts, h);
-	pthread_mutex_unlock(&h->ts->mu);
+	ssh_trees *ts = h->ts;
+	unref_locked(ts, h); /* (h may be gone) */
+	pthread_mutex_unlock(&ts->mu);
 }
 
 static const asp_proc_callbacks follower = {
@@ -1198,25 +1201,29 @@ static asp_status walk_emit(void *user, const uint8_t *p, size_t n, asp_error *e
 static void *walker(void *arg)
 {
 	tree_h *h = arg;
+	ssh_trees *ts = h->ts;
 	asp_error e;
-	asp_status st = sftp_tree_walk(h->ts->sftp, h->ts->budget, h->dir, h->ex, walk_emit, h, &e);
-	pthread_mutex_lock(&h->ts->mu);
-	bool cancelled = h->cancelled;
+	asp_status st = sftp_tree_walk(ts->sftp, ts->budget, h->dir, h->ex, walk_emit, h, &e);
+	pthread_mutex_lock(&ts->mu);
+	bool cancelled = h->cancelled, closing = ts->closing;
 	if (st != ASP_OK && !h->failed && !cancelled) {
 		h->failed = true;
 		h->fail = e;
 	}
-	pthread_mutex_unlock(&h->ts->mu);
+	pthread_mutex_unlock(&ts->mu);
 	asp_exit_event ev = {.proc = h->proc, .exit_code = st == ASP_OK ? 0 : 1};
 	if (cancelled && !h->failed) {
 		ev.exit_code = -1;
 		ev.signal = h->sig[0] ? h->sig : "KILL";
 	}
-	read_exit(h, &ev);
-	pthread_mutex_lock(&h->ts->mu);
+	if (!closing) /* (closing: the subscriptions are gone with the process table) */
+		read_exit(h, &ev);
+	pthread_mutex_lock(&ts->mu);
 	ended_locked(h, ev.exit_code, ev.signal);
-	unref_locked(h->ts, h); /* the walk's */
-	pthread_mutex_unlock(&h->ts->mu);
+	unref_locked(ts, h); /* the walk's (h may be gone) */
+	if (--ts->walks == 0)
+		pthread_cond_broadcast(&ts->walks_cv);
+	pthread_mutex_unlock(&ts->mu);
 	return NULL;
 }
 
@@ -1225,15 +1232,22 @@ static asp_status walk_start(ssh_trees *ts, tree_h *h, const char *dir, asp_erro
 {
 	if (!(h->dir = strdup(dir)))
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "tree_read: out of memory");
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	pthread_t tid;
 	pthread_mutex_lock(&ts->mu);
 	h->via_sftp = true;
 	h->refs++;
-	h->walking = pthread_create(&h->walker, NULL, walker, h) == 0;
-	if (!h->walking)
+	ts->walks++;
+	bool ok = pthread_create(&tid, &at, walker, h) == 0;
+	if (!ok) {
 		h->refs--;
+		ts->walks--;
+	}
 	pthread_mutex_unlock(&ts->mu);
-	return h->walking ? ASP_OK
-	                  : asp_error_set(err, ASP_E_INTERNAL, NULL, "tree_read: no thread");
+	pthread_attr_destroy(&at);
+	return ok ? ASP_OK : asp_error_set(err, ASP_E_INTERNAL, NULL, "tree_read: no thread");
 }
 
 /* ---- the handle's other calls ----------------------------------------------------- */
