@@ -2055,8 +2055,8 @@ asp_status ssh_sftp_tree_put(sftpc *f, const char *path, const uint8_t *data, si
 	char srv[256] = "";
 	int ofx = FX_OK;
 	sshc_lock(f->c);
-	asp_status st =
-	    open_write(f, path, flags, create ? &at : NULL, &w, &ofx, srv, sizeof srv, err);
+	asp_status st = open_write(f, path, flags, create ? &at : NULL, &w, NULL, NULL, &ofx, srv,
+	                           sizeof srv, err);
 	int fx = ofx != FX_OK ? ofx : w.wfx;
 	if (st == ASP_OK && fx != FX_OK)
 		st = op_error(f, "tree_write: write", path, fx, srv, err);
