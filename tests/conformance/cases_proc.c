@@ -500,6 +500,9 @@ PROC_CASE(spawn_slow_reader_bounded)
 	asp_spawn_params p;
 	asp_spawn_params_init(&p);
 	p.command = "echo $PPID; exec head -c 1073741824 /dev/zero";
+	/* Past the usual safety limit: up to 48 MiB at 3 MB/s may come before the wait's
+	 * answer, slower on a starved machine, and the case ends the process itself. */
+	p.timeout_ms = 120000;
 	uint64_t proc;
 	SPAWN(&p, c, &proc);
 	CONF_CHECKF(ctx, coll_wait_bytes(c, 0, 2, 20000), "no output within 20 s");

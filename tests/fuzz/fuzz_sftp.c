@@ -60,6 +60,11 @@ asp_status sshc_channel_exec(sshc *c, ssh_channel ch, const char *cmd, bool subs
 	(void)c, (void)ch, (void)cmd, (void)subsystem, (void)deadline, (void)err;
 	UNREACHABLE();
 }
+int sshc_channel_exec_step(sshc *c, ssh_channel ch, const char *cmd, bool subsystem, asp_error *err)
+{
+	(void)c, (void)ch, (void)cmd, (void)subsystem, (void)err;
+	UNREACHABLE();
+}
 size_t sshc_channel_write(sshc *c, ssh_channel ch, const void *d, size_t len, uint64_t deadline)
 {
 	(void)c, (void)ch, (void)d, (void)len, (void)deadline;

@@ -260,7 +260,8 @@ static int remove_made(const char *name, bool dir)
 	struct stat sb;
 	bool ok = st == ASP_OK && lstat(path, &sb) != 0;
 	if (!ok)
-		fprintf(stderr, "remove %s: %s\n", name, st == ASP_OK ? "still there" : err.message);
+		fprintf(stderr, "remove %s: %s\n", name,
+		        st == ASP_OK ? "still there" : err.message);
 	return ok ? 0 : -1;
 }
 
