@@ -418,6 +418,7 @@ static struct {
 	bool thread_failed;    /* said once: it could not be started */
 	unsigned starting;     /* local_child_start calls between their start and own listing */
 	bool retry;            /* the reaper waits for `starting` to reach 0 (wake_fd) */
+	bool busy;             /* commands run: SIGCHLD is looked at every REAPER_BUSY_MS */
 	pid_t *own;
 	size_t n, cap;
 	pid_t keeper;
@@ -506,6 +507,8 @@ static bool reaper_begin(void)
 	pthread_mutex_lock(&reaper.mu);
 	reaper.starting++;
 	reaper_thread_locked();
+	bool wake = !reaper.busy; /* the reaper leaves SIGCHLD out of its poll from now */
+	reaper.busy = true;
 	if (w && reaper.thread && !reaper.lead_set && reaper.lead_fd >= 0) {
 		struct itimerspec t = {.it_value = {0, LEAD_AFTER_NS}};
 		if (timerfd_settime(reaper.lead_fd, 0, &t, NULL) == 0) {
@@ -515,6 +518,11 @@ static bool reaper_begin(void)
 		}
 	}
 	pthread_mutex_unlock(&reaper.mu);
+	if (wake) {
+		uint64_t one = 1;
+		ssize_t wr = write(reaper.wake_fd, &one, sizeof one);
+		(void)wr;
+	}
 	return true;
 }
 
@@ -750,11 +758,30 @@ static int64_t local_mono_ms(void)
 #define REAPER_LINGER_MS 1000
 
 /*
+ * While commands run, the reaper looks for exited orphans this often instead of at
+ * every SIGCHLD: each exit of a command is its owner's to reap, and a wake-up of the
+ * reaper at each one costs every exec a context switch (docs/design.md, "Descendants").
+ */
+#define REAPER_BUSY_MS 250
+
+/* Whether commands run (or start): `busy` ends at the first look that finds none. */
+static bool reaper_busy(void)
+{
+	pthread_mutex_lock(&reaper.mu);
+	if (reaper.busy && reaper.n == 0 && reaper.starting == 0)
+		reaper.busy = false;
+	bool busy = reaper.busy;
+	pthread_mutex_unlock(&reaper.mu);
+	return busy;
+}
+
+/*
  * The reaper thread: runs while we have children (commands, orphans re-parented to us as
  * the subreaper) or a start is under way. SIGCHLD is blocked in every thread and read
- * here from a signalfd: one wake-up per exit, and none for anybody else (a thread that
- * did not block it would be woken to discard it). An orphan is reaped here; one of ours
- * is left to its owner. The kernel reports the oldest zombie first, so while an owner
+ * here from a signalfd, so nobody else is woken by it (a thread that did not block it
+ * would be woken to discard it); while commands run (`busy`) it is looked at every
+ * REAPER_BUSY_MS rather than at each exit, which is the command's owner's to see. An
+ * orphan is reaped here; one of ours is left to its owner. The kernel reports the oldest zombie first, so while an owner
  * keeps its zombie (exec waits for the pipes' EOF) the others are found through /proc.
  * It also carries out asp_local_reaper_stop while processes run, and fires the watch of a
  * slow start.
@@ -793,29 +820,33 @@ static void *reaper_main(void *arg)
 		} else if (state == 2) {
 			timeout = -1;
 		}
-		struct pollfd pfd[3] = {{reaper.sig_fd, POLLIN, 0},
-		                        {reaper.wake_fd, POLLIN, 0},
-		                        {reaper.lead_fd, POLLIN, 0}};
-		int r = poll(pfd, reaper.lead_fd >= 0 ? 3 : 2, timeout);
+		/* busy: SIGCHLD stays pending (the signalfd level-triggered) for a later look */
+		bool busy = reaper_busy();
+		if (busy && (timeout < 0 || timeout > REAPER_BUSY_MS))
+			timeout = REAPER_BUSY_MS;
+		struct pollfd pfd[3] = {{reaper.wake_fd, POLLIN, 0},
+		                        {reaper.lead_fd, POLLIN, 0},
+		                        {busy ? -1 : reaper.sig_fd, POLLIN, 0}};
+		int r = poll(pfd, 3, timeout);
 		if (r < 0)
 			continue;
-		if (r > 0 && pfd[0].revents) {
+		if (r > 0 && pfd[2].revents) {
 			struct signalfd_siginfo si[8];
 			while (read(reaper.sig_fd, si, sizeof si) == (ssize_t)sizeof si)
 				;
 		}
-		if (r > 0 && pfd[1].revents) {
+		if (r > 0 && pfd[0].revents) {
 			uint64_t n;
 			ssize_t got = read(reaper.wake_fd, &n, sizeof n);
 			(void)got;
 		}
-		if (r > 0 && pfd[2].revents)
+		if (r > 0 && pfd[1].revents)
 			lead_fire();
 		if (r > 0) {
 			idle_ms = REAPER_LINGER_MS;
 			continue;
 		}
-		if (state != 0)
+		if (state != 0 || busy)
 			continue;
 		if (reaper_may_end())
 			break;
