@@ -2,10 +2,14 @@
  * Ports and changes (docs/design.md, "Ports and changes"): connect's connections and
  * watch's events. A connection is followed with proc_attach (the registrations' attach),
  * which replays what came before the attach: connect and watch are called as plain ops.
- * The sandbox's TCP server is a python3 script the case spawns (a sandbox without
- * python3 skips those cases); it listens on its 127.0.0.1, echoes each connection until
- * its EOF and then closes, and keeps a second socket bound but not listening, whose port
- * refuses connections.
+ * The sandbox's TCP server echoes each connection until its EOF and then closes. It is a
+ * python3 script where the sandbox has python3: it listens on port 0 of its 127.0.0.1 and
+ * writes its port, and keeps a second socket bound but not listening, whose port refuses
+ * connections. Else it is a netcat that serves, busybox's `nc -ll -p PORT -e cat` (a cat
+ * per connection), on a port picked at random that connect found refusing, again on
+ * another when the bind fails; it says nothing once it listens, so connect asks until it
+ * answers, and a second port connect found refusing is the refusing one. A sandbox with
+ * neither skips these cases.
  */
 #include "cases_ports.h"
 #include "conf_follow.h"
@@ -36,9 +40,11 @@ static const char echo_server[] =
     "    c, _ = s.accept()\n"
     "    threading.Thread(target=echo, args=(c,), daemon=True).start()\n";
 
-/* Starts the echo server; its port and a refusing port. false: skipped or failed. */
-static bool start_server(conf_ctx *ctx, fx *f, unsigned *port, unsigned *refused)
+/* The python3 server; its port and a refusing port. false: failed, or skipped when
+ * `*missing` (no python3). */
+static bool start_python(conf_ctx *ctx, fx *f, unsigned *port, unsigned *refused, bool *missing)
 {
+	*missing = false;
 	char *file = asp_arena_alloc(ctx->a, strlen(ctx->dir) + 16);
 	if (!file)
 		return false;
@@ -52,10 +58,9 @@ static bool start_server(conf_ctx *ctx, fx *f, unsigned *port, unsigned *refused
 	uint64_t proc;
 	asp_error err;
 	asp_status st = do_spawn(ctx, f, ctx->self, &p, NULL, &proc, &err);
-	if (st == ASP_E_NOT_FOUND) {
-		conf_skip(ctx, "the sandbox has no python3 for its TCP server");
+	*missing = st == ASP_E_NOT_FOUND;
+	if (*missing)
 		return false;
-	}
 	if (st != ASP_OK) {
 		conf_fail(ctx, __FILE__, __LINE__, "spawn python3: %s: %s", asp_strerror(st),
 		          err.message);
@@ -79,6 +84,129 @@ static bool start_server(conf_ctx *ctx, fx *f, unsigned *port, unsigned *refused
 	}
 	conf_fail(ctx, __FILE__, __LINE__, "the sandbox's TCP server never listened");
 	return false;
+}
+
+/* A port to try, at random below Linux's ephemeral range (fewer taken by connections). */
+static unsigned random_port(uint32_t *x)
+{
+	*x ^= *x << 13, *x ^= *x >> 17, *x ^= *x << 5;
+	return 20000 + *x % 12000;
+}
+
+/*
+ * connect to `port`, closing at once what it opens: true when something listens there,
+ * false with `*refused` when nothing does, false without it on any other error (failed).
+ */
+static bool listening(conf_ctx *ctx, unsigned port, bool *refused)
+{
+	asp_connect_params p;
+	asp_connect_params_init(&p);
+	p.port = port;
+	asp_connect_result r;
+	asp_error err;
+	asp_status st = ctx->ops->connect(ctx->self, &p, &r, ctx->a, &err);
+	*refused = st == ASP_E_IO_ERROR && strstr(err.message, "refused");
+	if (st == ASP_OK)
+		kill_proc(ctx, ctx->self, r.proc);
+	else if (!*refused)
+		conf_fail(ctx, __FILE__, __LINE__, "connect port %u: %s: %s", port,
+		          asp_strerror(st), err.message);
+	return st == ASP_OK;
+}
+
+/* A port that refuses connections now, tried at random. false: failed. */
+static bool refusing_port(conf_ctx *ctx, uint32_t *x, unsigned *port)
+{
+	for (int i = 0; i < 32; i++) {
+		bool refused;
+		*port = random_port(x);
+		if (!listening(ctx, *port, &refused) && refused)
+			return true;
+		if (!refused)
+			return false;
+	}
+	conf_fail(ctx, __FILE__, __LINE__, "32 ports tried, none refused connections");
+	return false;
+}
+
+/*
+ * The netcat server on a port that refused connections: true once connect reaches it;
+ * false with `*again` when its bind failed (another port may do), else skipped or failed.
+ */
+static bool start_nc_on(conf_ctx *ctx, fx *f, unsigned port, bool *again)
+{
+	*again = false;
+	char text[8];
+	snprintf(text, sizeof text, "%u", port);
+	coll *c = fx_coll(f, 4096); /* its stderr says why it ended */
+	if (!c) {
+		conf_fail(ctx, __FILE__, __LINE__, "out of collectors");
+		return false;
+	}
+	asp_spawn_params p;
+	asp_spawn_params_init(&p);
+	p.argv = ARGV("nc", "-ll", "-p", text, "-e", "cat");
+	p.has_argv = true;
+	p.cwd = ctx->dir;
+	p.stdin_eof = true;
+	uint64_t proc;
+	asp_error err;
+	asp_status st = do_spawn(ctx, f, ctx->self, &p, c, &proc, &err);
+	if (st == ASP_E_NOT_FOUND) {
+		conf_skip(ctx, "the sandbox has neither python3 nor nc for its TCP server");
+		return false;
+	}
+	if (st != ASP_OK) {
+		conf_fail(ctx, __FILE__, __LINE__, "spawn nc: %s: %s", asp_strerror(st),
+		          err.message);
+		return false;
+	}
+	/* it says nothing once it listens: ask connect until it answers or nc ends */
+	double until = mono_ms() + WAIT_MS;
+	while (mono_ms() < until) {
+		bool refused;
+		if (listening(ctx, port, &refused))
+			return true;
+		if (!refused)
+			return false;
+		if (coll_wait_end(c, 50))
+			break;
+	}
+	if (!coll_wait_end(c, 0)) {
+		conf_fail(ctx, __FILE__, __LINE__, "nc -ll -p %u -e cat never listened", port);
+		return false;
+	}
+	*again = strstr(coll_show(ctx, c, 1), "in use") != NULL;
+	if (!*again)
+		conf_skip(ctx,
+		          "the sandbox has no python3, and its nc does not serve "
+		          "(nc -ll -p PORT -e cat: exit %lld: %s)",
+		          (long long)c->ev.exit_code, coll_show(ctx, c, 1));
+	return false;
+}
+
+/* The netcat server; its port and a refusing port. false: skipped or failed. */
+static bool start_nc(conf_ctx *ctx, fx *f, unsigned *port, unsigned *refused)
+{
+	uint32_t x = (((uint32_t)getpid() * 2654435761u) ^ (uint32_t)(mono_ms() * 1000)) | 1u;
+	for (int i = 0; i < 4; i++) {
+		bool again;
+		if (!refusing_port(ctx, &x, port) ||
+		    (!start_nc_on(ctx, f, *port, &again) && !again))
+			return false;
+		if (!again)
+			return refusing_port(ctx, &x, refused);
+	}
+	conf_fail(ctx, __FILE__, __LINE__, "nc could not bind 4 ports that refused connections");
+	return false;
+}
+
+/* Starts the echo server; its port and a refusing port. false: skipped or failed. */
+static bool start_server(conf_ctx *ctx, fx *f, unsigned *port, unsigned *refused)
+{
+	bool missing;
+	return start_python(ctx, f, port, refused, &missing) ||
+	       (missing && start_nc(ctx, f, port, refused));
 }
 
 /*

@@ -2,10 +2,11 @@
  * The conformance table in a sandbox of the shape of Alpine and distroless images: a root
  * holding nothing but Debian's busybox-static (its applets as links) and asp-agent-static
  * (the musl build), entered over stdio with no daemon, as `docker run -i IMAGE asp-agent
- * --stdio` would: `unshare` gives it its own mount and pid namespaces (the agent is pid 1
- * there, /proc is its own, /dev the host's) and `chroot` the root. Prints the table; every
- * case passes, or is n/a or skipped with the reason (no python3 for the connect cases'
- * TCP server). Nothing is skipped for the fixture: without busybox-static (a static
+ * --stdio` would: `unshare` gives it its own mount, network and pid namespaces (the agent
+ * is pid 1 there, /proc is its own, /dev the host's, the network a loopback of its own, so
+ * the connect cases' server, busybox's nc, which listens on every address, is seen by
+ * nothing outside) and `chroot` the root. Prints the table; every case passes, or is n/a
+ * with the reason. Nothing is skipped for the fixture: without busybox-static (a static
  * /bin/busybox) the test fails and says to run scripts/install-deps.sh.
  *
  *   test_busybox_root              the whole table
@@ -161,12 +162,14 @@ int main(void)
 		argv[n++] = "--map-root-user";
 	}
 	argv[n++] = "--mount";
+	argv[n++] = "--net";
 	argv[n++] = "--pid";
 	argv[n++] = "--fork";
 	argv[n++] = proc;
 	argv[n++] = "/bin/sh";
 	argv[n++] = "-c";
-	argv[n++] = "mount --rbind /dev \"$0/dev\" && exec chroot \"$0\" /bin/asp-agent --stdio";
+	argv[n++] = "\"$0/bin/busybox\" ip link set lo up && mount --rbind /dev \"$0/dev\" && "
+	            "exec chroot \"$0\" /bin/asp-agent --stdio";
 	argv[n++] = root;
 	argv[n] = NULL;
 	asp_config_view v;
