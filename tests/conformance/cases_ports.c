@@ -40,8 +40,10 @@ static const char echo_server[] =
     "    c, _ = s.accept()\n"
     "    threading.Thread(target=echo, args=(c,), daemon=True).start()\n";
 
-/* The python3 server; its port and a refusing port. false: failed, or skipped when
- * `*missing` (no python3). */
+/*
+ * The python3 server; its port and a refusing port. false: failed, or with `*missing`
+ * when the sandbox has no python3 (nothing recorded).
+ */
 static bool start_python(conf_ctx *ctx, fx *f, unsigned *port, unsigned *refused, bool *missing)
 {
 	*missing = false;
