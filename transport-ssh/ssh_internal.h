@@ -513,16 +513,24 @@ struct asp_tar_member;
 struct asp_tree_exclude;
 
 /*
- * tree_write's members into a temporary directory beside `target` (in it when it exists),
- * put in place by sftp_tw_finish; sftp_tw_free before that removes the temporary.
+ * tree_write's members into the temporary directory `tmp_name` (made by the write
+ * script) beside `target`, or in it when `inside`; put in place by sftp_tw_finish.
+ * sftp_tw_cancel makes the feed's next step fail with `why` (any thread, while the
+ * writer lives); sftp_tw_stop waits for the requests in flight; sftp_tw_remove removes
+ * the temporary over SFTP unless it was renamed to the target; sftp_tw_free removes
+ * nothing.
  */
 typedef struct sftp_tw sftp_tw;
-asp_status sftp_tw_open(sftpc *f, size_t budget, const char *target, const char *nonce,
-                        sftp_tw **out, asp_error *err);
+asp_status sftp_tw_open(sftpc *f, size_t budget, const char *target, const char *tmp_name,
+                        bool inside, sftp_tw **out, asp_error *err);
 asp_status sftp_tw_member(sftp_tw *w, const struct asp_tar_member *m, asp_error *err);
 asp_status sftp_tw_data(sftp_tw *w, const uint8_t *p, size_t n, asp_error *err);
 asp_status sftp_tw_file_end(sftp_tw *w, asp_error *err);
 asp_status sftp_tw_finish(sftp_tw *w, asp_error *err);
+void sftp_tw_cancel(sftp_tw *w, const asp_error *why);
+bool sftp_tw_renamed(const sftp_tw *w);
+void sftp_tw_stop(sftp_tw *w);
+void sftp_tw_remove(sftp_tw *w);
 void sftp_tw_free(sftp_tw *w);
 
 /* tree_read's stream of `dir`, made here and handed to `emit` in order; an error from

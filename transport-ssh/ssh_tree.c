@@ -40,16 +40,25 @@
 #define OUT_CHUNK      (64u * 1024u)
 #define KEEP_DONE      64 /* finished tree handles still answered */
 #define LINE_MAX_B     512
+#define CLEAN_WAIT_MS  30000u /* the script's removal of a temporary, at most */
 
 /*
- * The write script: $1 the target, $2 the nonce. Exit 0 once the tree is in place; 127
- * without tar. Temporaries are named as asp-agent names them (hex pid), so either cleans
- * up after the other.
+ * The write script: $1 the target, $2 the nonce. Exit 0 once the tree is in place.
+ * Temporaries are named as asp-agent names them (the hex pid of their owner, which runs
+ * as long as the write), so each removes what the other left: a temporary whose pid no
+ * longer runs is removed by the next write beside it. Without tar the script makes the
+ * temporary, says "ASPTREE sftp HEX INSIDE" and holds it until its stdin ends (the
+ * client's end of the write, or the connection's), then removes what is left of it: the
+ * members go over SFTP (ssh_tree_sftp.c).
  */
 static const char write_script[] =
     "t=$1 n=$2\n"
     "say() { echo \"ASPTREE err $1 $2\"; exit 1; }\n"
-    "command -v tar >/dev/null 2>&1 || { echo 'ASPTREE notar'; exit 127; }\n"
+    "gone() { rm -rf -- \"$1\" 2>/dev/null || { chmod -R u+rwx -- \"$1\"; rm -rf -- \"$1\"; "
+    "} 2>/dev/null; }\n"
+    "alive() { kill -0 \"$1\" 2>/dev/null || [ -d \"/proc/$1\" ]; }\n"
+    "tar=1\n"
+    "command -v tar >/dev/null 2>&1 || tar=\n"
     "while :; do case $t in ?*/) t=${t%/};; *) break;; esac; done\n"
     "hex=$(printf %x $$)\n"
     "if [ -d \"$t\" ]; then\n"
@@ -71,7 +80,7 @@ static const char write_script[] =
     "  [ -d \"$d\" ] || continue\n"
     "  x=${d#\"$pre\"} x=${x%%-*}\n"
     "  case $x in ''|*[!0-9a-f]*) continue;; esac\n"
-    "  kill -0 \"$((0x$x))\" 2>/dev/null || rm -rf -- \"$d\"\n"
+    "  alive \"$((0x$x))\" || gone \"$d\"\n"
     "done\n"
     "tmp=$pre$hex-$n\n"
     "if ! mkdir -- \"$tmp\" 2>/dev/null; then\n"
@@ -79,9 +88,16 @@ static const char write_script[] =
     "${tmp%/*}\"\n"
     "  say io_error \"tree_write: cannot make $tmp\"\n"
     "fi\n"
-    "trap 'rm -rf -- \"$tmp\" \"$tmp.ref\"' EXIT\n"
+    "trap 'gone \"$tmp\"; rm -f -- \"$tmp.ref\"' EXIT\n"
     "trap 'exit 1' INT TERM HUP\n"
     "chmod \"$(umask -S)\" \"$tmp\"\n"
+    "if [ -z \"$tar\" ]; then\n"
+    "  echo \"ASPTREE sftp $hex ${inside:-0}\"\n"
+    "  while read -r line; do :; done\n"
+    "  trap - EXIT\n"
+    "  [ ! -e \"$tmp\" ] || gone \"$tmp\"\n"
+    "  exit\n"
+    "fi\n"
     "echo 'ASPTREE ready'\n"
     "if tar --version 2>/dev/null | grep -q 'GNU tar'; then\n"
     "  tar -x -p -o -f - -C \"$tmp\"\n"
@@ -202,8 +218,12 @@ struct tree_h {
 	/* no tar in the sandbox: the tree goes over SFTP (ssh_tree_sftp.c) and the handle
 	 * ends with it, not with the script */
 	bool via_sftp;
-	sftp_tw *tw;
-	char *dir; /* tree_read's directory */
+	sftp_tw *tw;       /* (h->tw set and cleared under ts->mu too, for a cancel) */
+	char *dir;         /* tree_read's directory */
+	char hex[17];      /* the script's pid, in the temporary's name */
+	bool inside;       /* the temporary is in the target */
+	bool script_ended; /* the write script exited (under ts->mu) */
+	int64_t script_exit;
 };
 
 /* ---- handles ---------------------------------------------------------------------- */
@@ -223,6 +243,9 @@ ssh_trees *ssh_trees_new(ssh_procs *ps, sftpc *sftp, size_t budget)
 
 static void handle_free(tree_h *h)
 {
+	if (h->tw) /* closing mid-write: the script's channel is gone, its own removal races
+	            * the requests in flight, so what is left goes over SFTP too */
+		sftp_tw_remove(h->tw);
 	sftp_tw_free(h->tw);
 	free(h->dir);
 	asp_tar_reader_free(h->rd);
@@ -314,7 +337,17 @@ static void protocol_line(tree_h *h, const char *l)
 		h->ready = true;
 	else if (strcmp(l, "ASPTREE notar") == 0)
 		h->notar = true;
-	else if (strncmp(l, "ASPTREE err ", 12) == 0) {
+	else if (strncmp(l, "ASPTREE sftp ", 13) == 0) {
+		/* "HEX INSIDE": the temporary is made, named by the script's pid */
+		const char *x = l + 13;
+		size_t n = strspn(x, "0123456789abcdef");
+		if (n && n < sizeof h->hex && x[n] == ' ') {
+			memcpy(h->hex, x, n);
+			h->hex[n] = '\0';
+			h->inside = x[n + 1] == '1';
+			h->notar = true;
+		}
+	} else if (strncmp(l, "ASPTREE err ", 12) == 0) {
 		const char *c = l + 12, *sp = strchr(c, ' ');
 		size_t n = sp ? (size_t)(sp - c) : strlen(c);
 		snprintf(h->code, sizeof h->code, "%.*s", (int)n, c);
@@ -585,9 +618,11 @@ static void on_exit_ev(void *user, const asp_exit_event *ev)
 		protocol_line(h, h->line);
 		h->line_len = 0;
 	}
-	if (notar) /* the tree goes over SFTP: the handle ends with it */
+	if (notar) { /* the tree goes over SFTP: the handle ends with it */
+		h->script_ended = true;
+		h->script_exit = ev->exit_code;
 		pthread_cond_broadcast(&h->cv);
-	else
+	} else
 		ended_locked(h, ev->exit_code, ev->signal);
 	ssh_trees *ts = h->ts;
 	unref_locked(ts, h); /* the follower's (h may be gone) */
@@ -729,13 +764,65 @@ static asp_status w_file_end(void *user, asp_error *err)
 }
 
 /*
- * Under feed_mu, over SFTP: the stream ended (st ASP_OK: in place) or was given up; the
- * temporary goes with the writer, and the handle ends.
+ * Over SFTP: the end of the write script's stdin, after which it removes what is left of
+ * the temporary and exits. With `wait`, until it did (at most CLEAN_WAIT_MS); where it
+ * was gone already, did not exit 0 or the connection is lost, the temporary is removed
+ * over SFTP here when `tw` is given (what that cannot reach, the next write beside the
+ * target removes: its pid no longer runs).
+ */
+static void script_done(tree_h *h, bool wait)
+{
+	ssh_trees *ts = h->ts;
+	asp_proc_write_params w;
+	asp_proc_write_params_init(&w);
+	w.proc = h->proc;
+	w.eof = true;
+	asp_error ignore;
+	pthread_mutex_lock(&ts->mu);
+	bool was_gone = h->script_ended || h->lost;
+	pthread_mutex_unlock(&ts->mu);
+	if (!was_gone)
+		ssh_proc_write(ts->ps, &w, &ignore);
+	if (!wait || was_gone)
+		return;
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += CLEAN_WAIT_MS / 1000;
+	pthread_mutex_lock(&ts->mu);
+	while (!h->script_ended && !h->lost)
+		if (pthread_cond_timedwait(&h->cv, &ts->mu, &dl) == ETIMEDOUT)
+			break;
+	pthread_mutex_unlock(&ts->mu);
+}
+
+/* Whether the script removed the temporary (it exited 0 after its input's end). */
+static bool script_cleaned(tree_h *h)
+{
+	pthread_mutex_lock(&h->ts->mu);
+	bool ok = h->script_ended && h->script_exit == 0 && !h->lost;
+	pthread_mutex_unlock(&h->ts->mu);
+	return ok;
+}
+
+/*
+ * Under feed_mu, over SFTP: the stream ended (st ASP_OK: in place) or was given up. No
+ * request of the writer's is in flight once it stopped; then the script removes what is
+ * left of the temporary (a refused, cut or cancelled stream's, or a merge's emptied
+ * directories) before the handle ends, so a failed call has left nothing when it
+ * answers. A tree renamed into place leaves nothing to remove: the script is told to end
+ * and not waited for.
  */
 static void sftp_end(tree_h *h, asp_status st, const asp_error *why)
 {
+	pthread_mutex_lock(&h->ts->mu);
 	sftp_tw *tw = h->tw;
 	h->tw = NULL;
+	pthread_mutex_unlock(&h->ts->mu);
+	bool renamed = tw && sftp_tw_renamed(tw);
+	sftp_tw_stop(tw);
+	script_done(h, !renamed);
+	if (!renamed && !script_cleaned(h))
+		sftp_tw_remove(tw);
 	sftp_tw_free(tw);
 	pthread_mutex_lock(&h->ts->mu);
 	if (st != ASP_OK && !h->failed && !h->cancelled) {
@@ -748,7 +835,6 @@ static void sftp_end(tree_h *h, asp_status st, const asp_error *why)
 }
 
 /* Under feed_mu: bytes on to the script's stdin (eof: its end). */
-static void sftp_end(tree_h *h, asp_status st, const asp_error *why);
 
 static asp_status send_raw(tree_h *h, const uint8_t *p, size_t n, bool eof, asp_error *err)
 {
@@ -808,11 +894,11 @@ static asp_status send_end(tree_h *h, asp_error *err)
 static asp_status refuse(tree_h *h, const asp_error *why, asp_error *err)
 {
 	pthread_mutex_lock(&h->ts->mu);
-	if (!h->failed) {
+	if (!h->failed && !h->cancelled) { /* (a cancel that stopped a feed stays a cancel) */
 		h->failed = true;
 		h->fail = *why;
 	}
-	*err = h->fail;
+	*err = h->failed ? h->fail : *why;
 	pthread_mutex_unlock(&h->ts->mu);
 	asp_error ignore;
 	send_raw(h, NULL, 0, true, &ignore);
@@ -987,6 +1073,26 @@ static asp_status wait_end(tree_h *h, uint64_t timeout_ms, asp_proc_wait_result 
 	return st;
 }
 
+/* The temporary's name as the write script made it (beside the target, or in it). */
+static char *tmp_name(const char *target, const tree_h *h)
+{
+	size_t tl = strlen(target);
+	while (tl > 1 && target[tl - 1] == '/')
+		tl--;
+	const char *base = target;
+	for (size_t i = 0; i < tl; i++)
+		if (target[i] == '/')
+			base = target + i + 1;
+	int bl = (int)(target + tl - base);
+	size_t n = (size_t)bl + strlen(h->hex) + strlen(h->nonce) + 32;
+	char *s = malloc(n);
+	if (s && h->inside)
+		snprintf(s, n, ".asp-tree-%s-%s", h->hex, h->nonce);
+	else if (s)
+		snprintf(s, n, ".%.*s.asp-tree-%s-%s", bl, base, h->hex, h->nonce);
+	return s;
+}
+
 static void make_nonce(char out[17])
 {
 	uint8_t b[8];
@@ -1032,11 +1138,18 @@ asp_status ssh_tree_write(ssh_trees *ts, const asp_tree_write_params *p, asp_tre
 	}
 	st = await_ready(h, "tree_write", err);
 	if (st == ASP_OK && h->notar) {
-		st = sftp_tw_open(ts->sftp, ts->budget, p->path, h->nonce, &h->tw, err);
+		sftp_tw *tw = NULL;
+		char *name = tmp_name(p->path, h);
+		st = name ? sftp_tw_open(ts->sftp, ts->budget, p->path, name, h->inside, &tw, err)
+		          : asp_error_set(err, ASP_E_INTERNAL, NULL, "tree_write: out of memory");
+		free(name);
 		pthread_mutex_lock(&ts->mu);
+		h->tw = tw;
 		h->via_sftp = st == ASP_OK;
 		h->ready = h->via_sftp;
 		pthread_mutex_unlock(&ts->mu);
+		if (st != ASP_OK) /* the script removes its temporary */
+			script_done(h, true);
 	}
 	if (st == ASP_OK && (p->data.len || p->eof))
 		st = feed(h, p->data.data, p->data.len, false, 0, p->eof, err);
@@ -1311,6 +1424,12 @@ bool ssh_tree_proc_signal(ssh_trees *ts, const asp_proc_signal_params *p, asp_st
 		if (!ended && !h->cancelled) {
 			h->cancelled = true;
 			snprintf(h->sig, sizeof h->sig, "%s", sig);
+		}
+		if (!ended && h->tw) { /* a feed waiting on the writer gives up at once */
+			asp_error why;
+			asp_error_set(&why, ASP_E_IO_ERROR, NULL, "tree_write: cancelled by %s",
+			              sig);
+			sftp_tw_cancel(h->tw, &why);
 		}
 		pthread_cond_broadcast(&h->cv); /* writes waiting for their turn give up */
 		pthread_mutex_unlock(&ts->mu);

@@ -5,12 +5,13 @@
  * out together on the handle sftp-server will give: one round trip), so WORKERS members
  * are in flight at once and the connection, not the round trip, sets the pace.
  *
- * Writing: members go into a temporary directory beside the target (inside it when it
- * exists), each after its directory was made; directories get their mode and mtime once
- * everything in them is written. At the end the temporary is renamed to the target, or
- * its entries are moved into the existing target after every conflict was looked for
- * (level by level, the lstats of one level at once). A stream refused or cancelled
- * removes the temporary: nothing reaches the target.
+ * Writing: members go into the temporary directory the write script made beside the
+ * target (inside it when it exists; ssh_tree.c), each after its directory was made;
+ * directories get their mode and mtime once everything in them is written. At the end
+ * the temporary is renamed to the target, or its entries are moved into the existing
+ * target after every conflict was looked for (level by level, the lstats of one level at
+ * once). What is left of the temporary goes with the script (ssh_tree.c), or with
+ * sftp_tw_remove where the script is gone: nothing reaches the target.
  *
  * Reading: the directories are listed level by level (one level's lists at once), then
  * the stream is made in the order asp-agent makes it, the files read WORKERS ahead of
@@ -31,7 +32,6 @@
 #define PIECE        (1u << 20)  /* a file's bytes per job */
 #define HELD_MAX     (32u << 20) /* bytes waiting in jobs at most */
 #define READ_AHEAD   64u         /* files read ahead of the one sent */
-#define TMP_TAG      ".asp-tree-sftp-"
 #define DEFAULT_PERM 0755u
 
 /* ---- a pool of threads, each one request (or a few) in flight --------------------- */
@@ -385,52 +385,32 @@ static asp_status parent_of(sftp_tw *w, const char *rel, job **out, asp_error *e
 	return st;
 }
 
-asp_status sftp_tw_open(sftpc *f, size_t budget, const char *target, const char *nonce,
-                        sftp_tw **out, asp_error *err)
+asp_status sftp_tw_open(sftpc *f, size_t budget, const char *target, const char *tmp_name,
+                        bool inside, sftp_tw **out, asp_error *err)
 {
 	*out = NULL;
 	sftp_tw *w = calloc(1, sizeof *w);
 	if (!w)
 		return oom(err);
+	w->p.f = f;
 	size_t tl = strlen(target);
 	while (tl > 1 && target[tl - 1] == '/')
 		tl--;
 	w->target = strndup(target, tl);
+	w->inside = inside;
 	asp_status st = w->target ? ASP_OK : oom(err);
-	int kind = 0;
-	if (st == ASP_OK)
-		st = ssh_sftp_tree_lstat(f, w->target, &kind, NULL, NULL, err);
-	char name[64];
-	if (st == ASP_OK && kind == 2) {
-		st = asp_error_set(err, ASP_E_NOT_A_DIRECTORY, w->target,
-		                   "tree_write: %s exists and is not a directory", w->target);
-	} else if (st == ASP_OK && kind == 1) {
-		w->inside = true;
-		snprintf(name, sizeof name, TMP_TAG "%s", nonce);
-		w->tmp = join(w->target, name);
+	if (st == ASP_OK && inside) {
+		w->tmp = join(w->target, tmp_name);
 	} else if (st == ASP_OK) {
+		/* the parent as the script names it: "." for a bare name, "/" at the top */
 		const char *slash = strrchr(w->target, '/');
-		char *up =
-		    slash ? strndup(w->target, slash == w->target ? 1 : (size_t)(slash - w->target))
-		          : strdup(".");
-		const char *base = slash ? slash + 1 : w->target;
-		char *leaf = malloc(strlen(base) + sizeof TMP_TAG + strlen(nonce) + 2);
-		if (up && leaf) {
-			sprintf(leaf, ".%s" TMP_TAG "%s", base, nonce);
-			w->tmp = join(strcmp(up, "/") ? up : "", leaf);
-			asp_mkdir_params mp;
-			asp_mkdir_params_init(&mp);
-			mp.path = up;
-			mp.parents = true;
-			st = ssh_sftp_mkdir(f, &mp, err);
-		}
+		char *up = slash ? strndup(w->target, (size_t)(slash - w->target)) : strdup(".");
+		if (up)
+			w->tmp = join(up, tmp_name);
 		free(up);
-		free(leaf);
 	}
 	if (st == ASP_OK && !w->tmp)
 		st = oom(err);
-	if (st == ASP_OK)
-		st = ssh_sftp_tree_mkdir(f, w->tmp, 0700, err);
 	if (st == ASP_OK)
 		st = pool_start(&w->p, f, budget, err);
 	if (st != ASP_OK) {
@@ -442,6 +422,23 @@ asp_status sftp_tw_open(sftpc *f, size_t budget, const char *target, const char 
 	w->started = true;
 	*out = w;
 	return ASP_OK;
+}
+
+void sftp_tw_cancel(sftp_tw *w, const asp_error *why)
+{
+	pool *p = &w->p;
+	pthread_mutex_lock(&p->mu);
+	if (!p->failed) {
+		p->failed = true;
+		p->err = *why;
+	}
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+}
+
+bool sftp_tw_renamed(const sftp_tw *w)
+{
+	return w->finished;
 }
 
 asp_status sftp_tw_member(sftp_tw *w, const asp_tar_member *m, asp_error *err)
@@ -647,20 +644,31 @@ asp_status sftp_tw_finish(sftp_tw *w, asp_error *err)
 	return st;
 }
 
+void sftp_tw_stop(sftp_tw *w)
+{
+	if (w->started)
+		pool_stop(&w->p);
+	w->started = false;
+}
+
+void sftp_tw_remove(sftp_tw *w)
+{
+	sftp_tw_stop(w);
+	if (w->finished || !w->tmp)
+		return;
+	asp_remove_params rp;
+	asp_remove_params_init(&rp);
+	rp.path = w->tmp;
+	rp.recursive = true;
+	asp_error ignore;
+	ssh_sftp_remove(w->p.f, &rp, &ignore);
+}
+
 void sftp_tw_free(sftp_tw *w)
 {
 	if (!w)
 		return;
-	if (w->started)
-		pool_stop(&w->p);
-	if (!w->finished && w->tmp) {
-		asp_remove_params rp;
-		asp_remove_params_init(&rp);
-		rp.path = w->tmp;
-		rp.recursive = true;
-		asp_error ignore;
-		ssh_sftp_remove(w->p.f, &rp, &ignore);
-	}
+	sftp_tw_stop(w);
 	for (size_t i = 0; i < w->nj; i++)
 		job_free(w->jobs[i]);
 	free(w->jobs);

@@ -888,10 +888,11 @@ int sshd_kill_sessions(sshd_fixture *fx)
 	return killed;
 }
 
-/* Whether `pid` is sshd's or descends from it, within a few generations. */
+/* Whether `pid` is sshd's or descends from it, within a few generations (a command's
+ * children are sshd, its session, the login shell, the wrapper's shells below it). */
 static bool under(pid_t pid, pid_t sshd)
 {
-	for (int i = 0; i < 4 && pid > 1; i++) {
+	for (int i = 0; i < 8 && pid > 1; i++) {
 		pid = parent_of(pid);
 		if (pid == sshd)
 			return true;
@@ -930,6 +931,13 @@ static int signal_named(sshd_fixture *fx, const char *name, int sig)
 int sshd_signal_sftp(sshd_fixture *fx, int sig)
 {
 	return signal_named(fx, "sftp-server\n", sig);
+}
+
+int sshd_signal_named(sshd_fixture *fx, const char *name, int sig)
+{
+	char comm[64];
+	snprintf(comm, sizeof comm, "%s\n", name);
+	return signal_named(fx, comm, sig);
 }
 
 int sshd_kill_agents(sshd_fixture *fx)

@@ -114,6 +114,9 @@ int sshd_kill_sessions(sshd_fixture *fx);
 /* Sends `sig` to every sftp-server of this sshd's sessions: how many. */
 int sshd_signal_sftp(sshd_fixture *fx, int sig);
 
+/* Sends `sig` to every process under this sshd whose name is `name` ("tar"): how many. */
+int sshd_signal_named(sshd_fixture *fx, const char *name, int sig);
+
 /* Kills (SIGKILL) every asp-agent of this server's sessions (agent mode): how many. */
 int sshd_kill_agents(sshd_fixture *fx);
 
