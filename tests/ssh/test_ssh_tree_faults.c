@@ -305,7 +305,8 @@ static void stale_reaped(const way *w)
 	CHECK(st == ASP_OK, "%s: tree_write: %s", w->name, err.message);
 	char name[300];
 	snprintf(name, sizeof name, ".t.asp-tree-%x-", (unsigned)getpid());
-	CHECK(entries_with(dir, ".asp-tree-", NULL, 0) == 1 && entries_with(dir, name, NULL, 0) == 1,
+	CHECK(entries_with(dir, ".asp-tree-", NULL, 0) == 1 &&
+	          entries_with(dir, name, NULL, 0) == 1,
 	      "%s: beside the target, the dead temporary stayed or the live one went", w->name);
 	/* inside the existing target */
 	snprintf(dead_in, sizeof dead_in, "%s/.asp-tree-%x-00aa/d", t, (unsigned)dead_pid());
@@ -479,8 +480,8 @@ static void r_lost(void *user, uint64_t proc, const asp_error *err)
 	r_exit(user, NULL);
 }
 
-static const asp_proc_callbacks reader_cb = {.on_output = r_output, .on_exit = r_exit,
-                                             .on_lost = r_lost};
+static const asp_proc_callbacks reader_cb = {
+    .on_output = r_output, .on_exit = r_exit, .on_lost = r_lost};
 
 typedef struct closer {
 	asp_client *c;
@@ -593,7 +594,7 @@ static bool wanted(const char *name)
 			int before = failures;                                                     \
 			long long t0 = now_ms();                                                   \
 			call;                                                                      \
-			printf("%s  %s (%lld ms)\n", failures == before ? "PASS" : "FAIL", name,    \
+			printf("%s  %s (%lld ms)\n", failures == before ? "PASS" : "FAIL", name,   \
 			       now_ms() - t0);                                                     \
 		}                                                                                  \
 	} while (0)
