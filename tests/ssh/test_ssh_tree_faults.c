@@ -6,8 +6,9 @@
  *   sandbox side removes it once the connection is gone);
  * - a stale temporary (its owner's pid no longer runs) is removed by the next tree_write
  *   into the same parent, and one whose owner runs is kept;
- * - a cancel that lands while a write is feeding the stream ends the handle and removes
- *   the temporary before proc_wait answers;
+ * - a cancel, or sftp-server's death, while a write is feeding the stream ends it and
+ *   removes the temporary before proc_wait (or the write) answers; a client freed then
+ *   returns promptly and the sandbox side removes the temporary;
  * - a tree_read stalled by its reader or by the sandbox (a stopped tar, sftp-server or
  *   asp-agent) does not hold up asp_client_free, and leaks nothing (the sanitizer build
  *   runs this too).
@@ -357,15 +358,23 @@ static void *feed_rest(void *arg)
 	return NULL;
 }
 
+typedef enum mid { MID_CANCEL, MID_SFTP_DIES, MID_FREE } mid;
+
 /*
- * Over SFTP: KILL while a write is inside the stream (sftp-server stopped, so the write
- * waits for room): the write gives up, the handle ends with KILL and the temporary is
- * gone when proc_wait answers.
+ * Over SFTP, while a write is inside the stream (sftp-server stopped, so the write waits
+ * for room in the writer):
+ * - MID_CANCEL: KILL; the write gives up, the handle ends with KILL and the temporary
+ *   is gone when proc_wait answers;
+ * - MID_SFTP_DIES: sftp-server is killed; the write fails (the connection still up) and
+ *   the temporary is gone when it answers;
+ * - MID_FREE: asp_client_free from this thread; it returns within 10 s and the sandbox
+ *   side removes the temporary once the connection is gone.
  */
-static void cancel_mid_feed(const way *w)
+static void mid_feed(const way *w, mid how)
 {
+	static const char *const what[] = {"a cancel", "sftp-server's death", "a free"};
 	char dir[256], t[300];
-	mk_scratch(dir, sizeof dir, "cancel");
+	mk_scratch(dir, sizeof dir, "mid");
 	snprintf(t, sizeof t, "%s/t", dir);
 	asp_config *cfg;
 	asp_client *c = open_client(w, &cfg, NULL);
@@ -398,28 +407,49 @@ static void cancel_mid_feed(const way *w)
 	while (f.writes < 4 && now_ms() < end)
 		usleep(20 * 1000);
 	CHECK(f.writes == 4, "%s: %d writes returned, not 4", w->name, (int)f.writes);
-	asp_proc_signal_params sp;
-	asp_proc_signal_params_init(&sp);
-	sp.proc = r.proc;
-	sp.signal = "KILL";
-	asp_proc_signal_result sr;
 	long long t0 = now_ms();
-	st = asp_proc_signal(c, &sp, &sr, a, &err);
-	CHECK(st == ASP_OK, "%s: proc_signal: %s", w->name, err.message);
-	sshd_signal_sftp(w->fx, SIGCONT);
+	if (how == MID_CANCEL) {
+		asp_proc_signal_params sp;
+		asp_proc_signal_params_init(&sp);
+		sp.proc = r.proc;
+		sp.signal = "KILL";
+		asp_proc_signal_result sr;
+		st = asp_proc_signal(c, &sp, &sr, a, &err);
+		CHECK(st == ASP_OK, "%s: proc_signal: %s", w->name, err.message);
+		sshd_signal_sftp(w->fx, SIGCONT);
+	} else if (how == MID_SFTP_DIES) {
+		sshd_signal_sftp(w->fx, SIGKILL);
+		sshd_signal_sftp(w->fx, SIGCONT);
+	} else {
+		asp_client_free(c);
+		c = NULL;
+		long long took = now_ms() - t0;
+		CHECK(took < 10000, "%s: asp_client_free mid-write took %lld ms", w->name, took);
+		sshd_signal_sftp(w->fx, SIGCONT);
+	}
 	pthread_join(th, NULL);
-	asp_proc_wait_params wp;
-	asp_proc_wait_params_init(&wp);
-	wp.proc = r.proc;
-	wp.timeout_ms = 20000;
-	asp_proc_wait_result wr;
-	st = asp_proc_wait(c, &wp, &wr, a, &err);
-	long long took = now_ms() - t0;
-	CHECK(st == ASP_OK && wr.exit_code == -1, "%s: proc_wait after KILL: %s, exit %lld",
-	      w->name, st ? err.message : "ok", st ? 0LL : (long long)wr.exit_code);
-	CHECK(entries_with(dir, NULL, NULL, 0) == 0, "%s: a cancelled write left entries in %s",
-	      w->name, dir);
-	fprintf(stderr, "  [%s] cancelled mid-write, ended in %lld ms\n", w->name, took);
+	CHECK(f.st != ASP_OK, "%s: the write went on after %s", w->name, what[how]);
+	if (how == MID_SFTP_DIES) /* the failed write has removed the temporary */
+		CHECK(entries_with(dir, NULL, NULL, 0) == 0,
+		      "%s: a write failed by sftp-server's death left entries in %s (%s)", w->name,
+		      dir, f.err.message);
+	if (how == MID_CANCEL) {
+		asp_proc_wait_params wp;
+		asp_proc_wait_params_init(&wp);
+		wp.proc = r.proc;
+		wp.timeout_ms = 20000;
+		asp_proc_wait_result wr;
+		st = asp_proc_wait(c, &wp, &wr, a, &err);
+		CHECK(st == ASP_OK && wr.exit_code == -1, "%s: proc_wait after KILL: %s, exit %lld",
+		      w->name, st ? err.message : "ok", st ? 0LL : (long long)wr.exit_code);
+		CHECK(entries_with(dir, NULL, NULL, 0) == 0,
+		      "%s: a cancelled write left entries in %s", w->name, dir);
+	}
+	if (how == MID_FREE)
+		CHECK(wait_no_entries(dir, NULL, 20000),
+		      "%s: a client freed mid-write left its temporary in %s", w->name, dir);
+	fprintf(stderr, "  [%s] %s mid-write: ended in %lld ms\n", w->name, what[how],
+	        now_ms() - t0);
 done:
 	asp_arena_free(a);
 	free(b.p);
@@ -624,7 +654,9 @@ int main(void)
 		snprintf(name, sizeof name, "stale_reaped_%s", ways[i].name);
 		RUN(name, stale_reaped(&ways[i]));
 	}
-	RUN("cancel_mid_feed_sftp", cancel_mid_feed(&ways[0]));
+	RUN("cancel_mid_feed_sftp", mid_feed(&ways[0], MID_CANCEL));
+	RUN("sftp_dies_mid_feed_sftp", mid_feed(&ways[0], MID_SFTP_DIES));
+	RUN("free_mid_feed_sftp", mid_feed(&ways[0], MID_FREE));
 	RUN("stalled_read_reader_sftp", stalled_read(&ways[0], NULL));
 	RUN("stalled_read_server_sftp", stalled_read(&ways[0], "sftp-server"));
 	RUN("stalled_read_reader_tar", stalled_read(&ways[1], NULL));
