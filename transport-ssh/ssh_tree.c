@@ -24,6 +24,7 @@
  * asp_proc_sub): its proc_write, proc_wait and proc_signal come here first.
  */
 #include "ssh_internal.h"
+#include "ssh_sftp.h"
 
 #include "asp/tar.h"
 #include "asp/tree.h"
@@ -765,10 +766,8 @@ static asp_status w_file_end(void *user, asp_error *err)
 
 /*
  * Over SFTP: the end of the write script's stdin, after which it removes what is left of
- * the temporary and exits. With `wait`, until it did (at most CLEAN_WAIT_MS); where it
- * was gone already, did not exit 0 or the connection is lost, the temporary is removed
- * over SFTP here when `tw` is given (what that cannot reach, the next write beside the
- * target removes: its pid no longer runs).
+ * the temporary and exits. With `wait`, until it did (at most CLEAN_WAIT_MS); not on a
+ * connection that is gone, whose end reaches the script on its own.
  */
 static void script_done(tree_h *h, bool wait)
 {
@@ -783,7 +782,7 @@ static void script_done(tree_h *h, bool wait)
 	pthread_mutex_unlock(&ts->mu);
 	if (!was_gone)
 		ssh_proc_write(ts->ps, &w, &ignore);
-	if (!wait || was_gone)
+	if (!wait || was_gone || atomic_load(&ts->sftp->c->dead))
 		return;
 	struct timespec dl;
 	clock_gettime(CLOCK_REALTIME, &dl);
@@ -821,7 +820,7 @@ static void sftp_end(tree_h *h, asp_status st, const asp_error *why)
 	bool renamed = tw && sftp_tw_renamed(tw);
 	sftp_tw_stop(tw);
 	script_done(h, !renamed);
-	if (!renamed && !script_cleaned(h))
+	if (!renamed && !script_cleaned(h)) /* the script was gone, or failed: over SFTP */
 		sftp_tw_remove(tw);
 	sftp_tw_free(tw);
 	pthread_mutex_lock(&h->ts->mu);
@@ -835,7 +834,6 @@ static void sftp_end(tree_h *h, asp_status st, const asp_error *why)
 }
 
 /* Under feed_mu: bytes on to the script's stdin (eof: its end). */
-
 static asp_status send_raw(tree_h *h, const uint8_t *p, size_t n, bool eof, asp_error *err)
 {
 	if (h->via_sftp) { /* the members went as they came; an end here is an abort */
