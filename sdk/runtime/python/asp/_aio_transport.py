@@ -6,6 +6,7 @@ docs/http.md). Deadlines follow the synchronous client's rules (docs/faults.md).
 
 import asyncio
 import collections
+import concurrent.futures
 import os
 import signal as _signal
 
@@ -332,10 +333,18 @@ class _AioWsConn(_rpc.WsRpcConn):
         self.reader.cancel()
 
 
+# A POST holds its thread for as long as the call waits (a proc_wait, a proc_write whose
+# offset waits for the writes before it), so the loop's default executor (min(32, cpus +
+# 4) threads) would queue the very calls the waiting ones wait for: an upload's writes
+# behind its eof. The transport's own pool grows to a thread per call in flight.
+HTTP_CALLS_MAX = 1024
+
+
 class AioHttpTransport(_Pipelined):
-    """POST /v1/rpc through the synchronous HTTP transport, each call in the loop's
-    default thread executor, so calls from many tasks run at once; streams (and with
-    websocket True every call) over one WebSocket on the loop, as HttpTransport does."""
+    """POST /v1/rpc through the synchronous HTTP transport, each call on a thread of the
+    transport's own pool (one kept-alive connection each), so calls from many tasks run
+    at once; streams (and with websocket True every call) over one WebSocket on the
+    loop, as HttpTransport does."""
 
     def __init__(self, url, token, max_message, ca_file=None, call_timeout_ms=60000,
                  websocket=None, on_notify=None, headers=()):
@@ -345,6 +354,7 @@ class AioHttpTransport(_Pipelined):
         self._open_lock = None
         self._conn = None  # the WebSocket, opened by the first call that needs it
         self._closed = False
+        self._pool = concurrent.futures.ThreadPoolExecutor(HTTP_CALLS_MAX, "asp-http")
 
     def __getattr__(self, name):
         # url, host, port, ws_path, token, ctx, call_timeout_ms, on_notify, describe...
@@ -372,12 +382,15 @@ class AioHttpTransport(_Pipelined):
         stream = on_result is not None or before_send is not None
         if _rpc.http_route(self._t.websocket, stream) == "ws":
             return await self._call_pipelined(method, params, on_result, before_send)
+        if self._closed:
+            raise self.closed_error()
         return await asyncio.get_running_loop().run_in_executor(
-            None, self._t.call, method, params, on_result, before_send)
+            self._pool, self._t.call, method, params, on_result, before_send)
 
     async def close(self):
         self._closed = True
         ws, self._conn = self._conn, None
         self._t.close()
+        self._pool.shutdown(wait=False)
         if ws is not None:
             await ws.close()
