@@ -1,11 +1,16 @@
 #!/usr/bin/env node
-// The conformance cases of tests/conformance/cases.c and cases_proc.c (the spawn and proc_
-// cases, proc_attach's included), run through the generated TypeScript SDK (its built dist/)
-// against a real responder: the same names, inputs, expected results and error codes, case
-// for case, as conformance.py runs them through the Python SDK.
+// The conformance cases of tests/conformance/cases.c, cases_proc.c (the spawn and proc_
+// cases, proc_attach's included) and cases_tree.c (tree_write and tree_read, the hostile
+// streams included), run through the generated TypeScript SDK (its built dist/) against a
+// real responder: the same names, inputs, expected results and error codes, case for
+// case, as conformance.py runs them through the Python SDK.
 //
-// usage: node conformance.mjs --sdk DIR (--stdio ARGV... | --http URL [--token T] |
-//                                        [--websocket true|false] | --config F) [--only SUBSTRING]
+// usage: node conformance.mjs --sdk DIR --table ASP (--stdio ARGV... | --http URL [--token T]
+//                             [--websocket true|false] | --config F) [--only SUBSTRING]
+//
+// The tree cases are the ones ASP (the asp CLI) lists under `asp conformance --list`: its
+// table's names, in its order, each run by the body here of that name.
+import { execFileSync } from "node:child_process";
 import { pathToFileURL } from "node:url";
 
 const SAFETY_TIMEOUT_MS = 20000;
@@ -1213,6 +1218,299 @@ async function tty_resize(ctx) {
   t.close();
 }
 
+// ---- trees (tests/conformance/cases_tree.c) ----
+// The streams are built here byte by byte (the hostile ones as no honest writer makes
+// them); what tree_read sends is decoded with the SDK's TarReader, as the C case decodes
+// it with asp_tar_reader.
+
+const TREE_MTIME = 1700000000;
+const TAR_END = new Uint8Array(1024);
+let TarReader; // dist/tar.js's, set in main()
+
+const cat = (...parts) => new Uint8Array(Buffer.concat(parts.map((p) => Buffer.from(p))));
+const octal = (v, n) => enc.encode(v.toString(8).padStart(n - 1, "0") + "\0");
+
+/** One ustar header of any name and type flag, checksummed. */
+function tarRaw(name, typeflag, { link = "", size = 0, mode = 0o644 } = {}) {
+  const h = new Uint8Array(512);
+  h.set(enc.encode(name).subarray(0, 100), 0);
+  h.set(octal(mode, 8), 100);
+  h.set(octal(0, 8), 108);
+  h.set(octal(0, 8), 116);
+  h.set(octal(size, 12), 124);
+  h.set(octal(TREE_MTIME, 12), 136);
+  h[156] = typeflag.charCodeAt(0);
+  h.set(enc.encode(link).subarray(0, 100), 157);
+  h.set(enc.encode("ustar\x0000"), 257);
+  h.fill(0x20, 148, 156);
+  h.set(enc.encode(h.reduce((a, x) => a + x, 0).toString(8).padStart(6, "0") + "\0"), 148);
+  return h;
+}
+
+function tarMember(kind, path, mode, { link = "", data = new Uint8Array(0) } = {}) {
+  if (typeof data === "string") data = enc.encode(data);
+  if (kind === "dir") return tarRaw(`${path || "."}/`, "5", { mode });
+  if (kind === "symlink") return tarRaw(path, "2", { link, mode });
+  return cat(tarRaw(path, "0", { size: data.length, mode }), data, new Uint8Array((512 - (data.length % 512)) % 512));
+}
+
+/** A pax header naming the next member `path`, then an innocent ustar header. */
+function tarPaxPath(path) {
+  const body = ` path=${path}\n`;
+  let n = body.length + 1;
+  while (String(n).length + body.length !== n) n++; // the length counts its own digits
+  const rec = enc.encode(`${n}${body}`);
+  const pad = new Uint8Array((512 - (rec.length % 512)) % 512);
+  return cat(tarRaw("././@PaxHeader", "x", { size: rec.length }), rec, pad, tarMember("file", "innocent", 0o644, { data: "x" }));
+}
+
+/** The honest tree most cases write: a root, files of three modes, a directory, a link. */
+function treeSample() {
+  return cat(
+    tarMember("dir", "", 0o755),
+    tarMember("file", "a.txt", 0o644, { data: "hello\n" }),
+    tarMember("file", "run.sh", 0o755, { data: "#!/bin/sh\n" }),
+    tarMember("dir", "sub", 0o750),
+    tarMember("file", "sub/secret", 0o600, { data: "s" }),
+    tarMember("symlink", "sub/link", 0o777, { link: "../a.txt" }),
+    tarMember("file", "sub/empty", 0o644),
+    TAR_END,
+  );
+}
+
+async function dirCount(ctx, path, n) {
+  const names = (await listdir(ctx, path)).entries.map((e) => e.name);
+  check(names.length === n, `${path} holds ${names.length} entries, not ${n} (${names.join(", ") || "-"})`);
+}
+
+async function fileIs(ctx, path, want) {
+  if (typeof want === "string") want = enc.encode(want);
+  const got = await readAll(ctx, path);
+  check(eq(got, want), `${path} has ${got.length} bytes, not the ${want.length} written`);
+}
+
+async function tree_write_small(ctx) {
+  const t = ctx.P("new/deeper/t"); // parents made too
+  const r = await ok(ctx.c.tree_write({ path: t, data: treeSample(), eof: true }));
+  check(r.entries === 6 && r.bytes === 17, `tree_write answered ${r.entries} entries, ${r.bytes} bytes; want 6 and 17`);
+  const want = [
+    ["", "dir", 0o755],
+    ["a.txt", "file", 0o644],
+    ["run.sh", "file", 0o755],
+    ["sub", "dir", 0o750],
+    ["sub/secret", "file", 0o600],
+    ["sub/empty", "file", 0o644],
+    ["sub/link", "symlink", 0],
+  ];
+  for (const [name, kind, mode] of want) {
+    const q = name ? `${t}/${name}` : t;
+    const s = await stat(ctx, q, false);
+    check(s.type === kind, `${q} is a ${s.type}, not a ${kind}`);
+    if (mode) check(s.mode === mode, `${q} has mode ${s.mode.toString(8)}, not ${mode.toString(8)}`);
+    const secs = BigInt(s.mtime_ns) / 1000000000n;
+    if (kind !== "symlink") check(secs === BigInt(TREE_MTIME), `${q} has mtime ${secs} s, not the stream's ${TREE_MTIME}`);
+    else check(s.target === "../a.txt", `${q} points to ${s.target}, not ../a.txt`);
+  }
+  await fileIs(ctx, `${t}/sub/link`, "hello\n");
+  await dirCount(ctx, ctx.dir, 1);
+}
+
+async function tree_write_chunked(ctx) {
+  // 3 MiB in three files, sent as a first chunk and six writes all in flight at once
+  const sizes = [2 * MIB, MIB - 7, 5];
+  const data = sizes.map((n, i) => {
+    const d = new Uint8Array(n);
+    for (let k = 0; k < n; k++) d[k] = (k * 31 + i * 7 + Math.floor(k / 4099)) & 0xff;
+    return d;
+  });
+  const stream = cat(...data.map((d, i) => tarMember("file", `f${i}`, 0o644, { data: d })), TAR_END);
+  const t = ctx.P("t");
+  const first = 100000;
+  const r = await ok(ctx.c.tree_write({ path: t, data: stream.subarray(0, first) }));
+  const each = Math.floor((stream.length - first) / 6);
+  const cuts = [0, 1, 2, 3, 4, 5].map((i) => first + each * i).concat([stream.length]);
+  const writes = [];
+  for (let i = 6; i >= 0; i--) {
+    // the last first: the responder puts them in order
+    const [lo, hi] = i < 6 ? [cuts[i], cuts[i + 1]] : [stream.length, stream.length];
+    writes.push(ctx.c.proc_write({ proc: r.proc, data: stream.subarray(lo, hi), offset: lo, eof: i === 6 }).then(
+      () => null,
+      (e) => [i, e],
+    ));
+  }
+  for (const w of await Promise.all(writes)) if (w) throw new Fail(`write ${w[0]}: ${w[1].code}: ${w[1].message}`);
+  const w = await ok(ctx.c.proc_wait({ proc: r.proc, timeout_ms: 30000 }));
+  check(w.exit_code === 0, `the stream ended with ${w.exit_code}: ${w.error}`);
+  check(w.entries === 3 && w.bytes === 3 * MIB - 2, `proc_wait says ${w.entries} entries, ${w.bytes} bytes`);
+  for (let i = 0; i < 3; i++) await fileIs(ctx, ctx.P(`t/f${i}`), data[i]);
+  try {
+    await ctx.c.proc_write({ proc: r.proc, data: enc.encode("x") });
+  } catch (e) {
+    if (e instanceof asp.AspError) return; // the handle is done: a write after its end is refused
+    throw e;
+  }
+  throw new Fail("a proc_write after eof was taken");
+}
+
+async function tree_write_merge(ctx) {
+  // an existing directory: "a" replaced, "keep" kept, "sub" merged into
+  const t = ctx.P("t");
+  const old = cat(
+    tarMember("file", "a", 0o644, { data: "old" }),
+    tarMember("file", "keep", 0o644, { data: "k" }),
+    tarMember("file", "sub/x", 0o644, { data: "x" }),
+    TAR_END,
+  );
+  const nw = cat(tarMember("file", "a", 0o644, { data: "new" }), tarMember("dir", "sub", 0o755), tarMember("file", "sub/y", 0o644, { data: "y" }), TAR_END);
+  await ok(ctx.c.tree_write({ path: t, data: old, eof: true }));
+  await ok(ctx.c.tree_write({ path: t, data: nw, eof: true }));
+  for (const [name, want] of [["a", "new"], ["keep", "k"], ["sub/x", "x"], ["sub/y", "y"]]) await fileIs(ctx, ctx.P(`t/${name}`), want);
+  await dirCount(ctx, t, 3);
+  // a file of the stream where the target has a directory: nothing moves
+  const conflict = cat(tarMember("file", "a", 0o644, { data: "newer" }), tarMember("file", "sub", 0o644, { data: "f" }), TAR_END);
+  await err("is_a_directory", ctx.c.tree_write({ path: t, data: conflict, eof: true }));
+  await fileIs(ctx, ctx.P("t/a"), "new");
+  await dirCount(ctx, t, 3);
+  await err("not_a_directory", ctx.c.tree_write({ path: ctx.P("t/a"), data: treeSample(), eof: true }));
+}
+
+const TREE_HOSTILE = [
+  ["a name climbing out", "../escape", () => cat(tarMember("file", "ok", 0o644, { data: "fine" }), tarRaw("../escape", "0"), TAR_END)],
+  ["a '..' inside a name", "a/../../escape", () => cat(tarRaw("a/../../escape", "0"), TAR_END)],
+  ["an absolute name", "/tmp/asp-conf-escape", () => cat(tarRaw("/tmp/asp-conf-escape", "0"), TAR_END)],
+  [
+    "a symlink out, then a file through it",
+    "l/escape",
+    () => cat(tarMember("symlink", "l", 0o777, { link: ".." }), tarMember("file", "l/escape", 0o644, { data: "x" }), TAR_END),
+  ],
+  [
+    "a symlink to /tmp, then a directory through it",
+    "d/asp-conf-escape",
+    () => cat(tarMember("symlink", "d", 0o777, { link: "/tmp" }), tarMember("dir", "d/asp-conf-escape", 0o755), TAR_END),
+  ],
+  ["a hard link", "h", () => cat(tarRaw("h", "1", { link: "/etc/passwd" }), TAR_END)],
+  ["a fifo", "p", () => cat(tarRaw("p", "6"), TAR_END)],
+  ["a device", "null", () => cat(tarRaw("null", "3"), TAR_END)],
+  ["a pax path climbing out", "../escape", () => cat(tarPaxPath("../escape"), TAR_END)],
+  [
+    "a stream cut inside a file", // into the data of "cut", no end blocks
+    "cut",
+    () => {
+      const s = cat(tarMember("file", "a", 0o644, { data: "whole" }), tarMember("file", "cut", 0o644, { data: "0123456789" }));
+      return s.subarray(0, s.length - (512 - 4));
+    },
+  ],
+  ["a stream without its end", "last", () => tarMember("file", "last", 0o644, { data: "x" })],
+  ["bytes that are not tar", null, () => cat(enc.encode("this is not a tar stream at all, not even close"), new Uint8Array(1024))],
+];
+
+async function tree_write_hostile(ctx) {
+  const t = ctx.P("t");
+  for (const [what, member, build] of TREE_HOSTILE) {
+    let e;
+    try {
+      e = await err("invalid_argument", ctx.c.tree_write({ path: t, data: build(), eof: true }));
+    } catch (f) {
+      if (f instanceof Fail) throw new Fail(`${what}: ${f.message}`);
+      throw f;
+    }
+    check(!member || e.message.includes(member), `${what}: the error does not name '${member}': ${e.message}`);
+    check(!(await exists(ctx, t)), `${what}: the refused stream left its target`);
+    check(!(await exists(ctx, "/tmp/asp-conf-escape")), `${what}: /tmp/asp-conf-escape exists`);
+    await dirCount(ctx, ctx.dir, 0);
+  }
+}
+
+async function tree_write_cancel(ctx) {
+  const t = ctx.P("t");
+  const half = treeSample().subarray(0, 512 * 3);
+  // half the stream, then KILL: nothing stays
+  let r = await ok(ctx.c.tree_write({ path: t, data: half }));
+  await ok(ctx.c.proc_signal({ proc: r.proc, signal: "KILL" }));
+  let w = await ok(ctx.c.proc_wait({ proc: r.proc, timeout_ms: 15000 }));
+  check(w.exit_code === -1 && w.signal === "KILL", `a cancelled tree_write ended with ${w.exit_code} (${w.signal ?? "no signal"})`);
+  check(!(await exists(ctx, t)), `a cancelled tree_write left ${t}`);
+  // half the stream, then eof: the cut is the handle's error, named
+  r = await ok(ctx.c.tree_write({ path: t, data: half }));
+  try {
+    await ctx.c.proc_write({ proc: r.proc, offset: half.length, eof: true });
+  } catch (e) {
+    if (!(e instanceof asp.AspError) || e.code !== "invalid_argument") throw new Fail(`the eof after a cut: ${e.code}: ${e.message}`);
+  }
+  w = await ok(ctx.c.proc_wait({ proc: r.proc, timeout_ms: 15000 }));
+  check(w.exit_code === 1 && w.error_code === "invalid_argument" && w.error, `a cut tree_write ended with ${w.exit_code}, error_code ${w.error_code}`);
+  check(!(await exists(ctx, t)), `a cut tree_write left ${t}`);
+  // an offset before what came is refused
+  r = await ok(ctx.c.tree_write({ path: t, data: treeSample() }));
+  await err("invalid_argument", ctx.c.proc_write({ proc: r.proc, data: enc.encode("x"), offset: 10 }));
+  await ok(ctx.c.proc_signal({ proc: r.proc, signal: "KILL" }));
+}
+
+/** tree_read of `path` followed to its end: the members as 'kind mode name size' lines,
+ * the file bytes, the exit. Skip where nothing can follow it. */
+async function treeReadStream(ctx, path, exclude) {
+  let p;
+  try {
+    p = await ctx.c.tree_read(exclude ? { path, exclude } : { path });
+  } catch (e) {
+    if (!(e instanceof asp.AspError)) throw e;
+    if (e.code === "unsupported") throw new Skip(`n/a: tree_read cannot be followed here: ${e.message}`);
+    throw new Fail(`tree_read ${path}: ${e.code}: ${e.message}`);
+  }
+  const f = await follow(p);
+  check(f.exit && f.exit.exit_code === 0, `tree_read ended with ${f.exit?.exit_code}: ${f.exit?.error}`);
+  const lines = [];
+  let bytes = 0;
+  const rd = new TarReader({
+    member: (m) => {
+      const kind = m.type === "dir" ? "d" : m.type === "file" ? "f" : "l";
+      lines.push(`${kind} ${m.mode.toString(8)} ${m.path || "."}${m.link ? ` -> ${m.link}` : ""} ${m.size}`);
+    },
+    data: (d) => (bytes += d.length),
+  });
+  try {
+    rd.feed(new Uint8Array(f.stdout));
+    rd.end();
+  } catch (e) {
+    throw new Fail(`tree_read's stream of ${f.stdout.length} bytes: ${e.message}`);
+  }
+  return { lines, bytes, exit: f.exit };
+}
+
+async function tree_read_roundtrip(ctx) {
+  const t = ctx.P("t");
+  await ok(ctx.c.tree_write({ path: t, data: treeSample(), eof: true }));
+  let r = await treeReadStream(ctx, t);
+  // a symlink's mode is whatever the system keeps: compare without it
+  const got = r.lines.map((x) => (x.startsWith("l ") ? "l 777" + x.slice(x.indexOf(" ", 2)) : x));
+  const want = ["d 755 . 0", "f 644 a.txt 6", "f 755 run.sh 10", "d 750 sub 0", "f 644 sub/empty 0", "l 777 sub/link -> ../a.txt 0", "f 600 sub/secret 1"];
+  check(got.join("\n") === want.join("\n"), `tree_read sent\n${got.join("\n")}\nwant\n${want.join("\n")}`);
+  check(r.bytes === 17 && r.exit.entries === 6 && r.exit.bytes === 17, `${r.bytes} bytes of data; exit says ${r.exit.entries} entries, ${r.exit.bytes} bytes`);
+  r = await treeReadStream(ctx, t, ["*.sh", "sub"]);
+  check(r.lines.join("\n") === "d 755 . 0\nf 644 a.txt 6", `excluding *.sh and sub sent\n${r.lines.join("\n")}`);
+}
+
+/** tree_read's refusal of `path`: the call fails, nothing is followed. */
+async function treeReadError(ctx, path, code) {
+  let p;
+  try {
+    p = await ctx.c.tree_read({ path });
+  } catch (e) {
+    if (!(e instanceof asp.AspError)) throw e;
+    if (e.code === "unsupported") throw new Skip(`n/a: ${e.message}`);
+    check(e.code === code, `tree_read ${path}: expected ${code}, got ${e.code}: ${e.message}`);
+    return;
+  }
+  p.close();
+  throw new Fail(`tree_read ${path}: expected ${code}, got a stream`);
+}
+
+async function tree_read_errors(ctx) {
+  await treeReadError(ctx, ctx.P("missing"), "not_found");
+  await ok(ctx.c.tree_write({ path: ctx.P("t"), data: treeSample(), eof: true }));
+  await treeReadError(ctx, ctx.P("t/a.txt"), "not_a_directory");
+}
+
 const CASES = [
   hello_fields, exec_command_shell, exec_argv_direct, exec_invalid_params, exec_missing_program,
   exec_exit_codes, exec_signal_name, exec_stdin_binary, exec_stdin_closed, exec_large_io,
@@ -1228,6 +1526,29 @@ const CASES = [
   spawn_output_live, spawn_output_order, spawn_stdin_binary, spawn_timeout_kills_group, spawn_errors,
   proc_signal_each, proc_wait_timeout, proc_list_fields, proc_attach_replay, proc_attach_truncated, tty_spawn, tty_resize,
 ];
+
+// Cases whose list comes from the C table itself (`asp conformance --list`), by prefix: each
+// of its names runs the body of that name here, and a name without one fails, so a case
+// added to the table is run here too or shows up as missing.
+const TABLE_PREFIXES = ["tree_"];
+const TABLE_BODIES = new Map(
+  [tree_write_small, tree_write_chunked, tree_write_merge, tree_write_hostile, tree_write_cancel, tree_read_roundtrip, tree_read_errors].map((f) => [
+    f.name,
+    f,
+  ]),
+);
+
+/** [name, body or undefined] of the C table's cases under TABLE_PREFIXES, in its order. */
+function tableCases(aspCli) {
+  const out = [];
+  const list = execFileSync(aspCli, ["conformance", "--list"], { encoding: "utf8", timeout: 60000 });
+  for (const line of list.split("\n")) {
+    const name = line.split(" ")[0];
+    if (TABLE_PREFIXES.some((p) => name.startsWith(p))) out.push([name, TABLE_BODIES.get(name)]);
+  }
+  if (!out.length) throw new Error(`${aspCli} conformance --list names no case starting ${TABLE_PREFIXES.join(" or ")}`);
+  return out;
+}
 
 async function runCase(client, root, fn) {
   const ctx = new Ctx(client, root, fn.name);
@@ -1271,6 +1592,8 @@ async function main() {
   }
   asp = await import(pathToFileURL(`${opt.sdk}/dist/index.js`).href);
   asp_str = (await import(pathToFileURL(`${opt.sdk}/dist/wire.js`).href)).strFromBytes;
+  TarReader = (await import(pathToFileURL(`${opt.sdk}/dist/tar.js`).href)).TarReader;
+  if (!opt.table) throw new Error("--table ASP (the asp CLI, whose conformance --list names the tree cases) is needed");
   HOSTILE = [
     "with space", "quote'single", 'dq"x', "$(touch pwned)", "`touch pwned2`", "new\nline",
     "-leading-dash", "--", "semi;colon&amp|pipe", "tab\tx", "back\\slash", "*glob?[a]", "~tilde",
@@ -1286,11 +1609,11 @@ async function main() {
   await client.mkdir({ path: root });
   const counts = { PASS: 0, FAIL: 0, SKIP: 0 };
   const t0 = monoMs();
-  for (const fn of CASES) {
-    if (opt.only && !fn.name.includes(opt.only)) continue;
-    const [status, msg, ms] = await runCase(client, root, fn);
+  for (const [name, fn] of CASES.map((f) => [f.name, f]).concat(tableCases(opt.table))) {
+    if (opt.only && !name.includes(opt.only)) continue;
+    const [status, msg, ms] = fn ? await runCase(client, root, fn) : ["FAIL", "the C table has this case; this driver has no body for it", 0];
     counts[status]++;
-    console.log(`${status} ${fn.name.padEnd(34)} ${ms.toFixed(0).padStart(6)} ms${msg ? "  " + msg : ""}`);
+    console.log(`${status} ${name.padEnd(34)} ${ms.toFixed(0).padStart(6)} ms${msg ? "  " + msg : ""}`);
   }
   try {
     await client.remove({ path: root, recursive: true });
