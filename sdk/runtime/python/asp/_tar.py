@@ -533,6 +533,12 @@ class Exclude:
 
 # ---- a local directory into a stream ---------------------------------------------------
 
+def _seconds(st):
+    """The whole seconds of an mtime, as stat's tv_sec (before 1970 too, where int() of
+    the float would round toward zero)."""
+    return st.st_mtime_ns // 1000000000
+
+
 def pack(root, exclude=None, chunk=1 << 20, counts=None):
     """Yields the stream of directory `root` in chunks of about `chunk` bytes: root first
     as "./", each directory before its entries, names bytewise; files, directories and
@@ -545,7 +551,7 @@ def pack(root, exclude=None, chunk=1 << 20, counts=None):
     st = os.stat(root)
     if not stat.S_ISDIR(st.st_mode):
         raise AspError("not_a_directory", "%s is not a directory" % root, path=str(root))
-    out += header(Member(DIR, "", None, st.st_mode & 0o7777, int(st.st_mtime)))
+    out += header(Member(DIR, "", None, st.st_mode & 0o7777, _seconds(st)))
     stack = [("", sorted(os.listdir(root), key=os.fsencode))]
     while stack:
         rel, names = stack[-1]
@@ -561,7 +567,7 @@ def pack(root, exclude=None, chunk=1 << 20, counts=None):
             st = os.lstat(full)
         except FileNotFoundError:
             continue
-        mode, mtime = st.st_mode & 0o7777, int(st.st_mtime)
+        mode, mtime = st.st_mode & 0o7777, _seconds(st)
         if stat.S_ISDIR(st.st_mode):
             try:
                 kids = sorted(os.listdir(full), key=os.fsencode)

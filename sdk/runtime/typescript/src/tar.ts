@@ -689,6 +689,12 @@ function fromErrno(op: string, e: unknown, where: string): AspError {
   return new AspError(ERRNO[x.code ?? ""] ?? "io_error", `${op}: ${where}: ${x.message}`, { path: where });
 }
 
+/** An mtime in seconds as Node's utimes take it: a number below 0 means "now" to them, so
+ * an mtime before 1970 goes as a Date (which holds +-8.64e12 s). */
+function when(s: number): number | Date {
+  return s >= 0 ? s : new Date(Math.max(s, -8.64e12) * 1000);
+}
+
 function lkind(p: string): "none" | "dir" | "other" {
   try {
     return fs.lstatSync(p).isDirectory() ? "dir" : "other";
@@ -775,7 +781,7 @@ export class Unpacker {
     if (m.type === "symlink") {
       fs.symlinkSync(m.link as string, full);
       try {
-        fs.lutimesSync(full, m.mtime, m.mtime);
+        fs.lutimesSync(full, when(m.mtime), when(m.mtime));
       } catch {
         /* where links have no times */
       }
@@ -795,7 +801,7 @@ export class Unpacker {
     this.file = null;
     try {
       fs.fchmodSync(fd, m.mode & 0o1777); // setuid and setgid are not kept
-      fs.futimesSync(fd, m.mtime, m.mtime);
+      fs.futimesSync(fd, when(m.mtime), when(m.mtime));
     } finally {
       fs.closeSync(fd);
     }
@@ -853,7 +859,7 @@ export class Unpacker {
       for (const [rel, mode, mtime] of [...this.dirs].reverse()) {
         const p = rel ? path.join(this.target, rel) : this.target;
         fs.chmodSync(p, mode & 0o1777);
-        fs.utimesSync(p, mtime, mtime);
+        fs.utimesSync(p, when(mtime), when(mtime));
         rootSet ||= !rel;
       }
       if (fresh && !rootSet) fs.chmodSync(this.target, 0o755); // made 0700 as a temporary
