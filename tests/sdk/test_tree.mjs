@@ -1,8 +1,11 @@
 #!/usr/bin/env node
 // The TypeScript SDK's trees, the same checks as test_tree.py: the shared tar vectors
-// through tar.ts's decoder and unpacker (a refusal leaves nothing), uploadDir and
-// downloadDir against a real asp-agent over stdio (kinds, modes, mtimes, links, a chunked
-// tree, exclude, merging, a conflict), and a hostile responder (hostile_tree.py).
+// through tar.ts's decoder and unpacker (a refusal leaves nothing) and through the SDK's
+// tree_write into a real asp-agent (one message and split by a proc_write), uploadDir and
+// downloadDir against a real asp-agent over stdio (kinds, modes, mtimes before 1970 and
+// past ustar's, long names and links, a chunked tree, exclude, merging, a conflict, a
+// symlink out that a later tree would write through, both ways), and a hostile responder
+// (hostile_tree.py).
 // usage: node test_tree.mjs SDK_DIR AGENT TAR_CASES_JSON HOSTILE_PY
 import * as crypto from "node:crypto";
 import * as fs from "node:fs";
@@ -88,26 +91,51 @@ function makeTree(root) {
   for (const d of ["sub/deeper", "sub", "empty-dir", "ro", ""]) fs.utimesSync(path.join(root, d), 1234567890, 1234567890);
 }
 
-function listing(root) {
+/** A tree's listing; with `keep`, as a copy keeps it (setuid and setgid dropped). */
+function listing(root, keep = false) {
   const out = [];
   const walk = (rel) => {
     for (const n of fs.readdirSync(path.join(root, rel)).sort()) {
       const r = rel ? `${rel}/${n}` : n;
       const p = path.join(root, r);
       const st = fs.lstatSync(p);
+      const mode = (st.mode & (keep ? 0o1777 : 0o7777)).toString(8);
       if (st.isSymbolicLink()) out.push(`${r} l ${fs.readlinkSync(p)}`);
       else if (st.isDirectory()) {
-        out.push(`${r} d ${(st.mode & 0o7777).toString(8)} ${Math.floor(st.mtimeMs / 1000)}`);
+        out.push(`${r} d ${mode} ${Math.floor(st.mtimeMs / 1000)}`);
         walk(r);
-      } else out.push(`${r} f ${(st.mode & 0o7777).toString(8)} ${Math.floor(st.mtimeMs / 1000)} ${crypto.createHash("sha1").update(fs.readFileSync(p)).digest("hex")}`);
+      } else out.push(`${r} f ${mode} ${Math.floor(st.mtimeMs / 1000)} ${crypto.createHash("sha1").update(fs.readFileSync(p)).digest("hex")}`);
     }
   };
   walk("");
   return out.sort().join("\n");
 }
 
+// What a tree may hold past the common: mtimes before 1970 (one between seconds) and past
+// ustar's 11 octal digits, names and a link target longer than ustar holds, a newline and
+// UTF-8 in names, an empty directory of mode 700, setuid (not kept). Times go as Dates:
+// Node takes a negative number of seconds as "now".
+function makeEdges(root) {
+  fs.mkdirSync(path.join(root, "d".repeat(120), "deep"), { recursive: true });
+  const long = "d".repeat(120) + "/deep/" + "n".repeat(200);
+  const files = { past: -100, "past-frac": -1.5, future: 2 ** 34 + 5, "nl\nname": 1, "\u00e9-utf8": 2, [long]: 3, setuid: 4 };
+  for (const [rel, mtime] of Object.entries(files)) {
+    const p = path.join(root, rel);
+    fs.writeFileSync(p, "x");
+    fs.chmodSync(p, rel === "setuid" ? 0o4755 : 0o644);
+    fs.utimesSync(p, new Date(mtime * 1000), new Date(mtime * 1000));
+  }
+  fs.symlinkSync("t".repeat(150), path.join(root, "longlink"));
+  fs.symlinkSync("/etc/passwd", path.join(root, "abslink"));
+  fs.mkdirSync(path.join(root, "emptydir"), 0o700);
+  fs.chmodSync(path.join(root, "emptydir"), 0o700);
+}
+
 const src = path.join(work, "src");
 makeTree(src);
+const edges = path.join(work, "edges");
+fs.mkdirSync(edges);
+makeEdges(edges);
 const big = path.join(work, "big");
 fs.mkdirSync(big);
 for (let i = 0; i < 40; i++) fs.writeFileSync(path.join(big, `f${String(i).padStart(2, "0")}`), crypto.randomBytes(300000));
@@ -152,6 +180,79 @@ try {
     assert(err?.code === "not_a_directory", `got ${err?.code}: ${err?.message}`);
     assert(fs.readFileSync(path.join(back, "a.txt"), "utf8") === "changed", "a conflict changed the target");
     assert(!fs.readdirSync(back).some((n) => n.startsWith(".asp-tree")), "a temporary is left");
+  });
+  await test("the edges both ways: mtimes before 1970 and past ustar's, long names and links", async () => {
+    const want = listing(edges, true);
+    await c.uploadDir(edges, path.join(box, "edges"));
+    let got = listing(path.join(box, "edges"), true);
+    assert(got === want, `uploaded:\n${got}\nwant\n${want}`);
+    await c.downloadDir(path.join(box, "edges"), path.join(box, "edges2"));
+    got = listing(path.join(box, "edges2"), true);
+    assert(got === want, `downloaded:\n${got}\nwant\n${want}`);
+  });
+  await test("a symlink out, then a directory of its name: refused both ways, nothing through it", async () => {
+    const outside = fresh("outside");
+    const evil = fresh("evil");
+    const rt = path.join(box, "evil-remote");
+    const lt = path.join(box, "evil-local");
+    fs.symlinkSync(outside, path.join(evil, "l"));
+    await c.uploadDir(evil, rt);
+    fs.rmSync(path.join(evil, "l"));
+    fs.mkdirSync(path.join(evil, "l"));
+    fs.writeFileSync(path.join(evil, "l", "escape"), "x");
+    let err = null;
+    try {
+      await c.uploadDir(evil, rt);
+    } catch (e) {
+      err = e;
+    }
+    assert(err?.code === "not_a_directory" && err.message.includes("'l'"), `upload: ${err?.code}: ${err?.message}`);
+    assert(fs.readdirSync(outside).length === 0 && fs.readlinkSync(path.join(rt, "l")) === outside, "upload wrote through the link");
+    await c.downloadDir(rt, lt); // the sandbox's link out comes down as a link,
+    fs.rmSync(path.join(rt, "l")); // then the sandbox makes a directory of its name
+    fs.cpSync(path.join(evil, "l"), path.join(rt, "l"), { recursive: true });
+    err = null;
+    try {
+      await c.downloadDir(rt, lt);
+    } catch (e) {
+      err = e;
+    }
+    assert(err?.code === "not_a_directory" && err.message.includes("'l'"), `download: ${err?.code}: ${err?.message}`);
+    assert(fs.readdirSync(outside).length === 0 && fs.readlinkSync(path.join(lt, "l")) === outside, "download wrote through the link");
+    assert(!fs.readdirSync(lt).some((n) => n.startsWith(".asp-tree")), "a temporary is left");
+  });
+  await test("the shared vectors through tree_write into a real asp-agent: the same answers, nothing left", async () => {
+    const bad = [];
+    for (const v of doc.cases) {
+      const data = new Uint8Array(fs.readFileSync(path.join(path.dirname(casesPath), v.file)));
+      for (const how of ["one message", "split"]) {
+        const vbox = fresh("agent-vec");
+        const target = path.join(vbox, "t");
+        let got;
+        try {
+          if (how === "one message") {
+            const r = await c.tree_write({ path: target, data, eof: true });
+            got = ["ok", r.entries, r.bytes];
+          } else {
+            const h = Math.floor(data.length / 2);
+            const r = await c.tree_write({ path: target, data: data.subarray(0, h) });
+            await c.proc_write({ proc: r.proc, data: data.subarray(h), offset: h, eof: true }).catch(() => undefined); // the end says why
+            const w = await c.proc_wait({ proc: r.proc, timeout_ms: 20000 });
+            got = w.exit_code === 0 ? ["ok", w.entries, w.bytes] : [w.error_code, w.error];
+          }
+        } catch (e) {
+          if (!(e instanceof asp.AspError)) throw e;
+          got = [e.code, e.message];
+        }
+        const left = fs.readdirSync(vbox);
+        const good =
+          v.expect === "ok"
+            ? got[0] === "ok" && got[1] === v.entries && got[2] === v.bytes && left.length === 1
+            : got[0] === v.expect && got[1].includes(v.member ?? "") && left.length === 0;
+        if (!good || fs.existsSync("/tmp/asp-escape")) bad.push(`${v.file} (${how}): ${got.join(" ")}; left ${left}`);
+      }
+    }
+    assert(!bad.length, bad.join("\n"));
   });
   for (const d of [remote, back, path.join(box, "big")]) {
     const fix = (p) => {

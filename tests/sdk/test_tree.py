@@ -1,9 +1,11 @@
 """The Python SDK's trees (docs/design.md, "Trees as one stream"): the shared tar vectors
 through asp._tar's decoder (whole and a byte at a time) and unpacker (a refusal leaves
-nothing); upload_dir and download_dir, sync and asyncio, against a real asp-agent over
-stdio (kinds, modes, mtimes, links, a chunked tree, exclude, merging, a conflict); and a
-hostile responder (hostile_tree.py) whose tree_read stream climbs out, which must leave
-nothing here.
+nothing), and through the SDK's tree_write into a real asp-agent (in one message and
+split by a proc_write: the same answer, nothing left); upload_dir and download_dir, sync
+and asyncio, against a real asp-agent over stdio (kinds, modes, mtimes before 1970 and
+past ustar's, long names and links, a chunked tree, exclude, merging, a conflict, a
+symlink out that a later tree would write through, both ways); and a hostile responder
+(hostile_tree.py) whose tree_read stream climbs out, which must leave nothing here.
 
 usage: test_tree.py SDK_DIR AGENT TAR_CASES_JSON
 """
@@ -119,15 +121,44 @@ def listing(root):
             if stat.S_ISLNK(st.st_mode):
                 out.append((rel, "l", os.readlink(p)))
             elif stat.S_ISDIR(st.st_mode):
-                out.append((rel, "d", oct(st.st_mode & 0o7777), int(st.st_mtime)))
+                out.append((rel, "d", oct(st.st_mode & 0o7777), st.st_mtime_ns // 10**9))
             else:
-                out.append((rel, "f", oct(st.st_mode & 0o7777), int(st.st_mtime),
+                out.append((rel, "f", oct(st.st_mode & 0o7777), st.st_mtime_ns // 10**9,
                             open(p, "rb").read()))
     return sorted(out)
 
 
+def make_edges(root):
+    """What a tree may hold past the common: mtimes before 1970 (one between seconds) and
+    past ustar's 11 octal digits, names and a link target longer than ustar holds, a
+    newline and UTF-8 in names, an empty directory of mode 700, setuid (not kept)."""
+    deep = os.path.join(root, "d" * 120, "deep")
+    os.makedirs(deep)
+    files = {"past": -100, "past-frac": -1.5, "future": 2**34 + 5, "nl\nname": 1,
+             "\u00e9-utf8": 2, os.path.join("d" * 120, "deep", "n" * 200): 3, "setuid": 4}
+    for rel, mtime in files.items():
+        p = os.path.join(root, rel)
+        with open(p, "wb") as f:
+            f.write(b"x")
+        os.chmod(p, 0o4755 if rel == "setuid" else 0o644)
+        os.utime(p, (mtime, mtime))
+    os.symlink("t" * 150, os.path.join(root, "longlink"))
+    os.symlink("/etc/passwd", os.path.join(root, "abslink"))
+    os.makedirs(os.path.join(root, "emptydir"), 0o700)
+    os.chmod(os.path.join(root, "emptydir"), 0o700)
+
+
+def kept(lst):
+    """A listing as a copy keeps it: setuid and setgid dropped."""
+    return [(x[0], x[1], oct(int(x[2], 8) & ~0o6000)) + x[3:] if x[1] != "l" else x
+            for x in lst]
+
+
 src = os.path.join(work, "src")
 make_tree(src)
+edges = os.path.join(work, "edges")
+os.makedirs(edges)
+make_edges(edges)
 big = os.path.join(work, "big")
 os.makedirs(big)
 for i in range(40):
@@ -173,6 +204,45 @@ def round_trips(label, up, down):
               open(os.path.join(back, "a.txt")).read() == "changed" and
               not any(n.startswith(".asp-tree") for n in os.listdir(back)),
               "%s: a conflict is not_a_directory and moves nothing (%s)" % (label, e.message))
+    # the edges, both ways
+    n = up(edges, os.path.join(box, "edges"))
+    check(listing(os.path.join(box, "edges")) == kept(listing(edges)),
+          "%s: edges uploaded as they are (%s)" % (label, n))
+    down(os.path.join(box, "edges"), os.path.join(box, "edges2"))
+    check(listing(os.path.join(box, "edges2")) == kept(listing(edges)),
+          "%s: edges downloaded as they are" % label)
+    # a symlink out, then a tree with a directory of its name: nothing goes through it
+    outside = fresh(label + "-outside")
+    evil = fresh(label + "-evil")
+    os.symlink(outside, os.path.join(evil, "l"))
+    rt = os.path.join(box, "evil-remote")
+    up(evil, rt)
+    os.remove(os.path.join(evil, "l"))
+    os.makedirs(os.path.join(evil, "l"))
+    open(os.path.join(evil, "l", "escape"), "w").write("x")
+    try:
+        up(evil, rt)
+        check(False, "%s: upload_dir through a symlink out is refused" % label)
+    except asp.AspError as e:
+        check(e.code == "not_a_directory" and "'l'" in e.message and os.listdir(outside) == []
+              and os.readlink(os.path.join(rt, "l")) == outside,
+              "%s: upload_dir through the sandbox's symlink out is not_a_directory naming it, "
+              "nothing written (%s)" % (label, e.message))
+    lt = os.path.join(box, "evil-local")
+    os.rename(os.path.join(rt, "l"), os.path.join(box, "evil-l"))  # the sandbox turns:
+    os.symlink(outside, os.path.join(rt, "l"))  # first a link out comes down,
+    down(rt, lt)
+    os.remove(os.path.join(rt, "l"))  # then a directory of its name
+    shutil.copytree(os.path.join(evil, "l"), os.path.join(rt, "l"))
+    try:
+        down(rt, lt)
+        check(False, "%s: download_dir through a symlink out is refused" % label)
+    except asp.AspError as e:
+        check(e.code == "not_a_directory" and "'l'" in e.message and os.listdir(outside) == []
+              and os.readlink(os.path.join(lt, "l")) == outside and
+              not any(n.startswith(".asp-tree") for n in os.listdir(lt)),
+              "%s: download_dir through its own symlink out is not_a_directory naming it, "
+              "nothing written (%s)" % (label, e.message))
     try:
         up(os.path.join(work, "nonexistent"), os.path.join(box, "x"))
         check(False, "%s: uploading a missing directory fails" % label)
@@ -186,6 +256,36 @@ def round_trips(label, up, down):
 
 with asp.Client.stdio(AGENT) as c:
     round_trips("sync", c.upload_dir, c.download_dir)
+    # the shared vectors into a real asp-agent: the same answer as asp._tar's, nothing left
+    for v in doc["cases"]:
+        data = open(os.path.join(os.path.dirname(CASES), v["file"]), "rb").read()
+        for how in ("one message", "split"):
+            box = fresh("agent-vec")
+            target = os.path.join(box, "t")
+            try:
+                if how == "one message":
+                    r = c.tree_write(target, data=data, eof=True)
+                    got = ("ok", r.entries, r.bytes)
+                else:
+                    h = len(data) // 2
+                    r = c.tree_write(target, data=data[:h])
+                    try:
+                        c.proc_write(r.proc, data=data[h:], offset=h, eof=True)
+                    except asp.AspError:
+                        pass  # the handle's end says why
+                    w = c.proc_wait(r.proc, timeout_ms=20000)
+                    got = ("ok", w.entries, w.bytes) if w.exit_code == 0 else (w.error_code,
+                                                                                w.error)
+            except asp.AspError as e:
+                got = (e.code, e.message)
+            if v["expect"] == "ok":
+                good = got == ("ok", v["entries"], v["bytes"]) and os.listdir(box) == ["t"]
+            else:
+                good = (got[0] == v["expect"] and v.get("member", "") in got[1] and
+                        os.listdir(box) == [])
+            check(good and not os.path.exists("/tmp/asp-escape"),
+                  "%s through tree_write (%s): %s, %s left" % (v["file"], how, got,
+                                                              os.listdir(box)))
 
 
 async def aio():
