@@ -818,6 +818,8 @@ static void sftp_end(tree_h *h, asp_status st, const asp_error *why)
 	h->tw = NULL;
 	pthread_mutex_unlock(&h->ts->mu);
 	bool renamed = tw && sftp_tw_renamed(tw);
+	if (tw && st != ASP_OK) /* what is still queued is not sent */
+		sftp_tw_cancel(tw, why);
 	sftp_tw_stop(tw);
 	script_done(h, !renamed);
 	if (!renamed && !script_cleaned(h)) /* the script was gone, or failed: over SFTP */

@@ -424,6 +424,7 @@ asp_status sftp_tw_open(sftpc *f, size_t budget, const char *target, const char 
 	return ASP_OK;
 }
 
+/* (Not after sftp_tw_stop, which destroys the pool's lock.) */
 void sftp_tw_cancel(sftp_tw *w, const asp_error *why)
 {
 	pool *p = &w->p;
@@ -646,7 +647,7 @@ asp_status sftp_tw_finish(sftp_tw *w, asp_error *err)
 
 void sftp_tw_stop(sftp_tw *w)
 {
-	if (w->started)
+	if (w && w->started)
 		pool_stop(&w->p);
 	w->started = false;
 }
@@ -654,7 +655,7 @@ void sftp_tw_stop(sftp_tw *w)
 void sftp_tw_remove(sftp_tw *w)
 {
 	sftp_tw_stop(w);
-	if (w->finished || !w->tmp)
+	if (!w || w->finished || !w->tmp)
 		return;
 	asp_remove_params rp;
 	asp_remove_params_init(&rp);
