@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The Python SDK's HTTP client against a listener that wants a token (run under
 http_bridge.py --token or with_listener.py): bearer auth, unauthorized, the token from
-.asp.json's token_env and token_file, notifications refused.
+.asp.json's token_env and token_file, notifications refused, threads sharing one client,
+and asyncio calls in flight that wait for one another.
 usage: test_http.py SDK_DIR URL TOKEN"""
 import os
 import sys
@@ -91,6 +92,36 @@ check("from_config: token from token_env, cwd applied", token_env)
 check("from_config: token from token_file (one newline stripped); websocket false: spawn "
       "unsupported",
       token_file)
+def aio_waiting_calls():
+    """asyncio: a tree_write's 40 pieces in flight at once, sent last first, so each waits
+    at its offset for the ones before it while holding its POST's thread: the client must
+    not stop at a few threads (the loop's default executor), where they would wait for
+    pieces queued behind them until the responder gave up."""
+    import asyncio
+    import asp.aio
+    from asp import _tar
+    body = bytes(range(256)) * 80
+    stream = (_tar.header(_tar.Member(_tar.FILE, "f", None, 0o644, 0, len(body))) + body +
+              _tar.END)
+    cut = [len(stream) * i // 40 for i in range(41)]
+    target = os.path.join(tmp, "tree")
+
+    async def run():
+        c = asp.aio.Client.http(url, token)
+        try:
+            r = await c.tree_write(target)
+            await asyncio.gather(*(c.proc_write(r.proc, data=stream[cut[i]:cut[i + 1]],
+                                                offset=cut[i], eof=i == 39)
+                                   for i in range(39, -1, -1)))
+            w = await c.proc_wait(r.proc, timeout_ms=30000)
+            assert w.exit_code == 0 and w.entries == 1, w
+        finally:
+            await c.close()
+    asyncio.run(run())
+    assert open(os.path.join(target, "f"), "rb").read() == body
+
+
 check("8 threads share one HTTP client", many_threads)
+check("asyncio: 40 calls in flight that wait for one another", aio_waiting_calls)
 print("%d passed, %d failed" % (passed, failed))
 sys.exit(1 if failed else 0)
