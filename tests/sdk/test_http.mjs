@@ -57,5 +57,21 @@ await check("80 overlapping calls on one HTTP client", async () => {
   assert(rs.every((r, i) => dec.decode(r.stdout) === `${i}`));
   await c.close();
 });
+await check("40 calls in flight that wait for one another (a tree_write's pieces, last first)", async () => {
+  // Each piece waits at its offset for the ones before it while it holds a connection: a
+  // client capped at a few sockets would queue the first pieces behind the waiting ones.
+  const tar = await import(pathToFileURL(`${sdk}/dist/tar.js`).href);
+  const body = new Uint8Array(20480).map((_, i) => i & 255);
+  const stream = Buffer.concat([tar.tarHeader({ type: "file", path: "f", mode: 0o644, mtime: 0, size: body.length }), body, tar.END]);
+  const cut = Array.from({ length: 41 }, (_, i) => Math.floor((stream.length * i) / 40));
+  const c = asp.Client.http(url, token);
+  const r = await c.tree_write({ path: path.join(tmp, "tree") });
+  const piece = (i) => c.proc_write({ proc: r.proc, data: stream.subarray(cut[i], cut[i + 1]), offset: cut[i], eof: i === 39 });
+  await Promise.all(Array.from({ length: 40 }, (_, k) => piece(39 - k)));
+  const w = await c.proc_wait({ proc: r.proc, timeout_ms: 30000 });
+  assert(w.exit_code === 0 && w.entries === 1, JSON.stringify(w));
+  assert(Buffer.compare(fs.readFileSync(path.join(tmp, "tree", "f")), Buffer.from(body)) === 0, "the file differs");
+  await c.close();
+});
 fs.rmSync(tmp, { recursive: true, force: true });
 finish();
