@@ -15,7 +15,8 @@
  * OPEN, WRITE and CLOSE together), atomic write 2 (LSTAT with the temporary file's OPEN,
  * WRITE, fsync and CLOSE; its mode and the rename), the tools' read and write as their
  * ops. A fifo read and write (sftp-server's open of it would wait for the other end)
- * still answer: empty, and io_error.
+ * still answer: empty, and io_error. A fresh connection's first tool call after the login:
+ * 2 (the channel's open, the exec; hello is not asked for an absolute cwd).
  */
 #include "asp/asp.h"
 #include "sshd_fixture.h"
@@ -307,6 +308,42 @@ static void test_native_round_trips(void)
 	CU_ASSERT_EQUAL(c_write(), 0);
 }
 
+static char cfg_json[4096]; /* the suite's config: a client of its own per test below */
+
+/*
+ * A first tool call on a fresh connection, after the login: the tools layer asks no
+ * hello for an absolute cwd, so bash is the channel's open and the exec, two round trips
+ * (hello's exec of its own would make it three).
+ */
+static void test_first_call(void)
+{
+	asp_config *cfg;
+	asp_client *c = NULL;
+	asp_tools *t = NULL;
+	asp_error err;
+	CU_ASSERT_EQUAL_FATAL(asp_config_parse(cfg_json, strlen(cfg_json), NULL, &cfg, &err),
+	                      ASP_OK);
+	asp_status st = asp_client_open(cfg, &c, &err);
+	asp_config_free(cfg);
+	CU_ASSERT_EQUAL_FATAL(st, ASP_OK);
+	double t0 = now_ms();
+	CU_ASSERT_EQUAL(asp_tools_new(c, &t, &err), ASP_OK);
+	char *text = NULL;
+	bool is_err = true;
+	if (t)
+		CU_ASSERT_EQUAL(
+		    asp_tools_call(t, "bash", "{\"command\": \"true\"}", &text, &is_err, NULL),
+		    ASP_OK);
+	double t1 = now_ms();
+	CU_ASSERT_FALSE(is_err);
+	int n = server_runs(t0, t1);
+	printf("  first tool call after the login: %d round trips (%.0f ms)\n", n, t1 - t0);
+	CU_ASSERT(n <= 2);
+	free(text);
+	asp_tools_free(t);
+	asp_client_free(c);
+}
+
 static int suite_init(void)
 {
 	if (sshd_start(&fx) != 0) {
@@ -343,16 +380,18 @@ static int suite_init(void)
 	}
 	if (!port)
 		return -1;
-	char extra[600], json[4096];
+	char extra[600];
+	char *json = cfg_json;
+	size_t json_cap = sizeof cfg_json;
 	snprintf(extra, sizeof extra,
 	         "\"port\": %u, \"host_key_sha256\": \"%s\", \"connect_timeout_ms\": 20000", port,
 	         fx.fingerprint);
-	sshd_config_json(&fx, NULL, extra, json, sizeof json);
+	sshd_config_json(&fx, NULL, extra, json, json_cap);
 	/* the cwd for relative paths */
 	char *end = strrchr(json, '}');
 	if (!end)
 		return -1;
-	snprintf(end, sizeof json - (size_t)(end - json), ", \"cwd\": \"%s\"}", work);
+	snprintf(end, json_cap - (size_t)(end - json), ", \"cwd\": \"%s\"}", work);
 	asp_config *cfg;
 	asp_error err;
 	if (asp_config_parse(json, strlen(json), NULL, &cfg, &err) != ASP_OK ||
@@ -395,6 +434,8 @@ int main(int argc, char **argv)
 	            "exec 1, stat 1, read 1, write 1, atomic write 2, list 1, tools read 1, write "
 	            "2 and ls 1; a fifo read and write, a list of 250",
 	            test_native_round_trips);
+	CU_add_test(s, "a first tool call after the login: the channel's open and the exec",
+	            test_first_call);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	unsigned fails = CU_get_number_of_failures() + CU_get_number_of_suites_failed();

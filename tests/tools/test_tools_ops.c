@@ -143,6 +143,9 @@ static int side_open(side *s, const char *prefix, const char *agent)
 /* The handle no longer sees glob, grep and edit in hello: the fallbacks run. */
 static void side_hide_ops(side *s)
 {
+	asp_error err;
+	if (tools_hello(s->t, &err) != ASP_OK) /* the ops come with hello, asked once */
+		fprintf(stderr, "hello: %s\n", err.message);
 	size_t k = 0;
 	for (size_t i = 0; i < s->t->n_ops; i++) {
 		const char *o = s->t->ops[i];

@@ -29,9 +29,10 @@ typedef struct asp_tool_desc {
 } asp_tool_desc;
 
 /*
- * Tools over `c` (borrowed: it must outlive the handle). Asks the responder's hello once,
- * for its start directory (the base of relative paths with the config's cwd) and its ops.
- * Free with asp_tools_free.
+ * Tools over `c` (borrowed: it must outlive the handle). Asks the responder's hello once:
+ * here when relative paths need its start directory (a config's cwd or
+ * workspace.sandbox that is not absolute), else on the first call that needs its ops or
+ * features, so a first command does not wait for it. Free with asp_tools_free.
  */
 asp_status asp_tools_new(asp_client *c, asp_tools **out, asp_error *err);
 

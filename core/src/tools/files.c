@@ -246,6 +246,11 @@ bool tool_write(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel *k)
 	char type[16];
 	bool ok = false, created = false;
 	/* a responder of protocol 2 says whether the write made the file: no stat first */
+	if (tools_hello(t, &err) != ASP_OK) {
+		free(abs);
+		return tools_fail(r, "Error: the sandbox's hello failed (%s): %s.",
+		                  asp_strerror(err.code), err.message);
+	}
 	bool ask = t->protocol < 2;
 	bool existed = ask && stat_path(t, abs, type, sizeof type, NULL, &err) == ASP_OK;
 	if (existed && !strcmp(type, "dir")) {

@@ -21,7 +21,10 @@ bool asp_tools_set_session(asp_tools *t, const char *session)
 
 const char *asp_tools_notice(const asp_tools *t)
 {
-	return t->reattach
+	/* hello once: the handle is the caller's, only its hello fields are filled in */
+	asp_error err;
+	bool reattach = tools_hello((asp_tools *)t, &err) == ASP_OK && t->reattach;
+	return reattach
 	           ? NULL
 	           : "Background commands end when this connection to the sandbox closes: its "
 	             "responder does not keep processes for another connection (its hello lists "

@@ -271,8 +271,11 @@ asp_status tools_exec_argv(asp_tools *t, const char *const *argv, size_t argc, c
 
 /* --- what the sandbox offers --------------------------------------------------------- */
 
-bool tools_has_op(const asp_tools *t, const char *op)
+bool tools_has_op(asp_tools *t, const char *op)
 {
+	asp_error err;
+	if (tools_hello(t, &err) != ASP_OK)
+		return false;
 	for (size_t i = 0; i < t->n_ops; i++)
 		if (!strcmp(t->ops[i], op))
 			return true;

@@ -56,7 +56,10 @@ struct asp_tools {
 	asp_client *c;
 	char *base;        /* absolute sandbox directory relative paths resolve against */
 	asp_workspace *ws; /* the harness's paths onto the sandbox's; NULL: none */
-	char **ops;        /* the responder's ops from hello */
+	/* From hello, asked once, when first needed (tools_hello): read only after it. */
+	pthread_mutex_t hello_mu;
+	bool hello_done;
+	char **ops; /* the responder's ops from hello */
 	size_t n_ops;
 	uint64_t protocol;  /* hello's: from 2, write says whether it created the file */
 	bool grep_ere;      /* hello says the grep op speaks POSIX ERE (grep-ere), not PCRE2 */
@@ -75,8 +78,11 @@ struct asp_tools_cancel {
 	void *wake_user;
 };
 
-/* Whether the responder's hello listed `op`. */
-bool tools_has_op(const asp_tools *t, const char *op);
+/* The responder's hello, asked the first time (tools.c): ops, protocol and features. */
+asp_status tools_hello(asp_tools *t, asp_error *err);
+/* Whether the responder's hello listed `op` (false when hello failed: the call's own
+ * fallback then meets the same trouble and says so). */
+bool tools_has_op(asp_tools *t, const char *op);
 
 /* Sets (or clears with NULL) the function the token calls when fired; false when already fired. */
 bool tools_cancel_arm(asp_tools_cancel *k, void (*wake)(void *), void *user);

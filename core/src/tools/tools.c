@@ -9,38 +9,94 @@
 
 /* --- the handle ------------------------------------------------------------------------- */
 
+/*
+ * Under hello_mu: asks hello and keeps its ops, protocol and features; *start_dir (when
+ * not NULL) gets its start directory, malloc'd.
+ */
+static asp_status hello_ask(asp_tools *t, char **start_dir, asp_error *err)
+{
+	asp_arena *a = asp_arena_new();
+	if (!a)
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+	asp_hello_params hp;
+	asp_hello_params_init(&hp);
+	hp.client = "asp-tools";
+	asp_hello_result hr;
+	asp_status st = asp_hello(t->c, &hp, &hr, a, err);
+	if (st == ASP_OK) {
+		t->protocol = hr.protocol;
+		t->ops = calloc(hr.ops.count + 1, sizeof *t->ops);
+		for (size_t i = 0; t->ops && i < hr.ops.count; i++)
+			if ((t->ops[t->n_ops] = strdup(hr.ops.items[i])))
+				t->n_ops++;
+		for (size_t i = 0; hr.has_features && i < hr.features.count; i++) {
+			const char *f = hr.features.items[i];
+			t->grep_ere = t->grep_ere || !strcmp(f, "grep-ere");
+			t->pty = t->pty || !strcmp(f, "pty");
+			t->reattach = t->reattach || !strcmp(f, "reattach");
+		}
+		if (start_dir)
+			*start_dir = hr.cwd ? strdup(hr.cwd) : NULL;
+		if (!t->ops || (start_dir && hr.cwd && !*start_dir))
+			st = asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
+		else
+			t->hello_done = true;
+	}
+	asp_arena_free(a);
+	return st;
+}
+
+asp_status tools_hello(asp_tools *t, asp_error *err)
+{
+	pthread_mutex_lock(&t->hello_mu);
+	asp_status st = t->hello_done ? ASP_OK : hello_ask(t, NULL, err);
+	pthread_mutex_unlock(&t->hello_mu);
+	return st;
+}
+
+/*
+ * Whether the handle needs the responder's start directory now: for a cwd that is not
+ * absolute, or a workspace's sandbox directory that is not (asp_workspace_from_config).
+ */
+static bool needs_start_dir(const asp_config_view *cfg)
+{
+	const char *sb = cfg->workspace.sandbox;
+	return !cfg->cwd || cfg->cwd[0] != '/' || (sb && sb[0] != '/');
+}
+
 asp_status asp_tools_new(asp_client *c, asp_tools **out, asp_error *err)
 {
 	*out = NULL;
 	asp_tools *t = calloc(1, sizeof *t);
-	asp_arena *a = asp_arena_new();
-	if (!t || !a) {
-		free(t);
-		asp_arena_free(a);
+	if (!t)
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
-	}
 	t->c = c;
 	pthread_mutex_init(&t->mu, NULL);
+	pthread_mutex_init(&t->hello_mu, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&t->cv, &ca);
 	pthread_condattr_destroy(&ca);
-	asp_hello_params hp;
-	asp_hello_params_init(&hp);
-	hp.client = "asp-tools";
-	asp_hello_result hr;
-	asp_status st = asp_hello(c, &hp, &hr, a, err);
-	if (st != ASP_OK) {
-		asp_arena_free(a);
-		asp_tools_free(t);
-		return st;
+	/*
+	 * hello is asked here only when relative paths need its start directory; otherwise
+	 * on the first call that needs its ops or features, so a first command does not
+	 * wait a round trip for it (over native SSH, an exec of its own).
+	 */
+	const asp_config_view *cfg = asp_client_config(c);
+	char *start = NULL;
+	if (needs_start_dir(cfg)) {
+		asp_status st = hello_ask(t, &start, err);
+		if (st != ASP_OK) {
+			asp_tools_free(t);
+			return st;
+		}
 	}
 	/* Relative paths: the config's cwd, itself relative to the responder's start directory. */
-	const char *ccwd = asp_client_config(c)->cwd;
+	const char *ccwd = cfg->cwd;
 	tbuf base = {0};
 	if (!ccwd || ccwd[0] != '/')
-		tb_puts(&base, hr.cwd && hr.cwd[0] == '/' ? hr.cwd : "/");
+		tb_puts(&base, start && start[0] == '/' ? start : "/");
 	if (ccwd) {
 		tb_puts(&base, "/");
 		tb_puts(&base, ccwd);
@@ -51,10 +107,9 @@ asp_status asp_tools_new(asp_client *c, asp_tools **out, asp_error *err)
 	t->base = norm;
 	/* The harness's paths (docs/design.md, ".asp.json"): when it works under the local
 	 * directory, its relative paths mean the same place under the sandbox's. */
-	st =
-	    t->base ? asp_workspace_from_config(asp_client_config(c), hr.cwd, &t->ws, err) : ASP_OK;
+	asp_status st = t->base ? asp_workspace_from_config(cfg, start, &t->ws, err) : ASP_OK;
+	free(start);
 	if (st != ASP_OK) {
-		asp_arena_free(a);
 		asp_tools_free(t);
 		return st;
 	}
@@ -68,18 +123,7 @@ asp_status asp_tools_new(asp_client *c, asp_tools **out, asp_error *err)
 			free(mapped);
 		}
 	}
-	t->protocol = hr.protocol;
-	t->ops = calloc(hr.ops.count + 1, sizeof *t->ops);
-	for (size_t i = 0; t->ops && i < hr.ops.count; i++)
-		if ((t->ops[t->n_ops] = strdup(hr.ops.items[i])))
-			t->n_ops++;
-	for (size_t i = 0; hr.has_features && i < hr.features.count; i++) {
-		t->grep_ere = t->grep_ere || !strcmp(hr.features.items[i], "grep-ere");
-		t->pty = t->pty || !strcmp(hr.features.items[i], "pty");
-		t->reattach = t->reattach || !strcmp(hr.features.items[i], "reattach");
-	}
-	asp_arena_free(a);
-	if (!t->base || !t->ops) {
+	if (!t->base) {
 		asp_tools_free(t);
 		return asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
 	}
@@ -100,6 +144,7 @@ void asp_tools_free(asp_tools *t)
 	asp_workspace_free(t->ws);
 	pthread_cond_destroy(&t->cv);
 	pthread_mutex_destroy(&t->mu);
+	pthread_mutex_destroy(&t->hello_mu);
 	free(t);
 }
 

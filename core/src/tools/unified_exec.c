@@ -168,6 +168,10 @@ bool tool_exec_command(asp_tools *t, json_t *args, tresult *r, asp_tools_cancel 
 		return false;
 	yield = clamp_u64(yield, YIELD_MIN_MS, YIELD_MAX_MS);
 	/* a responder without terminals might ignore tty: ask its hello first */
+	asp_error herr;
+	if (tty && tools_hello(t, &herr) != ASP_OK)
+		return tools_fail(r, "Error: the sandbox's hello failed (%s): %s.",
+		                  asp_strerror(herr.code), herr.message);
 	if (tty && !t->pty)
 		return tools_fail(
 		    r, "exec_command failed: CreateProcess { message: \"this sandbox has "
