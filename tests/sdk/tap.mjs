@@ -1,4 +1,6 @@
-// The TAP-like lines and the tally the TypeScript SDK tests share, and stopping a process.
+// The TAP-like lines and the tally the TypeScript SDK tests share, starting a listening
+// agent and stopping a process.
+import { spawn } from "node:child_process";
 import fs from "node:fs";
 let passed = 0,
   failed = 0;
@@ -63,6 +65,37 @@ export async function stopProcess(pid, ms = 10000) {
     if (performance.now() > end) throw new Error(`process ${pid} did not stop within ${ms} ms of SIGSTOP`);
     await new Promise((r) => setTimeout(r, 1));
   }
+}
+
+/**
+ * `asp-agent --listen 127.0.0.1:0` and its URL, read from the line it logs (the kernel
+ * picks the port, so no other test takes it first); null when the agent was built without
+ * HTTP support. Exits 1 when it does not come up within 60 s.
+ */
+export async function startListener(agent) {
+  const p = spawn(agent, ["--listen", "127.0.0.1:0"], { stdio: ["ignore", "ignore", "pipe"] });
+  let log = "";
+  const url = await new Promise((resolve) => {
+    const t = setTimeout(() => resolve(null), 60000);
+    p.stderr.on("data", (d) => {
+      log += d;
+      process.stderr.write(d);
+      const m = /^asp-agent: listening on (http:\/\/\S+)/m.exec(log);
+      if (m) {
+        clearTimeout(t);
+        resolve(m[1]);
+      }
+    });
+    p.on("exit", () => {
+      clearTimeout(t);
+      resolve(null);
+    });
+  });
+  if (url) return [p, url];
+  p.kill("SIGKILL");
+  if (log.includes("not built with HTTP support")) return null;
+  console.log(`the agent did not start within 60 s: ${log}`);
+  process.exit(1);
 }
 
 /** The closing line; the exit code says whether anything failed. */

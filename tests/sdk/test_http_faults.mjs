@@ -7,9 +7,8 @@
 // again. Exits 77 when the agent has no HTTP support.
 //
 // usage: node test_http_faults.mjs SDK_DIR AGENT
-import { spawn } from "node:child_process";
 import { pathToFileURL } from "node:url";
-import { report, attempt, finish, stopProcess } from "./tap.mjs";
+import { report, attempt, finish, startListener, stopProcess } from "./tap.mjs";
 
 const [sdk, agent] = process.argv.slice(2);
 const asp = await import(pathToFileURL(`${sdk}/dist/index.js`).href);
@@ -24,41 +23,12 @@ function bounded(p, ms = 15000) {
   return Promise.race([p, guard]).finally(() => clearTimeout(t));
 }
 
-/**
- * `asp-agent --listen 127.0.0.1:0`, its address read from the line it logs (the kernel
- * picks the port, so no other test takes it first). 77 (skipped) when the agent was built
- * without HTTP support; a failure when it does not come up within 60 s.
- */
-async function startListener() {
-  const p = spawn(agent, ["--listen", "127.0.0.1:0"], { stdio: ["ignore", "ignore", "pipe"] });
-  let log = "";
-  const url = await new Promise((resolve) => {
-    const t = setTimeout(() => resolve(null), 60000);
-    p.stderr.on("data", (d) => {
-      log += d;
-      process.stderr.write(d);
-      const m = /^asp-agent: listening on (http:\/\/\S+)/m.exec(log);
-      if (m) {
-        clearTimeout(t);
-        resolve(m[1]);
-      }
-    });
-    p.on("exit", () => {
-      clearTimeout(t);
-      resolve(null);
-    });
-  });
-  if (url) return [p, url];
-  p.kill("SIGKILL");
-  if (log.includes("not built with HTTP support")) {
-    console.log("asp-agent --listen is not available");
-    process.exit(77);
-  }
-  console.log(`the agent did not start within 60 s: ${log}`);
-  process.exit(1);
+const started = await startListener(agent);
+if (!started) {
+  console.log("asp-agent --listen is not available");
+  process.exit(77);
 }
-
-const [listener, url] = await startListener();
+const [listener, url] = started;
 let exited = listener.exitCode !== null;
 listener.on("exit", () => (exited = true));
 

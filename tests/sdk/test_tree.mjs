@@ -2,7 +2,8 @@
 // The TypeScript SDK's trees, the same checks as test_tree.py: the shared tar vectors
 // through tar.ts's decoder and unpacker (a refusal leaves nothing) and through the SDK's
 // tree_write into a real asp-agent (one message and split by a proc_write), uploadDir and
-// downloadDir against a real asp-agent over stdio (kinds, modes, mtimes before 1970 and
+// downloadDir against a real asp-agent over stdio and over HTTP (asp-agent --listen; with
+// websocket false an upload by POST alone) (kinds, modes, mtimes before 1970 and
 // past ustar's, long names and links, a chunked tree, exclude, merging, a conflict, a
 // symlink out that a later tree would write through, both ways), and a hostile responder
 // (hostile_tree.py).
@@ -12,7 +13,7 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { pathToFileURL } from "node:url";
-import { test, finish } from "./tap.mjs";
+import { test, finish, startListener } from "./tap.mjs";
 
 const [sdk, agentArg, casesPath, hostilePy] = process.argv.slice(2);
 const agent = path.resolve(agentArg);
@@ -140,23 +141,23 @@ const big = path.join(work, "big");
 fs.mkdirSync(big);
 for (let i = 0; i < 40; i++) fs.writeFileSync(path.join(big, `f${String(i).padStart(2, "0")}`), crypto.randomBytes(300000));
 
-const c = await asp.Client.stdio([agent, "--stdio"]);
-try {
-  const box = fresh("rt");
+/** The round trips through one client `c`, in a box of their own named `label`. */
+async function roundTrips(label, c) {
+  const box = fresh(label);
   const remote = path.join(box, "remote/deep");
   const back = path.join(box, "back");
-  await test("uploadDir: kinds, modes, mtimes, links; parents made; counts", async () => {
+  await test(`${label}: uploadDir: kinds, modes, mtimes, links; parents made; counts`, async () => {
     const n = await c.uploadDir(src, remote);
     assert(n.entries === 11 && n.bytes === 22, JSON.stringify(n));
     assert(listing(remote) === listing(src), "the uploaded tree differs");
   });
-  await test("downloadDir: the same tree back, the root's mtime too", async () => {
+  await test(`${label}: downloadDir: the same tree back, the root's mtime too`, async () => {
     const n = await c.downloadDir(remote, back);
     assert(n.entries === 11 && n.bytes === 22, JSON.stringify(n));
     assert(listing(back) === listing(src), "the downloaded tree differs");
     assert(Math.floor(fs.statSync(back).mtimeMs / 1000) === 1234567890, "root mtime");
   });
-  await test("a 12 MB tree in chunks, and exclude", async () => {
+  await test(`${label}: a 12 MB tree in chunks, and exclude`, async () => {
     const n = await c.uploadDir(big, path.join(box, "big"));
     assert(n.entries === 40 && n.bytes === 40 * 300000, JSON.stringify(n));
     const m = await c.downloadDir(path.join(box, "big"), path.join(box, "big2"), { exclude: ["f1*"] });
@@ -164,7 +165,7 @@ try {
     const want = listing(big).split("\n").filter((l) => !l.startsWith("f1")).join("\n");
     assert(listing(path.join(box, "big2")) === want, "the chunked tree differs");
   });
-  await test("downloadDir merges into an existing directory; a conflict moves nothing", async () => {
+  await test(`${label}: downloadDir merges into an existing directory; a conflict moves nothing`, async () => {
     fs.writeFileSync(path.join(back, "mine.txt"), "mine");
     fs.writeFileSync(path.join(remote, "a.txt"), "changed");
     await c.downloadDir(remote, back);
@@ -181,7 +182,7 @@ try {
     assert(fs.readFileSync(path.join(back, "a.txt"), "utf8") === "changed", "a conflict changed the target");
     assert(!fs.readdirSync(back).some((n) => n.startsWith(".asp-tree")), "a temporary is left");
   });
-  await test("the edges both ways: mtimes before 1970 and past ustar's, long names and links", async () => {
+  await test(`${label}: the edges both ways: mtimes before 1970 and past ustar's, long names and links`, async () => {
     const want = listing(edges, true);
     await c.uploadDir(edges, path.join(box, "edges"));
     let got = listing(path.join(box, "edges"), true);
@@ -190,9 +191,9 @@ try {
     got = listing(path.join(box, "edges2"), true);
     assert(got === want, `downloaded:\n${got}\nwant\n${want}`);
   });
-  await test("a symlink out, then a directory of its name: refused both ways, nothing through it", async () => {
-    const outside = fresh("outside");
-    const evil = fresh("evil");
+  await test(`${label}: a symlink out, then a directory of its name: refused both ways, nothing through it`, async () => {
+    const outside = fresh(`${label}-outside`);
+    const evil = fresh(`${label}-evil`);
     const rt = path.join(box, "evil-remote");
     const lt = path.join(box, "evil-local");
     fs.symlinkSync(outside, path.join(evil, "l"));
@@ -221,12 +222,12 @@ try {
     assert(fs.readdirSync(outside).length === 0 && fs.readlinkSync(path.join(lt, "l")) === outside, "download wrote through the link");
     assert(!fs.readdirSync(lt).some((n) => n.startsWith(".asp-tree")), "a temporary is left");
   });
-  await test("the shared vectors through tree_write into a real asp-agent: the same answers, nothing left", async () => {
+  await test(`${label}: the shared vectors through tree_write into a real asp-agent: the same answers, nothing left`, async () => {
     const bad = [];
     for (const v of doc.cases) {
       const data = new Uint8Array(fs.readFileSync(path.join(path.dirname(casesPath), v.file)));
       for (const how of ["one message", "split"]) {
-        const vbox = fresh("agent-vec");
+        const vbox = fresh(`${label}-vec`);
         const target = path.join(vbox, "t");
         let got;
         try {
@@ -262,8 +263,48 @@ try {
     };
     if (fs.existsSync(d)) fix(d);
   }
+}
+
+const c = await asp.Client.stdio([agent, "--stdio"]);
+try {
+  await roundTrips("stdio", c);
 } finally {
   await c.close();
+}
+
+// Over HTTP (asp-agent --listen): tree_write's pieces by POST, tree_read on the WebSocket.
+const started = await startListener(agent);
+if (!started) console.log("skip: over HTTP: the agent was built without HTTP support");
+else {
+  const [listener, url] = started;
+  try {
+    const h = asp.Client.http(url);
+    try {
+      await roundTrips("http", h);
+    } finally {
+      await h.close();
+    }
+    await test("http, websocket false: uploadDir by POST alone; downloadDir unsupported naming the WebSocket", async () => {
+      const box = fresh("http-post");
+      const p = asp.Client.http(url, undefined, { websocket: false });
+      try {
+        const n = await p.uploadDir(src, path.join(box, "t"));
+        assert(n.entries === 11 && n.bytes === 22 && listing(path.join(box, "t")) === listing(src), JSON.stringify(n));
+        let err = null;
+        try {
+          await p.downloadDir(path.join(box, "t"), path.join(box, "back"));
+        } catch (e) {
+          err = e;
+        }
+        assert(err?.code === "unsupported" && err.message.includes("WebSocket"), `got ${err?.code}: ${err?.message}`);
+        assert(fs.readdirSync(box).join() === "t", `left: ${fs.readdirSync(box)}`);
+      } finally {
+        await p.close();
+      }
+    });
+  } finally {
+    listener.kill("SIGTERM");
+  }
 }
 
 await test("a hostile tree_read stream is refused naming its member and leaves nothing", async () => {

@@ -2,7 +2,8 @@
 through asp._tar's decoder (whole and a byte at a time) and unpacker (a refusal leaves
 nothing), and through the SDK's tree_write into a real asp-agent (in one message and
 split by a proc_write: the same answer, nothing left); upload_dir and download_dir, sync
-and asyncio, against a real asp-agent over stdio (kinds, modes, mtimes before 1970 and
+and asyncio, against a real asp-agent over stdio and over HTTP (asp-agent --listen; with
+websocket false an upload by POST alone) (kinds, modes, mtimes before 1970 and
 past ustar's, long names and links, a chunked tree, exclude, merging, a conflict, a
 symlink out that a later tree would write through, both ways); and a hostile responder
 (hostile_tree.py) whose tree_read stream climbs out, which must leave nothing here.
@@ -14,7 +15,6 @@ import json
 import os
 import shutil
 import stat
-import subprocess
 import sys
 import tempfile
 
@@ -288,8 +288,8 @@ with asp.Client.stdio(AGENT) as c:
                                                               os.listdir(box)))
 
 
-async def aio():
-    c = await asp.aio.Client.stdio(AGENT)
+async def aio(label, connect):
+    c = await connect()
     try:
         loop = asyncio.get_running_loop()
 
@@ -301,12 +301,56 @@ async def aio():
             return asyncio.run_coroutine_threadsafe(c.download_dir(a, b, exclude=exclude),
                                                     loop).result()
 
-        await loop.run_in_executor(None, round_trips, "asyncio", up, down)
+        await loop.run_in_executor(None, round_trips, label, up, down)
     finally:
         await c.close()
 
 
-asyncio.run(aio())
+asyncio.run(aio("asyncio", lambda: asp.aio.Client.stdio(AGENT)))
+
+
+# ---- over HTTP (asp-agent --listen): tree_write's pieces by POST, tree_read on the WebSocket
+async def aio_http(url):
+    return asp.aio.Client.http(url)
+
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from listen_agent import start_agent  # noqa: E402
+
+log = tempfile.NamedTemporaryFile(prefix="asp-sdk-tree-listener-", suffix=".log")
+try:
+    listener, (host, port) = start_agent(AGENT[0], log)
+except SystemExit as e:
+    if e.code != 77:
+        raise
+    listener = None
+    print("skip: over HTTP: the agent was built without HTTP support")
+if listener is not None:
+    url = "http://%s:%d" % (host, port)
+    try:
+        with asp.Client.http(url) as c:
+            round_trips("http", c.upload_dir, c.download_dir)
+        asyncio.run(aio("http asyncio", lambda: aio_http(url)))
+        with asp.Client.http(url, websocket=False) as c:
+            box = fresh("http-post")
+            n = c.upload_dir(src, os.path.join(box, "t"))
+            check((n.entries, n.bytes) == (11, 22) and
+                  listing(os.path.join(box, "t")) == listing(src),
+                  "http, websocket false: upload_dir by POST alone (%s)" % (n,))
+            try:
+                c.download_dir(os.path.join(box, "t"), os.path.join(box, "back"))
+                check(False, "http, websocket false: download_dir needs the WebSocket")
+            except asp.AspError as e:
+                check(e.code == "unsupported" and "WebSocket" in e.message and
+                      os.listdir(box) == ["t"],
+                      "http, websocket false: download_dir is unsupported naming the "
+                      "WebSocket, nothing made (%s)" % e.message)
+            for dp, dns, _ in os.walk(box):
+                for d in dns:
+                    os.chmod(os.path.join(dp, d), 0o755)
+    finally:
+        listener.terminate()
+        listener.wait(30)
 
 # ---- a hostile sandbox: its tree_read stream climbs out --------------------------------
 script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostile_tree.py")
