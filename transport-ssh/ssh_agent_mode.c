@@ -56,7 +56,7 @@ struct ssh_agent_link {
 static void drain_stderr(ssh_agent_link *l)
 {
 	/* all of it at once, as stdout (link_read): each read may widen the shared window */
-	int n = l->ch ? sshc_channel_take(l->ch, 1, &l->ebuf, &l->ecap) : 0;
+	int n = l->ch ? sshc_channel_take(l->ch, 1, 0, &l->ebuf, &l->ecap) : 0;
 	for (int i = 0; i < n; i++)
 		l->ring[(l->err_total + (size_t)i) % ERR_RING] = (char)l->ebuf[i];
 	if (n > 0)
@@ -123,7 +123,7 @@ static int link_read(ssh_agent_link *l, uint8_t *dst, size_t want)
 			return n;
 		if ((size_t)n <= want) /* a large message: no copy */
 			return ssh_channel_read_nonblocking(l->ch, dst, (uint32_t)n, 0);
-		n = sshc_channel_take(l->ch, 0, &l->rbuf, &l->rcap);
+		n = sshc_channel_take(l->ch, 0, SSHC_BULK_WINDOW, &l->rbuf, &l->rcap);
 		if (n <= 0)
 			return n;
 		l->roff = 0;

@@ -817,20 +817,32 @@ void sshc_channel_free(sshc *c, ssh_channel ch, enum sshc_class k)
 	pthread_cond_broadcast(&c->cv);
 }
 
-int sshc_channel_take(ssh_channel ch, int stream, uint8_t **buf, size_t *cap)
+int sshc_channel_take(ssh_channel ch, int stream, uint32_t window, uint8_t **buf, size_t *cap)
 {
 	int n = ssh_channel_poll(ch, stream);
 	if (n <= 0)
 		return n; /* nothing yet, SSH_EOF or SSH_ERROR */
-	if ((size_t)n > *cap) {
+	/* a trickle needs no more than libssh's window (nor a buffer of `window`) */
+	if ((size_t)n < SSHC_BULK_FROM)
+		window = 0;
+	size_t need = window > (uint32_t)n ? window : (size_t)n;
+	if (need > *cap) {
 		size_t ncap = *cap ? *cap : 64u * 1024u;
-		while (ncap < (size_t)n)
+		while (ncap < need)
 			ncap *= 2;
 		uint8_t *nb = realloc(*buf, ncap);
 		if (!nb)
 			return SSH_ERROR;
 		*buf = nb;
 		*cap = ncap;
+	}
+	if (window > (uint32_t)n) {
+		/*
+		 * A read of more than libssh holds plus the window widens the window to the
+		 * count less what it holds; with bytes held it returns them without reading
+		 * the socket (at most `window`, which *buf has room for).
+		 */
+		return ssh_channel_read_timeout(ch, *buf, window, stream, 0);
 	}
 	/* count == what is buffered: libssh's read never widens the window for the count */
 	return ssh_channel_read_nonblocking(ch, *buf, (uint32_t)n, stream);

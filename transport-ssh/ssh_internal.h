@@ -267,8 +267,20 @@ size_t sshc_channel_write(sshc *c, ssh_channel ch, const void *data, size_t len,
  * is slow thus makes libssh buffer without bound (and then lose bytes). Taking all that is
  * buffered, and reading again only once that was consumed, keeps libssh's share of a
  * channel under one window (~1.3 MB): the window is what stops the sender.
+ *
+ * `window` > 0 (a bulk stream: a tree, the agent's channel) widens the channel's window
+ * to that many bytes at each read, less what libssh holds then, so libssh's share stays
+ * under `window`: over a link of 100 ms, 1.3 MB in flight caps a stream at about 10 MB/s.
+ * *buf is then at least `window` bytes.
  */
-int sshc_channel_take(ssh_channel ch, int stream, uint8_t **buf, size_t *cap);
+int sshc_channel_take(ssh_channel ch, int stream, uint32_t window, uint8_t **buf, size_t *cap);
+
+/*
+ * The window of bulk streams (sshc_channel_take): twice OpenSSH's 2 MB, from the first
+ * read that finds SSHC_BULK_FROM bytes held.
+ */
+#define SSHC_BULK_WINDOW (4u * 1024u * 1024u)
+#define SSHC_BULK_FROM   (128u * 1024u)
 /* Under the lock: closes and frees a channel of class k, giving its slot back. NULL: no-op. */
 void sshc_channel_free(sshc *c, ssh_channel ch, enum sshc_class k);
 
@@ -432,6 +444,8 @@ asp_status ssh_proc_connect(ssh_procs *ps, const asp_connect_params *p, asp_conn
                             bool hold, asp_error *err);
 asp_status ssh_proc_write(ssh_procs *ps, const asp_proc_write_params *p, asp_error *err);
 asp_status ssh_proc_signal(ssh_procs *ps, const asp_proc_signal_params *p, asp_error *err);
+/* A bulk stream (a tree read): its stdout's window is `window` (sshc_channel_take). */
+void ssh_proc_widen(ssh_procs *ps, uint64_t id, uint32_t window);
 /* window-change on a terminal's channel: not_found, invalid_argument (no tty, finished). */
 asp_status ssh_proc_resize(ssh_procs *ps, const asp_proc_resize_params *p, asp_error *err);
 asp_status ssh_proc_wait(ssh_procs *ps, const asp_proc_wait_params *p, asp_proc_wait_result *r,

@@ -93,6 +93,7 @@ typedef struct sproc {
 	bool stdin_eof, writing;
 	unsigned users; /* calls using it with the lock released: not freed meanwhile */
 	uint64_t done_seq;
+	uint32_t window; /* stdout's window when wider than libssh's (ssh_proc_widen) */
 } sproc;
 
 struct ssh_procs {
@@ -292,8 +293,9 @@ static bool read_some(ssh_procs *ps, sproc *p)
 		if (p->eof[s])
 			continue;
 		pend *b = &p->pend[s];
-		int n = p->mk[s].marked ? sshc_channel_take(p->ch, s, &b->p, &b->cap)
-		                        : sshc_channel_take(p->ch, s, &ps->buf, &ps->cap);
+		uint32_t win = s == 0 ? p->window : 0;
+		int n = p->mk[s].marked ? sshc_channel_take(p->ch, s, win, &b->p, &b->cap)
+		                        : sshc_channel_take(p->ch, s, win, &ps->buf, &ps->cap);
 		if (n == 0)
 			continue;
 		busy = true;
@@ -1186,6 +1188,16 @@ out:
 }
 
 static const char *const allowed_signals[] = {"TERM", "KILL", "INT", "HUP", "QUIT", "USR1", "USR2"};
+
+void ssh_proc_widen(ssh_procs *ps, uint64_t id, uint32_t window)
+{
+	asp_error ignore;
+	sshc_lock(ps->c);
+	sproc *p = find(ps, id, "widen", &ignore);
+	if (p)
+		p->window = window;
+	sshc_unlock(ps->c);
+}
 
 asp_status ssh_proc_signal(ssh_procs *ps, const asp_proc_signal_params *sp, asp_error *err)
 {

@@ -1254,8 +1254,10 @@ asp_status ssh_tree_read(ssh_trees *ts, const asp_tree_read_params *p, asp_tree_
 		              st == ASP_E_NOT_FOUND         ? "no such directory"
 		              : st == ASP_E_NOT_A_DIRECTORY ? "not a directory"
 		                                            : "permission denied");
-	if (st == ASP_OK)
+	if (st == ASP_OK) {
+		ssh_proc_widen(ts->ps, h->proc, SSHC_BULK_WINDOW);
 		st = await_ready(h, "tree_read", err);
+	}
 	bool walk = st == ASP_OK && h->notar;
 	if (st != ASP_OK && h->proc)
 		unlist(ts, h);

@@ -781,10 +781,10 @@ static bool reaper_busy(void)
  * here from a signalfd, so nobody else is woken by it (a thread that did not block it
  * would be woken to discard it); while commands run (`busy`) it is looked at every
  * REAPER_BUSY_MS rather than at each exit, which is the command's owner's to see. An
- * orphan is reaped here; one of ours is left to its owner. The kernel reports the oldest zombie first, so while an owner
- * keeps its zombie (exec waits for the pipes' EOF) the others are found through /proc.
- * It also carries out asp_local_reaper_stop while processes run, and fires the watch of a
- * slow start.
+ * orphan is reaped here; one of ours is left to its owner. The kernel reports the oldest zombie
+ * first, so while an owner keeps its zombie (exec waits for the pipes' EOF) the others are found
+ * through /proc. It also carries out asp_local_reaper_stop while processes run, and fires the watch
+ * of a slow start.
  */
 static void *reaper_main(void *arg)
 {
