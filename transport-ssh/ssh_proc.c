@@ -12,7 +12,8 @@
  * back into the client. So a slow follower leaves its channel unread, libssh holds one
  * window of it at most (sshc_channel_take says why that needs care), and the SSH window
  * stops sshd, whose full pipe stops the process: per process about two windows (~2.6 MB)
- * at most, libssh's and ours. A follower that blocks holds up the connection's others.
+ * at most, libssh's and ours (8 MiB for a tree read, whose window is 4 MiB:
+ * ssh_proc_widen). A follower that blocks holds up the connection's others.
  *
  * Connections (connect, ssh_proc_connect) are handles of the same table on a direct-tcpip
  * channel (ssh_tcp.c): one stream, stdout; no wrapper, pid or kill command. The same
