@@ -73,6 +73,23 @@ for (const c of doc.cases) {
   });
 }
 
+await test("a stream that names no root makes the target as mkdir would, under the umask", async () => {
+  const box = fresh("noroot");
+  const body = new TextEncoder().encode("x");
+  const stream = new Uint8Array(Buffer.concat([tar.tarHeader({ type: "file", path: "f", mode: 0o644, mtime: 0, size: 1 }), body, new Uint8Array(511), tar.END]));
+  const old = process.umask(0o027);
+  try {
+    const u = new tar.Unpacker(path.join(box, "t"), "test");
+    u.feed(stream);
+    u.finish();
+    u.close();
+  } finally {
+    process.umask(old);
+  }
+  const mode = fs.statSync(path.join(box, "t")).mode & 0o7777;
+  assert(mode === 0o750, `mode ${mode.toString(8)}`);
+});
+
 // ---- a tree to copy --------------------------------------------------------------------
 function makeTree(root) {
   fs.mkdirSync(path.join(root, "sub", "deeper"), { recursive: true });

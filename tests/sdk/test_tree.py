@@ -89,6 +89,22 @@ for c in doc["cases"]:
           "%s unpacked: %s, %s left" % (c["file"], err and err.message, os.listdir(box)))
 
 
+# a stream that names no root: the target made as mkdir would, under the umask
+box = fresh("noroot")
+old_mask = os.umask(0o027)
+try:
+    u = _tar.Unpacker(os.path.join(box, "t"), "test")
+    u.feed(_tar.header(_tar.Member(_tar.FILE, "f", None, 0o644, 0, 1)) + b"x" + bytes(511) +
+           _tar.END)
+    u.finish()
+    u.close()
+finally:
+    os.umask(old_mask)
+check(os.stat(os.path.join(box, "t")).st_mode & 0o7777 == 0o750,
+      "a stream that names no root makes its target under the umask (%o)"
+      % (os.stat(os.path.join(box, "t")).st_mode & 0o7777))
+
+
 # ---- a tree to copy --------------------------------------------------------------------
 def make_tree(root):
     os.makedirs(os.path.join(root, "sub", "deeper"))

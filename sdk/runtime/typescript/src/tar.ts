@@ -660,11 +660,11 @@ function removeDead(parent: string, prefix: string): void {
 }
 
 let seq = 0;
-function makeTemp(parent: string, prefix: string): string {
+function makeTemp(parent: string, prefix: string, mode = 0o700): string {
   for (let i = 0; i < 100; i++) {
     const name = `${prefix}${process.pid.toString(16)}-${((++seq ^ Date.now()) >>> 0).toString(16)}`;
     try {
-      fs.mkdirSync(path.join(parent, name), 0o700);
+      fs.mkdirSync(path.join(parent, name), mode);
       return name;
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
@@ -719,6 +719,7 @@ export class Unpacker {
   private readonly reader: TarReader;
   private readonly dirs: [string, number, number][] = [];
   private file: { fd: number; m: Member } | null = null;
+  private rootMode = 0o755;
 
   constructor(target: string, private readonly op = "downloadDir") {
     let t = target;
@@ -745,7 +746,16 @@ export class Unpacker {
       }
       const prefix = `.${this.base}.asp-tree-`;
       removeDead(this.place, prefix);
-      this.tmp = makeTemp(this.place, prefix);
+      // Made as mkdir makes a directory (under the umask), its mode kept for a stream that
+      // names no root, then private while it fills.
+      this.tmp = makeTemp(this.place, prefix, 0o777);
+      try {
+        this.rootMode = fs.statSync(this.tmpPath).mode & 0o777;
+        fs.chmodSync(this.tmpPath, 0o700);
+      } catch (e) {
+        fs.rmSync(this.tmpPath, { recursive: true, force: true });
+        throw fromErrno(op, e, this.tmpPath);
+      }
     }
   }
 
@@ -862,7 +872,7 @@ export class Unpacker {
         fs.utimesSync(p, when(mtime), when(mtime));
         rootSet ||= !rel;
       }
-      if (fresh && !rootSet) fs.chmodSync(this.target, 0o755); // made 0700 as a temporary
+      if (fresh && !rootSet) fs.chmodSync(this.target, this.rootMode); // made 0700 as a temporary
     } catch (e) {
       throw fromErrno(this.op, e, this.target);
     }
