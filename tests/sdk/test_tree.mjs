@@ -110,15 +110,17 @@ function makeTree(root) {
 }
 
 /** A tree's listing; with `keep`, as a copy keeps it (setuid and setgid dropped). */
+/** Names are read and shown as bytes (latin1), so a name that is not UTF-8 counts exactly. */
 function listing(root, keep = false) {
   const out = [];
   const walk = (rel) => {
-    for (const n of fs.readdirSync(path.join(root, rel)).sort()) {
+    for (const nb of fs.readdirSync(Buffer.from(path.join(root, rel), "latin1"), { encoding: "buffer" }).sort(Buffer.compare)) {
+      const n = nb.toString("latin1");
       const r = rel ? `${rel}/${n}` : n;
-      const p = path.join(root, r);
+      const p = Buffer.from(path.join(Buffer.from(root).toString("latin1"), r), "latin1");
       const st = fs.lstatSync(p);
       const mode = (st.mode & (keep ? 0o1777 : 0o7777)).toString(8);
-      if (st.isSymbolicLink()) out.push(`${r} l ${fs.readlinkSync(p)}`);
+      if (st.isSymbolicLink()) out.push(`${r} l ${fs.readlinkSync(p, { encoding: "buffer" }).toString("latin1")}`);
       else if (st.isDirectory()) {
         out.push(`${r} d ${mode} ${Math.floor(st.mtimeMs / 1000)}`);
         walk(r);
@@ -130,9 +132,9 @@ function listing(root, keep = false) {
 }
 
 // What a tree may hold past the common: mtimes before 1970 (one between seconds) and past
-// ustar's 11 octal digits, names and a link target longer than ustar holds, a newline and
-// UTF-8 in names, an empty directory of mode 700, setuid (not kept). Times go as Dates:
-// Node takes a negative number of seconds as "now".
+// ustar's 11 octal digits, names and a link target longer than ustar holds, a newline,
+// UTF-8 and bytes that are not UTF-8 in names, an empty directory of mode 700, setuid
+// (not kept). Times go as Dates: Node takes a negative number of seconds as "now".
 function makeEdges(root) {
   fs.mkdirSync(path.join(root, "d".repeat(120), "deep"), { recursive: true });
   const long = "d".repeat(120) + "/deep/" + "n".repeat(200);
@@ -145,6 +147,10 @@ function makeEdges(root) {
   }
   fs.symlinkSync("t".repeat(150), path.join(root, "longlink"));
   fs.symlinkSync("/etc/passwd", path.join(root, "abslink"));
+  // a name and a link target that are not UTF-8
+  const raw = Buffer.concat([Buffer.from(`${root}/raw-`), Buffer.from([0xff, 0xfe])]);
+  fs.writeFileSync(raw, "r");
+  fs.symlinkSync(Buffer.from([0x74, 0xff]), Buffer.concat([raw, Buffer.from("-link")]));
   fs.mkdirSync(path.join(root, "emptydir"), 0o700);
   fs.chmodSync(path.join(root, "emptydir"), 0o700);
 }

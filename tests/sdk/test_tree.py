@@ -147,7 +147,8 @@ def listing(root):
 def make_edges(root):
     """What a tree may hold past the common: mtimes before 1970 (one between seconds) and
     past ustar's 11 octal digits, names and a link target longer than ustar holds, a
-    newline and UTF-8 in names, an empty directory of mode 700, setuid (not kept)."""
+    newline, UTF-8 and bytes that are not UTF-8 in names, an empty directory of mode 700,
+    setuid (not kept)."""
     deep = os.path.join(root, "d" * 120, "deep")
     os.makedirs(deep)
     files = {"past": -100, "past-frac": -1.5, "future": 2**34 + 5, "nl\nname": 1,
@@ -160,6 +161,10 @@ def make_edges(root):
         os.utime(p, (mtime, mtime))
     os.symlink("t" * 150, os.path.join(root, "longlink"))
     os.symlink("/etc/passwd", os.path.join(root, "abslink"))
+    raw = os.path.join(root, os.fsdecode(b"raw-\xff\xfe"))  # not UTF-8, name and target
+    with open(raw, "wb") as f:
+        f.write(b"r")
+    os.symlink(os.fsdecode(b"t\xff"), raw + "-link")
     os.makedirs(os.path.join(root, "emptydir"), 0o700)
     os.chmod(os.path.join(root, "emptydir"), 0o700)
 

@@ -5,6 +5,7 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { AspError } from "./errors.js";
+import { bytesFromStr, strFromBytes } from "./wire.js";
 
 export const BLOCK = 512;
 const PATH_MAX = 4095;
@@ -37,9 +38,19 @@ export function padding(n: number): number {
   return (BLOCK - (n % BLOCK)) % BLOCK;
 }
 
+// Names are the SDK's strings of raw bytes (wire.ts): a byte that is not UTF-8 is U+DC80..
+// U+DCFF, both in the stream and on the local disk, so every name round-trips.
 const utf8 = new TextDecoder("utf-8");
 const enc = new TextEncoder();
-const byteLen = (s: string) => enc.encode(s).length;
+const byteLen = (s: string) => bytesFromStr(s).length;
+
+/** A path as the file system takes it: its bytes, raw ones included. */
+const fsName = (p: string): Buffer => Buffer.from(bytesFromStr(p));
+
+/** A directory's names, every byte kept. */
+function namesOf(dir: string): string[] {
+  return fs.readdirSync(fsName(dir), { encoding: "buffer" }).map(strFromBytes);
+}
 
 function bad(member: string | null, what: string, code = "invalid_argument"): AspError {
   if (member !== null) return new AspError(code, `tar stream: member '${member}': ${what}`, { path: member });
@@ -83,7 +94,7 @@ function checksumOk(b: Uint8Array): boolean {
 
 function field(f: Uint8Array): string {
   const z = f.indexOf(0);
-  return utf8.decode(z < 0 ? f : f.subarray(0, z));
+  return strFromBytes(z < 0 ? f : f.subarray(0, z));
 }
 
 function isZero(b: Uint8Array): boolean {
@@ -239,7 +250,7 @@ export class TarReader {
       if (eq <= 0) this.fail(null, `a pax record at offset ${off} of its header has no KEY=`);
       const key = utf8.decode(rec.subarray(0, eq));
       const val = rec.subarray(eq + 1);
-      const sval = utf8.decode(val);
+      const sval = strFromBytes(val);
       if (key.startsWith("GNU.sparse.")) this.fail(null, "a pax header describes a sparse file, which a tree cannot hold");
       if (glob && (key === "path" || key === "linkpath" || key === "size")) this.fail(null, `a global pax header sets '${key}' for every member`);
       if (key === "path" || key === "linkpath") {
@@ -262,7 +273,7 @@ export class TarReader {
     else {
       const b = this.extBytes();
       const z = b.indexOf(0);
-      this.pending[this.extKind === "L" ? "gnu_name" : "gnu_link"] = utf8.decode(z < 0 ? b : b.subarray(0, z));
+      this.pending[this.extKind === "L" ? "gnu_name" : "gnu_link"] = strFromBytes(z < 0 ? b : b.subarray(0, z));
     }
     this.ext = [];
   }
@@ -451,10 +462,10 @@ function concat(parts: Uint8Array[]): Uint8Array {
 
 /** A member's header bytes: ustar, after a pax header when ustar cannot hold it. */
 export function tarHeader(m: Member): Uint8Array {
-  const p = enc.encode(m.path);
-  const link = enc.encode(m.link ?? "");
+  const p = bytesFromStr(m.path);
+  const link = bytesFromStr(m.link ?? "");
   if (p.length > PATH_MAX || link.length > PATH_MAX) throw new AspError("invalid_argument", `tar: '${m.path.slice(0, 200)}' is longer than ${PATH_MAX} bytes`, { path: m.path });
-  const name = m.type === "dir" ? enc.encode((m.path || ".") + "/") : p;
+  const name = m.type === "dir" ? bytesFromStr((m.path || ".") + "/") : p;
   const size = m.type === "file" ? m.size : 0;
   const h = blank(m.type === "dir" ? "5" : m.type === "symlink" ? "2" : "0", m.mode, m.mtime);
   const pax: Uint8Array[] = [];
@@ -556,7 +567,8 @@ export class Exclude {
 
 // ---- a local directory into a stream ---------------------------------------------------
 
-const byBytes = (a: string, b: string) => Buffer.compare(Buffer.from(a), Buffer.from(b));
+const byBytes = (a: string, b: string) => Buffer.compare(fsName(a), fsName(b));
+const readNames = async (dir: string) => (await fs.promises.readdir(fsName(dir), { encoding: "buffer" })).map(strFromBytes).sort(byBytes);
 
 /** The stream of directory `root` in chunks of about `chunk` bytes: root first as "./",
  * each directory before its entries, names bytewise; files, directories and symlinks
@@ -576,10 +588,10 @@ export async function* pack(root: string, exclude: string[] | undefined, chunk: 
     outLen = 0;
     return b;
   };
-  const st = await fs.promises.stat(root);
+  const st = await fs.promises.stat(fsName(root));
   if (!st.isDirectory()) throw new AspError("not_a_directory", `${root} is not a directory`, { path: root });
   put(tarHeader({ type: "dir", path: "", mode: st.mode & 0o7777, mtime: Math.floor(st.mtimeMs / 1000), size: 0 }));
-  const stack: { rel: string; names: string[] }[] = [{ rel: "", names: (await fs.promises.readdir(root)).sort(byBytes) }];
+  const stack: { rel: string; names: string[] }[] = [{ rel: "", names: await readNames(root) }];
   while (stack.length) {
     const top = stack[stack.length - 1];
     const nm = top.names.shift();
@@ -592,7 +604,7 @@ export async function* pack(root: string, exclude: string[] | undefined, chunk: 
     const full = path.join(root, rel);
     let s: fs.Stats;
     try {
-      s = await fs.promises.lstat(full);
+      s = await fs.promises.lstat(fsName(full));
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code === "ENOENT") continue;
       throw e;
@@ -600,15 +612,16 @@ export async function* pack(root: string, exclude: string[] | undefined, chunk: 
     const mode = s.mode & 0o7777;
     const mtime = Math.floor(s.mtimeMs / 1000);
     if (s.isDirectory()) {
-      const kids = (await fs.promises.readdir(full)).sort(byBytes);
+      const kids = await readNames(full);
       put(tarHeader({ type: "dir", path: rel, mode, mtime, size: 0 }));
       counts.entries++;
       stack.push({ rel, names: kids });
     } else if (s.isSymbolicLink()) {
-      put(tarHeader({ type: "symlink", path: rel, link: await fs.promises.readlink(full), mode, mtime, size: 0 }));
+      const link = strFromBytes(await fs.promises.readlink(fsName(full), { encoding: "buffer" }));
+      put(tarHeader({ type: "symlink", path: rel, link, mode, mtime, size: 0 }));
       counts.entries++;
     } else if (s.isFile()) {
-      const fh = await fs.promises.open(full, "r");
+      const fh = await fs.promises.open(fsName(full), "r");
       try {
         const size = (await fh.stat()).size;
         put(tarHeader({ type: "file", path: rel, mode, mtime, size }));
@@ -648,14 +661,14 @@ function pidAlive(pid: number): boolean {
 function removeDead(parent: string, prefix: string): void {
   let names: string[];
   try {
-    names = fs.readdirSync(parent);
+    names = namesOf(parent);
   } catch {
     return;
   }
   for (const nm of names) {
     if (!nm.startsWith(prefix)) continue;
     const m = /^([0-9a-f]+)-/.exec(nm.slice(prefix.length));
-    if (m && parseInt(m[1], 16) !== process.pid && !pidAlive(parseInt(m[1], 16))) fs.rmSync(path.join(parent, nm), { recursive: true, force: true });
+    if (m && parseInt(m[1], 16) !== process.pid && !pidAlive(parseInt(m[1], 16))) fs.rmSync(fsName(path.join(parent, nm)), { recursive: true, force: true });
   }
 }
 
@@ -664,7 +677,7 @@ function makeTemp(parent: string, prefix: string, mode = 0o700): string {
   for (let i = 0; i < 100; i++) {
     const name = `${prefix}${process.pid.toString(16)}-${((++seq ^ Date.now()) >>> 0).toString(16)}`;
     try {
-      fs.mkdirSync(path.join(parent, name), mode);
+      fs.mkdirSync(fsName(path.join(parent, name)), mode);
       return name;
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
@@ -697,7 +710,7 @@ function when(s: number): number | Date {
 
 function lkind(p: string): "none" | "dir" | "other" {
   try {
-    return fs.lstatSync(p).isDirectory() ? "dir" : "other";
+    return fs.lstatSync(fsName(p)).isDirectory() ? "dir" : "other";
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === "ENOENT") return "none";
     throw e;
@@ -726,7 +739,7 @@ export class Unpacker {
     while (t.length > 1 && t.endsWith("/")) t = t.slice(0, -1);
     this.target = t;
     this.reader = new TarReader({ member: (m) => this.member(m), data: (d) => this.data(d), fileEnd: () => this.fileEnd() });
-    const kind = lkind(t) === "other" && fs.statSync(t, { throwIfNoEntry: false })?.isDirectory() ? "dir" : lkind(t);
+    const kind = lkind(t) === "other" && fs.statSync(fsName(t), { throwIfNoEntry: false })?.isDirectory() ? "dir" : lkind(t);
     if (kind === "dir") {
       this.exists = true;
       this.place = t;
@@ -740,7 +753,7 @@ export class Unpacker {
       if (!this.base || this.base === "." || this.base === "..") throw new AspError("not_found", `${op}: ${t} does not exist`, { path: t });
       this.place = path.dirname(t);
       try {
-        fs.mkdirSync(this.place, { recursive: true });
+        fs.mkdirSync(fsName(this.place), { recursive: true });
       } catch (e) {
         throw fromErrno(op, e, this.place);
       }
@@ -750,10 +763,10 @@ export class Unpacker {
       // names no root, then private while it fills.
       this.tmp = makeTemp(this.place, prefix, 0o777);
       try {
-        this.rootMode = fs.statSync(this.tmpPath).mode & 0o777;
-        fs.chmodSync(this.tmpPath, 0o700);
+        this.rootMode = fs.statSync(fsName(this.tmpPath)).mode & 0o777;
+        fs.chmodSync(fsName(this.tmpPath), 0o700);
       } catch (e) {
-        fs.rmSync(this.tmpPath, { recursive: true, force: true });
+        fs.rmSync(fsName(this.tmpPath), { recursive: true, force: true });
         throw fromErrno(op, e, this.tmpPath);
       }
     }
@@ -775,29 +788,29 @@ export class Unpacker {
       for (const c of parent.split("/")) {
         at = path.join(at, c);
         const k = lkind(at);
-        if (k === "none") fs.mkdirSync(at, 0o755);
+        if (k === "none") fs.mkdirSync(fsName(at), 0o755);
         else if (k === "other") throw new AspError("invalid_argument", `${this.op}: member '${m.path}': '${c}' is not a directory: cannot write below it`, { path: m.path });
       }
     }
     const k = lkind(full);
     if (m.type === "dir") {
       if (k === "other") throw new AspError("invalid_argument", `${this.op}: member '${m.path}': a directory where an earlier member made a file or symlink`, { path: m.path });
-      if (k === "none") fs.mkdirSync(full, 0o700);
+      if (k === "none") fs.mkdirSync(fsName(full), 0o700);
       this.dirs.push([m.path, m.mode, m.mtime]);
       return;
     }
     if (k === "dir") throw new AspError("invalid_argument", `${this.op}: member '${m.path}': a ${m.type} where an earlier member made a directory`, { path: m.path });
-    if (k === "other") fs.unlinkSync(full);
+    if (k === "other") fs.unlinkSync(fsName(full));
     if (m.type === "symlink") {
-      fs.symlinkSync(m.link as string, full);
+      fs.symlinkSync(fsName(m.link as string), fsName(full));
       try {
-        fs.lutimesSync(full, when(m.mtime), when(m.mtime));
+        fs.lutimesSync(fsName(full), when(m.mtime), when(m.mtime));
       } catch {
         /* where links have no times */
       }
       return;
     }
-    const fd = fs.openSync(full, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600);
+    const fd = fs.openSync(fsName(full), fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600);
     this.file = { fd, m };
   }
 
@@ -827,7 +840,7 @@ export class Unpacker {
   }
 
   private merge(src: string, dst: string, rel: string, skip: string | null, check: boolean): void {
-    for (const nm of fs.readdirSync(src).sort(byBytes)) {
+    for (const nm of namesOf(src).sort(byBytes)) {
       if (skip && nm === skip) continue;
       const s = path.join(src, nm);
       const d = path.join(dst, nm);
@@ -836,12 +849,12 @@ export class Unpacker {
       const dk = lkind(d);
       if (sk === "dir" && dk === "dir") {
         this.merge(s, d, r + "/", null, check);
-        if (!check) fs.rmdirSync(s);
+        if (!check) fs.rmdirSync(fsName(s));
       } else if (sk === "dir" && dk === "other")
         throw new AspError("not_a_directory", `${this.op}: member '${r}' is a directory but ${this.target}/${r} is a file or symlink; remove it first`, { path: r });
       else if (sk !== "dir" && dk === "dir")
         throw new AspError("is_a_directory", `${this.op}: member '${r}' is a file or symlink but ${this.target}/${r} is a directory; remove it first`, { path: r });
-      else if (!check) fs.renameSync(s, d);
+      else if (!check) fs.renameSync(fsName(s), fsName(d));
     }
   }
 
@@ -855,24 +868,24 @@ export class Unpacker {
     try {
       let fresh = false;
       if (!this.exists && lkind(this.target) === "none") {
-        fs.renameSync(this.tmpPath, this.target);
+        fs.renameSync(fsName(this.tmpPath), fsName(this.target));
         fresh = true;
         this.tmp = null;
       } else {
         const skip = this.exists ? this.tmp : null;
         this.merge(this.tmpPath, this.target, "", skip, true);
         this.merge(this.tmpPath, this.target, "", skip, false);
-        fs.rmSync(this.tmpPath, { recursive: true, force: true });
+        fs.rmSync(fsName(this.tmpPath), { recursive: true, force: true });
         this.tmp = null;
       }
       let rootSet = false;
       for (const [rel, mode, mtime] of [...this.dirs].reverse()) {
         const p = rel ? path.join(this.target, rel) : this.target;
-        fs.chmodSync(p, mode & 0o1777);
-        fs.utimesSync(p, when(mtime), when(mtime));
+        fs.chmodSync(fsName(p), mode & 0o1777);
+        fs.utimesSync(fsName(p), when(mtime), when(mtime));
         rootSet ||= !rel;
       }
-      if (fresh && !rootSet) fs.chmodSync(this.target, this.rootMode); // made 0700 as a temporary
+      if (fresh && !rootSet) fs.chmodSync(fsName(this.target), this.rootMode); // made 0700 as a temporary
     } catch (e) {
       throw fromErrno(this.op, e, this.target);
     }
@@ -888,11 +901,11 @@ export class Unpacker {
       const p = this.tmpPath;
       this.tmp = null;
       try {
-        fs.rmSync(p, { recursive: true, force: true });
+        fs.rmSync(fsName(p), { recursive: true, force: true });
       } catch {
         /* a read-only directory inside: made writable, then again */
         fixModes(p);
-        fs.rmSync(p, { recursive: true, force: true });
+        fs.rmSync(fsName(p), { recursive: true, force: true });
       }
     }
   }
@@ -900,9 +913,9 @@ export class Unpacker {
 
 function fixModes(p: string): void {
   try {
-    if (!fs.lstatSync(p).isDirectory()) return;
-    fs.chmodSync(p, 0o700);
-    for (const n of fs.readdirSync(p)) fixModes(path.join(p, n));
+    if (!fs.lstatSync(fsName(p)).isDirectory()) return;
+    fs.chmodSync(fsName(p), 0o700);
+    for (const n of namesOf(p)) fixModes(path.join(p, n));
   } catch {
     /* gone meanwhile */
   }
