@@ -240,6 +240,16 @@ void ssh_proxy_explain(ssh_proxy *p, unsigned wait_ms, char *out, size_t cap)
 		poll(NULL, 0, 5);
 		pthread_mutex_lock(&p->mu);
 	}
+	/* it exited before the stderr thread read its last words: they are in the pipe */
+	uint64_t eof_by = now_ms() + 500;
+	while (p->exited && !p->err_eof && now_ms() < eof_by) {
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		uint64_t ns = (uint64_t)ts.tv_nsec + REAP_SLICE_MS * 1000000ull;
+		ts.tv_sec += (time_t)(ns / 1000000000u);
+		ts.tv_nsec = (long)(ns % 1000000000u);
+		pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+	}
 	char line[300], how[96];
 	last_line_locked(p, line, sizeof line);
 	if (!p->exited)
