@@ -5,7 +5,8 @@
  * transport's command runs behind a delayed pipe. Each figure is a median of wall time
  * divided by the round trip: what a call costs in round trips, the machine's own work
  * included. Then trees copied up and down with `asp cp -r` beside tar through ssh,
- * `scp -r` and `rsync -a`, each timed from a fresh process (connection included).
+ * `scp -r` and `rsync -a`, each timed from a fresh process (connection included); native
+ * SSH also to a sandbox without tar, so its trees go over SFTP.
  *
  *   bench_wan WAN_PROXY ASP_AGENT ASP [--rtt MS]... [--iters N] [--calls-only]
  *             [--trees-only] [--tree-cap S] [--trace ROW]
@@ -33,16 +34,22 @@
 
 extern char **environ;
 
-enum { T_STDIO, T_NATIVE, T_AGENT, T_HTTP, NT };
-static const char *const tname[NT] = {"stdio", "SSH native", "SSH agent mode", "HTTP"};
+/*
+ * The transports; trees also go through native SSH to a second sshd whose sandbox has no
+ * tar (sshd_start_no_tar), so they take the SFTP path (T_SFTP, trees only).
+ */
+enum { T_STDIO, T_NATIVE, T_AGENT, T_HTTP, NT, T_SFTP = NT, NTT };
+static const char *const tname[NTT] = {"stdio", "SSH native", "SSH agent mode", "HTTP",
+                                       "SSH native, SFTP (no tar)"};
 
 static const char *proxy_bin, *agent_bin, *asp_bin;
 static sshd_fixture fx;
-static char sbx[400];   /* the sandbox's folder: every config's cwd */
-static char local[400]; /* the harness's side of tree copies */
-static char kh_proxy[400];
+static sshd_fixture fx_notar; /* started only for trees */
+static char sbx[400];         /* the sandbox's folder: every config's cwd */
+static char local[400];       /* the harness's side of tree copies */
+static char kh_proxy[400], kh_notar[400];
 static char cm_path[400];
-static char cfg[NT][400];
+static char cfg[NTT][400];
 static double rtt_ms;
 static int iters;
 
@@ -147,43 +154,49 @@ static void write_text(const char *path, const char *text)
 		die(path, NULL);
 }
 
-/* known_hosts for the proxy's port: the server's key under that name */
-static void write_proxy_known_hosts(unsigned port)
+/* known_hosts `path` for the proxy's port: the server's key under that name */
+static void write_proxy_known_hosts(const sshd_fixture *f0, unsigned port, const char *path)
 {
-	FILE *f = fopen(fx.known_hosts, "r");
+	FILE *f = fopen(f0->known_hosts, "r");
 	char line[2048];
 	if (!f || !fgets(line, sizeof line, f))
-		die(fx.known_hosts, NULL);
+		die(f0->known_hosts, NULL);
 	fclose(f);
 	char *key = strchr(line, ' ');
 	char out[2200];
 	snprintf(out, sizeof out, "[127.0.0.1]:%u%s", port, key ? key : "\n");
-	write_text(kh_proxy, out);
+	write_text(path, out);
+}
+
+/* A native SSH config through the proxy at `port`; `agent`: its ssh.agent, or NULL. */
+static void write_ssh_config(const char *path, const sshd_fixture *f, unsigned port, const char *kh,
+                             const char *agent)
+{
+	char text[4096], ag[600] = "";
+	if (agent)
+		snprintf(ag, sizeof ag, ", \"agent\": \"%s\"", agent);
+	snprintf(text, sizeof text,
+	         "{\"version\": 1, \"transport\": \"ssh\", \"cwd\": \"%s\", \"ssh\": "
+	         "{\"host\": \"127.0.0.1\", \"port\": %u, \"user\": \"%s\", "
+	         "\"identity_file\": \"%s\", \"known_hosts\": \"%s\", "
+	         "\"connect_timeout_ms\": 30000%s}}\n",
+	         sbx, port, f->user, f->client_key, kh, ag);
+	write_text(path, text);
 }
 
 static void write_configs(unsigned ssh_port, unsigned http_port)
 {
 	char text[4096];
-	for (int t = 0; t < NT; t++)
+	for (int t = 0; t < NTT; t++)
 		snprintf(cfg[t], sizeof cfg[t], "%s/%s.json", fx.dir,
-		         (const char *[]){"stdio", "native", "agent", "http"}[t]);
+		         (const char *[]){"stdio", "native", "agent", "http", "native-notar"}[t]);
 	snprintf(text, sizeof text,
 	         "{\"version\": 1, \"transport\": \"stdio\", \"cwd\": \"%s\", \"stdio\": "
 	         "{\"command\": [\"%s\", \"%g\", \"pipe\", \"%s\", \"--stdio\"]}}\n",
 	         sbx, proxy_bin, rtt_ms / 2, agent_bin);
 	write_text(cfg[T_STDIO], text);
-	for (int t = T_NATIVE; t <= T_AGENT; t++) {
-		char ag[600] = "";
-		if (t == T_AGENT)
-			snprintf(ag, sizeof ag, ", \"agent\": \"%s\"", agent_bin);
-		snprintf(text, sizeof text,
-		         "{\"version\": 1, \"transport\": \"ssh\", \"cwd\": \"%s\", \"ssh\": "
-		         "{\"host\": \"127.0.0.1\", \"port\": %u, \"user\": \"%s\", "
-		         "\"identity_file\": \"%s\", \"known_hosts\": \"%s\", "
-		         "\"connect_timeout_ms\": 30000%s}}\n",
-		         sbx, ssh_port, fx.user, fx.client_key, kh_proxy, ag);
-		write_text(cfg[t], text);
-	}
+	write_ssh_config(cfg[T_NATIVE], &fx, ssh_port, kh_proxy, NULL);
+	write_ssh_config(cfg[T_AGENT], &fx, ssh_port, kh_proxy, agent_bin);
 	snprintf(text, sizeof text,
 	         "{\"version\": 1, \"transport\": \"http\", \"cwd\": \"%s\", \"http\": "
 	         "{\"url\": \"http://127.0.0.1:%u\"}}\n",
@@ -909,8 +922,8 @@ static double tree_cap = 120;
 /* The copies of one tree: asp per transport up and down, then the peers. */
 enum {
 	K_ASP_UP,
-	K_ASP_DOWN = K_ASP_UP + NT,
-	K_TAR_UP = K_ASP_DOWN + NT,
+	K_ASP_DOWN = K_ASP_UP + NTT,
+	K_TAR_UP = K_ASP_DOWN + NTT,
 	K_TAR_DOWN,
 	K_SCP_UP,
 	K_SCP_DOWN,
@@ -1071,7 +1084,7 @@ static void print_trees(void)
 	       rtt_ms, tree_reps);
 	printf("| copy | %s up | %s down | %s up | %s down |\n|---|---|---|---|---|\n",
 	       trees[0].name, trees[0].name, trees[1].name, trees[1].name);
-	for (int t = 0; t < NT; t++) {
+	for (int t = 0; t < NTT; t++) {
 		printf("| `asp cp -r`, %s |", tname[t]);
 		for (int w = 0; w < 2; w++) {
 			tree_cell(trees[w].s[K_ASP_UP + t], trees[w].s[K_TAR_UP]);
@@ -1089,6 +1102,26 @@ static void print_trees(void)
 		}
 		printf("\n");
 	}
+}
+
+/* The SFTP column's sandbox does what it says: a command finds no tar there. */
+static void check_no_tar(void)
+{
+	ctx x;
+	open_ctx(&x, T_SFTP);
+	asp_exec_params p;
+	asp_exec_params_init(&p);
+	p.command = "command -v tar";
+	asp_exec_result r;
+	asp_error e;
+	if (asp_exec(x.c, &p, &r, x.a, &e) != ASP_OK)
+		die("the sshd without tar", &e);
+	if (r.exit_code == 0) {
+		fprintf(stderr, "bench_wan: the sshd without tar finds one: %.*s\n",
+		        (int)r.stdout_data.len, (const char *)r.stdout_data.data);
+		exit(1);
+	}
+	close_ctx(&x);
 }
 
 static void measure_trees(void)
@@ -1171,6 +1204,11 @@ int main(int argc, char **argv)
 	mkdir(local, 0755);
 	make_sandbox();
 	start_listener();
+	if (do_trees && !trace && sshd_start_no_tar(&fx_notar) < 0) {
+		fprintf(stderr, "bench_wan: the sshd without tar: %s\n", fx_notar.why);
+		return 1;
+	}
+	snprintf(kh_notar, sizeof kh_notar, "%s/known_hosts_proxy_notar", fx.dir);
 	char host[256] = "?";
 	gethostname(host, sizeof host);
 	printf("## bench-wan: %s, %ld cores, OpenSSH sshd and asp-agent on 127.0.0.1 behind "
@@ -1180,12 +1218,18 @@ int main(int argc, char **argv)
 		rtt_ms = rtts[r];
 		iters = want_iters ? want_iters : rtt_ms >= 50 ? 5 : 7;
 		tree_reps = rtt_ms >= 50 ? 1 : 3;
-		pid_t pssh, phttp;
+		pid_t pssh, phttp, pnotar = 0;
 		unsigned qssh = proxy_start(fx.port, "proxy-ssh", &pssh);
 		unsigned qhttp = proxy_start(listener_port, "proxy-http", &phttp);
 		snprintf(ssh_port_s, sizeof ssh_port_s, "%u", qssh);
-		write_proxy_known_hosts(qssh);
+		write_proxy_known_hosts(&fx, qssh, kh_proxy);
 		write_configs(qssh, qhttp);
+		if (fx_notar.pid > 0) {
+			unsigned q = proxy_start(fx_notar.port, "proxy-notar", &pnotar);
+			write_proxy_known_hosts(&fx_notar, q, kh_notar);
+			write_ssh_config(cfg[T_SFTP], &fx_notar, q, kh_notar, NULL);
+			check_no_tar();
+		}
 		memset(&fig, 0, sizeof fig);
 		if (trace) {
 			trace_row(trace);
@@ -1202,8 +1246,11 @@ int main(int argc, char **argv)
 		fflush(stdout);
 		stop_bg(pssh);
 		stop_bg(phttp);
+		stop_bg(pnotar);
 	}
 	stop_bg(listener);
 	sshd_stop(&fx);
+	if (fx_notar.pid > 0)
+		sshd_stop(&fx_notar);
 	return 0;
 }
