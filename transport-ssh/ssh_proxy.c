@@ -220,6 +220,17 @@ asp_status ssh_proxy_start(const char *const *argv, ssh_proxy **out, int *fd, as
 	return ASP_OK;
 }
 
+/* Under mu: waits for the stderr thread's signal, REAP_SLICE_MS at most. */
+static void wait_slice_locked(ssh_proxy *p)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	uint64_t ns = (uint64_t)ts.tv_nsec + REAP_SLICE_MS * 1000000ull;
+	ts.tv_sec += (time_t)(ns / 1000000000u);
+	ts.tv_nsec = (long)(ns % 1000000000u);
+	pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+}
+
 void ssh_proxy_explain(ssh_proxy *p, unsigned wait_ms, char *out, size_t cap)
 {
 	/* a closed socket usually means the command is exiting: give it a moment, first for
@@ -228,12 +239,7 @@ void ssh_proxy_explain(ssh_proxy *p, unsigned wait_ms, char *out, size_t cap)
 	uint64_t until = now_ms() + (p->waited ? 0 : wait_ms);
 	p->waited = p->waited || wait_ms > 0;
 	while (!p->err_eof && !exited_locked(p) && now_ms() < until) {
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		uint64_t ns = (uint64_t)ts.tv_nsec + REAP_SLICE_MS * 1000000ull;
-		ts.tv_sec += (time_t)(ns / 1000000000u);
-		ts.tv_nsec = (long)(ns % 1000000000u);
-		pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+		wait_slice_locked(p);
 	}
 	while (!exited_locked(p) && now_ms() < until) {
 		pthread_mutex_unlock(&p->mu);
@@ -243,12 +249,7 @@ void ssh_proxy_explain(ssh_proxy *p, unsigned wait_ms, char *out, size_t cap)
 	/* it exited before the stderr thread read its last words: they are in the pipe */
 	uint64_t eof_by = now_ms() + 500;
 	while (p->exited && !p->err_eof && now_ms() < eof_by) {
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		uint64_t ns = (uint64_t)ts.tv_nsec + REAP_SLICE_MS * 1000000ull;
-		ts.tv_sec += (time_t)(ns / 1000000000u);
-		ts.tv_nsec = (long)(ns % 1000000000u);
-		pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+		wait_slice_locked(p);
 	}
 	char line[300], how[96];
 	last_line_locked(p, line, sizeof line);
