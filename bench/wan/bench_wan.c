@@ -918,6 +918,8 @@ static void print_calls(void)
 
 static int tree_reps;
 static double tree_cap = 120;
+static unsigned tree_rows = ~0u; /* the transports whose copies run (bit per T_*) */
+static bool tree_peers = true;   /* scp and rsync too (tar always: the ratios need it) */
 
 /* The copies of one tree: asp per transport up and down, then the peers. */
 enum {
@@ -1043,6 +1045,9 @@ static void measure_tree(int which, const char *name, const char *src_local, con
 				         ssh_cmd, fx.user, src_remote, down_dst);
 			if (rep > 0 && k[j] == 0 && v[j][0] > tree_cap)
 				continue; /* stopped once: not again */
+			if ((j < K_TAR_UP && !(tree_rows >> ((j - K_ASP_UP) % NTT) & 1)) ||
+			    (j >= K_SCP_UP && !tree_peers))
+				continue; /* not asked for: "—" */
 			double s = time_copy(clean, line);
 			if (s < 0) {
 				fprintf(stderr, "bench_wan: failed: %s\n", line);
@@ -1065,9 +1070,11 @@ static void measure_tree(int which, const char *name, const char *src_local, con
 	shell(clean_down);
 }
 
-static void tree_cell(double s, double tar)
+static void tree_cell(double s, double tar, bool ran)
 {
-	if (s < 0)
+	if (!ran)
+		printf(" — |");
+	else if (s < 0)
 		printf(" failed |");
 	else if (s > tree_cap)
 		printf(" > %g s ✗ |", tree_cap);
@@ -1087,18 +1094,20 @@ static void print_trees(void)
 	for (int t = 0; t < NTT; t++) {
 		printf("| `asp cp -r`, %s |", tname[t]);
 		for (int w = 0; w < 2; w++) {
-			tree_cell(trees[w].s[K_ASP_UP + t], trees[w].s[K_TAR_UP]);
-			tree_cell(trees[w].s[K_ASP_DOWN + t], trees[w].s[K_TAR_DOWN]);
+			bool ran = tree_rows >> t & 1;
+			tree_cell(trees[w].s[K_ASP_UP + t], trees[w].s[K_TAR_UP], ran);
+			tree_cell(trees[w].s[K_ASP_DOWN + t], trees[w].s[K_TAR_DOWN], ran);
 		}
 		printf("\n");
 	}
-	static const char *const peers[] = {"`tar -cf - . | ssh host tar -xf -`", "`scp -r`",
+	/* a table cell's '|' is escaped, also inside code */
+	static const char *const peers[] = {"`tar -cf - . \\| ssh host tar -xf -`", "`scp -r`",
 	                                    "`rsync -a`"};
 	for (int p = 0; p < 3; p++) {
 		printf("| %s |", peers[p]);
 		for (int w = 0; w < 2; w++) {
-			tree_cell(trees[w].s[K_TAR_UP + 2 * p], 0);
-			tree_cell(trees[w].s[K_TAR_UP + 2 * p + 1], 0);
+			tree_cell(trees[w].s[K_TAR_UP + 2 * p], 0, p == 0 || tree_peers);
+			tree_cell(trees[w].s[K_TAR_UP + 2 * p + 1], 0, p == 0 || tree_peers);
 		}
 		printf("\n");
 	}
@@ -1143,6 +1152,28 @@ static void measure_trees(void)
 
 /* ---- main ----------------------------------------------------------------------------- */
 
+/* --trees-of stdio,native,agent,http,sftp: only those rows' copies (and tar's), for
+ * looking at one path at a time. */
+static void trees_of(const char *list)
+{
+	static const char *const key[NTT] = {"stdio", "native", "agent", "http", "sftp"};
+	tree_rows = 0;
+	tree_peers = false;
+	char buf[200];
+	snprintf(buf, sizeof buf, "%s", list);
+	for (char *save, *w = strtok_r(buf, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+		int t = 0;
+		while (t < NTT && strcmp(w, key[t]))
+			t++;
+		if (t == NTT) {
+			fprintf(stderr, "bench_wan: --trees-of: '%s' is none of "
+			                "stdio, native, agent, http, sftp\n", w);
+			exit(2);
+		}
+		tree_rows |= 1u << t;
+	}
+}
+
 static pid_t listener;
 static unsigned listener_port;
 
@@ -1160,7 +1191,7 @@ int main(int argc, char **argv)
 	if (argc < 4) {
 		fprintf(stderr,
 		        "usage: bench_wan WAN_PROXY ASP_AGENT ASP [--rtt MS]... [--iters N] "
-		        "[--calls-only] [--trees-only] [--tree-cap S]\n");
+		        "[--calls-only] [--trees-only] [--tree-cap S] [--trees-of LIST]\n");
 		return 2;
 	}
 	static char pb[4096], ab[4096], cb[4096];
@@ -1186,6 +1217,8 @@ int main(int argc, char **argv)
 			do_trees = false;
 		else if (!strcmp(argv[i], "--trees-only"))
 			calls = false;
+		else if (!strcmp(argv[i], "--trees-of") && i + 1 < argc)
+			trees_of(argv[++i]);
 	}
 	if (!nrtt) {
 		rtts[nrtt++] = 20;
