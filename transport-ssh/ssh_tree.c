@@ -1108,7 +1108,7 @@ asp_status ssh_tree_write(ssh_trees *ts, const asp_tree_write_params *p, asp_tre
                           asp_error *err)
 {
 	memset(r, 0, sizeof *r);
-	asp_status st = asp_check_required("tree_write", "path", p->path, err);
+	asp_status st = asp_check_path("tree_write", p->path, err);
 	if (st != ASP_OK)
 		return st;
 	if (p->data.len && !p->data.data)
@@ -1204,7 +1204,7 @@ asp_status ssh_tree_read(ssh_trees *ts, const asp_tree_read_params *p, asp_tree_
                          asp_proc_sub *sub, asp_error *err)
 {
 	r->proc = 0;
-	asp_status st = asp_check_required("tree_read", "path", p->path, err);
+	asp_status st = asp_check_path("tree_read", p->path, err);
 	if (st != ASP_OK) {
 		asp_proc_sub_fail(sub);
 		return st;

@@ -35,3 +35,14 @@ asp_status asp_check_required(const char *op, const char *field, const char *val
 	return asp_error_set(err, ASP_E_INVALID_ARGUMENT, NULL, "%s: field '%s' is required", op,
 	                     field);
 }
+
+asp_status asp_check_path(const char *op, const char *path, asp_error *err)
+{
+	if (path && path[0])
+		return ASP_OK;
+	if (!path)
+		return asp_check_required(op, "path", path, err);
+	return asp_error_set(
+	    err, ASP_E_NOT_FOUND, NULL,
+	    "%s: 'path' is empty, which names nothing; '.' is the working directory", op);
+}

@@ -2173,9 +2173,13 @@ const conf_case conf_cases[] = {
                "tree_write: escaping names, links, devices, pax lies, cut streams refused"),
     CASE_NEEDS(tree_write_cancel, "tree_write proc_write proc_wait proc_signal", NULL,
                "tree_write: KILL and a cut end leave nothing; a stale offset is refused"),
+    CASE_NEEDS(tree_write_empty_path, "tree_write proc_signal", NULL,
+               "tree_write: an empty path is not_found, not the working directory"),
     CASE_NEEDS(tree_read_roundtrip, "tree_write tree_read", "follow",
                "tree_read: the tree as a stream, in order, with exclude"),
     CASE_NEEDS(tree_read_errors, "tree_write tree_read", NULL, "tree_read: a missing path, a file"),
+    CASE_NEEDS(tree_read_empty_path, "tree_read", NULL,
+               "tree_read: an empty path is not_found, not the working directory"),
 };
 
 const size_t conf_case_count = sizeof conf_cases / sizeof conf_cases[0];

@@ -561,6 +561,29 @@ void tree_write_cancel(conf_ctx *ctx)
 	CONF_OK(ctx, do_signal(ctx, r.proc, "KILL", &err), &err);
 }
 
+/*
+ * An empty path names no directory: not_found, as for every op that takes a path
+ * (docs/design.md, "Operations"), never the responder's working directory. The stream
+ * is an empty archive, so a responder that took "" has nothing to put there.
+ */
+void tree_write_empty_path(conf_ctx *ctx)
+{
+	tb b = {0};
+	tb_end(&b);
+	asp_tree_write_result r;
+	asp_error err, serr;
+	asp_status st = tree_write(ctx, "", &b, true, &r, &err);
+	/* and as the start of a stream, KILLed if it opens */
+	asp_status sst = tree_write(ctx, "", &b, false, &r, &serr);
+	if (sst == ASP_OK)
+		do_signal(ctx, r.proc, "KILL", &serr);
+	free(b.p);
+	CONF_ERR(ctx, st, ASP_E_NOT_FOUND, &err);
+	CONF_CHECKF(ctx, strstr(err.message, "empty"),
+	            "the message does not say the path is empty: %s", err.message);
+	CONF_ERR(ctx, sst, ASP_E_NOT_FOUND, &serr);
+}
+
 /* ---- tree_read -------------------------------------------------------------------- */
 
 typedef struct listing {
@@ -709,4 +732,18 @@ PROC_CASE(tree_read_errors)
 	CONF_OK(ctx, st, &err);
 	CONF_ERR(ctx, read_error(ctx, f, in_dir(ctx, "t/a.txt"), &err), ASP_E_NOT_A_DIRECTORY,
 	         &err);
+}
+
+/* An empty path names no directory: not_found, not a stream of the working directory. */
+PROC_CASE(tree_read_empty_path)
+{
+	asp_error err;
+	asp_status st = read_error(ctx, f, "", &err);
+	if (st == ASP_E_UNSUPPORTED) {
+		conf_na(ctx, "%s", err.message);
+		return;
+	}
+	CONF_ERR(ctx, st, ASP_E_NOT_FOUND, &err);
+	CONF_CHECKF(ctx, strstr(err.message, "empty"),
+	            "the message does not say the path is empty: %s", err.message);
 }

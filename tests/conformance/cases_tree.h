@@ -9,7 +9,9 @@ void tree_write_chunked(conf_ctx *ctx);
 void tree_write_merge(conf_ctx *ctx);
 void tree_write_hostile(conf_ctx *ctx);
 void tree_write_cancel(conf_ctx *ctx);
+void tree_write_empty_path(conf_ctx *ctx);
 void tree_read_roundtrip(conf_ctx *ctx);
 void tree_read_errors(conf_ctx *ctx);
+void tree_read_empty_path(conf_ctx *ctx);
 
 #endif

@@ -309,6 +309,8 @@ static void test_http_post(void)
 	    {"tree_read_roundtrip", NEEDS_FOLLOW_POST},
 	    {"tree_read_errors",
 	     {"needs the WebSocket", "\"websocket\": false", "remove that key"}},
+	    {"tree_read_empty_path",
+	     {"needs the WebSocket", "\"websocket\": false", "remove that key"}},
 	    {"connect_echo_and_half_close", NEEDS_FOLLOW_POST},
 	    {"connect_large_round_trip", NEEDS_FOLLOW_POST},
 	    {"connect_kill_and_errors", NEEDS_FOLLOW_POST},

@@ -1446,6 +1446,24 @@ async function tree_write_cancel(ctx) {
   await ok(ctx.c.proc_signal({ proc: r.proc, signal: "KILL" }));
 }
 
+async function tree_write_empty_path(ctx) {
+  // an empty archive, so a responder that took "" has nothing to put there
+  const end = new Uint8Array(1024);
+  const e = await err("not_found", ctx.c.tree_write({ path: "", data: end, eof: true }));
+  check(e.message.includes("empty"), `the message does not say the path is empty: ${e.message}`);
+  // and as the start of a stream, KILLed if it opens
+  let r;
+  try {
+    r = await ctx.c.tree_write({ path: "", data: end });
+  } catch (e) {
+    if (!(e instanceof asp.AspError)) throw e;
+    check(e.code === "not_found", `a stream to '': expected not_found, got ${e.code}: ${e.message}`);
+    return;
+  }
+  await ctx.c.proc_signal({ proc: r.proc, signal: "KILL" });
+  throw new Fail("a stream to '': expected not_found, got a handle");
+}
+
 /** tree_read of `path` followed to its end: the members as 'kind mode name size' lines,
  * the file bytes, the exit. Skip where nothing can follow it. */
 async function treeReadStream(ctx, path, exclude) {
@@ -1499,7 +1517,7 @@ async function treeReadError(ctx, path, code) {
     if (!(e instanceof asp.AspError)) throw e;
     if (e.code === "unsupported") throw new Skip(`n/a: ${e.message}`);
     check(e.code === code, `tree_read ${path}: expected ${code}, got ${e.code}: ${e.message}`);
-    return;
+    return e;
   }
   p.close();
   throw new Fail(`tree_read ${path}: expected ${code}, got a stream`);
@@ -1509,6 +1527,11 @@ async function tree_read_errors(ctx) {
   await treeReadError(ctx, ctx.P("missing"), "not_found");
   await ok(ctx.c.tree_write({ path: ctx.P("t"), data: treeSample(), eof: true }));
   await treeReadError(ctx, ctx.P("t/a.txt"), "not_a_directory");
+}
+
+async function tree_read_empty_path(ctx) {
+  const e = await treeReadError(ctx, "", "not_found");
+  check(e.message.includes("empty"), `the message does not say the path is empty: ${e.message}`);
 }
 
 const CASES = [
@@ -1532,7 +1555,17 @@ const CASES = [
 // added to the table is run here too or shows up as missing.
 const TABLE_PREFIXES = ["tree_"];
 const TABLE_BODIES = new Map(
-  [tree_write_small, tree_write_chunked, tree_write_merge, tree_write_hostile, tree_write_cancel, tree_read_roundtrip, tree_read_errors].map((f) => [
+  [
+    tree_write_small,
+    tree_write_chunked,
+    tree_write_merge,
+    tree_write_hostile,
+    tree_write_cancel,
+    tree_write_empty_path,
+    tree_read_roundtrip,
+    tree_read_errors,
+    tree_read_empty_path,
+  ].map((f) => [
     f.name,
     f,
   ]),

@@ -1418,6 +1418,22 @@ def tree_write_cancel(ctx):
     ok(ctx.c.proc_signal, r.proc, "KILL")
 
 
+def tree_write_empty_path(ctx):
+    # an empty archive, so a responder that took "" has nothing to put there
+    end = bytes(1024)
+    e = err("not_found", ctx.c.tree_write, "", data=end, eof=True)
+    check("empty" in e.message, "the message does not say the path is empty: %s" % e.message)
+    # and as the start of a stream, KILLed if it opens
+    try:
+        r = ctx.c.tree_write("", data=end)
+    except asp.AspError as e:
+        check(e.code == "not_found", "a stream to '': expected not_found, got %s: %s" %
+              (e.code, e.message))
+        return
+    ctx.c.proc_signal(r.proc, "KILL")
+    raise Fail("a stream to '': expected not_found, got a handle")
+
+
 def tree_read_stream(ctx, path, exclude=None):
     """tree_read of `path` followed to its end: the members as 'kind mode name size' lines,
     the file bytes, the exit. Skip where nothing can follow it."""
@@ -1471,7 +1487,7 @@ def tree_read_error(ctx, path, code):
             raise Skip("n/a: " + e.message)
         check(e.code == code, "tree_read %s: expected %s, got %s: %s" % (path, code, e.code,
                                                                          e.message))
-        return
+        return e
     p.close()
     raise Fail("tree_read %s: expected %s, got a stream" % (path, code))
 
@@ -1480,6 +1496,11 @@ def tree_read_errors(ctx):
     tree_read_error(ctx, ctx.P("missing"), "not_found")
     ok(ctx.c.tree_write, ctx.P("t"), data=tree_sample(), eof=True)
     tree_read_error(ctx, ctx.P("t/a.txt"), "not_a_directory")
+
+
+def tree_read_empty_path(ctx):
+    e = tree_read_error(ctx, "", "not_found")
+    check("empty" in e.message, "the message does not say the path is empty: %s" % e.message)
 
 
 CASES = [
@@ -1560,7 +1581,8 @@ CASES = [
 TABLE_PREFIXES = ("tree_",)
 TABLE_BODIES = {f.__name__: f for f in (tree_write_small, tree_write_chunked, tree_write_merge,
                                         tree_write_hostile, tree_write_cancel,
-                                        tree_read_roundtrip, tree_read_errors)}
+                                        tree_write_empty_path, tree_read_roundtrip,
+                                        tree_read_errors, tree_read_empty_path)}
 
 
 def table_cases(asp_cli):

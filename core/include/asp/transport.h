@@ -140,6 +140,13 @@ asp_status asp_check_tty_size(const char *what, uint64_t rows, uint64_t cols, as
 asp_status asp_check_required(const char *op, const char *field, const char *value, asp_error *err);
 
 /*
+ * A path every backend checks alike (docs/design.md, "Operations"): NULL is
+ * asp_check_required's invalid_argument; "" names nothing and is not_found, as the file
+ * ops answer it, so no op takes it for the working directory ("." is that).
+ */
+asp_status asp_check_path(const char *op, const char *path, asp_error *err);
+
+/*
  * The directory part of `path`, malloc'd: "a" for "a//b", "/" for "/b". NULL when it has
  * none ("b") or out of memory; strchr(path, '/') tells the two apart.
  */

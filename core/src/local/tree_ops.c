@@ -154,7 +154,7 @@ asp_status local_op_tree_write(void *self, const asp_tree_write_params *p, asp_t
 	(void)a;
 	asp_local_conn *c = self;
 	r->proc = 0;
-	asp_status st = asp_check_required("tree_write", "path", p->path, err);
+	asp_status st = asp_check_path("tree_write", p->path, err);
 	if (st != ASP_OK)
 		return st;
 	if (p->data.len && !p->data.data)
@@ -254,7 +254,7 @@ asp_status local_op_tree_read(void *self, const asp_tree_read_params *p, asp_tre
 	(void)a;
 	asp_local_conn *c = self;
 	r->proc = 0;
-	asp_status st = asp_check_required("tree_read", "path", p->path, err);
+	asp_status st = asp_check_path("tree_read", p->path, err);
 	if (st != ASP_OK)
 		return st;
 	if (!c->has_sink)
