@@ -485,7 +485,7 @@ static asp_status send_readdir(sftpc *f, const handle *h, sreq *r, asp_error *er
 static asp_status read_dir(sftpc *f, const char *path, bool first_only, dlist *out, int *fx,
                            char *srv, size_t cap, asp_error *err)
 {
-	asp_status st = sftp_ready(f, err);
+	asp_status st = sftp_start(f, err);
 	if (st != ASP_OK)
 		return st;
 	handle g = {.len = 4}, h;
@@ -852,11 +852,11 @@ static asp_status open_read(sftpc *f, const char *path, uint64_t base, uint8_t *
 	*got = 0;
 	*eof = false;
 	*fx = *ofx = FX_OK;
-	asp_status st = sftp_ready(f, err);
+	asp_status st = sftp_start(f, err);
 	if (st != ASP_OK)
 		return st;
 	sreq rs;
-	size_t csz = f->max_read ? f->max_read : 32768;
+	size_t csz = f->max_read ? f->max_read : 32768; /* the default until the limits came */
 	size_t ahead = want < GUESS_BYTES ? want : GUESS_BYTES;
 	size_t n = ahead ? (ahead + csz - 1) / csz : 0, sent = 0;
 	struct chunk *q = n ? calloc(n, sizeof *q) : NULL;
@@ -961,7 +961,7 @@ typedef struct wplan {
 	 */
 	bool first_mode;
 	uint32_t narrow;
-	bool sync;  /* fsync@openssh.com after the writes */
+	bool sync;  /* fsync@openssh.com after the writes (where the server has it) */
 	bool size;  /* FSTAT after the writes, into `after` */
 	bool attrs; /* FSETSTAT to `set` after the writes (a tree's member: mode and mtime) */
 	sattr set;
@@ -981,9 +981,12 @@ enum { W_PRE = 1, W_DATA = 2, W_POST = 4 };
 
 #define WREQ_MAX(len, csz) (((len) + (csz)-1) / (csz) + 6)
 
-/* Sends the `parts` of plan `w` on handle `x`, appending each to q[*n]. */
-static asp_status plan_send(sftpc *f, const wplan *w, const handle *x, int parts, wreq *q,
-                            size_t *n, asp_error *err)
+/*
+ * Sends the `parts` of plan `w` on handle `x`, appending each to q[*n]; the data in
+ * WRITEs of `csz` bytes (what q was sized for).
+ */
+static asp_status plan_send(sftpc *f, const wplan *w, const handle *x, int parts, size_t csz,
+                            wreq *q, size_t *n, asp_error *err)
 {
 	asp_status st = ASP_OK;
 	if ((parts & W_PRE) && w->first_mode) {
@@ -994,7 +997,6 @@ static asp_status plan_send(sftpc *f, const wplan *w, const handle *x, int parts
 		if (st == ASP_OK)
 			st = send_on_handle(f, FXP_FSETSTAT, NULL, x, &nm, &q[(*n)++].c.r, err);
 	}
-	size_t csz = f->max_write ? f->max_write : 32768;
 	for (uint64_t off = 0; st == ASP_OK && (parts & W_DATA) && off < w->len; off += csz) {
 		wreq *r = &q[(*n)++];
 		r->k = W_WRITE;
@@ -1003,7 +1005,11 @@ static asp_status plan_send(sftpc *f, const wplan *w, const handle *x, int parts
 		memset(&r->c.r, 0, sizeof r->c.r);
 		st = send_chunk(f, FXP_WRITE, x, w->base, &r->c, w->data + off, err);
 	}
-	if (st == ASP_OK && (parts & W_POST) && w->sync && f->fsync) {
+	/*
+	 * Before VERSION it is not known whether the server has fsync: asked all the same,
+	 * and an answer from a server without it does not count (plan_await).
+	 */
+	if (st == ASP_OK && (parts & W_POST) && w->sync && (f->fsync || !f->version_seen)) {
 		q[*n].k = W_SYNC;
 		st = send_on_handle(f, FXP_EXTENDED, "fsync@openssh.com", x, NULL, &q[(*n)++].c.r,
 		                    err);
@@ -1040,6 +1046,20 @@ static asp_status await_attrs(sftpc *f, sreq *r, sattr *a, int *fx, bool count, 
 	return st;
 }
 
+/* An fsync's answer, which counts only where the server has fsync (VERSION said it). */
+static asp_status await_sync(sftpc *f, sreq *r, int *fx, char *srv, size_t cap, asp_error *err)
+{
+	int sfx = FX_OK;
+	char text[256] = "";
+	asp_status st = await_status(f, r, &sfx, text, sizeof text, err);
+	if (st == ASP_OK && f->fsync && sfx != FX_OK && *fx == FX_OK) {
+		*fx = sfx;
+		if (srv)
+			snprintf(srv, cap, "%s", text);
+	}
+	return st;
+}
+
 /* The answers to q[from .. n) into the plan. */
 static asp_status plan_await(sftpc *f, wplan *w, wreq *q, size_t from, size_t n, char *srv,
                              size_t cap, asp_error *err)
@@ -1056,6 +1076,8 @@ static asp_status plan_await(sftpc *f, wplan *w, wreq *q, size_t from, size_t n,
 			s2 = await_attrs(f, &q[i].c.r, &w->after, &w->wfx, true, err);
 		else if (q[i].k == W_NARROW)
 			s2 = await_status(f, &q[i].c.r, &ignored, NULL, 0, err);
+		else if (q[i].k == W_SYNC)
+			s2 = await_sync(f, &q[i].c.r, &w->wfx, srv, cap, err);
 		else
 			s2 = await_status(f, &q[i].c.r, &w->wfx, srv, cap, err);
 		if (st == ASP_OK)
@@ -1075,10 +1097,10 @@ static asp_status open_write(sftpc *f, const char *path, uint32_t flags, const s
                              sattr *sat, int *sfx, int *ofx, char *srv, size_t cap, asp_error *err)
 {
 	*ofx = w->wfx = FX_OK;
-	asp_status st = sftp_ready(f, err);
+	asp_status st = sftp_start(f, err);
 	if (st != ASP_OK)
 		return st;
-	size_t csz = f->max_write ? f->max_write : 32768;
+	size_t csz = f->max_write ? f->max_write : 32768; /* the default until the limits came */
 	size_t n = 0, qn = WREQ_MAX(w->len <= GUESS_BYTES ? w->len : 0, csz);
 	wreq *q = calloc(qn, sizeof *q);
 	if (!q)
@@ -1096,7 +1118,7 @@ static asp_status open_write(sftpc *f, const char *path, uint32_t flags, const s
 	if (st == ASP_OK)
 		st = send_open(f, path, flags, at, false, &ro, err);
 	if (st == ASP_OK && guessed)
-		st = plan_send(f, w, &g, W_PRE | W_DATA | W_POST, q, &n, err);
+		st = plan_send(f, w, &g, W_PRE | W_DATA | W_POST, csz, q, &n, err);
 	sftp_batch_end(f);
 	if (stat_sent) {
 		if (st == ASP_OK)
@@ -1127,14 +1149,14 @@ static asp_status open_write(sftpc *f, const char *path, uint32_t flags, const s
 	}
 	/* on the real handle: the first FSTAT and FSETSTAT, the data, then the rest */
 	n = 0;
-	st = plan_send(f, w, &h, W_PRE, q, &n, err);
+	st = plan_send(f, w, &h, W_PRE, csz, q, &n, err);
 	if (st == ASP_OK)
 		st = plan_await(f, w, q, 0, n, srv, cap, err);
 	if (st == ASP_OK)
 		st = bulk_write(f, &h, w->base, w->data, w->len, &w->wfx, srv, cap, err);
 	size_t post = n;
 	if (st == ASP_OK)
-		st = plan_send(f, w, &h, W_POST, q, &n, err);
+		st = plan_send(f, w, &h, W_POST, csz, q, &n, err);
 	else
 		close_nowait(f, &h);
 	asp_status s2 = plan_await(f, w, q, post, n, srv, cap, err);
@@ -1425,10 +1447,13 @@ static char *temp_name(const char *target)
 static asp_status rename_over(sftpc *f, const char *from, const char *to, int *fx, char *srv,
                               size_t cap, asp_error *err)
 {
+	asp_status st = sftp_ready(f, err); /* which of the two: VERSION says */
+	if (st != ASP_OK)
+		return st;
 	if (f->posix_rename)
 		return call_status(f, FXP_EXTENDED, "posix-rename@openssh.com", from, to, NULL, fx,
 		                   srv, cap, err);
-	asp_status st = call_status(f, FXP_RENAME, NULL, from, to, NULL, fx, srv, cap, err);
+	st = call_status(f, FXP_RENAME, NULL, from, to, NULL, fx, srv, cap, err);
 	if (st != ASP_OK || *fx != FX_FAILURE)
 		return st;
 	/* SFTP v3's rename refuses an existing target: not atomic, but what the server allows */

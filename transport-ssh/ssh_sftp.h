@@ -142,7 +142,14 @@ struct sftpc {
 	ssh_channel ch;
 	bool opening;
 	bool wbusy;
+	/* the handshake: requests go out behind INIT before these come (sftp_start) */
+	bool started; /* the subsystem request was answered */
 	bool version_seen;
+	uint64_t setup_dl; /* by when both must have come */
+	sreq lim;          /* limits@openssh.com, asked with INIT */
+	/* the last handshake failed: the requests sent with it are answered with this */
+	bool setup_failed;
+	asp_error setup_err;
 	uint32_t next_id;
 	sreq *pending;
 	uint8_t *rx;
@@ -158,30 +165,41 @@ struct sftpc {
 
 /* Under the lock, all of these. */
 
-/* Opens the channel and does the version exchange if not done yet. */
+/*
+ * Opens the channel if it is not open and sends INIT and limits@openssh.com, without
+ * waiting for their answers: requests may follow at once, sftp-server answers them in
+ * order after VERSION. Until VERSION came, posix_rename and fsync are false and
+ * max_read, max_write the default chunk (32 KiB, which every server takes).
+ */
+asp_status sftp_start(sftpc *f, asp_error *err);
+/* sftp_start, then waits for VERSION and the limits: for a request whose form they decide. */
 asp_status sftp_ready(sftpc *f, asp_error *err);
 /*
- * Sends one request: `b` holds the body after the id; `tail` (may be NULL) is sent right
- * after it (the bytes of a WRITE). `r` gets its id and waits in the pending list.
+ * Sends one request (sftp_start first): `b` holds the body after the id; `tail` (may be
+ * NULL) is sent right after it (the bytes of a WRITE). `r` gets its id and waits in the
+ * pending list.
  */
 asp_status sftp_send(sftpc *f, uint8_t type, sbuild *b, const uint8_t *tail, size_t tail_len,
                      sreq *r, asp_error *err);
-/* Waits for r's reply. transport_error when the connection or channel was lost. */
+/*
+ * Waits for r's reply, taking the handshake's answers on the way. transport_error when
+ * the connection or channel was lost, or the handshake's own error when it failed.
+ */
 asp_status sftp_await(sftpc *f, sreq *r, asp_error *err);
 /* Takes r out of the pending list if it is there (its reply will be dropped) and frees
  * its body. Safe on a request that was never sent. */
 void sftp_forget(sftpc *f, sreq *r);
 /*
  * Hands each whole packet in rx[rx_off .. rx_len) to the request waiting for its id (or
- * takes it as the VERSION reply) and moves rx_off past it. false on a length no server
- * sends (0, or above 1 MiB): the stream is unusable. No I/O: the fuzz target's seam.
+ * takes it as the VERSION or the limits reply) and moves rx_off past it. false on a length no
+ * server sends (0, or above 1 MiB): the stream is unusable. No I/O: the fuzz target's seam.
  */
 bool sftp_take_packets(sftpc *f);
 /* The status code of a STATUS reply; -1 for any other reply. */
 int sftp_status(const sreq *r);
 /*
  * Between these, only this thread sends on the channel (others wait), so a request
- * naming a guessed handle follows its OPEN with nothing between. Call sftp_ready first.
+ * naming a guessed handle follows its OPEN with nothing between. Call sftp_start first.
  */
 void sftp_batch_begin(sftpc *f);
 void sftp_batch_end(sftpc *f);

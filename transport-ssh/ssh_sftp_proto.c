@@ -12,6 +12,7 @@
 #define REPLY_MAX     (1024u * 1024u) /* a reply larger than this is a broken server */
 #define DEFAULT_CHUNK (32u * 1024u)
 #define MAX_CHUNK     (255u * 1024u) /* OpenSSH's sftp-server: 256 KiB messages */
+#define SETUP_BYTES   64             /* INIT and limits@openssh.com */
 
 static void put32(uint8_t *p, uint32_t v)
 {
@@ -190,7 +191,7 @@ static void sftp_reset(sftpc *f)
 		f->ch = NULL;
 	}
 	f->rx_off = f->rx_len = 0;
-	f->version_seen = false;
+	f->started = f->version_seen = false;
 	f->wbusy = false;
 	f->batching = false;
 	sftp_handles_reset(f);
@@ -217,6 +218,20 @@ static void parse_version(sftpc *f, const uint8_t *p, size_t n)
 	f->version_seen = true;
 }
 
+/* The answer to limits@openssh.com: the sizes of READ and WRITE. */
+static void take_limits(sftpc *f, uint8_t type, const uint8_t *p, size_t n)
+{
+	if (type != FXP_EXTENDED_REPLY)
+		return; /* a status: the server has no such extension */
+	scur c = {p, n, false};
+	(void)sc_u64(&c); /* max packet */
+	uint64_t rd = sc_u64(&c), wr = sc_u64(&c);
+	if (!c.bad) {
+		f->max_read = rd && rd < MAX_CHUNK ? (uint32_t)rd : MAX_CHUNK;
+		f->max_write = wr && wr < MAX_CHUNK ? (uint32_t)wr : MAX_CHUNK;
+	}
+}
+
 /* Hands one whole packet (after its length) to whoever waits for it. */
 static void dispatch(sftpc *f, const uint8_t *p, size_t n)
 {
@@ -241,6 +256,10 @@ static void dispatch(sftpc *f, const uint8_t *p, size_t n)
 	r->type = type;
 	const uint8_t *body = p + 5;
 	size_t blen = n - 5;
+	if (r == &f->lim) {
+		take_limits(f, type, body, blen);
+		return;
+	}
 	if (type == FXP_DATA && r->dst && blen >= 4) {
 		size_t dl = get32(body);
 		if (dl <= blen - 4 && dl <= r->dst_cap) {
@@ -326,6 +345,12 @@ static asp_status lost(sftpc *f, asp_error *err)
 {
 	if (atomic_load(&f->c->dead))
 		return sshc_dead_error(f->c, "sftp", err);
+	if (f->setup_failed) {
+		/* a request that went out with the handshake: the handshake's words */
+		if (err)
+			*err = f->setup_err;
+		return f->setup_err.code;
+	}
 	return asp_error_set(err, ASP_E_TRANSPORT_ERROR, NULL,
 	                     "sftp: ssh %s: the sftp channel was lost; try again", f->c->target);
 }
@@ -408,10 +433,88 @@ void sftp_batch_end(sftpc *f)
 	}
 }
 
+/* The handshake is under way: the subsystem request or VERSION not answered yet. */
+static bool shaking(const sftpc *f)
+{
+	return f->ch && (!f->started || !f->version_seen);
+}
+
+/*
+ * The handshake failed as f->setup_err says: the channel goes, and the requests sent
+ * with it are answered with the same error (lost), so that each caller learns why.
+ */
+static asp_status setup_fail(sftpc *f, ssh_channel ch, asp_error *err)
+{
+	if (f->ch == ch)
+		sftp_reset(f);
+	f->setup_failed = true;
+	if (err)
+		*err = f->setup_err;
+	return f->setup_err.code;
+}
+
+/*
+ * One look at the handshake under way, without waiting: the subsystem request's answer,
+ * then what sftp-server sent (VERSION, the limits, answers to the requests behind them).
+ */
+static asp_status shake(sftpc *f, asp_error *err)
+{
+	ssh_channel ch = f->ch;
+	if (!f->started) {
+		int rc = sshc_channel_exec_step(f->c, ch, "sftp", true, &f->setup_err);
+		if (rc == SSH_ERROR && !atomic_load(&f->c->dead))
+			asp_error_hint(&f->setup_err, "is sftp-server installed and enabled "
+			                              "(Subsystem sftp)?");
+		if (rc == SSH_ERROR)
+			return setup_fail(f, ch, err);
+		f->started = rc == SSH_OK;
+	}
+	if (f->started && (!sftp_pump(f) || f->ch != ch)) {
+		if (atomic_load(&f->c->dead))
+			sshc_dead_error(f->c, "sftp", &f->setup_err);
+		else
+			asp_error_set(
+			    &f->setup_err, ASP_E_TRANSPORT_ERROR, NULL,
+			    "sftp: ssh %s: the server's sftp subsystem closed at once; is "
+			    "sftp-server installed and enabled (Subsystem sftp)?",
+			    f->c->target);
+		return setup_fail(f, ch, err);
+	}
+	if (shaking(f) && ssh_now_ns() >= f->setup_dl) {
+		asp_error_set(&f->setup_err, ASP_E_TIMEOUT, NULL,
+		              "sftp: ssh %s: sftp-server did not answer", f->c->target);
+		return setup_fail(f, ch, err);
+	}
+	return ASP_OK;
+}
+
+/* Waits until the handshake under way is past the subsystem request (`all`: VERSION too). */
+static asp_status shake_until(sftpc *f, bool all, asp_error *err)
+{
+	while (f->ch && (!f->started || (all && !f->version_seen))) {
+		asp_status st = shake(f, err);
+		if (st != ASP_OK)
+			return st;
+		if (!f->ch || (f->started && (!all || f->version_seen)))
+			break;
+		if (!sshc_wait(f->c, f->setup_dl))
+			return lost(f, err);
+	}
+	return f->ch ? ASP_OK : lost(f, err);
+}
+
 asp_status sftp_send(sftpc *f, uint8_t type, sbuild *b, const uint8_t *tail, size_t tail_len,
                      sreq *r, asp_error *err)
 {
-	asp_status st = sftp_ready(f, err);
+	asp_status st = sftp_start(f, err);
+	/*
+	 * Until the server answered the subsystem request, nothing reads the channel: a
+	 * packet larger than its window would wait for window that a server refusing sftp
+	 * never gives.
+	 */
+	if (st == ASP_OK && f->ch && !f->started &&
+	    b->len + tail_len > ssh_channel_window_size(f->ch))
+		st = shake_until(f, false, err);
 	if (st != ASP_OK)
 		return st;
 	r->body = NULL;
@@ -424,13 +527,22 @@ asp_status sftp_await(sftpc *f, sreq *r, asp_error *err)
 {
 	uint64_t dl = ssh_now_ns() + f->req_timeout_ns;
 	for (;;) {
-		if (!r->done)
+		if (!r->done && shaking(f)) {
+			asp_status st = shake(f, err);
+			if (st != ASP_OK)
+				return st;
+		} else if (!r->done) {
 			sftp_pump(f);
+		}
 		if (r->done)
 			return r->type ? ASP_OK : lost(f, err);
 		if (!sshc_check(f->c))
 			return lost(f, err);
-		if (ssh_now_ns() >= dl) {
+		if (shaking(f)) {
+			/* the handshake has a deadline of its own (shake); r's counts from its end
+			 */
+			dl = ssh_now_ns() + f->req_timeout_ns;
+		} else if (ssh_now_ns() >= dl) {
 			/* sftp-server answers in order: one stuck request blocks all; start afresh
 			 */
 			sftp_reset(f);
@@ -440,7 +552,7 @@ asp_status sftp_await(sftpc *f, sreq *r, asp_error *err)
 			    "call_timeout_ms (%llu ms)",
 			    f->c->target, (unsigned long long)(f->req_timeout_ns / SSH_NS_PER_MS));
 		}
-		if (!sshc_wait(f->c, dl))
+		if (!sshc_wait(f->c, shaking(f) ? f->setup_dl : dl))
 			return lost(f, err);
 	}
 }
@@ -459,39 +571,28 @@ void sftp_forget(sftpc *f, sreq *r)
 	r->body = NULL;
 }
 
-/* The answer to limits@openssh.com (asked with INIT): the sizes of READ and WRITE. */
-static void take_limits(sftpc *f, sreq *r)
-{
-	asp_error e;
-	if (sftp_await(f, r, &e) == ASP_OK && r->type == FXP_EXTENDED_REPLY) {
-		scur c = {r->body, r->len, false};
-		(void)sc_u64(&c); /* max packet */
-		uint64_t rd = sc_u64(&c), wr = sc_u64(&c);
-		if (!c.bad) {
-			f->max_read = rd && rd < MAX_CHUNK ? (uint32_t)rd : MAX_CHUNK;
-			f->max_write = wr && wr < MAX_CHUNK ? (uint32_t)wr : MAX_CHUNK;
-		}
-	}
-	sftp_forget(f, r);
-}
-
 /*
- * Opens the channel (the spare one when there is one) and sends the subsystem request,
- * INIT and limits@openssh.com together, without waiting in between: the server starts
+ * Opens the channel (the spare one when there is one), sends the subsystem request, then
+ * INIT and limits@openssh.com, and returns without waiting for VERSION: whoever awaits a
+ * request next takes the handshake's answers (shake), so a call's own requests go out
+ * right behind INIT and the first call's round trip is the handshake's. INIT follows the
+ * request without waiting where the channel's window allows (the server starts
  * sftp-server before it reads the bytes that follow the request, and sftp-server answers
- * a request it does not know with a status. One round trip, where a step at a time took
- * three. Where channel opens are fragile (Dropbear) the request's answer comes first.
+ * a request it does not know with a status); OpenSSH gives a session channel its window
+ * only once its subsystem runs, so there INIT waits for the request's answer. Where
+ * channel opens are fragile (Dropbear) the request's answer comes first too.
  */
-asp_status sftp_ready(sftpc *f, asp_error *err)
+asp_status sftp_start(sftpc *f, asp_error *err)
 {
 	uint64_t dl = ssh_now_ns() + f->req_timeout_ns;
 	while (f->opening) {
 		if (!sshc_wait(f->c, dl))
 			return lost(f, err);
 	}
-	if (f->ch && f->version_seen)
+	if (f->ch)
 		return ASP_OK;
 	f->opening = true;
+	f->setup_failed = false;
 	ssh_channel ch = NULL;
 	asp_status st = sshc_channel_open(f->c, SSHC_SFTP, dl, SSH_NO_DEADLINE, &ch, err);
 	uint64_t setup = sshc_setup_deadline(f->c);
@@ -510,57 +611,41 @@ asp_status sftp_ready(sftpc *f, asp_error *err)
 		return st;
 	}
 	f->ch = ch;
+	f->started = started;
+	f->setup_dl = setup;
 	f->max_read = f->max_write = DEFAULT_CHUNK;
 	f->posix_rename = f->fsync = f->limits = false;
+	/* a refused request never opens the window: a write would wait for the call timeout */
+	if (!started && ssh_channel_window_size(ch) < SETUP_BYTES)
+		st = shake_until(f, false, err);
 	sbuild b;
-	sb_init(&b);
-	sb_u32(&b, 3);
-	st = write_packet(f, FXP_INIT, &b, NULL, 0, NULL, err);
-	sb_free(&b);
-	sreq lim = {0};
-	bool asked = false;
+	if (st == ASP_OK) {
+		sb_init(&b);
+		sb_u32(&b, 3);
+		st = write_packet(f, FXP_INIT, &b, NULL, 0, NULL, err);
+		sb_free(&b);
+	}
 	if (st == ASP_OK) {
 		sb_init(&b);
 		sb_cstr(&b, "limits@openssh.com");
-		asked = write_packet(f, FXP_EXTENDED, &b, NULL, 0, &lim, err) == ASP_OK;
+		memset(&f->lim, 0, sizeof f->lim);
+		st = write_packet(f, FXP_EXTENDED, &b, NULL, 0, &f->lim, err);
 		sb_free(&b);
 	}
-	while (st == ASP_OK && (!f->version_seen || !started)) {
-		if (!started) {
-			int rc = sshc_channel_exec_step(f->c, ch, "sftp", true, err);
-			if (rc == SSH_ERROR) {
-				st = ASP_E_TRANSPORT_ERROR;
-				break;
-			}
-			started = rc == SSH_OK;
-		}
-		if (started && (!sftp_pump(f) || !f->ch)) {
-			st = asp_error_set(
-			    err, ASP_E_TRANSPORT_ERROR, NULL,
-			    "sftp: ssh %s: the server's sftp subsystem closed at once; is "
-			    "sftp-server installed and enabled (Subsystem sftp)?",
-			    f->c->target);
-			break;
-		}
-		if (f->version_seen && started)
-			break;
-		if (ssh_now_ns() >= setup) {
-			st =
-			    asp_error_set(err, ASP_E_TIMEOUT, NULL,
-			                  "sftp: ssh %s: sftp-server did not answer", f->c->target);
-			break;
-		}
-		if (!sshc_wait(f->c, setup))
-			st = lost(f, err);
-	}
-	if (asked && st == ASP_OK)
-		take_limits(f, &lim);
-	else if (asked)
-		sftp_forget(f, &lim);
 	if (st != ASP_OK && f->ch == ch)
 		sftp_reset(f);
 	f->opening = false;
 	pthread_cond_broadcast(&f->c->cv);
+	return st;
+}
+
+asp_status sftp_ready(sftpc *f, asp_error *err)
+{
+	asp_status st = sftp_start(f, err);
+	if (st == ASP_OK && f->lim.pending)
+		st = sftp_await(f, &f->lim, err);
+	if (st == ASP_OK)
+		st = shake_until(f, true, err); /* a server that answered before VERSION */
 	return st;
 }
 

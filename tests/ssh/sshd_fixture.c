@@ -567,6 +567,9 @@ static int make_bin_without_tar(sshd_fixture *fx, char *bin, size_t cap)
 static int launch_sshd(sshd_fixture *fx)
 {
 	char cfg[400], text[3072], pidfile[400], noise[400], setenv_line[600] = "", bin[400];
+	char subsystem[300] = "";
+	if (fx->sftp[0])
+		snprintf(subsystem, sizeof subsystem, "Subsystem sftp %s\n", fx->sftp);
 	snprintf(noise, sizeof noise, "%s/login_noise.sh", fx->dir);
 	if (fx->no_tar && make_bin_without_tar(fx, bin, sizeof bin) < 0) {
 		snprintf(fx->why, sizeof fx->why, "cannot make %s", bin);
@@ -595,11 +598,11 @@ static int launch_sshd(sshd_fixture *fx)
 	         "KbdInteractiveAuthentication no\n"
 	         "MaxStartups 100\n"
 	         "MaxSessions %u\n"
-	         "Subsystem sftp " SFTP_SERVER "\n"
+	         "%s"
 	         "%s"
 	         "LogLevel ERROR\n",
 	         fx->port, listen_addr(fx), fx->host_key, pidfile, fx->dir, fx->max_sessions,
-	         setenv_line);
+	         subsystem, setenv_line);
 	if (write_file(cfg, text, 0600) < 0) {
 		snprintf(fx->why, sizeof fx->why, "cannot write %s", cfg);
 		return -1;
@@ -678,11 +681,13 @@ static int wait_listening(sshd_fixture *fx, const char *name)
 }
 
 static int start(sshd_fixture *fx, bool real_login, unsigned max_sessions, bool dropbear,
-                 bool non_root, bool root_login, const char *listen, bool quiet, bool no_tar)
+                 bool non_root, bool root_login, const char *listen, bool quiet, bool no_tar,
+                 const char *sftp)
 {
 	memset(fx, 0, sizeof *fx);
 	fx->quiet = quiet;
 	fx->no_tar = no_tar;
+	snprintf(fx->sftp, sizeof fx->sftp, "%s", sftp ? sftp : SFTP_SERVER);
 	snprintf(fx->listen, sizeof fx->listen, "%s", listen ? listen : "");
 	fx->real_login = real_login || root_login;
 	fx->max_sessions = max_sessions;
@@ -763,38 +768,45 @@ static int start(sshd_fixture *fx, bool real_login, unsigned max_sessions, bool 
 
 int sshd_start(sshd_fixture *fx)
 {
-	return start(fx, false, 64, false, false, false, NULL, false, false);
+	return start(fx, false, 64, false, false, false, NULL, false, false, NULL);
 }
 
 int dropbear_start(sshd_fixture *fx, bool non_root)
 {
 	/* Dropbear's MAX_CHANNELS: 100 per connection */
-	return start(fx, false, 100, true, non_root, false, NULL, false, false);
+	return start(fx, false, 100, true, non_root, false, NULL, false, false, NULL);
 }
 
 int sshd_start_quiet(sshd_fixture *fx)
 {
-	return start(fx, false, 64, false, false, false, NULL, true, false);
+	return start(fx, false, 64, false, false, false, NULL, true, false, NULL);
 }
 
 int sshd_start_no_tar(sshd_fixture *fx)
 {
-	return start(fx, false, 64, false, false, false, NULL, false, true);
+	return start(fx, false, 64, false, false, false, NULL, false, true, NULL);
 }
 
 int sshd_start_real_login(sshd_fixture *fx)
 {
-	return start(fx, true, 64, false, false, false, NULL, false, false);
+	return start(fx, true, 64, false, false, false, NULL, false, false, NULL);
 }
 
 int sshd_start_root_login(sshd_fixture *fx, bool dropbear)
 {
-	return start(fx, true, dropbear ? 100 : 64, dropbear, false, true, NULL, false, false);
+	return start(fx, true, dropbear ? 100 : 64, dropbear, false, true, NULL, false, false,
+	             NULL);
 }
 
 int sshd_start_max_sessions(sshd_fixture *fx, unsigned max_sessions)
 {
-	return start(fx, false, max_sessions, false, false, false, NULL, false, false);
+	return start(fx, false, max_sessions, false, false, false, NULL, false, false, NULL);
+}
+
+int sshd_start_sftp(sshd_fixture *fx, const char *program)
+{
+	return start(fx, false, 64, false, false, false, NULL, false, false,
+	             program ? program : "");
 }
 
 static void stop_process(sshd_fixture *fx)
@@ -971,5 +983,6 @@ void sshd_config_json(const sshd_fixture *fx, const char *agent, const char *ext
 
 int sshd_start_listen(sshd_fixture *fx, const char *addr, bool dropbear)
 {
-	return start(fx, false, dropbear ? 100 : 64, dropbear, false, false, addr, false, false);
+	return start(fx, false, dropbear ? 100 : 64, dropbear, false, false, addr, false, false,
+	             NULL);
 }

@@ -33,6 +33,7 @@ typedef struct sshd_fixture {
 	char listen[64];       /* the IPv4 address it listens on; "": 127.0.0.1 */
 	bool quiet;            /* the tests' login shell without its noise (sshd_start_quiet) */
 	bool no_tar;           /* commands find no tar in PATH (sshd_start_no_tar) */
+	char sftp[256];        /* OpenSSH: the sftp subsystem's program; "": none */
 } sshd_fixture;
 
 /*
@@ -62,6 +63,12 @@ int sshd_start_quiet(sshd_fixture *fx);
  * but tar (a slim image's shape).
  */
 int sshd_start_no_tar(sshd_fixture *fx);
+
+/*
+ * As sshd_start, with `program` as the sftp subsystem (NULL: no sftp subsystem, which
+ * sshd refuses): a server that cannot serve file ops.
+ */
+int sshd_start_sftp(sshd_fixture *fx, const char *program);
 
 /* Starts sshd with the login shell as users have it (startup files read): benchmarks. */
 int sshd_start_real_login(sshd_fixture *fx);

@@ -646,6 +646,78 @@ static void test_sftp_stopped(void)
 	asp_config_free(cfg);
 }
 
+/*
+ * A server without sftp: sshd refuses the subsystem, or its program exits at once. A
+ * file op fails at once with what to do (not after call_timeout_ms), each time, and
+ * commands still run.
+ */
+static void sftp_missing(const char *program)
+{
+	sshd_fixture nf;
+	if (sshd_start_sftp(&nf, program) != 0) {
+		fprintf(stderr, "sshd without sftp: %s\n", nf.why);
+		CU_FAIL("sshd_start_sftp");
+		sshd_stop(&nf);
+		return;
+	}
+	char json[4096];
+	sshd_config_json(&nf, NULL, NULL, json, sizeof json);
+	asp_config *cfg = NULL;
+	asp_error err;
+	CU_ASSERT_EQUAL_FATAL(asp_config_parse(json, strlen(json), NULL, &cfg, &err), ASP_OK);
+	asp_client *c = NULL;
+	CU_ASSERT_EQUAL_FATAL(asp_client_open_view(asp_config_get(cfg), &c, &err), ASP_OK);
+	asp_arena *a = asp_arena_new();
+	for (int i = 0; i < 3; i++) {
+		long long t0 = now_ms();
+		asp_status st;
+		if (i == 1) {
+			asp_read_params p;
+			asp_read_params_init(&p);
+			p.path = "/etc/hostname";
+			asp_read_result r;
+			st = asp_read(c, &p, &r, a, &err);
+		} else {
+			asp_stat_params p;
+			asp_stat_params_init(&p);
+			p.path = "/";
+			asp_stat_result r;
+			st = asp_stat(c, &p, &r, a, &err);
+		}
+		long long took = now_ms() - t0;
+		CU_ASSERT_EQUAL(st, ASP_E_TRANSPORT_ERROR);
+		CU_ASSERT_TRUE(took < 5000);
+		bool named = st != ASP_OK && strstr(err.message, "sftp subsystem");
+		CU_ASSERT_TRUE(named);
+		if (st != ASP_E_TRANSPORT_ERROR || !named || took >= 5000)
+			fprintf(stderr, "no sftp (%s), call %d: %s after %lld ms: %s\n",
+			        program ? program : "none", i, asp_strerror(st), took,
+			        st == ASP_OK ? "" : err.message);
+	}
+	static const char *const argv[] = {"true"};
+	asp_exec_params ep;
+	asp_exec_params_init(&ep);
+	ep.has_argv = true;
+	ep.argv.items = argv;
+	ep.argv.count = 1;
+	asp_exec_result er;
+	CU_ASSERT_EQUAL(asp_exec(c, &ep, &er, a, &err), ASP_OK);
+	asp_arena_free(a);
+	asp_client_free(c);
+	asp_config_free(cfg);
+	sshd_stop(&nf);
+}
+
+static void test_sftp_refused(void)
+{
+	sftp_missing(NULL);
+}
+
+static void test_sftp_exits(void)
+{
+	sftp_missing("/bin/false");
+}
+
 static void test_killed_session_native(void)
 {
 	killed_session(NULL);
@@ -2086,6 +2158,8 @@ int main(int argc, char **argv)
 	}
 	ok = ok && CU_add_test(s, "killed_session_native", test_killed_session_native);
 	ok = ok && CU_add_test(s, "sftp_stopped", test_sftp_stopped);
+	ok = ok && CU_add_test(s, "sftp_refused", test_sftp_refused);
+	ok = ok && CU_add_test(s, "sftp_exits", test_sftp_exits);
 	if (have_agent)
 		ok = ok && CU_add_test(s, "killed_session_agent", test_killed_session_agent);
 	/* these kill every session of the fixture's sshd (the shared backends' too) */

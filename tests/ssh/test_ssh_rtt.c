@@ -16,7 +16,10 @@
  * WRITE, fsync and CLOSE; its mode and the rename), the tools' read and write as their
  * ops. A fifo read and write (sftp-server's open of it would wait for the other end)
  * still answer: empty, and io_error. A fresh connection's first tool call after the login:
- * 2 (the channel's open, the exec; hello is not asked for an absolute cwd).
+ * 2 (the channel's open, the exec; hello is not asked for an absolute cwd). Its first file
+ * op: read, stat, list and write 3 (the sftp channel's open; the subsystem request, whose
+ * answer brings the channel's window; INIT with the op's requests behind it, not waiting
+ * for VERSION), atomic write 4 (its mode and rename follow, as above).
  */
 #include "asp/asp.h"
 #include "sshd_fixture.h"
@@ -344,6 +347,43 @@ static void test_first_call(void)
 	asp_client_free(c);
 }
 
+/*
+ * The round trips of fn as a fresh connection's first call, after the login: the sftp
+ * channel's open, the subsystem request, then INIT with fn's own requests behind it.
+ */
+static int first_op(call_fn fn, const char *what)
+{
+	asp_config *cfg;
+	asp_client *fresh = NULL;
+	asp_error err;
+	CU_ASSERT_EQUAL_FATAL(asp_config_parse(cfg_json, strlen(cfg_json), NULL, &cfg, &err),
+	                      ASP_OK);
+	asp_status st = asp_client_open(cfg, &fresh, &err);
+	asp_config_free(cfg);
+	CU_ASSERT_EQUAL_FATAL(st, ASP_OK);
+	asp_client *kept = client;
+	client = fresh; /* the c_* calls use `client` */
+	double t0 = now_ms();
+	int rc = fn();
+	double t1 = now_ms();
+	client = kept;
+	asp_client_free(fresh);
+	CU_ASSERT_EQUAL(rc, 0);
+	int n = server_runs(t0, t1);
+	printf("  %s first on a fresh connection: %d round trip%s (%.0f ms)\n", what, n,
+	       n == 1 ? "" : "s", t1 - t0);
+	return n;
+}
+
+static void test_first_file_op(void)
+{
+	CU_ASSERT(first_op(c_read, "read 4 KiB") <= 3);
+	CU_ASSERT(first_op(c_stat, "stat") <= 3);
+	CU_ASSERT(first_op(c_list, "list") <= 3);
+	CU_ASSERT(first_op(c_write, "write 1 KiB") <= 3);
+	CU_ASSERT(first_op(c_write_atomic, "atomic write 1 KiB") <= 4);
+}
+
 static int suite_init(void)
 {
 	if (sshd_start(&fx) != 0) {
@@ -436,6 +476,8 @@ int main(int argc, char **argv)
 	            test_native_round_trips);
 	CU_add_test(s, "a first tool call after the login: the channel's open and the exec",
 	            test_first_call);
+	CU_add_test(s, "a first file op after the login: read, stat, list, write 3, atomic write 4",
+	            test_first_file_op);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	unsigned fails = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
