@@ -166,10 +166,12 @@ struct sftpc {
 /* Under the lock, all of these. */
 
 /*
- * Opens the channel if it is not open and sends INIT and limits@openssh.com, without
- * waiting for their answers: requests may follow at once, sftp-server answers them in
- * order after VERSION. Until VERSION came, posix_rename and fsync are false and
- * max_read, max_write the default chunk (32 KiB, which every server takes).
+ * Opens the channel if it is not open and sends the subsystem request, INIT and
+ * limits@openssh.com, without waiting for VERSION: requests may follow at once,
+ * sftp-server answers them in order after it. (INIT waits for the subsystem request's
+ * answer where the channel's window opens only then, as OpenSSH's.) Until VERSION came,
+ * posix_rename and fsync are false and max_read, max_write the default chunk (32 KiB,
+ * which every server takes).
  */
 asp_status sftp_start(sftpc *f, asp_error *err);
 /* sftp_start, then waits for VERSION and the limits: for a request whose form they decide. */

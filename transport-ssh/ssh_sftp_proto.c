@@ -453,6 +453,19 @@ static asp_status setup_fail(sftpc *f, ssh_channel ch, asp_error *err)
 	return f->setup_err.code;
 }
 
+/* The channel ended before VERSION: sftp-server is missing or would not run. */
+static asp_status closed_at_once(sftpc *f, ssh_channel ch, asp_error *err)
+{
+	if (atomic_load(&f->c->dead))
+		sshc_dead_error(f->c, "sftp", &f->setup_err);
+	else
+		asp_error_set(&f->setup_err, ASP_E_TRANSPORT_ERROR, NULL,
+		              "sftp: ssh %s: the server's sftp subsystem closed at once; is "
+		              "sftp-server installed and enabled (Subsystem sftp)?",
+		              f->c->target);
+	return setup_fail(f, ch, err);
+}
+
 /*
  * One look at the handshake under way, without waiting: the subsystem request's answer,
  * then what sftp-server sent (VERSION, the limits, answers to the requests behind them).
@@ -469,17 +482,8 @@ static asp_status shake(sftpc *f, asp_error *err)
 			return setup_fail(f, ch, err);
 		f->started = rc == SSH_OK;
 	}
-	if (f->started && (!sftp_pump(f) || f->ch != ch)) {
-		if (atomic_load(&f->c->dead))
-			sshc_dead_error(f->c, "sftp", &f->setup_err);
-		else
-			asp_error_set(
-			    &f->setup_err, ASP_E_TRANSPORT_ERROR, NULL,
-			    "sftp: ssh %s: the server's sftp subsystem closed at once; is "
-			    "sftp-server installed and enabled (Subsystem sftp)?",
-			    f->c->target);
-		return setup_fail(f, ch, err);
-	}
+	if (f->started && (!sftp_pump(f) || f->ch != ch))
+		return closed_at_once(f, ch, err);
 	if (shaking(f) && ssh_now_ns() >= f->setup_dl) {
 		asp_error_set(&f->setup_err, ASP_E_TIMEOUT, NULL,
 		              "sftp: ssh %s: sftp-server did not answer", f->c->target);
@@ -618,6 +622,7 @@ asp_status sftp_start(sftpc *f, asp_error *err)
 	/* a refused request never opens the window: a write would wait for the call timeout */
 	if (!started && ssh_channel_window_size(ch) < SETUP_BYTES)
 		st = shake_until(f, false, err);
+	bool shook = st == ASP_OK;
 	sbuild b;
 	if (st == ASP_OK) {
 		sb_init(&b);
@@ -632,6 +637,8 @@ asp_status sftp_start(sftpc *f, asp_error *err)
 		st = write_packet(f, FXP_EXTENDED, &b, NULL, 0, &f->lim, err);
 		sb_free(&b);
 	}
+	if (shook && st == ASP_E_TRANSPORT_ERROR)
+		st = closed_at_once(f, ch, err); /* the channel ended under INIT */
 	if (st != ASP_OK && f->ch == ch)
 		sftp_reset(f);
 	f->opening = false;
