@@ -505,21 +505,47 @@ asp_status ssh_sftp_rename(sftpc *f, const asp_rename_params *p, asp_error *err)
 asp_status ssh_sftp_realpath(sftpc *f, const char *path, char **out, asp_error *err);
 
 /*
- * A tree's members (ssh_tree_sftp.c), each one round trip, from many threads at once.
- * put: `len` bytes at `base` of `path`, made (O_EXCL) when `create`; the `last` piece sets
- * mode and mtime. lstat: *kind 0 absent, 1 a directory, 2 anything else.
+ * A tree's members (ssh_tree_sftp.c), many in flight from one thread: ssh_sftp_tq_send puts
+ * a member's requests on the channel, together (a file's OPEN, WRITEs, FSETSTAT and CLOSE
+ * on the handle the OPEN will get), and says whether all of them went (else more follow
+ * the answers, in the await); ssh_sftp_tq_await takes its answers (every tq sent is
+ * awaited once, in any order; sftp-server answers in the order it was asked). Each takes
+ * the connection's lock for itself.
  */
-asp_status ssh_sftp_tree_put(sftpc *f, const char *path, const uint8_t *data, size_t len,
-                             uint64_t base, bool create, bool last, uint32_t perm, uint32_t mtime,
-                             asp_error *err);
-asp_status ssh_sftp_tree_mkdir(sftpc *f, const char *path, uint32_t perm, asp_error *err);
-asp_status ssh_sftp_tree_setstat(sftpc *f, const char *path, uint32_t perm, uint32_t mtime,
-                                 asp_error *err);
-asp_status ssh_sftp_tree_symlink(sftpc *f, const char *target, const char *path, asp_error *err);
+typedef enum sftp_tq_kind {
+	TQ_MKDIR,    /* path, perm */
+	TQ_PUT,      /* len bytes of data at base of path, made (O_EXCL) when `create`; the
+	                `last` piece sets perm and mtime */
+	TQ_GET,      /* up to len bytes of path into buf (room for len): *got */
+	TQ_LINK,     /* path, a symlink to s2 */
+	TQ_SETSTAT,  /* path's perm and mtime */
+	TQ_LSTAT,    /* lkind 0 absent, 1 a directory, 2 anything else; lperm, lmtime */
+	TQ_READLINK, /* link: a malloc'd string, the caller's */
+	TQ_LIST,     /* list: path's entries, in `arena` */
+} sftp_tq_kind;
+
+typedef struct sftp_tq {
+	sftp_tq_kind kind;
+	const char *path, *s2;
+	const uint8_t *data;
+	uint8_t *buf;
+	size_t len;
+	uint64_t base;
+	bool create, last;
+	uint32_t perm, mtime;
+	size_t got;
+	int lkind;
+	uint32_t lperm, lmtime;
+	char *link;
+	asp_arena *arena;
+	asp_list_result list;
+	struct sftp_tq_flight *fl; /* between send and await */
+} sftp_tq;
+
+bool ssh_sftp_tq_send(sftpc *f, sftp_tq *t);
+asp_status ssh_sftp_tq_await(sftpc *f, sftp_tq *t, asp_error *err);
 asp_status ssh_sftp_tree_lstat(sftpc *f, const char *path, int *kind, uint32_t *perm,
                                uint32_t *mtime, asp_error *err);
-/* A symlink's target (malloc'd). */
-asp_status ssh_sftp_tree_readlink(sftpc *f, const char *path, char **out, asp_error *err);
 
 /* ---- ssh_tree_sftp.c: trees over SFTP, for a sandbox without tar ----------------------- */
 

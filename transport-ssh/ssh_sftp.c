@@ -160,6 +160,31 @@ static asp_status do_stat(sftpc *f, const char *path, bool follow, sattr *a, int
 	return ASP_OK;
 }
 
+/* The one name of NAME reply r (realpath, readlink) in a malloc'd *out, or *fx the status;
+ * r is forgotten. */
+static asp_status take_name(sftpc *f, sreq *r, char **out, int *fx, asp_error *err)
+{
+	*out = NULL;
+	asp_status st = ASP_OK;
+	int s = sftp_status(r);
+	*fx = s < 0 ? FX_OK : s;
+	if (*fx == FX_OK) {
+		scur c = {r->body, r->len, false};
+		uint32_t n = r->type == FXP_NAME ? sc_u32(&c) : 0;
+		size_t l = 0;
+		const uint8_t *p = n >= 1 ? sc_str(&c, &l) : NULL;
+		if (!p || c.bad || memchr(p, '\0', l)) {
+			*fx = FX_BAD_MESSAGE;
+		} else {
+			*out = strndup((const char *)p, l);
+			if (!*out)
+				st = asp_error_oom(err, "sftp", NULL);
+		}
+	}
+	sftp_forget(f, r);
+	return st;
+}
+
 /* The one name of a NAME reply (realpath, readlink), in a malloc'd string. */
 static asp_status do_name(sftpc *f, uint8_t type, const char *path, char **out, int *fx,
                           asp_error *err)
@@ -169,21 +194,7 @@ static asp_status do_name(sftpc *f, uint8_t type, const char *path, char **out, 
 	asp_status st = call(f, type, NULL, path, NULL, NULL, &r, fx, err);
 	if (st != ASP_OK)
 		return st;
-	if (*fx == FX_OK) {
-		scur c = {r.body, r.len, false};
-		uint32_t n = r.type == FXP_NAME ? sc_u32(&c) : 0;
-		size_t l = 0;
-		const uint8_t *s = n >= 1 ? sc_str(&c, &l) : NULL;
-		if (!s || c.bad || memchr(s, '\0', l)) {
-			*fx = FX_BAD_MESSAGE;
-		} else {
-			*out = strndup((const char *)s, l);
-			if (!*out)
-				st = asp_error_oom(err, "sftp", NULL);
-		}
-	}
-	sftp_forget(f, &r);
-	return st;
+	return take_name(f, &r, out, fx, err);
 }
 
 /* A handle from OPEN or OPENDIR; *fx the status when refused. */
@@ -539,6 +550,29 @@ static int by_name(const void *x, const void *y)
 	return strcmp(((const asp_list_entry *)x)->name, ((const asp_list_entry *)y)->name);
 }
 
+/* The entries of d into r, in a, by name. */
+static asp_status list_result(const dlist *d, asp_list_result *r, asp_arena *a, asp_error *err)
+{
+	asp_list_entry *items = d->n ? asp_arena_alloc(a, d->n * sizeof *items) : NULL;
+	if (d->n && !items)
+		return asp_error_oom(err, "list", NULL);
+	for (size_t i = 0; i < d->n; i++) {
+		asp_list_entry *it = &items[i];
+		it->name = asp_arena_strndup(a, d->v[i].name, strlen(d->v[i].name));
+		if (!it->name)
+			return asp_error_oom(err, "list", NULL);
+		it->type = type_name(d->v[i].a.perm, d->v[i].a.flags);
+		it->size = d->v[i].a.size;
+		it->mode = d->v[i].a.perm & 07777;
+		it->mtime_ns = mtime_ns(&d->v[i].a);
+	}
+	if (d->n > 1)
+		qsort(items, d->n, sizeof *items, by_name);
+	r->entries.items = items;
+	r->entries.count = d->n;
+	return ASP_OK;
+}
+
 asp_status ssh_sftp_list(sftpc *f, const asp_list_params *p, asp_list_result *r, asp_arena *a,
                          asp_error *err)
 {
@@ -562,33 +596,10 @@ asp_status ssh_sftp_list(sftpc *f, const asp_list_params *p, asp_list_result *r,
 			st = op_error(f, "list", p->path, fx, srv, err);
 	}
 	sshc_unlock(f->c);
-	if (st != ASP_OK) {
-		dlist_free(&d);
-		return st;
-	}
-	asp_list_entry *items = d.n ? asp_arena_alloc(a, d.n * sizeof *items) : NULL;
-	if (d.n && !items) {
-		dlist_free(&d);
-		return asp_error_oom(err, "list", NULL);
-	}
-	for (size_t i = 0; i < d.n; i++) {
-		asp_list_entry *it = &items[i];
-		it->name = asp_arena_strndup(a, d.v[i].name, strlen(d.v[i].name));
-		if (!it->name) {
-			dlist_free(&d);
-			return asp_error_oom(err, "list", NULL);
-		}
-		it->type = type_name(d.v[i].a.perm, d.v[i].a.flags);
-		it->size = d.v[i].a.size;
-		it->mode = d.v[i].a.perm & 07777;
-		it->mtime_ns = mtime_ns(&d.v[i].a);
-	}
-	if (d.n > 1)
-		qsort(items, d.n, sizeof *items, by_name);
-	r->entries.items = items;
-	r->entries.count = d.n;
+	if (st == ASP_OK)
+		st = list_result(&d, r, a, err);
 	dlist_free(&d);
-	return ASP_OK;
+	return st;
 }
 
 /* ---- bulk transfer ------------------------------------------------------------------- */
@@ -855,13 +866,13 @@ static asp_status open_read(sftpc *f, const char *path, uint64_t base, uint8_t *
 	asp_status st = sftp_start(f, err);
 	if (st != ASP_OK)
 		return st;
-	sreq rs;
+	sreq rs = {0};
 	size_t csz = f->max_read ? f->max_read : 32768; /* the default until the limits came */
 	size_t ahead = want < GUESS_BYTES ? want : GUESS_BYTES;
 	size_t n = ahead ? (ahead + csz - 1) / csz : 0, sent = 0;
 	struct chunk *q = n ? calloc(n, sizeof *q) : NULL;
 	handle g = {.len = 4};
-	sreq ro;
+	sreq ro = {0};
 	sftp_batch_begin(f);
 	bool guessed = q && sftp_handles_guess(f, g.h);
 	bool stat_sent = false;
@@ -1086,82 +1097,126 @@ static asp_status plan_await(sftpc *f, wplan *w, wreq *q, size_t from, size_t n,
 	return st;
 }
 
+/* An open_write whose requests are out, its answers to come. */
+typedef struct wflight {
+	wreq *q;
+	size_t n;
+	handle g;
+	sreq ro, rs;
+	bool guessed, stat_sent, open_sent;
+	size_t csz;    /* the WRITEs' size the queue was made for */
+	asp_status st; /* the sending's */
+} wflight;
+
 /*
- * OPEN `path` with `flags` and `at`, then on its handle what `w` plans, CLOSE last. With
- * up to GUESS_BYTES of data it all goes out together on the handle the OPEN is expected
- * to get: one round trip. Otherwise, or when the guess missed, the rest follows the OPEN's
- * answer on its handle (the data through bulk_write). *ofx: the OPEN's status (its text in
- * srv); w->wfx: the first failure after it (FX_OK: all written, synced and closed).
+ * The sending half of open_write: OPEN (and STAT when `stat`), and with up to GUESS_BYTES
+ * of data what `w` plans on the handle the OPEN is expected to get, CLOSE last, all in one
+ * batch. open_write_await takes the answers, whatever this returned.
  */
-static asp_status open_write(sftpc *f, const char *path, uint32_t flags, const sattr *at, wplan *w,
-                             sattr *sat, int *sfx, int *ofx, char *srv, size_t cap, asp_error *err)
+static asp_status open_write_send(sftpc *f, const char *path, uint32_t flags, const sattr *at,
+                                  const wplan *w, bool stat, wflight *x, asp_error *err)
 {
-	*ofx = w->wfx = FX_OK;
+	memset(x, 0, sizeof *x);
+	x->g.len = 4;
 	asp_status st = sftp_start(f, err);
 	if (st != ASP_OK)
-		return st;
-	size_t csz = f->max_write ? f->max_write : 32768; /* the default until the limits came */
-	size_t n = 0, qn = WREQ_MAX(w->len <= GUESS_BYTES ? w->len : 0, csz);
-	wreq *q = calloc(qn, sizeof *q);
-	if (!q)
-		return asp_error_oom(err, "write", NULL);
-	handle g = {.len = 4}, h;
-	sreq ro;
-	sreq rs;
+		return x->st = st;
+	x->csz = f->max_write ? f->max_write : 32768; /* the default until the limits came */
+	size_t qn = WREQ_MAX(w->len <= GUESS_BYTES ? w->len : 0, x->csz);
+	x->q = calloc(qn, sizeof *x->q);
+	if (!x->q)
+		return x->st = asp_error_oom(err, "write", NULL);
 	sftp_batch_begin(f);
-	bool guessed = w->len <= GUESS_BYTES && sftp_handles_guess(f, g.h);
-	bool stat_sent = false;
-	if (sat) {
-		st = send_call(f, FXP_STAT, NULL, path, NULL, NULL, &rs, err);
-		stat_sent = st == ASP_OK;
+	x->guessed = w->len <= GUESS_BYTES && sftp_handles_guess(f, x->g.h);
+	if (stat) {
+		st = send_call(f, FXP_STAT, NULL, path, NULL, NULL, &x->rs, err);
+		x->stat_sent = st == ASP_OK;
 	}
+	if (st == ASP_OK && x->guessed)
+		sftp_handles_closed_in_batch(f, x->g.h); /* the plan ends in its CLOSE */
 	if (st == ASP_OK)
-		st = send_open(f, path, flags, at, false, &ro, err);
-	if (st == ASP_OK && guessed)
-		st = plan_send(f, w, &g, W_PRE | W_DATA | W_POST, csz, q, &n, err);
+		st = send_open(f, path, flags, at, false, &x->ro, err);
+	x->open_sent = st == ASP_OK;
+	if (st == ASP_OK && x->guessed)
+		st = plan_send(f, w, &x->g, W_PRE | W_DATA | W_POST, x->csz, x->q, &x->n, err);
 	sftp_batch_end(f);
-	if (stat_sent) {
+	return x->st = st;
+}
+
+/* Whether all of the write went out with open_write_send (else more follows its answer). */
+static bool open_write_all_out(const wflight *x)
+{
+	return x->st == ASP_OK && x->guessed;
+}
+
+/*
+ * The answers to open_write_send; when the guess missed or was not made, the rest follows
+ * the OPEN's answer on its handle (the data through bulk_write). *ofx: the OPEN's status
+ * (its text in srv); w->wfx: the first failure after it (FX_OK: all written, synced and
+ * closed); with a STAT sent, *sat and *sfx its answer.
+ */
+static asp_status open_write_await(sftpc *f, const char *path, wplan *w, wflight *x, sattr *sat,
+                                   int *sfx, int *ofx, char *srv, size_t cap, asp_error *err)
+{
+	*ofx = w->wfx = FX_OK;
+	asp_status st = x->st;
+	wreq *q = x->q;
+	handle h;
+	if (x->stat_sent) {
 		if (st == ASP_OK)
-			st = sftp_await(f, &rs, err);
+			st = sftp_await(f, &x->rs, err);
 		if (st == ASP_OK)
-			stat_result(&rs, sat, sfx);
-		sftp_forget(f, &rs);
+			stat_result(&x->rs, sat, sfx);
+		sftp_forget(f, &x->rs);
 		if (st == ASP_OK && *sfx == FX_OK && (sat->flags & FXA_PERMISSIONS) &&
 		    S_ISFIFO(sat->perm))
 			unblock_fifo(f, path);
 	}
-	if (st == ASP_OK)
-		st = sftp_await(f, &ro, err);
-	if (st == ASP_OK)
-		open_result(&ro, &h, ofx, srv, cap);
-	sftp_forget(f, &ro);
-	bool opened = st == ASP_OK && *ofx == FX_OK;
-	if (opened && guessed && hit(&h, &g)) {
-		st = plan_await(f, w, q, 0, n, srv, cap, err);
+	if (st == ASP_OK && x->open_sent)
+		st = sftp_await(f, &x->ro, err);
+	if (st == ASP_OK && x->open_sent)
+		open_result(&x->ro, &h, ofx, srv, cap);
+	sftp_forget(f, &x->ro);
+	bool opened = st == ASP_OK && x->open_sent && *ofx == FX_OK;
+	if (opened && x->guessed && hit(&h, &x->g)) {
+		st = plan_await(f, w, q, 0, x->n, srv, cap, err);
 		free(q);
 		return st;
 	}
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < x->n; i++)
 		sftp_forget(f, &q[i].c.r); /* on a wrong handle, or after a refused OPEN */
 	if (!opened) {
 		free(q);
 		return st;
 	}
 	/* on the real handle: the first FSTAT and FSETSTAT, the data, then the rest */
-	n = 0;
-	st = plan_send(f, w, &h, W_PRE, csz, q, &n, err);
+	size_t n = 0;
+	st = plan_send(f, w, &h, W_PRE, x->csz, q, &n, err);
 	if (st == ASP_OK)
 		st = plan_await(f, w, q, 0, n, srv, cap, err);
 	if (st == ASP_OK)
 		st = bulk_write(f, &h, w->base, w->data, w->len, &w->wfx, srv, cap, err);
 	size_t post = n;
 	if (st == ASP_OK)
-		st = plan_send(f, w, &h, W_POST, csz, q, &n, err);
+		st = plan_send(f, w, &h, W_POST, x->csz, q, &n, err);
 	else
 		close_nowait(f, &h);
 	asp_status s2 = plan_await(f, w, q, post, n, srv, cap, err);
 	free(q);
 	return st == ASP_OK ? s2 : st;
+}
+
+/*
+ * OPEN `path` with `flags` and `at`, then on its handle what `w` plans, CLOSE last. With
+ * up to GUESS_BYTES of data it all goes out together on the handle the OPEN is expected
+ * to get: one round trip (open_write_send, open_write_await).
+ */
+static asp_status open_write(sftpc *f, const char *path, uint32_t flags, const sattr *at, wplan *w,
+                             sattr *sat, int *sfx, int *ofx, char *srv, size_t cap, asp_error *err)
+{
+	wflight x;
+	open_write_send(f, path, flags, at, w, sat != NULL, &x, err);
+	return open_write_await(f, path, w, &x, sat, sfx, ofx, srv, cap, err);
 }
 
 /* ---- read ------------------------------------------------------------------------------ */
@@ -2064,76 +2119,351 @@ out:
 	return st;
 }
 
-/* ---- a tree's members (ssh_tree_sftp.c): one round trip each, many threads at once ------ */
+/* ---- a tree's members (ssh_tree_sftp.c): many in flight from one thread ----------------- */
 
-asp_status ssh_sftp_tree_put(sftpc *f, const char *path, const uint8_t *data, size_t len,
-                             uint64_t base, bool create, bool last, uint32_t perm, uint32_t mtime,
-                             asp_error *err)
+/* READDIRs sent with a tree's OPENDIR: sftp-server answers up to 100 names each */
+#define LIST_AHEAD 4
+
+struct sftp_tq_flight {
+	asp_status st; /* the sending's */
+	asp_error err;
+	sreq r; /* the one request of the kinds that have one */
+	/* TQ_PUT */
+	sattr at;
+	wplan w;
+	wflight wf;
+	/* TQ_GET: LSTAT, OPEN, the READs and CLOSE on the guessed handle g */
+	struct chunk *q;
+	size_t n;
+	handle g;
+	sreq rs, ro, rc;
+	bool guessed;
+	/* TQ_LIST: OPENDIR, LIST_AHEAD READDIRs and CLOSE on g */
+	sreq rd[LIST_AHEAD];
+};
+
+/* What is left of a tree's file past *got, read ssh_sftp_read's way into buf. */
+static asp_status get_rest(sftpc *f, const char *path, uint8_t *buf, size_t size, size_t *got,
+                           asp_error *err)
 {
-	sattr at = {.flags = FXA_PERMISSIONS, .perm = (perm & 07777) | 0600};
-	uint32_t flags = FXF_WRITE | (create ? FXF_CREAT | FXF_EXCL | FXF_TRUNC : 0);
-	wplan w = {.data = data, .len = len, .base = base, .attrs = last};
-	w.set = (sattr){.flags = FXA_PERMISSIONS | FXA_ACMODTIME,
-	                .perm = perm & 07777,
-	                .atime = mtime,
-	                .mtime = mtime};
-	char srv[256] = "";
-	int ofx = FX_OK;
-	sshc_lock(f->c);
-	asp_status st = open_write(f, path, flags, create ? &at : NULL, &w, NULL, NULL, &ofx, srv,
-	                           sizeof srv, err);
-	int fx = ofx != FX_OK ? ofx : w.wfx;
-	if (st == ASP_OK && fx != FX_OK)
-		st = op_error(f, "tree_write: write", path, fx, srv, err);
-	sshc_unlock(f->c);
+	asp_arena *a = asp_arena_new();
+	if (!a)
+		return asp_error_oom(err, "tree_read", NULL);
+	asp_status st = ASP_OK;
+	while (st == ASP_OK && *got < size) {
+		asp_read_params rp;
+		asp_read_params_init(&rp);
+		rp.path = path;
+		rp.offset = *got;
+		rp.has_length = true;
+		rp.length = size - *got;
+		asp_read_result rr;
+		st = ssh_sftp_read(f, &rp, size - *got, &rr, a, err);
+		if (st == ASP_OK && rr.data.len) {
+			memcpy(buf + *got, rr.data.data, rr.data.len);
+			*got += rr.data.len;
+		}
+		asp_arena_reset(a);
+		if (st == ASP_OK && (rr.eof || !rr.data.len))
+			break;
+	}
+	asp_arena_free(a);
 	return st;
 }
 
-/* A status-only request of `type` on path (and s2), made an error naming `path`. */
-static asp_status tree_call(sftpc *f, uint8_t type, const char *ext, const char *path,
-                            const char *s2, const sattr *at, const char *what, asp_error *err)
+/* Without a guess nothing goes out: the await reads the file ssh_sftp_read's way. */
+static void get_send(sftpc *f, sftp_tq *t, struct sftp_tq_flight *x)
 {
+	size_t csz = f->max_read ? f->max_read : 32768;
+	size_t n = (t->len + csz - 1) / csz;
+	x->q = calloc(n + 1, sizeof *x->q);
+	if (!x->q) {
+		x->st = asp_error_oom(&x->err, "tree_read", NULL);
+		return;
+	}
+	x->g.len = 4;
+	sftp_settle(f);
+	sftp_batch_begin(f);
+	x->guessed = sftp_handles_guess(f, x->g.h);
+	asp_status st = ASP_OK;
+	if (x->guessed) {
+		st = send_call(f, FXP_LSTAT, NULL, t->path, NULL, NULL, &x->rs, &x->err);
+		sftp_handles_closed_in_batch(f, x->g.h);
+		if (st == ASP_OK)
+			st = send_open(f, t->path, FXF_READ, NULL, false, &x->ro, &x->err);
+		for (; st == ASP_OK && x->n < n; x->n++) {
+			struct chunk *c = &x->q[x->n];
+			c->off = x->n * csz;
+			c->len = t->len - c->off < csz ? t->len - c->off : csz;
+			c->r.dst = t->buf + c->off;
+			c->r.dst_cap = c->len;
+			st = send_chunk(f, FXP_READ, &x->g, 0, c, NULL, &x->err);
+		}
+		if (st == ASP_OK)
+			st = send_on_handle(f, FXP_CLOSE, NULL, &x->g, NULL, &x->rc, &x->err);
+	}
+	sftp_batch_end(f);
+	x->st = st;
+}
+
+/* (Under the lock, which it lets go to read the rest when the batch did not do.) */
+static asp_status get_await(sftpc *f, sftp_tq *t, struct sftp_tq_flight *x, asp_error *err)
+{
+	asp_status st = x->st;
+	if (st != ASP_OK)
+		*err = x->err;
+	sattr at = {0};
+	int sfx = FX_OK, ofx = FX_FAILURE, fx = FX_OK;
 	char srv[256] = "";
-	int fx = FX_OK;
-	sshc_lock(f->c);
-	asp_status st = sftp_ready(f, err);
-	if (st == ASP_OK)
-		st = call_status(f, type, ext, path, s2, at, &fx, srv, sizeof srv, err);
+	handle h;
+	if (st == ASP_OK && x->guessed) {
+		st = sftp_await(f, &x->rs, err);
+		if (st == ASP_OK)
+			stat_result(&x->rs, &at, &sfx);
+	}
+	bool fifo = st == ASP_OK && x->guessed && sfx == FX_OK && (at.flags & FXA_PERMISSIONS) &&
+	            S_ISFIFO(at.perm);
+	if (fifo)
+		unblock_fifo(f, t->path); /* put there since the listing: it reads as empty */
+	if (st == ASP_OK && x->guessed)
+		st = sftp_await(f, &x->ro, err);
+	if (st == ASP_OK && x->guessed)
+		open_result(&x->ro, &h, &ofx, srv, sizeof srv);
+	bool hit_g = st == ASP_OK && x->guessed && ofx == FX_OK && hit(&h, &x->g);
+	bool whole = hit_g; /* every byte asked came, or the file ended */
+	bool ended = false;
+	for (size_t i = 0; i < x->n && hit_g && st == ASP_OK && fx == FX_OK; i++) {
+		struct chunk *c = &x->q[i];
+		st = sftp_await(f, &c->r, err);
+		int s2 = st == ASP_OK ? sftp_status(&c->r) : FX_OK;
+		if (st != ASP_OK) {
+			break;
+		} else if (c->r.type == FXP_DATA && !ended) {
+			t->got += c->r.len;
+			ended = c->r.len < c->len; /* shrank, or a short read: asked again below */
+		} else if (c->r.type == FXP_DATA) {
+			whole = false; /* bytes after a short answer: read the rest again */
+		} else if (s2 == FX_EOF) {
+			ended = true;
+		} else {
+			fx = s2 > 0 ? s2 : FX_BAD_MESSAGE;
+			fx_text(&c->r, srv, sizeof srv);
+		}
+	}
+	for (size_t i = 0; i < x->n; i++)
+		sftp_forget(f, &x->q[i].r);
+	sftp_forget(f, &x->rs);
+	sftp_forget(f, &x->ro);
+	sftp_forget(f, &x->rc);
+	free(x->q);
+	if (st == ASP_OK && x->guessed && ofx == FX_OK && !hit_g)
+		close_nowait(f, &h); /* the guess missed: the requests on it failed */
+	if (fifo) {
+		t->got = 0;
+		return st;
+	}
+	if (st == ASP_OK && x->guessed && ofx != FX_OK)
+		return op_error(f, "tree_read: read", t->path, ofx, srv, err);
 	if (st == ASP_OK && fx != FX_OK)
-		st = op_error(f, what, path, fx, srv, err);
-	sshc_unlock(f->c);
+		return op_error(f, "tree_read: read", t->path, fx, srv, err);
+	if (st == ASP_OK && (!whole || (ended && t->got < t->len))) {
+		/* no guess, a miss, or a short answer */
+		sshc_unlock(f->c);
+		st = get_rest(f, t->path, t->buf, t->len, &t->got, err);
+		sshc_lock(f->c);
+	}
 	return st;
 }
 
-asp_status ssh_sftp_tree_mkdir(sftpc *f, const char *path, uint32_t perm, asp_error *err)
+/* Without a guess nothing goes out: the await lists the directory ssh_sftp_list's way. */
+static void list_send(sftpc *f, sftp_tq *t, struct sftp_tq_flight *x)
 {
-	sattr at = {.flags = FXA_PERMISSIONS, .perm = perm & 07777};
-	return tree_call(f, FXP_MKDIR, NULL, path, NULL, &at, "tree_write: mkdir", err);
+	x->g.len = 4;
+	sftp_settle(f);
+	sftp_batch_begin(f);
+	x->guessed = sftp_handles_guess(f, x->g.h);
+	asp_status st = ASP_OK;
+	if (x->guessed) {
+		sftp_handles_closed_in_batch(f, x->g.h);
+		st = send_open(f, t->path, 0, NULL, true, &x->ro, &x->err);
+		for (size_t i = 0; st == ASP_OK && i < LIST_AHEAD; i++)
+			st = send_readdir(f, &x->g, &x->rd[i], &x->err);
+		if (st == ASP_OK)
+			st = send_on_handle(f, FXP_CLOSE, NULL, &x->g, NULL, &x->rc, &x->err);
+	}
+	sftp_batch_end(f);
+	x->st = st;
 }
 
-asp_status ssh_sftp_tree_setstat(sftpc *f, const char *path, uint32_t perm, uint32_t mtime,
-                                 asp_error *err)
+/* (Under the lock, which it lets go to list again when the batch did not do.) */
+static asp_status list_await(sftpc *f, sftp_tq *t, struct sftp_tq_flight *x, asp_error *err)
 {
-	sattr at = {.flags = FXA_PERMISSIONS | FXA_ACMODTIME,
-	            .perm = perm & 07777,
-	            .atime = mtime,
-	            .mtime = mtime};
-	return tree_call(f, FXP_SETSTAT, NULL, path, NULL, &at, "tree_write: setstat", err);
+	asp_status st = x->st;
+	if (st != ASP_OK)
+		*err = x->err;
+	int fx = FX_FAILURE;
+	handle h;
+	if (st == ASP_OK && x->guessed)
+		st = sftp_await(f, &x->ro, err);
+	if (st == ASP_OK && x->guessed)
+		open_result(&x->ro, &h, &fx, NULL, 0);
+	bool hit_g = st == ASP_OK && x->guessed && fx == FX_OK && hit(&h, &x->g);
+	dlist d = {0};
+	int rc = hit_g ? 0 : -1;
+	for (size_t i = 0; i < LIST_AHEAD && rc == 0 && st == ASP_OK; i++) {
+		st = sftp_await(f, &x->rd[i], err);
+		int rfx = FX_OK;
+		if (st == ASP_OK)
+			rc = take_readdir(&x->rd[i], &d, &rfx, NULL, 0);
+	}
+	for (size_t i = 0; i < LIST_AHEAD; i++)
+		sftp_forget(f, &x->rd[i]);
+	sftp_forget(f, &x->ro);
+	sftp_forget(f, &x->rc);
+	if (st == ASP_OK && x->guessed && fx == FX_OK && !hit_g)
+		close_nowait(f, &h); /* the guess missed: the requests on it failed */
+	if (st == ASP_OK && rc == 1) {
+		st = list_result(&d, &t->list, t->arena, err);
+	} else if (st == ASP_OK) {
+		/* no guess, a miss, a refusal (its error said the usual way) or a long one */
+		asp_list_params lp;
+		asp_list_params_init(&lp);
+		lp.path = t->path;
+		sshc_unlock(f->c);
+		st = ssh_sftp_list(f, &lp, &t->list, t->arena, err);
+		sshc_lock(f->c);
+	}
+	dlist_free(&d);
+	return st;
 }
 
-asp_status ssh_sftp_tree_symlink(sftpc *f, const char *target, const char *path, asp_error *err)
+bool ssh_sftp_tq_send(sftpc *f, sftp_tq *t)
 {
-	/* OpenSSH's sftp-server takes the target first (the draft's order reversed) */
-	char srv[256] = "";
-	int fx = FX_OK;
+	struct sftp_tq_flight *x = calloc(1, sizeof *x);
+	t->fl = x;
+	if (!x)
+		return false;
 	sshc_lock(f->c);
-	asp_status st = sftp_ready(f, err);
-	if (st == ASP_OK)
-		st = call_status(f, FXP_SYMLINK, NULL, target, path, NULL, &fx, srv, sizeof srv,
-		                 err);
-	if (st == ASP_OK && fx != FX_OK)
-		st = op_error(f, "tree_write: symlink", path, fx, srv, err);
+	x->st = sftp_start(f, &x->err);
+	bool out = false;
+	sattr at = {0};
+	uint8_t type = 0;
+	const char *s1 = t->path, *s2 = NULL;
+	switch (t->kind) {
+	case TQ_PUT:
+		x->at = (sattr){.flags = FXA_PERMISSIONS, .perm = (t->perm & 07777) | 0600};
+		x->w = (wplan){.data = t->data, .len = t->len, .base = t->base, .attrs = t->last};
+		x->w.set = (sattr){.flags = FXA_PERMISSIONS | FXA_ACMODTIME,
+		                   .perm = t->perm & 07777,
+		                   .atime = t->mtime,
+		                   .mtime = t->mtime};
+		if (x->st == ASP_OK) {
+			uint32_t flags =
+			    FXF_WRITE | (t->create ? FXF_CREAT | FXF_EXCL | FXF_TRUNC : 0);
+			sftp_settle(f);
+			x->st = open_write_send(f, t->path, flags, t->create ? &x->at : NULL, &x->w,
+			                        false, &x->wf, &x->err);
+			out = open_write_all_out(&x->wf);
+		}
+		break;
+	case TQ_GET:
+		if (x->st == ASP_OK)
+			get_send(f, t, x);
+		out = x->st == ASP_OK && x->guessed;
+		break;
+	case TQ_LIST:
+		if (x->st == ASP_OK)
+			list_send(f, t, x);
+		out = x->st == ASP_OK && x->guessed;
+		break;
+	case TQ_MKDIR:
+		type = FXP_MKDIR;
+		at = (sattr){.flags = FXA_PERMISSIONS, .perm = t->perm & 07777};
+		break;
+	case TQ_SETSTAT:
+		type = FXP_SETSTAT;
+		at = (sattr){.flags = FXA_PERMISSIONS | FXA_ACMODTIME,
+		             .perm = t->perm & 07777,
+		             .atime = t->mtime,
+		             .mtime = t->mtime};
+		break;
+	case TQ_LINK: /* OpenSSH's sftp-server takes the target first (the draft's order reversed)
+	               */
+		type = FXP_SYMLINK;
+		s1 = t->s2;
+		s2 = t->path;
+		break;
+	case TQ_LSTAT: type = FXP_LSTAT; break;
+	case TQ_READLINK: type = FXP_READLINK; break;
+	}
+	if (type && x->st == ASP_OK) {
+		x->st = send_call(f, type, NULL, s1, s2, at.flags ? &at : NULL, &x->r, &x->err);
+		out = x->st == ASP_OK;
+	}
 	sshc_unlock(f->c);
+	return out;
+}
+
+asp_status ssh_sftp_tq_await(sftpc *f, sftp_tq *t, asp_error *err)
+{
+	struct sftp_tq_flight *x = t->fl;
+	t->fl = NULL;
+	if (!x)
+		return asp_error_oom(err, "tree", NULL);
+	sshc_lock(f->c);
+	asp_status st = x->st;
+	if (t->kind == TQ_PUT) {
+		char srv[256] = "";
+		int ofx = FX_OK;
+		x->wf.st = x->st; /* (also where open_write_send was not reached) */
+		st = open_write_await(f, t->path, &x->w, &x->wf, NULL, NULL, &ofx, srv, sizeof srv,
+		                      err);
+		int fx = ofx != FX_OK ? ofx : x->w.wfx;
+		if (x->st != ASP_OK)
+			*err = x->err;
+		else if (st == ASP_OK && fx != FX_OK)
+			st = op_error(f, "tree_write: write", t->path, fx, srv, err);
+	} else if (t->kind == TQ_GET) {
+		st = get_await(f, t, x, err);
+	} else if (t->kind == TQ_LIST) {
+		st = list_await(f, t, x, err);
+	} else if (st != ASP_OK) {
+		*err = x->err;
+		sftp_forget(f, &x->r);
+	} else if (t->kind == TQ_LSTAT) {
+		sattr a = {0};
+		int fx = FX_OK;
+		st = sftp_await(f, &x->r, err);
+		if (st == ASP_OK)
+			stat_result(&x->r, &a, &fx);
+		sftp_forget(f, &x->r);
+		t->lkind = fx == FX_NO_SUCH_FILE ? 0 : is_dir(&a) ? 1 : 2;
+		t->lperm = a.perm;
+		t->lmtime = a.mtime;
+		if (st == ASP_OK && fx != FX_OK && fx != FX_NO_SUCH_FILE)
+			st = asp_error_set(err, ASP_E_IO_ERROR, t->path,
+			                   "tree: lstat %s: sftp status %d", t->path, fx);
+	} else if (t->kind == TQ_READLINK) {
+		int fx = FX_OK;
+		st = sftp_await(f, &x->r, err);
+		if (st == ASP_OK)
+			st = take_name(f, &x->r, &t->link, &fx, err);
+		else
+			sftp_forget(f, &x->r);
+		if (st == ASP_OK && fx != FX_OK)
+			st = op_error(f, "tree_read: readlink", t->path, fx, NULL, err);
+	} else {
+		static const char *const what[] = {[TQ_MKDIR] = "tree_write: mkdir",
+		                                   [TQ_SETSTAT] = "tree_write: setstat",
+		                                   [TQ_LINK] = "tree_write: symlink"};
+		char srv[256] = "";
+		int fx = FX_OK;
+		st = await_status(f, &x->r, &fx, srv, sizeof srv, err);
+		if (st == ASP_OK && fx != FX_OK)
+			st = op_error(f, what[t->kind], t->path, fx, srv, err);
+	}
+	sshc_unlock(f->c);
+	free(x);
 	return st;
 }
 
@@ -2155,18 +2485,5 @@ asp_status ssh_sftp_tree_lstat(sftpc *f, const char *path, int *kind, uint32_t *
 	if (st == ASP_OK && fx != FX_OK && fx != FX_NO_SUCH_FILE)
 		st = asp_error_set(err, ASP_E_IO_ERROR, path, "tree: lstat %s: sftp status %d",
 		                   path, fx);
-	return st;
-}
-
-asp_status ssh_sftp_tree_readlink(sftpc *f, const char *path, char **out, asp_error *err)
-{
-	int fx = FX_OK;
-	sshc_lock(f->c);
-	asp_status st = sftp_ready(f, err);
-	if (st == ASP_OK)
-		st = do_name(f, FXP_READLINK, path, out, &fx, err);
-	if (st == ASP_OK && fx != FX_OK)
-		st = op_error(f, "tree_read: readlink", path, fx, NULL, err);
-	sshc_unlock(f->c);
 	return st;
 }

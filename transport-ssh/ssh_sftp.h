@@ -122,6 +122,7 @@ void sb_attrs(sbuild *b, const sattr *a);
 /* ssh_sftp_handles.c: what sftp-server's handle table holds, for guessing the next. */
 typedef struct sftp_hevent {
 	bool open; /* an OPEN or OPENDIR not answered yet (id), else a CLOSE of handle v */
+	bool self; /* an OPEN closed in its own batch on the guess v */
 	uint32_t id, v;
 } sftp_hevent;
 
@@ -135,6 +136,9 @@ typedef struct sftp_handles {
 	sftp_hevent *q; /* from the oldest OPEN unanswered, in the order sent */
 	size_t n_q, cap_q;
 	unsigned pending; /* OPENs unanswered */
+	unsigned others;  /* of those, the ones not closed in their own batch */
+	bool next_self;   /* the next OPEN sent is closed in its batch, on next_v */
+	uint32_t next_v;
 } sftp_handles;
 
 struct sftpc {
@@ -188,6 +192,13 @@ asp_status sftp_send(sftpc *f, uint8_t type, sbuild *b, const uint8_t *tail, siz
  * the connection or channel was lost, or the handshake's own error when it failed.
  */
 asp_status sftp_await(sftpc *f, sreq *r, asp_error *err);
+/*
+ * Until the handle the next OPEN gets can be guessed (ssh_sftp_handles.c): no OPEN is
+ * unanswered but those closed in their own batch. A tree's members wait for that, about a
+ * round trip at most, rather than go one round trip after another without a guess. Gives
+ * up at the request timeout, on a lost channel, or where guessing is off.
+ */
+void sftp_settle(sftpc *f);
 /* Takes r out of the pending list if it is there (its reply will be dropped) and frees
  * its body. Safe on a request that was never sent. */
 void sftp_forget(sftpc *f, sreq *r);
@@ -216,5 +227,7 @@ void sftp_handles_sent(sftpc *f, uint8_t type, uint32_t id, const uint8_t *body,
 void sftp_handles_reply(sftpc *f, uint32_t id, uint8_t type, const uint8_t *body, size_t len);
 /* The handle an OPEN sent now would get, when it is known and not one of ours open. */
 bool sftp_handles_guess(sftpc *f, uint8_t out[4]);
+/* The OPEN this batch sends next is closed in the same batch on the guess g. */
+void sftp_handles_closed_in_batch(sftpc *f, const uint8_t g[4]);
 
 #endif

@@ -5,14 +5,17 @@
  * OpenSSH's sftp-server (the one Debian's sshd and Dropbear run) names a handle by its
  * slot in a table, 4 bytes big-endian; an OPEN or OPENDIR takes the slot freed last (a
  * LIFO list: a CLOSE of a valid handle frees its slot), or else a new one at the end.
- * It answers in order, so the table is known here while no OPEN is unanswered: the
- * answers of every OPEN sent and the CLOSEs sent after the oldest unanswered one are
- * replayed in the order the server saw them. A guess is made only then, never names a
- * handle of ours that is open, and is checked against the OPEN's answer; the first
- * answer that disagrees (another server, another scheme) turns guessing off for the
- * channel. A wrong guess is harmless: the server has no such handle (only ours exist on
- * the channel, and every one of ours is known), so the requests on it fail and are sent
- * again on the real handle.
+ * It answers in order, so the table is known here: the answers of every OPEN sent and the
+ * CLOSEs sent after the oldest unanswered one are replayed in the order the server saw
+ * them. An OPEN whose CLOSE goes out in its own batch (a tree's file: OPEN, WRITEs,
+ * FSETSTAT, CLOSE) leaves the table as it found it whether it succeeds or not (it takes
+ * the slot on top and gives it back), so a guess is made while only such OPENs are
+ * unanswered, the events after the last answer replayed on a copy; any other OPEN
+ * unanswered stops guessing until it is answered. A guess never names a handle of ours
+ * that is open, and is checked against the OPEN's answer; the first answer that
+ * disagrees (another server, another scheme) turns guessing off for the channel. A wrong guess is
+ * harmless: the server has no such handle (only ours exist on the channel, and every one of ours is
+ * known), so the requests on it fail and are sent again on the real handle.
  */
 #include "ssh_sftp.h"
 
@@ -79,10 +82,14 @@ void sftp_handles_sent(sftpc *f, uint8_t type, uint32_t id, const uint8_t *body,
 	if (h->off)
 		return;
 	if (type == FXP_OPEN || type == FXP_OPENDIR) {
+		bool self = h->next_self;
+		h->next_self = false;
 		if (!grow((void **)&h->q, &h->cap_q, h->n_q, sizeof *h->q))
 			return off(h);
-		h->q[h->n_q++] = (sftp_hevent){.open = true, .id = id};
+		h->q[h->n_q++] =
+		    (sftp_hevent){.open = true, .self = self, .id = id, .v = h->next_v};
 		h->pending++;
+		h->others += !self;
 		return;
 	}
 	if (type != FXP_CLOSE)
@@ -107,9 +114,11 @@ void sftp_handles_reply(sftpc *f, uint32_t id, uint8_t type, const uint8_t *body
 				off(h); /* answered out of order: not the server described above */
 		return;
 	}
+	bool self = h->q[0].self;
 	if (type == FXP_HANDLE) {
 		uint32_t want = h->n_free ? h->free[h->n_free - 1] : h->slots;
-		if (len != 8 || get32(body) != 4 || get32(body + 4) != want)
+		if (len != 8 || get32(body) != 4 || get32(body + 4) != want ||
+		    (self && want != h->q[0].v))
 			return off(h);
 		if (h->n_free)
 			h->n_free--;
@@ -126,20 +135,61 @@ void sftp_handles_reply(sftpc *f, uint32_t id, uint8_t type, const uint8_t *body
 	memmove(h->q, h->q + k, (h->n_q - k) * sizeof *h->q);
 	h->n_q -= k;
 	h->pending--;
+	h->others -= !self;
+}
+
+/* The slot the next OPEN takes, the unanswered events replayed on a copy of the table;
+ * false when one of ours would be named or an OPEN's guess does not follow. */
+static bool replay(const sftp_handles *h, uint32_t *out)
+{
+	uint32_t *fr = malloc((h->n_free + h->n_q + 1) * sizeof *fr);
+	uint32_t *op = malloc((h->n_open + h->n_q + 1) * sizeof *op);
+	bool ok = fr && op;
+	size_t nf = h->n_free, no = h->n_open;
+	uint32_t slots = h->slots;
+	if (ok) {
+		memcpy(fr, h->free, nf * sizeof *fr);
+		memcpy(op, h->open, no * sizeof *op);
+	}
+	for (size_t i = 0; ok && i < h->n_q; i++) {
+		const sftp_hevent *e = &h->q[i];
+		if (e->open) {
+			uint32_t t = nf ? fr[--nf] : slots++;
+			ok = t == e->v;
+			op[no++] = t;
+			continue;
+		}
+		for (size_t k = 0; k < no; k++)
+			if (op[k] == e->v) {
+				op[k] = op[--no];
+				fr[nf++] = e->v;
+				break;
+			}
+	}
+	uint32_t v = nf ? fr[nf - 1] : slots;
+	for (size_t i = 0; ok && i < no; i++)
+		ok = op[i] != v;
+	free(fr);
+	free(op);
+	*out = v;
+	return ok;
 }
 
 bool sftp_handles_guess(sftpc *f, uint8_t out[4])
 {
 	sftp_handles *h = &f->handles;
-	if (h->off || h->pending)
+	uint32_t v;
+	if (h->off || h->others || !replay(h, &v))
 		return false;
-	uint32_t v = h->n_free ? h->free[h->n_free - 1] : h->slots;
-	for (size_t i = 0; i < h->n_open; i++)
-		if (h->open[i] == v)
-			return false;
 	out[0] = (uint8_t)(v >> 24);
 	out[1] = (uint8_t)(v >> 16);
 	out[2] = (uint8_t)(v >> 8);
 	out[3] = (uint8_t)v;
 	return true;
+}
+
+void sftp_handles_closed_in_batch(sftpc *f, const uint8_t g[4])
+{
+	f->handles.next_self = true;
+	f->handles.next_v = get32(g);
 }

@@ -427,6 +427,7 @@ void sftp_batch_begin(sftpc *f)
 void sftp_batch_end(sftpc *f)
 {
 	if (f->batching && pthread_equal(f->batch_owner, pthread_self())) {
+		f->handles.next_self = false; /* an OPEN marked but not sent: no longer ours */
 		f->batching = false;
 		f->wbusy = false;
 		pthread_cond_broadcast(&f->c->cv);
@@ -558,6 +559,17 @@ asp_status sftp_await(sftpc *f, sreq *r, asp_error *err)
 		}
 		if (!sshc_wait(f->c, shaking(f) ? f->setup_dl : dl))
 			return lost(f, err);
+	}
+}
+
+void sftp_settle(sftpc *f)
+{
+	uint64_t dl = ssh_now_ns() + f->req_timeout_ns;
+	while (f->ch && !f->handles.off && f->handles.others > 0) {
+		sftp_pump(f);
+		if (!f->ch || !f->handles.others || !sshc_check(f->c) || ssh_now_ns() >= dl ||
+		    !sshc_wait(f->c, dl))
+			break;
 	}
 }
 

@@ -1,12 +1,17 @@
 /*
  * tree_write and tree_read in native mode when the sandbox has no tar (docs/design.md,
- * "Trees as one stream"): the members go over SFTP, many requests in flight. A pool of
- * threads each sends one member's requests (a file's OPEN, WRITEs, FSETSTAT and CLOSE go
- * out together on the handle sftp-server will give: one round trip), so WORKERS members
- * are in flight at once and the connection, not the round trip, sets the pace.
+ * "Trees as one stream"): the members go over SFTP, many requests in flight. Each member's
+ * requests go out together (a file's OPEN, WRITEs, FSETSTAT and CLOSE on the handle
+ * sftp-server will give, ssh_sftp_handles.c: one round trip), and a pool of WORKERS
+ * threads each keeps up to BATCH members in flight, sending ahead and taking the answers
+ * in order, so the connection, not the round trip, sets the pace. sftp-server takes
+ * requests in the order they came, so a job that needs another done first (a file in a
+ * directory being made, the next piece of a file) goes out as soon as that one's requests
+ * are out, not a round trip after; when that one fails, so does the job, and the failure
+ * reported is the first one's.
  *
  * Writing: members go into the temporary directory the write script made beside the
- * target (inside it when it exists; ssh_tree.c), each after its directory was made;
+ * target (inside it when it exists; ssh_tree.c), each behind its directory's mkdir;
  * directories get their mode and mtime once everything in them is written. At the end
  * the temporary is renamed to the target, or its entries are moved into the existing
  * target after every conflict was looked for (level by level, the lstats of one level at
@@ -14,7 +19,7 @@
  * sftp_tw_remove where the script is gone: nothing reaches the target.
  *
  * Reading: the directories are listed level by level (one level's lists at once), then
- * the stream is made in the order asp-agent makes it, the files read WORKERS ahead of
+ * the stream is made in the order asp-agent makes it, the files read READ_AHEAD ahead of
  * the one being sent.
  */
 #include "ssh_internal.h"
@@ -28,13 +33,14 @@
 #include <string.h>
 #include <time.h>
 
-#define WORKERS      32u
+#define WORKERS      4u /* threads, each with up to BATCH jobs in flight */
+#define BATCH        64u
 #define PIECE        (1u << 20)  /* a file's bytes per job */
 #define HELD_MAX     (32u << 20) /* bytes waiting in jobs at most */
-#define READ_AHEAD   64u         /* files read ahead of the one sent */
+#define READ_AHEAD   256u        /* files read ahead of the one sent */
 #define DEFAULT_PERM 0755u
 
-/* ---- a pool of threads, each one request (or a few) in flight --------------------- */
+/* ---- a pool of threads, each with many jobs' requests in flight --------------------- */
 
 typedef enum jkind { J_MKDIR, J_PUT, J_LINK, J_SETSTAT, J_LSTAT, J_RENAME, J_LIST, J_READ } jkind;
 
@@ -48,7 +54,8 @@ struct job {
 	uint64_t base;
 	bool create, last;
 	uint32_t perm, mtime;
-	job *after; /* runs once this is done */
+	job *after; /* goes out once this one's requests are out */
+	bool sent;  /* its requests are out (or it is done) */
 	bool done;
 	asp_status st;
 	/* results */
@@ -67,92 +74,179 @@ typedef struct pool {
 	unsigned n;
 	bool closing;
 	unsigned pending; /* queued or running */
+	unsigned unsent;  /* queued or running, requests not out yet */
 	size_t held;      /* bytes of queued J_PUT jobs */
 	bool failed;
 	asp_error err; /* the first failure */
 } pool;
 
-static asp_status run_job(pool *p, job *j, asp_error *err)
+/* Under p->mu. */
+static void mark_sent(pool *p, job *j)
 {
-	switch (j->kind) {
-	case J_MKDIR: return ssh_sftp_tree_mkdir(p->f, j->path, j->perm | 0700, err);
-	case J_PUT:
-		return ssh_sftp_tree_put(p->f, j->path, j->data, j->len, j->base, j->create,
-		                         j->last, j->perm, j->mtime, err);
-	case J_LINK: return ssh_sftp_tree_symlink(p->f, j->s2, j->path, err);
-	case J_SETSTAT: return ssh_sftp_tree_setstat(p->f, j->path, j->perm, j->mtime, err);
-	case J_LSTAT: return ssh_sftp_tree_lstat(p->f, j->path, &j->kind_out, NULL, NULL, err);
-	case J_RENAME: {
-		asp_rename_params rp;
-		asp_rename_params_init(&rp);
-		rp.from = j->path;
-		rp.to = j->s2;
-		return ssh_sftp_rename(p->f, &rp, err);
-	}
-	case J_LIST: {
-		asp_list_params lp;
-		asp_list_params_init(&lp);
-		lp.path = j->path;
-		j->a = asp_arena_new();
-		return j->a ? ssh_sftp_list(p->f, &lp, &j->list, j->a, err)
-		            : asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
-	}
-	case J_READ: {
-		if (j->s2) /* a symlink's target */
-			return ssh_sftp_tree_readlink(p->f, j->path, (char **)&j->data, err);
-		asp_read_params rp;
-		asp_read_params_init(&rp);
-		rp.path = j->path;
-		rp.has_length = true;
-		rp.length = j->len;
-		asp_read_result rr;
-		j->a = asp_arena_new();
-		asp_status st = j->a ? ssh_sftp_read(p->f, &rp, p->budget, &rr, j->a, err)
-		                     : asp_error_set(err, ASP_E_INTERNAL, NULL, "out of memory");
-		if (st == ASP_OK) {
-			j->data = (uint8_t *)rr.data.data;
-			j->base = rr.data.len; /* what came */
-		}
-		return st;
-	}
-	}
-	return ASP_E_INTERNAL;
+	if (j->sent)
+		return;
+	j->sent = true;
+	p->unsent--;
+	pthread_cond_broadcast(&p->cv);
 }
 
+/* The request for job j; false for the kinds run as a whole (a rename, out of memory). */
+static bool request_of(job *j, sftp_tq *t)
+{
+	memset(t, 0, sizeof *t);
+	t->path = j->path;
+	t->perm = j->perm;
+	t->mtime = j->mtime;
+	switch (j->kind) {
+	case J_MKDIR:
+		t->kind = TQ_MKDIR;
+		t->perm = j->perm | 0700;
+		return true;
+	case J_PUT:
+		t->kind = TQ_PUT;
+		t->data = j->data;
+		t->len = j->len;
+		t->base = j->base;
+		t->create = j->create;
+		t->last = j->last;
+		return true;
+	case J_LINK:
+		t->kind = TQ_LINK;
+		t->s2 = j->s2;
+		return true;
+	case J_SETSTAT: t->kind = TQ_SETSTAT; return true;
+	case J_LSTAT: t->kind = TQ_LSTAT; return true;
+	case J_LIST:
+		t->kind = TQ_LIST;
+		t->arena = j->a = asp_arena_new();
+		return j->a != NULL;
+	case J_READ:
+		if (j->s2) { /* a symlink's target */
+			t->kind = TQ_READLINK;
+			return true;
+		}
+		t->kind = TQ_GET;
+		t->len = j->len;
+		t->buf = j->data = malloc(j->len ? j->len : 1);
+		return j->data != NULL;
+	case J_RENAME: return false;
+	}
+	return false;
+}
+
+/* What came back for job j. */
+static void take_result(job *j, sftp_tq *t)
+{
+	if (j->kind == J_LSTAT)
+		j->kind_out = t->lkind;
+	else if (j->kind == J_LIST)
+		j->list = t->list;
+	else if (j->kind == J_READ && j->s2)
+		j->data = (uint8_t *)t->link;
+	else if (j->kind == J_READ)
+		j->base = t->got; /* what came */
+}
+
+/* A job that is not a request: run as a whole. */
+static asp_status run_whole(pool *p, job *j, asp_error *err)
+{
+	if (j->kind != J_RENAME)
+		return asp_error_set(err, ASP_E_INTERNAL, NULL, "tree: out of memory");
+	asp_rename_params rp;
+	asp_rename_params_init(&rp);
+	rp.from = j->path;
+	rp.to = j->s2;
+	return ssh_sftp_rename(p->f, &rp, err);
+}
+
+/* Job j's end, st its status (under p->mu). */
+static void finish_job(pool *p, job *j, asp_status st, bool skip, const asp_error *e)
+{
+	/* behind a failed job, a failure is that one's: its report comes first */
+	while (st != ASP_OK && !skip && j->after && !j->after->done)
+		pthread_cond_wait(&p->cv, &p->mu);
+	if (st != ASP_OK && !skip && j->after && j->after->st != ASP_OK)
+		skip = true;
+	if (st != ASP_OK && !skip && !p->failed) {
+		p->failed = true;
+		p->err = *e;
+	}
+	if (j->kind == J_PUT) {
+		p->held -= j->len;
+		free(j->data);
+		j->data = NULL;
+	}
+	j->st = st;
+	mark_sent(p, j);
+	j->done = true;
+	p->pending--;
+	pthread_cond_broadcast(&p->cv);
+}
+
+/*
+ * Takes up to BATCH jobs off the queue (a run of them: what a job waits for is an earlier
+ * one, this worker's or one another worker took before), sends each one's requests, and
+ * takes their answers in order. A job whose `after` is not out yet waits for it: when it
+ * is this worker's, the answers up to it come first (its requests follow an answer).
+ */
 static void *worker(void *arg)
 {
 	pool *p = arg;
+	job *mine[BATCH];
+	sftp_tq tq[BATCH];
+	bool skip[BATCH], asked[BATCH];
 	pthread_mutex_lock(&p->mu);
 	for (;;) {
 		while (!p->head && !p->closing)
 			pthread_cond_wait(&p->cv, &p->mu);
-		job *j = p->head;
-		if (!j)
+		if (!p->head)
 			break;
-		p->head = j->next;
+		size_t n = 0;
+		for (; p->head && n < BATCH; n++) {
+			mine[n] = p->head;
+			p->head = p->head->next;
+		}
 		if (!p->head)
 			p->tail = NULL;
-		while (j->after && !j->after->done)
-			pthread_cond_wait(&p->cv, &p->mu);
-		bool skip = p->failed || (j->after && j->after->st != ASP_OK);
-		pthread_mutex_unlock(&p->mu);
-		asp_error e;
-		asp_status st =
-		    skip ? ASP_E_IO_ERROR : run_job(p, j, &e); /* skipped: never reported */
-		pthread_mutex_lock(&p->mu);
-		if (st != ASP_OK && !skip && !p->failed) {
-			p->failed = true;
-			p->err = e;
+		size_t out = 0, done = 0; /* mine[done .. out) are in flight */
+		while (done < n) {
+			while (out < n) {
+				job *j = mine[out];
+				bool held = false; /* waits on one of mine in flight */
+				for (size_t k = done; j->after && !j->after->sent && k < out; k++)
+					held = held || mine[k] == j->after;
+				if (held)
+					break;
+				if (j->after && !j->after->sent) {
+					pthread_cond_wait(&p->cv, &p->mu);
+					continue;
+				}
+				skip[out] = p->failed ||
+				            (j->after && j->after->done && j->after->st != ASP_OK);
+				asked[out] = !skip[out] && request_of(j, &tq[out]);
+				if (asked[out]) {
+					pthread_mutex_unlock(&p->mu);
+					bool all = ssh_sftp_tq_send(p->f, &tq[out]);
+					pthread_mutex_lock(&p->mu);
+					if (all)
+						mark_sent(p, j);
+				}
+				out++;
+			}
+			job *j = mine[done];
+			asp_error e;
+			asp_status st = ASP_E_IO_ERROR; /* skipped: never reported */
+			pthread_mutex_unlock(&p->mu);
+			if (asked[done]) {
+				st = ssh_sftp_tq_await(p->f, &tq[done], &e);
+				take_result(j, &tq[done]);
+			} else if (!skip[done]) {
+				st = run_whole(p, j, &e);
+			}
+			pthread_mutex_lock(&p->mu);
+			finish_job(p, j, st, skip[done], &e);
+			done++;
 		}
-		if (j->kind == J_PUT) {
-			p->held -= j->len;
-			free(j->data);
-			j->data = NULL;
-		}
-		j->st = st;
-		j->done = true;
-		p->pending--;
-		pthread_cond_broadcast(&p->cv);
 	}
 	pthread_mutex_unlock(&p->mu);
 	return NULL;
@@ -198,12 +292,24 @@ static bool pool_put(pool *p, job *j)
 			p->head = j;
 		p->tail = j;
 		p->pending++;
+		p->unsent++;
 		if (j->kind == J_PUT)
 			p->held += j->len;
 		pthread_cond_broadcast(&p->cv);
 	}
 	pthread_mutex_unlock(&p->mu);
 	return ok;
+}
+
+/* Until every job queued has its requests out; the pool's first failure, or ASP_OK. */
+static asp_status pool_wait_sent(pool *p, asp_error *err)
+{
+	pthread_mutex_lock(&p->mu);
+	while (p->unsent > 0 && !p->failed)
+		pthread_cond_wait(&p->cv, &p->mu);
+	asp_status st = p->failed ? (*err = p->err, err->code) : ASP_OK;
+	pthread_mutex_unlock(&p->mu);
+	return st;
 }
 
 /* Waits for `j` (NULL: every job); the pool's first failure, or ASP_OK. */
@@ -609,34 +715,51 @@ static asp_status merge(sftp_tw *w, asp_error *err)
 asp_status sftp_tw_finish(sftp_tw *w, asp_error *err)
 {
 	pool *p = &w->p;
-	asp_status st = pool_wait(p, NULL, err);
-	/* directories last, deepest first: their mode and mtime once all is in them */
+	/*
+	 * Directories last, deepest first, each behind the one before: their mode and mtime
+	 * once everything in them is written (the requests of every member are out: the
+	 * server takes them first), then the temporary's own; all in the round trip of the
+	 * last members. Then the rename, once all of it succeeded.
+	 */
+	asp_status st = pool_wait_sent(p, err);
+	job *prev = NULL;
 	for (size_t i = w->n; st == ASP_OK && i-- > 0;) {
 		member *m = &w->m[i];
 		if (!m->dir)
 			continue;
 		job *j = new_job(w, J_SETSTAT, join(w->tmp, m->rel));
-		if (!j)
+		if (!j) {
 			st = oom(err);
-		else {
-			j->perm = m->perm;
-			j->mtime = m->mtime;
-			if (!pool_put(p, j))
-				break;
+			break;
+		}
+		j->perm = m->perm;
+		j->mtime = m->mtime;
+		j->after = prev;
+		prev = j;
+		if (!pool_put(p, j))
+			break;
+	}
+	if (st == ASP_OK && !w->inside) {
+		job *j = new_job(w, J_SETSTAT, strdup(w->tmp));
+		if (!j) {
+			st = oom(err);
+		} else {
+			j->perm = w->has_root ? w->root_perm : DEFAULT_PERM;
+			j->mtime = w->has_root ? w->root_mtime : (uint32_t)time(NULL);
+			j->after = prev;
+			pool_put(p, j);
 		}
 	}
+	asp_status waited = pool_wait(p, NULL, err);
 	if (st == ASP_OK)
-		st = pool_wait(p, NULL, err);
+		st = waited;
 	if (st == ASP_OK && !w->inside) {
-		st = ssh_sftp_tree_setstat(p->f, w->tmp, w->has_root ? w->root_perm : DEFAULT_PERM,
-		                           w->has_root ? w->root_mtime : (uint32_t)time(NULL), err);
 		asp_rename_params rp;
 		asp_rename_params_init(&rp);
 		rp.from = w->tmp;
 		rp.to = w->target;
 		rp.overwrite = false;
-		if (st == ASP_OK)
-			st = ssh_sftp_rename(p->f, &rp, err);
+		st = ssh_sftp_rename(p->f, &rp, err);
 	} else if (st == ASP_OK) {
 		st = merge(w, err);
 	}
@@ -833,7 +956,7 @@ static bool read_ahead(walk *k, size_t i, asp_error *err, asp_status *st)
 		*st = walk_oom(err);
 		return false;
 	}
-	x->j->len = x->size ? (size_t)x->size : 1;
+	x->j->len = (size_t)x->size;
 	return pool_put(&k->p, x->j);
 }
 
@@ -847,8 +970,7 @@ static asp_status send_file(walk *k, node *x, asp_error *err)
 		if (st == ASP_OK && got)
 			st = k->emit(k->user, x->j->data, got, err);
 		sent = got;
-		asp_arena_free(x->j->a);
-		x->j->a = NULL;
+		free(x->j->data);
 		x->j->data = NULL;
 	} else {
 		char *path = join(k->dir, x->rel);
@@ -913,11 +1035,15 @@ asp_status sftp_tree_walk(sftpc *f, size_t budget, const char *dir, const asp_tr
 	if (st == ASP_OK)
 		order(&k, 0, seq, &ns);
 	size_t ahead = 0, files_ahead = 0;
+	uint64_t bytes_ahead = 0; /* of files read ahead whole, not sent yet */
 	for (size_t s = 0; st == ASP_OK && s < ns; s++) {
-		while (st == ASP_OK && ahead < ns && files_ahead < READ_AHEAD) {
+		while (st == ASP_OK && ahead < ns && files_ahead < READ_AHEAD &&
+		       bytes_ahead <= HELD_MAX) {
 			node *y = &k.v[seq[ahead]];
-			if (y->type == 'f' && ahead >= s)
+			if (y->type == 'f' && ahead >= s) {
 				files_ahead++;
+				bytes_ahead += y->size <= PIECE ? y->size : 0;
+			}
 			if (!read_ahead(&k, seq[ahead++], err, &st) && st == ASP_OK)
 				st = pool_wait(&k.p, NULL, err);
 		}
@@ -942,6 +1068,7 @@ asp_status sftp_tree_walk(sftpc *f, size_t budget, const char *dir, const asp_tr
 		if (st == ASP_OK && x->type == 'f') {
 			st = send_file(&k, x, err);
 			files_ahead--;
+			bytes_ahead -= x->size <= PIECE ? x->size : 0;
 		}
 	}
 	if (st == ASP_OK)

@@ -1166,8 +1166,10 @@ static void trees_of(const char *list)
 		while (t < NTT && strcmp(w, key[t]))
 			t++;
 		if (t == NTT) {
-			fprintf(stderr, "bench_wan: --trees-of: '%s' is none of "
-			                "stdio, native, agent, http, sftp\n", w);
+			fprintf(stderr,
+			        "bench_wan: --trees-of: '%s' is none of "
+			        "stdio, native, agent, http, sftp\n",
+			        w);
 			exit(2);
 		}
 		tree_rows |= 1u << t;

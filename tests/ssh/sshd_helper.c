@@ -11,6 +11,7 @@
  *   --root-login      as the real root with its own startup files (sshd_start_root_login)
  *   --port-file FILE  also write "PORT USER CLIENT_KEY KNOWN_HOSTS" there (for ssh(1))
  *   --listen ADDR     listen on that IPv4 address, not 127.0.0.1 (a test's own interface)
+ *   --no-tar          OpenSSH whose commands find no tar (sshd_start_no_tar): trees over SFTP
  */
 #include "sshd_fixture.h"
 
@@ -22,7 +23,7 @@
 int main(int argc, char **argv)
 {
 	const char *agent = NULL, *port_file = NULL, *listen = NULL;
-	bool dropbear = false, root_login = false, bad = argc < 3;
+	bool dropbear = false, root_login = false, no_tar = false, bad = argc < 3;
 	for (int i = 3; i < argc && !bad; i++) {
 		if (strcmp(argv[i], "--agent") == 0 && i + 1 < argc)
 			agent = argv[++i];
@@ -34,12 +35,14 @@ int main(int argc, char **argv)
 			dropbear = true;
 		else if (strcmp(argv[i], "--root-login") == 0)
 			root_login = true;
+		else if (strcmp(argv[i], "--no-tar") == 0)
+			no_tar = true;
 		else
 			bad = true;
 	}
 	if (bad) {
 		fprintf(stderr, "usage: sshd_helper CONFIG_OUT CWD [--agent PATH] [--dropbear] "
-		                "[--root-login] [--port-file FILE] [--listen ADDR]\n");
+		                "[--root-login] [--port-file FILE] [--listen ADDR] [--no-tar]\n");
 		return 2;
 	}
 	sshd_fixture fx;
@@ -47,6 +50,7 @@ int main(int argc, char **argv)
 	int started = root_login ? sshd_start_root_login(&fx, dropbear)
 	              : listen   ? sshd_start_listen(&fx, listen, dropbear)
 	              : dropbear ? dropbear_start(&fx, false)
+	              : no_tar   ? sshd_start_no_tar(&fx)
 	                         : sshd_start(&fx);
 	if (started != 0) {
 		fprintf(stderr, "sshd_helper: %s\n", fx.why);
