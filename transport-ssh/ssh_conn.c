@@ -817,15 +817,36 @@ void sshc_channel_free(sshc *c, ssh_channel ch, enum sshc_class k)
 	pthread_cond_broadcast(&c->cv);
 }
 
+size_t sshc_bulk_room(int held, uint32_t window)
+{
+	/* a trickle needs no more than libssh's window (nor a buffer of `window`) */
+	if ((size_t)held < SSHC_BULK_FROM)
+		window = 0;
+	return window > (uint32_t)held ? window : (size_t)held;
+}
+
+int sshc_channel_read_held(ssh_channel ch, int stream, int held, uint32_t window, uint8_t *dst)
+{
+	if ((size_t)held < SSHC_BULK_FROM)
+		window = 0;
+	if (window > (uint32_t)held) {
+		/*
+		 * A read of more than libssh holds plus the window widens the window to the
+		 * count less what it holds; with bytes held it returns them without reading
+		 * the socket (at most `window`, which dst has room for).
+		 */
+		return ssh_channel_read_timeout(ch, dst, window, stream, 0);
+	}
+	/* count == what is buffered: libssh's read never widens the window for the count */
+	return ssh_channel_read_nonblocking(ch, dst, (uint32_t)held, stream);
+}
+
 int sshc_channel_take(ssh_channel ch, int stream, uint32_t window, uint8_t **buf, size_t *cap)
 {
 	int n = ssh_channel_poll(ch, stream);
 	if (n <= 0)
 		return n; /* nothing yet, SSH_EOF or SSH_ERROR */
-	/* a trickle needs no more than libssh's window (nor a buffer of `window`) */
-	if ((size_t)n < SSHC_BULK_FROM)
-		window = 0;
-	size_t need = window > (uint32_t)n ? window : (size_t)n;
+	size_t need = sshc_bulk_room(n, window);
 	if (need > *cap) {
 		size_t ncap = *cap ? *cap : 64u * 1024u;
 		while (ncap < need)
@@ -836,14 +857,5 @@ int sshc_channel_take(ssh_channel ch, int stream, uint32_t window, uint8_t **buf
 		*buf = nb;
 		*cap = ncap;
 	}
-	if (window > (uint32_t)n) {
-		/*
-		 * A read of more than libssh holds plus the window widens the window to the
-		 * count less what it holds; with bytes held it returns them without reading
-		 * the socket (at most `window`, which *buf has room for).
-		 */
-		return ssh_channel_read_timeout(ch, *buf, window, stream, 0);
-	}
-	/* count == what is buffered: libssh's read never widens the window for the count */
-	return ssh_channel_read_nonblocking(ch, *buf, (uint32_t)n, stream);
+	return sshc_channel_read_held(ch, stream, n, window, *buf);
 }

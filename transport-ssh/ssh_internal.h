@@ -274,6 +274,10 @@ size_t sshc_channel_write(sshc *c, ssh_channel ch, const void *data, size_t len,
  * *buf is then at least `window` bytes.
  */
 int sshc_channel_take(ssh_channel ch, int stream, uint32_t window, uint8_t **buf, size_t *cap);
+/* sshc_channel_take's parts, for a reader with a buffer of its own: the room a read of
+ * `held` bytes (ssh_channel_poll's count, > 0) needs, and the read into dst. */
+size_t sshc_bulk_room(int held, uint32_t window);
+int sshc_channel_read_held(ssh_channel ch, int stream, int held, uint32_t window, uint8_t *dst);
 
 /*
  * The window of bulk streams (sshc_channel_take): twice OpenSSH's 2 MB, from the first

@@ -300,16 +300,24 @@ static bool sftp_pump(sftpc *f)
 	if (!f->ch)
 		return false;
 	for (;;) {
-		if (f->rx_off > 0 &&
-		    (f->rx_off == f->rx_len || f->rx_cap - f->rx_len < 64 * 1024)) {
+		if (f->rx_off > 0) { /* what is left is less than one packet */
 			memmove(f->rx, f->rx + f->rx_off, f->rx_len - f->rx_off);
 			f->rx_len -= f->rx_off;
 			f->rx_off = 0;
 		}
-		if (f->rx_cap - f->rx_len < 64 * 1024) {
-			size_t ncap = f->rx_cap ? f->rx_cap * 2 : 256 * 1024;
-			if (ncap > 4 * REPLY_MAX && f->rx_cap >= 4 * REPLY_MAX)
-				ncap = f->rx_cap;
+		/*
+		 * What libssh holds, read whole; from SSHC_BULK_FROM held on, the read widens
+		 * the channel's window to SSHC_BULK_WINDOW (sshc_channel_take): a tree's reads
+		 * keep megabytes of answers in flight, more than libssh's 1.28 MB.
+		 */
+		int held = ssh_channel_poll(f->ch, 0);
+		if (held == 0)
+			break;
+		size_t need = held > 0 ? sshc_bulk_room(held, SSHC_BULK_WINDOW) : 0;
+		if (f->rx_cap - f->rx_len < need) {
+			size_t ncap = f->rx_cap ? f->rx_cap : 256 * 1024;
+			while (ncap - f->rx_len < need)
+				ncap *= 2;
 			uint8_t *np = realloc(f->rx, ncap);
 			if (!np) {
 				sftp_reset(f);
@@ -318,9 +326,9 @@ static bool sftp_pump(sftpc *f)
 			f->rx = np;
 			f->rx_cap = ncap;
 		}
-		size_t room = f->rx_cap - f->rx_len;
-		int n = ssh_channel_read_nonblocking(
-		    f->ch, f->rx + f->rx_len, room > 1u << 30 ? 1u << 30 : (uint32_t)room, 0);
+		int n = held > 0 ? sshc_channel_read_held(f->ch, 0, held, SSHC_BULK_WINDOW,
+		                                          f->rx + f->rx_len)
+		                 : held;
 		if (n == 0)
 			break;
 		if (n < 0) {
