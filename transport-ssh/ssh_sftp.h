@@ -144,6 +144,7 @@ typedef struct sftp_handles {
 struct sftpc {
 	sshc *c;
 	ssh_channel ch;
+	ssh_channel writing; /* ch while a write on it may let go of the lock (sftp_reset) */
 	bool opening;
 	bool wbusy;
 	/* the handshake: requests go out behind INIT before these come (sftp_start) */

@@ -186,10 +186,14 @@ static void sftp_reset(sftpc *f)
 		r->type = 0;
 	}
 	f->pending = NULL;
-	if (f->ch) {
+	if (f->ch && f->ch == f->writing) {
+		/* a write waits for window on it, the lock let go: it frees the channel */
+		ssh_channel_close(f->ch);
+		f->writing = NULL;
+	} else if (f->ch) {
 		sshc_channel_free(f->c, f->ch, SSHC_SFTP);
-		f->ch = NULL;
 	}
+	f->ch = NULL;
 	f->rx_off = f->rx_len = 0;
 	f->started = f->version_seen = false;
 	f->wbusy = false;
@@ -405,9 +409,16 @@ static asp_status write_packet(sftpc *f, uint8_t type, sbuild *b, const uint8_t 
 		memmove(b->p + 5, b->p + 9, b->len - 9); /* INIT: the body follows the type */
 		hl -= 4;
 	}
+	f->writing = ch;
 	size_t w = sshc_channel_write(f->c, ch, hp, hl, dl);
-	if (w == hl && tail_len)
+	if (w == hl && tail_len && f->ch == ch)
 		w += sshc_channel_write(f->c, ch, tail, tail_len, dl);
+	if (f->ch != ch) {
+		/* reset meanwhile (sftp_reset closed it, left it to us); its requests failed */
+		sshc_channel_free(f->c, ch, SSHC_SFTP);
+		return lost(f, err);
+	}
+	f->writing = NULL;
 	if (!mine) {
 		f->wbusy = false;
 		pthread_cond_broadcast(&f->c->cv);

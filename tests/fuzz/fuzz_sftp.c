@@ -85,6 +85,26 @@ uint32_t ssh_channel_window_size(ssh_channel channel)
 	(void)channel;
 	UNREACHABLE();
 }
+int ssh_channel_close(ssh_channel channel)
+{
+	(void)channel;
+	UNREACHABLE();
+}
+int ssh_channel_poll(ssh_channel channel, int is_stderr)
+{
+	(void)channel, (void)is_stderr;
+	UNREACHABLE();
+}
+size_t sshc_bulk_room(int held, uint32_t window)
+{
+	(void)held, (void)window;
+	UNREACHABLE();
+}
+int sshc_channel_read_held(ssh_channel ch, int stream, int held, uint32_t window, uint8_t *dst)
+{
+	(void)ch, (void)stream, (void)held, (void)window, (void)dst;
+	UNREACHABLE();
+}
 
 #define NREQ 8
 
