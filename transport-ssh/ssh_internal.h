@@ -523,7 +523,6 @@ typedef enum sftp_tq_kind {
 	TQ_GET,      /* up to len bytes of path into buf (room for len): *got */
 	TQ_LINK,     /* path, a symlink to s2 */
 	TQ_SETSTAT,  /* path's perm and mtime */
-	TQ_LSTAT,    /* lkind 0 absent, 1 a directory, 2 anything else; lperm, lmtime */
 	TQ_READLINK, /* link: a malloc'd string, the caller's */
 	TQ_LIST,     /* list: path's entries, in `arena` */
 } sftp_tq_kind;
@@ -538,8 +537,6 @@ typedef struct sftp_tq {
 	bool create, last;
 	uint32_t perm, mtime;
 	size_t got;
-	int lkind;
-	uint32_t lperm, lmtime;
 	char *link;
 	asp_arena *arena;
 	asp_list_result list;
@@ -558,11 +555,12 @@ struct asp_tree_exclude;
 
 /*
  * tree_write's members into the temporary directory `tmp_name` (made by the write
- * script) beside `target`, or in it when `inside`; put in place by sftp_tw_finish.
- * sftp_tw_cancel makes the feed's next step fail with `why` (any thread, while the
- * writer lives); sftp_tw_stop waits for the requests in flight; sftp_tw_remove removes
- * the temporary over SFTP unless it was renamed to the target; sftp_tw_free removes
- * nothing.
+ * script) beside `target`, or in it when `inside`; sftp_tw_finish waits for every
+ * member and gives the directories their mode and mtime, and the write script puts the
+ * tree in place (ssh_tree.c). sftp_tw_cancel makes the feed's next step fail with `why`
+ * (any thread, while the writer lives); sftp_tw_stop waits for the requests in flight;
+ * sftp_tw_remove removes the temporary over SFTP (where the script could not);
+ * sftp_tw_free removes nothing.
  */
 typedef struct sftp_tw sftp_tw;
 asp_status sftp_tw_open(sftpc *f, size_t budget, const char *target, const char *tmp_name,
@@ -572,7 +570,6 @@ asp_status sftp_tw_data(sftp_tw *w, const uint8_t *p, size_t n, asp_error *err);
 asp_status sftp_tw_file_end(sftp_tw *w, asp_error *err);
 asp_status sftp_tw_finish(sftp_tw *w, asp_error *err);
 void sftp_tw_cancel(sftp_tw *w, const asp_error *why);
-bool sftp_tw_renamed(const sftp_tw *w);
 void sftp_tw_stop(sftp_tw *w);
 void sftp_tw_remove(sftp_tw *w);
 void sftp_tw_free(sftp_tw *w);

@@ -2393,7 +2393,6 @@ bool ssh_sftp_tq_send(sftpc *f, sftp_tq *t)
 		s1 = t->s2;
 		s2 = t->path;
 		break;
-	case TQ_LSTAT: type = FXP_LSTAT; break;
 	case TQ_READLINK: type = FXP_READLINK; break;
 	}
 	if (type && x->st == ASP_OK) {
@@ -2430,19 +2429,6 @@ asp_status ssh_sftp_tq_await(sftpc *f, sftp_tq *t, asp_error *err)
 	} else if (st != ASP_OK) {
 		*err = x->err;
 		sftp_forget(f, &x->r);
-	} else if (t->kind == TQ_LSTAT) {
-		sattr a = {0};
-		int fx = FX_OK;
-		st = sftp_await(f, &x->r, err);
-		if (st == ASP_OK)
-			stat_result(&x->r, &a, &fx);
-		sftp_forget(f, &x->r);
-		t->lkind = fx == FX_NO_SUCH_FILE ? 0 : is_dir(&a) ? 1 : 2;
-		t->lperm = a.perm;
-		t->lmtime = a.mtime;
-		if (st == ASP_OK && fx != FX_OK && fx != FX_NO_SUCH_FILE)
-			st = asp_error_set(err, ASP_E_IO_ERROR, t->path,
-			                   "tree: lstat %s: sftp status %d", t->path, fx);
 	} else if (t->kind == TQ_READLINK) {
 		int fx = FX_OK;
 		st = sftp_await(f, &x->r, err);

@@ -48,9 +48,10 @@
  * Temporaries are named as asp-agent names them (the hex pid of their owner, which runs
  * as long as the write), so each removes what the other left: a temporary whose pid no
  * longer runs is removed by the next write beside it. Without tar the script makes the
- * temporary, says "ASPTREE sftp HEX INSIDE" and holds it until its stdin ends (the
- * client's end of the write, or the connection's), then removes what is left of it: the
- * members go over SFTP (ssh_tree_sftp.c).
+ * temporary, says "ASPTREE sftp HEX INSIDE" and holds it while the members go over SFTP
+ * (ssh_tree_sftp.c); the line "commit" on its stdin, once every member is in, has it put
+ * the tree in place as after tar; its stdin's end without it (the client's abort, the
+ * connection's loss) has it remove what is left of the temporary.
  */
 static const char write_script[] =
     "t=$1 n=$2\n"
@@ -94,22 +95,21 @@ static const char write_script[] =
     "chmod \"$(umask -S)\" \"$tmp\"\n"
     "if [ -z \"$tar\" ]; then\n"
     "  echo \"ASPTREE sftp $hex ${inside:-0}\"\n"
-    "  while read -r line; do :; done\n"
-    "  trap - EXIT\n"
-    "  [ ! -e \"$tmp\" ] || gone \"$tmp\"\n"
-    "  exit\n"
-    "fi\n"
-    "echo 'ASPTREE ready'\n"
-    "if tar --version 2>/dev/null | grep -q 'GNU tar'; then\n"
-    "  tar -x -p -o -f - -C \"$tmp\"\n"
+    "  read -r line || exit 1\n"
+    "  [ \"$line\" = commit ] || exit 1\n"
     "else\n"
-    "  tar -x -o -f - -C \"$tmp\"\n"
+    "  echo 'ASPTREE ready'\n"
+    "  if tar --version 2>/dev/null | grep -q 'GNU tar'; then\n"
+    "    tar -x -p -o -f - -C \"$tmp\"\n"
+    "  else\n"
+    "    tar -x -o -f - -C \"$tmp\"\n"
+    "  fi\n"
+    "  st=$?\n"
+    "  s=$tmp/.asp-tree-done-$n\n"
+    "  [ -f \"$s\" ] || exit 3\n"
+    "  [ $st = 0 ] || say io_error \"tree_write: the sandbox's tar failed (exit $st)\"\n"
+    "  mv -- \"$s\" \"$tmp.ref\" && touch -r \"$tmp.ref\" \"$tmp\" && rm -f -- \"$tmp.ref\"\n"
     "fi\n"
-    "st=$?\n"
-    "s=$tmp/.asp-tree-done-$n\n"
-    "[ -f \"$s\" ] || exit 3\n"
-    "[ $st = 0 ] || say io_error \"tree_write: the sandbox's tar failed (exit $st)\"\n"
-    "mv -- \"$s\" \"$tmp.ref\" && touch -r \"$tmp.ref\" \"$tmp\" && rm -f -- \"$tmp.ref\"\n"
     "find \"$tmp\" \\( -perm -4000 -o -perm -2000 \\) -exec chmod ug-s {} + 2>/dev/null\n"
     "if [ -z \"$inside\" ] && [ ! -e \"$t\" ] && [ ! -L \"$t\" ]; then\n"
     "  mv -- \"$tmp\" \"$t\" || say io_error \"tree_write: cannot rename the tree to $t\"\n"
@@ -224,6 +224,7 @@ struct tree_h {
 	char hex[17];      /* the script's pid, in the temporary's name */
 	bool inside;       /* the temporary is in the target */
 	bool script_ended; /* the write script exited (under ts->mu) */
+	bool committed;    /* the script put the tree over SFTP in place */
 	int64_t script_exit;
 };
 
@@ -817,7 +818,7 @@ static void sftp_end(tree_h *h, asp_status st, const asp_error *why)
 	sftp_tw *tw = h->tw;
 	h->tw = NULL;
 	pthread_mutex_unlock(&h->ts->mu);
-	bool renamed = tw && sftp_tw_renamed(tw);
+	bool renamed = h->committed;
 	if (tw && st != ASP_OK) /* what is still queued is not sent */
 		sftp_tw_cancel(tw, why);
 	sftp_tw_stop(tw);
@@ -859,12 +860,55 @@ static asp_status send_raw(tree_h *h, const uint8_t *p, size_t n, bool eof, asp_
 }
 
 /* Under feed_mu: the sentinel member and the end blocks, then the end of stdin. */
+/*
+ * Every member is in over SFTP: "commit" tells the script to put the tree in place (a
+ * rename, or the merge into an existing target) as it does after tar; its exit says how
+ * that went.
+ */
+static asp_status commit(tree_h *h, asp_error *err)
+{
+	ssh_trees *ts = h->ts;
+	static const char line[] = "commit\n";
+	asp_proc_write_params w;
+	asp_proc_write_params_init(&w);
+	w.proc = h->proc;
+	w.data = (asp_bytes){(const uint8_t *)line, sizeof line - 1};
+	w.eof = true;
+	asp_status st = ssh_proc_write(ts->ps, &w, err);
+	if (st != ASP_OK)
+		return st;
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += CLEAN_WAIT_MS / 1000;
+	pthread_mutex_lock(&ts->mu);
+	while (!h->script_ended && !h->lost)
+		if (pthread_cond_timedwait(&h->cv, &ts->mu, &dl) == ETIMEDOUT)
+			break;
+	if (h->script_ended && h->script_exit == 0 && !h->lost)
+		h->committed = true;
+	else if (h->code[0])
+		st = asp_error_set(err, asp_status_from_name(h->code, strlen(h->code)), NULL, "%s",
+		                   h->msg);
+	else if (h->lost)
+		*err = h->lost_why, st = err->code;
+	else
+		st = asp_error_set(
+		    err, ASP_E_IO_ERROR, NULL,
+		    "tree_write: the sandbox's script %s (exit %lld) putting the tree "
+		    "in place",
+		    h->script_ended ? "failed" : "did not end in 30 s", (long long)h->script_exit);
+	pthread_mutex_unlock(&ts->mu);
+	return st;
+}
+
 static asp_status send_end(tree_h *h, asp_error *err)
 {
 	if (h->via_sftp) {
 		h->complete = true;
 		h->eof_sent = true;
 		asp_status st = sftp_tw_finish(h->tw, err);
+		if (st == ASP_OK)
+			st = commit(h, err);
 		if (st != ASP_OK) {
 			pthread_mutex_lock(&h->ts->mu);
 			if (!h->failed) {

@@ -12,10 +12,10 @@
  *
  * Writing: members go into the temporary directory the write script made beside the
  * target (inside it when it exists; ssh_tree.c), each behind its directory's mkdir;
- * directories get their mode and mtime once everything in them is written. At the end
- * the temporary is renamed to the target, or its entries are moved into the existing
- * target after every conflict was looked for (level by level, the lstats of one level at
- * once). What is left of the temporary goes with the script (ssh_tree.c), or with
+ * directories get their mode and mtime once everything in them is written. Then the
+ * write script puts the temporary in place as it does after tar (renamed to the target,
+ * or its entries moved into the existing target after every conflict was looked for:
+ * ssh_tree.c). What is left of the temporary goes with the script, or with
  * sftp_tw_remove where the script is gone: nothing reaches the target.
  *
  * Reading: the directories are listed level by level (one level's lists at once), then
@@ -42,13 +42,13 @@
 
 /* ---- a pool of threads, each with many jobs' requests in flight --------------------- */
 
-typedef enum jkind { J_MKDIR, J_PUT, J_LINK, J_SETSTAT, J_LSTAT, J_RENAME, J_LIST, J_READ } jkind;
+typedef enum jkind { J_MKDIR, J_PUT, J_LINK, J_SETSTAT, J_LIST, J_READ } jkind;
 
 typedef struct job job;
 struct job {
 	job *next; /* in the queue */
 	jkind kind;
-	char *path, *s2; /* s2: a symlink's target, a rename's destination */
+	char *path, *s2; /* s2: a symlink's target */
 	uint8_t *data;   /* J_PUT's bytes (held), J_READ's result */
 	size_t len;
 	uint64_t base;
@@ -59,7 +59,6 @@ struct job {
 	bool done;
 	asp_status st;
 	/* results */
-	int kind_out; /* J_LSTAT: 0 absent, 1 directory, 2 other */
 	asp_list_result list;
 	asp_arena *a;
 };
@@ -90,7 +89,7 @@ static void mark_sent(pool *p, job *j)
 	pthread_cond_broadcast(&p->cv);
 }
 
-/* The request for job j; false for the kinds run as a whole (a rename, out of memory). */
+/* The request for job j; false when out of memory. */
 static bool request_of(job *j, sftp_tq *t)
 {
 	memset(t, 0, sizeof *t);
@@ -115,7 +114,6 @@ static bool request_of(job *j, sftp_tq *t)
 		t->s2 = j->s2;
 		return true;
 	case J_SETSTAT: t->kind = TQ_SETSTAT; return true;
-	case J_LSTAT: t->kind = TQ_LSTAT; return true;
 	case J_LIST:
 		t->kind = TQ_LIST;
 		t->arena = j->a = asp_arena_new();
@@ -129,7 +127,6 @@ static bool request_of(job *j, sftp_tq *t)
 		t->len = j->len;
 		t->buf = j->data = malloc(j->len ? j->len : 1);
 		return j->data != NULL;
-	case J_RENAME: return false;
 	}
 	return false;
 }
@@ -137,26 +134,12 @@ static bool request_of(job *j, sftp_tq *t)
 /* What came back for job j. */
 static void take_result(job *j, sftp_tq *t)
 {
-	if (j->kind == J_LSTAT)
-		j->kind_out = t->lkind;
-	else if (j->kind == J_LIST)
+	if (j->kind == J_LIST)
 		j->list = t->list;
 	else if (j->kind == J_READ && j->s2)
 		j->data = (uint8_t *)t->link;
 	else if (j->kind == J_READ)
 		j->base = t->got; /* what came */
-}
-
-/* A job that is not a request: run as a whole. */
-static asp_status run_whole(pool *p, job *j, asp_error *err)
-{
-	if (j->kind != J_RENAME)
-		return asp_error_set(err, ASP_E_INTERNAL, NULL, "tree: out of memory");
-	asp_rename_params rp;
-	asp_rename_params_init(&rp);
-	rp.from = j->path;
-	rp.to = j->s2;
-	return ssh_sftp_rename(p->f, &rp, err);
 }
 
 /* Job j's end, st its status (under p->mu). */
@@ -184,10 +167,12 @@ static void finish_job(pool *p, job *j, asp_status st, bool skip, const asp_erro
 }
 
 /*
- * Takes up to BATCH jobs off the queue (a run of them: what a job waits for is an earlier
- * one, this worker's or one another worker took before), sends each one's requests, and
- * takes their answers in order. A job whose `after` is not out yet waits for it: when it
- * is this worker's, the answers up to it come first (its requests follow an answer).
+ * Keeps up to BATCH jobs of the queue's, taken in its order: sends each one's requests as
+ * soon as what it waits for is out, and takes the answers in order, taking more jobs as
+ * room comes. A job whose `after` is not out yet waits for it, the answers in flight
+ * first (they may be what it waits for); with nothing in flight the worker sleeps on it.
+ * What a job waits for is always earlier in the queue, so two workers never wait on
+ * each other.
  */
 static void *worker(void *arg)
 {
@@ -195,58 +180,67 @@ static void *worker(void *arg)
 	job *mine[BATCH];
 	sftp_tq tq[BATCH];
 	bool skip[BATCH], asked[BATCH];
+	size_t n = 0, out = 0, done = 0; /* mine[done..out) in flight, [out..n) not sent yet */
 	pthread_mutex_lock(&p->mu);
 	for (;;) {
-		while (!p->head && !p->closing)
-			pthread_cond_wait(&p->cv, &p->mu);
-		if (!p->head)
-			break;
-		size_t n = 0;
+		if (done == n) {
+			n = out = done = 0;
+		} else if (done > 0 && n == BATCH && p->head) {
+			memmove(mine, mine + done, (n - done) * sizeof *mine);
+			memmove(tq, tq + done, (n - done) * sizeof *tq);
+			memmove(skip, skip + done, (n - done) * sizeof *skip);
+			memmove(asked, asked + done, (n - done) * sizeof *asked);
+			n -= done;
+			out -= done;
+			done = 0;
+		}
 		for (; p->head && n < BATCH; n++) {
 			mine[n] = p->head;
 			p->head = p->head->next;
 		}
 		if (!p->head)
 			p->tail = NULL;
-		size_t out = 0, done = 0; /* mine[done .. out) are in flight */
-		while (done < n) {
-			while (out < n) {
-				job *j = mine[out];
-				bool held = false; /* waits on one of mine in flight */
-				for (size_t k = done; j->after && !j->after->sent && k < out; k++)
-					held = held || mine[k] == j->after;
-				if (held)
-					break;
-				if (j->after && !j->after->sent) {
-					pthread_cond_wait(&p->cv, &p->mu);
-					continue;
-				}
-				skip[out] = p->failed ||
-				            (j->after && j->after->done && j->after->st != ASP_OK);
-				asked[out] = !skip[out] && request_of(j, &tq[out]);
-				if (asked[out]) {
-					pthread_mutex_unlock(&p->mu);
-					bool all = ssh_sftp_tq_send(p->f, &tq[out]);
-					pthread_mutex_lock(&p->mu);
-					if (all)
-						mark_sent(p, j);
-				}
-				out++;
-			}
-			job *j = mine[done];
-			asp_error e;
-			asp_status st = ASP_E_IO_ERROR; /* skipped: never reported */
-			pthread_mutex_unlock(&p->mu);
-			if (asked[done]) {
-				st = ssh_sftp_tq_await(p->f, &tq[done], &e);
-				take_result(j, &tq[done]);
-			} else if (!skip[done]) {
-				st = run_whole(p, j, &e);
-			}
-			pthread_mutex_lock(&p->mu);
-			finish_job(p, j, st, skip[done], &e);
-			done++;
+		if (n == 0) {
+			if (p->closing)
+				break;
+			pthread_cond_wait(&p->cv, &p->mu);
+			continue;
 		}
+		while (out < n) {
+			job *j = mine[out];
+			if (j->after && !j->after->sent) {
+				if (done < out)
+					break;
+				pthread_cond_wait(&p->cv, &p->mu);
+				continue;
+			}
+			skip[out] =
+			    p->failed || (j->after && j->after->done && j->after->st != ASP_OK);
+			asked[out] = !skip[out] && request_of(j, &tq[out]);
+			if (asked[out]) {
+				pthread_mutex_unlock(&p->mu);
+				bool all = ssh_sftp_tq_send(p->f, &tq[out]);
+				pthread_mutex_lock(&p->mu);
+				if (all)
+					mark_sent(p, j);
+			}
+			out++;
+		}
+		if (done == out)
+			continue;
+		job *j = mine[done];
+		asp_error e;
+		asp_status st = ASP_E_IO_ERROR; /* skipped: never reported */
+		pthread_mutex_unlock(&p->mu);
+		if (asked[done]) {
+			st = ssh_sftp_tq_await(p->f, &tq[done], &e);
+			take_result(j, &tq[done]);
+		} else if (!skip[done]) {
+			st = asp_error_set(&e, ASP_E_INTERNAL, NULL, "tree: out of memory");
+		}
+		pthread_mutex_lock(&p->mu);
+		finish_job(p, j, st, skip[done], &e);
+		done++;
 	}
 	pthread_mutex_unlock(&p->mu);
 	return NULL;
@@ -356,7 +350,6 @@ typedef struct member {
 	bool dir;
 	uint32_t perm, mtime;
 	job *made; /* the job that makes it (directories) */
-	int state; /* merging: 0 unknown, 1 merge into, 2 move */
 } member;
 
 struct sftp_tw {
@@ -372,7 +365,6 @@ struct sftp_tw {
 	size_t nj, capj;
 	job *cur; /* the file being received: its piece */
 	uint64_t cur_off;
-	bool finished;
 };
 
 static job *new_job(sftp_tw *w, jkind k, char *path)
@@ -431,7 +423,7 @@ static asp_status add_member(sftp_tw *w, const char *rel, bool dir, uint32_t per
 	char *r = strdup(rel);
 	if (!r)
 		return oom(err);
-	w->m[w->n++] = (member){r, dir, perm, mtime, made, 0};
+	w->m[w->n++] = (member){r, dir, perm, mtime, made};
 	return ASP_OK;
 }
 
@@ -543,11 +535,6 @@ void sftp_tw_cancel(sftp_tw *w, const asp_error *why)
 	pthread_mutex_unlock(&p->mu);
 }
 
-bool sftp_tw_renamed(const sftp_tw *w)
-{
-	return w->finished;
-}
-
 asp_status sftp_tw_member(sftp_tw *w, const asp_tar_member *m, asp_error *err)
 {
 	uint32_t perm = (uint32_t)m->mode & 07777 & ~06000u;
@@ -636,82 +623,6 @@ asp_status sftp_tw_file_end(sftp_tw *w, asp_error *err)
 	return w->cur ? next_piece(w, true, err) : ASP_OK;
 }
 
-/* Into the existing target: every conflict found before anything moves. */
-static asp_status merge(sftp_tw *w, asp_error *err)
-{
-	pool *p = &w->p;
-	/* level by level: the members whose directory is merged into, their lstats at once */
-	for (size_t depth = 0;; depth++) {
-		size_t asked = 0;
-		for (size_t i = 0; i < w->n; i++) {
-			member *m = &w->m[i];
-			size_t d = 0;
-			for (const char *c = m->rel; *c; c++)
-				d += *c == '/';
-			if (d != depth || m->state)
-				continue;
-			int up = 1; /* the root is merged into */
-			const char *slash = strrchr(m->rel, '/');
-			if (slash)
-				for (size_t k = 0; k < w->n; k++)
-					if (w->m[k].dir &&
-					    strlen(w->m[k].rel) == (size_t)(slash - m->rel) &&
-					    !strncmp(w->m[k].rel, m->rel,
-					             (size_t)(slash - m->rel))) {
-						up = w->m[k].state;
-						break;
-					}
-			if (up != 1) {
-				m->state = 3; /* moves with its directory */
-				continue;
-			}
-			job *j = new_job(w, J_LSTAT, join(w->target, m->rel));
-			if (!j)
-				return oom(err);
-			m->made = j;
-			m->state = -1;
-			asked++;
-			if (!pool_put(p, j))
-				break;
-		}
-		asp_status st = pool_wait(p, NULL, err);
-		if (st != ASP_OK)
-			return st;
-		if (!asked)
-			break;
-		for (size_t i = 0; i < w->n; i++) {
-			member *m = &w->m[i];
-			if (m->state != -1)
-				continue;
-			int k = m->made->kind_out;
-			if (m->dir && k == 2)
-				return asp_error_set(
-				    err, ASP_E_NOT_A_DIRECTORY, m->rel,
-				    "tree_write: member '%s' is a directory but %s/%s is "
-				    "a file or symlink; remove it first",
-				    m->rel, w->target, m->rel);
-			if (!m->dir && k == 1)
-				return asp_error_set(
-				    err, ASP_E_IS_A_DIRECTORY, m->rel,
-				    "tree_write: member '%s' is a file or symlink but "
-				    "%s/%s is a directory; remove it first",
-				    m->rel, w->target, m->rel);
-			m->state = m->dir && k == 1 ? 1 : 2;
-		}
-	}
-	for (size_t i = 0; i < w->n; i++) {
-		member *m = &w->m[i];
-		if (m->state != 2)
-			continue;
-		job *j = new_job(w, J_RENAME, join(w->tmp, m->rel));
-		if (!j || !(j->s2 = join(w->target, m->rel)))
-			return oom(err);
-		if (!pool_put(p, j))
-			break;
-	}
-	return pool_wait(p, NULL, err);
-}
-
 asp_status sftp_tw_finish(sftp_tw *w, asp_error *err)
 {
 	pool *p = &w->p;
@@ -719,7 +630,7 @@ asp_status sftp_tw_finish(sftp_tw *w, asp_error *err)
 	 * Directories last, deepest first, each behind the one before: their mode and mtime
 	 * once everything in them is written (the requests of every member are out: the
 	 * server takes them first), then the temporary's own; all in the round trip of the
-	 * last members. Then the rename, once all of it succeeded.
+	 * last members.
 	 */
 	asp_status st = pool_wait_sent(p, err);
 	job *prev = NULL;
@@ -751,21 +662,7 @@ asp_status sftp_tw_finish(sftp_tw *w, asp_error *err)
 		}
 	}
 	asp_status waited = pool_wait(p, NULL, err);
-	if (st == ASP_OK)
-		st = waited;
-	if (st == ASP_OK && !w->inside) {
-		asp_rename_params rp;
-		asp_rename_params_init(&rp);
-		rp.from = w->tmp;
-		rp.to = w->target;
-		rp.overwrite = false;
-		st = ssh_sftp_rename(p->f, &rp, err);
-	} else if (st == ASP_OK) {
-		st = merge(w, err);
-	}
-	if (st == ASP_OK && !w->inside)
-		w->finished = true; /* the temporary is the target now */
-	return st;
+	return st == ASP_OK ? waited : st;
 }
 
 void sftp_tw_stop(sftp_tw *w)
@@ -778,7 +675,7 @@ void sftp_tw_stop(sftp_tw *w)
 void sftp_tw_remove(sftp_tw *w)
 {
 	sftp_tw_stop(w);
-	if (!w || w->finished || !w->tmp)
+	if (!w || !w->tmp)
 		return;
 	asp_remove_params rp;
 	asp_remove_params_init(&rp);
