@@ -523,6 +523,7 @@ typedef enum sftp_tq_kind {
 	TQ_GET,      /* up to len bytes of path into buf (room for len): *got */
 	TQ_LINK,     /* path, a symlink to s2 */
 	TQ_SETSTAT,  /* path's perm and mtime */
+	TQ_LSTAT,    /* lkind 0 absent, 1 a directory, 2 anything else; lperm, lmtime */
 	TQ_READLINK, /* link: a malloc'd string, the caller's */
 	TQ_LIST,     /* list: path's entries, in `arena` */
 } sftp_tq_kind;
@@ -537,6 +538,8 @@ typedef struct sftp_tq {
 	bool create, last;
 	uint32_t perm, mtime;
 	size_t got;
+	int lkind;
+	uint32_t lperm, lmtime;
 	char *link;
 	asp_arena *arena;
 	asp_list_result list;
@@ -545,8 +548,6 @@ typedef struct sftp_tq {
 
 bool ssh_sftp_tq_send(sftpc *f, sftp_tq *t);
 asp_status ssh_sftp_tq_await(sftpc *f, sftp_tq *t, asp_error *err);
-asp_status ssh_sftp_tree_lstat(sftpc *f, const char *path, int *kind, uint32_t *perm,
-                               uint32_t *mtime, asp_error *err);
 
 /* ---- ssh_tree_sftp.c: trees over SFTP, for a sandbox without tar ----------------------- */
 

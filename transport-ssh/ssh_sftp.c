@@ -2183,6 +2183,7 @@ static void get_send(sftpc *f, sftp_tq *t, struct sftp_tq_flight *x)
 	}
 	x->g.len = 4;
 	sftp_settle(f);
+	sftp_widen(f);
 	sftp_batch_begin(f);
 	x->guessed = sftp_handles_guess(f, x->g.h);
 	asp_status st = ASP_OK;
@@ -2393,6 +2394,7 @@ bool ssh_sftp_tq_send(sftpc *f, sftp_tq *t)
 		s1 = t->s2;
 		s2 = t->path;
 		break;
+	case TQ_LSTAT: type = FXP_LSTAT; break;
 	case TQ_READLINK: type = FXP_READLINK; break;
 	}
 	if (type && x->st == ASP_OK) {
@@ -2429,6 +2431,19 @@ asp_status ssh_sftp_tq_await(sftpc *f, sftp_tq *t, asp_error *err)
 	} else if (st != ASP_OK) {
 		*err = x->err;
 		sftp_forget(f, &x->r);
+	} else if (t->kind == TQ_LSTAT) {
+		sattr a = {0};
+		int fx = FX_OK;
+		st = sftp_await(f, &x->r, err);
+		if (st == ASP_OK)
+			stat_result(&x->r, &a, &fx);
+		sftp_forget(f, &x->r);
+		t->lkind = fx == FX_NO_SUCH_FILE ? 0 : is_dir(&a) ? 1 : 2;
+		t->lperm = a.perm;
+		t->lmtime = a.mtime;
+		if (st == ASP_OK && fx != FX_OK && fx != FX_NO_SUCH_FILE)
+			st = asp_error_set(err, ASP_E_IO_ERROR, t->path,
+			                   "tree: lstat %s: sftp status %d", t->path, fx);
 	} else if (t->kind == TQ_READLINK) {
 		int fx = FX_OK;
 		st = sftp_await(f, &x->r, err);
@@ -2450,26 +2465,5 @@ asp_status ssh_sftp_tq_await(sftpc *f, sftp_tq *t, asp_error *err)
 	}
 	sshc_unlock(f->c);
 	free(x);
-	return st;
-}
-
-asp_status ssh_sftp_tree_lstat(sftpc *f, const char *path, int *kind, uint32_t *perm,
-                               uint32_t *mtime, asp_error *err)
-{
-	sattr a;
-	int fx = FX_OK;
-	sshc_lock(f->c);
-	asp_status st = sftp_ready(f, err);
-	if (st == ASP_OK)
-		st = do_stat(f, path, false, &a, &fx, err);
-	sshc_unlock(f->c);
-	*kind = fx == FX_NO_SUCH_FILE ? 0 : is_dir(&a) ? 1 : 2;
-	if (perm)
-		*perm = a.perm;
-	if (mtime)
-		*mtime = a.mtime;
-	if (st == ASP_OK && fx != FX_OK && fx != FX_NO_SUCH_FILE)
-		st = asp_error_set(err, ASP_E_IO_ERROR, path, "tree: lstat %s: sftp status %d",
-		                   path, fx);
 	return st;
 }

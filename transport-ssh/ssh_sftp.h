@@ -160,6 +160,7 @@ struct sftpc {
 	uint8_t *rx;
 	size_t rx_off, rx_len, rx_cap;
 	bool posix_rename, fsync, limits, got_limits;
+	bool wide; /* the channel's window was widened to SSHC_BULK_WINDOW (sftp_widen) */
 	uint32_t max_read, max_write; /* data bytes per READ / WRITE request */
 	uint64_t req_timeout_ns;
 	sftp_handles handles;
@@ -200,6 +201,11 @@ asp_status sftp_await(sftpc *f, sreq *r, asp_error *err);
  * up at the request timeout, on a lost channel, or where guessing is off.
  */
 void sftp_settle(sftpc *f);
+/*
+ * Widens the channel's window to SSHC_BULK_WINDOW now (the pump does it once much is
+ * held): a tree's first reads ask for more than libssh's 1.28 MB at once.
+ */
+void sftp_widen(sftpc *f);
 /* Takes r out of the pending list if it is there (its reply will be dropped) and frees
  * its body. Safe on a request that was never sent. */
 void sftp_forget(sftpc *f, sreq *r);

@@ -195,7 +195,7 @@ static void sftp_reset(sftpc *f)
 	}
 	f->ch = NULL;
 	f->rx_off = f->rx_len = 0;
-	f->started = f->version_seen = false;
+	f->started = f->version_seen = f->wide = false;
 	f->wbusy = false;
 	f->batching = false;
 	sftp_handles_reset(f);
@@ -579,6 +579,33 @@ asp_status sftp_await(sftpc *f, sreq *r, asp_error *err)
 		if (!sshc_wait(f->c, shaking(f) ? f->setup_dl : dl))
 			return lost(f, err);
 	}
+}
+
+void sftp_widen(sftpc *f)
+{
+	if (!f->ch || f->wide)
+		return;
+	if (f->rx_cap - f->rx_len < SSHC_BULK_WINDOW) {
+		size_t ncap = f->rx_cap ? f->rx_cap : 256 * 1024;
+		while (ncap - f->rx_len < SSHC_BULK_WINDOW)
+			ncap *= 2;
+		uint8_t *np = realloc(f->rx, ncap);
+		if (!np)
+			return; /* the pump widens it later */
+		f->rx = np;
+		f->rx_cap = ncap;
+	}
+	/* a read of more than libssh holds plus the window widens it, and waits for nothing */
+	int n = ssh_channel_read_timeout(f->ch, f->rx + f->rx_len, SSHC_BULK_WINDOW, 0, 0);
+	if (n < 0) {
+		sshc_check(f->c);
+		sftp_reset(f);
+		return;
+	}
+	f->rx_len += (size_t)n;
+	f->wide = true;
+	if (!sftp_take_packets(f))
+		sftp_reset(f);
 }
 
 void sftp_settle(sftpc *f)

@@ -569,6 +569,14 @@ static void ssh_unsubscribe(void *self, uint64_t proc)
 		ssh_procs_unsubscribe(t->procs, proc);
 }
 
+/* Native mode frames nothing: its trees go to tar or SFTP, whatever the chunks. Agent
+ * mode's is the responder's, which the RPC engine learnt (its hello is cached). */
+static size_t ssh_max_message(void *self)
+{
+	asp_ssh *t = self;
+	return t->link ? 0 : ASP_MAX_MESSAGE_DEFAULT;
+}
+
 const asp_transport asp_transport_ssh = {
     .kind = ASP_TRANSPORT_SSH,
     .name = "ssh",
@@ -578,4 +586,5 @@ const asp_transport asp_transport_ssh = {
     .alive = ssh_alive,
     .subscribe = ssh_subscribe,
     .unsubscribe = ssh_unsubscribe,
+    .max_message = ssh_max_message,
 };

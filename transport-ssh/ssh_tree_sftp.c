@@ -42,7 +42,7 @@
 
 /* ---- a pool of threads, each with many jobs' requests in flight --------------------- */
 
-typedef enum jkind { J_MKDIR, J_PUT, J_LINK, J_SETSTAT, J_LIST, J_READ } jkind;
+typedef enum jkind { J_MKDIR, J_PUT, J_LINK, J_SETSTAT, J_LSTAT, J_LIST, J_READ } jkind;
 
 typedef struct job job;
 struct job {
@@ -59,6 +59,7 @@ struct job {
 	bool done;
 	asp_status st;
 	/* results */
+	int kind_out; /* J_LSTAT: 0 absent, 1 directory, 2 other; perm and mtime its */
 	asp_list_result list;
 	asp_arena *a;
 };
@@ -114,6 +115,7 @@ static bool request_of(job *j, sftp_tq *t)
 		t->s2 = j->s2;
 		return true;
 	case J_SETSTAT: t->kind = TQ_SETSTAT; return true;
+	case J_LSTAT: t->kind = TQ_LSTAT; return true;
 	case J_LIST:
 		t->kind = TQ_LIST;
 		t->arena = j->a = asp_arena_new();
@@ -134,7 +136,11 @@ static bool request_of(job *j, sftp_tq *t)
 /* What came back for job j. */
 static void take_result(job *j, sftp_tq *t)
 {
-	if (j->kind == J_LIST)
+	if (j->kind == J_LSTAT) {
+		j->kind_out = t->lkind;
+		j->perm = t->lperm;
+		j->mtime = t->lmtime;
+	} else if (j->kind == J_LIST)
 		j->list = t->list;
 	else if (j->kind == J_READ && j->s2)
 		j->data = (uint8_t *)t->link;
@@ -748,6 +754,13 @@ static asp_status walk_oom(asp_error *err)
 /* Lists the directories from v[from] on, level by level, into the list. */
 static asp_status list_all(walk *k, asp_error *err)
 {
+	/* the root's lstat goes with its list: its kind is the error, if any, its mode and
+	 * mtime the stream's first header */
+	job *root = walk_job(k, J_LSTAT, strdup(k->dir));
+	if (!root)
+		return walk_oom(err);
+	if (!pool_put(&k->p, root))
+		return pool_wait(&k->p, NULL, err);
 	size_t from = 0;
 	while (from < k->n) {
 		size_t to = k->n;
@@ -766,8 +779,17 @@ static asp_status list_all(walk *k, asp_error *err)
 				break;
 		}
 		asp_status st = pool_wait(&k->p, NULL, err);
+		if (from == 0 && root->done && root->st == ASP_OK && root->kind_out != 1)
+			return asp_error_set(
+			    err, root->kind_out ? ASP_E_NOT_A_DIRECTORY : ASP_E_NOT_FOUND, k->dir,
+			    "tree_read: %s: %s", k->dir,
+			    root->kind_out ? "not a directory" : "no such directory");
 		if (st != ASP_OK)
 			return st;
+		if (from == 0) {
+			k->v[0].perm = root->perm & 07777;
+			k->v[0].mtime = root->mtime;
+		}
 		for (size_t i = from; i < to; i++) {
 			if (k->v[i].type != 'd')
 				continue;
@@ -903,15 +925,7 @@ asp_status sftp_tree_walk(sftpc *f, size_t budget, const char *dir, const asp_tr
                           sftp_emit emit, void *user, asp_error *err)
 {
 	walk k = {.dir = dir, .ex = ex, .emit = emit, .user = user};
-	int kind;
-	uint32_t perm = 0, mtime = 0;
-	asp_status st = ssh_sftp_tree_lstat(f, dir, &kind, &perm, &mtime, err);
-	if (st == ASP_OK && kind != 1)
-		st = asp_error_set(err, kind ? ASP_E_NOT_A_DIRECTORY : ASP_E_NOT_FOUND, dir,
-		                   "tree_read: %s: %s", dir,
-		                   kind ? "not a directory" : "no such directory");
-	if (st != ASP_OK)
-		return st;
+	asp_status st;
 	k.cap = 256;
 	k.v = malloc(k.cap * sizeof *k.v);
 	char *root = strdup("");
@@ -920,7 +934,7 @@ asp_status sftp_tree_walk(sftpc *f, size_t budget, const char *dir, const asp_tr
 		free(root);
 		return walk_oom(err);
 	}
-	k.v[k.n++] = (node){root, 'd', perm & 07777, mtime, 0, 0, 0, NULL};
+	k.v[k.n++] = (node){root, 'd', 0, 0, 0, 0, 0, NULL}; /* mode and mtime: list_all */
 	st = pool_start(&k.p, f, budget, err);
 	bool started = st == ASP_OK;
 	if (st == ASP_OK)

@@ -85,6 +85,12 @@ uint32_t ssh_channel_window_size(ssh_channel channel)
 	(void)channel;
 	UNREACHABLE();
 }
+int ssh_channel_read_timeout(ssh_channel channel, void *dest, uint32_t count, int is_stderr,
+                             int timeout_ms)
+{
+	(void)channel, (void)dest, (void)count, (void)is_stderr, (void)timeout_ms;
+	UNREACHABLE();
+}
 int ssh_channel_close(ssh_channel channel)
 {
 	(void)channel;

@@ -100,6 +100,12 @@ typedef struct asp_transport {
 	                        asp_arena *a, asp_proc_sub *sub, asp_error *err);
 	/* Optional: stops routing `proc` (asp_proc_detach); closes its sub. */
 	void (*unsubscribe)(void *self, uint64_t proc);
+	/*
+	 * Optional (NULL: not known). The largest message `self` takes when that is known
+	 * without a round trip (a backend that frames nothing, as native SSH), else 0: a
+	 * caller that needs it asks hello.
+	 */
+	size_t (*max_message)(void *self);
 } asp_transport;
 
 /* ---- helpers for a backend that implements the op table itself ------------------- */
@@ -255,6 +261,12 @@ const asp_transport *asp_transport_find(asp_transport_kind kind);
  * be freed afterwards). transport may be ASP_TRANSPORT_LOCAL. As asp_client_open.
  */
 asp_status asp_client_open_view(const asp_config_view *view, asp_client **out, asp_error *err);
+
+/*
+ * The largest message the client's connection takes when its transport knows it without
+ * a round trip (asp_transport.max_message), else 0. Opens no connection.
+ */
+size_t asp_client_max_message_known(asp_client *c);
 
 #ifdef __cplusplus
 }

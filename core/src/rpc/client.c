@@ -495,6 +495,15 @@ void asp_client_free(asp_client *c)
 	free(c);
 }
 
+size_t asp_client_max_message_known(asp_client *c)
+{
+	pthread_mutex_lock(&c->mu);
+	conn *k = c->broken ? NULL : c->cur;
+	size_t n = k && k->t->max_message ? k->t->max_message(k->self) : 0;
+	pthread_mutex_unlock(&c->mu);
+	return n;
+}
+
 const asp_config_view *asp_client_config(const asp_client *c)
 {
 	return &c->view;

@@ -11,6 +11,7 @@
  */
 #include "asp/client.h"
 #include "asp/proc.h"
+#include "asp/transport.h"
 #include "asp/tree.h"
 
 #include <pthread.h>
@@ -25,18 +26,25 @@
 
 /* ---- common ----------------------------------------------------------------------- */
 
-/* hello's max_message (the client caches hello: no round trip after the first). */
+/*
+ * The connection's max_message: what its transport knows without a round trip (native
+ * SSH frames nothing), else hello's (the RPC transports cache hello: no round trip after
+ * the first).
+ */
 static size_t chunk_size(asp_client *c)
 {
-	asp_arena *a = asp_arena_new();
-	asp_hello_params hp;
-	asp_hello_params_init(&hp);
-	asp_hello_result hr;
-	asp_error err;
-	uint64_t max = ASP_MAX_MESSAGE_DEFAULT;
-	if (a && asp_hello(c, &hp, &hr, a, &err) == ASP_OK && hr.max_message)
-		max = hr.max_message;
-	asp_arena_free(a);
+	uint64_t max = asp_client_max_message_known(c);
+	if (!max) {
+		max = ASP_MAX_MESSAGE_DEFAULT;
+		asp_arena *a = asp_arena_new();
+		asp_hello_params hp;
+		asp_hello_params_init(&hp);
+		asp_hello_result hr;
+		asp_error err;
+		if (a && asp_hello(c, &hp, &hr, a, &err) == ASP_OK && hr.max_message)
+			max = hr.max_message;
+		asp_arena_free(a);
+	}
 	uint64_t chunk = max > 2 * ENVELOPE ? max - ENVELOPE : max / 2;
 	return (size_t)(chunk < CHUNK_MAX ? chunk : CHUNK_MAX);
 }
