@@ -166,6 +166,8 @@ struct sftpc {
 	sftp_handles handles;
 	/* sftp_batch_begin: this thread's requests go out back to back, nobody else's between */
 	bool batching;
+	uint8_t *tx; /* a batch's small requests, gathered: one channel write at its end */
+	size_t tx_len, tx_cap;
 	pthread_t batch_owner;
 };
 

@@ -10,6 +10,7 @@
 
 #define HEADER        9               /* length, type, id */
 #define REPLY_MAX     (1024u * 1024u) /* a reply larger than this is a broken server */
+#define TX_GATHER     (64u * 1024u)   /* a batch's requests up to this size are gathered */
 #define DEFAULT_CHUNK (32u * 1024u)
 #define MAX_CHUNK     (255u * 1024u) /* OpenSSH's sftp-server: 256 KiB messages */
 #define SETUP_BYTES   64             /* INIT and limits@openssh.com */
@@ -195,6 +196,7 @@ static void sftp_reset(sftpc *f)
 	}
 	f->ch = NULL;
 	f->rx_off = f->rx_len = 0;
+	f->tx_len = 0;
 	f->started = f->version_seen = f->wide = false;
 	f->wbusy = false;
 	f->batching = false;
@@ -367,6 +369,55 @@ static asp_status lost(sftpc *f, asp_error *err)
 	                     "sftp: ssh %s: the sftp channel was lost; try again", f->c->target);
 }
 
+/*
+ * Writes n bytes on ch, which may let go of the lock to wait for window; false when the
+ * channel was lost meanwhile (then freed here if sftp_reset left it to us) or the write
+ * stopped halfway (the stream is unusable: reset).
+ */
+static bool put_bytes(sftpc *f, ssh_channel ch, const uint8_t *p, size_t n, uint64_t dl)
+{
+	f->writing = ch;
+	size_t w = sshc_channel_write(f->c, ch, p, n, dl);
+	if (f->ch != ch) {
+		/* reset meanwhile (sftp_reset closed it, left it to us); its requests failed */
+		sshc_channel_free(f->c, ch, SSHC_SFTP);
+		return false;
+	}
+	f->writing = NULL;
+	if (w != n) {
+		sftp_reset(f);
+		return false;
+	}
+	return true;
+}
+
+/* What a batch gathered, written now. */
+static bool flush_tx(sftpc *f, ssh_channel ch, uint64_t dl)
+{
+	if (!f->tx_len)
+		return true;
+	size_t n = f->tx_len;
+	f->tx_len = 0;
+	return put_bytes(f, ch, f->tx, n, dl);
+}
+
+static bool tx_add(sftpc *f, const uint8_t *p, size_t n)
+{
+	if (f->tx_cap - f->tx_len < n) {
+		size_t ncap = f->tx_cap ? f->tx_cap : 16 * 1024;
+		while (ncap - f->tx_len < n)
+			ncap *= 2;
+		uint8_t *nt = realloc(f->tx, ncap);
+		if (!nt)
+			return false;
+		f->tx = nt;
+		f->tx_cap = ncap;
+	}
+	memcpy(f->tx + f->tx_len, p, n);
+	f->tx_len += n;
+	return true;
+}
+
 static asp_status write_packet(sftpc *f, uint8_t type, sbuild *b, const uint8_t *tail,
                                size_t tail_len, sreq *r, asp_error *err)
 {
@@ -409,26 +460,23 @@ static asp_status write_packet(sftpc *f, uint8_t type, sbuild *b, const uint8_t 
 		memmove(b->p + 5, b->p + 9, b->len - 9); /* INIT: the body follows the type */
 		hl -= 4;
 	}
-	f->writing = ch;
-	size_t w = sshc_channel_write(f->c, ch, hp, hl, dl);
-	if (w == hl && tail_len && f->ch == ch)
-		w += sshc_channel_write(f->c, ch, tail, tail_len, dl);
-	if (f->ch != ch) {
-		/* reset meanwhile (sftp_reset closed it, left it to us); its requests failed */
-		sshc_channel_free(f->c, ch, SSHC_SFTP);
-		return lost(f, err);
-	}
-	f->writing = NULL;
-	if (!mine) {
+	/*
+	 * A batch's small requests are gathered and go in one channel write at its end (one
+	 * SSH packet, one send, where a file's four requests took four); a large one (a
+	 * WRITE's data) goes at once, after what was gathered.
+	 */
+	size_t before = f->tx_len;
+	if (mine && hl + tail_len <= TX_GATHER && tx_add(f, hp, hl) &&
+	    (!tail_len || tx_add(f, tail, tail_len)))
+		return ASP_OK;
+	f->tx_len = mine ? before : f->tx_len;
+	bool ok = (!mine || flush_tx(f, ch, dl)) && put_bytes(f, ch, hp, hl, dl) &&
+	          (!tail_len || put_bytes(f, ch, tail, tail_len, dl));
+	if (ok && !mine) {
 		f->wbusy = false;
 		pthread_cond_broadcast(&f->c->cv);
 	}
-	if (w != hl + tail_len) {
-		if (f->ch == ch)
-			sftp_reset(f); /* half a packet went out: the stream is unusable */
-		return lost(f, err);
-	}
-	return ASP_OK;
+	return ok ? ASP_OK : lost(f, err);
 }
 
 void sftp_batch_begin(sftpc *f)
@@ -445,12 +493,17 @@ void sftp_batch_begin(sftpc *f)
 
 void sftp_batch_end(sftpc *f)
 {
+	if (!f->batching || !pthread_equal(f->batch_owner, pthread_self()))
+		return;
+	f->handles.next_self = false; /* an OPEN marked but not sent: no longer ours */
+	/* a failed flush resets the channel, which fails the batch's requests */
+	if (f->ch)
+		(void)flush_tx(f, f->ch, ssh_now_ns() + f->req_timeout_ns);
 	if (f->batching && pthread_equal(f->batch_owner, pthread_self())) {
-		f->handles.next_self = false; /* an OPEN marked but not sent: no longer ours */
 		f->batching = false;
 		f->wbusy = false;
-		pthread_cond_broadcast(&f->c->cv);
 	}
+	pthread_cond_broadcast(&f->c->cv);
 }
 
 /* The handshake is under way: the subsystem request or VERSION not answered yet. */
@@ -734,5 +787,6 @@ void sftpc_free(sftpc *f)
 		return;
 	sftp_reset(f);
 	free(f->rx);
+	free(f->tx);
 	free(f);
 }
