@@ -843,8 +843,11 @@ static void remove_dir(const char *dir)
 	nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+static void resume_stopped(void);
+
 void sshd_stop(sshd_fixture *fx)
 {
+	resume_stopped(); /* what a test left stopped ends with its connection */
 	stop_process(fx);
 	if (fx->dir[0])
 		remove_dir(fx->dir);
@@ -913,8 +916,25 @@ static bool under(pid_t pid, pid_t sshd)
 }
 
 /* Sends `sig` to every process under the server whose name starts with `name`: how many. */
+/*
+ * The processes a test stopped: a SIGCONT resumes them all by pid, since a stopped
+ * server process whose connection ended has gone to init (no longer under sshd) and
+ * would otherwise stay stopped after the test.
+ */
+static pid_t stopped_pids[256];
+static int n_stopped;
+
+static void resume_stopped(void)
+{
+	for (int i = 0; i < n_stopped; i++)
+		kill(stopped_pids[i], SIGCONT);
+	n_stopped = 0;
+}
+
 static int signal_named(sshd_fixture *fx, const char *name, int sig)
 {
+	if (sig == SIGCONT)
+		resume_stopped();
 	DIR *d = opendir("/proc");
 	if (!d)
 		return -1;
@@ -933,8 +953,12 @@ static int signal_named(sshd_fixture *fx, const char *name, int sig)
 			comm[0] = '\0';
 		fclose(f);
 		if (strncmp(comm, name, strlen(name)) == 0 && under((pid_t)pid, fx->pid) &&
-		    kill((pid_t)pid, sig) == 0)
+		    kill((pid_t)pid, sig) == 0) {
 			n++;
+			if (sig == SIGSTOP &&
+			    n_stopped < (int)(sizeof stopped_pids / sizeof *stopped_pids))
+				stopped_pids[n_stopped++] = (pid_t)pid;
+		}
 	}
 	closedir(d);
 	return n;
