@@ -300,6 +300,22 @@ bool sftp_take_packets(sftpc *f)
 	return true;
 }
 
+/* Room for `need` more bytes after rx_len; false when out of memory. */
+static bool rx_room(sftpc *f, size_t need)
+{
+	if (f->rx_cap - f->rx_len >= need)
+		return true;
+	size_t ncap = f->rx_cap ? f->rx_cap : 256 * 1024;
+	while (ncap - f->rx_len < need)
+		ncap *= 2;
+	uint8_t *np = realloc(f->rx, ncap);
+	if (!np)
+		return false;
+	f->rx = np;
+	f->rx_cap = ncap;
+	return true;
+}
+
 /* Reads whatever arrived on the channel and dispatches the whole packets. */
 static bool sftp_pump(sftpc *f)
 {
@@ -320,17 +336,9 @@ static bool sftp_pump(sftpc *f)
 		if (held == 0)
 			break;
 		size_t need = held > 0 ? sshc_bulk_room(held, SSHC_BULK_WINDOW) : 0;
-		if (f->rx_cap - f->rx_len < need) {
-			size_t ncap = f->rx_cap ? f->rx_cap : 256 * 1024;
-			while (ncap - f->rx_len < need)
-				ncap *= 2;
-			uint8_t *np = realloc(f->rx, ncap);
-			if (!np) {
-				sftp_reset(f);
-				return false;
-			}
-			f->rx = np;
-			f->rx_cap = ncap;
+		if (!rx_room(f, need)) {
+			sftp_reset(f);
+			return false;
 		}
 		int n = held > 0 ? sshc_channel_read_held(f->ch, 0, held, SSHC_BULK_WINDOW,
 		                                          f->rx + f->rx_len)
@@ -636,18 +644,8 @@ asp_status sftp_await(sftpc *f, sreq *r, asp_error *err)
 
 void sftp_widen(sftpc *f)
 {
-	if (!f->ch || f->wide)
-		return;
-	if (f->rx_cap - f->rx_len < SSHC_BULK_WINDOW) {
-		size_t ncap = f->rx_cap ? f->rx_cap : 256 * 1024;
-		while (ncap - f->rx_len < SSHC_BULK_WINDOW)
-			ncap *= 2;
-		uint8_t *np = realloc(f->rx, ncap);
-		if (!np)
-			return; /* the pump widens it later */
-		f->rx = np;
-		f->rx_cap = ncap;
-	}
+	if (!f->ch || f->wide || !rx_room(f, SSHC_BULK_WINDOW))
+		return; /* (out of memory: the pump widens it later) */
 	/* a read of more than libssh holds plus the window widens it, and waits for nothing */
 	int n = ssh_channel_read_timeout(f->ch, f->rx + f->rx_len, SSHC_BULK_WINDOW, 0, 0);
 	if (n < 0) {
