@@ -144,13 +144,18 @@ static bool replay(const sftp_handles *h, uint32_t *out)
 {
 	uint32_t *fr = malloc((h->n_free + h->n_q + 1) * sizeof *fr);
 	uint32_t *op = malloc((h->n_open + h->n_q + 1) * sizeof *op);
-	bool ok = fr && op;
+	if (!fr || !op) {
+		free(fr);
+		free(op);
+		return false; /* no guess: the requests follow the answer */
+	}
 	size_t nf = h->n_free, no = h->n_open;
 	uint32_t slots = h->slots;
-	if (ok) {
+	if (nf)
 		memcpy(fr, h->free, nf * sizeof *fr);
+	if (no)
 		memcpy(op, h->open, no * sizeof *op);
-	}
+	bool ok = true;
 	for (size_t i = 0; ok && i < h->n_q; i++) {
 		const sftp_hevent *e = &h->q[i];
 		if (e->open) {
