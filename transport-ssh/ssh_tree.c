@@ -770,6 +770,17 @@ static asp_status w_file_end(void *user, asp_error *err)
  * the temporary and exits. With `wait`, until it did (at most CLEAN_WAIT_MS); not on a
  * connection that is gone, whose end reaches the script on its own.
  */
+/* Under ts->mu: until the write script ended or the connection went, CLEAN_WAIT_MS at most. */
+static void wait_script_locked(tree_h *h)
+{
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += CLEAN_WAIT_MS / 1000;
+	while (!h->script_ended && !h->lost)
+		if (pthread_cond_timedwait(&h->cv, &h->ts->mu, &dl) == ETIMEDOUT)
+			break;
+}
+
 static void script_done(tree_h *h, bool wait)
 {
 	ssh_trees *ts = h->ts;
@@ -785,13 +796,8 @@ static void script_done(tree_h *h, bool wait)
 		ssh_proc_write(ts->ps, &w, &ignore);
 	if (!wait || was_gone || atomic_load(&ts->sftp->c->dead))
 		return;
-	struct timespec dl;
-	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += CLEAN_WAIT_MS / 1000;
 	pthread_mutex_lock(&ts->mu);
-	while (!h->script_ended && !h->lost)
-		if (pthread_cond_timedwait(&h->cv, &ts->mu, &dl) == ETIMEDOUT)
-			break;
+	wait_script_locked(h);
 	pthread_mutex_unlock(&ts->mu);
 }
 
@@ -877,13 +883,8 @@ static asp_status commit(tree_h *h, asp_error *err)
 	asp_status st = ssh_proc_write(ts->ps, &w, err);
 	if (st != ASP_OK)
 		return st;
-	struct timespec dl;
-	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += CLEAN_WAIT_MS / 1000;
 	pthread_mutex_lock(&ts->mu);
-	while (!h->script_ended && !h->lost)
-		if (pthread_cond_timedwait(&h->cv, &ts->mu, &dl) == ETIMEDOUT)
-			break;
+	wait_script_locked(h);
 	if (h->script_ended && h->script_exit == 0 && !h->lost)
 		h->committed = true;
 	else if (h->code[0])
